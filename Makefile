@@ -1,0 +1,44 @@
+# odf-node developer entry points. `make run` and `make test` are the README's two commands:
+# each one performs the whole set-up it needs on a fresh machine.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# Tests that start IPFS or libp2p nodes must run in a loopback-only network namespace;
+# the test command always arranges one (see tests/netns.py for the guard).
+NETNS := unshare -rn bash -c
+
+.PHONY: setup run test lint typecheck unit bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: setup
+	$(BIN)/odf-node run
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check coordinator
+	$(BIN)/lint-imports
+
+typecheck: setup
+	$(BIN)/mypy coordinator p2p node sim
+
+unit: setup
+	$(BIN)/pytest -q
+
+test: lint typecheck
+	$(NETNS) 'ip link set lo up && exec $(BIN)/pytest -q'
+
+bench: setup
+	$(BIN)/python tests/bench/bench_chain.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Default and example node configuration files."""

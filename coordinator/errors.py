@@ -1,0 +1,99 @@
+"""The error hierarchy of odf-node.
+
+Every error the project raises on purpose derives from :class:`OdfNodeError`. Subclasses are
+specific enough for callers to act on; mapping to JSON-RPC codes happens only at the RPC boundary.
+"""
+
+from __future__ import annotations
+
+
+class OdfNodeError(Exception):
+    """Root of every error raised deliberately by odf-node."""
+
+
+class DecodeError(OdfNodeError):
+    """Bytes or text could not be parsed into the expected ODF value."""
+
+
+class InvalidMultihash(DecodeError):
+    """A multihash / multibase string or byte string is malformed or uses an unsupported code."""
+
+
+class InvalidDatasetId(DecodeError):
+    """A ``did:odf`` / ``did:key`` identifier is malformed or uses an unsupported key type."""
+
+
+class InvalidBlock(DecodeError):
+    """A metadata block's bytes are not a valid ODF manifest / block."""
+
+
+class UnsupportedBlockVersion(InvalidBlock):
+    """The manifest declares a block version this implementation cannot read."""
+
+
+class EncodeError(OdfNodeError):
+    """A value cannot be encoded (e.g. a field is out of range for its wire type)."""
+
+
+class SignatureError(OdfNodeError):
+    """A signature does not verify against the claimed public key."""
+
+
+class KeyFileError(OdfNodeError):
+    """A key file is missing, malformed or has unsafe permissions."""
+
+
+class ChainError(OdfNodeError):
+    """Base of metadata-chain errors."""
+
+
+class ChainRuleViolation(ChainError):
+    """Appending a block would break a metadata chain rule.
+
+    ``rule`` is a stable short identifier of the rule (e.g. ``"sequence-number"``), so callers and
+    tests can branch on it without parsing the message.
+    """
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(f"[{rule}] {message}")
+        self.rule = rule
+
+
+class BlockNotFound(ChainError):
+    """A block referenced by hash is not present in the store."""
+
+
+class HashMismatch(ChainError):
+    """Stored or received bytes do not hash to the name they were stored/requested under."""
+
+
+class RefNotFound(ChainError):
+    """A named reference (e.g. ``head``) does not exist."""
+
+
+class RefCASFailed(ChainError):
+    """A compare-and-swap update of a reference found an unexpected current value."""
+
+
+class DatasetError(OdfNodeError):
+    """Base of dataset-repository errors."""
+
+
+class DatasetNotFound(DatasetError):
+    """No dataset is known under the given DID or alias."""
+
+
+class DatasetAlreadyExists(DatasetError):
+    """A dataset with the given DID or alias already exists."""
+
+
+class InvalidSnapshot(DatasetError):
+    """A ``DatasetSnapshot`` cannot be turned into a dataset."""
+
+
+class DataError(OdfNodeError):
+    """Base of data-plane errors (data slices, hashing, ingest)."""
+
+
+class UnsupportedArrowType(DataError):
+    """An Arrow type has no defined logical-hash encoding (kamu's arrow-digest refuses it too)."""

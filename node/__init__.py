@@ -1,0 +1,1 @@
+"""The odf-node daemon: config, services, state DB, IPFS client, RPC, CLI."""

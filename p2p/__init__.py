@@ -1,0 +1,1 @@
+"""Gossip layer: signed announcements, the sans-IO protocol core and the libp2p host."""

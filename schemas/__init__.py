@@ -1,0 +1,1 @@
+"""Wire schemas: ODF flatbuffers, engine gRPC, gossip messages, OpenRPC."""

@@ -1,0 +1,1 @@
+"""Network simulations of peer validation (discrete-event and real clusters)."""
