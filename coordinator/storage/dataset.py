@@ -1,0 +1,208 @@
+"""One dataset on disk in kamu's layout, and its metadata chain.
+
+Layout (kamu-cli ``dataset_layout.rs``)::
+
+    <dataset>/blocks/<f1620… block hash>      raw manifest bytes, as received
+    <dataset>/refs/head                        head block hash, no trailing newline
+    <dataset>/data/<f1620… physical hash>      parquet part files
+    <dataset>/checkpoints/<f1620… hash>        checkpoint files
+    <dataset>/info/                            private to this node (alias, lock)
+
+Blocks are stored exactly as received and never re-encoded; appends write data first, then
+blocks, then ``refs/head`` last, so a crash always leaves the previous head valid.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from coordinator.chain.validation import ChainState, validate_append
+from coordinator.errors import BlockNotFound, ChainRuleViolation, HashMismatch, InvalidBlock
+from coordinator.metadata.flatbuffers_serde import (
+    DEFAULT_BLOCK_VERSION,
+    decode_block,
+    encode_block,
+)
+from coordinator.metadata.model import MetadataBlock
+from coordinator.multiformats import Multihash
+from coordinator.storage.fs import remove_stale_pending
+from coordinator.storage.objects import FsObjectRepository
+from coordinator.storage.refs import FsRefRepository
+
+HEAD_REF = "head"
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetLayout:
+    """Paths of a dataset directory."""
+
+    root: Path
+
+    @property
+    def blocks_dir(self) -> Path:
+        """``blocks/``."""
+        return self.root / "blocks"
+
+    @property
+    def refs_dir(self) -> Path:
+        """``refs/``."""
+        return self.root / "refs"
+
+    @property
+    def data_dir(self) -> Path:
+        """``data/``."""
+        return self.root / "data"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        """``checkpoints/``."""
+        return self.root / "checkpoints"
+
+    @property
+    def info_dir(self) -> Path:
+        """``info/`` (node-private; excluded from IPFS publication like kamu does)."""
+        return self.root / "info"
+
+    def create(self) -> None:
+        """Create the directory skeleton."""
+        for d in (self.blocks_dir, self.refs_dir, self.data_dir, self.checkpoints_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        self.info_dir.mkdir(parents=True, exist_ok=True)
+
+
+class Dataset:
+    """A dataset directory with its object stores and metadata chain.
+
+    Writes are serialised by an exclusive ``flock`` on ``info/write.lock`` (held during
+    :meth:`write_lock`), so a daemon and a CLI never write at once.
+    """
+
+    def __init__(self, root: Path, *, durable: bool = True) -> None:
+        self.layout = DatasetLayout(root)
+        self.blocks = FsObjectRepository(self.layout.blocks_dir, durable=durable)
+        self.data = FsObjectRepository(self.layout.data_dir, durable=durable)
+        self.checkpoints = FsObjectRepository(self.layout.checkpoints_dir, durable=durable)
+        self.refs = FsRefRepository(self.layout.refs_dir, durable=durable)
+        self._state_cache: ChainState | None = None
+
+    @classmethod
+    def create(cls, root: Path, *, durable: bool = True) -> Dataset:
+        """Create an empty dataset directory."""
+        DatasetLayout(root).create()
+        return cls(root, durable=durable)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def head(self) -> Multihash | None:
+        """The head block hash, or None for an empty chain."""
+        return self.refs.get(HEAD_REF)
+
+    def get_block_bytes(self, h: Multihash, *, verify: bool = True) -> bytes:
+        """Raw block bytes (hash re-checked unless ``verify`` is False)."""
+        return self.blocks.get_bytes(h, verify=verify)
+
+    def get_block(self, h: Multihash, *, verify: bool = True) -> MetadataBlock:
+        """The decoded block with hash ``h``."""
+        return decode_block(self.get_block_bytes(h, verify=verify))
+
+    def iter_blocks(
+        self, head: Multihash | None = None, *, verify: bool = True
+    ) -> Iterator[tuple[Multihash, MetadataBlock]]:
+        """Blocks from ``head`` (default: the current head) back to the Seed, newest first."""
+        h = head if head is not None else self.head()
+        while h is not None:
+            block = self.get_block(h, verify=verify)
+            yield h, block
+            h = block.prev_block_hash
+
+    def state(self) -> ChainState:
+        """Validate the whole chain from the Seed and return its :class:`ChainState` (cached)."""
+        head = self.head()
+        if self._state_cache is not None and self._state_cache.head == head:
+            return self._state_cache
+        blocks = list(self.iter_blocks(head))
+        blocks.reverse()
+        state = ChainState()
+        for h, b in blocks:
+            state = validate_append(state, b, h)
+        self._state_cache = state
+        return state
+
+    # -- writing ------------------------------------------------------------------------------
+
+    @contextmanager
+    def write_lock(self) -> Iterator[None]:
+        """Hold the dataset's exclusive write lock."""
+        self.layout.info_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.layout.info_dir / "write.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def append(self, block: MetadataBlock, *, version: int = DEFAULT_BLOCK_VERSION) -> Multihash:
+        """Encode ``block`` and append it; returns the new head."""
+        return self.append_many_bytes([encode_block(block, version)])
+
+    def append_bytes(self, data: bytes, expected: Multihash | None = None) -> Multihash:
+        """Append one received block, stored byte-for-byte as given."""
+        return self.append_many_bytes([data], [expected] if expected is not None else None)
+
+    def append_many_bytes(
+        self,
+        blocks: Sequence[bytes],
+        expected_hashes: Sequence[Multihash | None] | None = None,
+    ) -> Multihash:
+        """Validate and append several blocks (oldest first), moving ``refs/head`` once, last.
+
+        Nothing is written unless every block decodes and passes every chain rule; if writing
+        fails half-way, only unreferenced block files are left and the head is unchanged.
+
+        Raises:
+            InvalidBlock, HashMismatch, ChainRuleViolation: nothing was changed.
+        """
+        if not blocks:
+            raise ValueError("nothing to append")
+        with self.write_lock():
+            self._state_cache = None
+            state = self.state()
+            start_head = state.head
+            hashes = []
+            for i, data in enumerate(blocks):
+                h = Multihash.sha3_256(data)
+                exp = expected_hashes[i] if expected_hashes else None
+                if exp is not None and exp != h:
+                    raise HashMismatch(f"block {i} hashes to {h}, expected {exp}")
+                block = decode_block(data)
+                state = validate_append(state, block, h)
+                hashes.append(h)
+            for h, data in zip(hashes, blocks, strict=True):
+                self.blocks.insert_bytes(data, h)
+            self.refs.set(HEAD_REF, hashes[-1], expected=start_head)
+            self._state_cache = state
+            return hashes[-1]
+
+    def cleanup(self) -> int:
+        """Remove stale ``.pending-*`` files left by a crash."""
+        d = self.layout
+        return sum(
+            remove_stale_pending(p)
+            for p in (d.blocks_dir, d.refs_dir, d.data_dir, d.checkpoints_dir)
+        )
+
+
+__all__ = [
+    "HEAD_REF",
+    "BlockNotFound",
+    "ChainRuleViolation",
+    "Dataset",
+    "DatasetLayout",
+    "InvalidBlock",
+]
