@@ -56,7 +56,23 @@ _SUPPORTED_HASH_CODES: Final = frozenset(
     {Multicodec.SHA3_256, Multicodec.ARROW0_SHA3_256, Multicodec.SHA2_256}
 )
 _SHA3_PREFIX: Final = b"\x16\x20"
+_ARROW0_PREFIX: Final = b"\x96\x80\xc0\x01\x20"
 _MAX_DIGEST_LEN: Final = 64
+
+
+def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
+    """Decode an unsigned LEB128 varint (max 9 bytes, minimal form); ``(value, next_pos)``."""
+    value = 0
+    shift = 0
+    for i in range(pos, min(pos + 9, len(data))):
+        byte = data[i]
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            if byte == 0 and i > pos:
+                raise InvalidMultihash("non-minimal varint")
+            return value, i + 1
+        shift += 7
+    raise InvalidMultihash("truncated or overlong varint")
 
 
 def encode_multibase_base16(data: bytes) -> str:
@@ -110,7 +126,7 @@ class Multihash:
     @classmethod
     def sha3_256(cls, data: bytes) -> Multihash:
         """Hash ``data`` with SHA3-256 (code 0x16)."""
-        return cls(Multicodec.SHA3_256, hashlib.sha3_256(data).digest())
+        return cls._trusted(Multicodec.SHA3_256, hashlib.sha3_256(data).digest())
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Multihash:
@@ -120,20 +136,28 @@ class Multihash:
             InvalidMultihash: truncated, trailing bytes, or unsupported code.
         """
         data = bytes(data)
-        # Fast path: nearly every hash in ODF metadata is sha3-256.
-        if len(data) == 34 and data[:2] == _SHA3_PREFIX:
-            return cls(Multicodec.SHA3_256, data[2:])
-        try:
-            code, n1, _ = varint.decode_raw(data)
-            length, n2, _ = varint.decode_raw(data[n1:])
-        except Exception as e:  # the package raises plain ValueError/IndexError variants
-            raise InvalidMultihash(f"malformed multihash varint: {e}") from e
-        digest = data[n1 + n2 :]
+        # Fast paths: nearly every hash in ODF metadata is sha3-256 or arrow0-sha3-256, and
+        # their codes are valid by construction, so the checking constructor can be skipped.
+        n = len(data)
+        if n == 34 and data[:2] == _SHA3_PREFIX:
+            return cls._trusted(Multicodec.SHA3_256, data[2:])
+        if n == 37 and data[:5] == _ARROW0_PREFIX:
+            return cls._trusted(Multicodec.ARROW0_SHA3_256, data[5:])
+        code, pos = _read_uvarint(data, 0)
+        length, pos = _read_uvarint(data, pos)
+        digest = data[pos:]
         if len(digest) != length:
             raise InvalidMultihash(
                 f"multihash digest length {len(digest)} does not match declared {length}"
             )
         return cls(code, digest)
+
+    @classmethod
+    def _trusted(cls, code: int, digest: bytes) -> Multihash:
+        obj = object.__new__(cls)
+        object.__setattr__(obj, "code", code)
+        object.__setattr__(obj, "digest", digest)
+        return obj
 
     @classmethod
     def from_multibase(cls, text: str) -> Multihash:
@@ -144,7 +168,11 @@ class Multihash:
         """The binary multihash, as stored in ODF flatbuffers ``[ubyte]`` hash fields."""
         if self.code == Multicodec.SHA3_256 and len(self.digest) == 32:
             return _SHA3_PREFIX + self.digest
-        return bytes(varint.encode(self.code)) + bytes(varint.encode(len(self.digest))) + self.digest
+        if self.code == Multicodec.ARROW0_SHA3_256 and len(self.digest) == 32:
+            return _ARROW0_PREFIX + self.digest
+        return (
+            bytes(varint.encode(self.code)) + bytes(varint.encode(len(self.digest))) + self.digest
+        )
 
     def to_multibase(self) -> str:
         """kamu's text form: multibase base16 of the binary multihash."""

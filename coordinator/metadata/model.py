@@ -19,7 +19,6 @@ from coordinator.metadata.timestamp import Timestamp
 from coordinator.multiformats import Multihash
 
 
-
 class DatasetKind(IntEnum):
     """Root datasets ingest external data; derivative ones transform other datasets."""
 
@@ -102,7 +101,9 @@ class EventTimeSourceFromSystemTime:
     """Event time = system time of ingestion."""
 
 
-EventTimeSource = EventTimeSourceFromMetadata | EventTimeSourceFromPath | EventTimeSourceFromSystemTime
+EventTimeSource = (
+    EventTimeSourceFromMetadata | EventTimeSourceFromPath | EventTimeSourceFromSystemTime
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,6 +8,7 @@ the model uses this small value type and converts to ``datetime`` only for displ
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from dataclasses import dataclass
 from typing import Final
@@ -21,6 +22,17 @@ _RFC3339: Final = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
     r"(Z|z|[+-]\d{2}:\d{2})$"
 )
+
+
+@functools.lru_cache(maxsize=512)
+def _year_info(year: int) -> tuple[int, int]:
+    """(days from the epoch to 1 January of ``year``, days in the year)."""
+    try:
+        first = dt.date(year, 1, 1).toordinal()
+    except ValueError as e:
+        raise DecodeError(f"invalid timestamp: year {year} is out of range") from e
+    leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+    return first - _EPOCH_ORDINAL, 366 if leap else 365
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -45,15 +57,12 @@ class Timestamp:
         Raises:
             DecodeError: a field is out of range (e.g. ordinal 0 or > days in the year).
         """
-        try:
-            day = dt.date(year, 1, 1).toordinal() + ordinal - 1
-            if ordinal < 1 or dt.date.fromordinal(day).year != year:
-                raise ValueError(f"ordinal {ordinal} out of range for year {year}")
-        except (ValueError, OverflowError) as e:
-            raise DecodeError(f"invalid timestamp: {e}") from e
+        first_day, days_in_year = _year_info(year)
+        if not 1 <= ordinal <= days_in_year:
+            raise DecodeError(f"invalid timestamp: day {ordinal} out of range for year {year}")
         if not 0 <= seconds < 86_400 or not 0 <= nanoseconds < _NS_PER_S:
             raise DecodeError(f"invalid timestamp time of day: {seconds}s {nanoseconds}ns")
-        days = day - _EPOCH_ORDINAL
+        days = first_day + ordinal - 1
         return cls(days * _NS_PER_DAY + seconds * _NS_PER_S + nanoseconds)
 
     @classmethod

@@ -28,7 +28,7 @@ class ObjectRepository(Protocol):
         ...
 
     def get_bytes(self, h: Multihash, *, verify: bool = False) -> bytes:
-        """The object's bytes; ``verify`` re-checks the hash. Raises BlockNotFound / HashMismatch."""
+        """The bytes; ``verify`` re-checks the hash. Raises BlockNotFound / HashMismatch."""
         ...
 
     def insert_bytes(self, data: bytes, expected: Multihash | None = None) -> Multihash:

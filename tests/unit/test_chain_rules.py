@@ -137,7 +137,11 @@ def test_schema_before_data(tmp_path: Path) -> None:
 
 def test_prev_offset(root_chain: tuple[Dataset, ChainBuilder]) -> None:
     ds, cb = root_chain
-    ev = m.AddData(prev_offset=18, new_data=data_slice(19, 25), new_watermark=T0.__class__(T0.epoch_ns + 10**10))
+    ev = m.AddData(
+        prev_offset=18,
+        new_data=data_slice(19, 25),
+        new_watermark=T0.__class__(T0.epoch_ns + 10**10),
+    )
     assert_rejected(ds, cb.block(ev), "prev-offset")
 
 
@@ -157,7 +161,9 @@ def test_offset_interval(root_chain: tuple[Dataset, ChainBuilder]) -> None:
         offset_interval=m.OffsetInterval(start=20, end=19),
         size=1,
     )
-    assert_rejected(ds, cb.block(m.AddData(prev_offset=19, new_data=bad, new_watermark=wm)), "offset-interval")
+    assert_rejected(
+        ds, cb.block(m.AddData(prev_offset=19, new_data=bad, new_watermark=wm)), "offset-interval"
+    )
 
 
 def test_watermark_monotonic(root_chain: tuple[Dataset, ChainBuilder]) -> None:
@@ -184,7 +190,9 @@ def test_checkpoint_chain_ok(root_chain: tuple[Dataset, ChainBuilder]) -> None:
         system_time=T0,
         prev_block_hash=h,
         sequence_number=cb.seq + 2,
-        event=m.AddData(prev_checkpoint=mh("cp1"), prev_offset=19, new_data=data_slice(20, 20), new_watermark=wm),
+        event=m.AddData(
+            prev_checkpoint=mh("cp1"), prev_offset=19, new_data=data_slice(20, 20), new_watermark=wm
+        ),
     )
     ds.append(nxt)
     assert ds.state().last_offset == 20
@@ -193,7 +201,11 @@ def test_checkpoint_chain_ok(root_chain: tuple[Dataset, ChainBuilder]) -> None:
 def test_event_kind(root_chain: tuple[Dataset, ChainBuilder], tmp_path: Path) -> None:
     ds, cb = root_chain
     ev = m.SetTransform(
-        inputs=(m.TransformInput(dataset_ref=DatasetId.new_seeded_ed25519(b"i").as_did_str(), alias="i"),),
+        inputs=(
+            m.TransformInput(
+                dataset_ref=DatasetId.new_seeded_ed25519(b"i").as_did_str(), alias="i"
+            ),
+        ),
         transform=m.TransformSql(engine="spark", queries=(m.SqlQueryStep(query="q"),)),
     )
     assert_rejected(ds, cb.block(ev), "event-kind")
@@ -206,22 +218,37 @@ def test_source_conflict_and_push_schema(root_chain: tuple[Dataset, ChainBuilder
     ds, cb = root_chain
     assert_rejected(
         ds,
-        cb.block(m.AddPushSource(source_name="s", read=m.ReadStepCsv(), merge=m.MergeStrategyAppend())),
+        cb.block(
+            m.AddPushSource(source_name="s", read=m.ReadStepCsv(), merge=m.MergeStrategyAppend())
+        ),
         "push-source-schema",
     )
     ds.append(
         cb.block(
             m.AddPushSource(
-                source_name="s", read=m.ReadStepCsv(schema=("a INT",)), merge=m.MergeStrategyAppend()
+                source_name="s",
+                read=m.ReadStepCsv(schema=("a INT",)),
+                merge=m.MergeStrategyAppend(),
             )
         )
     )
     polling = m.SetPollingSource(
         fetch=m.FetchStepUrl(url="http://x"), read=m.ReadStepCsv(), merge=m.MergeStrategyAppend()
     )
-    nxt = m.MetadataBlock(system_time=T0, prev_block_hash=ds.head(), sequence_number=cb.seq + 2, event=polling)
+    nxt = m.MetadataBlock(
+        system_time=T0, prev_block_hash=ds.head(), sequence_number=cb.seq + 2, event=polling
+    )
     assert_rejected(ds, nxt, "source-conflict")
-    assert_rejected(ds, m.MetadataBlock(system_time=T0, prev_block_hash=ds.head(), sequence_number=cb.seq + 2, event=m.DisablePushSource(source_name="other")), "disable-source")
+    assert_rejected(
+        ds,
+        m.MetadataBlock(
+            system_time=T0,
+            prev_block_hash=ds.head(),
+            sequence_number=cb.seq + 2,
+            event=m.DisablePushSource(source_name="other"),
+        ),
+        "disable-source",
+    )
 
 
 def test_transform_normalized_and_inputs(tmp_path: Path) -> None:
@@ -259,7 +286,11 @@ def test_execute_transform_rules(tmp_path: Path) -> None:
     wrong_prev_block = m.ExecuteTransform(
         query_inputs=(
             m.ExecuteTransformInput(
-                dataset_id=inp, prev_block_hash=mh("zz"), new_block_hash=mh("b2"), prev_offset=9, new_offset=12
+                dataset_id=inp,
+                prev_block_hash=mh("zz"),
+                new_block_hash=mh("b2"),
+                prev_offset=9,
+                new_offset=12,
             ),
         ),
         prev_offset=9,
@@ -279,7 +310,9 @@ def test_execute_transform_rules(tmp_path: Path) -> None:
     assert_rejected(ds, cb.block(empty_interval), "input-interval")
     offsets_without_block = m.ExecuteTransform(
         query_inputs=(
-            m.ExecuteTransformInput(dataset_id=inp, prev_block_hash=mh("b1"), prev_offset=9, new_offset=11),
+            m.ExecuteTransformInput(
+                dataset_id=inp, prev_block_hash=mh("b1"), prev_offset=9, new_offset=11
+            ),
         ),
         prev_offset=9,
         new_watermark=wm,
@@ -288,7 +321,11 @@ def test_execute_transform_rules(tmp_path: Path) -> None:
     ok = m.ExecuteTransform(
         query_inputs=(
             m.ExecuteTransformInput(
-                dataset_id=inp, prev_block_hash=mh("b1"), new_block_hash=mh("b2"), prev_offset=9, new_offset=12
+                dataset_id=inp,
+                prev_block_hash=mh("b1"),
+                new_block_hash=mh("b2"),
+                prev_offset=9,
+                new_offset=12,
             ),
         ),
         prev_offset=9,
@@ -337,7 +374,12 @@ def test_multi_block_append_is_all_or_nothing(root_chain: tuple[Dataset, ChainBu
     head = ds.head()
     b1 = encode_block(cb.block(m.SetInfo(description="1")))
     b2 = encode_block(
-        m.MetadataBlock(system_time=T0, prev_block_hash=block_hash(b1), sequence_number=cb.seq + 5, event=m.SetInfo())
+        m.MetadataBlock(
+            system_time=T0,
+            prev_block_hash=block_hash(b1),
+            sequence_number=cb.seq + 5,
+            event=m.SetInfo(),
+        )
     )
     with pytest.raises(ChainRuleViolation):
         ds.append_many_bytes([b1, b2])
