@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from coordinator.metadata.flatbuffers_serde import SPECS, UNIONS, _K
+from coordinator.metadata.flatbuffers_serde import _K, SPECS, UNIONS
 
 FBS = Path(__file__).parents[2] / "schemas" / "odf.fbs"
 ENUMS = {"DatasetKind", "SourceOrdering", "CompressionFormat"}
