@@ -1,0 +1,276 @@
+"""The ``odf-node`` command line.
+
+Works directly on the node's home directory (the daemon's JSON-RPC control arrives with the
+daemon). Every command prints human-readable tables by default and JSON with ``--json``;
+failures print one clear line and exit with status 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from coordinator.errors import OdfNodeError
+from coordinator.metadata.yaml_serde import block_to_dict, block_to_yaml
+from node.home import NodeHome, default_home
+
+app = typer.Typer(
+    name="odf-node",
+    help="A peer-to-peer node for Open Data Fabric datasets (kamu-compatible).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+dataset_app = typer.Typer(help="Create, inspect and verify datasets.", no_args_is_help=True)
+app.add_typer(dataset_app, name="dataset")
+
+out = Console(emoji=False, highlight=False, soft_wrap=True)
+err = Console(stderr=True, emoji=False, highlight=False, soft_wrap=True)
+log = logging.getLogger("odf_node")
+
+HomeOpt = Annotated[
+    Path | None,
+    typer.Option("--home", envvar="ODF_NODE_HOME", help="Node home directory."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
+
+
+def _home(home: Path | None, *, create: bool = True) -> NodeHome:
+    h = NodeHome(home or default_home())
+    if create and not h.initialized:
+        h.init()
+    return h
+
+
+def _fail(message: str) -> NoReturn:
+    err.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(1)
+
+
+def _emit_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2) + "\n")
+
+
+@app.command()
+def init(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
+    """Create the node home: config, node key (mode 0600) and the dataset store."""
+    h = NodeHome(home or default_home())
+    created = h.init()
+    did = h.node_key().dataset_id().as_did_key()
+    if as_json:
+        _emit_json({"home": str(h.path), "node_id": did, "created": created})
+        return
+    verb = "Initialised" if created else "Already initialised:"
+    out.print(f"{verb} node home [bold]{h.path}[/]\nnode id: {did}")
+
+
+@app.command()
+def status(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
+    """Show the node's identity and what it stores."""
+    h = _home(home)
+    repo = h.repository()
+    datasets = repo.list()
+    info = {
+        "home": str(h.path),
+        "node_id": h.node_key().dataset_id().as_did_key(),
+        "datasets": len(datasets),
+        "block_version": h.config()["metadata"]["block_version"],
+    }
+    if as_json:
+        _emit_json(info)
+        return
+    for k, v in info.items():
+        out.print(f"[bold]{k:>14}[/]: {v}")
+
+
+@app.command()
+def run(home: HomeOpt = None) -> None:
+    """Run the node in the foreground until SIGINT/SIGTERM.
+
+    This release serves the local ODF store; gossip, IPFS and the Spark engine join the daemon
+    in later releases (see the README's roadmap).
+    """
+    h = _home(home)
+    level = str(h.config()["node"]["log_level"]).upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    asyncio.run(_run(h))
+
+
+async def _run(h: NodeHome) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    repo = h.repository()
+    handles = repo.list()
+    # Validate every hosted chain at start-up so corruption is reported immediately.
+    for handle in handles:
+        try:
+            state = repo.open(handle.alias).state()
+            log.info(
+                "dataset %s (%s): head %s, %d blocks",
+                handle.alias,
+                handle.id,
+                state.head,
+                state.sequence_number + 1,
+            )
+        except OdfNodeError as e:
+            log.error("dataset %s is damaged: %s", handle.alias, e)
+    log.info(
+        "odf-node running: home=%s node_id=%s datasets=%d (Ctrl-C to stop)",
+        h.path,
+        h.node_key().dataset_id().as_did_key(),
+        len(handles),
+    )
+    await stop.wait()
+    log.info("odf-node stopped")
+
+
+@dataset_app.command("create")
+def dataset_create(
+    snapshot: Annotated[Path, typer.Argument(help="DatasetSnapshot YAML file (may hold several).")],
+    home: HomeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create datasets from a DatasetSnapshot YAML file (kamu's format)."""
+    from coordinator.metadata.snapshot import snapshots_from_yaml
+
+    h = _home(home)
+    repo = h.repository()
+    try:
+        text = snapshot.read_text(encoding="utf-8")
+    except OSError as e:
+        _fail(f"cannot read {snapshot}: {e.strerror}")
+    try:
+        snapshots = snapshots_from_yaml(text)
+        created = [repo.create_from_snapshot(s) for s in snapshots]
+    except OdfNodeError as e:
+        _fail(str(e))
+    if as_json:
+        _emit_json([{"alias": c.alias, "id": c.id.as_did_str()} for c in created])
+        return
+    for c in created:
+        out.print(f"created [bold]{c.alias}[/] {c.id}")
+
+
+@dataset_app.command("list")
+def dataset_list(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
+    """List datasets with their head, kind and number of blocks."""
+    repo = _home(home).repository()
+    rows = []
+    for hd in repo.list():
+        try:
+            st = repo.open(hd.alias).state()
+            rows.append(
+                {
+                    "alias": hd.alias,
+                    "id": hd.id.as_did_str(),
+                    "kind": st.dataset_kind.name.lower() if st.dataset_kind is not None else None,
+                    "blocks": st.sequence_number + 1,
+                    "head": str(st.head) if st.head else None,
+                    "records": st.next_offset,
+                }
+            )
+        except OdfNodeError as e:
+            rows.append({"alias": hd.alias, "id": hd.id.as_did_str(), "error": str(e)})
+    if as_json:
+        _emit_json(rows)
+        return
+    table = Table("alias", "kind", "blocks", "records", "head", "id")
+    for r in rows:
+        if "error" in r:
+            table.add_row(r["alias"], "[red]damaged[/]", "", "", r["error"][:40], r["id"])
+        else:
+            head = r["head"][-8:] if r["head"] else "-"
+            table.add_row(
+                r["alias"], r["kind"], str(r["blocks"]), str(r["records"]), head, r["id"]
+            )
+    out.print(table)
+
+
+@dataset_app.command("log")
+def dataset_log(
+    ref: Annotated[str, typer.Argument(help="Dataset alias or did:odf.")],
+    home: HomeOpt = None,
+    output_format: Annotated[
+        str, typer.Option("--output-format", "-o", help="yaml | json | table")
+    ] = "table",
+    limit: Annotated[int | None, typer.Option(help="Show at most this many blocks.")] = None,
+) -> None:
+    """Show a dataset's metadata blocks, newest first (like `kamu log`)."""
+    repo = _home(home).repository()
+    try:
+        ds = repo.open(ref)
+        blocks = []
+        for i, (bh, block) in enumerate(ds.iter_blocks()):
+            if limit is not None and i >= limit:
+                break
+            blocks.append((bh, block))
+    except OdfNodeError as e:
+        _fail(str(e))
+    if output_format == "yaml":
+        for bh, block in blocks:
+            sys.stdout.write(f"# Block: {bh}\n{block_to_yaml(block)}")
+    elif output_format == "json":
+        _emit_json([{"hash": str(bh), "block": block_to_dict(block)} for bh, block in blocks])
+    elif output_format == "table":
+        table = Table("seq", "hash", "system time", "event")
+        for bh, block in blocks:
+            table.add_row(
+                str(block.sequence_number),
+                bh.short(),
+                str(block.system_time),
+                type(block.event).__name__,
+            )
+        out.print(table)
+    else:
+        _fail(f"unknown output format {output_format!r} (yaml, json, table)")
+
+
+@dataset_app.command("verify")
+def dataset_verify(
+    ref: Annotated[str, typer.Argument(help="Dataset alias or did:odf.")],
+    integrity: Annotated[
+        bool, typer.Option("--integrity", help="Check hashes only (no transform replay).")
+    ] = True,
+    home: HomeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check metadata integrity (every block hash and chain rule) and data part files."""
+    from coordinator.verify import verify_integrity
+
+    repo = _home(home).repository()
+    try:
+        report = verify_integrity(repo.open(ref))
+    except OdfNodeError as e:
+        _fail(str(e))
+    if as_json:
+        _emit_json(report.to_dict())
+    else:
+        for p in report.problems:
+            err.print(f"[red]✗[/] {p}")
+        verdict = "[green]OK[/]" if report.ok else "[red]FAILED[/]"
+        out.print(
+            f"{verdict}: {report.blocks_checked} blocks, {report.data_files_checked} data files, "
+            f"{report.checkpoints_checked} checkpoints checked"
+        )
+    if not report.ok:
+        raise typer.Exit(2)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+
+if __name__ == "__main__":
+    main()

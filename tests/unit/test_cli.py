@@ -1,0 +1,97 @@
+"""The odf-node CLI on a real home directory (typer's runner, no daemon)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from node.cli import app
+
+SNAPSHOTS = """\
+kind: DatasetSnapshot
+version: 1
+content:
+  name: cities
+  kind: Root
+  metadata:
+    - kind: AddPushSource
+      sourceName: default
+      read:
+        kind: Csv
+        schema: ["city STRING", "population BIGINT"]
+      merge:
+        kind: Ledger
+        primaryKey: [city]
+---
+kind: DatasetSnapshot
+version: 1
+content:
+  name: big-cities
+  kind: Derivative
+  metadata:
+    - kind: SetTransform
+      inputs:
+        - datasetRef: cities
+      transform:
+        kind: Sql
+        engine: spark
+        query: SELECT * FROM cities WHERE population > 1000000
+"""
+
+
+def run(home: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, [*args, "--home", str(home)])
+    return result.exit_code, result.output
+
+
+def test_create_list_log_verify(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    code, text = run(home, "init", "--json")
+    assert code == 0, text
+    assert json.loads(text)["node_id"].startswith("did:key:z6Mk")
+    snap = tmp_path / "s.yaml"
+    snap.write_text(SNAPSHOTS)
+    code, text = run(home, "dataset", "create", str(snap), "--json")
+    assert code == 0, text
+    created = json.loads(text)
+    assert [c["alias"] for c in created] == ["cities", "big-cities"]
+    code, text = run(home, "dataset", "list", "--json")
+    rows = {r["alias"]: r for r in json.loads(text)}
+    assert rows["cities"]["kind"] == "root" and rows["cities"]["blocks"] == 2
+    assert rows["big-cities"]["kind"] == "derivative"
+    code, text = run(home, "dataset", "log", "big-cities", "-o", "json")
+    assert code == 0, text
+    log = json.loads(text)
+    assert log[0]["block"]["event"]["kind"] == "SetTransform"
+    assert log[0]["block"]["event"]["inputs"][0]["datasetRef"] == created[0]["id"]
+    code, text = run(home, "dataset", "verify", "cities", "--json")
+    assert code == 0 and json.loads(text)["ok"] is True
+
+
+def test_errors_are_one_line_and_exit_1(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    code, text = run(home, "dataset", "log", "nope")
+    assert code == 1 and "dataset not found: nope" in text
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: DatasetSnapshot\nversion: 1\ncontent: {name: x, kind: Root, metadata: [{kind: Nope}]}\n")
+    code, text = run(home, "dataset", "create", str(bad))
+    assert code == 1 and "error" in text
+    code, text = run(home, "dataset", "create", str(tmp_path / "missing.yaml"))
+    assert code == 1 and "cannot read" in text
+
+
+def test_verify_detects_corrupted_block(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    snap = tmp_path / "s.yaml"
+    snap.write_text(SNAPSHOTS.split("---")[0])
+    assert run(home, "dataset", "create", str(snap))[0] == 0
+    blocks = next((home / "datasets").iterdir()) / "blocks"
+    victim = sorted(blocks.iterdir())[0]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    code, text = run(home, "dataset", "verify", "cities", "--json")
+    assert code == 2
+    assert json.loads(text)["ok"] is False

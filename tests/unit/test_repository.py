@@ -1,0 +1,149 @@
+"""Dataset repository: creation from snapshots (kamu's rules), aliases, atomic creation."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+from factories import T0
+
+from coordinator.errors import DatasetAlreadyExists, DatasetNotFound, InvalidSnapshot
+from coordinator.identity import generate_private_key, load_private_key
+from coordinator.metadata import model as m
+from coordinator.metadata.snapshot import DatasetSnapshot
+from coordinator.storage.repository import DatasetRepository, normalize_transform
+
+
+def make_repo(tmp_path: Path) -> DatasetRepository:
+    counter = iter(range(1, 1000))
+    return DatasetRepository(
+        tmp_path / "datasets",
+        tmp_path / "keys",
+        clock=lambda: T0,
+        key_source=lambda: generate_private_key(bytes([next(counter)]) * 32),
+        durable=False,
+    )
+
+
+ROOT = DatasetSnapshot(
+    name="root",
+    kind=m.DatasetKind.ROOT,
+    metadata=(
+        m.AddPushSource(
+            source_name="default",
+            read=m.ReadStepCsv(schema=("a BIGINT",)),
+            preprocess=m.TransformSql(engine="spark", query="SELECT * FROM input"),
+            merge=m.MergeStrategyAppend(),
+        ),
+        m.SetInfo(description="d"),
+    ),
+)
+
+
+def test_create_root_and_derivative(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    root = repo.create_from_snapshot(ROOT)
+    ds = repo.open("root")
+    blocks = list(reversed(list(ds.iter_blocks())))
+    assert [type(b.event).__name__ for _, b in blocks] == ["Seed", "AddPushSource", "SetInfo"]
+    assert [b.sequence_number for _, b in blocks] == [0, 1, 2]
+    assert all(b.system_time == T0 for _, b in blocks), "kamu gives all blocks one system time"
+    seed = blocks[0][1].event
+    assert isinstance(seed, m.Seed) and seed.dataset_id == root.id
+    push = blocks[1][1].event
+    assert isinstance(push, m.AddPushSource) and push.preprocess is not None
+    assert push.preprocess.query is None
+    assert push.preprocess.queries == (m.SqlQueryStep(query="SELECT * FROM input"),)
+    # The node keeps the dataset's private key, mode 0600.
+    key_path = repo.key_path(root.id)
+    assert stat.S_IMODE(key_path.stat().st_mode) == 0o600
+    assert load_private_key(key_path).dataset_id() == root.id
+    # The directory is keyed by DID.
+    assert root.root.name == root.id.as_multibase()
+
+    deriv = repo.create_from_snapshot(
+        DatasetSnapshot(
+            name="deriv",
+            kind=m.DatasetKind.DERIVATIVE,
+            metadata=(
+                m.SetTransform(
+                    inputs=(m.TransformInput(dataset_ref="root"),),
+                    transform=m.TransformSql(engine="spark", query="SELECT * FROM root"),
+                ),
+            ),
+        )
+    )
+    st = repo.open(deriv.id.as_did_str()).state()
+    assert st.set_transform is not None
+    assert st.set_transform.inputs == (
+        m.TransformInput(dataset_ref=root.id.as_did_str(), alias="root"),
+    )
+    assert repo.resolve(root.id.as_did_str()).alias == "root"
+    assert [h.alias for h in repo.list()] == ["deriv", "root"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "event"),
+    [
+        (m.DatasetKind.ROOT, m.AddData(new_watermark=T0)),
+        (m.DatasetKind.ROOT, m.DisablePollingSource()),
+        (
+            m.DatasetKind.DERIVATIVE,
+            m.AddPushSource(
+                source_name="s", read=m.ReadStepCsv(schema=("a INT",)), merge=m.MergeStrategyAppend()
+            ),
+        ),
+        (
+            m.DatasetKind.ROOT,
+            m.SetTransform(
+                inputs=(m.TransformInput(dataset_ref="x"),),
+                transform=m.TransformSql(engine="spark", query="q"),
+            ),
+        ),
+    ],
+)
+def test_forbidden_snapshot_events(tmp_path: Path, kind: m.DatasetKind, event: object) -> None:
+    repo = make_repo(tmp_path)
+    with pytest.raises(InvalidSnapshot):
+        repo.create_from_snapshot(DatasetSnapshot(name="x", kind=kind, metadata=(event,)))  # type: ignore[arg-type]
+    assert repo.list() == []
+
+
+def test_unknown_input_and_duplicates(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    bad = DatasetSnapshot(
+        name="d",
+        kind=m.DatasetKind.DERIVATIVE,
+        metadata=(
+            m.SetTransform(
+                inputs=(m.TransformInput(dataset_ref="missing"),),
+                transform=m.TransformSql(engine="spark", query="q"),
+            ),
+        ),
+    )
+    with pytest.raises(InvalidSnapshot, match="missing"):
+        repo.create_from_snapshot(bad)
+    repo.create_from_snapshot(ROOT)
+    with pytest.raises(DatasetAlreadyExists):
+        repo.create_from_snapshot(ROOT)
+    with pytest.raises(InvalidSnapshot):
+        repo.create_from_snapshot(DatasetSnapshot(name="bad name!", kind=m.DatasetKind.ROOT, metadata=()))
+    with pytest.raises(DatasetNotFound):
+        repo.resolve("nope")
+    assert not [p for p in repo.root.iterdir() if p.name.startswith(".")], "no staging left"
+
+
+def test_rename_and_delete(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    h = repo.create_from_snapshot(ROOT)
+    repo.rename("root", "acme/root2")
+    assert repo.resolve("acme/root2").id == h.id
+    repo.delete("acme/root2")
+    assert repo.list() == []
+
+
+def test_normalize_transform() -> None:
+    t = normalize_transform(m.TransformSql(engine="spark", query="q"))
+    assert t.query is None and t.queries == (m.SqlQueryStep(query="q"),)
+    assert normalize_transform(t) is t
