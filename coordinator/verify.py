@@ -80,8 +80,8 @@ def verify_integrity(
     try:
         blocks = list(dataset.iter_blocks())  # re-hashes every block against its name
         dataset.state()  # re-validates every chain rule from the Seed
-    except OdfNodeError as e:
-        report.problems.append(f"metadata: {e}")
+    except OdfNodeError as err:
+        report.problems.append(f"metadata: {err}")
         return report
     report.blocks_checked = len(blocks)
     if listener:

@@ -165,7 +165,7 @@ def dataset_create(
 def dataset_list(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
     """List datasets with their head, kind and number of blocks."""
     repo = _home(home).repository()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for hd in repo.list():
         try:
             st = repo.open(hd.alias).state()
@@ -190,9 +190,7 @@ def dataset_list(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
             table.add_row(r["alias"], "[red]damaged[/]", "", "", r["error"][:40], r["id"])
         else:
             head = r["head"][-8:] if r["head"] else "-"
-            table.add_row(
-                r["alias"], r["kind"], str(r["blocks"]), str(r["records"]), head, r["id"]
-            )
+            table.add_row(r["alias"], r["kind"], str(r["blocks"]), str(r["records"]), head, r["id"])
     out.print(table)
 
 
@@ -269,7 +267,6 @@ def dataset_verify(
 def main() -> None:
     """Console-script entry point."""
     app()
-
 
 
 if __name__ == "__main__":

@@ -21,7 +21,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from coordinator.identity import PrivateKey, generate_private_key, load_private_key, save_private_key
+from coordinator.identity import (
+    PrivateKey,
+    generate_private_key,
+    load_private_key,
+    save_private_key,
+)
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.storage.repository import DatasetRepository
 
@@ -113,6 +118,4 @@ class NodeHome:
 
     def repository(self) -> DatasetRepository:
         """The dataset repository in this home."""
-        return DatasetRepository(
-            self.datasets_path, self.dataset_keys_path, clock=system_clock
-        )
+        return DatasetRepository(self.datasets_path, self.dataset_keys_path, clock=system_clock)

@@ -75,7 +75,10 @@ def test_errors_are_one_line_and_exit_1(tmp_path: Path) -> None:
     code, text = run(home, "dataset", "log", "nope")
     assert code == 1 and "dataset not found: nope" in text
     bad = tmp_path / "bad.yaml"
-    bad.write_text("kind: DatasetSnapshot\nversion: 1\ncontent: {name: x, kind: Root, metadata: [{kind: Nope}]}\n")
+    bad.write_text(
+        "kind: DatasetSnapshot\nversion: 1\n"
+        "content: {name: x, kind: Root, metadata: [{kind: Nope}]}\n"
+    )
     code, text = run(home, "dataset", "create", str(bad))
     assert code == 1 and "error" in text
     code, text = run(home, "dataset", "create", str(tmp_path / "missing.yaml"))
@@ -85,7 +88,7 @@ def test_errors_are_one_line_and_exit_1(tmp_path: Path) -> None:
 def test_verify_detects_corrupted_block(tmp_path: Path) -> None:
     home = tmp_path / "home"
     snap = tmp_path / "s.yaml"
-    snap.write_text(SNAPSHOTS.split("---")[0])
+    snap.write_text(SNAPSHOTS.split("---", maxsplit=1)[0])
     assert run(home, "dataset", "create", str(snap))[0] == 0
     blocks = next((home / "datasets").iterdir()) / "blocks"
     victim = sorted(blocks.iterdir())[0]

@@ -91,7 +91,9 @@ def test_create_root_and_derivative(tmp_path: Path) -> None:
         (
             m.DatasetKind.DERIVATIVE,
             m.AddPushSource(
-                source_name="s", read=m.ReadStepCsv(schema=("a INT",)), merge=m.MergeStrategyAppend()
+                source_name="s",
+                read=m.ReadStepCsv(schema=("a INT",)),
+                merge=m.MergeStrategyAppend(),
             ),
         ),
         (
@@ -128,7 +130,9 @@ def test_unknown_input_and_duplicates(tmp_path: Path) -> None:
     with pytest.raises(DatasetAlreadyExists):
         repo.create_from_snapshot(ROOT)
     with pytest.raises(InvalidSnapshot):
-        repo.create_from_snapshot(DatasetSnapshot(name="bad name!", kind=m.DatasetKind.ROOT, metadata=()))
+        repo.create_from_snapshot(
+            DatasetSnapshot(name="bad name!", kind=m.DatasetKind.ROOT, metadata=())
+        )
     with pytest.raises(DatasetNotFound):
         repo.resolve("nope")
     assert not [p for p in repo.root.iterdir() if p.name.startswith(".")], "no staging left"
