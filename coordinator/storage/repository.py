@@ -1,0 +1,267 @@
+"""A local repository of many datasets, keyed by DID, with local aliases.
+
+Layout (kamu-cli HEAD's ID-keyed multi-dataset layout)::
+
+    <datasets root>/<did multibase>/...      one dataset directory (see dataset.py)
+    <datasets root>/<did multibase>/info/alias
+    <keys root>/<did multibase>.key          private key of datasets this node owns (0600)
+
+Creation is atomic: a dataset is assembled under a hidden staging name and renamed into place
+only once its whole initial chain is written.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Final
+
+from coordinator.errors import (
+    DatasetAlreadyExists,
+    DatasetNotFound,
+    InvalidDatasetId,
+    InvalidSnapshot,
+)
+from coordinator.identity.dataset_id import DatasetId
+from coordinator.identity.keys import PrivateKey, generate_private_key, save_private_key
+from coordinator.metadata import model as m
+from coordinator.metadata.flatbuffers_serde import DEFAULT_BLOCK_VERSION, encode_block
+from coordinator.metadata.snapshot import DatasetSnapshot
+from coordinator.metadata.timestamp import Timestamp
+from coordinator.storage.dataset import Dataset
+from coordinator.storage.fs import atomic_write_bytes
+
+# kamu's DatasetName grammar: hostname-like labels of alphanumerics and inner dashes, dotted.
+_LABEL = r"[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*"
+_NAME_RE: Final = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$")
+_ALIAS_RE: Final = re.compile(rf"^(?:{_LABEL}/)?{_LABEL}(?:\.{_LABEL})*$")
+_STAGING_PREFIX: Final = ".staging-"
+
+Clock = Callable[[], Timestamp]
+KeySource = Callable[[], PrivateKey]
+
+
+def validate_alias(alias: str) -> str:
+    """Check a local alias (``name`` or ``account/name``, kamu's grammar)."""
+    if not _ALIAS_RE.match(alias):
+        raise InvalidSnapshot(
+            f"invalid dataset name {alias!r}: use letters, digits, inner '-' and '.' "
+            "(optionally prefixed by 'account/')"
+        )
+    return alias
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetHandle:
+    """A dataset's identity, local alias and directory."""
+
+    id: DatasetId
+    alias: str
+    root: Path
+
+
+class DatasetRepository:
+    """Datasets stored under one directory, addressable by DID or alias."""
+
+    def __init__(
+        self,
+        datasets_root: Path,
+        keys_root: Path,
+        *,
+        clock: Clock,
+        key_source: KeySource = generate_private_key,
+        durable: bool = True,
+    ) -> None:
+        self.root = datasets_root
+        self.keys_root = keys_root
+        self.clock = clock
+        self.key_source = key_source
+        self.durable = durable
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    # -- lookup ---------------------------------------------------------------------------------
+
+    def list(self) -> list[DatasetHandle]:
+        """All datasets, sorted by alias."""
+        out = []
+        for p in self.root.iterdir() if self.root.is_dir() else ():
+            if p.name.startswith(".") or not p.is_dir():
+                continue
+            try:
+                did = DatasetId.from_multibase(p.name)
+            except InvalidDatasetId:
+                continue
+            out.append(DatasetHandle(did, self._read_alias(p) or p.name, p))
+        return sorted(out, key=lambda h: h.alias)
+
+    def __iter__(self) -> Iterator[DatasetHandle]:
+        return iter(self.list())
+
+    def resolve(self, ref: str) -> DatasetHandle:
+        """Find a dataset by ``did:odf:…`` or by local alias.
+
+        Raises:
+            DatasetNotFound: no such dataset.
+        """
+        if ref.startswith("did:"):
+            did = DatasetId.parse(ref)
+            p = self.root / did.as_multibase()
+            if not p.is_dir():
+                raise DatasetNotFound(f"dataset not found: {ref}")
+            return DatasetHandle(did, self._read_alias(p) or p.name, p)
+        for h in self.list():
+            if h.alias == ref:
+                return h
+        raise DatasetNotFound(f"dataset not found: {ref}")
+
+    def open(self, ref: str) -> Dataset:
+        """Open a dataset by DID or alias."""
+        return Dataset(self.resolve(ref).root, durable=self.durable)
+
+    def contains(self, ref: str) -> bool:
+        """Whether ``ref`` resolves."""
+        try:
+            self.resolve(ref)
+        except (DatasetNotFound, InvalidDatasetId):
+            return False
+        return True
+
+    def key_path(self, did: DatasetId) -> Path:
+        """Where the private key of an owned dataset is kept."""
+        return self.keys_root / f"{did.as_multibase()}.key"
+
+    # -- creation -------------------------------------------------------------------------------
+
+    def create_empty(self, did: DatasetId, alias: str) -> tuple[DatasetHandle, Dataset]:
+        """Create an empty dataset directory for ``did`` (e.g. as the target of a pull)."""
+        validate_alias(alias)
+        self._check_free(did, alias)
+        root = self.root / did.as_multibase()
+        ds = Dataset.create(root, durable=self.durable)
+        self._write_alias(root, alias)
+        return DatasetHandle(did, alias, root), ds
+
+    def create_from_snapshot(self, snapshot: DatasetSnapshot) -> DatasetHandle:
+        """Create a dataset from a ``DatasetSnapshot`` as kamu does.
+
+        A Seed with a fresh key (kept by the node, mode 0600) is generated; every event becomes
+        one block, all with the same system time; transforms are normalised and ``SetTransform``
+        inputs are resolved to DIDs (alias defaulting to the original reference).
+
+        Raises:
+            InvalidSnapshot: forbidden events, unknown inputs, bad name.
+            DatasetAlreadyExists: the alias is taken.
+        """
+        alias = validate_alias(snapshot.name)
+        events = [self._prepare_event(snapshot.kind, e) for e in snapshot.metadata]
+        key = self.key_source()
+        did = key.dataset_id()
+        self._check_free(did, alias)
+        now = self.clock()
+
+        blocks: list[bytes] = []
+        seed = m.MetadataBlock(
+            system_time=now,
+            sequence_number=0,
+            event=m.Seed(dataset_id=did, dataset_kind=snapshot.kind),
+        )
+        from coordinator.metadata.flatbuffers_serde import block_hash
+
+        data = encode_block(seed, DEFAULT_BLOCK_VERSION)
+        blocks.append(data)
+        prev = block_hash(data)
+        for seq, event in enumerate(events, start=1):
+            b = m.MetadataBlock(
+                system_time=now, prev_block_hash=prev, sequence_number=seq, event=event
+            )
+            data = encode_block(b, DEFAULT_BLOCK_VERSION)
+            blocks.append(data)
+            prev = block_hash(data)
+
+        # Keep the key before the dataset appears, so an owned dataset never lacks its key.
+        save_private_key(self.key_path(did), key)
+        staging = self.root / f"{_STAGING_PREFIX}{secrets.token_hex(6)}"
+        try:
+            ds = Dataset.create(staging, durable=self.durable)
+            ds.append_many_bytes(blocks)
+            self._write_alias(staging, alias)
+            staging.rename(self.root / did.as_multibase())
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return DatasetHandle(did, alias, self.root / did.as_multibase())
+
+    def delete(self, ref: str) -> None:
+        """Remove a dataset directory (its key, if owned, is kept)."""
+        h = self.resolve(ref)
+        trash = self.root / f"{_STAGING_PREFIX}deleted-{secrets.token_hex(6)}"
+        h.root.rename(trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def rename(self, ref: str, new_alias: str) -> DatasetHandle:
+        """Change a dataset's local alias."""
+        validate_alias(new_alias)
+        h = self.resolve(ref)
+        if new_alias != h.alias and self.contains(new_alias):
+            raise DatasetAlreadyExists(f"alias {new_alias!r} is already used")
+        self._write_alias(h.root, new_alias)
+        return replace(h, alias=new_alias)
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _check_free(self, did: DatasetId, alias: str) -> None:
+        if (self.root / did.as_multibase()).exists():
+            raise DatasetAlreadyExists(f"dataset {did} already exists")
+        if any(h.alias == alias for h in self.list()):
+            raise DatasetAlreadyExists(f"a dataset named {alias!r} already exists")
+
+    def _read_alias(self, root: Path) -> str | None:
+        try:
+            return (root / "info" / "alias").read_text(encoding="utf-8").strip() or None
+        except FileNotFoundError:
+            return None
+
+    def _write_alias(self, root: Path, alias: str) -> None:
+        (root / "info").mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(root / "info" / "alias", alias.encode("utf-8"), durable=self.durable)
+
+    def _prepare_event(self, kind: m.DatasetKind, e: m.MetadataEvent) -> m.MetadataEvent:
+        name = type(e).__name__
+        if isinstance(
+            e,
+            m.Seed | m.AddData | m.ExecuteTransform | m.DisablePushSource | m.DisablePollingSource,
+        ):
+            raise InvalidSnapshot(f"{name} is not allowed in a DatasetSnapshot")
+        if isinstance(e, m.SetPollingSource | m.AddPushSource) and kind != m.DatasetKind.ROOT:
+            raise InvalidSnapshot(f"{name} is only allowed in root datasets")
+        if isinstance(e, m.SetTransform) and kind != m.DatasetKind.DERIVATIVE:
+            raise InvalidSnapshot("SetTransform is only allowed in derivative datasets")
+        if isinstance(e, m.SetPollingSource | m.AddPushSource) and e.preprocess is not None:
+            return replace(e, preprocess=normalize_transform(e.preprocess))
+        if isinstance(e, m.SetTransform):
+            inputs = tuple(self._resolve_input(i) for i in e.inputs)
+            return replace(e, inputs=inputs, transform=normalize_transform(e.transform))
+        return e
+
+    def _resolve_input(self, i: m.TransformInput) -> m.TransformInput:
+        try:
+            handle = self.resolve(i.dataset_ref)
+        except (DatasetNotFound, InvalidDatasetId) as e:
+            raise InvalidSnapshot(f"transform input not found: {i.dataset_ref}") from e
+        return m.TransformInput(
+            dataset_ref=handle.id.as_did_str(),
+            alias=i.alias if i.alias is not None else i.dataset_ref,
+        )
+
+
+def normalize_transform(t: m.TransformSql) -> m.TransformSql:
+    """kamu's normalisation: a single ``query`` becomes ``queries: [{query}]``."""
+    if t.query is None:
+        return t
+    if t.queries:
+        raise InvalidSnapshot("a transform cannot have both `query` and `queries`")
+    return replace(t, query=None, queries=(m.SqlQueryStep(query=t.query),))
