@@ -12,6 +12,7 @@ private-use codes are registered here on import.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final
@@ -58,6 +59,7 @@ _SUPPORTED_HASH_CODES: Final = frozenset(
 _SHA3_PREFIX: Final = b"\x16\x20"
 _ARROW0_PREFIX: Final = b"\x96\x80\xc0\x01\x20"
 _MAX_DIGEST_LEN: Final = 64
+_HEX_RE: Final = re.compile(r"(?:[0-9a-fA-F]{2})*")
 
 
 def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
@@ -94,6 +96,8 @@ def decode_multibase(text: str) -> bytes:
     if not text:
         raise InvalidMultihash("empty multibase string")
     prefix, body = text[0], text[1:]
+    if prefix in "fF" and not _HEX_RE.fullmatch(body):
+        raise InvalidMultihash(f"invalid base16 multibase string {text!r}")
     try:
         if prefix == "f":
             if body != body.lower():

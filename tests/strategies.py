@@ -50,7 +50,7 @@ def u64s() -> st.SearchStrategy[int]:
 
 def texts(max_size: int = MAX_TEXT) -> st.SearchStrategy[str]:
     """Unicode strings (empty allowed) without surrogates."""
-    return st.text(st.characters(exclude_categories=("Cs",)), max_size=max_size)
+    return st.text(st.characters(exclude_categories=["Cs"]), max_size=max_size)
 
 
 def multihashes() -> st.SearchStrategy[Multihash]:
@@ -119,50 +119,62 @@ def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
 
 
 def offset_intervals() -> st.SearchStrategy[m.OffsetInterval]:
+    """Closed offset intervals (any two u64s; chain rules are not applied)."""
     return strategy_for(m.OffsetInterval)
 
 
 def data_slices() -> st.SearchStrategy[m.DataSlice]:
+    """Data slices with any hashes, interval and size."""
     return strategy_for(m.DataSlice)
 
 
 def checkpoints() -> st.SearchStrategy[m.Checkpoint]:
+    """Checkpoints with any hash and size."""
     return strategy_for(m.Checkpoint)
 
 
 def source_states() -> st.SearchStrategy[m.SourceState]:
+    """Opaque per-source states."""
     return strategy_for(m.SourceState)
 
 
 def execute_transform_inputs() -> st.SearchStrategy[m.ExecuteTransformInput]:
+    """Transform inputs with every optional combination."""
     return strategy_for(m.ExecuteTransformInput)
 
 
 def event_time_sources() -> st.SearchStrategy[m.EventTimeSource]:
+    """Every ``EventTimeSource`` member."""
     return strategy_for(m.EventTimeSource)
 
 
 def fetch_steps() -> st.SearchStrategy[m.FetchStep]:
+    """Every ``FetchStep`` member."""
     return strategy_for(m.FetchStep)
 
 
 def prep_steps() -> st.SearchStrategy[m.PrepStep]:
+    """Every ``PrepStep`` member."""
     return strategy_for(m.PrepStep)
 
 
 def read_steps() -> st.SearchStrategy[m.ReadStep]:
+    """Every ``ReadStep`` member."""
     return strategy_for(m.ReadStep)
 
 
 def transforms() -> st.SearchStrategy[m.Transform]:
+    """SQL transforms (the only ``Transform`` member)."""
     return strategy_for(m.Transform)
 
 
 def merge_strategies() -> st.SearchStrategy[m.MergeStrategy]:
+    """Every ``MergeStrategy`` member."""
     return strategy_for(m.MergeStrategy)
 
 
 def attachments() -> st.SearchStrategy[m.Attachments]:
+    """Embedded attachments (the only ``Attachments`` member)."""
     return strategy_for(m.Attachments)
 
 

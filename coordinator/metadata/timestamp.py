@@ -19,8 +19,9 @@ _NS_PER_S: Final = 1_000_000_000
 _NS_PER_DAY: Final = 86_400 * _NS_PER_S
 _EPOCH_ORDINAL: Final = dt.date(1970, 1, 1).toordinal()
 _RFC3339: Final = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
-    r"(Z|z|[+-]\d{2}:\d{2})$"
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"
+    r"(Z|z|[+-]\d{2}:\d{2})$",
+    re.ASCII,
 )
 
 
@@ -68,11 +69,12 @@ class Timestamp:
     @classmethod
     def parse(cls, text: str) -> Timestamp:
         """Parse RFC 3339 (any offset; fractional seconds up to nanoseconds)."""
-        m = _RFC3339.match(text.strip())
+        m = _RFC3339.match(text)
         if not m:
             raise DecodeError(f"invalid RFC 3339 timestamp: {text!r}")
         year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
-        frac = (m.group(7) or "").ljust(9, "0")
+        # Like chrono, digits beyond nanoseconds are accepted and truncated.
+        frac = (m.group(7) or "")[:9].ljust(9, "0")
         tz = m.group(8)
         try:
             days = dt.date(year, month, day).toordinal() - _EPOCH_ORDINAL

@@ -465,6 +465,13 @@ def test_decode_errors_name_the_path(text: str, path: str) -> None:
             METADATA_BLOCK_YAML.replace("start: 10", "start: !!python/object:int 10"),
             "malformed YAML",
         ),
+        # PyYAML's own tag constructors crash on these (IndexError / AttributeError).
+        ("!!float\n", "malformed YAML"),
+        (METADATA_BLOCK_YAML.replace("start: 10", "start: !!timestamp 10"), "malformed YAML"),
+        (
+            METADATA_BLOCK_YAML.replace("start: 10", "start: !!binary AAAA"),
+            r"content\.event\.newData\.offsetInterval\.start",
+        ),
     ],
 )
 def test_envelope_errors(text: str, match: str) -> None:

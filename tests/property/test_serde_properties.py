@@ -21,7 +21,7 @@ from coordinator.errors import DecodeError, InvalidBlock
 from coordinator.identity import DatasetId
 from coordinator.metadata import decode_block, encode_block
 from coordinator.metadata import model as m
-from coordinator.metadata.snapshot import snapshot_from_yaml, snapshot_to_yaml
+from coordinator.metadata.snapshot import DatasetSnapshot, snapshot_from_yaml, snapshot_to_yaml
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.metadata.yaml_serde import (
     block_from_yaml,
@@ -31,9 +31,7 @@ from coordinator.metadata.yaml_serde import (
 )
 from coordinator.multiformats import Multihash
 
-PER_TYPE = settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+PER_TYPE = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 EVENT_IDS = [t.__name__ for t in EVENT_TYPES]
@@ -92,8 +90,8 @@ def test_event_dict_survives_json(event_type: type) -> None:
 
 @FUZZ
 @given(dataset_snapshots())
-def test_snapshot_round_trip(snapshot: object) -> None:
-    text = snapshot_to_yaml(snapshot)  # type: ignore[arg-type]
+def test_snapshot_round_trip(snapshot: DatasetSnapshot) -> None:
+    text = snapshot_to_yaml(snapshot)
     assert snapshot_from_yaml(text) == snapshot
     assert snapshot_to_yaml(snapshot_from_yaml(text)) == text
 
@@ -216,8 +214,11 @@ def test_every_single_byte_mutation_and_truncation(index: int, version: int) -> 
 @FUZZ
 @given(
     metadata_blocks(),
-    st.lists(st.tuples(st.integers(min_value=0), st.sampled_from(list(" :-'\"[]{}#&*!|>\n\tx0"))),
-             min_size=1, max_size=4),
+    st.lists(
+        st.tuples(st.integers(min_value=0), st.sampled_from(list(" :-'\"[]{}#&*!|>\n\tx0"))),
+        min_size=1,
+        max_size=4,
+    ),
 )
 def test_damaged_yaml_raises_only_decode_error(
     block: m.MetadataBlock, edits: list[tuple[int, str]]
