@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # the test command always arranges one (see tests/netns.py for the guard).
 NETNS := unshare -rn bash -c
 
-.PHONY: setup run test lint typecheck unit bench clean
+.PHONY: setup run test lint typecheck unit bench bench-chain bench-hash bench-ingest clean
 
 setup: $(STAMP)
 
@@ -37,8 +37,17 @@ unit: setup
 test: lint typecheck
 	$(NETNS) 'ip link set lo up && exec $(BIN)/pytest -q'
 
-bench: setup
+# Benchmarks are scripts, not timed tests: each prints medians and ratios measured in one run.
+bench: bench-chain bench-hash bench-ingest
+
+bench-chain: setup
 	$(BIN)/python tests/bench/bench_chain.py
+
+bench-hash: setup
+	$(BIN)/python tests/bench/bench_logical_hash.py
+
+bench-ingest: setup
+	$(BIN)/python tests/bench/bench_ingest.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
