@@ -97,3 +97,99 @@ class DataError(OdfNodeError):
 
 class UnsupportedArrowType(DataError):
     """An Arrow type has no defined logical-hash encoding (kamu's arrow-digest refuses it too)."""
+
+
+# -- push ingest ---------------------------------------------------------------------------
+
+
+class IngestError(DataError):
+    """Base of push-ingest errors; the dataset's chain is unchanged when one is raised."""
+
+
+class InvalidDdlSchema(IngestError):
+    """A read step's DDL schema string cannot be parsed (or uses a type kamu does not accept)."""
+
+
+class UnsupportedReadOption(IngestError):
+    """A read step uses a format, option or value this node cannot read (yet)."""
+
+
+class UnsupportedPreprocess(IngestError):
+    """The push source has a ``preprocess`` transform, which needs an engine."""
+
+
+class BadInputData(IngestError):
+    """An input file does not match the declared schema.
+
+    ``column`` is the offending column (None for structural errors such as a wrong number of
+    CSV fields) and ``row`` the 1-based record number in the file (data rows only: a CSV header
+    is not counted; for NDJSON, ``line`` is the 1-based line number as well).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        column: str | None = None,
+        row: int | None = None,
+        line: int | None = None,
+    ) -> None:
+        where = []
+        if path is not None:
+            where.append(path)
+        if column is not None:
+            where.append(f"column {column!r}")
+        if row is not None:
+            where.append(f"row {row}")
+        if line is not None and line != row:
+            where.append(f"line {line}")
+        super().__init__(f"{', '.join(where)}: {message}" if where else message)
+        self.path = path
+        self.column = column
+        self.row = row
+        self.line = line
+
+
+class BadInputSchema(IngestError):
+    """The input's columns conflict with system columns or have an invalid event-time type."""
+
+
+class IncompatibleSchema(IngestError):
+    """The new slice's schema differs from the dataset's ``SetDataSchema``."""
+
+
+class MergeError(IngestError):
+    """A merge strategy cannot be applied (e.g. a primary-key column is missing)."""
+
+
+class PushSourceNotFound(IngestError):
+    """The dataset has no (or no unambiguous) active push source with the requested name."""
+
+
+class ConcurrentModification(IngestError):
+    """The dataset's head moved while ingesting; nothing was committed (retry)."""
+
+
+class DanglingObjectLink(IngestError):
+    """An ObjectLink column references an object that was neither supplied nor stored."""
+
+
+class InvalidObjectLink(IngestError):
+    """An ObjectLink column holds a value that is not a multibase multihash."""
+
+
+__all__ = [
+    "BadInputData",
+    "BadInputSchema",
+    "ConcurrentModification",
+    "DanglingObjectLink",
+    "IncompatibleSchema",
+    "IngestError",
+    "InvalidDdlSchema",
+    "InvalidObjectLink",
+    "MergeError",
+    "PushSourceNotFound",
+    "UnsupportedPreprocess",
+    "UnsupportedReadOption",
+]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import types
 import typing
 from enum import IntEnum
@@ -106,6 +107,15 @@ def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
     }
     if tp in leaves:
         return leaves[tp]
+    if tp is m.ExtraAttributes:
+        # Stored as compact, key-sorted JSON (what kamu's serde_json over a BTreeMap writes).
+        values = st.one_of(st.integers(0, 2**53), texts(20), st.booleans())
+        objects = st.dictionaries(texts(20), values, min_size=1, max_size=3)
+        return objects.map(
+            lambda d: m.ExtraAttributes(
+                entries=json.dumps(d, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            )
+        )
     if isinstance(tp, type) and issubclass(tp, IntEnum):
         return st.sampled_from(list(tp))
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):

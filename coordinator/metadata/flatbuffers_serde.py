@@ -171,7 +171,10 @@ SPECS: Final[dict[type, _TableSpec]] = {
             ("new_checkpoint", _T, OPT, m.Checkpoint),
             ("new_watermark", _K.TS, OPT),
             ("new_source_state", _T, OPT, m.SourceState),
+            # Not in ODF v0.34: kamu's later extension slot; absent unless set.
+            ("extra", _T, OPT, m.ExtraAttributes),
         ),
+        _spec(m.ExtraAttributes, ("entries", _S, REQ)),
         _spec(
             m.ReadStepCsv,
             ("schema", _SS, OPT),

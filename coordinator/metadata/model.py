@@ -348,6 +348,18 @@ class ExecuteTransformInput:
     new_offset: int | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExtraAttributes:
+    """Extension attributes of ``AddData`` (kamu >= v0.24x, flatbuffers slot 6).
+
+    ``entries`` is the JSON object exactly as stored: compact, keys sorted (serde_json over a
+    BTreeMap). Only written when there is something to say (e.g. RFC-017 linked objects), so
+    every other block stays byte-identical to ODF v0.34.
+    """
+
+    entries: str
+
+
 # ---------------------------------------------------------------------------------------------
 # Events
 
@@ -362,6 +374,7 @@ class AddData:
     new_checkpoint: Checkpoint | None = None
     new_watermark: Timestamp | None = None
     new_source_state: SourceState | None = None
+    extra: ExtraAttributes | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
 import re
 from collections.abc import Callable, Hashable, Mapping
@@ -695,6 +696,16 @@ def _check_type(where: str, value: object, tp: type | tuple[type, ...]) -> None:
 
 def _value_to_plain(f: _YField, value: Any, where: str) -> Any:
     k = f.kind
+    if k == "TABLE" and f.arg is m.ExtraAttributes:
+        # kamu flattens the attribute map into the YAML (serde `flatten`).
+        _check_type(where, value, m.ExtraAttributes)
+        try:
+            entries = json.loads(value.entries)
+        except ValueError as e:
+            raise EncodeError(f"{where}: extra attributes are not valid JSON") from e
+        if not isinstance(entries, dict):
+            raise EncodeError(f"{where}: extra attributes must be a JSON object")
+        return entries
     if k == "STR":
         _check_type(where, value, str)
         return value
@@ -856,6 +867,15 @@ def _decode_base64(text: str) -> bytes:
 
 def _value_from_plain(f: _YField, value: Any, path: str) -> Any:
     k = f.kind
+    if k == "TABLE" and f.arg is m.ExtraAttributes:
+        mapping = _expect_map(value, path)
+        try:
+            text = json.dumps(
+                mapping, sort_keys=True, separators=(",", ":"), allow_nan=False, ensure_ascii=False
+            )
+        except (TypeError, ValueError) as e:
+            raise _fail(path, f"extra attributes are not JSON-compatible: {e}") from e
+        return m.ExtraAttributes(entries=text)
     if k == "STR":
         return _expect_str(value, path)
     if k == "STRS":

@@ -89,6 +89,8 @@ class Dataset:
         self.checkpoints = FsObjectRepository(self.layout.checkpoints_dir, durable=durable)
         self.refs = FsRefRepository(self.layout.refs_dir, durable=durable)
         self._state_cache: ChainState | None = None
+        self._lock_fd: int | None = None
+        self._lock_depth = 0
 
     @classmethod
     def create(cls, root: Path, *, durable: bool = True) -> Dataset:
@@ -137,13 +139,27 @@ class Dataset:
 
     @contextmanager
     def write_lock(self) -> Iterator[None]:
-        """Hold the dataset's exclusive write lock."""
+        """Hold the dataset's exclusive write lock (re-entrant for this ``Dataset`` object).
+
+        The lock is an ``flock`` on ``info/write.lock``: it excludes other processes and other
+        ``Dataset`` objects, so callers that need a read-modify-write (ingest, pull) take it
+        around the whole operation and the appends inside it re-enter.
+        """
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
         self.layout.info_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.layout.info_dir / "write.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
+            self._lock_fd, self._lock_depth = fd, 1
             yield
         finally:
+            self._lock_fd, self._lock_depth = None, 0
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 

@@ -229,3 +229,22 @@ def test_set_info_v3() -> None:
 
 def test_default_version_is_2() -> None:
     assert encode_block(SET_INFO_BLOCK) == encode_block(SET_INFO_BLOCK, version=2)
+
+
+def test_add_data_extra_linked_objects_v3() -> None:
+    """kamu HEAD's AddData with ``extra`` (RFC-017 linked-objects summary) at slot 6."""
+    event = m.AddData(
+        prev_checkpoint=h(b"checkpoint"),
+        prev_offset=9,
+        new_data=ds(b"logical", b"physical", 10, 99, 100),
+        new_source_state=m.SourceState(
+            source_name="push-source-1", kind="kamu/kafka-offset", value="SOME_OFFSET"
+        ),
+        extra=m.ExtraAttributes(
+            entries='{"opendatafabric.org/linkedObjects":{"numObjectsNaive":10,"sizeNaive":100}}'
+        ),
+    )
+    data = encode_block(wrap(event), version=3)
+    expected = "54f64c642cca6f67416ebe2b29e5d9414ece91f819efe97cd437fbe542c61bbb"
+    assert hashlib.sha3_256(data).hexdigest() == expected
+    assert decode_block(data) == wrap(event)

@@ -14,6 +14,10 @@ from coordinator.metadata.flatbuffers_serde import _K, SPECS, UNIONS
 
 FBS = Path(__file__).parents[2] / "schemas" / "odf.fbs"
 ENUMS = {"DatasetKind", "SourceOrdering", "CompressionFormat"}
+# Deliberate extensions beyond v0.34, as kamu's later schema appends them (absent = v0.34 bytes):
+# AddData.extra (slot 6) and its table, used only for RFC-017 linked objects.
+EXTENSION_TABLES = {"ExtraAttributes": [("entries", "string")]}
+EXTENSION_FIELDS = {"AddData": [("extra", "ExtraAttributes")]}
 
 
 def parse_fbs() -> tuple[dict[str, list[tuple[str, str]]], dict[str, list[str]]]:
@@ -28,6 +32,9 @@ def parse_fbs() -> tuple[dict[str, list[tuple[str, str]]], dict[str, list[str]]]
             tables[name] = [(f, t.strip()) for f, t in fields]
         elif kind == "union":
             unions[name] = [m.strip() for m in body.split(",") if m.strip()]
+    tables.update(EXTENSION_TABLES)
+    for name, extra in EXTENSION_FIELDS.items():
+        tables[name] = tables[name] + extra
     return tables, unions
 
 

@@ -1,0 +1,68 @@
+"""Push ingest: read files, apply the merge strategy, write data slices, commit ``AddData``.
+
+Byte-compatible with kamu-cli's DataFusion ingest (v0.153 era, ODF spec v0.34): the same output
+columns, offsets, operation codes, ordering and watermarks, hence the same logical hashes.
+
+Modules:
+
+* :mod:`~coordinator.ingest.ddl` -- DDL schema strings -> Arrow schema;
+* :mod:`~coordinator.ingest.readers` -- streaming CSV / NDJSON / JSON / Parquet readers;
+* :mod:`~coordinator.ingest.merge` -- Append, Ledger and Snapshot over Arrow tables;
+* :mod:`~coordinator.ingest.writer` -- system columns, Parquet parts, hashes, ``AddData``;
+* :mod:`~coordinator.ingest.spool` -- external stable sort by event time;
+* :mod:`~coordinator.ingest.linked` -- RFC-017 linked objects;
+* :mod:`~coordinator.ingest.push` -- the orchestration (:func:`ingest`).
+"""
+
+from coordinator.ingest.ddl import normalize_schema, parse_ddl
+from coordinator.ingest.errors import (
+    BadInputData,
+    BadInputSchema,
+    ConcurrentModification,
+    DanglingObjectLink,
+    IncompatibleSchema,
+    IngestError,
+    InvalidDdlSchema,
+    InvalidObjectLink,
+    MergeError,
+    PushSourceNotFound,
+    UnsupportedPreprocess,
+    UnsupportedReadOption,
+)
+from coordinator.ingest.linked import LinkedObjects, LinkedObjectsSummary
+from coordinator.ingest.push import (
+    IngestProgress,
+    IngestResult,
+    ingest,
+    resolve_push_source,
+    system_clock,
+)
+from coordinator.ingest.readers import read_batches, read_schema
+from coordinator.ingest.writer import Vocab
+
+__all__ = [
+    "BadInputData",
+    "BadInputSchema",
+    "ConcurrentModification",
+    "DanglingObjectLink",
+    "IncompatibleSchema",
+    "IngestError",
+    "IngestProgress",
+    "IngestResult",
+    "InvalidDdlSchema",
+    "InvalidObjectLink",
+    "LinkedObjects",
+    "LinkedObjectsSummary",
+    "MergeError",
+    "PushSourceNotFound",
+    "UnsupportedPreprocess",
+    "UnsupportedReadOption",
+    "Vocab",
+    "ingest",
+    "normalize_schema",
+    "parse_ddl",
+    "read_batches",
+    "read_schema",
+    "resolve_push_source",
+    "system_clock",
+]

@@ -1,0 +1,479 @@
+"""Push ingest: read files -> merge -> write slices -> commit ``AddData`` blocks.
+
+This is kamu-cli's ``PushIngestServiceImpl`` + ``DataWriterDataFusion`` for a local dataset:
+
+1. **Source.** The dataset's active ``AddPushSource`` named ``source_name`` (or the only one)
+   gives the read step, the merge strategy and (unsupported here) the preprocess query. The
+   chain also gives the vocabulary (``SetVocab``), the previous slices, offset, watermark and
+   checkpoint.
+2. **Per file** (each file is one push, i.e. one ``AddData``): an empty (0-byte) file is a
+   no-op. The rows are read in bounded batches, merged against the previous data (Ledger:
+   its keys; Snapshot: its projected state), staged with the system columns, written as one
+   Parquet part ``data/<physical hash>`` with contiguous offsets, and described by an
+   ``AddData``. A file whose merge yields no rows commits nothing unless an explicit watermark
+   advances (kamu's ``EmptyCommit`` -> "up to date").
+3. **Commit.** ``SetDataSchema`` (the output schema, arrow-rs bytes) precedes the first data
+   block when the dataset has none yet. All blocks of the call are appended at once by
+   :meth:`Dataset.append_many_bytes`, which re-validates them against the current head and
+   moves ``refs/head`` once, last; data files are stored before.
+
+If anything fails, the chain is unchanged. Data parts written by the failed call are removed
+(best effort); a crash can leave an unreferenced part or ``.pending-*`` file behind in
+``data/``, which is harmless (``Dataset.cleanup`` removes pending files; unreferenced parts are
+garbage). Linked objects stored for the call are kept (they are content-addressed and may be
+shared).
+
+Concurrency: the dataset's write lock is taken by ``append_many_bytes`` for the commit only;
+if another writer moved the head in between, the commit fails with
+:class:`ConcurrentModification` and nothing is committed.
+
+Memory: Append reads, stages and writes batch by batch (an out-of-order event time falls back
+to an external sort); Ledger also holds the previous keys; Snapshot holds the new snapshot and
+the previous state (like kamu's in-memory join).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from coordinator.chain.validation import ChainState
+from coordinator.errors import ChainRuleViolation
+from coordinator.ingest import merge as mg
+from coordinator.ingest.errors import (
+    ConcurrentModification,
+    MergeError,
+    PushSourceNotFound,
+    UnsupportedPreprocess,
+    UnsupportedReadOption,
+)
+from coordinator.ingest.linked import (
+    LinkedObjects,
+    LinkedObjectsSummary,
+    extra_attributes_json,
+    store_objects,
+    summarize_links,
+    validate_link_columns,
+)
+from coordinator.ingest.readers import DEFAULT_BLOCK_BYTES, read_batches, read_schema
+from coordinator.ingest.spool import DEFAULT_RUN_BYTES
+from coordinator.ingest.writer import (
+    Vocab,
+    WrittenSlice,
+    add_data_event,
+    check_schema_compatible,
+    event_time_type,
+    output_schema,
+    schema_event,
+    stage_batch,
+    staged_schema,
+    validate_input_schema,
+    with_event_time,
+    write_slice,
+)
+from coordinator.metadata import block_hash, encode_block
+from coordinator.metadata import model as m
+from coordinator.metadata.timestamp import Timestamp
+from coordinator.multiformats import Multihash
+from coordinator.storage.dataset import Dataset
+
+__all__ = [
+    "PREPROCESS_UNSUPPORTED",
+    "IngestProgress",
+    "IngestResult",
+    "PushSourceInfo",
+    "ingest",
+    "resolve_push_source",
+    "system_clock",
+]
+
+PREPROCESS_UNSUPPORTED: Final = "preprocess queries need the Spark engine, not available yet"
+
+Clock = Callable[[], Timestamp]
+
+
+def system_clock() -> Timestamp:
+    """The current UTC time."""
+    return Timestamp.from_datetime(dt.datetime.now(dt.UTC))
+
+
+@dataclass(frozen=True, slots=True)
+class IngestProgress:
+    """A progress report: ``stage`` is ``"read"``, ``"write"`` or ``"commit"``."""
+
+    stage: str
+    file: Path | None
+    file_index: int
+    files_total: int
+    bytes_read: int
+    bytes_total: int
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """What an ingest committed (``new_blocks`` empty: the dataset was up to date)."""
+
+    old_head: Multihash | None
+    new_head: Multihash | None
+    new_blocks: tuple[Multihash, ...]
+    slices: tuple[m.DataSlice, ...]
+    num_records: int
+    watermark: Timestamp | None
+    linked_objects: LinkedObjectsSummary | None = None
+
+    @property
+    def up_to_date(self) -> bool:
+        """True if nothing was committed."""
+        return not self.new_blocks
+
+
+@dataclass(frozen=True, slots=True)
+class PushSourceInfo:
+    """What the writer needs from the chain (kamu ``DataWriterMetadataState``)."""
+
+    state: ChainState
+    source: m.AddPushSource
+    vocab: Vocab
+    data_slices: tuple[Multihash, ...]
+    schema_bytes: bytes | None
+
+
+def resolve_push_source(dataset: Dataset, source_name: str | None) -> PushSourceInfo:
+    """Scan the chain for the active push source and the writer's metadata state.
+
+    With ``source_name`` None the dataset must have exactly one active push source.
+
+    Raises:
+        PushSourceNotFound: no such (or no unambiguous) active push source.
+    """
+    state = dataset.state()
+    if state.is_empty:
+        raise PushSourceNotFound("the dataset has no metadata chain")
+    if state.dataset_kind != m.DatasetKind.ROOT:
+        raise PushSourceNotFound("push ingest is only possible into root datasets")
+    active = state.push_sources
+    if source_name is None:
+        if not active:
+            raise PushSourceNotFound("the dataset has no active push source")
+        if len(active) > 1:
+            raise PushSourceNotFound(
+                "Explicit source name is required to pick between several active push sources: "
+                + ", ".join(sorted(active))
+            )
+        (name,) = tuple(active)
+    else:
+        if source_name not in active:
+            raise PushSourceNotFound(f"Source '{source_name}' not found")
+        name = source_name
+    source: m.AddPushSource | None = None
+    vocab_event: m.SetVocab | None = None
+    schema_bytes: bytes | None = None
+    slices: list[Multihash] = []
+    for _, block in dataset.iter_blocks(state.head):
+        e = block.event
+        if isinstance(e, m.AddData) and e.new_data is not None:
+            slices.append(e.new_data.physical_hash)
+        elif isinstance(e, m.AddPushSource) and e.source_name == name and source is None:
+            source = e
+        elif isinstance(e, m.SetVocab) and vocab_event is None:
+            vocab_event = e
+        elif isinstance(e, m.SetDataSchema) and schema_bytes is None:
+            schema_bytes = e.schema
+    if source is None:  # pragma: no cover - ChainState says it is active
+        raise PushSourceNotFound(f"Source '{name}' not found")
+    slices.reverse()
+    return PushSourceInfo(state, source, Vocab.of(vocab_event), tuple(slices), schema_bytes)
+
+
+def _existing_schema(dataset: Dataset, info: PushSourceInfo) -> pa.Schema | None:
+    """The dataset's output schema: ``SetDataSchema`` decoded, else the newest part's."""
+    if info.schema_bytes is not None:
+        try:
+            from coordinator.metadata.arrow_schema import decode_arrow_schema
+        except ImportError:  # pragma: no cover - depends on another module landing
+            pass
+        else:
+            return decode_arrow_schema(info.schema_bytes)
+    if info.data_slices:
+        schema = pq.read_schema(dataset.data.path_of(info.data_slices[-1]))
+        return schema.remove_metadata()
+    return None
+
+
+def _with_event_time(batch: pa.RecordBatch | pa.Table, new: pa.Schema) -> pa.Table:
+    table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+    for f in new:
+        if f.name not in table.column_names:
+            table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+    return table
+
+
+def _read_prior(
+    paths: Sequence[Path], columns: Sequence[str], schema: pa.Schema
+) -> Iterator[pa.Table]:
+    """Previous slices, oldest first, projected to ``columns`` and cast to ``schema``."""
+    for p in paths:
+        t = pq.read_table(p, columns=list(columns))
+        yield pa.table([t.column(f.name).cast(f.type) for f in schema], schema=schema)
+
+
+def _merged_stream(
+    merge: m.MergeStrategy,
+    batches: Iterable[pa.RecordBatch],
+    new: pa.Schema,
+    prior: Sequence[Path],
+    vocab: Vocab,
+) -> tuple[Iterator[pa.Table], bool]:
+    """The merge strategy applied to the batches: (merged tables, sort by event time?)."""
+    op = vocab.operation_type_column
+    if isinstance(merge, m.MergeStrategyAppend):
+        return (mg.merge_append(_with_event_time(b, new), op_column=op) for b in batches), True
+    if isinstance(merge, m.MergeStrategyLedger):
+        pk = list(merge.primary_key)
+        key_schema = pa.schema([new.field(c) for c in pk])
+        seen = mg.distinct_keys(_read_prior(prior, pk, key_schema), pk) if prior else None
+
+        def ledger() -> Iterator[pa.Table]:
+            for b in batches:
+                t = mg.ledger_filter(_with_event_time(b, new), seen, pk)
+                yield mg.prepend_op(t, mg.Op.APPEND, op)
+
+        return ledger(), True
+    assert isinstance(merge, m.MergeStrategySnapshot)
+    pk = list(merge.primary_key)
+    compare = list(merge.compare_columns) if merge.compare_columns is not None else None
+
+    def snapshot() -> Iterator[pa.Table]:
+        tables = [_with_event_time(b, new) for b in batches]
+        snap = pa.concat_tables(tables) if tables else new.empty_table()
+        snap = snap.cast(new)
+        state = None
+        if prior:
+            ledger_schema = pa.schema([pa.field(op, mg.OP_TYPE), *new])
+            latest = mg.fold_latest(_read_prior(prior, ledger_schema.names, ledger_schema), pk)
+            if latest is not None:
+                state = mg.project_snapshot_state(
+                    latest, pk, offset_column=vocab.offset_column, op_column=op
+                )
+        diff = mg.merge_snapshot(
+            snap, state, pk, compare, op_column=op, event_time_column=vocab.event_time_column
+        )
+        yield mg.sort_snapshot(diff, pk, op)
+
+    return snapshot(), False
+
+
+def _check_writable(schema: pa.Schema) -> None:
+    """Refuse column types a Parquet part cannot hold (before reading anything)."""
+    for f in schema:
+        if pa.types.is_interval(f.type) or pa.types.is_duration(f.type):
+            raise UnsupportedReadOption(
+                f"column {f.name!r} has type {f.type}, which cannot be stored in Parquet"
+            )
+
+
+def _check_merge(merge: m.MergeStrategy, new: pa.Schema) -> None:
+    if isinstance(merge, m.MergeStrategyLedger | m.MergeStrategySnapshot):
+        mg.check_primary_key(new, merge.primary_key)
+    if isinstance(merge, m.MergeStrategySnapshot) and merge.compare_columns is not None:
+        missing = [c for c in merge.compare_columns if c not in new.names]
+        if missing or not merge.compare_columns:
+            raise MergeError(
+                f"compare column(s) {', '.join(missing) or '(none)'} not found in the data"
+            )
+
+
+def ingest(
+    dataset: Dataset,
+    files: Sequence[Path],
+    *,
+    source_name: str | None = None,
+    clock: Clock | None = None,
+    event_time: Timestamp | None = None,
+    watermark: Timestamp | None = None,
+    progress: Callable[[IngestProgress], None] | None = None,
+    linked_objects: LinkedObjects | None = None,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    run_bytes: int = DEFAULT_RUN_BYTES,
+) -> IngestResult:
+    """Push ``files`` into ``dataset`` through its push source; see the module docstring.
+
+    Args:
+        dataset: a root dataset with an active ``AddPushSource``.
+        files: input files, each ingested as one ``AddData`` (in order).
+        source_name: the push source; None if the dataset has exactly one.
+        clock: system time source (default: the UTC wall clock); one reading per call.
+        event_time: event time for rows without one (kamu's "source event time"); defaults to
+            the system time.
+        watermark: an explicit new watermark (must not be older than the current one);
+            default: the maximum event time of the data, never decreasing.
+        progress: called with :class:`IngestProgress` reports.
+        linked_objects: ObjectLink columns and the object files supplied (RFC-017).
+        block_bytes: input bytes per read batch.
+        run_bytes: memory per sorted run if the event time needs an external sort.
+
+    Raises:
+        PushSourceNotFound, UnsupportedPreprocess, UnsupportedReadOption, InvalidDdlSchema,
+        BadInputSchema, BadInputData, IncompatibleSchema, MergeError, DanglingObjectLink,
+        InvalidObjectLink, ConcurrentModification: nothing was committed.
+    """
+    clock = clock or system_clock
+    info = resolve_push_source(dataset, source_name)
+    source = info.source
+    if source.preprocess is not None:
+        raise UnsupportedPreprocess(PREPROCESS_UNSUPPORTED)
+    vocab = info.vocab
+    read = read_schema(source.read)
+    validate_input_schema(read, vocab)
+    existing = _existing_schema(dataset, info)
+    new = with_event_time(read, vocab, event_time_type(read, vocab, existing))
+    out_schema = output_schema(new, vocab)
+    if existing is not None:
+        check_schema_compatible(existing, out_schema)
+    staged = staged_schema(new, vocab)
+    _check_writable(out_schema)
+    _check_merge(source.merge, new)
+    if linked_objects is not None:
+        validate_link_columns(read, linked_objects.columns)
+
+    state = info.state
+    now = clock()
+    system_time = (
+        now if state.system_time is None or now >= state.system_time else state.system_time
+    )
+    fallback = event_time if event_time is not None else system_time
+    prev_offset = state.last_offset
+    prev_watermark = state.watermark
+    prev_checkpoint = state.checkpoint.physical_hash if state.checkpoint is not None else None
+    prior = [dataset.data.path_of(h) for h in info.data_slices]
+    need_schema = not state.has_schema
+    events: list[m.MetadataEvent] = []
+    written_slices: list[WrittenSlice] = []
+    link_total: LinkedObjectsSummary | None = None
+    total_files = len(files)
+
+    def report(stage: str, path: Path | None, index: int, done: int, size: int) -> None:
+        if progress is not None:
+            progress(IngestProgress(stage, path, index, total_files, done, size))
+
+    try:
+        if linked_objects is not None and linked_objects.objects:
+            store_objects(dataset.data, linked_objects.objects)
+        info_dir = dataset.layout.info_dir
+        info_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="ingest-", dir=info_dir) as spill:
+            for index, path in enumerate(files):
+                size = path.stat().st_size
+                report("read", path, index, 0, size)
+                if size == 0:
+                    continue  # kamu: "Early return due to an empty file"
+
+                def on_bytes(
+                    n: int, path: Path = path, index: int = index, size: int = size
+                ) -> None:
+                    report("read", path, index, n, size)
+
+                batches = read_batches(
+                    source.read, path, block_bytes=block_bytes, on_bytes=on_bytes
+                )
+                merged, by_event_time = _merged_stream(source.merge, batches, new, prior, vocab)
+                staged_tables = (
+                    stage_batch(
+                        t, staged, vocab, system_time=system_time, fallback_event_time=fallback
+                    )
+                    for t in merged
+                )
+                written = write_slice(
+                    staged_tables,
+                    directory=dataset.layout.data_dir,
+                    schema=out_schema,
+                    vocab=vocab,
+                    start_offset=0 if prev_offset is None else prev_offset + 1,
+                    sort_by_event_time=by_event_time,
+                    spill_dir=Path(spill) / f"file-{index}",
+                    run_bytes=run_bytes,
+                    durable=dataset.data.durable,
+                )
+                report("write", path, index, size, size)
+                extra_json = None
+                if written is not None:
+                    written_slices.append(written)
+                    if linked_objects is not None:
+                        summary = summarize_links(
+                            written.path,
+                            linked_objects.columns,
+                            dataset.data,
+                            offset_column=vocab.offset_column,
+                        )
+                        extra_json = extra_attributes_json(summary)
+                        link_total = LinkedObjectsSummary(
+                            (link_total.num_objects_naive if link_total else 0)
+                            + summary.num_objects_naive,
+                            (link_total.size_naive if link_total else 0) + summary.size_naive,
+                        )
+                event = add_data_event(
+                    prev_offset=prev_offset,
+                    prev_checkpoint=prev_checkpoint,
+                    prev_watermark=prev_watermark,
+                    written=written,
+                    explicit_watermark=watermark,
+                    extra_json=extra_json,
+                )
+                if event is None:
+                    continue  # nothing to commit for this file
+                if need_schema:
+                    events.append(schema_event(out_schema))
+                    need_schema = False
+                events.append(event)
+                if event.new_data is not None:
+                    prev_offset = event.new_data.offset_interval.end
+                    assert written is not None
+                    prior.append(written.path)
+                prev_watermark = event.new_watermark
+
+        if not events:
+            return IngestResult(state.head, state.head, (), (), 0, state.watermark, link_total)
+        report("commit", None, total_files, 0, 0)
+        blobs: list[bytes] = []
+        hashes: list[Multihash] = []
+        head = state.head
+        for j, ev in enumerate(events):
+            block = m.MetadataBlock(
+                system_time=system_time,
+                prev_block_hash=head,
+                sequence_number=state.sequence_number + 1 + j,
+                event=ev,
+            )
+            data = encode_block(block)
+            head = block_hash(data)
+            blobs.append(data)
+            hashes.append(head)
+        try:
+            new_head = dataset.append_many_bytes(blobs, hashes)
+        except ChainRuleViolation as e:
+            if e.rule in ("prev-block-hash", "sequence-number"):
+                raise ConcurrentModification(
+                    f"the dataset changed while ingesting ({e}); nothing was committed"
+                ) from e
+            raise
+    except BaseException:
+        for w in written_slices:
+            w.path.unlink(missing_ok=True)
+        raise
+    slices = tuple(e.new_data for e in events if isinstance(e, m.AddData) and e.new_data)
+    return IngestResult(
+        old_head=state.head,
+        new_head=new_head,
+        new_blocks=tuple(hashes),
+        slices=slices,
+        num_records=sum(s.offset_interval.end - s.offset_interval.start + 1 for s in slices),
+        watermark=prev_watermark,
+        linked_objects=link_total,
+    )

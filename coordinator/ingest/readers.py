@@ -1,0 +1,841 @@
+"""Streaming readers: CSV, NDJSON, JSON and Parquet files -> Arrow record batches.
+
+Every reader yields batches that conform to the read step's declared DDL schema after kamu's
+normalisation (top-level timestamps as ``timestamp[ms, tz=UTC]``, see
+:func:`coordinator.ingest.ddl.normalize_schema`), in bounded pieces (about ``block_bytes`` per
+batch: Arrow data for CSV, input text for NDJSON/JSON; row groups for Parquet), so a file of any
+size is read with bounded memory.
+
+Semantics follow kamu-cli v0.153 (``kamu-ingest-datafusion`` readers, arrow-rs parsers):
+
+* **CSV**: columns are taken *by position* and named by the schema (a header line, when
+  ``header: true``, is skipped, not matched); ``header`` defaults to false; empty fields are
+  null for every type (arrow-rs); ``separator``/``quote``/``escape`` must be single ASCII
+  characters; ``encoding`` must be ``utf8``. Extensions over kamu (which refuses them):
+  ``nullValue`` other than the empty string, and ``dateFormat``/``timestampFormat`` given as
+  ``strptime`` patterns (``%Y-%m-%d``...). ``rfc3339`` (the default) parses as described in
+  :mod:`coordinator.ingest.convert`.
+* **NDJSON**: one object per line, fields matched by name, unknown fields ignored, missing
+  fields null, blank lines skipped.
+* **JSON**: a document whose root (or the value at the dot-separated ``subPath``) is an array
+  of objects; elements are streamed out of the document, never loading it whole.
+* **Parquet**: columns matched by name and cast to the declared types.
+
+A value that does not fit its column raises :class:`~coordinator.ingest.errors.BadInputData`
+naming the column and the 1-based record number (and line, for NDJSON). Typed parsing runs
+at Arrow speed; only when it fails is the failing block re-read to locate the value.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv as pycsv
+import io
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from coordinator.ingest.convert import ConversionFailure, cast_column, parse_dates, parse_timestamps
+from coordinator.ingest.ddl import normalize_schema, parse_ddl
+from coordinator.ingest.errors import BadInputData, UnsupportedReadOption
+from coordinator.metadata import model as m
+
+__all__ = [
+    "DEFAULT_BLOCK_BYTES",
+    "ByteProgress",
+    "read_batches",
+    "read_schema",
+]
+
+#: Data per batch: Arrow bytes for CSV (coalesced from 1 MiB blocks), input bytes for
+#: NDJSON / JSON chunks.
+DEFAULT_BLOCK_BYTES: Final = 8 << 20
+_PARQUET_BATCH_ROWS: Final = 128 * 1024
+# Arrow's streaming CSV reader holds a few dozen blocks in flight (peak memory is ~35x the
+# block size), so it reads small blocks which are then coalesced to ``block_bytes``.
+_CSV_ARROW_BLOCK: Final = 1 << 20
+_JSON_READ_CHARS: Final = 8 << 20
+
+#: Called with the number of input bytes consumed so far.
+ByteProgress = Callable[[int], None]
+
+
+def read_schema(read: m.ReadStep) -> pa.Schema:
+    """The normalised schema of what ``read`` produces (DDL parsed, timestamps in ms/UTC).
+
+    Raises:
+        UnsupportedReadOption: the step has no schema or is a format that cannot be read.
+        InvalidDdlSchema: the DDL does not parse.
+    """
+    _check_format(read)
+    ddl = read.schema
+    if not ddl:
+        raise UnsupportedReadOption(
+            f"{type(read).__name__} has no schema; push ingest needs an explicit DDL schema "
+            "(schema inference is not supported)"
+        )
+    return normalize_schema(parse_ddl(ddl))
+
+
+def _check_format(read: m.ReadStep) -> None:
+    if isinstance(read, m.ReadStepGeoJson | m.ReadStepNdGeoJson | m.ReadStepEsriShapefile):
+        raise UnsupportedReadOption(f"{type(read).__name__} input is not supported yet")
+    encoding = getattr(read, "encoding", None)
+    if encoding not in (None, "utf8"):
+        raise UnsupportedReadOption(
+            f"unsupported encoding {encoding!r}: only utf8 is supported (as in kamu)"
+        )
+
+
+def read_batches(
+    read: m.ReadStep,
+    path: Path,
+    *,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    on_bytes: ByteProgress | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Stream ``path`` as batches of :func:`read_schema` (``read``).
+
+    An empty file yields nothing. Errors are raised lazily, while iterating.
+
+    Raises:
+        BadInputData: a value or record does not match the schema (column and row named).
+        UnsupportedReadOption: an option this reader cannot honour.
+    """
+    schema = read_schema(read)
+    if path.stat().st_size == 0:
+        return iter(())
+    if isinstance(read, m.ReadStepCsv):
+        return _CsvReader(read, path, schema, block_bytes, on_bytes).batches()
+    if isinstance(read, m.ReadStepNdJson):
+        return _ndjson_batches(
+            _ndjson_chunks(path, block_bytes, on_bytes), schema, _Formats.of(read), str(path)
+        )
+    if isinstance(read, m.ReadStepJson):
+        return _ndjson_batches(
+            _json_document_chunks(path, read.sub_path, block_bytes, on_bytes),
+            schema,
+            _Formats.of(read),
+            str(path),
+        )
+    if isinstance(read, m.ReadStepParquet):
+        return _parquet_batches(path, schema, on_bytes)
+    raise UnsupportedReadOption(f"{type(read).__name__} input is not supported yet")
+
+
+# --------------------------------------------------------------------------------------------
+# Shared conversion helpers
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Formats:
+    date: str | None
+    timestamp: str | None
+
+    @classmethod
+    def of(cls, read: Any) -> _Formats:
+        return cls(
+            _check_time_format(getattr(read, "date_format", None), "dateFormat"),
+            _check_time_format(getattr(read, "timestamp_format", None), "timestampFormat"),
+        )
+
+
+def _check_time_format(fmt: str | None, option: str) -> str | None:
+    if fmt is None or fmt == "rfc3339":
+        return None
+    if "%" not in fmt:
+        raise UnsupportedReadOption(
+            f"unsupported {option} {fmt!r}: use 'rfc3339' or a strptime pattern such as "
+            "'%Y-%m-%d %H:%M:%S'"
+        )
+    return fmt
+
+
+def _needs_text(typ: pa.DataType, formats: _Formats) -> bool:
+    """Columns read as text and converted by :mod:`convert` (timestamps; dates with a format)."""
+    return pa.types.is_timestamp(typ) or (pa.types.is_date(typ) and formats.date is not None)
+
+
+def _convert_text_column(arr: pa.Array, typ: pa.DataType, formats: _Formats) -> pa.Array:
+    if pa.types.is_timestamp(typ):
+        return parse_timestamps(arr, formats.timestamp)
+    return parse_dates(arr, formats.date)
+
+
+def _check_not_null(batch: pa.RecordBatch, schema: pa.Schema, row_base: int, path: str) -> None:
+    for i, field in enumerate(schema):
+        if field.nullable:
+            continue
+        col = batch.column(i)
+        if col.null_count:
+            index = pc.index(col.is_null(), True).as_py()
+            raise BadInputData(
+                "null value in a NOT NULL column",
+                path=path,
+                column=field.name,
+                row=row_base + index + 1,
+            )
+
+
+class _CountingFile(io.RawIOBase):
+    """A read-only file that reports how many bytes were consumed."""
+
+    def __init__(self, path: Path, on_bytes: ByteProgress | None) -> None:
+        self._f: io.BufferedReader = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self._on_bytes = on_bytes
+        self.consumed = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = int(self._f.readinto(buffer))
+        self.consumed += n
+        if self._on_bytes is not None:
+            self._on_bytes(self.consumed)
+        return n
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+
+# --------------------------------------------------------------------------------------------
+# CSV
+# --------------------------------------------------------------------------------------------
+
+
+def _coalesce(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    combined = pa.Table.from_batches(batches).combine_chunks().to_batches()
+    return combined[0] if combined else batches[0]
+
+
+def _single_char(value: str | None, option: str, default: str | None) -> str | None:
+    if value is None or value == "":
+        return default
+    if len(value) != 1 or not value.isascii():
+        raise UnsupportedReadOption(
+            f"Csv.{option} supports only single-character ascii values, got: {value!r}"
+        )
+    return value
+
+
+_TRUE_VALUES: Final = ("true", "True", "TRUE")
+_FALSE_VALUES: Final = ("false", "False", "FALSE")
+
+
+def _check_booleans(text: pa.Array) -> None:
+    """Raise :class:`ConversionFailure` at the first value that is not a CSV boolean."""
+    ok = pc.is_in(text, value_set=pa.array(_TRUE_VALUES + _FALSE_VALUES))
+    bad = pc.and_(text.is_valid(), pc.invert(ok))
+    if pc.any(bad).as_py():
+        index = pc.index(bad, True).as_py()
+        value = text[index].as_py()
+        raise ConversionFailure(index, value, f"cannot convert {value!r} to bool")
+
+
+class _CsvReader:
+    def __init__(
+        self,
+        read: m.ReadStepCsv,
+        path: Path,
+        schema: pa.Schema,
+        block_bytes: int,
+        on_bytes: ByteProgress | None,
+    ) -> None:
+        self.read = read
+        self.path = path
+        self.schema = schema
+        self.block_bytes = block_bytes
+        self.on_bytes = on_bytes
+        self.formats = _Formats.of(read)
+        self.header = bool(read.header)
+        self.delimiter = _single_char(read.separator, "separator", ",")
+        self.quote = _single_char(read.quote, "quote", '"')
+        self.escape = _single_char(read.escape, "escape", None)
+        self.null_value = read.null_value if read.null_value is not None else ""
+        for field in schema:
+            t = field.type
+            if pa.types.is_nested(t) or pa.types.is_interval(t):
+                raise UnsupportedReadOption(
+                    f"CSV column {field.name!r} has type {t}, which CSV cannot hold"
+                )
+        self.text_columns = {f.name for f in schema if _needs_text(f.type, self.formats)}
+
+    def _options(
+        self, all_text: bool
+    ) -> tuple[pacsv.ReadOptions, pacsv.ParseOptions, pacsv.ConvertOptions]:
+        read_options = pacsv.ReadOptions(
+            column_names=self.schema.names,
+            skip_rows=1 if self.header else 0,
+            block_size=min(self.block_bytes, _CSV_ARROW_BLOCK),
+            use_threads=True,
+        )
+        parse_options = pacsv.ParseOptions(
+            delimiter=self.delimiter,
+            quote_char=self.quote if self.quote is not None else False,
+            double_quote=True,
+            escape_char=self.escape if self.escape is not None else False,
+            newlines_in_values=True,
+            ignore_empty_lines=True,
+        )
+        types: dict[str, pa.DataType] = {}
+        for f in self.schema:
+            text = all_text or f.name in self.text_columns
+            types[f.name] = pa.string() if text else f.type
+        convert_options = pacsv.ConvertOptions(
+            column_types=types,
+            null_values=[self.null_value],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=True,
+            true_values=list(_TRUE_VALUES),
+            false_values=list(_FALSE_VALUES),
+        )
+        return read_options, parse_options, convert_options
+
+    def _open(self, all_text: bool, on_bytes: ByteProgress | None) -> tuple[Any, _CountingFile]:
+        f = _CountingFile(self.path, on_bytes)
+        try:
+            ro, po, co = self._options(all_text)
+            return pacsv.open_csv(f, read_options=ro, parse_options=po, convert_options=co), f
+        except BaseException:
+            f.close()
+            raise
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        rows = 0  # rows yielded (finished)
+        parsed = 0  # rows Arrow has parsed and converted
+        pending: list[pa.RecordBatch] = []
+        pending_bytes = 0
+        try:
+            reader, f = self._open(False, self.on_bytes)
+        except pa.ArrowInvalid as e:
+            if "Empty CSV file" in str(e):
+                return
+            raise self._diagnose(e, 0) from e
+        try:
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    break
+                except pa.ArrowInvalid as e:
+                    raise self._diagnose(e, parsed) from e
+                parsed += batch.num_rows
+                pending.append(batch)
+                pending_bytes += batch.nbytes
+                if pending_bytes >= self.block_bytes:
+                    out = self._finish(_coalesce(pending), rows)
+                    pending, pending_bytes = [], 0
+                    rows += out.num_rows
+                    if out.num_rows:
+                        yield out
+            if pending:
+                out = self._finish(_coalesce(pending), rows)
+                if out.num_rows:
+                    yield out
+        finally:
+            f.close()
+
+    def _finish(self, batch: pa.RecordBatch, row_base: int) -> pa.RecordBatch:
+        if self.text_columns:
+            columns = list(batch.columns)
+            for i, field in enumerate(self.schema):
+                if field.name in self.text_columns:
+                    try:
+                        columns[i] = _convert_text_column(columns[i], field.type, self.formats)
+                    except ConversionFailure as e:
+                        raise BadInputData(
+                            e.message,
+                            path=str(self.path),
+                            column=field.name,
+                            row=row_base + e.index + 1,
+                        ) from None
+            batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
+        elif batch.schema != self.schema:
+            batch = pa.RecordBatch.from_arrays(list(batch.columns), schema=self.schema)
+        _check_not_null(batch, self.schema, row_base, str(self.path))
+        return batch
+
+    def _diagnose(self, error: pa.ArrowInvalid, rows_ok: int) -> BadInputData:
+        """Locate the record behind a typed-parsing failure by re-reading as text."""
+        path = str(self.path)
+        rows = 0
+        try:
+            reader, f = self._open(True, None)
+        except pa.ArrowInvalid:
+            return self._diagnose_structure(error)
+        try:
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    break
+                except pa.ArrowInvalid:
+                    return self._diagnose_structure(error)
+                if rows + batch.num_rows <= rows_ok:
+                    rows += batch.num_rows
+                    continue
+                best: tuple[int, str, str] | None = None
+                for i, field in enumerate(self.schema):
+                    if field.name in self.text_columns or pa.types.is_string(field.type):
+                        continue
+                    text = pc.utf8_trim_whitespace(batch.column(i))
+                    try:
+                        if pa.types.is_boolean(field.type):
+                            _check_booleans(text)
+                        else:
+                            cast_column(text, field.type)
+                    except ConversionFailure as e:
+                        if best is None or e.index < best[0]:
+                            best = (e.index, field.name, e.message)
+                if best is not None:
+                    return BadInputData(best[2], path=path, column=best[1], row=rows + best[0] + 1)
+                rows += batch.num_rows
+        finally:
+            f.close()
+        return BadInputData(f"cannot read CSV: {error}", path=path, row=rows_ok + 1)
+
+    def _diagnose_structure(self, error: pa.ArrowInvalid) -> BadInputData:
+        """Find a record with the wrong number of fields using Python's csv module."""
+        path = str(self.path)
+        expected = len(self.schema)
+        with open(self.path, newline="", encoding="utf-8", errors="replace") as f:
+            reader = pycsv.reader(
+                f,
+                delimiter=self.delimiter or ",",
+                quotechar=self.quote,
+                escapechar=self.escape,
+                doublequote=True,
+                quoting=pycsv.QUOTE_MINIMAL if self.quote else pycsv.QUOTE_NONE,
+                strict=False,
+            )
+            if self.header:
+                next(reader, None)
+            record = 0
+            for fields in reader:
+                if not fields:
+                    continue
+                record += 1
+                if len(fields) != expected:
+                    return BadInputData(
+                        f"expected {expected} fields ({', '.join(self.schema.names)}), "
+                        f"got {len(fields)}",
+                        path=path,
+                        row=record,
+                        line=reader.line_num,
+                    )
+        return BadInputData(f"cannot read CSV: {error}", path=path)
+
+
+# --------------------------------------------------------------------------------------------
+# NDJSON and JSON documents
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _JsonChunk:
+    """NDJSON text: ``first_record`` is the 1-based number of its first record;
+    ``first_line`` the file line of its first line (None for JSON documents)."""
+
+    data: bytes
+    first_record: int
+    num_records: int
+    first_line: int | None
+
+
+def _count_records(data: bytes) -> int:
+    # Non-blank lines; whitespace-only lines are skipped by the parser as well.
+    return sum(1 for line in data.split(b"\n") if line.strip())
+
+
+def _ndjson_chunks(
+    path: Path, block_bytes: int, on_bytes: ByteProgress | None
+) -> Iterator[_JsonChunk]:
+    record = 1
+    line = 1
+    consumed = 0
+    with open(path, "rb") as f:
+        rest = b""
+        while True:
+            block = f.read(block_bytes)
+            consumed += len(block)
+            data = rest + block
+            if block:
+                cut = data.rfind(b"\n")
+                if cut < 0:
+                    rest = data
+                    continue
+                data, rest = data[: cut + 1], data[cut + 1 :]
+            else:
+                rest = b""
+            if data.strip():
+                n = _count_records(data)
+                yield _JsonChunk(data, record, n, line)
+                record += n
+            line += data.count(b"\n")
+            if on_bytes is not None:
+                on_bytes(consumed - len(rest))
+            if not block:
+                return
+
+
+def _json_document_chunks(
+    path: Path, sub_path: str | None, block_bytes: int, on_bytes: ByteProgress | None
+) -> Iterator[_JsonChunk]:
+    pending: list[str] = []
+    size = 0
+    record = 1
+    scanner = _JsonArrayScanner(path, sub_path, on_bytes)
+    for element in scanner.elements():
+        pending.append(element)
+        size += len(element)
+        if size >= block_bytes:
+            yield _JsonChunk(("\n".join(pending) + "\n").encode(), record, len(pending), None)
+            record += len(pending)
+            pending, size = [], 0
+    if pending:
+        yield _JsonChunk(("\n".join(pending) + "\n").encode(), record, len(pending), None)
+
+
+class _JsonArrayScanner:
+    """Streams the elements of the array at ``sub_path`` of a JSON document as JSON text.
+
+    Mirrors kamu's ``ReaderJson``: ``sub_path`` is split on ``.``; a missing key (or a null)
+    is "Sub-path not found", a non-array value "Sub-path does not specify an array".
+    """
+
+    _WS: Final = re.compile(r"[ \t\n\r]*")
+    _NEWLINES: Final = re.compile(r"[\r\n]+")
+
+    def __init__(self, path: Path, sub_path: str | None, on_bytes: ByteProgress | None) -> None:
+        self.path = path
+        self.keys = sub_path.split(".") if sub_path else []
+        self.on_bytes = on_bytes
+        self.decoder = json.JSONDecoder()
+        self.text = ""
+        self.pos = 0
+        self.eof = False
+        self._f: BinaryIO | None = None
+        self._utf8 = codecs.getincrementaldecoder("utf-8")()
+        self._consumed = 0
+
+    def _fill(self) -> bool:
+        assert self._f is not None
+        if self.eof:
+            return False
+        raw = self._f.read(_JSON_READ_CHARS)
+        self._consumed += len(raw)
+        if self.on_bytes is not None:
+            self.on_bytes(self._consumed)
+        if not raw:
+            self.eof = True
+            tail = self._utf8.decode(b"", final=True)
+        else:
+            try:
+                tail = self._utf8.decode(raw)
+            except UnicodeDecodeError as e:
+                raise BadInputData(f"invalid UTF-8: {e}", path=str(self.path)) from None
+        self.text = self.text[self.pos :] + tail
+        self.pos = 0
+        return bool(raw) or bool(tail)
+
+    def _skip_ws(self) -> str:
+        while True:
+            m = self._WS.match(self.text, self.pos)
+            assert m is not None
+            self.pos = m.end()
+            if self.pos < len(self.text):
+                return self.text[self.pos]
+            if not self._fill():
+                return ""
+
+    def _value(self) -> tuple[Any, int]:
+        """Decode the value at ``pos``; returns it and its end (``pos`` is not moved)."""
+        while True:
+            try:
+                value, end = self.decoder.raw_decode(self.text, self.pos)
+            except json.JSONDecodeError as e:
+                if self.eof:
+                    raise self._malformed(e.msg) from None
+                self._fill()
+                continue
+            if end >= len(self.text) and not self.eof:
+                self._fill()  # a number may continue in the next chunk
+                continue
+            return value, end
+
+    def _malformed(self, message: str) -> BadInputData:
+        return BadInputData(f"malformed JSON document: {message}", path=str(self.path))
+
+    def _where(self) -> str:
+        return ".".join(self.keys) if self.keys else "."
+
+    def _not_found(self, upto: int) -> BadInputData:
+        return BadInputData(
+            f"Sub-path not found: {'.'.join(self.keys[: upto + 1])}", path=str(self.path)
+        )
+
+    def _expect(self, ch: str) -> None:
+        if self._skip_ws() != ch:
+            raise self._malformed(f"expected {ch!r}")
+        self.pos += 1
+
+    def _descend(self) -> None:
+        for depth, key in enumerate(self.keys):
+            if self._skip_ws() != "{":
+                raise self._not_found(depth)
+            self.pos += 1
+            while True:
+                c = self._skip_ws()
+                if c == "}":
+                    raise self._not_found(depth)
+                if c != '"':
+                    raise self._malformed("expected an object key")
+                name, end = self._value()
+                self.pos = end
+                self._expect(":")
+                if name == key:
+                    break
+                self._skip_ws()
+                _, end = self._value()
+                self.pos = end
+                c = self._skip_ws()
+                if c == ",":
+                    self.pos += 1
+                elif c == "}":
+                    raise self._not_found(depth)
+                else:
+                    raise self._malformed("expected ',' or '}'")
+
+    def elements(self) -> Iterator[str]:
+        with open(self.path, "rb") as f:
+            self._f = f
+            self._fill()
+            self._descend()
+            c = self._skip_ws()
+            if c != "[":
+                if c == "n" and self.text.startswith("null", self.pos):
+                    raise self._not_found(len(self.keys) - 1)
+                raise BadInputData(
+                    f"Sub-path does not specify an array: {self._where()}", path=str(self.path)
+                )
+            self.pos += 1
+            index = 0
+            if self._skip_ws() == "]":
+                return
+            while True:
+                if self._skip_ws() == "":
+                    raise self._malformed("unexpected end of document")
+                value, end = self._value()
+                index += 1
+                if not isinstance(value, dict):
+                    raise BadInputData(
+                        f"array elements must be JSON objects, got {type(value).__name__}",
+                        path=str(self.path),
+                        row=index,
+                    )
+                yield self._NEWLINES.sub(" ", self.text[self.pos : end])
+                self.pos = end
+                c = self._skip_ws()
+                if c == ",":
+                    self.pos += 1
+                elif c == "]":
+                    return
+                else:
+                    raise self._malformed("expected ',' or ']' after an array element")
+
+
+def _json_arrow_type(typ: pa.DataType, formats: _Formats) -> pa.DataType:
+    return pa.string() if _needs_text(typ, formats) or pa.types.is_date(typ) else typ
+
+
+def _ndjson_batches(
+    chunks: Iterator[_JsonChunk], schema: pa.Schema, formats: _Formats, path: str
+) -> Iterator[pa.RecordBatch]:
+    json_schema = pa.schema(
+        [pa.field(f.name, _json_arrow_type(f.type, formats), True) for f in schema]
+    )
+    parse_options = pajson.ParseOptions(
+        explicit_schema=json_schema, unexpected_field_behavior="ignore"
+    )
+    for chunk in chunks:
+        read_options = pajson.ReadOptions(use_threads=True, block_size=len(chunk.data) + 1)
+        try:
+            table = pajson.read_json(
+                io.BytesIO(chunk.data), read_options=read_options, parse_options=parse_options
+            )
+        except pa.ArrowInvalid as e:
+            raise _diagnose_json(chunk, schema, formats, path, e) from e
+        columns = []
+        for i, field in enumerate(schema):
+            col = table.column(i).combine_chunks()
+            if json_schema.field(i).type != field.type:
+                try:
+                    col = (
+                        _convert_text_column(col, field.type, formats)
+                        if _needs_text(field.type, formats)
+                        else parse_dates(col)
+                    )
+                except ConversionFailure as e:
+                    row = chunk.first_record + e.index
+                    raise BadInputData(
+                        e.message,
+                        path=path,
+                        column=field.name,
+                        row=row,
+                        line=_line_of(chunk, e.index),
+                    ) from None
+            columns.append(col)
+        batch = pa.RecordBatch.from_arrays(columns, schema=schema)
+        try:
+            _check_not_null(batch, schema, chunk.first_record - 1, path)
+        except BadInputData as e:
+            assert e.row is not None
+            raise BadInputData(
+                "null value in a NOT NULL column",
+                path=path,
+                column=e.column,
+                row=e.row,
+                line=_line_of(chunk, e.row - chunk.first_record),
+            ) from None
+        if batch.num_rows:
+            yield batch
+
+
+def _line_of(chunk: _JsonChunk, index: int) -> int | None:
+    """File line of the chunk's ``index``-th (0-based) record."""
+    if chunk.first_line is None:
+        return None
+    seen = 0
+    for i, line in enumerate(chunk.data.split(b"\n")):
+        if line.strip():
+            if seen == index:
+                return chunk.first_line + i
+            seen += 1
+    return None
+
+
+def _json_value_error(value: Any, typ: pa.DataType) -> str | None:
+    """Why a decoded JSON value cannot go into a column of ``typ`` (None if it can)."""
+    if value is None:
+        return None
+    if pa.types.is_boolean(typ):
+        ok = isinstance(value, bool)
+    elif pa.types.is_integer(typ):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        if ok:
+            bits = typ.bit_width
+            lo, hi = (
+                (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+                if pa.types.is_signed_integer(typ)
+                else (0, (1 << bits) - 1)
+            )
+            if not lo <= value <= hi:
+                return f"{value} is out of range for {typ}"
+    elif pa.types.is_floating(typ) or pa.types.is_decimal(typ):
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    elif (
+        pa.types.is_string(typ)
+        or pa.types.is_large_string(typ)
+        or pa.types.is_timestamp(typ)
+        or pa.types.is_date(typ)
+    ):
+        ok = isinstance(value, str)
+    elif pa.types.is_list(typ) or pa.types.is_large_list(typ):
+        if not isinstance(value, list):
+            ok = False
+        else:
+            for item in value:
+                err = _json_value_error(item, typ.value_type)
+                if err is not None:
+                    return f"list element: {err}"
+            ok = True
+    elif pa.types.is_binary(typ):
+        ok = isinstance(value, str)
+    else:
+        return None
+    if ok:
+        return None
+    return f"expected {typ}, got JSON {type(value).__name__} {json.dumps(value)[:80]}"
+
+
+def _diagnose_json(
+    chunk: _JsonChunk, schema: pa.Schema, formats: _Formats, path: str, error: Exception
+) -> BadInputData:
+    record = chunk.first_record - 1
+    for i, raw in enumerate(chunk.data.split(b"\n")):
+        if not raw.strip():
+            continue
+        record += 1
+        line = chunk.first_line + i if chunk.first_line is not None else None
+        try:
+            obj = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return BadInputData(f"invalid JSON: {e}", path=path, row=record, line=line)
+        if not isinstance(obj, dict):
+            return BadInputData(
+                f"expected a JSON object, got {type(obj).__name__}",
+                path=path,
+                row=record,
+                line=line,
+            )
+        for field in schema:
+            problem = _json_value_error(obj.get(field.name), field.type)
+            if problem is not None:
+                return BadInputData(problem, path=path, column=field.name, row=record, line=line)
+    first, last = chunk.first_record, chunk.first_record + chunk.num_records - 1
+    return BadInputData(f"cannot read JSON records {first}-{last}: {error}", path=path)
+
+
+# --------------------------------------------------------------------------------------------
+# Parquet
+# --------------------------------------------------------------------------------------------
+
+
+def _parquet_batches(
+    path: Path, schema: pa.Schema, on_bytes: ByteProgress | None
+) -> Iterator[pa.RecordBatch]:
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise BadInputData(f"not a valid Parquet file: {e}", path=str(path)) from None
+    present = set(pf.schema_arrow.names)
+    for name in schema.names:
+        if name not in present:
+            raise BadInputData(
+                "column declared in the schema is missing from the Parquet file",
+                path=str(path),
+                column=name,
+            )
+    total = pf.metadata.num_rows or 1
+    size = path.stat().st_size
+    rows = 0
+    for batch in pf.iter_batches(batch_size=_PARQUET_BATCH_ROWS, columns=schema.names):
+        columns = []
+        for i, field in enumerate(schema):
+            try:
+                columns.append(cast_column(batch.column(i), field.type))
+            except ConversionFailure as e:
+                raise BadInputData(
+                    e.message, path=str(path), column=field.name, row=rows + e.index + 1
+                ) from None
+        out = pa.RecordBatch.from_arrays(columns, schema=schema)
+        _check_not_null(out, schema, rows, str(path))
+        rows += out.num_rows
+        if on_bytes is not None:
+            on_bytes(size * rows // total)
+        if out.num_rows:
+            yield out
