@@ -161,6 +161,73 @@ def dataset_create(
         out.print(f"created [bold]{c.alias}[/] {c.id}")
 
 
+@dataset_app.command("ingest")
+def dataset_ingest(
+    ref: Annotated[str, typer.Argument(help="Root dataset alias or did:odf.")],
+    files: Annotated[list[Path], typer.Argument(help="Input files (CSV, NDJSON, JSON, Parquet).")],
+    source: Annotated[
+        str | None, typer.Option("--source", help="Push source name (if several).")
+    ] = None,
+    home: HomeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Push files into a root dataset through its push source (one AddData per file)."""
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    from coordinator.ingest.push import IngestProgress, ingest
+
+    for f in files:
+        if not f.is_file():
+            _fail(f"input file not found: {f}")
+    repo = _home(home).repository()
+    total = sum(f.stat().st_size for f in files)
+    show = not as_json and sys.stderr.isatty()
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        disable=not show,
+    )
+    task = bar.add_task("ingest", total=total)
+    done_before: dict[int, int] = {}
+
+    def on_progress(p: IngestProgress) -> None:
+        done_before[p.file_index] = p.bytes_read
+        name = p.file.name if p.file is not None else ""
+        bar.update(task, completed=sum(done_before.values()), description=f"{p.stage} {name}")
+
+    try:
+        with bar:
+            result = ingest(repo.open(ref), files, source_name=source, progress=on_progress)
+    except OdfNodeError as e:
+        _fail(str(e))
+    summary = {
+        "new_head": str(result.new_head) if result.new_head else None,
+        "blocks": len(result.new_blocks),
+        "records": result.num_records,
+        "watermark": str(result.watermark) if result.watermark else None,
+    }
+    if as_json:
+        _emit_json(summary)
+    elif result.up_to_date:
+        out.print("dataset is up to date: nothing to commit")
+    else:
+        out.print(
+            f"committed {summary['blocks']} block(s), {summary['records']} record(s); "
+            f"head {summary['new_head']}"
+        )
+
+
 @dataset_app.command("list")
 def dataset_list(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
     """List datasets with their head, kind and number of blocks."""

@@ -98,3 +98,27 @@ def test_verify_detects_corrupted_block(tmp_path: Path) -> None:
     code, text = run(home, "dataset", "verify", "cities", "--json")
     assert code == 2
     assert json.loads(text)["ok"] is False
+
+
+def test_ingest_from_cli(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    snap = tmp_path / "s.yaml"
+    snap.write_text(SNAPSHOTS.split("---")[0])
+    assert run(home, "dataset", "create", str(snap))[0] == 0
+    csv = tmp_path / "c.csv"
+    csv.write_text("A,100\nB,2000000\n")
+    code, text = run(home, "dataset", "ingest", "cities", str(csv), "--json")
+    assert code == 0, text
+    assert json.loads(text)["records"] == 2
+    code, text = run(home, "dataset", "verify", "cities", "--json")
+    report = json.loads(text)
+    assert code == 0 and report["ok"] and report["data_files_checked"] == 1
+    # Ledger: the same keys again add nothing; a malformed file is refused with its row.
+    code, text = run(home, "dataset", "ingest", "cities", str(csv), "--json")
+    assert code == 0 and json.loads(text)["records"] == 0
+    bad = tmp_path / "bad.csv"
+    bad.write_text("C,300\nD,notanumber\n")
+    code, text = run(home, "dataset", "ingest", "cities", str(bad))
+    assert code == 1 and "population" in text and "row 2" in text
+    code, text = run(home, "dataset", "ingest", "cities", str(tmp_path / "missing.csv"))
+    assert code == 1 and "not found" in text
