@@ -103,7 +103,7 @@ def test_verify_detects_corrupted_block(tmp_path: Path) -> None:
 def test_ingest_from_cli(tmp_path: Path) -> None:
     home = tmp_path / "home"
     snap = tmp_path / "s.yaml"
-    snap.write_text(SNAPSHOTS.split("---")[0])
+    snap.write_text(SNAPSHOTS.split("---", maxsplit=1)[0])
     assert run(home, "dataset", "create", str(snap))[0] == 0
     csv = tmp_path / "c.csv"
     csv.write_text("A,100\nB,2000000\n")
