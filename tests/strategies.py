@@ -110,7 +110,10 @@ def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
     if tp is m.ExtraAttributes:
         # Stored as compact, key-sorted JSON (what kamu's serde_json over a BTreeMap writes).
         values = st.one_of(st.integers(0, 2**53), texts(20), st.booleans())
-        objects = st.dictionaries(texts(20), values, min_size=1, max_size=3)
+        # Attribute names are namespaced identifiers (e.g. opendatafabric.org/linkedObjects); the
+        # YAML writer, like kamu's, only writes such simple keys.
+        keys = st.from_regex(r"\A[a-z][a-z0-9.]{0,15}/[a-zA-Z][a-zA-Z0-9]{0,15}\Z")
+        objects = st.dictionaries(keys, values, min_size=1, max_size=3)
         return objects.map(
             lambda d: m.ExtraAttributes(
                 entries=json.dumps(d, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

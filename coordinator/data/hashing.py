@@ -306,10 +306,7 @@ def _binary_type(large: bool) -> Any:
 
 
 def _offsets_dtype(total: int) -> Any:
-    """int32 offsets (``binary``) while they fit, int64 (``large_binary``) beyond 2 GiB.
-
-    Also the index type for ``take`` over ``total`` elements.
-    """
+    """int32 offsets (``binary``) while they fit, int64 (``large_binary``) beyond 2 GiB."""
     return np.int32 if total <= _INT32_LIMIT else np.int64
 
 
@@ -341,10 +338,11 @@ _UINT_BY_WIDTH: Final[dict[int, Any]] = {1: np.uint8, 2: np.uint16, 4: np.uint32
 def _fixed_stream(values: ByteArray, width: int, null: BoolArray | None) -> ByteArray:
     """Stream of a fixed-width column: the raw values, a null becomes one ``0x00`` byte.
 
-    With nulls, the stream is the runs of valid values with the first ``m`` bytes of each run
-    of ``m`` nulls in between. Those bytes must be zero -- they already are in arrays read from
-    Parquet, otherwise a copy of the values is zeroed there -- and ``take`` then needs one piece
-    per run (plus a skipped remainder per null run) instead of one per row.
+    With nulls, the stream is every run of valid values followed by ``m`` zero bytes for the
+    run of ``m`` nulls after it -- and in the values buffer those ``m`` bytes are exactly the
+    first bytes of the null run's slots. Zeroed (they already are in arrays read from Parquet,
+    otherwise in a copy of the values), each run pair is one contiguous ``take`` element, with
+    the rest of the null run as a skipped element in between.
     """
     if null is None or not null.any():
         return values
@@ -353,39 +351,36 @@ def _fixed_stream(values: ByteArray, width: int, null: BoolArray | None) -> Byte
         buf = values.copy()
         buf[null] = 0
         return buf
-    change = np.flatnonzero(null[1:] != null[:-1]) + 1
-    runs = len(change) + 1
-    bounds = np.empty(runs + 1, dtype=np.int64)
-    bounds[0] = 0
-    bounds[1:runs] = change
-    bounds[runs] = n
-    # Runs alternate between null and valid, so the null runs are every other run.
-    first_null = 0 if null[0] else 1
-    null_starts = bounds[first_null:runs:2]
-    null_lengths = bounds[first_null + 1 : runs + 1 : 2] - null_starts
-    # A null run of m slots contributes m zero bytes: its first ceil(m / width) slots.
-    slots = (null_lengths + (width - 1)) // width
+    # Edges of the null runs (where the mask flips, plus 0 / n if it starts / ends null):
+    # starts at even positions, ends at odd ones.
+    edges = np.flatnonzero(null[1:] != null[:-1]) + 1
+    if null[0] or null[-1]:
+        head = np.array([0] if null[0] else [], dtype=np.int64)
+        tail = np.array([n] if null[-1] else [], dtype=np.int64)
+        edges = np.concatenate((head, edges, tail))
+    starts = edges[0::2]
+    lengths = edges[1::2] - starts
+    # A run of m nulls contributes m zero bytes: the first ceil(m / width) slots of the run.
+    slots = (lengths + (width - 1)) // width
     if int(slots.max()) > 1:
-        zero_slots = np.repeat(null_starts - _cumsum0(slots)[:-1], slots) + np.arange(
+        zero_slots = np.repeat(starts - _cumsum0(slots)[:-1], slots) + np.arange(
             int(slots.sum()), dtype=np.int64
         )
     else:
-        zero_slots = null_starts
-    words = _slot_words(values, width)
+        zero_slots = starts
     buf = values
-    if words[zero_slots].any():
+    if _slot_words(values, width)[zero_slots].any():
         buf = values.copy()
         _slot_words(buf, width)[zero_slots] = 0
-    # Element 2k: what run k contributes (all of a valid run, the first m bytes of a null run);
-    # element 2k+1: the rest of a null run, skipped (empty for a valid run).
-    offsets = np.empty(2 * runs + 1, dtype=_offsets_dtype(n * width))
-    offsets[0 : 2 * runs : 2] = bounds[:runs] * width
-    rest = offsets[1 : 2 * runs : 2]
-    valid_first = 1 - first_null
-    rest[valid_first::2] = bounds[valid_first + 1 : runs + 1 : 2] * width
-    rest[first_null::2] = null_starts * width + null_lengths
-    offsets[2 * runs] = n * width
-    return _take_pieces(offsets, buf, np.arange(0, 2 * runs, 2, dtype=_offsets_dtype(2 * runs)))
+    # Elements: [valid run + m zero bytes] (taken), [rest of the null run] (skipped), ...,
+    # [trailing valid run] (taken, maybe empty).
+    runs = len(starts)
+    offsets = np.empty(2 * runs + 2, dtype=_offsets_dtype(n * width))
+    offsets[0] = 0
+    offsets[1 : 2 * runs : 2] = starts * width + lengths
+    offsets[2 : 2 * runs + 1 : 2] = edges[1::2] * width
+    offsets[2 * runs + 1] = n * width
+    return _take_pieces(offsets, buf, np.arange(0, 2 * runs + 1, 2, dtype=np.int64))
 
 
 def _slot_words(values: ByteArray, width: int) -> npt.NDArray[Any]:
@@ -417,26 +412,23 @@ class _PickCache:
         with self._lock:
             pick = self._picks.get(n)
             if pick is None:
-                index_type = _offsets_dtype(2 * n + 2)
-                rows = np.arange(n, dtype=index_type)
-                flat = np.empty(2 * n, dtype=index_type)
+                # int64 indices: Arrow's binary take ran ~10% faster with them than with int32.
+                rows = np.arange(n, dtype=np.int64)
+                flat = np.empty(2 * n, dtype=np.int64)
                 flat[0::2] = rows
                 flat[1::2] = rows + (n + 2)
                 pick = pa.array(flat)
                 self._remember(self._picks, n, pick)
             return pick
 
-    def pick_array(self, n: int) -> npt.NDArray[Any]:
+    def pick_array(self, n: int) -> IntArray:
         """:meth:`pick` as a read-only numpy view."""
-        pick = self.pick(n)
-        view: npt.NDArray[Any] = np.frombuffer(
-            pick.buffers()[1], dtype=pick.type.to_pandas_dtype(), count=2 * n
-        )
+        view: IntArray = np.frombuffer(self.pick(n).buffers()[1], dtype=np.int64, count=2 * n)
         return view
 
     @staticmethod
     def _remember(cache: dict[int, Any], n: int, value: Any) -> None:
-        if len(cache) >= 4:  # chunk sizes repeat; keep memory bounded when they do not
+        if len(cache) >= 2:  # full chunks repeat one size; bound memory when they do not
             cache.pop(next(iter(cache)))
         cache[n] = value
 
@@ -650,7 +642,9 @@ def _row_chunks(arr: Any, kind: _Kind) -> Iterator[tuple[int, int]]:
             yield start, stop
             start = stop
         return
-    rows = _CHUNK_ROWS
+    # Fixed-width pieces are cheap per row; a quarter of the row cap keeps their temporaries
+    # (values copy, run offsets, output) cache-resident, which measured ~15% faster.
+    rows = _CHUNK_ROWS if kind is not _Kind.FIXED else max(1, _CHUNK_ROWS // 4)
     if kind is _Kind.FIXED_LIST:
         rows = max(1, min(_CHUNK_ROWS, (_CHUNK_BYTES // 8) // max(1, dt.list_size)))
     for start in range(0, n, rows):
