@@ -287,6 +287,28 @@ class WrittenSlice:
         )
 
 
+def _parquet_stable(t: pa.DataType) -> bool:
+    """Whether ``t`` reads back from parquet (through arrow-rs) as exactly ``t``.
+
+    Only then may the logical hash be computed from the in-memory batches; other types (e.g.
+    ``timestamp[s]``, ``time32[s]``, ``date64``) change on the round trip, and kamu hashes what
+    its reader yields, so those slices are hashed from the written file instead.
+    """
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _parquet_stable(t.value_type)
+    if pa.types.is_timestamp(t):
+        return t.unit in ("ms", "us", "ns")
+    return bool(
+        pa.types.is_integer(t)
+        or (pa.types.is_floating(t) and not pa.types.is_float16(t))
+        or pa.types.is_boolean(t)
+        or pa.types.is_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_date32(t)
+        or pa.types.is_decimal128(t)
+    )
+
+
 def _has_struct(schema: pa.Schema) -> bool:
     def walk(t: pa.DataType) -> bool:
         if pa.types.is_struct(t):
@@ -376,7 +398,7 @@ class SliceFileWriter:
         self._file = _HashingFile(self.path)
         self._writer: pq.ParquetWriter | None = None
         self._hasher: Any = None
-        if not _has_struct(schema):
+        if not _has_struct(schema) and all(_parquet_stable(f.type) for f in schema):
             from coordinator.data.hashing import LogicalHasher
 
             self._hasher = LogicalHasher(schema)
