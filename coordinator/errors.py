@@ -95,6 +95,16 @@ class DataError(OdfNodeError):
     """Base of data-plane errors (data slices, hashing, ingest)."""
 
 
+class UnreproducibleLogicalHash(DataError):
+    """kamu's hash of this data depends on bytes arrow-rs leaves in null slots.
+
+    Raised for Parquet input only: a primitive or boolean value that is null while its parent
+    struct row is valid, in a 10,000-row batch where the struct also has nulls, is hashed by kamu
+    as whatever stale bytes arrow-rs's reader left in the slot (arrow-digest's OR bug), which
+    cannot be reproduced from pyarrow.
+    """
+
+
 class UnsupportedArrowType(DataError):
     """An Arrow type has no defined logical-hash encoding (kamu's arrow-digest refuses it too)."""
 

@@ -71,7 +71,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from coordinator.errors import DataError, UnsupportedArrowType
+from coordinator.errors import DataError, UnreproducibleLogicalHash, UnsupportedArrowType
 from coordinator.multiformats import Multicodec, Multihash
 
 __all__ = [
@@ -111,16 +111,6 @@ IntArray: TypeAlias = npt.NDArray[np.int64]
 ByteArray: TypeAlias = npt.NDArray[np.uint8]
 # Anything hashlib.update accepts that we produce: numpy byte arrays and pyarrow Buffers.
 Piece: TypeAlias = Any
-
-
-class UnreproducibleLogicalHash(DataError):
-    """kamu's hash of this data depends on bytes arrow-rs leaves in null slots.
-
-    Raised for Parquet input only: a primitive or boolean value that is null while its parent
-    struct row is valid, in a 10,000-row batch where the struct also has nulls, is hashed by kamu
-    as whatever stale bytes arrow-rs's reader left in the slot (arrow-digest's OR bug), which
-    cannot be reproduced from pyarrow.
-    """
 
 
 # --------------------------------------------------------------------------------------------
