@@ -30,7 +30,7 @@ import os
 import queue
 import secrets
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -641,11 +641,10 @@ def add_data_event(
     slice if it advances the previous watermark, else the previous watermark (kamu's
     ``compute_offset_and_watermark``). ``prevCheckpoint`` is carried; no checkpoint or source
     state is written by push ingest. ``extra_json`` is the ``ExtraAttributes`` JSON (linked
-    objects summary); it needs ``AddData.extra`` in the metadata model.
+    objects summary), written only when linked objects are present.
 
     Raises:
-        IngestError: the explicit watermark is older than the current one, or ``extra_json`` is
-            given but the model has no ``AddData.extra`` yet.
+        IngestError: the explicit watermark is older than the current one.
     """
     if (
         explicit_watermark is not None
@@ -682,12 +681,5 @@ def add_data_event(
     return m.AddData(**kwargs)
 
 
-def _extra_attributes(entries: str) -> object:
-    fields: Sequence[str] = list(getattr(m.AddData, "__dataclass_fields__", {}))
-    cls = getattr(m, "ExtraAttributes", None)
-    if "extra" not in fields or cls is None:
-        raise IngestError(
-            "linked objects need AddData.extra (ExtraAttributes) in the metadata model, which is "
-            "not available yet"
-        )
-    return cls(entries=entries)
+def _extra_attributes(entries: str) -> m.ExtraAttributes:
+    return m.ExtraAttributes(entries=entries)

@@ -163,22 +163,20 @@ def test_add_data_extra_wiring(monkeypatch: pytest.MonkeyPatch) -> None:
         extra_json=extra,
     )
     assert ev is not None
-    assert getattr(ev, "extra").entries == extra  # noqa: B009
+    assert isinstance(ev, m.AddData) and ev.extra is not None
+    assert ev.extra.entries == extra
     plain = add_data_event(
         prev_offset=None, prev_checkpoint=None, prev_watermark=None, written=_written()
     )
-    assert plain is not None and getattr(plain, "extra", None) is None
+    assert plain is not None and plain.extra is None
 
 
-@pytest.mark.skipif(
-    "extra" not in m.AddData.__dataclass_fields__, reason="AddData.extra not in the model yet"
-)
 def test_kamu_head_block_vector_with_extra() -> None:
     """kamu-cli HEAD ``test_serializer_stability`` AddData case with ``extra`` (manifest v3)."""
     from coordinator.metadata import encode_block
 
     mh = Multihash.sha3_256
-    event = m.AddData(  # type: ignore[call-arg]
+    event = m.AddData(
         prev_checkpoint=mh(b"checkpoint"),
         prev_offset=9,
         new_data=m.DataSlice(
@@ -190,9 +188,7 @@ def test_kamu_head_block_vector_with_extra() -> None:
         new_source_state=m.SourceState(
             source_name="push-source-1", kind="kamu/kafka-offset", value="SOME_OFFSET"
         ),
-        extra=m.ExtraAttributes(  # type: ignore[attr-defined]
-            entries=extra_attributes_json(LinkedObjectsSummary(10, 100))
-        ),
+        extra=m.ExtraAttributes(entries=extra_attributes_json(LinkedObjectsSummary(10, 100))),
     )
     block = m.MetadataBlock(
         system_time=Timestamp.parse("2020-01-01T12:00:00Z"),
