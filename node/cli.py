@@ -168,10 +168,27 @@ def dataset_ingest(
     source: Annotated[
         str | None, typer.Option("--source", help="Push source name (if several).")
     ] = None,
+    link_column: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--link-column",
+            help="A String column whose values are multihashes of linked objects (RFC-017).",
+        ),
+    ] = None,
+    object_file: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--object", help="A linked object file to store under data/<multihash> (RFC-017)."
+        ),
+    ] = None,
     home: HomeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Push files into a root dataset through its push source (one AddData per file)."""
+    """Push files into a root dataset through its push source (one AddData per file).
+
+    With ``--link-column``, every non-null value of those columns must name an object supplied
+    with ``--object`` (or stored earlier); the ingest is refused otherwise.
+    """
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -181,11 +198,15 @@ def dataset_ingest(
         TransferSpeedColumn,
     )
 
+    from coordinator.ingest.linked import LinkedObjects
     from coordinator.ingest.push import IngestProgress, ingest
 
-    for f in files:
+    for f in [*files, *(object_file or [])]:
         if not f.is_file():
             _fail(f"input file not found: {f}")
+    linked = LinkedObjects(tuple(link_column), tuple(object_file or ())) if link_column else None
+    if object_file and not link_column:
+        _fail("--object needs at least one --link-column")
     repo = _home(home).repository()
     total = sum(f.stat().st_size for f in files)
     show = not as_json and sys.stderr.isatty()
@@ -208,7 +229,13 @@ def dataset_ingest(
 
     try:
         with bar:
-            result = ingest(repo.open(ref), files, source_name=source, progress=on_progress)
+            result = ingest(
+                repo.open(ref),
+                files,
+                source_name=source,
+                progress=on_progress,
+                linked_objects=linked,
+            )
     except OdfNodeError as e:
         _fail(str(e))
     summary = {
@@ -216,6 +243,14 @@ def dataset_ingest(
         "blocks": len(result.new_blocks),
         "records": result.num_records,
         "watermark": str(result.watermark) if result.watermark else None,
+        "linked_objects": (
+            {
+                "num_objects_naive": result.linked_objects.num_objects_naive,
+                "size_naive": result.linked_objects.size_naive,
+            }
+            if result.linked_objects
+            else None
+        ),
     }
     if as_json:
         _emit_json(summary)

@@ -122,3 +122,48 @@ def test_ingest_from_cli(tmp_path: Path) -> None:
     assert code == 1 and "population" in text and "row 2" in text
     code, text = run(home, "dataset", "ingest", "cities", str(tmp_path / "missing.csv"))
     assert code == 1 and "not found" in text
+
+
+LINKED_SNAPSHOT = """\
+kind: DatasetSnapshot
+version: 1
+content:
+  name: photos
+  kind: Root
+  metadata:
+    - kind: AddPushSource
+      sourceName: default
+      read:
+        kind: NdJson
+        schema: ["name STRING", "image STRING"]
+      merge:
+        kind: Append
+"""
+
+
+def test_ingest_linked_objects_from_cli(tmp_path: Path) -> None:
+    from coordinator.multiformats import Multihash
+
+    home = tmp_path / "home"
+    snap = tmp_path / "s.yaml"
+    snap.write_text(LINKED_SNAPSHOT)
+    assert run(home, "dataset", "create", str(snap))[0] == 0
+    obj = tmp_path / "cat.jpg"
+    obj.write_bytes(b"\xff\xd8 not really a jpeg")
+    h = Multihash.sha3_256(obj.read_bytes()).to_multibase()
+    rows = tmp_path / "rows.ndjson"
+    rows.write_text(f'{{"name": "cat", "image": "{h}"}}\n')
+    # Without the object the ingest is refused (referential integrity) and nothing is committed.
+    code, text = run(home, "dataset", "ingest", "photos", str(rows), "--link-column", "image")
+    assert code == 1 and h in text
+    code, text = run(
+        home, "dataset", "ingest", "photos", str(rows),
+        "--link-column", "image", "--object", str(obj), "--json",
+    )  # fmt: skip
+    assert code == 0, text
+    assert json.loads(text)["linked_objects"] == {"num_objects_naive": 1, "size_naive": 20}
+    code, text = run(home, "dataset", "log", "photos", "-o", "json")
+    add_data = json.loads(text)[0]["block"]["event"]
+    assert add_data["extra"] == {
+        "opendatafabric.org/linkedObjects": {"numObjectsNaive": 1, "sizeNaive": 20}
+    }

@@ -1,0 +1,313 @@
+"""A small async client for the kubo RPC API (``/api/v0``) on aiohttp, and a gateway reader.
+
+Only calls and parameters that both kubo and js-ipfs 0.66 accept are used (see
+``reference/ipfs.md`` §4/§7): ``block/put`` always sends ``cid-codec=raw`` *and* ``format=raw``;
+``add`` sends ``cid-base=base32`` so CIDv1 strings compare equal across daemons; every call has
+a timeout (an absent CID otherwise waits forever under ``Routing.Type none``).
+
+Why not ``ipfshttpclient``: unmaintained since 2021, its ``connect()`` refuses every current
+daemon version, ``swarm.connect`` and pubsub are broken, and it is synchronous.
+
+Both :class:`IpfsClient` and :class:`GatewayReader` implement :class:`IpfsReader`, the read
+interface used by pulls: ``open_stream(path)`` yields the body of ``/ipfs/<cid>/<path>`` chunk
+by chunk and raises :class:`IpfsError` (with the HTTP status, when there is one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import aiohttp
+
+_CHUNK = 1 << 16
+DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=10, sock_read=60)
+
+
+class IpfsError(Exception):
+    """An IPFS RPC or gateway call failed; ``status`` is the HTTP status (None: no response)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class IpfsReader(Protocol):
+    """Read access to IPFS paths (``/ipfs/<cid>/sub/path``)."""
+
+    def open_stream(self, ipfs_path: str) -> Any:
+        """Async context manager yielding an ``AsyncIterator[bytes]`` of the content."""
+        ...
+
+    async def close(self) -> None:
+        """Release the HTTP session."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class AddedEntry:
+    """One line of ``add`` output."""
+
+    name: str
+    cid: str
+    size: int
+
+
+class _SessionOwner:
+    def __init__(self, session: aiohttp.ClientSession | None) -> None:
+        self._session = session
+        self._own = session is None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=DEFAULT_TIMEOUT)
+        return self._session
+
+    async def close(self) -> None:
+        """Close the session if this object created it."""
+        if self._own and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> Any:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class IpfsClient(_SessionOwner):
+    """kubo-compatible RPC client (``api_url`` like ``http://127.0.0.1:5001``)."""
+
+    def __init__(
+        self,
+        api_url: str,
+        *,
+        session: aiohttp.ClientSession | None = None,
+        timeout_s: float = 60.0,
+    ) -> None:
+        super().__init__(session)
+        self.base = api_url.rstrip("/") + "/api/v0"
+        self.timeout_s = timeout_s
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _params(self, params: dict[str, Any] | list[tuple[str, str]] | None) -> list[Any]:
+        items = list(params.items()) if isinstance(params, dict) else list(params or [])
+        out = [(k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in items]
+        out.append(("timeout", f"{int(self.timeout_s * 1000)}ms"))
+        return out
+
+    async def _call(
+        self,
+        path: str,
+        params: dict[str, Any] | list[tuple[str, str]] | None = None,
+        data: Any = None,
+    ) -> bytes:
+        try:
+            async with self.session.post(
+                f"{self.base}/{path}",
+                params=self._params(params),
+                data=data,
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s + 5),
+            ) as r:
+                body = await r.read()
+                if r.status != 200:
+                    raise IpfsError(f"{path}: HTTP {r.status}: {body[:300]!r}", r.status)
+                return body
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise IpfsError(f"{path}: {type(e).__name__}: {e}") from e
+
+    async def _json(self, path: str, params: Any = None, data: Any = None) -> list[dict[str, Any]]:
+        body = await self._call(path, params, data)
+        return [json.loads(line) for line in body.splitlines() if line.strip()]
+
+    # -- identity / swarm --------------------------------------------------------------------
+
+    async def version(self) -> dict[str, Any]:
+        """``version``."""
+        return (await self._json("version"))[0]
+
+    async def id(self) -> dict[str, Any]:
+        """``id`` (``ID``, ``Addresses`` -- the latter may be empty on js-ipfs)."""
+        return (await self._json("id"))[0]
+
+    async def swarm_addrs_local(self) -> list[str]:
+        """``swarm/addrs/local``: this node's listen multiaddrs."""
+        return [str(a) for a in (await self._json("swarm/addrs/local"))[0].get("Strings") or []]
+
+    async def swarm_connect(self, multiaddr: str) -> None:
+        """``swarm/connect`` to a full multiaddr (``/ip4/…/tcp/…/p2p/<peer id>``)."""
+        await self._call("swarm/connect", [("arg", multiaddr)])
+
+    async def swarm_peers(self) -> list[str]:
+        """Peer IDs currently connected."""
+        peers = (await self._json("swarm/peers"))[0].get("Peers") or []
+        return [str(p.get("Peer")) for p in peers]
+
+    # -- content -----------------------------------------------------------------------------
+
+    async def block_put(self, data: bytes) -> str:
+        """Store a raw block; returns its CIDv1 (``bafk…``) on both kubo and js-ipfs."""
+        form = aiohttp.FormData()
+        form.add_field("file", data, filename="file", content_type="application/octet-stream")
+        out = await self._json(
+            "block/put",
+            {"cid-codec": "raw", "format": "raw", "mhtype": "sha2-256", "cid-base": "base32"},
+            form,
+        )
+        return str(out[0]["Key"])
+
+    async def block_get(self, cid: str) -> bytes:
+        """The raw bytes of a block."""
+        return await self._call("block/get", [("arg", cid)])
+
+    async def pin_add(self, cid: str, *, recursive: bool = True) -> None:
+        """``pin/add``."""
+        await self._call("pin/add", {"arg": cid, "recursive": recursive})
+
+    async def ls(self, ipfs_path: str) -> list[dict[str, Any]]:
+        """``ls``: the links (``Name``, ``Hash``, ``Size``, ``Type``) of a directory."""
+        out = await self._json("ls", [("arg", ipfs_path)])
+        return [dict(link) for obj in out for o in obj.get("Objects", []) for link in o["Links"]]
+
+    async def cat(self, ipfs_path: str, *, max_size: int | None = None) -> bytes:
+        """The whole content of a file (refused beyond ``max_size`` bytes)."""
+        buf = bytearray()
+        async with self.open_stream(ipfs_path) as chunks:
+            async for chunk in chunks:
+                buf += chunk
+                if max_size is not None and len(buf) > max_size:
+                    raise IpfsError(f"{ipfs_path}: larger than {max_size} bytes")
+        return bytes(buf)
+
+    @asynccontextmanager
+    async def open_stream(self, ipfs_path: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Stream ``cat`` of ``/ipfs/<cid>/path``; errors raise :class:`IpfsError`."""
+        try:
+            async with self.session.post(
+                f"{self.base}/cat", params=self._params([("arg", ipfs_path)])
+            ) as r:
+                if r.status != 200:
+                    body = await r.content.read(300)
+                    raise IpfsError(f"cat {ipfs_path}: HTTP {r.status}: {body!r}", r.status)
+                yield r.content.iter_chunked(_CHUNK)
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise IpfsError(f"cat {ipfs_path}: {type(e).__name__}: {e}") from e
+
+    async def add_directory(
+        self, root: Path, *, exclude_top: frozenset[str] = frozenset(), pin: bool = True
+    ) -> str:
+        """Add ``root`` recursively like ``ipfs add -r --cid-version 1 --raw-leaves``.
+
+        Top-level entries named in ``exclude_top`` (e.g. ``info``) are left out, as kamu does
+        with ``--ignore``; hidden ``.pending-*`` staging files are never sent. Returns the
+        root directory's CID (base32 CIDv1).
+        """
+        files: list[tuple[str, Path | None]] = []  # (relative path, file or None for a dir)
+        top = root.name
+        files.append((top, None))
+        for dirpath, dirnames, all_files in os.walk(root):
+            rel = Path(dirpath).relative_to(root)
+            filenames = all_files
+            if rel == Path("."):
+                dirnames[:] = sorted(d for d in dirnames if d not in exclude_top)
+                filenames = [f for f in all_files if f not in exclude_top]
+            else:
+                dirnames.sort()
+            for d in dirnames:
+                files.append((str(Path(top) / rel / d), None))
+            for f in sorted(filenames):
+                if not f.startswith("."):
+                    files.append((str(Path(top) / rel / f), Path(dirpath) / f))
+        with aiohttp.MultipartWriter("form-data") as mp:
+            handles = []
+            try:
+                for name, src in files:
+                    disposition = f'form-data; name="file"; filename="{quote(name, safe="")}"'
+                    if src is None:
+                        part = mp.append(b"", {"Content-Type": "application/x-directory"})
+                    else:
+                        fh = open(src, "rb")  # noqa: SIM115 - closed below
+                        handles.append(fh)
+                        part = mp.append(fh, {"Content-Type": "application/octet-stream"})
+                    part.headers["Content-Disposition"] = disposition
+                out = await self._json(
+                    "add",
+                    {
+                        "cid-version": 1,
+                        "raw-leaves": True,
+                        "cid-base": "base32",
+                        "pin": pin,
+                        "wrap-with-directory": False,
+                        "progress": False,
+                    },
+                    mp,
+                )
+            finally:
+                for fh in handles:
+                    fh.close()
+        for entry in out:
+            if entry.get("Name") == top:
+                return str(entry["Hash"])
+        raise IpfsError(f"add: no root entry for {top!r} in the response")
+
+    async def add_bytes(self, data: bytes, *, pin: bool = True) -> str:
+        """Add one file (CIDv1, raw leaves); returns its CID."""
+        form = aiohttp.FormData()
+        form.add_field("file", data, filename="file", content_type="application/octet-stream")
+        out = await self._json(
+            "add", {"cid-version": 1, "raw-leaves": True, "cid-base": "base32", "pin": pin}, form
+        )
+        return str(out[-1]["Hash"])
+
+    # -- IPNS (optional) ---------------------------------------------------------------------
+
+    async def name_publish(self, ipfs_path: str, *, key: str = "self") -> str:
+        """Publish ``ipfs_path`` under IPNS ``key`` (``resolve=false``, ``allow-offline``)."""
+        out = await self._json(
+            "name/publish",
+            {"arg": ipfs_path, "key": key, "resolve": False, "allow-offline": True},
+        )
+        return str(out[0]["Name"])
+
+    async def name_resolve(self, name: str) -> str:
+        """Resolve an IPNS name to an ``/ipfs/…`` path."""
+        out = await self._json("name/resolve", {"arg": name})
+        return str(out[0]["Path"])
+
+
+class GatewayReader(_SessionOwner):
+    """Read-only access through an HTTP gateway (``GET {gateway}/ipfs/<cid>/path``)."""
+
+    def __init__(self, gateway_url: str, *, session: aiohttp.ClientSession | None = None) -> None:
+        super().__init__(session)
+        self.base = gateway_url.rstrip("/")
+
+    @asynccontextmanager
+    async def open_stream(self, ipfs_path: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Stream the content of ``ipfs_path``; non-200 answers raise :class:`IpfsError`."""
+        try:
+            async with self.session.get(f"{self.base}{ipfs_path}") as r:
+                if r.status != 200:
+                    raise IpfsError(f"GET {ipfs_path}: HTTP {r.status}", r.status)
+                yield r.content.iter_chunked(_CHUNK)
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise IpfsError(f"GET {ipfs_path}: {type(e).__name__}: {e}") from e
+
+    async def cat(self, ipfs_path: str, *, max_size: int | None = None) -> bytes:
+        """The whole content (refused beyond ``max_size`` bytes)."""
+        buf = bytearray()
+        async with self.open_stream(ipfs_path) as chunks:
+            async for chunk in chunks:
+                buf += chunk
+                if max_size is not None and len(buf) > max_size:
+                    raise IpfsError(f"{ipfs_path}: larger than {max_size} bytes")
+        return bytes(buf)

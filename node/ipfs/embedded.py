@@ -1,0 +1,197 @@
+"""Start and stop an embedded js-ipfs daemon (``js/``, installed by ``npm ci``).
+
+The daemon gets its own repo directory and random loopback ports, and a config that keeps it on
+the loopback interface: empty bootstrap, no MDNS / webRTCStar, routing ``none`` (no DHT), no
+delegates, NAT port mapping off, every address on ``127.0.0.1``, and ``--enable-preload=false``.
+Only the process this object started is ever signalled, by its PID.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from node.ipfs.netguard import require_loopback_only
+
+_READY_TIMEOUT_S = 60.0
+
+
+def js_dir() -> Path:
+    """The npm project holding js-ipfs (``<checkout>/js``, or ``$ODF_NODE_JS_DIR``)."""
+    env = os.environ.get("ODF_NODE_JS_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "js"
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def loopback_config(config: dict[str, Any], api: int, gateway: int, rpc: int, swarm: int) -> None:
+    """Rewrite a js-ipfs config in place so the node only ever uses 127.0.0.1."""
+    config.setdefault("Addresses", {}).update(
+        API=f"/ip4/127.0.0.1/tcp/{api}",
+        Gateway=f"/ip4/127.0.0.1/tcp/{gateway}",
+        RPC=f"/ip4/127.0.0.1/tcp/{rpc}",
+        Swarm=[f"/ip4/127.0.0.1/tcp/{swarm}"],
+        Delegates=[],
+        Announce=[],
+        NoAnnounce=[],
+    )
+    config["Bootstrap"] = []
+    config["Discovery"] = {
+        "MDNS": {"Enabled": False, "Interval": 10},
+        "webRTCStar": {"Enabled": False},
+    }
+    config["Routing"] = {"Type": "none"}
+    config.setdefault("Swarm", {})["DisableNatPortMap"] = True
+    config["Pubsub"] = {"Router": "gossipsub", "Enabled": True}
+
+
+@dataclass
+class EmbeddedIpfs:
+    """One js-ipfs daemon with its own repo.
+
+    Use :meth:`start` / :meth:`stop` (or ``with``). ``require_isolation`` (default True) makes
+    :meth:`start` refuse to run unless ``lo`` is the only network interface.
+    """
+
+    repo: Path
+    js: Path = field(default_factory=js_dir)
+    require_isolation: bool = True
+    api_port: int = 0
+    gateway_port: int = 0
+    swarm_port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def api_url(self) -> str:
+        """Base URL of the RPC API (``http://127.0.0.1:PORT``)."""
+        return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def gateway_url(self) -> str:
+        """Base URL of the read-only gateway."""
+        return f"http://127.0.0.1:{self.gateway_port}"
+
+    @property
+    def swarm_addr(self) -> str:
+        """The swarm multiaddr without the peer id."""
+        return f"/ip4/127.0.0.1/tcp/{self.swarm_port}"
+
+    @property
+    def log_path(self) -> Path:
+        """Where the daemon's stdout/stderr go."""
+        return self.repo.with_name(self.repo.name + ".log")
+
+    def _bin(self) -> Path:
+        return self.js / "node_modules" / ".bin" / "jsipfs"
+
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, "IPFS_PATH": str(self.repo)}
+
+    def init(self) -> None:
+        """Create the repo (if missing) and write a loopback-only config with fresh ports."""
+        if not (self.repo / "config").exists():
+            self.repo.parent.mkdir(parents=True, exist_ok=True)
+            subprocess.run(
+                [str(self._bin()), "init", "--empty-repo", "--profile", "test"],
+                env=self._env(),
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
+        api, gateway, rpc, swarm = _free_ports(4)
+        cfg_path = self.repo / "config"
+        cfg = json.loads(cfg_path.read_text())
+        loopback_config(cfg, api, gateway, rpc, swarm)
+        cfg_path.write_text(json.dumps(cfg, indent=2))
+        self.api_port, self.gateway_port, self.swarm_port = api, gateway, swarm
+
+    def start(self, timeout: float = _READY_TIMEOUT_S) -> None:
+        """Start the daemon and wait until ``/api/v0/version`` answers.
+
+        Raises:
+            NetworkNotIsolated: a non-loopback interface exists (and isolation is required).
+            RuntimeError: the daemon exited or did not become ready in time.
+        """
+        if self.require_isolation:
+            require_loopback_only()
+        if self.process is not None:
+            raise RuntimeError("daemon already started")
+        if not self._bin().exists():
+            raise RuntimeError(f"js-ipfs is not installed in {self.js}: run `npm ci` there")
+        self.init()
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
+        try:
+            self.process = subprocess.Popen(
+                [str(self._bin()), "daemon", "--enable-preload=false"],
+                env=self._env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                out = self.log_path.read_text(errors="replace")[-2000:]
+                self.process = None
+                raise RuntimeError(f"js-ipfs daemon exited during start-up:\n{out}")
+            if self._api_ready():
+                return
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"js-ipfs daemon not ready after {timeout:.0f} s")
+
+    def _api_ready(self) -> bool:
+        req = urllib.request.Request(f"{self.api_url}/api/v0/id", method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=2) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the daemon this object started (SIGTERM, then SIGKILL), by its PID only."""
+        p = self.process
+        if p is None:
+            return
+        self.process = None
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout)
+        # A crashed shutdown can leave the repo lock behind; the next start would refuse it.
+        (self.repo / "repo.lock").unlink(missing_ok=True)
+
+    def __enter__(self) -> EmbeddedIpfs:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,497 @@
+"""Verified, incremental, resumable pull of a dataset from a :class:`~node.transfer.sources.Source`.
+
+Order of work (kamu's Simple Transfer Protocol client, plus verification and resumption):
+
+1. ``GET refs/head`` (capped) and compare with the local head like kamu: *equal* (nothing to
+   do), *local ahead* (the remote head is in the local chain: nothing to do), *behind* (the walk
+   meets the local head: incremental) or *diverged* (refused unless ``force``).
+2. Walk ``blocks/<hash>`` back from the remote head to the local head (or the Seed), checking
+   every block's sha3-256 against its name, decoding it and checking the chain rules against
+   the local chain state before any data is fetched.
+3. Download the data parts and checkpoints those blocks reference, ``parallel`` at a time;
+   each stream is capped at its recorded size (and ``max_object_size``), and its size and
+   physical hash are checked before it is renamed into ``data/`` or ``checkpoints/``.
+4. Commit through :meth:`Dataset.append_many_bytes` (blocks oldest first, ``refs/head`` last).
+
+Anything a source fails to deliver (timeouts, 404, 5xx, drops, short reads) is retried with
+exponential backoff and finally reported as :class:`SourceUnavailable` -- "unknown", not
+"absent". Bytes that fail verification raise a typed :class:`ObjectRejected` naming the object.
+
+Resumption: verified data parts and checkpoints go straight into the dataset's content-addressed
+object stores; verified blocks are cached in ``info/pull-cache/blocks`` (``info/`` is never
+published). A pull into a new dataset is assembled in a hidden ``.pull-<key>`` directory of the
+repository and renamed into place on commit, so a crash or a rejected source never leaves a
+visible half-made dataset, and the next attempt re-uses everything already verified.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hashlib
+import logging
+import os
+import random
+import secrets
+import shutil
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from coordinator.chain.validation import ChainState, validate_append
+from coordinator.errors import (
+    ChainRuleViolation,
+    DatasetAlreadyExists,
+    DatasetNotFound,
+    DecodeError,
+)
+from coordinator.identity.dataset_id import DatasetId
+from coordinator.metadata import decode_block
+from coordinator.metadata import model as m
+from coordinator.multiformats import Multihash
+from coordinator.storage.dataset import HEAD_REF, Dataset
+from coordinator.storage.fs import PENDING_PREFIX, atomic_write_bytes, fsync_dir
+from coordinator.storage.objects import FsObjectRepository
+from coordinator.storage.repository import DatasetRepository, validate_alias
+from node.transfer.errors import (
+    DivergedHeads,
+    InvalidRemoteChain,
+    InvalidRemoteHead,
+    ObjectHashMismatch,
+    ObjectSizeMismatch,
+    ObjectTooLarge,
+    SourceUnavailable,
+)
+from node.transfer.sources import Source, TransientSourceError, default_alias, open_source
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_STAGING_PREFIX = ".pull-"
+_CACHE_DIR = ("info", "pull-cache", "blocks")
+
+
+class HeadComparison(enum.Enum):
+    """How the local head relates to the remote one (kamu's ``CompareChainsResult``)."""
+
+    EQUAL = "equal"
+    LOCAL_AHEAD = "local-ahead"
+    LOCAL_BEHIND = "local-behind"
+    DIVERGED = "diverged"
+
+
+@dataclass(frozen=True)
+class PullOptions:
+    """Limits and retry policy of a pull."""
+
+    max_ref_size: int = 1024
+    max_block_size: int = 16 << 20
+    max_object_size: int = 16 << 30
+    parallel: int = 8
+    attempts: int = 5
+    backoff_s: float = 0.2
+    backoff_max_s: float = 5.0
+    durable: bool = True
+
+
+@dataclass
+class PullResult:
+    """What a pull did."""
+
+    alias: str
+    dataset_id: DatasetId
+    comparison: HeadComparison
+    old_head: Multihash | None
+    new_head: Multihash | None
+    created: bool = False
+    forced: bool = False
+    blocks_fetched: int = 0
+    objects_downloaded: int = 0
+    bytes_downloaded: int = 0
+    new_blocks: int = 0
+
+    @property
+    def updated(self) -> bool:
+        """Whether the local head moved."""
+        return self.old_head != self.new_head
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-friendly form."""
+        return {
+            "alias": self.alias,
+            "id": self.dataset_id.as_did_str(),
+            "comparison": self.comparison.value,
+            "old_head": str(self.old_head) if self.old_head else None,
+            "new_head": str(self.new_head) if self.new_head else None,
+            "created": self.created,
+            "forced": self.forced,
+            "new_blocks": self.new_blocks,
+            "objects_downloaded": self.objects_downloaded,
+            "bytes_downloaded": self.bytes_downloaded,
+        }
+
+
+@dataclass
+class _Stats:
+    blocks_fetched: int = 0
+    objects: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class _Fetcher:
+    source: Source
+    opts: PullOptions
+    stats: _Stats = field(default_factory=_Stats)
+
+    async def retrying(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
+        """Run ``op`` until it succeeds; transient failures back off, then SourceUnavailable."""
+        last: Exception | None = None
+        for attempt in range(self.opts.attempts):
+            try:
+                return await op()
+            except (TransientSourceError, ObjectSizeMismatch) as e:
+                last = e
+                if attempt + 1 < self.opts.attempts:
+                    delay = min(self.opts.backoff_max_s, self.opts.backoff_s * 2**attempt)
+                    log.debug("%s: %s; retry in %.2fs", what, e, delay)
+                    await asyncio.sleep(delay * (0.5 + random.random()))
+        if isinstance(last, ObjectSizeMismatch):
+            raise last
+        raise SourceUnavailable(
+            what,
+            f"not obtained from {self.source.description} after {self.opts.attempts} "
+            f"attempts ({last})",
+        )
+
+    async def read_bytes(self, rel: str, cap: int) -> bytes:
+        """The whole object at ``rel``; more than ``cap`` bytes is rejected."""
+
+        async def op() -> bytes:
+            buf = bytearray()
+            async with self.source.open(rel) as chunks:
+                async for chunk in chunks:
+                    buf += chunk
+                    if len(buf) > cap:
+                        raise ObjectTooLarge(rel, f"longer than the {cap}-byte cap")
+            self.stats.bytes += len(buf)
+            return bytes(buf)
+
+        return await self.retrying(rel, op)
+
+    async def download(self, rel: str, repo: FsObjectRepository, h: Multihash, size: int) -> None:
+        """Stream an object into ``repo`` under ``h`` after checking its size and hash."""
+        if size > self.opts.max_object_size:
+            raise ObjectTooLarge(rel, f"recorded size {size} exceeds the cap")
+        durable = self.opts.durable
+
+        async def op() -> None:
+            repo.directory.mkdir(parents=True, exist_ok=True)
+            tmp = repo.directory / f"{PENDING_PREFIX}{secrets.token_hex(8)}"
+            hasher = hashlib.sha3_256()
+            n = 0
+            try:
+                with open(tmp, "wb") as out:
+                    async with self.source.open(rel) as chunks:
+                        async for chunk in chunks:
+                            n += len(chunk)
+                            if n > size:
+                                raise ObjectTooLarge(
+                                    rel, f"stream exceeds the recorded size of {size} bytes"
+                                )
+                            hasher.update(chunk)
+                            out.write(chunk)
+                    if n < size:
+                        raise ObjectSizeMismatch(rel, f"got {n} of {size} bytes (truncated)")
+                    if hasher.digest() != h.digest:
+                        raise ObjectHashMismatch(rel, "content does not match its physical hash")
+                    out.flush()
+                    if durable:
+                        os.fsync(out.fileno())
+                os.replace(tmp, repo.path_of(h))
+                if durable:
+                    fsync_dir(repo.directory)
+            finally:
+                tmp.unlink(missing_ok=True)
+            self.stats.objects += 1
+            self.stats.bytes += n
+
+        await self.retrying(rel, op)
+
+
+def _data_objects(
+    ds: Dataset, blocks: list[m.MetadataBlock]
+) -> list[tuple[str, FsObjectRepository, Multihash, int]]:
+    out: dict[str, tuple[str, FsObjectRepository, Multihash, int]] = {}
+    for b in blocks:
+        e = b.event
+        if isinstance(e, m.AddData | m.ExecuteTransform):
+            if e.new_data is not None:
+                h = e.new_data.physical_hash
+                out[f"data/{h}"] = (f"data/{h}", ds.data, h, e.new_data.size)
+            if e.new_checkpoint is not None:
+                h = e.new_checkpoint.physical_hash
+                out[f"checkpoints/{h}"] = (
+                    f"checkpoints/{h}",
+                    ds.checkpoints,
+                    h,
+                    e.new_checkpoint.size,
+                )
+    return list(out.values())
+
+
+async def _read_remote_head(f: _Fetcher) -> Multihash:
+    raw = await f.read_bytes("refs/head", f.opts.max_ref_size)
+    try:
+        return Multihash.from_multibase(raw.decode("ascii").strip())
+    except (UnicodeDecodeError, DecodeError, ValueError) as e:
+        raise InvalidRemoteHead("refs/head", f"not a multibase multihash: {raw[:80]!r}") from e
+
+
+async def _fetch_block(
+    f: _Fetcher, cache: FsObjectRepository, h: Multihash
+) -> tuple[bytes, m.MetadataBlock]:
+    rel = f"blocks/{h}"
+    data: bytes | None = None
+    if cache.contains(h):
+        try:
+            data = cache.get_bytes(h, verify=True)
+        except Exception:
+            cache.path_of(h).unlink(missing_ok=True)
+            data = None
+    if data is None:
+        data = await f.read_bytes(rel, f.opts.max_block_size)
+        if Multihash.sha3_256(data) != h:
+            raise ObjectHashMismatch(rel, "block bytes do not hash to the block's name")
+        f.stats.blocks_fetched += 1
+        cache.insert_bytes(data, h)
+    try:
+        return data, decode_block(data)
+    except DecodeError as e:
+        raise InvalidRemoteChain(rel, f"does not decode: {e}") from e
+
+
+def _local_hashes(ds: Dataset) -> set[Multihash]:
+    return {h for h, _ in ds.iter_blocks(verify=False)}
+
+
+def _seed_id(block: m.MetadataBlock, rel: str) -> DatasetId:
+    if not isinstance(block.event, m.Seed):
+        raise InvalidRemoteChain(rel, "the first block of the chain is not a Seed")
+    return block.event.dataset_id
+
+
+async def pull(
+    repo: DatasetRepository,
+    source: Source,
+    alias: str,
+    *,
+    force: bool = False,
+    options: PullOptions | None = None,
+    staging_key: str | None = None,
+) -> PullResult:
+    """Pull ``source`` into the local dataset ``alias`` (created if missing).
+
+    ``staging_key`` names the hidden directory that accumulates a *new* dataset across
+    attempts (default: derived from the source description), so restarts resume.
+
+    Raises:
+        SourceUnavailable: an object could not be obtained (retry later; progress is kept).
+        ObjectRejected: the source served bytes that fail verification (nothing committed).
+        DivergedHeads: the chains diverged and ``force`` is False.
+        DatasetAlreadyExists: the remote dataset's id is stored under another alias, or
+            ``alias`` names a different dataset.
+    """
+    opts = options or PullOptions()
+    validate_alias(alias)
+    f = _Fetcher(source, opts)
+    remote_head = await _read_remote_head(f)
+
+    existing: Dataset | None = None
+    local_id = DatasetId.new_seeded_ed25519(b"unused")  # replaced below when the alias exists
+    try:
+        handle = repo.resolve(alias)
+        existing = Dataset(handle.root, durable=opts.durable)
+        local_id = handle.id
+    except DatasetNotFound:
+        pass
+
+    if existing is not None:
+        ds = existing
+        local_head = ds.head()
+        if local_head == remote_head:
+            return PullResult(alias, local_id, HeadComparison.EQUAL, local_head, local_head)
+        local = _local_hashes(ds)
+        if remote_head in local:
+            return PullResult(alias, local_id, HeadComparison.LOCAL_AHEAD, local_head, local_head)
+        staging: Path | None = None
+    else:
+        key = staging_key or hashlib.sha256(source.description.encode()).hexdigest()[:20]
+        staging = repo.root / f"{_STAGING_PREFIX}{key}"
+        ds = (
+            Dataset.create(staging, durable=opts.durable)
+            if not staging.is_dir()
+            else Dataset(staging, durable=opts.durable)
+        )
+        local_head, local = None, set()
+
+    cache = FsObjectRepository(ds.layout.root.joinpath(*_CACHE_DIR), durable=opts.durable)
+
+    # -- walk the remote chain back to the local chain (or the Seed) ---------------------------
+    new: list[tuple[Multihash, bytes, m.MetadataBlock]] = []
+    h: Multihash | None = remote_head
+    met_local = False
+    while h is not None:
+        if h in local:
+            met_local = True
+            break
+        data, block = await _fetch_block(f, cache, h)
+        new.append((h, data, block))
+        h = block.prev_block_hash
+    new.reverse()
+    remote_id = _seed_id(new[0][2], f"blocks/{new[0][0]}") if not met_local else None
+
+    comparison = HeadComparison.LOCAL_BEHIND
+    forced = False
+    base_state = ChainState()
+    if existing is not None:
+        if not met_local:
+            if remote_id != local_id:
+                raise DatasetAlreadyExists(
+                    f"{source.description} is dataset {remote_id}, but local {alias!r} is "
+                    f"{local_id}; pull it under another name (--as)"
+                )
+            if local_head is not None:
+                comparison = HeadComparison.DIVERGED
+                if not force:
+                    raise DivergedHeads(
+                        f"local {alias!r} (head {local_head}) and {source.description} "
+                        f"(head {remote_head}) have diverged; use --force to replace the local "
+                        "chain"
+                    )
+                forced = True
+        elif local_head != new[0][2].prev_block_hash:
+            # The walk met an older local block: remote forked off our history.
+            comparison = HeadComparison.DIVERGED
+            if not force:
+                raise DivergedHeads(
+                    f"local {alias!r} (head {local_head}) and {source.description} (head "
+                    f"{remote_head}) have diverged; use --force to replace the local chain"
+                )
+            forced = True
+            # Re-walk to the Seed so the whole remote chain is validated from scratch.
+            h = new[0][2].prev_block_hash
+            older: list[tuple[Multihash, bytes, m.MetadataBlock]] = []
+            while h is not None:
+                data, block = await _fetch_block(f, cache, h)
+                older.append((h, data, block))
+                h = block.prev_block_hash
+            older.reverse()
+            new = older + new
+        if not forced:
+            base_state = ds.state()
+    else:
+        assert remote_id is not None
+        try:
+            other = repo.resolve(remote_id.as_did_str())
+            raise DatasetAlreadyExists(
+                f"{source.description} is dataset {remote_id}, already stored as "
+                f"{other.alias!r}; pull with --as {other.alias}"
+            )
+        except DatasetNotFound:
+            pass
+
+    # -- validate before downloading any data ------------------------------------------------
+    state = base_state
+    for bh, _, block in new:
+        try:
+            state = validate_append(state, block, bh)
+        except ChainRuleViolation as e:
+            raise InvalidRemoteChain(f"blocks/{bh}", str(e)) from e
+
+    # -- data parts and checkpoints, bounded parallelism --------------------------------------
+    todo = [o for o in _data_objects(ds, [b for _, _, b in new]) if not o[1].contains(o[2])]
+    sem = asyncio.Semaphore(max(1, opts.parallel))
+
+    async def one(obj: tuple[str, FsObjectRepository, Multihash, int]) -> None:
+        async with sem:
+            await f.download(*obj)
+
+    tasks = [asyncio.ensure_future(one(o)) for o in todo]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+    # -- commit: data is in place; blocks, then refs/head last --------------------------------
+    blocks = [d for _, d, _ in new]
+    hashes = [bh for bh, _, _ in new]
+    with ds.write_lock():
+        if forced:
+            for bh, d in zip(hashes, blocks, strict=True):
+                ds.blocks.insert_bytes(d, bh)
+            ds.refs.set(HEAD_REF, hashes[-1], expected=local_head)
+        else:
+            ds.append_many_bytes(blocks, hashes)
+    shutil.rmtree(ds.layout.root.joinpath(*_CACHE_DIR[:2]), ignore_errors=True)
+
+    created = False
+    if existing is None:
+        assert staging is not None and remote_id is not None
+        if repo.contains(alias):
+            raise DatasetAlreadyExists(f"a dataset named {alias!r} already exists")
+        atomic_write_bytes(staging / "info" / "alias", alias.encode("utf-8"), durable=opts.durable)
+        staging.rename(repo.root / remote_id.as_multibase())
+        if opts.durable:
+            fsync_dir(repo.root)
+        created = True
+        did = remote_id
+    else:
+        did = local_id
+    return PullResult(
+        alias,
+        did,
+        comparison,
+        local_head,
+        hashes[-1],
+        created=created,
+        forced=forced,
+        blocks_fetched=f.stats.blocks_fetched,
+        objects_downloaded=f.stats.objects,
+        bytes_downloaded=f.stats.bytes,
+        new_blocks=len(new),
+    )
+
+
+async def pull_url(
+    repo: DatasetRepository,
+    url: str,
+    *,
+    alias: str | None = None,
+    force: bool = False,
+    ipfs_api: str | None = None,
+    ipfs_gateway: str | None = None,
+    options: PullOptions | None = None,
+    timeout_s: float = 30.0,
+) -> PullResult:
+    """Pull from a URL (``ipfs://``, ``ipns://``, ``http(s)://``, ``file://`` or a path).
+
+    The local alias defaults to the URL's last path segment, as in kamu.
+    """
+    source = open_source(url, ipfs_api=ipfs_api, ipfs_gateway=ipfs_gateway, timeout_s=timeout_s)
+    try:
+        key = hashlib.sha256(url.encode()).hexdigest()[:20]
+        return await pull(
+            repo,
+            source,
+            alias or default_alias(url),
+            force=force,
+            options=options,
+            staging_key=key,
+        )
+    finally:
+        await source.close()

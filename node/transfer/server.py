@@ -1,0 +1,71 @@
+"""Read-only HTTP server for hosted datasets (ODF Simple Transfer Protocol paths).
+
+``GET /{dataset}/refs/head``, ``/{dataset}/blocks/{hash}``, ``/{dataset}/data/{hash}`` and
+``/{dataset}/checkpoints/{hash}``, where ``{dataset}`` is a local alias or ``did:odf:…``; so
+``kamu pull http://host:port/{alias}`` works against this node. Nothing else is served: hashes
+must parse as multihashes (no path traversal), and ``info/`` is never exposed.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from coordinator.errors import DatasetNotFound, InvalidDatasetId, OdfNodeError
+from coordinator.multiformats import Multihash
+from coordinator.storage.dataset import HEAD_REF, Dataset
+from coordinator.storage.repository import DatasetRepository
+
+REPO_KEY: web.AppKey[DatasetRepository] = web.AppKey("repo", DatasetRepository)
+
+
+def _dataset(request: web.Request) -> Dataset:
+    repo = request.app[REPO_KEY]
+    try:
+        return repo.open(request.match_info["dataset"])
+    except (DatasetNotFound, InvalidDatasetId) as e:
+        raise web.HTTPNotFound(text="dataset not found\n") from e
+
+
+async def _head(request: web.Request) -> web.StreamResponse:
+    ds = _dataset(request)
+    path = ds.layout.refs_dir / HEAD_REF
+    if not path.is_file():
+        raise web.HTTPNotFound(text="empty dataset\n")
+    return web.Response(body=path.read_bytes(), content_type="text/plain")
+
+
+async def _object(request: web.Request) -> web.StreamResponse:
+    ds = _dataset(request)
+    kind = request.match_info["kind"]
+    try:
+        h = Multihash.from_multibase(request.match_info["hash"])
+    except (OdfNodeError, ValueError) as e:
+        raise web.HTTPNotFound(text="bad object name\n") from e
+    repo = {"blocks": ds.blocks, "data": ds.data, "checkpoints": ds.checkpoints}[kind]
+    path = repo.path_of(h)
+    if not path.is_file():
+        raise web.HTTPNotFound(text="object not found\n")
+    return web.FileResponse(path, headers={"Content-Type": "application/octet-stream"})
+
+
+def make_app(repo: DatasetRepository) -> web.Application:
+    """The aiohttp application serving ``repo`` read-only."""
+    app = web.Application()
+    app[REPO_KEY] = repo
+    app.router.add_get("/{dataset}/refs/head", _head)
+    app.router.add_get(r"/{dataset}/{kind:blocks|data|checkpoints}/{hash:[A-Za-z0-9]+}", _object)
+    return app
+
+
+async def start_server(
+    repo: DatasetRepository, host: str = "127.0.0.1", port: int = 0
+) -> tuple[web.AppRunner, int]:
+    """Start serving; returns the runner (``await runner.cleanup()`` to stop) and the port."""
+    runner = web.AppRunner(make_app(repo), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    server = site._server
+    sockets = getattr(server, "sockets", None) or []
+    bound = sockets[0].getsockname()[1] if sockets else port
+    return runner, int(bound)
