@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # the test command always arranges one (see tests/netns.py for the guard).
 NETNS := unshare -rn bash -c
 
-.PHONY: setup run test lint typecheck unit bench bench-chain bench-hash bench-ingest clean
+.PHONY: setup run test lint typecheck unit bench bench-chain bench-hash bench-ingest bench-gossip p2p-vectors clean
 
 setup: $(STAMP)
 
@@ -48,6 +48,14 @@ bench-hash: setup
 
 bench-ingest: setup
 	$(BIN)/python tests/bench/bench_ingest.py
+
+# Starts 20 real libp2p node processes; isolates itself in a loopback-only namespace.
+bench-gossip: setup
+	$(BIN)/python tests/bench/bench_gossip.py
+
+# Regenerates the frozen p2p wire-format vectors (only when the format version changes).
+p2p-vectors: setup
+	$(BIN)/python -m p2p.vectors > schemas/p2p_vectors.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,842 @@
+"""The sans-IO gossip protocol core: events in, decisions out.
+
+:class:`ProtocolCore` holds all the rules that decide what to do with a gossip message and has no
+sockets, threads, event loops or clock reads. Every event carries the driver's current time
+(``now_ns``), randomness comes from an injected :class:`Rng`, and the result of each event is a
+list of :data:`Decision` values for the driver to carry out. The libp2p daemon and the
+discrete-event simulator drive the same object.
+
+Rules (``docs/p2p-wire-format.md`` §Processing rules):
+
+1. a peer with a score below the graylist threshold is ignored; every message costs the sender a
+   token from its token bucket (flooders are dropped *and* penalised);
+2. size cap, then de-duplication by content id in an expiring, bounded seen-cache (a known-bad
+   message is penalised again without re-checking it);
+3. strict decode, then the signature by the required signer (the dataset key for announcements,
+   so the DID always equals the signer);
+4. ``issued_at`` no further in the future than the skew bound; gossip older than
+   ``max_message_age_ns`` is ignored (anti-entropy replies are exempt: the sequence rules make
+   replays harmless there);
+5. announcements: epoch and sequence monotonic per DID; two owner-signed announcements with the same
+   DID, epoch and sequence and different heads produce an :class:`EquivocationProof`; a newer head
+   is forwarded at once but *accepted* only after the driver reports that its chain was fetched
+   and descends from the last accepted head of the same epoch (a higher epoch is an owner-signed
+   rewrite and needs no ancestry);
+6. peer scores decay exponentially towards zero.
+
+Gossip mapping for a libp2p validator: :class:`Forward` -> ACCEPT, :class:`Penalise` -> REJECT,
+otherwise IGNORE.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from coordinator.errors import SignatureError
+from coordinator.identity import DatasetId
+from coordinator.multiformats import Multihash
+from p2p.errors import InvalidEquivocationProof, WireDecodeError
+from p2p.wire import (
+    MAX_MESSAGE_SIZE,
+    EquivocationProof,
+    FetchLocations,
+    HeadAnnouncement,
+    SignedMessage,
+    WireMessage,
+    content_id,
+    decode_unverified,
+    verify_equivocation_proof,
+)
+
+NS_PER_S: Final = 1_000_000_000
+
+
+class Rng(Protocol):
+    """The randomness the core needs; :class:`random.Random` satisfies it."""
+
+    def random(self) -> float:
+        """A float in ``[0, 1)``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class CoreConfig:
+    """Tunables of the protocol core. Times are in nanoseconds, scores are unitless."""
+
+    max_message_size: int = MAX_MESSAGE_SIZE
+    max_clock_skew_ns: int = 30 * NS_PER_S
+    max_message_age_ns: int = 5 * 60 * NS_PER_S
+    seen_ttl_ns: int = 10 * 60 * NS_PER_S
+    seen_capacity: int = 65_536
+    rate_burst: float = 20.0
+    rate_per_s: float = 5.0
+    score_half_life_ns: int = 5 * 60 * NS_PER_S
+    score_cap: float = 50.0
+    graylist_threshold: float = -100.0
+    reward_first_delivery: float = 1.0
+    penalty_flood: float = 5.0
+    penalty_oversized: float = 50.0
+    penalty_malformed: float = 20.0
+    penalty_bad_signature: float = 50.0
+    penalty_future: float = 5.0
+    penalty_invalid_proof: float = 50.0
+    fetch_timeout_ns: int = 120 * NS_PER_S
+    anti_entropy_interval_ns: int = 60 * NS_PER_S
+    max_anti_entropy_entries: int = 256
+    history_per_dataset: int = 64
+    max_peers: int = 4096
+    max_known_proofs: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.seen_ttl_ns < self.max_message_age_ns + self.max_clock_skew_ns:
+            raise ValueError("seen_ttl_ns must cover max_message_age_ns + max_clock_skew_ns")
+        if self.rate_burst < 1 or self.rate_per_s <= 0 or self.seen_capacity < 1:
+            raise ValueError("rate_burst >= 1, rate_per_s > 0 and seen_capacity >= 1 required")
+
+
+# --------------------------------------------------------------------------------------------
+# Events
+
+
+@dataclass(frozen=True, slots=True)
+class MessageReceived:
+    """Gossip bytes ``data`` arrived from ``peer``."""
+
+    peer: str
+    data: bytes
+    now_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class AntiEntropyReceived:
+    """A peer answered an anti-entropy request with its latest signed heads (envelopes)."""
+
+    peer: str
+    envelopes: tuple[bytes, ...]
+    now_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchCompleted:
+    """The driver fetched the chain of ``head`` (every hash checked).
+
+    ``ancestry_ok`` is true when the chain is valid, its head has the announced sequence number
+    and, if the fetch had a ``base``, the chain descends from ``base``.
+    """
+
+    dataset: DatasetId
+    head: Multihash
+    ancestry_ok: bool
+    now_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchFailed:
+    """The driver could not fetch ``head`` (unreachable, timed out, hash mismatch...)."""
+
+    dataset: DatasetId
+    head: Multihash
+    reason: str
+    now_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class VerificationCompleted:
+    """Local verification of an accepted head finished; ``ok`` is the replay/integrity result."""
+
+    dataset: DatasetId
+    head: Multihash
+    ok: bool
+    now_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeerConnected:
+    """A connection to ``peer`` was established."""
+
+    peer: str
+    now_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeerDisconnected:
+    """The connection to ``peer`` was closed."""
+
+    peer: str
+    now_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """A timer tick (the driver sends one every second or so)."""
+
+    now_ns: int
+
+
+Event = (
+    MessageReceived
+    | AntiEntropyReceived
+    | FetchCompleted
+    | FetchFailed
+    | VerificationCompleted
+    | PeerConnected
+    | PeerDisconnected
+    | Tick
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Decisions
+
+
+@dataclass(frozen=True, slots=True)
+class Accept:
+    """``message`` (from ``peer``) passed every check; announcements still await a fetch."""
+
+    peer: str
+    message: WireMessage
+
+
+@dataclass(frozen=True, slots=True)
+class Ignore:
+    """Drop the message without blame. ``reason`` is a stable short identifier."""
+
+    peer: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Penalise:
+    """``peer`` misbehaved: lower its score by ``amount`` (already applied in the core)."""
+
+    peer: str
+    reason: str
+    amount: float
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Propagate ``envelope`` to other peers (never back to ``source``)."""
+
+    content_id: bytes
+    envelope: bytes
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFetch:
+    """Fetch the chain of ``head`` and report :class:`FetchCompleted` or :class:`FetchFailed`.
+
+    ``base`` is the last accepted head of the same epoch the chain must descend from (``None``
+    for a first head or an owner-signed epoch bump).
+    """
+
+    dataset: DatasetId
+    head: Multihash
+    sequence: int
+    epoch: int
+    base: Multihash | None
+    locations: FetchLocations
+
+
+@dataclass(frozen=True, slots=True)
+class AbandonFetch:
+    """Stop a fetch the core no longer waits for (it timed out)."""
+
+    dataset: DatasetId
+    head: Multihash
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeadAccepted:
+    """``announcement`` is now the accepted head of its dataset; persist and verify it."""
+
+    dataset: DatasetId
+    head: Multihash
+    sequence: int
+    epoch: int
+    announcement: SignedMessage
+
+
+@dataclass(frozen=True, slots=True)
+class RejectHead:
+    """An owner-signed head failed its ancestry check; the driver may publish a dispute."""
+
+    dataset: DatasetId
+    head: Multihash
+    reason: str
+    announcement: SignedMessage
+
+
+@dataclass(frozen=True, slots=True)
+class EmitEquivocationProof:
+    """Publish ``proof`` (the owner of ``dataset`` signed a fork) on the node-level topic."""
+
+    dataset: DatasetId
+    proof: EquivocationProof
+
+
+@dataclass(frozen=True, slots=True)
+class RequestAntiEntropy:
+    """Ask ``peer`` for its latest signed heads of ``datasets`` (``/odf/heads/1.0.0``)."""
+
+    peer: str
+    datasets: tuple[DatasetId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DisconnectPeer:
+    """``peer``'s score fell below the graylist threshold."""
+
+    peer: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class PublishAttestation:
+    """Sign and publish an attestation for a head this node verified."""
+
+    dataset: DatasetId
+    head: Multihash
+
+
+@dataclass(frozen=True, slots=True)
+class PublishDispute:
+    """Sign and publish a dispute (with the driver's evidence) for a head that failed."""
+
+    dataset: DatasetId
+    head: Multihash
+
+
+Decision = (
+    Accept
+    | Ignore
+    | Penalise
+    | Forward
+    | RequestFetch
+    | AbandonFetch
+    | HeadAccepted
+    | RejectHead
+    | EmitEquivocationProof
+    | RequestAntiEntropy
+    | DisconnectPeer
+    | PublishAttestation
+    | PublishDispute
+)
+
+
+# --------------------------------------------------------------------------------------------
+# State
+
+
+@dataclass(slots=True)
+class _Peer:
+    tokens: float
+    refilled_ns: int
+    score: float = 0.0
+    scored_ns: int = 0
+    connected: bool = False
+    graylisted: bool = False
+
+
+@dataclass(slots=True)
+class _Fetch:
+    announcement: SignedMessage
+    started_ns: int
+
+
+@dataclass(slots=True)
+class _Dataset:
+    accepted: SignedMessage | None = None
+    inflight: _Fetch | None = None
+    queued: SignedMessage | None = None
+    history: OrderedDict[tuple[int, int], SignedMessage] = field(default_factory=OrderedDict)
+    rejected: OrderedDict[bytes, None] = field(default_factory=OrderedDict)
+    proof: EquivocationProof | None = None
+    proved_slots: OrderedDict[tuple[int, int], None] = field(default_factory=OrderedDict)
+
+
+def _ann(sm: SignedMessage) -> HeadAnnouncement:
+    msg = sm.message
+    assert isinstance(msg, HeadAnnouncement)
+    return msg
+
+
+def _order(sm: SignedMessage) -> tuple[int, int]:
+    a = _ann(sm)
+    return (a.epoch, a.sequence)
+
+
+class SeenCache:
+    """Content ids seen recently, with expiry and a hard capacity (oldest evicted first).
+
+    Each entry remembers whether the message was bad (``reason``) so a re-sent bad message can
+    be penalised again without re-checking it.
+    """
+
+    def __init__(self, ttl_ns: int, capacity: int) -> None:
+        """Entries live ``ttl_ns``; at most ``capacity`` entries are kept."""
+        self._ttl = ttl_ns
+        self._cap = capacity
+        self._entries: OrderedDict[bytes, tuple[int, str | None]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, cid: bytes, now_ns: int) -> tuple[bool, str | None]:
+        """``(seen, bad_reason)`` for ``cid``."""
+        entry = self._entries.get(cid)
+        if entry is None or entry[0] <= now_ns:
+            return (False, None)
+        return (True, entry[1])
+
+    def add(self, cid: bytes, now_ns: int, bad_reason: str | None = None) -> None:
+        """Remember ``cid`` until ``now_ns + ttl``."""
+        self._entries.pop(cid, None)
+        self._entries[cid] = (now_ns + self._ttl, bad_reason)
+        while len(self._entries) > self._cap:
+            self._entries.popitem(last=False)
+
+    def expire(self, now_ns: int) -> None:
+        """Drop expired entries (insertion order is expiry order for a monotonic clock)."""
+        while self._entries:
+            cid, (expiry, _) = next(iter(self._entries.items()))
+            if expiry > now_ns:
+                break
+            del self._entries[cid]
+
+
+class ProtocolCore:
+    """The gossip rules as a pure state machine; see the module docstring.
+
+    Args:
+        config: tunables.
+        rng: injected randomness (anti-entropy peer choice and jitter).
+        subscriptions: datasets whose announcements this node follows.
+    """
+
+    def __init__(
+        self, config: CoreConfig, rng: Rng, subscriptions: Iterable[DatasetId] = ()
+    ) -> None:
+        self.config = config
+        self._rng = rng
+        self._seen = SeenCache(config.seen_ttl_ns, config.seen_capacity)
+        self._peers: OrderedDict[str, _Peer] = OrderedDict()
+        self._datasets: dict[DatasetId, _Dataset] = {}
+        self._known_proofs: OrderedDict[bytes, None] = OrderedDict()
+        self._next_anti_entropy_ns: int | None = None
+        for did in subscriptions:
+            self.subscribe(did)
+
+    # ---- public queries and state management
+
+    def subscribe(self, did: DatasetId) -> None:
+        """Follow ``did`` (idempotent)."""
+        self._datasets.setdefault(did, _Dataset())
+
+    def unsubscribe(self, did: DatasetId) -> None:
+        """Stop following ``did`` and forget its state."""
+        self._datasets.pop(did, None)
+
+    def subscriptions(self) -> tuple[DatasetId, ...]:
+        """The followed datasets."""
+        return tuple(self._datasets)
+
+    def accepted(self, did: DatasetId) -> SignedMessage | None:
+        """The announcement of the accepted head of ``did``, if any."""
+        st = self._datasets.get(did)
+        return st.accepted if st else None
+
+    def equivocation_proof(self, did: DatasetId) -> EquivocationProof | None:
+        """The first equivocation proof known against ``did``, if any."""
+        st = self._datasets.get(did)
+        return st.proof if st else None
+
+    def restore_accepted(self, envelope: bytes) -> None:
+        """Reinstall a persisted accepted announcement after a restart (signature re-checked).
+
+        Raises:
+            WireDecodeError, SignatureError: the envelope is not a valid announcement.
+        """
+        sm = decode_unverified(envelope)
+        if not isinstance(sm, SignedMessage) or not isinstance(sm.message, HeadAnnouncement):
+            raise WireDecodeError("unexpected-kind", "not a head announcement")
+        sm.verify()
+        st = self._datasets.setdefault(sm.message.dataset, _Dataset())
+        st.accepted = sm
+        self._remember(st, sm)
+
+    def latest_heads(self, datasets: Iterable[DatasetId] | None = None) -> list[bytes]:
+        """Envelopes of accepted heads, to answer an anti-entropy request."""
+        dids = self._datasets if datasets is None else datasets
+        out: list[bytes] = []
+        for did in dids:
+            st = self._datasets.get(did)
+            if st is not None and st.accepted is not None:
+                out.append(st.accepted.envelope)
+            if len(out) >= self.config.max_anti_entropy_entries:
+                break
+        return out
+
+    def peer_score(self, peer: str, now_ns: int) -> float:
+        """``peer``'s current (decayed) score; 0 for an unknown peer."""
+        p = self._peers.get(peer)
+        if p is None:
+            return 0.0
+        self._decay(p, now_ns)
+        return p.score
+
+    def seen_count(self) -> int:
+        """Entries in the seen-cache (for metrics and memory tests)."""
+        return len(self._seen)
+
+    def peer_count(self) -> int:
+        """Peers with state (bounded by ``max_peers``)."""
+        return len(self._peers)
+
+    # ---- event dispatch
+
+    def handle(self, event: Event) -> list[Decision]:
+        """Apply one event and return the decisions for the driver, in order."""
+        out: list[Decision] = []
+        match event:
+            case MessageReceived():
+                self._on_message(event.peer, event.data, event.now_ns, out, via_ae=False)
+            case AntiEntropyReceived():
+                for data in event.envelopes[: self.config.max_anti_entropy_entries]:
+                    self._on_message(event.peer, data, event.now_ns, out, via_ae=True)
+            case FetchCompleted():
+                self._on_fetch_done(event, out)
+            case FetchFailed():
+                self._on_fetch_failed(event.dataset, event.head, event.now_ns, out)
+            case VerificationCompleted():
+                st = self._datasets.get(event.dataset)
+                if (
+                    st is not None
+                    and st.accepted is not None
+                    and _ann(st.accepted).head == (event.head)
+                ):
+                    if event.ok:
+                        out.append(PublishAttestation(event.dataset, event.head))
+                    else:
+                        out.append(PublishDispute(event.dataset, event.head))
+            case PeerConnected():
+                p = self._peer(event.peer, event.now_ns)
+                p.connected = True
+                if self._datasets and not p.graylisted:
+                    out.append(RequestAntiEntropy(event.peer, tuple(self._datasets)))
+            case PeerDisconnected():
+                p = self._peer(event.peer, event.now_ns)
+                p.connected = False
+            case Tick():
+                self._on_tick(event.now_ns, out)
+        return out
+
+    # ---- peers
+
+    def _peer(self, peer: str, now_ns: int) -> _Peer:
+        p = self._peers.get(peer)
+        if p is None:
+            p = _Peer(tokens=self.config.rate_burst, refilled_ns=now_ns, scored_ns=now_ns)
+            self._peers[peer] = p
+            self._evict_peers()
+        else:
+            self._peers.move_to_end(peer)
+        return p
+
+    def _evict_peers(self) -> None:
+        while len(self._peers) > self.config.max_peers:
+            victim = next((k for k, v in self._peers.items() if not v.connected), None)
+            if victim is None:
+                victim = next(iter(self._peers))
+            del self._peers[victim]
+
+    def _decay(self, p: _Peer, now_ns: int) -> None:
+        dt = now_ns - p.scored_ns
+        if dt > 0:
+            p.score *= math.pow(0.5, dt / self.config.score_half_life_ns)
+            p.scored_ns = now_ns
+        if p.graylisted and p.score >= self.config.graylist_threshold / 2:
+            p.graylisted = False
+
+    def _take_token(self, p: _Peer, now_ns: int) -> bool:
+        cfg = self.config
+        dt = max(0, now_ns - p.refilled_ns)
+        p.tokens = min(cfg.rate_burst, p.tokens + dt * cfg.rate_per_s / NS_PER_S)
+        p.refilled_ns = max(p.refilled_ns, now_ns)
+        if p.tokens >= 1.0:
+            p.tokens -= 1.0
+            return True
+        return False
+
+    def _penalise(
+        self, peer: str, p: _Peer, reason: str, amount: float, now_ns: int, out: list[Decision]
+    ) -> None:
+        self._decay(p, now_ns)
+        p.score -= amount
+        out.append(Penalise(peer, reason, amount))
+        out.append(Ignore(peer, reason))
+        if not p.graylisted and p.score < self.config.graylist_threshold:
+            p.graylisted = True
+            out.append(DisconnectPeer(peer, p.score))
+
+    def _reward(self, p: _Peer, now_ns: int) -> None:
+        self._decay(p, now_ns)
+        p.score = min(self.config.score_cap, p.score + self.config.reward_first_delivery)
+
+    # ---- messages
+
+    def _on_message(
+        self, peer: str, data: bytes, now_ns: int, out: list[Decision], *, via_ae: bool
+    ) -> None:
+        cfg = self.config
+        p = self._peer(peer, now_ns)
+        self._decay(p, now_ns)
+        if p.graylisted:
+            out.append(Ignore(peer, "graylisted"))
+            return
+        if not via_ae and not self._take_token(p, now_ns):
+            self._penalise(peer, p, "rate-limited", cfg.penalty_flood, now_ns, out)
+            return
+        if len(data) > cfg.max_message_size:
+            self._penalise(peer, p, "oversized", cfg.penalty_oversized, now_ns, out)
+            return
+        cid = content_id(data)
+        seen, bad = self._seen.get(cid, now_ns)
+        if seen:
+            if bad is None:
+                out.append(Ignore(peer, "duplicate"))
+            else:
+                self._penalise(peer, p, bad, self._penalty_for(bad), now_ns, out)
+            return
+        try:
+            msg = decode_unverified(data)
+        except WireDecodeError as e:
+            reason = "oversized" if e.reason == "oversized" else f"malformed:{e.reason}"
+            self._seen.add(cid, now_ns, reason)
+            self._penalise(peer, p, reason, self._penalty_for(reason), now_ns, out)
+            return
+        if isinstance(msg, EquivocationProof):
+            self._on_proof(peer, p, msg, now_ns, out, via_ae=via_ae)
+            return
+        try:
+            msg.verify()
+        except SignatureError:
+            self._seen.add(cid, now_ns, "bad-signature")
+            self._penalise(peer, p, "bad-signature", cfg.penalty_bad_signature, now_ns, out)
+            return
+        issued = msg.message.issued_at_ns
+        if issued > now_ns + cfg.max_clock_skew_ns:
+            # Not remembered: the same bytes may become acceptable once the clocks agree.
+            self._penalise(peer, p, "future-timestamp", cfg.penalty_future, now_ns, out)
+            return
+        self._seen.add(cid, now_ns)
+        if not via_ae and issued < now_ns - cfg.max_message_age_ns:
+            out.append(Ignore(peer, "expired"))
+            return
+        if isinstance(msg.message, HeadAnnouncement):
+            self._on_announcement(peer, p, msg, now_ns, out, via_ae=via_ae)
+        else:
+            self._reward(p, now_ns)
+            out.append(Accept(peer, msg))
+            if not via_ae:
+                out.append(Forward(msg.content_id, msg.envelope, peer))
+
+    def _penalty_for(self, reason: str) -> float:
+        cfg = self.config
+        if reason == "bad-signature":
+            return cfg.penalty_bad_signature
+        if reason == "invalid-proof":
+            return cfg.penalty_invalid_proof
+        if reason == "oversized":
+            return cfg.penalty_oversized
+        return cfg.penalty_malformed
+
+    def _on_proof(
+        self,
+        peer: str,
+        p: _Peer,
+        proof: EquivocationProof,
+        now_ns: int,
+        out: list[Decision],
+        *,
+        via_ae: bool,
+    ) -> None:
+        try:
+            did = verify_equivocation_proof(proof)
+        except InvalidEquivocationProof:
+            self._seen.add(proof.content_id, now_ns, "invalid-proof")
+            self._penalise(peer, p, "invalid-proof", self.config.penalty_invalid_proof, now_ns, out)
+            return
+        self._seen.add(proof.content_id, now_ns)
+        if proof.content_id in self._known_proofs:
+            out.append(Ignore(peer, "duplicate"))
+            return
+        self._known_proofs[proof.content_id] = None
+        while len(self._known_proofs) > self.config.max_known_proofs:
+            self._known_proofs.popitem(last=False)
+        st = self._datasets.get(did)
+        if st is not None:
+            st.proved_slots[_order(proof.first)] = None
+            if st.proof is None:
+                st.proof = proof
+        self._reward(p, now_ns)
+        out.append(Accept(peer, proof))
+        if not via_ae:
+            out.append(Forward(proof.content_id, proof.envelope, peer))
+
+    def _remember(self, st: _Dataset, sm: SignedMessage) -> None:
+        key = _order(sm)
+        st.history.setdefault(key, sm)
+        st.history.move_to_end(key)
+        while len(st.history) > self.config.history_per_dataset:
+            st.history.popitem(last=False)
+
+    def _equivocation(
+        self, did: DatasetId, st: _Dataset, a: SignedMessage, b: SignedMessage, out: list[Decision]
+    ) -> None:
+        slot = _order(a)
+        if slot in st.proved_slots:
+            return  # one proof per (epoch, sequence) is enough; re-signed copies add nothing
+        st.proved_slots[slot] = None
+        while len(st.proved_slots) > self.config.history_per_dataset:
+            st.proved_slots.popitem(last=False)
+        proof = EquivocationProof.make(a, b)
+        if proof.content_id in self._known_proofs:
+            return
+        self._known_proofs[proof.content_id] = None
+        if st.proof is None:
+            st.proof = proof
+        out.append(EmitEquivocationProof(did, proof))
+
+    def _on_announcement(
+        self,
+        peer: str,
+        p: _Peer,
+        sm: SignedMessage,
+        now_ns: int,
+        out: list[Decision],
+        *,
+        via_ae: bool,
+    ) -> None:
+        a = _ann(sm)
+        st = self._datasets.get(a.dataset)
+        if st is None:
+            out.append(Ignore(peer, "not-subscribed"))
+            return
+        key = (a.epoch, a.sequence)
+        prior = st.history.get(key)
+        if prior is not None and _ann(prior).head != a.head:
+            self._equivocation(a.dataset, st, prior, sm, out)
+            out.append(Ignore(peer, "equivocation"))
+            return
+        if a.head.digest in st.rejected:
+            out.append(Ignore(peer, "rejected-head"))
+            return
+        if st.accepted is not None:
+            acc = _ann(st.accepted)
+            if a.epoch < acc.epoch:
+                out.append(Ignore(peer, "stale-epoch"))
+                return
+            if a.epoch == acc.epoch and a.sequence < acc.sequence:
+                out.append(Ignore(peer, "stale-sequence"))
+                return
+            if a.epoch == acc.epoch and a.sequence == acc.sequence:
+                # Same slot, same head (the different-head case was caught as a fork above).
+                out.append(Ignore(peer, "already-accepted"))
+                return
+        if prior is not None:
+            # A re-announcement (new nonce) of a head we already know: retry only if idle.
+            if st.inflight is None and st.queued is None:
+                self._start_fetch(st, prior, now_ns, out)
+            else:
+                out.append(Ignore(peer, "already-pending"))
+            return
+        self._remember(st, sm)
+        self._reward(p, now_ns)
+        out.append(Accept(peer, sm))
+        if not via_ae:
+            out.append(Forward(sm.content_id, sm.envelope, peer))
+        if st.inflight is None:
+            self._start_fetch(st, sm, now_ns, out)
+        elif _order(sm) > _order(st.inflight.announcement) and (
+            st.queued is None or _order(sm) > _order(st.queued)
+        ):
+            st.queued = sm
+
+    # ---- fetching
+
+    def _start_fetch(
+        self, st: _Dataset, sm: SignedMessage, now_ns: int, out: list[Decision]
+    ) -> None:
+        a = _ann(sm)
+        base: Multihash | None = None
+        if st.accepted is not None and _ann(st.accepted).epoch == a.epoch:
+            base = _ann(st.accepted).head
+        st.inflight = _Fetch(sm, now_ns)
+        out.append(RequestFetch(a.dataset, a.head, a.sequence, a.epoch, base, a.locations))
+
+    def _start_next(self, st: _Dataset, now_ns: int, out: list[Decision]) -> None:
+        nxt, st.queued = st.queued, None
+        if nxt is None:
+            return
+        if st.accepted is not None and _order(nxt) <= _order(st.accepted):
+            return
+        self._start_fetch(st, nxt, now_ns, out)
+
+    def _on_fetch_done(self, ev: FetchCompleted, out: list[Decision]) -> None:
+        st = self._datasets.get(ev.dataset)
+        if st is None or st.inflight is None or _ann(st.inflight.announcement).head != ev.head:
+            out.append(Ignore("", "unexpected-fetch"))
+            return
+        sm = st.inflight.announcement
+        st.inflight = None
+        a = _ann(sm)
+        if ev.ancestry_ok:
+            st.accepted = sm
+            out.append(HeadAccepted(a.dataset, a.head, a.sequence, a.epoch, sm))
+        else:
+            st.rejected[a.head.digest] = None
+            while len(st.rejected) > self.config.history_per_dataset:
+                st.rejected.popitem(last=False)
+            out.append(RejectHead(a.dataset, a.head, "not-descendant", sm))
+        self._start_next(st, ev.now_ns, out)
+
+    def _on_fetch_failed(
+        self, did: DatasetId, head: Multihash, now_ns: int, out: list[Decision]
+    ) -> None:
+        st = self._datasets.get(did)
+        if st is None or st.inflight is None or _ann(st.inflight.announcement).head != head:
+            out.append(Ignore("", "unexpected-fetch"))
+            return
+        st.inflight = None
+        self._start_next(st, now_ns, out)
+
+    # ---- timers
+
+    def _on_tick(self, now_ns: int, out: list[Decision]) -> None:
+        cfg = self.config
+        self._seen.expire(now_ns)
+        for st in self._datasets.values():
+            f = st.inflight
+            if f is not None and now_ns - f.started_ns >= cfg.fetch_timeout_ns:
+                a = _ann(f.announcement)
+                st.inflight = None
+                out.append(AbandonFetch(a.dataset, a.head, "timeout"))
+                self._start_next(st, now_ns, out)
+        if self._next_anti_entropy_ns is None:
+            self._next_anti_entropy_ns = now_ns + self._jitter()
+        elif now_ns >= self._next_anti_entropy_ns:
+            self._next_anti_entropy_ns = now_ns + self._jitter()
+            peers = [k for k, v in self._peers.items() if v.connected and not v.graylisted]
+            if peers and self._datasets:
+                peer = peers[min(len(peers) - 1, int(self._rng.random() * len(peers)))]
+                out.append(RequestAntiEntropy(peer, tuple(self._datasets)))
+
+    def _jitter(self) -> int:
+        return int(self.config.anti_entropy_interval_ns * (0.5 + self._rng.random()))

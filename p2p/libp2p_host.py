@@ -1,0 +1,392 @@
+"""A :class:`GossipTransport` over py-libp2p 0.8.1, run in its own trio thread.
+
+py-libp2p is trio-only, so the host runs ``trio.run`` in a dedicated thread and talks to the
+asyncio side through two thread-safe primitives (``TrioToken.run_sync_soon`` one way,
+``loop.call_soon_threadsafe`` the other), as measured in ``reference/libp2p.md`` §2.
+
+Network safety: :meth:`Libp2pTransport.start` refuses to run when any interface other than ``lo``
+exists, and listen/dial addresses must be ``/ip4/127.x.x.x``; mDNS, UPnP, AutoTLS, QUIC and
+bootstrap are off. Gossipsub is tuned as §9 recommends: heartbeat 1 s, ``degree_high`` 64, the
+library spam limiter and eclipse protection (all loopback peers share one IP) off in favour of the
+core's own rate limits, ``seen_ttl`` 600 s, content-addressed message ids, seqno counter seeded
+from the wall clock, and a message size cap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import struct
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from p2p.netguard import assert_loopback_multiaddr, assert_loopback_only
+from p2p.transport import (
+    GossipMessage,
+    RequestHandler,
+    TransportError,
+    ValidationResult,
+    Validator,
+)
+from p2p.wire import MAX_MESSAGE_SIZE
+
+T = TypeVar("T")
+_LEN = struct.Struct(">I")
+MAX_REQUEST_SIZE = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Libp2pConfig:
+    """Host settings. ``node_seed`` is the node's 32-byte ed25519 private seed."""
+
+    node_seed: bytes
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 0
+    bootstrap: tuple[str, ...] = ()
+    heartbeat_interval_s: int = 1
+    degree: int = 6
+    degree_low: int = 4
+    degree_high: int = 64
+    seen_ttl_s: int = 600
+
+
+def _content_msg_id(msg: Any) -> bytes:
+    return hashlib.sha3_256(bytes(msg.data)).digest()
+
+
+async def _read_frame(stream: Any, limit: int) -> bytes:
+    header = await _read_exact(stream, _LEN.size)
+    (n,) = _LEN.unpack(header)
+    if n > limit:
+        raise TransportError(f"frame of {n} bytes exceeds {limit}")
+    return await _read_exact(stream, int(n))
+
+
+async def _read_exact(stream: Any, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = await stream.read(n - len(buf))
+        if not chunk:
+            raise TransportError("stream closed early")
+        buf += chunk
+    return bytes(buf)
+
+
+class Libp2pTransport:
+    """py-libp2p host + gossipsub behind :class:`p2p.transport.GossipTransport`."""
+
+    def __init__(self, config: Libp2pConfig) -> None:
+        """Prepare (nothing runs until :meth:`start`)."""
+        self.config = config
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._token: Any = None
+        self._nursery: Any = None
+        self._stop_event: Any = None
+        self._host: Any = None
+        self._pubsub: Any = None
+        self._peer_id = ""
+        self._addrs: list[str] = []
+        self._validators: dict[str, Validator] = {}
+        self._handlers: dict[str, RequestHandler] = {}
+        self._queues: dict[str, asyncio.Queue[GossipMessage]] = {}
+        self._error: BaseException | None = None
+
+    # ---- lifecycle
+
+    async def start(self) -> None:
+        """Start the trio thread and the host; returns once it listens.
+
+        Raises:
+            NetworkNotIsolated: a non-loopback interface exists or an address is not loopback.
+        """
+        assert_loopback_only()
+        assert_loopback_multiaddr(f"/ip4/{self.config.listen_host}/tcp/{self.config.listen_port}")
+        for addr in self.config.bootstrap:
+            assert_loopback_multiaddr(addr)
+        self._loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = self._loop.create_future()
+        self._thread = threading.Thread(
+            target=self._thread_main, args=(ready,), name="libp2p-trio", daemon=True
+        )
+        self._thread.start()
+        await ready
+        for addr in self.config.bootstrap:
+            with contextlib.suppress(TransportError):
+                await self.connect(addr)
+
+    def _thread_main(self, ready: asyncio.Future[None]) -> None:
+        import trio
+
+        try:
+            trio.run(self._trio_main, ready)
+        except BaseException as e:
+            self._error = e
+            loop = self._loop
+            assert loop is not None
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_set_exception, ready, e)
+
+    async def _trio_main(self, ready: asyncio.Future[None]) -> None:
+        import multiaddr
+        import trio
+        from libp2p import new_host
+        from libp2p.crypto.ed25519 import create_new_key_pair
+        from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
+        from libp2p.pubsub.pubsub import Pubsub
+        from libp2p.tools.anyio_service import background_trio_service
+
+        cfg = self.config
+        host = new_host(
+            key_pair=create_new_key_pair(cfg.node_seed),
+            listen_addrs=[multiaddr.Multiaddr(f"/ip4/{cfg.listen_host}/tcp/{cfg.listen_port}")],
+            enable_mDNS=False,
+            enable_upnp=False,
+            enable_autotls=False,
+            enable_quic=False,
+            bootstrap=None,
+        )
+        gossipsub = GossipSub(
+            [PROTOCOL_ID_V12, PROTOCOL_ID_V11, PROTOCOL_ID],
+            degree=cfg.degree,
+            degree_low=cfg.degree_low,
+            degree_high=cfg.degree_high,
+            heartbeat_interval=cfg.heartbeat_interval_s,
+            spam_protection_enabled=False,
+            eclipse_protection_enabled=False,
+        )
+        pubsub = Pubsub(
+            host,
+            gossipsub,
+            seen_ttl=cfg.seen_ttl_s,
+            strict_signing=True,
+            msg_id_constructor=_content_msg_id,
+        )
+        pubsub.counter = time.time_ns()  # seqnos stay fresh across restarts (reference §4)
+        listen = [multiaddr.Multiaddr(f"/ip4/{cfg.listen_host}/tcp/{cfg.listen_port}")]
+        self._token = trio.lowlevel.current_trio_token()
+        self._stop_event = trio.Event()
+        async with (
+            host.run(listen_addrs=listen),
+            background_trio_service(pubsub),
+            background_trio_service(gossipsub),
+            trio.open_nursery() as nursery,
+        ):
+            await pubsub.wait_until_ready()
+            self._host, self._pubsub, self._nursery = host, pubsub, nursery
+            self._peer_id = host.get_id().to_string()
+            self._addrs = [str(a) for a in host.get_addrs()]
+            for proto in self._handlers:
+                self._install_handler(proto)
+            loop = self._loop
+            assert loop is not None
+            loop.call_soon_threadsafe(_set_result, ready, None)
+            await self._stop_event.wait()
+            nursery.cancel_scope.cancel()
+
+    async def stop(self) -> None:
+        """Stop the host and join the thread."""
+        if self._token is not None and self._stop_event is not None:
+            with contextlib.suppress(Exception):
+                self._token.run_sync_soon(self._stop_event.set)
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 10)
+        self._thread = None
+
+    # ---- bridge
+
+    def _run_in_trio(self, afn: Callable[[], Awaitable[T]]) -> asyncio.Future[T]:
+        loop = self._loop
+        if loop is None or self._token is None:
+            raise TransportError("transport not started")
+        fut: asyncio.Future[T] = loop.create_future()
+
+        async def runner() -> None:
+            try:
+                result = await afn()
+            except BaseException as e:
+                loop.call_soon_threadsafe(_set_exception, fut, e)
+            else:
+                loop.call_soon_threadsafe(_set_result, fut, result)
+
+        self._token.run_sync_soon(self._nursery.start_soon, runner)
+        return fut
+
+    async def _await_asyncio(self, coro: Coroutine[Any, Any, T]) -> T:
+        import trio
+
+        loop = self._loop
+        assert loop is not None
+        cf = asyncio.run_coroutine_threadsafe(coro, loop)
+        done = trio.Event()
+        token = self._token
+        cf.add_done_callback(lambda _: token.run_sync_soon(done.set))
+        await done.wait()
+        return cf.result()
+
+    # ---- GossipTransport
+
+    @property
+    def peer_id(self) -> str:
+        """The libp2p peer id (``12D3KooW…``) derived from the node key."""
+        return self._peer_id
+
+    def listen_addrs(self) -> list[str]:
+        """Full listen multiaddrs (with ``/p2p/<id>``)."""
+        return [a if "/p2p/" in a else f"{a}/p2p/{self._peer_id}" for a in self._addrs]
+
+    async def connect(self, addr: str) -> str:
+        """Dial a loopback ``/ip4/127.0.0.1/tcp/N/p2p/ID`` multiaddr; returns the peer id."""
+        assert_loopback_multiaddr(addr)
+        import multiaddr
+        from libp2p.peer.peerinfo import info_from_p2p_addr
+
+        info = info_from_p2p_addr(multiaddr.Multiaddr(addr))
+
+        async def dial() -> None:
+            await self._host.connect(info)
+
+        try:
+            await self._run_in_trio(dial)
+        except Exception as e:
+            raise TransportError(f"cannot connect to {addr}: {e}") from e
+        return str(info.peer_id.to_string())
+
+    async def publish(self, topic: str, data: bytes) -> None:
+        """Publish on ``topic`` (size-capped)."""
+        if len(data) > MAX_MESSAGE_SIZE:
+            raise TransportError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE_SIZE}")
+
+        async def pub() -> None:
+            await self._pubsub.publish(topic, data)
+
+        await self._run_in_trio(pub)
+
+    def subscribe(self, topic: str) -> AsyncIterator[GossipMessage]:
+        """Join ``topic``; messages are pumped from trio into an asyncio queue."""
+        queue = self._queues.setdefault(topic, asyncio.Queue(10_000))
+        loop = self._loop
+        assert loop is not None
+
+        async def sub() -> None:
+            subscription = await self._pubsub.subscribe(topic)
+
+            async def pump() -> None:
+                while True:
+                    m = await subscription.get()
+                    source = _peer_str(m.from_id)
+                    gm = GossipMessage(topic, bytes(m.data), source)
+                    loop.call_soon_threadsafe(queue.put_nowait, gm)
+
+            self._nursery.start_soon(pump)
+
+        joined = self._run_in_trio(sub)
+
+        async def iterate() -> AsyncIterator[GossipMessage]:
+            await joined
+            while True:
+                yield await queue.get()
+
+        return iterate()
+
+    def set_validator(self, topic: str, validator: Validator) -> None:
+        """Install an async validator (run on the asyncio loop) for ``topic``."""
+        self._validators[topic] = validator
+
+        async def trio_validator(forwarder: Any, msg: Any) -> bool:
+            data = bytes(msg.data)
+            if len(data) > MAX_MESSAGE_SIZE:
+                return False
+            if forwarder == self._host.get_id():
+                return True  # our own publish: the interface applies validators to others only
+            verdict = await self._await_asyncio(_call(validator, forwarder.to_string(), data))
+            return verdict is ValidationResult.ACCEPT
+
+        def install() -> None:
+            self._pubsub.set_topic_validator(topic, trio_validator, True)
+
+        if self._token is None:
+            raise TransportError("transport not started")
+        self._token.run_sync_soon(install)
+
+    def set_request_handler(self, protocol: str, handler: RequestHandler) -> None:
+        """Serve ``protocol`` (length-prefixed request, length-prefixed response)."""
+        self._handlers[protocol] = handler
+        if self._token is not None:
+            self._token.run_sync_soon(self._install_handler, protocol)
+
+    def _install_handler(self, protocol: str) -> None:
+        from libp2p.custom_types import TProtocol
+
+        handler = self._handlers[protocol]
+
+        async def serve(stream: Any) -> None:
+            try:
+                request = await _read_frame(stream, MAX_REQUEST_SIZE)
+                peer = stream.muxed_conn.peer_id.to_string()
+                response = await self._await_asyncio(_call(handler, peer, request))
+                await stream.write(_LEN.pack(len(response)) + response)
+            except Exception:
+                with contextlib.suppress(Exception):
+                    await stream.reset()
+                return
+            with contextlib.suppress(Exception):
+                await stream.close()
+
+        self._host.set_stream_handler(TProtocol(protocol), serve)
+
+    async def request(self, peer: str, protocol: str, data: bytes, timeout_s: float) -> bytes:
+        """One request/response exchange on a fresh stream."""
+        import trio
+        from libp2p.custom_types import TProtocol
+        from libp2p.peer.id import ID
+
+        async def exchange() -> bytes:
+            with trio.fail_after(timeout_s):
+                stream = await self._host.new_stream(ID.from_base58(peer), [TProtocol(protocol)])
+                try:
+                    await stream.write(_LEN.pack(len(data)) + data)
+                    return await _read_frame(stream, MAX_REQUEST_SIZE)
+                finally:
+                    with contextlib.suppress(Exception):
+                        await stream.close()
+
+        try:
+            return await self._run_in_trio(exchange)
+        except TransportError:
+            raise
+        except Exception as e:
+            raise TransportError(f"request to {peer} on {protocol} failed: {e!r}") from e
+
+    def connected_peers(self) -> list[str]:
+        """Peers with an open connection (read from the asyncio thread; a snapshot)."""
+        if self._host is None:
+            return []
+        return sorted(p.to_string() for p in self._host.get_connected_peers())
+
+
+async def _call(fn: Callable[[str, bytes], Awaitable[T]], peer: str, data: bytes) -> T:
+    return await fn(peer, data)
+
+
+def _peer_str(raw: bytes) -> str:
+    from libp2p.peer.id import ID
+
+    try:
+        return str(ID(raw).to_string())
+    except Exception:
+        return raw.hex()
+
+
+def _set_result(fut: asyncio.Future[Any], value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _set_exception(fut: asyncio.Future[Any], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)

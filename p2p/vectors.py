@@ -1,0 +1,213 @@
+"""Deterministic test vectors of the gossip wire format (frozen in ``schemas/p2p_vectors.json``).
+
+Run ``python -m p2p.vectors`` to print the JSON; the golden test compares the stored file with
+this output byte for byte and checks every vector against the decoder. Changing the output of this
+module is a wire-format change: bump ``WIRE_VERSION`` instead.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from coordinator.identity import PrivateKey, generate_private_key
+from coordinator.multiformats import Multicodec, Multihash
+from p2p.wire import (
+    DOMAINS,
+    Attestation,
+    Checks,
+    Dispute,
+    DisputeKind,
+    EquivocationProof,
+    Evidence,
+    FetchLocations,
+    HeadAnnouncement,
+    MessageKind,
+    SignedMessage,
+    Verdict,
+    sign_message,
+)
+
+DATASET_SEED = b"\x01" * 32
+NODE_SEED = b"\x02" * 32
+OTHER_SEED = b"\x03" * 32
+ISSUED_AT_NS = 1_763_700_000_000_000_000
+
+
+def keys() -> tuple[PrivateKey, PrivateKey, PrivateKey]:
+    """``(dataset key, node key, unrelated key)`` from fixed seeds."""
+    return (
+        generate_private_key(DATASET_SEED),
+        generate_private_key(NODE_SEED),
+        generate_private_key(OTHER_SEED),
+    )
+
+
+def _h(label: str) -> Multihash:
+    return Multihash.sha3_256(label.encode())
+
+
+def announcement(
+    seq: int = 7, head: str = "head-7", epoch: int = 0, prev: str | None = "head-6"
+) -> HeadAnnouncement:
+    """A deterministic announcement by the dataset key."""
+    ds, _, _ = keys()
+    return HeadAnnouncement(
+        dataset=ds.dataset_id(),
+        head=_h(head),
+        sequence=seq,
+        prev_head=_h(prev) if prev is not None else None,
+        epoch=epoch,
+        locations=FetchLocations(
+            ipfs_cids=("bafybeigdyrzt5sfp7udm7hu76uh7y26nf3efuylqabf3oclgtqy55fbzdi",),
+            http_urls=("https://example.org/odf/ds", "http://127.0.0.1:8080/ds"),
+        ),
+        issued_at_ns=ISSUED_AT_NS,
+        nonce=bytes(range(16)),
+    )
+
+
+def attestation() -> Attestation:
+    """A deterministic attestation by the node key."""
+    ds, node, _ = keys()
+    return Attestation(
+        node=node.dataset_id(),
+        dataset=ds.dataset_id(),
+        head=_h("head-7"),
+        verdict=Verdict.VERIFIED,
+        engine_name="spark",
+        engine_version="3.5.0",
+        checks=Checks.METADATA_INTEGRITY | Checks.DATA_INTEGRITY | Checks.REPLAY,
+        locations=FetchLocations(http_urls=("https://node.example.org/ds",)),
+        issued_at_ns=ISSUED_AT_NS + 1,
+        nonce=bytes([0xA5]) * 16,
+    )
+
+
+def dispute() -> Dispute:
+    """A deterministic dispute by the node key."""
+    ds, node, _ = keys()
+    return Dispute(
+        node=node.dataset_id(),
+        dataset=ds.dataset_id(),
+        block=_h("head-7"),
+        kind=DisputeKind.REPLAY_MISMATCH,
+        expected=Evidence(
+            logical_hash=Multihash(Multicodec.ARROW0_SHA3_256, b"\x11" * 32),
+            offsets=(0, 99),
+            watermark_ns=1_700_000_000_000_000_000,
+        ),
+        computed=Evidence(
+            logical_hash=Multihash(Multicodec.ARROW0_SHA3_256, b"\x22" * 32),
+            offsets=(0, 98),
+            watermark_ns=-1,
+        ),
+        detail="slice 3: logical hash differs",
+        issued_at_ns=ISSUED_AT_NS + 2,
+        nonce=bytes([0x5A]) * 16,
+    )
+
+
+def _forge(msg: HeadAnnouncement, domain_kind: MessageKind) -> bytes:
+    """Sign ``msg`` with the dataset key but under another kind's domain string."""
+    ds, _, _ = keys()
+    good = sign_message(msg, ds)
+    unsigned = good.envelope[:-64]
+    return unsigned + ds.sign(DOMAINS[domain_kind] + unsigned)
+
+
+def build() -> dict[str, Any]:
+    """All vectors as a JSON-ready dict (hex strings)."""
+    ds, node, other = keys()
+    ann = sign_message(announcement(), ds)
+    ann_min = sign_message(
+        HeadAnnouncement(
+            dataset=ds.dataset_id(),
+            head=_h("head-0"),
+            sequence=0,
+            prev_head=None,
+            epoch=0,
+            locations=FetchLocations(),
+            issued_at_ns=0,
+            nonce=b"\x00" * 16,
+        ),
+        ds,
+    )
+    fork = sign_message(announcement(head="head-7-fork"), ds)
+    att = sign_message(attestation(), node)
+    dis = sign_message(dispute(), node)
+    proof = EquivocationProof.make(ann, fork)
+    same_head = sign_message(
+        HeadAnnouncement(**{**_fields(announcement()), "nonce": b"\xff" * 16}), ds
+    )
+    no_conflict = EquivocationProof.make(ann, same_head)
+
+    env = ann.envelope
+    prev_tag_at = 6 + 34 + 1 + 34 + 8  # header, dataset, head len+hash, sequence
+    bad_tag = bytearray(env)
+    bad_tag[prev_tag_at] = 2
+    swapped = (
+        proof.envelope[:6]
+        + proof.envelope[6 + 2 + len(proof.first.envelope) :]
+        + proof.envelope[6 : 6 + 2 + len(proof.first.envelope)]
+    )
+    good: dict[str, SignedMessage | EquivocationProof] = {
+        "announcement": ann,
+        "announcement_minimal": ann_min,
+        "attestation": att,
+        "dispute": dis,
+        "equivocation_proof": proof,
+    }
+    bad: list[tuple[str, bytes, str]] = [
+        ("empty", b"", "decode:truncated"),
+        ("garbage", b"not an odf gossip message at all", "decode:bad-magic"),
+        ("truncated", env[:-1], "decode:truncated"),
+        ("truncated_header", env[:5], "decode:truncated"),
+        ("trailing_byte", env + b"\x00", "decode:trailing-bytes"),
+        ("unknown_version", env[:4] + b"\x02" + env[5:], "decode:unknown-version"),
+        ("unknown_kind", env[:5] + b"\x09" + env[6:], "decode:unknown-kind"),
+        ("oversized", env + b"\x00" * (4097 - len(env)), "decode:oversized"),
+        ("bad_option_tag", bytes(bad_tag), "decode:bad-option-tag"),
+        ("bad_did_prefix", env[:6] + b"\xee" + env[7:], "decode:bad-did"),
+        ("head_not_sha3", env[:41] + b"\x12" + env[42:], "decode:bad-multihash"),
+        ("url_not_http", env.replace(b"https://", b"httpx://"), "decode:bad-url"),
+        ("wrong_key", sign_message(announcement(), other).envelope, "signature"),
+        ("tampered_sequence", env[:82] + b"\x08" + env[83:], "signature"),
+        ("cross_domain_signature", _forge(announcement(), MessageKind.ATTESTATION), "signature"),
+        (
+            "attestation_signed_by_dataset_key",
+            sign_message(attestation(), ds).envelope,
+            "signature",
+        ),
+        ("proof_non_canonical_order", swapped, "decode:non-canonical"),
+        ("proof_not_conflicting", no_conflict.envelope, "proof"),
+    ]
+    return {
+        "format": "odf-node p2p wire format v1 (docs/p2p-wire-format.md)",
+        "keys": {
+            "dataset_seed": DATASET_SEED.hex(),
+            "dataset_did": ds.dataset_id().as_did_str(),
+            "node_seed": NODE_SEED.hex(),
+            "node_did": node.dataset_id().as_did_str(),
+            "other_seed": OTHER_SEED.hex(),
+            "other_did": other.dataset_id().as_did_str(),
+        },
+        "good": [
+            {"name": name, "hex": m.envelope.hex(), "content_id": m.content_id.hex()}
+            for name, m in good.items()
+        ],
+        "bad": [{"name": n, "hex": b.hex(), "error": e} for n, b, e in bad],
+    }
+
+
+def _fields(a: HeadAnnouncement) -> dict[str, Any]:
+    return {f: getattr(a, f) for f in HeadAnnouncement.__dataclass_fields__}
+
+
+def render() -> str:
+    """The canonical JSON text of :func:`build` (sorted keys, 2-space indent, final newline)."""
+    return json.dumps(build(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":
+    print(render(), end="")

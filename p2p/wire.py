@@ -1,0 +1,809 @@
+"""Canonical wire format of the gossip messages (``docs/p2p-wire-format.md``, ``schemas/p2p.md``).
+
+Every message is an *envelope*::
+
+    magic "ODFP" (4 bytes) || version u8 (=1) || kind u8 || body || signature (64 bytes)
+
+EquivocationProof (kind 4) has no signature: it is self-verifying. The body is a fixed sequence
+of fields per kind, encoded with a handful of primitives whose encoding is unique by construction
+(fixed-width big-endian integers, explicit lengths, 0/1 option tags). Decoding is strict: unknown
+magic/version/kind, truncation, trailing bytes, non-canonical multihashes, invalid UTF-8, bad
+option tags, unknown enum values or flag bits and oversize inputs are all rejected.
+
+Signatures are ed25519 over ``DOMAIN[kind] || header || body`` where ``header`` is the 6-byte
+magic+version+kind prefix and ``DOMAIN`` is a NUL-terminated per-kind string, so a signature for
+one message kind can never be replayed as another kind (or as anything else the key signs, such as
+a kamu ``Ed25519Signature2020`` proof). Announcements are signed by the dataset key (the DID);
+attestations and disputes by the node key.
+
+The *content id* of a message is the SHA3-256 digest of its full envelope bytes.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import struct
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Final
+
+from coordinator.errors import InvalidDatasetId, InvalidMultihash, SignatureError
+from coordinator.identity import DatasetId, PrivateKey, verify_signature
+from coordinator.multiformats import Multicodec, Multihash
+from p2p.errors import InvalidEquivocationProof, WireDecodeError, WireEncodeError
+
+MAGIC: Final = b"ODFP"
+WIRE_VERSION: Final = 1
+HEADER_LEN: Final = 6
+SIGNATURE_LEN: Final = 64
+NONCE_LEN: Final = 16
+DID_LEN: Final = 34
+
+MAX_MESSAGE_SIZE: Final = 4096
+"""Hard cap on any envelope, including an EquivocationProof."""
+MAX_SIGNED_SIZE: Final = 2000
+"""Hard cap on a signed envelope, so that a proof holding two of them fits ``MAX_MESSAGE_SIZE``."""
+MAX_LOCATIONS: Final = 4
+"""At most this many IPFS CIDs and, separately, this many HTTP URLs."""
+MAX_CID_LEN: Final = 128
+MAX_URL_LEN: Final = 512
+MAX_ENGINE_FIELD_LEN: Final = 64
+MAX_DETAIL_LEN: Final = 256
+MAX_U64: Final = (1 << 64) - 1
+
+_U64 = struct.Struct(">Q")
+_I64 = struct.Struct(">q")
+_U16 = struct.Struct(">H")
+_CID_ALPHABET: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+
+
+class MessageKind(enum.IntEnum):
+    """The ``kind`` byte of an envelope."""
+
+    HEAD_ANNOUNCEMENT = 1
+    ATTESTATION = 2
+    DISPUTE = 3
+    EQUIVOCATION_PROOF = 4
+
+
+DOMAINS: Final[dict[MessageKind, bytes]] = {
+    MessageKind.HEAD_ANNOUNCEMENT: b"odf-node/head-announcement/v1\x00",
+    MessageKind.ATTESTATION: b"odf-node/attestation/v1\x00",
+    MessageKind.DISPUTE: b"odf-node/dispute/v1\x00",
+}
+
+
+class Verdict(enum.IntEnum):
+    """What an attesting node concluded about a head."""
+
+    VERIFIED = 1
+    """Integrity checked and every transform replayed with matching logical hashes."""
+    INTEGRITY_ONLY = 2
+    """Metadata and data hashes checked; transforms not replayed (or a root dataset)."""
+    UNVERIFIABLE = 3
+    """The node could not check the head (inputs missing, engine unavailable, ...)."""
+
+
+class Checks(enum.IntFlag):
+    """Bit flags of what an attesting node checked."""
+
+    METADATA_INTEGRITY = 1
+    DATA_INTEGRITY = 2
+    REPLAY = 4
+
+
+_ALL_CHECKS: Final = int(Checks.METADATA_INTEGRITY | Checks.DATA_INTEGRITY | Checks.REPLAY)
+
+
+class DisputeKind(enum.IntEnum):
+    """Why a node disputes a block."""
+
+    REPLAY_MISMATCH = 1
+    INTEGRITY = 2
+
+
+# --------------------------------------------------------------------------------------------
+# Primitive writer / reader
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def u8(self, v: int) -> None:
+        if not 0 <= v <= 0xFF:
+            raise WireEncodeError(f"u8 out of range: {v}")
+        self.buf.append(v)
+
+    def u64(self, v: int) -> None:
+        if not 0 <= v <= MAX_U64:
+            raise WireEncodeError(f"u64 out of range: {v}")
+        self.buf += _U64.pack(v)
+
+    def i64(self, v: int) -> None:
+        if not -(1 << 63) <= v < (1 << 63):
+            raise WireEncodeError(f"i64 out of range: {v}")
+        self.buf += _I64.pack(v)
+
+    def fixed(self, data: bytes, n: int) -> None:
+        if len(data) != n:
+            raise WireEncodeError(f"expected {n} bytes, got {len(data)}")
+        self.buf += data
+
+    def var(self, data: bytes) -> None:
+        if len(data) > 0xFFFF:
+            raise WireEncodeError(f"byte string too long: {len(data)}")
+        self.buf += _U16.pack(len(data)) + data
+
+    def text(self, s: str, max_len: int) -> None:
+        raw = s.encode("utf-8")
+        if len(raw) > max_len:
+            raise WireEncodeError(f"string longer than {max_len} bytes: {s[:40]!r}")
+        self.var(raw)
+
+    def mh(self, h: Multihash) -> None:
+        raw = h.to_bytes()
+        self.u8(len(raw))
+        self.buf += raw
+
+    def opt_mh(self, h: Multihash | None) -> None:
+        if h is None:
+            self.u8(0)
+        else:
+            self.u8(1)
+            self.mh(h)
+
+    def opt_i64(self, v: int | None) -> None:
+        if v is None:
+            self.u8(0)
+        else:
+            self.u8(1)
+            self.i64(v)
+
+    def opt_u64(self, v: int | None) -> None:
+        if v is None:
+            self.u8(0)
+        else:
+            self.u8(1)
+            self.u64(v)
+
+
+class _Reader:
+    def __init__(self, data: bytes, pos: int = 0, end: int | None = None) -> None:
+        self.data = data
+        self.pos = pos
+        self.end = len(data) if end is None else end
+
+    def take(self, n: int, what: str) -> bytes:
+        if self.pos + n > self.end:
+            raise WireDecodeError("truncated", f"truncated while reading {what}")
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def u8(self, what: str) -> int:
+        return self.take(1, what)[0]
+
+    def u64(self, what: str) -> int:
+        return int(_U64.unpack(self.take(8, what))[0])
+
+    def i64(self, what: str) -> int:
+        return int(_I64.unpack(self.take(8, what))[0])
+
+    def var(self, what: str) -> bytes:
+        (n,) = _U16.unpack(self.take(2, what))
+        return self.take(int(n), what)
+
+    def text(self, what: str, max_len: int) -> str:
+        raw = self.var(what)
+        if len(raw) > max_len:
+            raise WireDecodeError("field-too-long", f"{what} longer than {max_len} bytes")
+        try:
+            return raw.decode("utf-8", errors="strict")
+        except UnicodeDecodeError as e:
+            raise WireDecodeError("bad-utf8", f"{what} is not valid UTF-8") from e
+
+    def tag(self, what: str) -> bool:
+        t = self.u8(what)
+        if t > 1:
+            raise WireDecodeError("bad-option-tag", f"option tag of {what} must be 0 or 1, got {t}")
+        return t == 1
+
+    def mh(self, what: str) -> Multihash:
+        raw = self.take(self.u8(what), what)
+        try:
+            h = Multihash.from_bytes(raw)
+        except InvalidMultihash as e:
+            raise WireDecodeError("bad-multihash", f"{what}: {e}") from e
+        if h.to_bytes() != raw:
+            raise WireDecodeError("non-canonical", f"{what}: non-canonical multihash varints")
+        return h
+
+    def block_hash(self, what: str) -> Multihash:
+        h = self.mh(what)
+        if h.code != Multicodec.SHA3_256 or len(h.digest) != 32:
+            raise WireDecodeError("bad-multihash", f"{what} must be a sha3-256 multihash")
+        return h
+
+    def opt_block_hash(self, what: str) -> Multihash | None:
+        return self.block_hash(what) if self.tag(what) else None
+
+    def opt_mh(self, what: str) -> Multihash | None:
+        return self.mh(what) if self.tag(what) else None
+
+    def opt_i64(self, what: str) -> int | None:
+        return self.i64(what) if self.tag(what) else None
+
+    def opt_u64(self, what: str) -> int | None:
+        return self.u64(what) if self.tag(what) else None
+
+    def did(self, what: str) -> DatasetId:
+        raw = self.take(DID_LEN, what)
+        try:
+            return DatasetId.from_bytes(raw)
+        except InvalidDatasetId as e:
+            raise WireDecodeError("bad-did", f"{what}: {e}") from e
+
+
+# --------------------------------------------------------------------------------------------
+# Message bodies
+
+
+def _check_block_hash(h: Multihash, what: str) -> None:
+    if h.code != Multicodec.SHA3_256 or len(h.digest) != 32:
+        raise WireEncodeError(f"{what} must be a sha3-256 multihash")
+
+
+def _check_nonce(nonce: bytes) -> None:
+    if len(nonce) != NONCE_LEN:
+        raise WireEncodeError(f"nonce must be {NONCE_LEN} bytes, got {len(nonce)}")
+
+
+def _valid_cid(cid: str) -> bool:
+    return 0 < len(cid) <= MAX_CID_LEN and all(c in _CID_ALPHABET for c in cid)
+
+
+def _valid_url(url: str) -> bool:
+    return (
+        0 < len(url) <= MAX_URL_LEN
+        and url.startswith(("http://", "https://"))
+        and all(0x21 <= ord(c) <= 0x7E for c in url)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FetchLocations:
+    """Where a head can be fetched: IPFS root CIDs (text form) and HTTP base URLs.
+
+    CIDs are 1..128 alphanumeric ASCII characters (base32 / base58 multibase); URLs are
+    ``http://`` or ``https://`` followed by printable ASCII without spaces, at most 512 bytes.
+    At most four of each.
+    """
+
+    ipfs_cids: tuple[str, ...] = ()
+    http_urls: tuple[str, ...] = ()
+
+    def validate(self) -> str | None:
+        """A short reason if the locations break a rule, else ``None``."""
+        if len(self.ipfs_cids) > MAX_LOCATIONS or len(self.http_urls) > MAX_LOCATIONS:
+            return "too-many-locations"
+        if not all(_valid_cid(c) for c in self.ipfs_cids):
+            return "bad-cid"
+        if not all(_valid_url(u) for u in self.http_urls):
+            return "bad-url"
+        return None
+
+    def _write(self, w: _Writer) -> None:
+        reason = self.validate()
+        if reason is not None:
+            raise WireEncodeError(f"invalid fetch locations: {reason}")
+        w.u8(len(self.ipfs_cids))
+        for c in self.ipfs_cids:
+            w.text(c, MAX_CID_LEN)
+        w.u8(len(self.http_urls))
+        for u in self.http_urls:
+            w.text(u, MAX_URL_LEN)
+
+    @classmethod
+    def _read(cls, r: _Reader) -> FetchLocations:
+        n = r.u8("ipfs_cids count")
+        if n > MAX_LOCATIONS:
+            raise WireDecodeError("too-many-locations", f"{n} IPFS CIDs (max {MAX_LOCATIONS})")
+        cids = tuple(r.text("ipfs cid", MAX_CID_LEN) for _ in range(n))
+        n = r.u8("http_urls count")
+        if n > MAX_LOCATIONS:
+            raise WireDecodeError("too-many-locations", f"{n} HTTP URLs (max {MAX_LOCATIONS})")
+        urls = tuple(r.text("http url", MAX_URL_LEN) for _ in range(n))
+        loc = cls(cids, urls)
+        reason = loc.validate()
+        if reason is not None:
+            raise WireDecodeError(reason, "invalid fetch locations")
+        return loc
+
+
+@dataclass(frozen=True, slots=True)
+class HeadAnnouncement:
+    """ "Dataset ``dataset`` has head ``head`` at ``sequence`` in ``epoch``", by the dataset key.
+
+    ``sequence`` is the ODF sequence number of the head block. ``epoch`` starts at 0 and is bumped
+    only by an owner-signed history rewrite (reset, hard compaction, forced push).
+    """
+
+    dataset: DatasetId
+    head: Multihash
+    sequence: int
+    prev_head: Multihash | None
+    epoch: int
+    locations: FetchLocations
+    issued_at_ns: int
+    nonce: bytes
+
+    KIND = MessageKind.HEAD_ANNOUNCEMENT
+
+    def signer(self) -> DatasetId:
+        """The key that must sign this message: the dataset's own key."""
+        return self.dataset
+
+    def _write(self, w: _Writer) -> None:
+        _check_block_hash(self.head, "head")
+        if self.prev_head is not None:
+            _check_block_hash(self.prev_head, "prev_head")
+        _check_nonce(self.nonce)
+        w.fixed(self.dataset.to_bytes(), DID_LEN)
+        w.mh(self.head)
+        w.u64(self.sequence)
+        w.opt_mh(self.prev_head)
+        w.u64(self.epoch)
+        self.locations._write(w)
+        w.u64(self.issued_at_ns)
+        w.fixed(self.nonce, NONCE_LEN)
+
+    @classmethod
+    def _read(cls, r: _Reader) -> HeadAnnouncement:
+        return cls(
+            dataset=r.did("dataset"),
+            head=r.block_hash("head"),
+            sequence=r.u64("sequence"),
+            prev_head=r.opt_block_hash("prev_head"),
+            epoch=r.u64("epoch"),
+            locations=FetchLocations._read(r),
+            issued_at_ns=r.u64("issued_at_ns"),
+            nonce=r.take(NONCE_LEN, "nonce"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Attestation:
+    """ "Node ``node`` checked dataset ``dataset`` at ``head``", signed by the node key."""
+
+    node: DatasetId
+    dataset: DatasetId
+    head: Multihash
+    verdict: Verdict
+    engine_name: str
+    engine_version: str
+    checks: Checks
+    locations: FetchLocations
+    issued_at_ns: int
+    nonce: bytes
+
+    KIND = MessageKind.ATTESTATION
+
+    def signer(self) -> DatasetId:
+        """The key that must sign this message: the attesting node's key."""
+        return self.node
+
+    def _write(self, w: _Writer) -> None:
+        _check_block_hash(self.head, "head")
+        _check_nonce(self.nonce)
+        if int(self.checks) & ~_ALL_CHECKS:
+            raise WireEncodeError(f"unknown check bits: {int(self.checks):#x}")
+        w.fixed(self.node.to_bytes(), DID_LEN)
+        w.fixed(self.dataset.to_bytes(), DID_LEN)
+        w.mh(self.head)
+        w.u8(int(Verdict(self.verdict)))
+        w.text(self.engine_name, MAX_ENGINE_FIELD_LEN)
+        w.text(self.engine_version, MAX_ENGINE_FIELD_LEN)
+        w.u8(int(self.checks))
+        self.locations._write(w)
+        w.u64(self.issued_at_ns)
+        w.fixed(self.nonce, NONCE_LEN)
+
+    @classmethod
+    def _read(cls, r: _Reader) -> Attestation:
+        node = r.did("node")
+        dataset = r.did("dataset")
+        head = r.block_hash("head")
+        v = r.u8("verdict")
+        try:
+            verdict = Verdict(v)
+        except ValueError as e:
+            raise WireDecodeError("unknown-enum", f"unknown verdict {v}") from e
+        engine_name = r.text("engine_name", MAX_ENGINE_FIELD_LEN)
+        engine_version = r.text("engine_version", MAX_ENGINE_FIELD_LEN)
+        c = r.u8("checks")
+        if c & ~_ALL_CHECKS:
+            raise WireDecodeError("unknown-flags", f"unknown check bits {c:#x}")
+        return cls(
+            node=node,
+            dataset=dataset,
+            head=head,
+            verdict=verdict,
+            engine_name=engine_name,
+            engine_version=engine_version,
+            checks=Checks(c),
+            locations=FetchLocations._read(r),
+            issued_at_ns=r.u64("issued_at_ns"),
+            nonce=r.take(NONCE_LEN, "nonce"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One side (expected or computed) of a dispute's evidence; every field is optional.
+
+    ``offsets`` is the inclusive ``(start, end)`` record offset interval; ``watermark_ns`` is the
+    output watermark in nanoseconds since the Unix epoch (signed).
+    """
+
+    logical_hash: Multihash | None = None
+    physical_hash: Multihash | None = None
+    offsets: tuple[int, int] | None = None
+    watermark_ns: int | None = None
+
+    def _write(self, w: _Writer) -> None:
+        w.opt_mh(self.logical_hash)
+        w.opt_mh(self.physical_hash)
+        if self.offsets is None:
+            w.u8(0)
+        else:
+            start, end = self.offsets
+            if start > end:
+                raise WireEncodeError(f"offset interval start {start} > end {end}")
+            w.u8(1)
+            w.u64(start)
+            w.u64(end)
+        w.opt_i64(self.watermark_ns)
+
+    @classmethod
+    def _read(cls, r: _Reader) -> Evidence:
+        logical = r.opt_mh("logical_hash")
+        physical = r.opt_mh("physical_hash")
+        offsets: tuple[int, int] | None = None
+        if r.tag("offsets"):
+            start, end = r.u64("offset start"), r.u64("offset end")
+            if start > end:
+                raise WireDecodeError("bad-interval", f"offset start {start} > end {end}")
+            offsets = (start, end)
+        return cls(logical, physical, offsets, r.opt_i64("watermark_ns"))
+
+
+@dataclass(frozen=True, slots=True)
+class Dispute:
+    """ "Node ``node`` found block ``block`` of ``dataset`` wrong", with evidence; node-signed."""
+
+    node: DatasetId
+    dataset: DatasetId
+    block: Multihash
+    kind: DisputeKind
+    expected: Evidence
+    computed: Evidence
+    detail: str
+    issued_at_ns: int
+    nonce: bytes
+
+    KIND = MessageKind.DISPUTE
+
+    def signer(self) -> DatasetId:
+        """The key that must sign this message: the disputing node's key."""
+        return self.node
+
+    def _write(self, w: _Writer) -> None:
+        _check_block_hash(self.block, "block")
+        _check_nonce(self.nonce)
+        w.fixed(self.node.to_bytes(), DID_LEN)
+        w.fixed(self.dataset.to_bytes(), DID_LEN)
+        w.mh(self.block)
+        w.u8(int(DisputeKind(self.kind)))
+        self.expected._write(w)
+        self.computed._write(w)
+        w.text(self.detail, MAX_DETAIL_LEN)
+        w.u64(self.issued_at_ns)
+        w.fixed(self.nonce, NONCE_LEN)
+
+    @classmethod
+    def _read(cls, r: _Reader) -> Dispute:
+        node = r.did("node")
+        dataset = r.did("dataset")
+        block = r.block_hash("block")
+        k = r.u8("kind")
+        try:
+            kind = DisputeKind(k)
+        except ValueError as e:
+            raise WireDecodeError("unknown-enum", f"unknown dispute kind {k}") from e
+        return cls(
+            node=node,
+            dataset=dataset,
+            block=block,
+            kind=kind,
+            expected=Evidence._read(r),
+            computed=Evidence._read(r),
+            detail=r.text("detail", MAX_DETAIL_LEN),
+            issued_at_ns=r.u64("issued_at_ns"),
+            nonce=r.take(NONCE_LEN, "nonce"),
+        )
+
+
+SignableMessage = HeadAnnouncement | Attestation | Dispute
+
+
+def _header(kind: MessageKind) -> bytes:
+    return MAGIC + bytes([WIRE_VERSION, int(kind)])
+
+
+def _body(msg: SignableMessage) -> bytes:
+    w = _Writer()
+    msg._write(w)
+    return bytes(w.buf)
+
+
+def signing_input(msg: SignableMessage) -> bytes:
+    """The exact bytes that are ed25519-signed: ``DOMAIN || header || body``."""
+    return DOMAINS[msg.KIND] + _header(msg.KIND) + _body(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class SignedMessage:
+    """A decoded (or freshly signed) envelope: the message, its signature and its exact bytes.
+
+    A ``SignedMessage`` obtained from :func:`decode_unverified` is *not* known to be authentic;
+    call :meth:`verify` (or use :func:`decode`).
+    """
+
+    message: SignableMessage
+    signature: bytes
+    envelope: bytes
+    content_id: bytes = field(repr=False)
+
+    @property
+    def kind(self) -> MessageKind:
+        """The envelope's message kind."""
+        return self.message.KIND
+
+    def signer(self) -> DatasetId:
+        """The key that must have signed the envelope."""
+        return self.message.signer()
+
+    def verify(self) -> None:
+        """Check the signature against the required signer.
+
+        Raises:
+            SignatureError: the signature is not by :meth:`signer` over this message.
+        """
+        signed = DOMAINS[self.kind] + self.envelope[: len(self.envelope) - SIGNATURE_LEN]
+        verify_signature(self.signer(), signed, self.signature)
+
+
+def content_id(envelope: bytes) -> bytes:
+    """The 32-byte de-duplication id of an envelope: SHA3-256 of its exact bytes."""
+    return hashlib.sha3_256(envelope).digest()
+
+
+def sign_message(msg: SignableMessage, key: PrivateKey) -> SignedMessage:
+    """Encode and sign ``msg`` with ``key``.
+
+    The key is *not* required to match :meth:`signer` (tests need forgeries); a mismatching key
+    produces an envelope that fails :meth:`SignedMessage.verify`.
+
+    Raises:
+        WireEncodeError: a field is out of range or the envelope exceeds ``MAX_SIGNED_SIZE``.
+    """
+    unsigned = _header(msg.KIND) + _body(msg)
+    sig = key.sign(DOMAINS[msg.KIND] + unsigned)
+    envelope = unsigned + sig
+    if len(envelope) > MAX_SIGNED_SIZE:
+        raise WireEncodeError(f"envelope of {len(envelope)} bytes exceeds {MAX_SIGNED_SIZE}")
+    return SignedMessage(msg, sig, envelope, content_id(envelope))
+
+
+@dataclass(frozen=True, slots=True)
+class EquivocationProof:
+    """Two owner-signed announcements of the same DID, epoch and sequence with different heads.
+
+    Canonical form: ``first.envelope < second.envelope`` (bytewise), so a pair has one encoding.
+    Build with :meth:`make`; check with :func:`verify_equivocation_proof`.
+    """
+
+    first: SignedMessage
+    second: SignedMessage
+    envelope: bytes
+    content_id: bytes = field(repr=False)
+
+    KIND = MessageKind.EQUIVOCATION_PROOF
+
+    @classmethod
+    def make(cls, a: SignedMessage, b: SignedMessage) -> EquivocationProof:
+        """Wrap two conflicting announcements (any order) into a canonical proof envelope."""
+        first, second = (a, b) if a.envelope < b.envelope else (b, a)
+        w = _Writer()
+        w.var(first.envelope)
+        w.var(second.envelope)
+        envelope = _header(MessageKind.EQUIVOCATION_PROOF) + bytes(w.buf)
+        if len(envelope) > MAX_MESSAGE_SIZE:
+            raise WireEncodeError(f"proof of {len(envelope)} bytes exceeds {MAX_MESSAGE_SIZE}")
+        return cls(first, second, envelope, content_id(envelope))
+
+    @property
+    def dataset(self) -> DatasetId:
+        """The equivocating dataset."""
+        msg = self.first.message
+        assert isinstance(msg, HeadAnnouncement)
+        return msg.dataset
+
+
+WireMessage = SignedMessage | EquivocationProof
+
+_READERS: Final[dict[MessageKind, Callable[[_Reader], SignableMessage]]] = {
+    MessageKind.HEAD_ANNOUNCEMENT: HeadAnnouncement._read,
+    MessageKind.ATTESTATION: Attestation._read,
+    MessageKind.DISPUTE: Dispute._read,
+}
+
+
+def _read_header(data: bytes) -> MessageKind:
+    if len(data) < HEADER_LEN:
+        raise WireDecodeError("truncated", f"{len(data)} bytes is shorter than the header")
+    if data[:4] != MAGIC:
+        raise WireDecodeError("bad-magic", f"bad magic {data[:4].hex()}")
+    if data[4] != WIRE_VERSION:
+        raise WireDecodeError("unknown-version", f"unknown wire version {data[4]}")
+    try:
+        return MessageKind(data[5])
+    except ValueError as e:
+        raise WireDecodeError("unknown-kind", f"unknown message kind {data[5]}") from e
+
+
+def _decode_signed(data: bytes, max_size: int) -> SignedMessage:
+    if len(data) > max_size:
+        raise WireDecodeError("oversized", f"{len(data)} bytes exceeds {max_size}")
+    kind = _read_header(data)
+    if kind == MessageKind.EQUIVOCATION_PROOF:
+        raise WireDecodeError("unexpected-kind", "an equivocation proof cannot be nested")
+    if len(data) < HEADER_LEN + SIGNATURE_LEN:
+        raise WireDecodeError("truncated", "envelope shorter than header + signature")
+    body_end = len(data) - SIGNATURE_LEN
+    r = _Reader(data, HEADER_LEN, body_end)
+    msg = _READERS[kind](r)
+    if r.pos != body_end:
+        raise WireDecodeError("trailing-bytes", f"{body_end - r.pos} bytes after the body")
+    return SignedMessage(msg, data[body_end:], data, content_id(data))
+
+
+def decode_unverified(data: bytes) -> WireMessage:
+    """Parse an envelope strictly *without* checking signatures.
+
+    Raises:
+        WireDecodeError: any deviation from the canonical encoding (``reason`` says which).
+    """
+    data = bytes(data)
+    if len(data) > MAX_MESSAGE_SIZE:
+        raise WireDecodeError("oversized", f"{len(data)} bytes exceeds {MAX_MESSAGE_SIZE}")
+    kind = _read_header(data)
+    if kind != MessageKind.EQUIVOCATION_PROOF:
+        return _decode_signed(data, MAX_SIGNED_SIZE)
+    r = _Reader(data, HEADER_LEN)
+    first = _decode_signed(r.var("first announcement"), MAX_SIGNED_SIZE)
+    second = _decode_signed(r.var("second announcement"), MAX_SIGNED_SIZE)
+    if r.pos != len(data):
+        raise WireDecodeError("trailing-bytes", f"{len(data) - r.pos} bytes after the proof")
+    if not first.envelope < second.envelope:
+        raise WireDecodeError("non-canonical", "proof announcements not in ascending byte order")
+    return EquivocationProof(first, second, data, content_id(data))
+
+
+def decode(data: bytes) -> WireMessage:
+    """Parse an envelope strictly and check its signature(s) (or the proof).
+
+    Raises:
+        WireDecodeError: malformed or non-canonical bytes.
+        SignatureError: a signature does not verify.
+        InvalidEquivocationProof: a proof's announcements do not conflict.
+    """
+    msg = decode_unverified(data)
+    if isinstance(msg, EquivocationProof):
+        verify_equivocation_proof(msg)
+    else:
+        msg.verify()
+    return msg
+
+
+def conflicting(a: HeadAnnouncement, b: HeadAnnouncement) -> bool:
+    """Whether two announcements fork: same DID, epoch and sequence, different heads."""
+    return (
+        a.dataset == b.dataset
+        and a.epoch == b.epoch
+        and a.sequence == b.sequence
+        and a.head != b.head
+    )
+
+
+def verify_equivocation_proof(proof: EquivocationProof | bytes) -> DatasetId:
+    """Check that a proof shows the dataset owner signing two forking heads; anyone can run this.
+
+    Returns:
+        The equivocating dataset's DID.
+
+    Raises:
+        InvalidEquivocationProof: the bytes are not a proof, a signature is bad, or the two
+            announcements do not conflict.
+    """
+    if not isinstance(proof, EquivocationProof):
+        try:
+            decoded = decode_unverified(proof)
+        except WireDecodeError as e:
+            raise InvalidEquivocationProof(f"malformed proof: {e}") from e
+        if not isinstance(decoded, EquivocationProof):
+            raise InvalidEquivocationProof("not an equivocation proof envelope")
+        proof = decoded
+    a, b = proof.first.message, proof.second.message
+    if not isinstance(a, HeadAnnouncement) or not isinstance(b, HeadAnnouncement):
+        raise InvalidEquivocationProof("a proof must hold two head announcements")
+    for part in (proof.first, proof.second):
+        try:
+            part.verify()
+        except SignatureError as e:
+            raise InvalidEquivocationProof(f"announcement not signed by its dataset: {e}") from e
+    if not conflicting(a, b):
+        raise InvalidEquivocationProof(
+            "announcements do not conflict (need same DID, epoch and sequence, different heads)"
+        )
+    return a.dataset
+
+
+# --------------------------------------------------------------------------------------------
+# Anti-entropy request/response bodies (protocol /odf/heads/1.0.0)
+
+MAX_HEADS_PER_EXCHANGE: Final = 256
+
+
+def encode_heads_request(datasets: Iterable[DatasetId]) -> bytes:
+    """``u16 count || count x did(34)``: "send me your latest accepted heads of these DIDs"."""
+    dids = list(datasets)
+    if len(dids) > MAX_HEADS_PER_EXCHANGE:
+        raise WireEncodeError(f"at most {MAX_HEADS_PER_EXCHANGE} datasets per request")
+    return _U16.pack(len(dids)) + b"".join(d.to_bytes() for d in dids)
+
+
+def decode_heads_request(data: bytes) -> list[DatasetId]:
+    """Strict inverse of :func:`encode_heads_request`."""
+    r = _Reader(bytes(data))
+    (n,) = _U16.unpack(r.take(2, "count"))
+    if n > MAX_HEADS_PER_EXCHANGE:
+        raise WireDecodeError("too-many", f"{n} datasets requested")
+    out = [r.did("dataset") for _ in range(int(n))]
+    if r.pos != len(data):
+        raise WireDecodeError("trailing-bytes", "bytes after the heads request")
+    return out
+
+
+def encode_heads_response(envelopes: Iterable[bytes]) -> bytes:
+    """``u16 count || count x var(signed announcement envelope)``."""
+    envs = list(envelopes)[:MAX_HEADS_PER_EXCHANGE]
+    w = _Writer()
+    w.buf += _U16.pack(len(envs))
+    for e in envs:
+        w.var(e)
+    return bytes(w.buf)
+
+
+def decode_heads_response(data: bytes) -> list[bytes]:
+    """Split a heads response into envelopes (each is validated later by the core)."""
+    r = _Reader(bytes(data))
+    (n,) = _U16.unpack(r.take(2, "count"))
+    if n > MAX_HEADS_PER_EXCHANGE:
+        raise WireDecodeError("too-many", f"{n} heads in response")
+    out = [r.var("envelope") for _ in range(int(n))]
+    if r.pos != len(data):
+        raise WireDecodeError("trailing-bytes", "bytes after the heads response")
+    return out

@@ -1,0 +1,176 @@
+"""The asyncio driver over the in-memory transport: propagation, forgeries, proofs, catch-up."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+
+from coordinator.identity import generate_private_key
+from coordinator.multiformats import Multihash
+from p2p.core import (
+    NS_PER_S,
+    CoreConfig,
+    Decision,
+    HeadAccepted,
+    Penalise,
+    ProtocolCore,
+    RequestFetch,
+)
+from p2p.service import GossipService
+from p2p.transport import NODE_TOPIC, InMemoryNetwork, dataset_topic
+from p2p.wire import (
+    FetchLocations,
+    HeadAnnouncement,
+    decode_heads_request,
+    decode_heads_response,
+    encode_heads_request,
+    encode_heads_response,
+    sign_message,
+)
+
+OWNER = generate_private_key(b"\x01" * 32)
+MALLORY = generate_private_key(b"\x03" * 32)
+DID = OWNER.dataset_id()
+TOPIC = dataset_topic(DID.as_multibase())
+T0 = 1_800_000_000 * NS_PER_S
+_NONCE = itertools.count(1)
+
+
+def ann(seq: int, head: str, key=OWNER) -> bytes:  # type: ignore[no-untyped-def]
+    msg = HeadAnnouncement(
+        DID,
+        Multihash.sha3_256(head.encode()),
+        seq,
+        None,
+        0,
+        FetchLocations(),
+        T0,
+        next(_NONCE).to_bytes(16, "big"),
+    )
+    return sign_message(msg, key).envelope
+
+
+class Cluster:
+    def __init__(self, n: int) -> None:
+        self.now = T0
+        self.net = InMemoryNetwork()
+        self.owner = self.net.add("owner")
+        self.fetches: dict[str, int] = {}
+        self.services: dict[str, GossipService] = {}
+        self.decisions: dict[str, list[Decision]] = {}
+        for i in range(n):
+            self.add(f"n{i}")
+        names = ["owner", *self.services]
+        for a, b in itertools.pairwise(names):  # a line: owner - n0 - n1 - ...
+            self.net.link(a, b)
+
+    def add(self, name: str) -> GossipService:
+        core = ProtocolCore(CoreConfig(), random.Random(name), [DID])
+
+        async def fetch(req: RequestFetch) -> bool:
+            self.fetches[name] = self.fetches.get(name, 0) + 1
+            return True
+
+        svc = GossipService(core, self.net.add(name), lambda: self.now, fetch, tick_interval_s=60)
+        self.decisions[name] = []
+        svc.on_decision(self.decisions[name].append)
+        self.services[name] = svc
+        return svc
+
+    async def start(self) -> None:
+        for s in self.services.values():
+            await s.start()
+
+    async def stop(self) -> None:
+        for s in self.services.values():
+            await s.stop()
+
+    def accepted(self) -> dict[str, int | None]:
+        out: dict[str, int | None] = {}
+        for name, s in self.services.items():
+            sm = s.core.accepted(DID)
+            out[name] = None if sm is None else sm.message.sequence  # type: ignore[union-attr]
+        return out
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def test_announcement_reaches_all_and_forgery_reaches_none() -> None:
+    async def run() -> None:
+        c = Cluster(6)
+        await c.start()
+        await c.owner.publish(TOPIC, ann(1, "h1", key=MALLORY))
+        await settle()
+        assert set(c.accepted().values()) == {None}
+        # only the first hop saw (and punished) the forgery; it travelled no further
+        assert any(isinstance(d, Penalise) for d in c.decisions["n0"])
+        assert not c.decisions["n1"]
+        assert c.services["n0"].core.peer_score("owner", c.now) < 0
+        await c.owner.publish(TOPIC, ann(1, "h1"))
+        await settle()
+        assert set(c.accepted().values()) == {1}
+        assert set(c.fetches.values()) == {1}
+        await c.stop()
+
+    asyncio.run(run())
+
+
+def test_equivocation_proof_reaches_all() -> None:
+    async def run() -> None:
+        c = Cluster(5)
+        await c.start()
+        await c.owner.publish(TOPIC, ann(2, "a"))
+        await settle()
+        # the owner shows a fork to the far end of the line only
+        c.net.link("owner", "n4")
+        await c.owner.publish(TOPIC, ann(2, "b"))
+        await settle()
+        proofs = {n: s.core.equivocation_proof(DID) for n, s in c.services.items()}
+        assert all(p is not None for p in proofs.values()), proofs
+        await c.stop()
+
+    asyncio.run(run())
+
+
+def test_restarted_node_catches_up_through_anti_entropy_and_duplicates_do_no_work() -> None:
+    async def run() -> None:
+        c = Cluster(4)
+        await c.start()
+        await c.owner.publish(TOPIC, ann(3, "h3"))
+        await settle()
+        late = c.add("late")
+        await late.start()
+        c.net.link("n3", "late")
+        c.now += 3600 * NS_PER_S  # much later: gossip of the old message would be expired
+        late.peer_connected("n3")
+        await settle()
+        assert c.accepted()["late"] == 3
+        # reconnects replay the same heads: no new fetch anywhere
+        before = dict(c.fetches)
+        for name in ("n0", "n1", "n2", "n3"):
+            c.services[name].peer_connected("owner" if name == "n0" else "n0")
+        late.peer_connected("n3")
+        await settle()
+        assert c.fetches == before
+        assert sum(isinstance(d, HeadAccepted) for d in c.decisions["late"]) == 1
+        await c.stop()
+
+    asyncio.run(run())
+
+
+def test_heads_exchange_codec_roundtrip() -> None:
+    assert decode_heads_request(encode_heads_request([DID, MALLORY.dataset_id()])) == [
+        DID,
+        MALLORY.dataset_id(),
+    ]
+    envs = [ann(1, "x"), ann(2, "y")]
+    assert decode_heads_response(encode_heads_response(envs)) == envs
+
+
+def test_node_topic_is_joined() -> None:
+    c = Cluster(1)
+    assert c.services["n0"].topics() == [TOPIC, NODE_TOPIC]
