@@ -6,18 +6,22 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Tests that start IPFS or libp2p nodes must run in a loopback-only network namespace;
-# the test command always arranges one (see tests/netns.py for the guard).
+# the test command always arranges one, and the node launchers refuse to start when any
+# interface other than lo is visible (socket.if_nameindex(); see node/ipfs/netguard.py).
 NETNS := unshare -rn bash -c
 
-.PHONY: setup run test lint typecheck unit bench bench-chain bench-hash bench-ingest bench-gossip p2p-vectors clean
+.PHONY: setup run test lint typecheck unit bench bench-chain bench-hash bench-ingest bench-gossip bench-pull p2p-vectors clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml js/package-lock.json
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
+	@command -v npm >/dev/null || { echo "npm (Node.js >= 18) is required for the embedded IPFS node"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# The embedded IPFS node (js-ipfs 0.66.1), installed exactly as locked.
+	cd js && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	touch $(STAMP)
 
 run: setup
@@ -38,7 +42,7 @@ test: lint typecheck
 	$(NETNS) 'ip link set lo up && exec $(BIN)/pytest -q'
 
 # Benchmarks are scripts, not timed tests: each prints medians and ratios measured in one run.
-bench: bench-chain bench-hash bench-ingest
+bench: bench-chain bench-hash bench-ingest bench-gossip bench-pull
 
 bench-chain: setup
 	$(BIN)/python tests/bench/bench_chain.py
@@ -53,9 +57,12 @@ bench-ingest: setup
 bench-gossip: setup
 	$(BIN)/python tests/bench/bench_gossip.py
 
+bench-pull: setup
+	$(NETNS) 'ip link set lo up && exec $(BIN)/python tests/bench/bench_pull.py'
+
 # Regenerates the frozen p2p wire-format vectors (only when the format version changes).
 p2p-vectors: setup
 	$(BIN)/python -m p2p.vectors > schemas/p2p_vectors.json
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache js/node_modules

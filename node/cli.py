@@ -366,6 +366,17 @@ def dataset_verify(
         raise typer.Exit(2)
 
 
+def _register_transfer_commands() -> None:
+    from node.transfer.cli import dataset_publish, dataset_pull, serve_http
+
+    dataset_app.command("pull")(dataset_pull)
+    dataset_app.command("publish")(dataset_publish)
+    app.command("serve-http")(serve_http)
+
+
+_register_transfer_commands()
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

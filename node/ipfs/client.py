@@ -16,6 +16,7 @@ by chunk and raises :class:`IpfsError` (with the HTTP status, when there is one)
 from __future__ import annotations
 
 import json
+import mmap
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -227,17 +228,26 @@ class IpfsClient(_SessionOwner):
             for f in sorted(filenames):
                 if not f.startswith("."):
                     files.append((str(Path(top) / rel / f), Path(dirpath) / f))
-        with aiohttp.MultipartWriter("form-data") as mp:
-            handles = []
-            try:
+        # File parts are memory-mapped views, so the request has a Content-Length: js-ipfs 0.66
+        # stalls on large chunked multipart uploads (measured: 20 x 10 MB never completes),
+        # and mmap keeps memory use at the page cache's discretion instead of the heap's.
+        maps: list[mmap.mmap] = []
+        views: list[memoryview] = []
+        try:
+            with aiohttp.MultipartWriter("form-data") as mp:
                 for name, src in files:
                     disposition = f'form-data; name="file"; filename="{quote(name, safe="")}"'
                     if src is None:
                         part = mp.append(b"", {"Content-Type": "application/x-directory"})
                     else:
-                        fh = open(src, "rb")  # noqa: SIM115 - closed below
-                        handles.append(fh)
-                        part = mp.append(fh, {"Content-Type": "application/octet-stream"})
+                        body: bytes | memoryview = b""
+                        with open(src, "rb") as fh:
+                            if os.fstat(fh.fileno()).st_size > 0:
+                                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                                maps.append(mm)
+                                body = memoryview(mm)
+                                views.append(body)
+                        part = mp.append(body, {"Content-Type": "application/octet-stream"})
                     part.headers["Content-Disposition"] = disposition
                 out = await self._json(
                     "add",
@@ -251,9 +261,17 @@ class IpfsClient(_SessionOwner):
                     },
                     mp,
                 )
-            finally:
-                for fh in handles:
-                    fh.close()
+        finally:
+            for v in views:
+                try:
+                    v.release()
+                except BufferError:  # a slice is still referenced; the GC releases it
+                    pass
+            for mm in maps:
+                try:
+                    mm.close()
+                except BufferError:
+                    pass
         for entry in out:
             if entry.get("Name") == top:
                 return str(entry["Hash"])

@@ -128,12 +128,17 @@ class EmbeddedIpfs:
         self.api_port, self.gateway_port, self.swarm_port = api, gateway, swarm
 
     def start(self, timeout: float = _READY_TIMEOUT_S) -> None:
-        """Start the daemon and wait until ``/api/v0/version`` answers.
+        """Start the daemon and wait until ``/api/v0/id`` answers.
 
         Raises:
             NetworkNotIsolated: a non-loopback interface exists (and isolation is required).
             RuntimeError: the daemon exited or did not become ready in time.
         """
+        self.launch()
+        self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the daemon process without waiting (see :meth:`wait_ready`)."""
         if self.require_isolation:
             require_loopback_only()
         if self.process is not None:
@@ -153,8 +158,13 @@ class EmbeddedIpfs:
             )
         finally:
             log.close()
+
+    def wait_ready(self, timeout: float = _READY_TIMEOUT_S) -> None:
+        """Wait until the API answers; stop the daemon and raise RuntimeError otherwise."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if self.process is None:
+                raise RuntimeError("daemon not launched")
             if self.process.poll() is not None:
                 out = self.log_path.read_text(errors="replace")[-2000:]
                 self.process = None

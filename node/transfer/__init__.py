@@ -17,7 +17,7 @@ from node.transfer.errors import (
     SourceUnavailable,
     TransferError,
 )
-from node.transfer.pull import HeadComparison, PullOptions, PullResult, pull, pull_url
+from node.transfer.pull import HeadComparison, PullOptions, PullResult, pull_url
 
 __all__ = [
     "DivergedHeads",
@@ -32,6 +32,5 @@ __all__ = [
     "PullResult",
     "SourceUnavailable",
     "TransferError",
-    "pull",
     "pull_url",
 ]

@@ -276,6 +276,70 @@ def _local_hashes(ds: Dataset) -> set[Multihash]:
     return {h for h, _ in ds.iter_blocks(verify=False)}
 
 
+async def _prefetch_blocks(f: _Fetcher, cache: FsObjectRepository, local: set[Multihash]) -> None:
+    """If the source can list ``blocks/``, fetch the ones we lack in parallel into the cache.
+
+    The walk then reads them from the cache; a source that cannot list is walked one block at
+    a time. Names that are not multihashes are ignored; bytes not matching their name reject
+    the source like any other altered block.
+    """
+    names = await f.source.list_names("blocks")
+    if not names:
+        return
+    wanted: list[Multihash] = []
+    for n in names:
+        try:
+            h = Multihash.from_multibase(n)
+        except (DecodeError, ValueError):
+            continue
+        if h not in local and not cache.contains(h):
+            wanted.append(h)
+    sem = asyncio.Semaphore(max(1, f.opts.parallel))
+
+    async def one(h: Multihash) -> None:
+        async with sem:
+            rel = f"blocks/{h}"
+            data = await f.read_bytes(rel, f.opts.max_block_size)
+            if Multihash.sha3_256(data) != h:
+                raise ObjectHashMismatch(rel, "block bytes do not hash to the block's name")
+            f.stats.blocks_fetched += 1
+            cache.insert_bytes(data, h)
+
+    tasks = [asyncio.ensure_future(one(h)) for h in wanted]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def _open_staging(root: Path, durable: bool) -> Dataset:
+    if root.is_dir():
+        ds = Dataset(root, durable=durable)
+        ds.cleanup()
+        return ds
+    return Dataset.create(root, durable=durable)
+
+
+async def _walk(
+    f: _Fetcher, cache: FsObjectRepository, remote_head: Multihash, local: set[Multihash]
+) -> tuple[list[tuple[Multihash, bytes, m.MetadataBlock]], bool]:
+    """Blocks from ``remote_head`` back to the first one in ``local`` (oldest first)."""
+    new: list[tuple[Multihash, bytes, m.MetadataBlock]] = []
+    h: Multihash | None = remote_head
+    while h is not None:
+        if h in local:
+            new.reverse()
+            return new, True
+        data, block = await _fetch_block(f, cache, h)
+        new.append((h, data, block))
+        h = block.prev_block_hash
+    new.reverse()
+    return new, False
+
+
 def _seed_id(block: m.MetadataBlock, rel: str) -> DatasetId:
     if not isinstance(block.event, m.Seed):
         raise InvalidRemoteChain(rel, "the first block of the chain is not a Seed")
@@ -329,28 +393,33 @@ async def pull(
     else:
         key = staging_key or hashlib.sha256(source.description.encode()).hexdigest()[:20]
         staging = repo.root / f"{_STAGING_PREFIX}{key}"
-        ds = (
-            Dataset.create(staging, durable=opts.durable)
-            if not staging.is_dir()
-            else Dataset(staging, durable=opts.durable)
+        ds = _open_staging(staging, opts.durable)
+        local_head = ds.head()
+        local = _local_hashes(ds) if local_head is not None else set()
+
+    cache = FsObjectRepository(ds.layout.root.joinpath(*_CACHE_DIR), durable=False)
+    await _prefetch_blocks(f, cache, local)
+    new, met_local = await _walk(f, cache, remote_head, local)
+    if existing is None and local_head is not None:
+        # A previous attempt committed in staging but died before the rename: keep it only if
+        # the remote extends it exactly, else start the staging dataset afresh.
+        extends = met_local and (
+            (not new and remote_head == local_head)
+            or (new and new[0][2].prev_block_hash == local_head)
         )
-        local_head, local = None, set()
-
-    cache = FsObjectRepository(ds.layout.root.joinpath(*_CACHE_DIR), durable=opts.durable)
-
-    # -- walk the remote chain back to the local chain (or the Seed) ---------------------------
-    new: list[tuple[Multihash, bytes, m.MetadataBlock]] = []
-    h: Multihash | None = remote_head
-    met_local = False
-    while h is not None:
-        if h in local:
-            met_local = True
-            break
-        data, block = await _fetch_block(f, cache, h)
-        new.append((h, data, block))
-        h = block.prev_block_hash
-    new.reverse()
-    remote_id = _seed_id(new[0][2], f"blocks/{new[0][0]}") if not met_local else None
+        if not extends:
+            assert staging is not None
+            shutil.rmtree(staging)
+            ds = _open_staging(staging, opts.durable)
+            cache = FsObjectRepository(ds.layout.root.joinpath(*_CACHE_DIR), durable=False)
+            local_head, local = None, set()
+            new, met_local = await _walk(f, cache, remote_head, local)
+    if not met_local:
+        remote_id: DatasetId | None = _seed_id(new[0][2], f"blocks/{new[0][0]}")
+    elif existing is None:
+        remote_id = ds.state().dataset_id
+    else:
+        remote_id = None
 
     comparison = HeadComparison.LOCAL_BEHIND
     forced = False
@@ -393,6 +462,8 @@ async def pull(
             base_state = ds.state()
     else:
         assert remote_id is not None
+        if met_local:
+            base_state = ds.state()
         try:
             other = repo.resolve(remote_id.as_did_str())
             raise DatasetAlreadyExists(
@@ -412,6 +483,9 @@ async def pull(
 
     # -- data parts and checkpoints, bounded parallelism --------------------------------------
     todo = [o for o in _data_objects(ds, [b for _, _, b in new]) if not o[1].contains(o[2])]
+    if todo:  # lets sources that can list map names to direct addresses (IPFS CIDs)
+        await source.list_names("data")
+        await source.list_names("checkpoints")
     sem = asyncio.Semaphore(max(1, opts.parallel))
 
     async def one(obj: tuple[str, FsObjectRepository, Multihash, int]) -> None:
@@ -431,7 +505,9 @@ async def pull(
     blocks = [d for _, d, _ in new]
     hashes = [bh for bh, _, _ in new]
     with ds.write_lock():
-        if forced:
+        if not new:
+            pass  # staging already holds the remote head (a crash hit before the rename)
+        elif forced:
             for bh, d in zip(hashes, blocks, strict=True):
                 ds.blocks.insert_bytes(d, bh)
             ds.refs.set(HEAD_REF, hashes[-1], expected=local_head)
@@ -457,7 +533,7 @@ async def pull(
         did,
         comparison,
         local_head,
-        hashes[-1],
+        ds.head() if existing is not None else remote_head,
         created=created,
         forced=forced,
         blocks_fetched=f.stats.blocks_fetched,

@@ -9,7 +9,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from coordinator.chain.validation import validate_append
 from coordinator.identity.dataset_id import DatasetId
+from coordinator.metadata import block_hash, encode_block
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.multiformats import Multihash
@@ -55,11 +57,12 @@ def add_data(
     checkpoint_every: int = 3,
     rows: int = 10,
 ) -> None:
-    """Append ``n`` AddData blocks, each with a ``part_size``-byte data part; some carry a
-    checkpoint (``checkpoint_every``), and ``part_size == 0`` makes watermark-only blocks."""
+    """Append ``n`` AddData blocks in one commit, each with a ``part_size``-byte data part; some
+    carry a checkpoint (``checkpoint_every``); ``part_size == 0`` makes watermark-only blocks."""
     rng = rng or random.Random(0)
+    st = ds.state()
+    blocks: list[bytes] = []
     for _ in range(n):
-        st = ds.state()
         last = st.last_data_event
         prev_cp = last.new_checkpoint.physical_hash if last and last.new_checkpoint else None
         prev_off = st.last_offset
@@ -80,9 +83,11 @@ def add_data(
         if checkpoint_every and (st.sequence_number % checkpoint_every == 0):
             cp = rng.randbytes(rng.randint(10, 300))
             new_cp = m.Checkpoint(physical_hash=ds.checkpoints.insert_bytes(cp), size=len(cp))
-        _append(
-            ds,
-            m.AddData(
+        block = m.MetadataBlock(
+            system_time=T0,
+            prev_block_hash=st.head,
+            sequence_number=st.sequence_number + 1,
+            event=m.AddData(
                 prev_checkpoint=prev_cp,
                 prev_offset=prev_off,
                 new_data=new_data,
@@ -90,6 +95,11 @@ def add_data(
                 new_watermark=wm,
             ),
         )
+        data = encode_block(block)
+        blocks.append(data)
+        st = validate_append(st, block, block_hash(data))
+    if blocks:
+        ds.append_many_bytes(blocks)
 
 
 def build_dataset(

@@ -1,0 +1,149 @@
+"""Benchmark: pull of a dataset from IPFS, next to raw ``cat`` of the same bytes.
+
+Builds a dataset with 1,000 blocks (Seed, SetDataSchema, 20 AddData blocks with 10 MB data
+parts, 978 watermark-only AddData blocks), adds it to an embedded js-ipfs daemon as kamu does,
+then, from that same daemon's RPC API:
+
+* ``pull``: ``pull_url("ipfs://<cid>")`` into an empty store (walk, verify, parallel download
+  with sha3-256 + size checks, fsync, commit) -- MB/s of data parts;
+* ``cat``:  raw ``cat`` of the same 20 parts with the same parallelism, bytes discarded;
+* ``walk``: the metadata walk alone (``ls blocks/``, 1,000 parallel ``blocks/<hash>`` reads,
+  hash, decode, chain walk) -- blocks/s.
+
+Must run in a loopback-only namespace (the launcher refuses otherwise)::
+
+    unshare -rn bash -c 'ip link set lo up; .venv/bin/python tests/bench/bench_pull.py'
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import random
+import tempfile
+import time
+from pathlib import Path
+
+from coordinator.metadata.timestamp import Timestamp
+from coordinator.storage.repository import DatasetRepository
+from coordinator.verify import verify_integrity
+from node.ipfs.client import IpfsClient
+from node.ipfs.embedded import EmbeddedIpfs
+from node.transfer.publish import publish_dataset
+from node.transfer.pull import PullOptions, pull_url
+from node.transfer.testing import add_data, new_dataset
+
+pull_mod = importlib.import_module("node.transfer.pull")
+
+
+def _repo(path: Path) -> DatasetRepository:
+    return DatasetRepository(
+        path / "datasets", path / "keys", clock=lambda: Timestamp.parse("2024-01-01T00:00:00Z")
+    )
+
+
+async def _cat_all(client: IpfsClient, paths: list[str], parallel: int) -> int:
+    sem = asyncio.Semaphore(parallel)
+    total = 0
+
+    async def one(p: str) -> None:
+        nonlocal total
+        async with sem, client.open_stream(p) as chunks:
+            async for c in chunks:
+                total += len(c)
+
+    await asyncio.gather(*(one(p) for p in paths))
+    return total
+
+
+async def _walk(api: str, cid: str, head_hex: str) -> float:
+    from coordinator.multiformats import Multihash
+    from coordinator.storage.objects import FsObjectRepository
+    from node.transfer.sources import open_source
+
+    src = open_source(f"ipfs://{cid}", ipfs_api=api)
+    with tempfile.TemporaryDirectory() as d:
+        f = pull_mod._Fetcher(src, PullOptions())
+        cache = FsObjectRepository(Path(d), durable=False)
+        t0 = time.perf_counter()
+        await pull_mod._prefetch_blocks(f, cache, set())
+        new, _ = await pull_mod._walk(f, cache, Multihash.from_multibase(head_hex), set())
+        dt = time.perf_counter() - t0
+    await src.close()
+    return len(new) / dt
+
+
+async def bench(
+    work: Path, parts: int, part_mb: int, blocks: int, parallel: int
+) -> dict[str, float]:
+    src = new_dataset(work / "src" / "ds", b"bench", durable=False)
+    rng = random.Random(7)
+    add_data(src, parts, part_mb * 1_000_000, rng=rng, checkpoint_every=0)
+    add_data(src, blocks - parts - 2, 0, rng=rng, checkpoint_every=0)
+    data_bytes = parts * part_mb * 1_000_000
+    node = EmbeddedIpfs(work / "ipfs")
+    node.start()
+    try:
+        async with IpfsClient(node.api_url, timeout_s=600) as client:
+            t0 = time.perf_counter()
+            pub = await publish_dataset(client, src)
+            add_s = time.perf_counter() - t0
+            print(f"published in {add_s:.1f} s", flush=True)
+            part_paths = [f"/ipfs/{pub.cid}/data/{h}" for h in src.data.iter_hashes()]
+            # Warm the daemon's caches equally for both measurements.
+            await _cat_all(client, part_paths, parallel)
+            t0 = time.perf_counter()
+            n = await _cat_all(client, part_paths, parallel)
+            cat_s = time.perf_counter() - t0
+            assert n == data_bytes
+        dst = _repo(work / "dst")
+        t0 = time.perf_counter()
+        r = await pull_url(
+            dst, pub.url, alias="ds", ipfs_api=node.api_url, options=PullOptions(parallel=parallel)
+        )
+        pull_s = time.perf_counter() - t0
+        assert r.new_head == src.head() and r.new_blocks == blocks
+        assert verify_integrity(dst.open("ds")).ok
+        head = src.head()
+        assert head is not None
+        walk_bps = await _walk(node.api_url, pub.cid, str(head))
+    finally:
+        node.stop()
+    return {
+        "blocks": blocks,
+        "data_mb": data_bytes / 1e6,
+        "add_s": add_s,
+        "cat_mb_s": data_bytes / 1e6 / cat_s,
+        "pull_mb_s": data_bytes / 1e6 / pull_s,
+        "pull_s": pull_s,
+        "ratio_pull_to_cat": cat_s / pull_s,
+        "walk_blocks_s": walk_bps,
+    }
+
+
+def main() -> None:
+    """Run once and print the figures."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parts", type=int, default=20)
+    ap.add_argument("--part-mb", type=int, default=10)
+    ap.add_argument("--blocks", type=int, default=1000)
+    ap.add_argument("--parallel", type=int, default=8)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        res = asyncio.run(bench(Path(d), a.parts, a.part_mb, a.blocks, a.parallel))
+    if a.json:
+        print(json.dumps(res, indent=2))
+        return
+    print(f"dataset: {res['blocks']} blocks, {res['data_mb']:.0f} MB in {a.parts} parts")
+    print(f"publish (add -r, pin):   {res['add_s']:.1f} s")
+    print(f"raw cat ({a.parallel} parallel):   {res['cat_mb_s']:.1f} MB/s")
+    print(f"pull ipfs:// (verified): {res['pull_mb_s']:.1f} MB/s ({res['pull_s']:.1f} s)")
+    print(f"pull / cat:              {res['ratio_pull_to_cat']:.2f}x")
+    print(f"metadata walk:           {res['walk_blocks_s']:.0f} blocks/s")
+
+
+if __name__ == "__main__":
+    main()

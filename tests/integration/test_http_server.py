@@ -1,0 +1,73 @@
+"""The read-only Simple Transfer Protocol server: what it serves and what it refuses."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from coordinator.metadata.timestamp import Timestamp
+from coordinator.storage.repository import DatasetRepository
+from node.transfer.server import start_server
+from node.transfer.testing import build_dataset
+
+
+def _repo(path: Path) -> DatasetRepository:
+    return DatasetRepository(
+        path / "datasets",
+        path / "keys",
+        clock=lambda: Timestamp.parse("2024-06-01T00:00:00Z"),
+        durable=False,
+    )
+
+
+@pytest.fixture
+def hosted(tmp_path: Path) -> DatasetRepository:
+    repo = _repo(tmp_path / "home")
+    probe = build_dataset(tmp_path / "probe", 2, 777)
+    did = probe.state().dataset_id
+    assert did is not None
+    handle, _ = repo.create_empty(did, "alpha")
+    shutil.rmtree(handle.root)
+    shutil.copytree(probe.layout.root, handle.root)
+    (handle.root / "info" / "alias").write_text("alpha")
+    return repo
+
+
+def test_serves_layout_paths_only(hosted: DatasetRepository) -> None:
+    ds = hosted.open("alpha")
+    head = ds.head()
+    assert head is not None
+    part = next(ds.data.iter_hashes())
+    did = hosted.resolve("alpha").id.as_did_str()
+
+    async def go() -> None:
+        runner, port = await start_server(hosted)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            async with aiohttp.ClientSession() as s:
+
+                async def get(path: str) -> tuple[int, bytes]:
+                    async with s.get(base + path) as r:
+                        return r.status, await r.read()
+
+                assert await get("/alpha/refs/head") == (200, str(head).encode())
+                assert (await get(f"/{did}/refs/head"))[0] == 200
+                st, body = await get(f"/alpha/blocks/{head}")
+                assert st == 200 and body == ds.get_block_bytes(head)
+                st, body = await get(f"/alpha/data/{part}")
+                assert st == 200 and body == ds.data.get_bytes(part)
+                assert (await get("/alpha/info/alias"))[0] == 404
+                assert (await get("/alpha/blocks/..%2Finfo%2Falias"))[0] == 404
+                assert (await get("/alpha/blocks/nothex"))[0] == 404
+                assert (await get(f"/alpha/data/{head}"))[0] == 404
+                assert (await get("/nosuch/refs/head"))[0] == 404
+                async with s.put(f"{base}/alpha/data/{part}", data=b"x") as r:
+                    assert r.status == 405
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(go())
