@@ -52,6 +52,9 @@ class Libp2pConfig:
     degree_low: int = 4
     degree_high: int = 64
     seen_ttl_s: int = 600
+    # Bootstrap peers that drop are redialled (capped exponential backoff with jitter).
+    redial_interval_s: float = 5.0
+    redial_max_delay_s: float = 60.0
 
 
 def _content_msg_id(msg: Any) -> bytes:
@@ -95,6 +98,7 @@ class Libp2pTransport:
         self._handlers: dict[str, RequestHandler] = {}
         self._queues: dict[str, asyncio.Queue[GossipMessage]] = {}
         self._error: BaseException | None = None
+        self._redial_task: asyncio.Task[None] | None = None
 
     # ---- lifecycle
 
@@ -115,9 +119,22 @@ class Libp2pTransport:
         )
         self._thread.start()
         await ready
-        for addr in self.config.bootstrap:
-            with contextlib.suppress(TransportError):
-                await self.connect(addr)
+        if self.config.bootstrap:
+            import random
+
+            from p2p.redial import Redialer
+
+            redialer = Redialer(
+                addrs=self.config.bootstrap,
+                connect=self.connect,
+                connected_peers=self.connected_peers,
+                sleep=asyncio.sleep,
+                rng=random.Random(),
+                check_interval_s=self.config.redial_interval_s,
+                max_delay_s=self.config.redial_max_delay_s,
+            )
+            await redialer.run_once()  # first dial before start() returns
+            self._redial_task = asyncio.create_task(redialer.run(), name="libp2p-redial")
 
     def _thread_main(self, ready: asyncio.Future[None]) -> None:
         import trio
@@ -190,6 +207,11 @@ class Libp2pTransport:
 
     async def stop(self) -> None:
         """Stop the host and join the thread."""
+        if self._redial_task is not None:
+            self._redial_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._redial_task
+            self._redial_task = None
         if self._token is not None and self._stop_event is not None:
             with contextlib.suppress(Exception):
                 self._token.run_sync_soon(self._stop_event.set)
