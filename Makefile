@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # interface other than lo is visible (socket.if_nameindex(); see node/ipfs/netguard.py).
 NETNS := unshare -rn bash -c
 
-.PHONY: setup run test lint typecheck unit bench bench-chain bench-hash bench-ingest bench-gossip bench-pull p2p-vectors clean
+.PHONY: setup run test lint typecheck unit bench bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify p2p-vectors clean
 
 setup: $(STAMP)
 
@@ -33,7 +33,7 @@ lint: setup
 	$(BIN)/lint-imports
 
 typecheck: setup
-	$(BIN)/mypy coordinator p2p node sim
+	$(BIN)/mypy coordinator p2p node sim engine
 
 unit: setup
 	$(BIN)/pytest -q
@@ -42,7 +42,7 @@ test: lint typecheck
 	$(NETNS) 'ip link set lo up && exec $(BIN)/pytest -q'
 
 # Benchmarks are scripts, not timed tests: each prints medians and ratios measured in one run.
-bench: bench-chain bench-hash bench-ingest bench-gossip bench-pull
+bench: bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify
 
 bench-chain: setup
 	$(BIN)/python tests/bench/bench_chain.py
@@ -59,6 +59,10 @@ bench-gossip: setup
 
 bench-pull: setup
 	$(NETNS) 'ip link set lo up && exec $(BIN)/python tests/bench/bench_pull.py'
+
+# Verify of a 100-block derivative history with the warm engine worker vs direct Spark SQL.
+bench-verify: setup
+	$(NETNS) 'ip link set lo up && exec $(BIN)/python tests/bench/bench_verify.py'
 
 # Regenerates the frozen p2p wire-format vectors (only when the format version changes).
 p2p-vectors: setup

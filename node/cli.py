@@ -335,34 +335,127 @@ def dataset_log(
         _fail(f"unknown output format {output_format!r} (yaml, json, table)")
 
 
+@dataset_app.command("transform")
+def dataset_transform(
+    ref: Annotated[str, typer.Argument(help="Derivative dataset alias or did:odf.")],
+    master: Annotated[
+        str, typer.Option("--spark-master", help="spark.master of the engine worker.")
+    ] = "local[*]",
+    home: HomeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the next transform step of a derivative dataset on the Spark engine worker."""
+    from coordinator.transform.plan import resolve_inputs
+    from coordinator.transform.run import run_transform
+    from node.engine_client import EngineClient
+    from node.home import system_clock
+
+    repo = _home(home).repository()
+    with EngineClient(master=master, idle_timeout=0) as engine:
+        try:
+            ds = repo.open(ref)
+            result = run_transform(
+                ds, resolve_inputs(ds, repo.open), engine, clock=system_clock, alias=ref
+            )
+        except OdfNodeError as e:
+            _fail(str(e))
+    if result is None or result.new_head is None:
+        summary: dict[str, Any] = {"up_to_date": True}
+    else:
+        nd = result.event.new_data
+        summary = {
+            "up_to_date": False,
+            "new_head": str(result.new_head),
+            "new_blocks": [str(h) for h in result.new_blocks],
+            "offsets": [nd.offset_interval.start, nd.offset_interval.end] if nd else None,
+            "watermark": str(result.event.new_watermark) if result.event.new_watermark else None,
+        }
+    if as_json:
+        _emit_json(summary)
+    elif summary["up_to_date"]:
+        out.print("Up to date")
+    else:
+        out.print(f"Committed {len(result.new_blocks)} block(s), head {result.new_head}")  # type: ignore[union-attr]
+
+
 @dataset_app.command("verify")
 def dataset_verify(
     ref: Annotated[str, typer.Argument(help="Dataset alias or did:odf.")],
     integrity: Annotated[
         bool, typer.Option("--integrity", help="Check hashes only (no transform replay).")
-    ] = True,
+    ] = False,
+    master: Annotated[
+        str, typer.Option("--spark-master", help="spark.master of the engine worker.")
+    ] = "local[*]",
     home: HomeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Check metadata integrity (every block hash and chain rule) and data part files."""
-    from coordinator.verify import verify_integrity
+    """Check integrity (hashes, chain rules, data files); for derivatives also replay transforms."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from coordinator.transform.plan import resolve_inputs
+    from coordinator.transform.verify import verify_dataset
+    from coordinator.verify import IntegrityReport
+    from node.engine_client import EngineClient
 
     repo = _home(home).repository()
-    try:
-        report = verify_integrity(repo.open(ref))
-    except OdfNodeError as e:
-        _fail(str(e))
+    with (
+        EngineClient(master=master, idle_timeout=0) as engine,
+        Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=err,
+            disable=as_json,
+            transient=True,
+        ) as bar,
+    ):
+        tasks: dict[str, Any] = {}
+
+        def listener(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total)
+            bar.update(tasks[phase], completed=done, total=total)
+
+        try:
+            ds = repo.open(ref)
+            inputs = {}
+            if not integrity:
+                try:
+                    if ds.state().set_transform is not None:
+                        inputs = resolve_inputs(ds, repo.open)
+                except OdfNodeError:
+                    pass  # a broken chain or a missing input is reported by the phases below
+            full = verify_dataset(ds, inputs, engine, integrity_only=integrity, listener=listener)
+        except OdfNodeError as e:
+            _fail(str(e))
+    report: IntegrityReport = full.integrity
+    replay = full.replay
     if as_json:
-        _emit_json(report.to_dict())
+        value = report.to_dict()
+        value["ok"] = full.ok
+        value["replay"] = replay.to_dict() if replay is not None else None
+        value["problems"] = [*value["problems"], *full.problems]
+        _emit_json(value)
     else:
-        for p in report.problems:
+        for p in [*report.problems, *full.problems]:
             err.print(f"[red]✗[/] {p}")
-        verdict = "[green]OK[/]" if report.ok else "[red]FAILED[/]"
+        if replay is not None and replay.mismatch is not None:
+            err.print(f"[red]✗[/] {replay.mismatch.describe()}")
+        elif replay is not None and replay.error:
+            err.print(f"[red]✗[/] replay error: {replay.error}")
+        verdict = "[green]OK[/]" if full.ok else "[red]FAILED[/]"
+        replayed = (
+            f", {replay.blocks_replayed}/{replay.blocks_total} transforms replayed"
+            f" ({replay.verdict.value})"
+            if replay is not None
+            else ""
+        )
         out.print(
             f"{verdict}: {report.blocks_checked} blocks, {report.data_files_checked} data files, "
-            f"{report.checkpoints_checked} checkpoints checked"
+            f"{report.checkpoints_checked} checkpoints checked{replayed}"
         )
-    if not report.ok:
+    if not full.ok:
         raise typer.Exit(2)
 
 

@@ -1,0 +1,65 @@
+"""``odf-node dataset transform``: plan, run on an engine, commit — nothing on failure."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from coordinator.identity.dataset_id import DatasetId
+from coordinator.metadata.timestamp import Timestamp
+from coordinator.storage.dataset import Dataset
+from coordinator.transform.model import TransformInvalidQuery, TransformSuccess
+from coordinator.transform.plan import (
+    CommitResult,
+    OutputPaths,
+    TransformEngineError,
+    clear_outputs,
+    commit_transform,
+    plan_transform,
+)
+from coordinator.transform.verify import TransformEngine
+
+
+class InvalidTransformQuery(TransformEngineError):
+    """The engine refused the dataset's query (``InvalidQuery``)."""
+
+
+def run_transform(
+    dataset: Dataset,
+    inputs: Mapping[DatasetId, Dataset],
+    engine: TransformEngine,
+    *,
+    clock: Callable[[], Timestamp],
+    work_dir: Path | None = None,
+    alias: str = "",
+) -> CommitResult | None:
+    """Run the next transform step of ``dataset``; None if it was up to date.
+
+    Raises:
+        TransformPlanError: the dataset cannot be transformed.
+        InvalidTransformQuery: the engine refused the query; nothing was committed.
+        TransformEngineError: the engine failed; nothing was committed.
+        ConcurrentModification: the head moved meanwhile; nothing was committed.
+    """
+    own = work_dir is None
+    scratch = Path(tempfile.mkdtemp(prefix="odf-transform-")) if work_dir is None else work_dir
+    try:
+        paths = OutputPaths.under(scratch)
+        plan = plan_transform(dataset, inputs, system_time=clock(), paths=paths, alias=alias)
+        if plan is None:
+            return None
+        clear_outputs(paths)
+        response = engine.execute_transform(plan.request)
+        if isinstance(response, TransformInvalidQuery):
+            raise InvalidTransformQuery(response.message)
+        if not isinstance(response, TransformSuccess):
+            raise TransformEngineError(f"engine failed: {response.message}")
+        return commit_transform(dataset, plan, response)
+    finally:
+        if own:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+__all__ = ["InvalidTransformQuery", "run_transform"]

@@ -1,0 +1,351 @@
+"""Replay verification of a derivative dataset (``kamu verify`` without ``--integrity``).
+
+For every ``ExecuteTransform`` of the chain, oldest first, the request is rebuilt from the block
+(:func:`~coordinator.transform.plan.plan_replay`), run on the engine, and the event the replay
+would have committed is compared with the published one using kamu's rule: the replayed
+event's physical hash, size and ``newCheckpoint`` are overwritten with the published values
+(parquet bytes and checkpoints are not reproducible), then the whole events must be equal. In
+effect ``queryInputs``, ``prevCheckpoint``, ``prevOffset``, the output offsets, the **logical
+hash** and the watermark are compared. The replay stops at the first mismatch.
+
+A mismatch of a query that cannot be replayed deterministically (aggregations, joins, windows,
+random or time functions…) is reported as *not reproducible* rather than as a forgery.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from pathlib import Path
+from typing import Any, Protocol
+
+from coordinator.identity.dataset_id import DatasetId
+from coordinator.metadata import model as m
+from coordinator.multiformats import Multihash
+from coordinator.storage.dataset import Dataset
+from coordinator.transform.model import (
+    TransformInvalidQuery,
+    TransformRequest,
+    TransformResponse,
+    TransformSuccess,
+)
+from coordinator.transform.plan import (
+    OutputPaths,
+    TransformError,
+    build_event,
+    clear_outputs,
+    hash_output,
+    plan_replay,
+)
+from coordinator.verify import IntegrityReport, verify_integrity
+
+
+class TransformEngine(Protocol):
+    """Anything that runs ODF transform requests (in-process Spark, the engine worker…)."""
+
+    def execute_transform(self, request: TransformRequest) -> TransformResponse:
+        """Run one request; failures are responses, not exceptions."""
+        ...
+
+
+ReplayListener = Callable[[int, int, Multihash], None]
+"""``listener(done, total, block_hash)`` — called after each replayed block."""
+
+
+class Verdict(Enum):
+    """Outcome of a replay."""
+
+    OK = "ok"
+    MISMATCH = "mismatch"
+    """The published result is not what the query yields: evidence of a bad block."""
+    NOT_REPRODUCIBLE = "not-reproducible"
+    """A mismatch, but the query is not deterministic: no conclusion."""
+    ERROR = "error"
+    """The replay could not run (missing input, engine failure)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplayMismatch:
+    """The first published event the replay did not reproduce."""
+
+    block_hash: Multihash
+    sequence_number: int
+    expected: m.ExecuteTransform
+    actual: m.ExecuteTransform
+    differences: tuple[str, ...]
+
+    def describe(self) -> str:
+        """kamu's message, with the differing fields."""
+        return (
+            f"At block {self.block_hash} (#{self.sequence_number}) expected event "
+            f"{self.expected} but got non-equivalent event {self.actual}; differences: "
+            + "; ".join(self.differences)
+        )
+
+
+@dataclass(slots=True)
+class ReplayReport:
+    """What the replay checked and its outcome."""
+
+    head: Multihash | None = None
+    blocks_total: int = 0
+    blocks_replayed: int = 0
+    verdict: Verdict = Verdict.OK
+    mismatch: ReplayMismatch | None = None
+    error: str | None = None
+    error_block: Multihash | None = None
+    nondeterministic_reasons: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """True if every transform was reproduced."""
+        return self.verdict is Verdict.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        mm = self.mismatch
+        return {
+            "ok": self.ok,
+            "verdict": self.verdict.value,
+            "head": str(self.head) if self.head else None,
+            "blocks_total": self.blocks_total,
+            "blocks_replayed": self.blocks_replayed,
+            "error": self.error,
+            "error_block": str(self.error_block) if self.error_block else None,
+            "nondeterministic_reasons": list(self.nondeterministic_reasons),
+            "mismatch": None
+            if mm is None
+            else {
+                "block_hash": str(mm.block_hash),
+                "sequence_number": mm.sequence_number,
+                "differences": list(mm.differences),
+            },
+        }
+
+
+@dataclass(slots=True)
+class VerificationReport:
+    """Integrity then replay, as ``kamu verify`` runs them."""
+
+    integrity: IntegrityReport
+    replay: ReplayReport | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True if both phases passed."""
+        return self.integrity.ok and (self.replay is None or self.replay.ok)
+
+
+# -- determinism ---------------------------------------------------------------------------------
+
+_NONDETERMINISTIC_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"\bjoin\b", "join: output order depends on the join strategy"),
+    (r"\bgroup\s+by\b", "aggregation: output order depends on hash-aggregate internals"),
+    (r"\bdistinct\b", "DISTINCT: output order depends on hash-aggregate internals"),
+    (r"\b(?:sum|avg|count|min|max|collect_list|collect_set)\s*\(", "aggregate function"),
+    (r"\bover\s*\(", "window function: may depend on the slice boundaries and order"),
+    (r"\b(?:rand|randn|random|uuid|shuffle)\s*\(", "random function"),
+    (
+        r"\b(?:current_timestamp|current_date|now|localtimestamp|unix_timestamp\s*\(\s*\))",
+        "current time function",
+    ),
+    (r"\b(?:union|intersect|except)\b", "set operation: order depends on the plan"),
+)
+
+
+def nondeterminism_reasons(transform: m.TransformSql) -> tuple[str, ...]:
+    """Why ``transform`` may not be replayable deterministically (empty: plain map/filter).
+
+    A conservative textual screen used to *classify* mismatches (never to allow or refuse a
+    query — that is the sandbox's job, on Spark's plans). An engine may offer a precise
+    answer through a ``nondeterminism(request)`` method, which :func:`replay_transforms`
+    prefers.
+    """
+    reasons: list[str] = []
+    for step in transform.queries or ():
+        text = re.sub(r"'(?:[^'\\]|\\.)*'", "''", step.query.lower())
+        for pattern, reason in _NONDETERMINISTIC_PATTERNS:
+            if re.search(pattern, text) and reason not in reasons:
+                reasons.append(reason)
+    return tuple(reasons)
+
+
+# -- comparison ----------------------------------------------------------------------------------
+
+
+def _differences(expected: m.ExecuteTransform, actual: m.ExecuteTransform) -> tuple[str, ...]:
+    out: list[str] = []
+    for name in ("query_inputs", "prev_checkpoint", "prev_offset", "new_watermark"):
+        e, a = getattr(expected, name), getattr(actual, name)
+        if e != a:
+            out.append(f"{name}: expected {e}, actual {a}")
+    ed, ad = expected.new_data, actual.new_data
+    if (ed is None) != (ad is None):
+        out.append(f"new_data: expected {ed}, actual {ad}")
+    elif ed is not None and ad is not None:
+        if ed.offset_interval != ad.offset_interval:
+            out.append(
+                f"new_data.offset_interval: expected [{ed.offset_interval.start}, "
+                f"{ed.offset_interval.end}], actual [{ad.offset_interval.start}, "
+                f"{ad.offset_interval.end}]"
+            )
+        if ed.logical_hash != ad.logical_hash:
+            out.append(
+                f"new_data.logical_hash: expected {ed.logical_hash}, actual {ad.logical_hash}"
+            )
+    if expected.new_checkpoint != actual.new_checkpoint:
+        out.append("new_checkpoint differs")
+    return tuple(out)
+
+
+def normalize_replayed(
+    published: m.ExecuteTransform, replayed: m.ExecuteTransform
+) -> m.ExecuteTransform:
+    """kamu's rule: take physical hash, size and ``newCheckpoint`` from the published event."""
+    new_data = replayed.new_data
+    if new_data is not None and published.new_data is not None:
+        new_data = replace(
+            new_data,
+            physical_hash=published.new_data.physical_hash,
+            size=published.new_data.size,
+        )
+    return replace(replayed, new_data=new_data, new_checkpoint=published.new_checkpoint)
+
+
+# -- replay --------------------------------------------------------------------------------------
+
+
+def replay_transforms(
+    dataset: Dataset,
+    inputs: Mapping[DatasetId, Dataset],
+    engine: TransformEngine,
+    *,
+    work_dir: Path | None = None,
+    listener: ReplayListener | None = None,
+) -> ReplayReport:
+    """Replay every ``ExecuteTransform`` of ``dataset``; see the module docstring.
+
+    Args:
+        dataset: a derivative dataset.
+        inputs: its input datasets by DID (holding at least the blocks the chain consumed).
+        engine: runs the requests.
+        work_dir: scratch space for engine output (default: a temporary directory).
+        listener: progress callback.
+    """
+    report = ReplayReport(head=dataset.head())
+    chain = list(dataset.iter_blocks())
+    chain.reverse()
+    set_transform: m.SetTransform | None = None
+    todo: list[tuple[Multihash, m.MetadataBlock, m.SetTransform]] = []
+    for h, b in chain:
+        if isinstance(b.event, m.SetTransform):
+            set_transform = b.event
+        elif isinstance(b.event, m.ExecuteTransform) and set_transform is not None:
+            todo.append((h, b, set_transform))
+    # kamu replays with the *current* SetTransform (transform evolution is a TODO there too).
+    current = set_transform
+    report.blocks_total = len(todo)
+    if current is not None:
+        precise = getattr(engine, "nondeterminism", None)
+        report.nondeterministic_reasons = (
+            tuple(precise(current.transform)) if callable(precise) else ()
+        ) or nondeterminism_reasons(current.transform)
+    own_dir = work_dir is None
+    scratch = Path(tempfile.mkdtemp(prefix="odf-replay-")) if work_dir is None else work_dir
+    try:
+        for done, (h, block, _) in enumerate(todo, start=1):
+            paths = OutputPaths.under(scratch / f"{block.sequence_number}")
+            clear_outputs(paths)
+            published = block.event
+            assert isinstance(published, m.ExecuteTransform)
+            try:
+                plan = plan_replay(dataset, inputs, block, paths=paths, set_transform=current)
+            except TransformError as e:
+                report.verdict, report.error, report.error_block = Verdict.ERROR, str(e), h
+                return report
+            response = engine.execute_transform(plan.request)
+            if not isinstance(response, TransformSuccess):
+                kind = "invalid query" if isinstance(response, TransformInvalidQuery) else "error"
+                report.verdict = Verdict.ERROR
+                report.error = f"engine {kind}: {response.message}"
+                report.error_block = h
+                return report
+            try:
+                output = hash_output(plan, response)
+            except TransformError as e:
+                report.verdict, report.error, report.error_block = Verdict.ERROR, str(e), h
+                return report
+            replayed = normalize_replayed(published, build_event(plan, response, output))
+            shutil.rmtree(paths.new_data_path.parent, ignore_errors=True)
+            if replayed != published:
+                report.mismatch = ReplayMismatch(
+                    block_hash=h,
+                    sequence_number=block.sequence_number,
+                    expected=published,
+                    actual=replayed,
+                    differences=_differences(published, replayed),
+                )
+                report.verdict = (
+                    Verdict.NOT_REPRODUCIBLE
+                    if report.nondeterministic_reasons
+                    else Verdict.MISMATCH
+                )
+                return report
+            report.blocks_replayed = done
+            if listener is not None:
+                listener(done, len(todo), h)
+    finally:
+        if own_dir:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return report
+
+
+def verify_dataset(
+    dataset: Dataset,
+    inputs: Mapping[DatasetId, Dataset],
+    engine: TransformEngine | None,
+    *,
+    integrity_only: bool = False,
+    work_dir: Path | None = None,
+    listener: Callable[[str, int, int], None] | None = None,
+) -> VerificationReport:
+    """``kamu verify``: integrity, then (derivative datasets, unless ``integrity_only``) replay.
+
+    ``listener(phase, done, total)`` receives ``metadata``/``data`` phases from the integrity
+    check and ``replay`` for each replayed block.
+    """
+    integrity = verify_integrity(dataset, listener=listener)
+    report = VerificationReport(integrity=integrity)
+    if integrity_only or not integrity.ok:
+        return report
+    if dataset.state().dataset_kind != m.DatasetKind.DERIVATIVE:
+        return report
+    if engine is None:
+        report.problems.append("no engine available to replay transforms")
+        return report
+
+    def on_block(done: int, total: int, _h: Multihash) -> None:
+        if listener is not None:
+            listener("replay", done, total)
+
+    report.replay = replay_transforms(dataset, inputs, engine, work_dir=work_dir, listener=on_block)
+    return report
+
+
+__all__ = [
+    "ReplayListener",
+    "ReplayMismatch",
+    "ReplayReport",
+    "TransformEngine",
+    "Verdict",
+    "VerificationReport",
+    "nondeterminism_reasons",
+    "normalize_replayed",
+    "replay_transforms",
+    "verify_dataset",
+]

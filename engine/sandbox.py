@@ -1,0 +1,295 @@
+"""The SQL sandbox: decide on Spark's own plans whether a derivative's query may run.
+
+A derivative dataset's SQL comes from a stranger. ``spark.sql(text)`` runs commands eagerly
+(``SET``, ``ADD JAR``, ``CREATE VIEW`` execute at call time), so a query is checked *before* it
+is handed to ``spark.sql``:
+
+1. **Parse without executing** (``sessionState.sqlParser.parsePlan``). The root must be a
+   query, not a command/statement (DDL, DML, ``SET``, ``ADD JAR``, ``LOAD DATA``,
+   ``INSERT … DIRECTORY``, ``EXPLAIN``, ``CACHE``…). Every relation named in the parsed plan
+   (including CTE bodies and subqueries) must be a single-part name of a registered view or of
+   a CTE; multi-part names (``parquet.`/etc```, ``spark_catalog.db.t``, ``global_temp.v``) are
+   refused. Functions are checked by name (``reflect``, ``java_method``, ``try_reflect``,
+   ``input_file_name``…).
+2. **Analyse** the parsed plan and walk the analysed plan: every expression is checked by
+   *class* (reflection, UDFs of any kind, script transformation), every leaf relation must be
+   a registered view (``View`` nodes are not entered) or a harmless in-memory leaf.
+
+Only then is the query executed. The session also runs with ``spark.sql.runSQLOnFiles=false``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+DENIED_FUNCTIONS = frozenset(
+    {
+        "reflect",
+        "java_method",
+        "try_reflect",
+        "input_file_name",
+        "input_file_block_start",
+        "input_file_block_length",
+        "current_catalog",
+        "current_database",
+        "current_schema",
+    }
+)
+"""Functions refused by name (reflection; functions that disclose local paths/catalogs)."""
+
+_DENIED_EXPR_CLASSES = (
+    "CallMethodViaReflection",
+    "TryReflect",
+    "ScalaUDF",
+    "ScalaUDAF",
+    "ScalaAggregator",
+    "PythonUDF",
+    "PythonUDAF",
+    "PythonUDTF",
+    "HiveSimpleUDF",
+    "HiveGenericUDF",
+    "HiveGenericUDTF",
+    "HiveUDAFFunction",
+    "InputFileName",
+    "InputFileBlockStart",
+    "InputFileBlockLength",
+)
+_DENIED_PLAN_CLASSES = (
+    "ScriptTransformation",
+    "InsertIntoStatement",
+    "InsertIntoDir",
+    "MapInPandas",
+    "FlatMapGroupsInPandas",
+    "MapInArrow",
+    "PythonMapInArrow",
+    "AttachDistributedSequence",
+    "UnresolvedTableValuedFunction",
+    "UnresolvedTVFAliases",
+)
+_HARMLESS_LEAVES = ("OneRowRelation", "LocalRelation", "Range", "CTERelationRef", "CTERelationDef")
+
+_PKG = "org.apache.spark.sql.catalyst"
+
+
+class SandboxViolation(Exception):
+    """The query is not allowed to run; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _seq(jseq: Any) -> Iterator[Any]:
+    """Iterate a Scala ``Seq`` through py4j."""
+    it = jseq.iterator()
+    while it.hasNext():
+        yield it.next()
+
+
+def _simple_name(jobj: Any) -> str:
+    return str(jobj.getClass().getSimpleName()).rstrip("$")
+
+
+class _Walker:
+    """Walks Catalyst plans and expressions through py4j."""
+
+    def __init__(self, jvm: Any) -> None:
+        cls = jvm.java.lang.Class.forName
+        self._command = cls(f"{_PKG}.plans.logical.Command")
+        self._subquery = cls(f"{_PKG}.expressions.SubqueryExpression")
+        self._unresolved_with = cls(f"{_PKG}.plans.logical.UnresolvedWith")
+        self._unresolved_relation = cls(f"{_PKG}.analysis.UnresolvedRelation")
+        self._unresolved_function = cls(f"{_PKG}.analysis.UnresolvedFunction")
+        self._view = cls(f"{_PKG}.plans.logical.View")
+        self._leaf = cls(f"{_PKG}.plans.logical.LeafNode")
+
+    def is_command(self, plan: Any) -> bool:
+        return bool(self._command.isInstance(plan))
+
+    def plans(self, plan: Any, *, into_views: bool) -> Iterator[Any]:
+        """Every plan node under ``plan``: children, CTE bodies and subquery plans."""
+        stack = [plan]
+        while stack:
+            node = stack.pop()
+            yield node
+            if not into_views and self._view.isInstance(node):
+                continue
+            stack.extend(_seq(node.children()))
+            if self._unresolved_with.isInstance(node):
+                stack.extend(pair._2() for pair in _seq(node.cteRelations()))
+            for expr in _seq(node.expressions()):
+                for e in self.expressions(expr):
+                    if self._subquery.isInstance(e):
+                        stack.append(e.plan())
+
+    def expressions(self, expr: Any) -> Iterator[Any]:
+        stack = [expr]
+        while stack:
+            e = stack.pop()
+            yield e
+            stack.extend(_seq(e.children()))
+
+
+_WALKERS: dict[int, _Walker] = {}
+
+
+def _walker(jvm: Any) -> _Walker:
+    """One walker (its resolved classes) per JVM gateway."""
+    w = _WALKERS.get(id(jvm))
+    if w is None:
+        w = _WALKERS[id(jvm)] = _Walker(jvm)
+    return w
+
+
+def _multipart(jseq: Any) -> list[str]:
+    return [str(p) for p in _seq(jseq)]
+
+
+def check_query(spark: Any, sql: str, views: set[str], *, ctes_ok: bool = True) -> None:
+    """Refuse ``sql`` unless it is a plain SELECT over ``views``; never executes it.
+
+    Args:
+        spark: the PySpark ``SparkSession`` the query would run in.
+        sql: one query step.
+        views: names (case-insensitive) of the temp views the query may read.
+        ctes_ok: allow ``WITH`` common table expressions.
+
+    Raises:
+        SandboxViolation: with the reason.
+    """
+    jss = spark._jsparkSession
+    jvm = spark._jvm
+    walker = _walker(jvm)
+    try:
+        parsed = jss.sessionState().sqlParser().parsePlan(sql)
+    except Exception as e:
+        raise SandboxViolation(f"cannot parse the query: {_java_message(e)}") from None
+    root = _simple_name(parsed)
+    if walker.is_command(parsed) or root in _DENIED_PLAN_CLASSES:
+        raise SandboxViolation(f"only SELECT queries are allowed, got {root}")
+    allowed = {v.lower() for v in views}
+    cte_names: set[str] = set()
+    parsed_nodes = list(walker.plans(parsed, into_views=True))
+    for node in parsed_nodes:
+        if walker._unresolved_with.isInstance(node):
+            if not ctes_ok:
+                raise SandboxViolation("common table expressions are not allowed")
+            cte_names.update(str(p._1()).lower() for p in _seq(node.cteRelations()))
+    for node in parsed_nodes:
+        name = _simple_name(node)
+        if walker.is_command(node) or name in _DENIED_PLAN_CLASSES:
+            raise SandboxViolation(f"{name} is not allowed in a query")
+        if walker._unresolved_relation.isInstance(node):
+            parts = _multipart(node.multipartIdentifier())
+            if len(parts) != 1:
+                raise SandboxViolation(
+                    f"relation {'.'.join(parts)!r} is not an input (qualified names and "
+                    "path-based relations are not allowed)"
+                )
+            if parts[0].lower() not in allowed | cte_names:
+                raise SandboxViolation(f"relation {parts[0]!r} is not an input of the transform")
+        for expr in _seq(node.expressions()):
+            for ex in walker.expressions(expr):
+                if walker._unresolved_function.isInstance(ex):
+                    fparts = _multipart(ex.nameParts())
+                    fname = fparts[-1].lower()
+                    if len(fparts) != 1:
+                        raise SandboxViolation(f"function {'.'.join(fparts)!r} is not allowed")
+                    if fname in DENIED_FUNCTIONS:
+                        raise SandboxViolation(f"function {fname}() is not allowed")
+    try:
+        none = getattr(jvm.scala, "None$").__getattr__("MODULE$")
+        tracker = jvm.org.apache.spark.sql.catalyst.QueryPlanningTracker(none)
+        analyzed = jss.sessionState().analyzer().executeAndCheck(parsed, tracker)
+    except Exception as e:
+        raise SandboxViolation(f"query does not analyse: {_java_message(e)}") from None
+    for node in walker.plans(analyzed, into_views=False):
+        name = _simple_name(node)
+        if walker.is_command(node) or name in _DENIED_PLAN_CLASSES:
+            raise SandboxViolation(f"{name} is not allowed in a query")
+        if walker._view.isInstance(node):
+            view = str(node.desc().identifier().table()).lower()
+            if view not in allowed:
+                raise SandboxViolation(f"view {view!r} is not an input of the transform")
+            continue
+        if walker._leaf.isInstance(node) and name not in _HARMLESS_LEAVES:
+            raise SandboxViolation(f"relation {name} is not an input of the transform")
+        for expr in _seq(node.expressions()):
+            for ex in walker.expressions(expr):
+                ename = _simple_name(ex)
+                if ename in _DENIED_EXPR_CLASSES or "UDF" in ename:
+                    raise SandboxViolation(f"expression {ename} is not allowed")
+
+
+_NONDET_PLANS = {
+    "Aggregate": "aggregation: output order depends on hash-aggregate internals",
+    "Distinct": "DISTINCT: output order depends on hash-aggregate internals",
+    "Join": "join: output order depends on the join strategy",
+    "Union": "set operation: order depends on the plan",
+    "Intersect": "set operation: order depends on the plan",
+    "Except": "set operation: order depends on the plan",
+    "Sample": "sampling",
+}
+_NONDET_FUNCTIONS = {
+    "rand": "random function",
+    "randn": "random function",
+    "random": "random function",
+    "uuid": "random function",
+    "shuffle": "random function",
+    "current_timestamp": "current time function",
+    "current_date": "current time function",
+    "now": "current time function",
+    "localtimestamp": "current time function",
+    "current_timezone": "session-dependent function",
+    "unix_timestamp": "current time function (without arguments)",
+}
+
+
+def nondeterminism(spark: Any, sql: str) -> tuple[str, ...]:
+    """Why ``sql`` may not replay deterministically, read from Spark's parsed plan.
+
+    Plan nodes (aggregation, join, set operations, sampling) and functions (random, current
+    time) are recognised by class and resolved name, not by text; window expressions
+    (``UnresolvedWindowExpression``/``WindowExpression``) count as well. Unparseable SQL gives
+    no reasons (the sandbox reports it).
+    """
+    jss = spark._jsparkSession
+    walker = _walker(spark._jvm)
+    try:
+        parsed = jss.sessionState().sqlParser().parsePlan(sql)
+    except Exception:
+        return ()
+    reasons: list[str] = []
+    for node in walker.plans(parsed, into_views=True):
+        name = _simple_name(node)
+        if name in _NONDET_PLANS and _NONDET_PLANS[name] not in reasons:
+            reasons.append(_NONDET_PLANS[name])
+        for expr in _seq(node.expressions()):
+            for ex in walker.expressions(expr):
+                ename = _simple_name(ex)
+                reason = None
+                if "WindowExpression" in ename:
+                    reason = "window function: may depend on the slice boundaries and order"
+                elif walker._unresolved_function.isInstance(ex):
+                    fname = _multipart(ex.nameParts())[-1].lower()
+                    if fname == "unix_timestamp" and ex.arguments().size() > 0:
+                        continue
+                    reason = _NONDET_FUNCTIONS.get(fname)
+                    if ex.isDistinct() and reason is None:
+                        reason = _NONDET_PLANS["Distinct"]
+                if reason is not None and reason not in reasons:
+                    reasons.append(reason)
+    return tuple(reasons)
+
+
+def _java_message(e: Exception) -> str:
+    text = str(e)
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith(": "):
+            return line[2:][:500]
+    return text.splitlines()[0][:500] if text else type(e).__name__
+
+
+__all__ = ["DENIED_FUNCTIONS", "SandboxViolation", "check_query", "nondeterminism"]

@@ -1,0 +1,144 @@
+"""The Spark engine worker: a long-lived process serving the ODF engine gRPC protocol.
+
+``python -m engine.worker --listen 127.0.0.1:2884`` (or ``--listen unix:/path/engine.sock``).
+
+Service ``engine.Engine`` (``schemas/engine.proto``), both RPCs server-streaming, payloads are
+FlatBuffers in the single ``bytes flatbuffer = 1`` field of each protobuf message (encoded by
+hand: one length-delimited field needs no protobuf runtime):
+
+* ``ExecuteTransform(TransformRequest) -> stream TransformResponse``: one ``Progress``, then
+  ``Success`` / ``InvalidQuery`` / ``InternalError``;
+* ``ExecuteRawQuery(RawQueryRequest) -> stream RawQueryResponse``: the query over the view
+  ``input`` (the given parquet files), one parquet file out (ingest preprocessing).
+
+The SparkSession is created once, before the server starts listening (so "connectable" means
+"warm"), and every request runs in ``spark.newSession()``. Requests are served one at a time.
+``READY <address>`` is printed on stdout once serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+from coordinator.transform.fbs import (
+    decode_raw_query_request,
+    decode_transform_request,
+    encode_raw_query_response,
+    encode_transform_response,
+    unwrap_protobuf,
+    wrap_protobuf,
+)
+from coordinator.transform.model import TransformInternalError, TransformResponse
+
+SERVICE = "engine.Engine"
+DEFAULT_ADDRESS = "127.0.0.1:2884"
+CRASH_ENV = "ODF_ENGINE_CRASH_FILE"
+"""Test hook: if this names a file holding N > 0, the worker writes N - 1 to it, leaves a partial
+output file and dies mid-request (so N consecutive requests crash)."""
+
+
+class EngineServicer:
+    """Holds the warm engine; serialises requests."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.lock = threading.Lock()
+
+    def execute_transform(self, request: bytes, context: Any) -> Iterator[bytes]:
+        yield encode_transform_response(None)  # Progress
+        try:
+            req = decode_transform_request(request)
+        except Exception as e:
+            yield encode_transform_response(TransformInternalError(message=f"bad request: {e}"))
+            return
+        with self.lock:
+            crash = os.environ.get(CRASH_ENV)
+            if crash and os.path.exists(crash) and int(Path(crash).read_text() or 0) > 0:
+                with open(crash, "r+") as f:
+                    n = int(f.read())
+                    f.seek(0)
+                    f.truncate()
+                    f.write(str(n - 1))
+                req.new_data_path.parent.mkdir(parents=True, exist_ok=True)
+                req.new_data_path.write_bytes(b"partial output of a crashed engine")
+                os._exit(17)
+            resp: TransformResponse = self.engine.execute_transform(req)
+        yield encode_transform_response(resp)
+
+    def execute_raw_query(self, request: bytes, context: Any) -> Iterator[bytes]:
+        yield encode_raw_query_response(None)  # Progress
+        try:
+            req = decode_raw_query_request(request)
+        except Exception as e:
+            yield encode_raw_query_response(TransformInternalError(message=f"bad request: {e}"))
+            return
+        with self.lock:
+            resp = self.engine.execute_raw_query(req)
+        yield encode_raw_query_response(resp)
+
+
+def build_server(servicer: EngineServicer, address: str) -> Any:
+    """A grpc server with the ``engine.Engine`` service bound to ``address``."""
+    import grpc
+
+    handlers = {
+        "ExecuteTransform": grpc.unary_stream_rpc_method_handler(
+            servicer.execute_transform,
+            request_deserializer=unwrap_protobuf,
+            response_serializer=wrap_protobuf,
+        ),
+        "ExecuteRawQuery": grpc.unary_stream_rpc_method_handler(
+            servicer.execute_raw_query,
+            request_deserializer=unwrap_protobuf,
+            response_serializer=wrap_protobuf,
+        ),
+    }
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=2),
+        options=[("grpc.max_receive_message_length", 64 << 20)],
+    )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    if server.add_insecure_port(address) == 0 and not address.startswith("unix:"):
+        raise SystemExit(f"cannot bind {address}")
+    return server
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--listen", default=DEFAULT_ADDRESS, help="host:port or unix:/path")
+    p.add_argument("--master", default="local[*]", help="spark.master, or sc://host:port")
+    p.add_argument(
+        "--conf", action="append", default=[], help="extra Spark setting key=value (repeatable)"
+    )
+    args = p.parse_args(argv)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from engine.spark_engine import SparkEngine, create_spark_session
+
+    extra = dict(kv.split("=", 1) for kv in args.conf)
+    spark = create_spark_session(args.master, extra)
+    server = build_server(EngineServicer(SparkEngine(spark)), args.listen)
+    server.start()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"READY {args.listen}", flush=True)
+    stop.wait()
+    server.stop(grace=2).wait()
+    try:
+        spark.stop()
+    except Exception:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

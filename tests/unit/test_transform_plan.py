@@ -1,0 +1,325 @@
+"""Transform planning, commit and the engine-protocol codec, without Spark.
+
+The "engine" here is a fake that writes a parquet file the way the Spark engine would, so the
+planner's intervals, the commit's event and its atomicity are checked without a JVM.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from coordinator.errors import ChainRuleViolation
+from coordinator.ingest.errors import ConcurrentModification
+from coordinator.metadata import model as m
+from coordinator.metadata.timestamp import Timestamp
+from coordinator.transform import (
+    OutputPaths,
+    TransformInternalError,
+    TransformInvalidQuery,
+    TransformRequest,
+    TransformSuccess,
+    commit_transform,
+    plan_replay,
+    plan_transform,
+)
+from coordinator.transform.fbs import (
+    decode_raw_query_request,
+    decode_raw_query_response,
+    decode_transform_request,
+    decode_transform_response,
+    encode_raw_query_request,
+    encode_raw_query_response,
+    encode_transform_request,
+    encode_transform_response,
+    unwrap_protobuf,
+    wrap_protobuf,
+)
+from coordinator.transform.model import RawQueryRequest, RawQuerySuccess
+from coordinator.transform.plan import TransformPlanError, clear_outputs
+from coordinator.transform.run import InvalidTransformQuery, run_transform
+from coordinator.transform.testing import Clock, inputs_of, make_derivative, make_root, push_csv
+from coordinator.transform.verify import nondeterminism_reasons
+
+CSV1 = "event_time,city,population\n2020-01-01T00:00:00Z,A,1\n2020-01-02T00:00:00Z,B,2\n"
+CSV2 = "event_time,city,population\n2020-01-03T00:00:00Z,C,3\n"
+
+
+class FakeEngine:
+    """Copies the input rows in the offset interval (a SELECT * map), like Spark would."""
+
+    def __init__(self) -> None:
+        self.requests: list[TransformRequest] = []
+
+    def execute_transform(self, req: TransformRequest) -> TransformSuccess:
+        self.requests.append(req)
+        rows = []
+        for inp in req.query_inputs:
+            for p in inp.data_paths:
+                t = pq.read_table(p)
+                for r in t.to_pylist():
+                    iv = inp.offset_interval
+                    if iv is not None and iv.start <= r["offset"] <= iv.end:
+                        rows.append(r)
+        wm = max(w.event_time for i in req.query_inputs for w in i.explicit_watermarks)
+        req.new_checkpoint_path.write_bytes(f"cp {wm}".encode())
+        if not rows:
+            return TransformSuccess(new_watermark=wm)
+        st = req.system_time.to_datetime()
+        out = pa.table(
+            {
+                "offset": pa.array(range(req.next_offset, req.next_offset + len(rows)), pa.int64()),
+                "op": pa.array([r["op"] for r in rows], pa.int32()),
+                "system_time": pa.array([st] * len(rows), pa.timestamp("ms", tz="UTC")),
+                "event_time": pa.array(
+                    [r["event_time"] for r in rows], pa.timestamp("ms", tz="UTC")
+                ),
+                "city": [r["city"] for r in rows],
+            }
+        )
+        pq.write_table(out, req.new_data_path)
+        return TransformSuccess(
+            new_offset_interval=m.OffsetInterval(
+                start=req.next_offset, end=req.next_offset + len(rows) - 1
+            ),
+            new_watermark=wm,
+        )
+
+
+@pytest.fixture
+def chain(tmp_path: Path):
+    clock = Clock()
+    root = make_root(tmp_path, "root")
+    push_csv(root, tmp_path / "in", CSV1, clock)
+    der = make_derivative(
+        tmp_path, "der", [(root, "cities")], [(None, "SELECT op, event_time, city FROM cities")]
+    )
+    return tmp_path, clock, root, der
+
+
+def test_first_plan_takes_everything(chain) -> None:
+    tmp, clock, root, der = chain
+    plan = plan_transform(
+        der, inputs_of(root), system_time=clock(), paths=OutputPaths.under(tmp / "w")
+    )
+    assert plan is not None
+    req = plan.request
+    assert req.next_offset == 0 and plan.prev_offset is None and plan.prev_checkpoint is None
+    (q,) = plan.query_inputs
+    assert q.prev_block_hash is None and q.new_block_hash == root.head()
+    assert q.prev_offset is None and q.new_offset == 1
+    (ri,) = req.query_inputs
+    assert ri.query_alias == "cities"
+    assert ri.offset_interval == m.OffsetInterval(start=0, end=1)
+    assert len(ri.data_paths) == 1 and ri.data_paths[0].is_file()
+    assert [str(w.event_time) for w in ri.explicit_watermarks] == ["2020-01-02T00:00:00Z"]
+    assert req.transform.queries is not None
+
+
+def test_incremental_plans_and_commits(chain) -> None:
+    tmp, clock, root, der = chain
+    eng = FakeEngine()
+    r1 = run_transform(der, inputs_of(root), eng, clock=clock)
+    assert r1 is not None and len(r1.new_blocks) == 2  # SetDataSchema + ExecuteTransform
+    assert run_transform(der, inputs_of(root), eng, clock=clock) is None
+    push_csv(root, tmp / "in", CSV2, clock)
+    r2 = run_transform(der, inputs_of(root), eng, clock=clock)
+    assert r2 is not None and len(r2.new_blocks) == 1
+    e = r2.event
+    assert e.prev_offset == 1
+    assert e.new_data is not None and e.new_data.offset_interval == m.OffsetInterval(start=2, end=2)
+    (q,) = e.query_inputs
+    assert q.prev_offset == 1 and q.new_offset == 2
+    assert e.prev_checkpoint == r1.event.new_checkpoint.physical_hash  # type: ignore[union-attr]
+    req = eng.requests[-1]
+    assert req.query_inputs[0].offset_interval == m.OffsetInterval(start=2, end=2)
+    assert len(req.query_inputs[0].data_paths) == 1
+    assert req.prev_checkpoint_path is not None and req.prev_checkpoint_path.is_file()
+    assert der.state().next_offset == 3
+    # Replay planning rebuilds exactly the same request for the published block.
+    block = der.get_block(r2.new_head)  # type: ignore[arg-type]
+    replay = plan_replay(der, inputs_of(root), block, paths=OutputPaths.under(tmp / "r"))
+    assert replay.query_inputs == e.query_inputs
+    assert replay.request.query_inputs == req.query_inputs
+    assert replay.request.next_offset == req.next_offset
+    assert replay.request.system_time == req.system_time
+    assert replay.request.prev_checkpoint_path == req.prev_checkpoint_path
+
+
+def test_watermark_only_block_is_planned(chain) -> None:
+    tmp, clock, root, der = chain
+    eng = FakeEngine()
+    run_transform(der, inputs_of(root), eng, clock=clock)
+    from coordinator.ingest.push import ingest
+
+    empty = tmp / "empty.csv"
+    empty.write_text("event_time,city,population\n")
+    ingest(root, [empty], clock=clock, watermark=Timestamp.parse("2021-01-01T00:00:00Z"))
+    plan = plan_transform(der, inputs_of(root), system_time=clock(), paths=OutputPaths.under(tmp))
+    assert plan is not None
+    (q,) = plan.query_inputs
+    assert q.new_block_hash == root.head() and q.new_offset is None
+    (ri,) = plan.request.query_inputs
+    assert ri.offset_interval is None and ri.data_paths == ()
+    assert ri.schema_file is not None  # lets the engine build an empty input with the schema
+    assert [str(w.event_time) for w in ri.explicit_watermarks] == ["2021-01-01T00:00:00Z"]
+
+
+def test_commit_refuses_moved_head(chain) -> None:
+    tmp, clock, root, der = chain
+    paths = OutputPaths.under(tmp / "w")
+    plan = plan_transform(der, inputs_of(root), system_time=clock(), paths=paths)
+    assert plan is not None
+    clear_outputs(paths)
+    resp = FakeEngine().execute_transform(plan.request)
+    run_transform(der, inputs_of(root), FakeEngine(), clock=clock)  # someone else commits
+    head = der.head()
+    with pytest.raises(ConcurrentModification):
+        commit_transform(der, plan, resp)
+    assert der.head() == head
+
+
+def test_engine_failures_commit_nothing(chain) -> None:
+    _tmp, clock, root, der = chain
+    head = der.head()
+
+    class Refuses:
+        def execute_transform(self, req: TransformRequest) -> TransformInvalidQuery:
+            return TransformInvalidQuery(message="nope")
+
+    class Fails:
+        def execute_transform(self, req: TransformRequest) -> TransformInternalError:
+            req.new_data_path.write_bytes(b"partial")
+            return TransformInternalError(message="boom")
+
+    with pytest.raises(InvalidTransformQuery, match="nope"):
+        run_transform(der, inputs_of(root), Refuses(), clock=clock)
+    with pytest.raises(Exception, match="boom"):
+        run_transform(der, inputs_of(root), Fails(), clock=clock)
+    assert der.head() == head
+    assert not any(der.layout.data_dir.iterdir())
+
+
+def test_plan_errors(chain, tmp_path: Path) -> None:
+    tmp, clock, root, der = chain
+    with pytest.raises(TransformPlanError, match="not available"):
+        plan_transform(der, {}, system_time=clock(), paths=OutputPaths.under(tmp))
+    with pytest.raises(TransformPlanError, match="derivative"):
+        plan_transform(root, {}, system_time=clock(), paths=OutputPaths.under(tmp))
+
+
+def test_bad_engine_interval_is_refused(chain) -> None:
+    tmp, clock, root, der = chain
+    paths = OutputPaths.under(tmp / "w")
+    plan = plan_transform(der, inputs_of(root), system_time=clock(), paths=paths)
+    assert plan is not None
+    clear_outputs(paths)
+    resp = FakeEngine().execute_transform(plan.request)
+    bad = TransformSuccess(
+        new_offset_interval=m.OffsetInterval(start=5, end=6), new_watermark=resp.new_watermark
+    )
+    with pytest.raises(Exception, match="interval"):
+        commit_transform(der, plan, bad)
+
+
+def test_request_codec_round_trip(chain) -> None:
+    tmp, clock, root, der = chain
+    eng = FakeEngine()
+    run_transform(der, inputs_of(root), eng, clock=clock)
+    push_csv(root, tmp / "in", CSV2, clock)
+    run_transform(der, inputs_of(root), eng, clock=clock)
+    for req in eng.requests:
+        data = wrap_protobuf(encode_transform_request(req))
+        assert decode_transform_request(unwrap_protobuf(data)) == req
+
+
+@pytest.mark.parametrize(
+    "resp",
+    [
+        None,
+        TransformSuccess(),
+        TransformSuccess(
+            new_offset_interval=m.OffsetInterval(start=3, end=2**40),
+            new_watermark=Timestamp.parse("2020-01-01T00:00:00.123456789Z"),
+        ),
+        TransformInvalidQuery(message="bad query ☃"),
+        TransformInternalError(message="boom", backtrace="at x\nat y"),
+        TransformInternalError(message="boom"),
+    ],
+)
+def test_response_codec_round_trip(resp) -> None:
+    data = wrap_protobuf(encode_transform_response(resp))
+    assert decode_transform_response(unwrap_protobuf(data)) == resp
+
+
+def test_nondeterminism_screen() -> None:
+    def t(q: str) -> m.TransformSql:
+        return m.TransformSql(engine="spark", queries=(m.SqlQueryStep(query=q),))
+
+    assert nondeterminism_reasons(t("SELECT a, b FROM x WHERE c > 1")) == ()
+    assert nondeterminism_reasons(t("SELECT 'group by' AS s FROM x")) == ()
+    assert nondeterminism_reasons(t("SELECT a, count(*) FROM x GROUP BY a"))
+    assert nondeterminism_reasons(t("SELECT * FROM x JOIN y ON x.a = y.a"))
+    assert nondeterminism_reasons(t("SELECT rand() AS r FROM x"))
+    assert nondeterminism_reasons(t("SELECT uuid() AS r FROM x"))
+    assert nondeterminism_reasons(t("SELECT current_timestamp() AS r FROM x"))
+
+
+def test_chain_rules_still_apply(chain) -> None:
+    """A hand-made ExecuteTransform with a wrong prevOffset is refused by the chain."""
+    _tmp, clock, root, der = chain
+    run_transform(der, inputs_of(root), FakeEngine(), clock=clock)
+    st = der.state()
+    bad = st.last_data_event
+    assert isinstance(bad, m.ExecuteTransform)
+    with pytest.raises(ChainRuleViolation):
+        der.append(
+            m.MetadataBlock(
+                system_time=clock(),
+                prev_block_hash=st.head,
+                sequence_number=st.sequence_number + 1,
+                event=bad,
+            )
+        )
+
+
+@pytest.mark.parametrize(
+    "resp",
+    [
+        None,
+        RawQuerySuccess(num_records=0),
+        RawQuerySuccess(num_records=12345),
+        TransformInvalidQuery(message="no"),
+        TransformInternalError(message="boom", backtrace="bt"),
+    ],
+)
+def test_raw_query_codec_round_trip(resp) -> None:
+    data = wrap_protobuf(encode_raw_query_response(resp))
+    assert decode_raw_query_response(unwrap_protobuf(data)) == resp
+    req = RawQueryRequest(
+        input_data_paths=(Path("/a/b.parquet"), Path("/c")),
+        transform=m.TransformSql(
+            engine="spark",
+            queries=(m.SqlQueryStep(alias="x", query="SELECT 1"), m.SqlQueryStep(query="SELECT 2")),
+        ),
+        output_data_path=Path("/out/data"),
+    )
+    assert (
+        decode_raw_query_request(unwrap_protobuf(wrap_protobuf(encode_raw_query_request(req))))
+        == req
+    )
+
+
+def test_codec_rejects_garbage() -> None:
+    from coordinator.errors import DecodeError
+
+    for junk in (b"", b"\x00", b"\x04\x00\x00\x00garbage", bytes(range(64))):
+        with pytest.raises(DecodeError):
+            decode_transform_request(junk)
+        with pytest.raises(DecodeError):
+            decode_transform_response(junk)
+    with pytest.raises(DecodeError):
+        unwrap_protobuf(b"\x0a\x05ab")
