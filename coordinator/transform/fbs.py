@@ -143,6 +143,32 @@ def encode_transform_request(req: TransformRequest) -> bytes:
     return bytes(b.Output())
 
 
+def _encode_error(
+    b: flatbuffers.Builder, resp: TransformInvalidQuery | TransformInternalError
+) -> tuple[int, int]:
+    """The InvalidQuery / InternalError variants, shared by both response unions."""
+    msg = b.CreateString(resp.message)
+    if isinstance(resp, TransformInvalidQuery):
+        b.StartObject(1)
+        b.PrependUOffsetTRelativeSlot(0, msg, 0)
+        return _RESP_INVALID, b.EndObject()
+    bt = b.CreateString(resp.backtrace) if resp.backtrace is not None else None
+    b.StartObject(2)
+    b.PrependUOffsetTRelativeSlot(0, msg, 0)
+    if bt is not None:
+        b.PrependUOffsetTRelativeSlot(1, bt, 0)
+    return _RESP_INTERNAL, b.EndObject()
+
+
+def _finish_response_root(b: flatbuffers.Builder, code: int, value: int) -> bytes:
+    """Wrap a response variant in its ``*ResponseRoot { value: union }`` table."""
+    b.StartObject(2)
+    b.PrependUint8Slot(0, code, 0)
+    b.PrependUOffsetTRelativeSlot(1, value, 0)
+    b.Finish(b.EndObject())
+    return bytes(b.Output())
+
+
 def encode_transform_response(resp: TransformResponse | None) -> bytes:
     """``TransformResponseRoot``; ``None`` encodes a ``Progress`` message."""
     b = flatbuffers.Builder(256)
@@ -159,24 +185,9 @@ def encode_transform_response(resp: TransformResponse | None) -> bytes:
         if resp.new_watermark is not None:
             fbs._prepend_timestamp(b, 1, resp.new_watermark, _TS_VERSION)
         code, value = _RESP_SUCCESS, b.EndObject()
-    elif isinstance(resp, TransformInvalidQuery):
-        msg = b.CreateString(resp.message)
-        b.StartObject(1)
-        b.PrependUOffsetTRelativeSlot(0, msg, 0)
-        code, value = _RESP_INVALID, b.EndObject()
     else:
-        msg = b.CreateString(resp.message)
-        bt = b.CreateString(resp.backtrace) if resp.backtrace is not None else None
-        b.StartObject(2)
-        b.PrependUOffsetTRelativeSlot(0, msg, 0)
-        if bt is not None:
-            b.PrependUOffsetTRelativeSlot(1, bt, 0)
-        code, value = _RESP_INTERNAL, b.EndObject()
-    b.StartObject(2)
-    b.PrependUint8Slot(0, code, 0)
-    b.PrependUOffsetTRelativeSlot(1, value, 0)
-    b.Finish(b.EndObject())
-    return bytes(b.Output())
+        code, value = _encode_error(b, resp)
+    return _finish_response_root(b, code, value)
 
 
 # -- decoding ------------------------------------------------------------------------------------
@@ -395,24 +406,9 @@ def encode_raw_query_response(resp: RawQueryResponse | None) -> bytes:
         b.StartObject(1)
         b.PrependUint64Slot(0, resp.num_records, 0)
         code, value = _RESP_SUCCESS, b.EndObject()
-    elif isinstance(resp, TransformInvalidQuery):
-        msg = b.CreateString(resp.message)
-        b.StartObject(1)
-        b.PrependUOffsetTRelativeSlot(0, msg, 0)
-        code, value = _RESP_INVALID, b.EndObject()
     else:
-        msg = b.CreateString(resp.message)
-        bt = b.CreateString(resp.backtrace) if resp.backtrace is not None else None
-        b.StartObject(2)
-        b.PrependUOffsetTRelativeSlot(0, msg, 0)
-        if bt is not None:
-            b.PrependUOffsetTRelativeSlot(1, bt, 0)
-        code, value = _RESP_INTERNAL, b.EndObject()
-    b.StartObject(2)
-    b.PrependUint8Slot(0, code, 0)
-    b.PrependUOffsetTRelativeSlot(1, value, 0)
-    b.Finish(b.EndObject())
-    return bytes(b.Output())
+        code, value = _encode_error(b, resp)
+    return _finish_response_root(b, code, value)
 
 
 def decode_raw_query_response(buf: bytes) -> RawQueryResponse | None:
