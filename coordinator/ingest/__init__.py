@@ -14,8 +14,7 @@ Modules:
 * :mod:`~coordinator.ingest.push` -- the orchestration (:func:`ingest`).
 """
 
-from coordinator.ingest.ddl import normalize_schema, parse_ddl
-from coordinator.ingest.errors import (
+from coordinator.errors import (
     BadInputData,
     BadInputSchema,
     ConcurrentModification,
@@ -29,6 +28,7 @@ from coordinator.ingest.errors import (
     UnsupportedPreprocess,
     UnsupportedReadOption,
 )
+from coordinator.ingest.ddl import normalize_schema, parse_ddl
 from coordinator.ingest.linked import LinkedObjects, LinkedObjectsSummary
 from coordinator.ingest.push import (
     IngestProgress,

@@ -49,7 +49,7 @@ from typing import Final
 
 import pyarrow as pa
 
-from coordinator.ingest.errors import InvalidDdlSchema
+from coordinator.errors import InvalidDdlSchema
 
 __all__ = [
     "DDL_TIMESTAMP",

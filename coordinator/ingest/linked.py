@@ -35,9 +35,9 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from coordinator.errors import InvalidMultihash
-from coordinator.ingest.errors import (
+from coordinator.errors import (
     DanglingObjectLink,
+    InvalidMultihash,
     InvalidObjectLink,
     UnsupportedReadOption,
 )

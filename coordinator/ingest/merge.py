@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from coordinator.ingest.errors import MergeError
+from coordinator.errors import MergeError
 
 __all__ = [
     "OP_TYPE",

@@ -45,15 +45,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from coordinator.chain.validation import ChainState
-from coordinator.errors import ChainRuleViolation
-from coordinator.ingest import merge as mg
-from coordinator.ingest.errors import (
+from coordinator.errors import (
+    ChainRuleViolation,
     ConcurrentModification,
     MergeError,
     PushSourceNotFound,
     UnsupportedPreprocess,
     UnsupportedReadOption,
 )
+from coordinator.ingest import merge as mg
 from coordinator.ingest.linked import (
     LinkedObjects,
     LinkedObjectsSummary,

@@ -21,7 +21,7 @@ Semantics follow kamu-cli v0.153 (``kamu-ingest-datafusion`` readers, arrow-rs p
   of objects; elements are streamed out of the document, never loading it whole.
 * **Parquet**: columns matched by name and cast to the declared types.
 
-A value that does not fit its column raises :class:`~coordinator.ingest.errors.BadInputData`
+A value that does not fit its column raises :class:`~coordinator.errors.BadInputData`
 naming the column and the 1-based record number (and line, for NDJSON). Typed parsing runs
 at Arrow speed; only when it fails is the failing block re-read to locate the value.
 """
@@ -44,9 +44,9 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from coordinator.errors import BadInputData, UnsupportedReadOption
 from coordinator.ingest.convert import ConversionFailure, cast_column, parse_dates, parse_timestamps
 from coordinator.ingest.ddl import normalize_schema, parse_ddl
-from coordinator.ingest.errors import BadInputData, UnsupportedReadOption
 from coordinator.metadata import model as m
 
 __all__ = [

@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from coordinator.ingest.errors import BadInputSchema, IncompatibleSchema, IngestError
+from coordinator.errors import BadInputSchema, IncompatibleSchema, IngestError
 from coordinator.ingest.merge import OP_TYPE
 from coordinator.ingest.spool import (
     DEFAULT_RUN_BYTES,

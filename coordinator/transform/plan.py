@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coordinator.data import kamu_parquet_schema, logical_hash, physical_hash
-from coordinator.errors import OdfNodeError
+from coordinator.errors import ConcurrentModification, OdfNodeError
 from coordinator.identity.dataset_id import DatasetId
-from coordinator.ingest.errors import ConcurrentModification
 from coordinator.ingest.writer import Vocab, schema_event
 from coordinator.metadata import model as m
 from coordinator.metadata.flatbuffers_serde import DEFAULT_BLOCK_VERSION, encode_block

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from coordinator.errors import InvalidDdlSchema
 from coordinator.ingest.ddl import normalize_schema, parse_ddl
-from coordinator.ingest.errors import InvalidDdlSchema
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from coordinator.ingest.errors import (
+from coordinator.errors import (
     DanglingObjectLink,
     IngestError,
     InvalidObjectLink,

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.ingest.errors import MergeError
+from coordinator.errors import MergeError
 from coordinator.ingest.merge import (
     Op,
     distinct_from,

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from coordinator.errors import BadInputData, UnsupportedReadOption
 from coordinator.ingest.convert import ConversionFailure, parse_timestamps
-from coordinator.ingest.errors import BadInputData, UnsupportedReadOption
 from coordinator.ingest.readers import read_batches, read_schema
 from coordinator.metadata import model as m
 

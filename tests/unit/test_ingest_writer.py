@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from coordinator.data import logical_hash
-from coordinator.ingest.errors import BadInputSchema, IncompatibleSchema, IngestError
+from coordinator.errors import BadInputSchema, IncompatibleSchema, IngestError
 from coordinator.ingest.writer import (
     MS_UTC,
     SliceFileWriter,

@@ -12,8 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from coordinator.errors import ChainRuleViolation
-from coordinator.ingest.errors import ConcurrentModification
+from coordinator.errors import ChainRuleViolation, ConcurrentModification
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.transform import (
