@@ -506,9 +506,11 @@ class _Emitter:
 
     # With an unlimited width libyaml never folds lines at spaces, so those branches are gone.
 
-    def _write_plain(self, s: str) -> None:
-        if not self._whitespace and (s or self._flow_level):
-            self._put(" ")
+    def _write_chars(self, s: str, *, quote_escape: bool) -> bool:
+        """Scalar characters with libyaml's line-break handling (plain and single-quoted).
+
+        Returns whether the text ended inside a run of line breaks.
+        """
         breaks = False
         for c in s:
             if c == " ":
@@ -522,30 +524,21 @@ class _Emitter:
             else:
                 if breaks:
                     self._write_indent()
-                self._put(c)
+                self._put("''" if quote_escape and c == "'" else c)
                 self._indention = False
                 breaks = False
+        return breaks
+
+    def _write_plain(self, s: str) -> None:
+        if not self._whitespace and (s or self._flow_level):
+            self._put(" ")
+        self._write_chars(s, quote_escape=False)
         self._whitespace = False
         self._indention = False
 
     def _write_single_quoted(self, s: str) -> None:
         self._write_indicator("'", True, False, False)
-        breaks = False
-        for c in s:
-            if c == " ":
-                self._put(c)
-            elif c in _BREAKS:
-                if not breaks and c == "\n":
-                    self._put_break()
-                self._write_break(c)
-                self._indention = True
-                breaks = True
-            else:
-                if breaks:
-                    self._write_indent()
-                self._put("''" if c == "'" else c)
-                self._indention = False
-                breaks = False
+        breaks = self._write_chars(s, quote_escape=True)
         if breaks:
             self._write_indent()
         self._write_indicator("'", False, False, False)
