@@ -1,0 +1,217 @@
+"""Schema migrations of the node's state database.
+
+The schema version is SQLite's ``PRAGMA user_version`` (0 = empty database). :data:`MIGRATIONS`
+is an ordered list; :func:`migrate` applies every migration above the stored version, each in
+its own ``BEGIN IMMEDIATE`` transaction together with the version bump, so a crash or an error
+mid-migration leaves the database at the previous version with nothing half-applied. A database
+whose version is above the newest known migration is refused with :class:`StateVersionTooNew`.
+
+Rules for adding a migration: never edit a released one; append a new one with the next version;
+SQL migrations are a tuple of single statements (not ``executescript``, which would commit the
+open transaction); callable migrations get the :class:`sqlite_utils.Database` and run inside the
+transaction (sqlite-utils nests its own writes as savepoints).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sqlite_utils import Database
+
+from node.state.errors import MigrationError, StateVersionTooNew
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema step: ``version`` (1, 2, ...), a ``name``, then SQL statements or a callable."""
+
+    version: int
+    name: str
+    apply: Sequence[str] | Callable[[Database], None]
+
+
+# Work item states: pending -> claimed -> done | pending (retry) | failed (gave up).
+_V1: tuple[str, ...] = (
+    """CREATE TABLE subscriptions (
+        did TEXT PRIMARY KEY,
+        alias TEXT,
+        source_hint TEXT,
+        created_ns INTEGER NOT NULL,
+        updated_ns INTEGER NOT NULL
+    )""",
+    """CREATE TABLE accepted_heads (
+        did TEXT PRIMARY KEY,
+        epoch INTEGER NOT NULL CHECK (epoch >= 0),
+        sequence INTEGER NOT NULL CHECK (sequence >= 0),
+        head TEXT NOT NULL,
+        source_peer TEXT,
+        envelope BLOB NOT NULL,
+        accepted_ns INTEGER NOT NULL
+    )""",
+    """CREATE TABLE verifications (
+        did TEXT NOT NULL,
+        head TEXT NOT NULL,
+        outcome TEXT NOT NULL
+            CHECK (outcome IN ('verified', 'failed', 'nondeterministic', 'error')),
+        detail TEXT NOT NULL,
+        engine_seconds REAL NOT NULL,
+        recorded_ns INTEGER NOT NULL,
+        PRIMARY KEY (did, head)
+    )""",
+    """CREATE TABLE attestations (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        content_id TEXT NOT NULL UNIQUE,
+        did TEXT NOT NULL,
+        head TEXT NOT NULL,
+        verdict TEXT NOT NULL,
+        signer TEXT NOT NULL,
+        envelope BLOB NOT NULL,
+        own INTEGER NOT NULL CHECK (own IN (0, 1)),
+        received_ns INTEGER NOT NULL
+    )""",
+    "CREATE INDEX attestations_did_head ON attestations (did, head)",
+    """CREATE TABLE disputes (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        content_id TEXT NOT NULL UNIQUE,
+        did TEXT NOT NULL,
+        head TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        signer TEXT NOT NULL,
+        envelope BLOB NOT NULL,
+        own INTEGER NOT NULL CHECK (own IN (0, 1)),
+        detail TEXT NOT NULL,
+        received_ns INTEGER NOT NULL
+    )""",
+    "CREATE INDEX disputes_did ON disputes (did)",
+    """CREATE TABLE equivocation_proofs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        content_id TEXT NOT NULL UNIQUE,
+        did TEXT NOT NULL,
+        envelope BLOB NOT NULL,
+        received_ns INTEGER NOT NULL
+    )""",
+    "CREATE INDEX equivocation_proofs_did ON equivocation_proofs (did)",
+    """CREATE TABLE peers (
+        peer_id TEXT PRIMARY KEY,
+        addrs TEXT NOT NULL,
+        score REAL NOT NULL,
+        connected INTEGER NOT NULL CHECK (connected IN (0, 1)),
+        first_seen_ns INTEGER NOT NULL,
+        last_seen_ns INTEGER NOT NULL
+    )""",
+    # AUTOINCREMENT: ids are never reused after pruning, so readers can page with after_id.
+    """CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        ts_ns INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        did TEXT,
+        data TEXT NOT NULL
+    )""",
+    """CREATE TABLE work (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL,
+        did TEXT NOT NULL,
+        head TEXT,
+        payload TEXT NOT NULL,
+        dedupe_key TEXT,
+        state TEXT NOT NULL CHECK (state IN ('pending', 'claimed', 'done', 'failed')),
+        attempts INTEGER NOT NULL DEFAULT 0,
+        not_before_ns INTEGER NOT NULL,
+        created_ns INTEGER NOT NULL,
+        updated_ns INTEGER NOT NULL,
+        claimed_ns INTEGER,
+        last_error TEXT
+    )""",
+    # At most one live (pending or claimed) item per dedupe key; NULL keys (dedupe=False) never
+    # collide because NULLs are distinct in a UNIQUE index.
+    """CREATE UNIQUE INDEX work_live_dedupe ON work (dedupe_key)
+        WHERE state IN ('pending', 'claimed')""",
+    "CREATE INDEX work_did_state ON work (did, state)",
+)
+
+
+def _v2_indexes(db: Database) -> None:
+    """Indexes for the two hot queries: ``claim`` (runnable pending items, oldest first) and
+    ``events(kind=...)``. Written with sqlite-utils to exercise the callable path."""
+    db.table("work").create_index(["state", "not_before_ns", "id"], index_name="work_runnable")
+    db.table("events").create_index(["kind", "id"], index_name="events_kind")
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial schema", _V1),
+    Migration(2, "indexes for claim and events by kind", _v2_indexes),
+)
+LATEST_VERSION: int = MIGRATIONS[-1].version
+
+
+def schema_version(db: Database) -> int:
+    """The schema version stored in the database (``PRAGMA user_version``; 0 when empty)."""
+    row = db.conn.execute("PRAGMA user_version").fetchone()
+    return int(row[0])
+
+
+def migrate(
+    db: Database,
+    *,
+    target: int | None = None,
+    migrations: Sequence[Migration] = MIGRATIONS,
+) -> int:
+    """Apply the missing migrations up to ``target`` (default: the newest); return the version.
+
+    Each migration and its version bump run in one ``BEGIN IMMEDIATE`` transaction; the version
+    is re-read inside it, so two processes migrating the same file at once apply each step once.
+    Raises :class:`StateVersionTooNew` if the database is newer than ``migrations`` knows, and
+    :class:`MigrationError` (after rolling back) if a step fails. ``target`` exists for tests
+    that need a database at an older version.
+    """
+    _check_ordered(migrations)
+    known = migrations[-1].version if migrations else 0
+    goal = known if target is None else target
+    if goal > known:
+        raise ValueError(f"target version {goal} is above the newest migration {known}")
+    current = schema_version(db)
+    if current > known:
+        raise StateVersionTooNew(current, known)
+    conn = db.conn
+    for migration in migrations:
+        if migration.version > goal:
+            break
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            current = schema_version(db)
+            if current > known:
+                raise StateVersionTooNew(current, known)
+            if migration.version <= current:
+                conn.execute("COMMIT")
+                continue
+            if callable(migration.apply):
+                migration.apply(db)
+            else:
+                for statement in migration.apply:
+                    conn.execute(statement)
+            # PRAGMA does not take parameters; the version is an int we control.
+            conn.execute(f"PRAGMA user_version = {int(migration.version)}")
+            conn.execute("COMMIT")
+        except StateVersionTooNew:
+            _rollback(db)
+            raise
+        except Exception as exc:
+            _rollback(db)
+            raise MigrationError(migration.version, migration.name, exc) from exc
+    return schema_version(db)
+
+
+def _rollback(db: Database) -> None:
+    """Roll back the open transaction, if the failure left one open."""
+    if db.conn.in_transaction:
+        db.conn.execute("ROLLBACK")
+
+
+def _check_ordered(migrations: Sequence[Migration]) -> None:
+    """Versions must be 1, 2, 3, ... with no gap: a gap would silently skip a step."""
+    for index, migration in enumerate(migrations, start=1):
+        if migration.version != index:
+            raise ValueError(
+                f"migration versions must be 1..n in order; found {migration.version} at {index}"
+            )

@@ -1,0 +1,141 @@
+"""Typed, immutable rows returned by :class:`node.state.store.NodeState`.
+
+Times are integers, nanoseconds since the Unix epoch, from the injected clock. DIDs are
+``did:odf:...`` strings, heads multibase multihash strings (``f1620...``), envelopes raw bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+VerificationOutcome = Literal["verified", "failed", "nondeterministic", "error"]
+WorkState = Literal["pending", "claimed", "done", "failed"]
+
+VERIFICATION_OUTCOMES: frozenset[str] = frozenset(
+    {"verified", "failed", "nondeterministic", "error"}
+)
+WORK_STATES: frozenset[str] = frozenset({"pending", "claimed", "done", "failed"})
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """A dataset the node follows."""
+
+    did: str
+    alias: str | None
+    source_hint: str | None
+    created_ns: int
+    updated_ns: int
+
+
+@dataclass(frozen=True)
+class AcceptedHead:
+    """The newest head accepted for a DID, by (epoch, sequence), and the announcement with it."""
+
+    did: str
+    epoch: int
+    sequence: int
+    head: str
+    source_peer: str | None
+    envelope: bytes
+    accepted_ns: int
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The outcome of re-verifying one head of one dataset (the latest recorded wins)."""
+
+    did: str
+    head: str
+    outcome: VerificationOutcome
+    detail: str
+    engine_seconds: float
+    recorded_ns: int
+
+
+@dataclass(frozen=True)
+class Attestation:
+    """A signed verdict on (did, head), ours (``own``) or received; ``content_id`` = sha3-256."""
+
+    id: int
+    content_id: str
+    did: str
+    head: str
+    verdict: str
+    signer: str
+    envelope: bytes
+    own: bool
+    received_ns: int
+
+
+@dataclass(frozen=True)
+class Dispute:
+    """A signed dispute of (did, head), ours (``own``) or received."""
+
+    id: int
+    content_id: str
+    did: str
+    head: str
+    kind: str
+    signer: str
+    envelope: bytes
+    own: bool
+    detail: str
+    received_ns: int
+
+
+@dataclass(frozen=True)
+class EquivocationProof:
+    """Evidence that a dataset's key signed two different heads for the same position."""
+
+    id: int
+    content_id: str
+    did: str
+    envelope: bytes
+    received_ns: int
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A gossip peer: addresses, score, whether connected now, and when it was last seen."""
+
+    peer_id: str
+    addrs: tuple[str, ...]
+    score: float
+    connected: bool
+    first_seen_ns: int
+    last_seen_ns: int
+
+
+@dataclass(frozen=True)
+class Event:
+    """One entry of the event log; ``data`` is the JSON object given to ``log_event``."""
+
+    id: int
+    ts_ns: int
+    kind: str
+    did: str | None
+    data: dict[str, Any] = field(hash=False)
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """A durable unit of pipeline work (fetch, verify, attest...) and its retry bookkeeping.
+
+    ``attempts`` counts claims: the first run is attempt 1. ``not_before_ns`` is when a pending
+    item becomes runnable (enqueue time, or the retry time given to ``fail``).
+    """
+
+    id: int
+    kind: str
+    did: str
+    head: str | None
+    payload: dict[str, Any] = field(hash=False)
+    state: WorkState = "pending"
+    attempts: int = 0
+    not_before_ns: int = 0
+    created_ns: int = 0
+    updated_ns: int = 0
+    claimed_ns: int | None = None
+    last_error: str | None = None

@@ -1,0 +1,708 @@
+"""``NodeState``: the daemon's durable state in one SQLite file.
+
+Threading: a ``NodeState`` owns a single ``sqlite3`` connection and must be used only from the
+thread that opened it — in the daemon, the asyncio event-loop thread (``check_same_thread`` is
+left on, so misuse raises instead of corrupting). Every method is synchronous and fast (a few
+indexed statements, sub-millisecond on an SSD except for the fsync of a commit), so calling it
+directly from coroutines is fine; nothing here awaits.
+
+Durability: WAL journal with ``synchronous=FULL`` (a committed transaction survives power loss),
+``foreign_keys=ON``, and a busy timeout so a CLI process reading the same file while the daemon
+writes waits instead of failing. Every write is one ``BEGIN IMMEDIATE`` transaction, so each
+state transition of a work item is atomic: after a crash (SIGKILL at any moment) the file is
+consistent and an item is either claimed or not. ``release_claims()`` at start-up returns the
+items a dead process had claimed to ``pending`` — that, plus ``not_before_ns``, is how pending
+work resumes across restarts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, cast
+
+from sqlite_utils import Database
+
+from node.state.errors import InvalidStateValue, InvalidWorkTransition, WorkItemNotFound
+from node.state.migrations import migrate
+from node.state.rows import (
+    VERIFICATION_OUTCOMES,
+    WORK_STATES,
+    AcceptedHead,
+    Attestation,
+    Dispute,
+    EquivocationProof,
+    Event,
+    Peer,
+    Subscription,
+    Verification,
+    VerificationOutcome,
+    WorkItem,
+    WorkState,
+)
+
+Clock = Callable[[], int]
+
+BUSY_TIMEOUT_MS = 5000
+_DID_PREFIX = "did:odf:"
+
+
+def content_id(envelope: bytes) -> str:
+    """Content id of an envelope: its sha3-256 multihash, multibase base16 (``f1620...``)."""
+    return "f1620" + hashlib.sha3_256(envelope).hexdigest()
+
+
+class NodeState:
+    """The node's persistent state (see the module docstring for threading and durability)."""
+
+    def __init__(self, conn: sqlite3.Connection, clock: Clock) -> None:
+        """Wrap an open connection and migrate it; prefer :meth:`open` / :meth:`in_memory`."""
+        self._conn = conn
+        self._clock = clock
+        self._db = Database(conn)
+        try:
+            migrate(self._db)
+        except BaseException:
+            conn.close()
+            raise
+
+    @classmethod
+    def open(cls, path: Path, clock: Clock) -> NodeState:
+        """Open (creating if needed) the state DB at ``path`` and bring its schema up to date.
+
+        Raises :class:`node.state.errors.StateVersionTooNew` for a DB from a newer odf-node.
+        """
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: the sqlite3 module never opens transactions behind our back;
+        # every transaction here is an explicit BEGIN IMMEDIATE.
+        conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        try:
+            _configure(conn, wal=True)
+        except BaseException:
+            conn.close()
+            raise
+        return cls(conn, clock)
+
+    @classmethod
+    def in_memory(cls, clock: Clock) -> NodeState:
+        """A private in-memory state DB (tests, simulations); same schema, no durability."""
+        conn = sqlite3.connect(":memory:", isolation_level=None)
+        _configure(conn, wal=False)
+        return cls(conn, clock)
+
+    @property
+    def db(self) -> Database:
+        """The underlying sqlite-utils database (read-only inspection, tests, tooling)."""
+        return self._db
+
+    def close(self) -> None:
+        """Close the connection (a WAL checkpoint happens on last close)."""
+        self._conn.close()
+
+    def __enter__(self) -> NodeState:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: BEGIN IMMEDIATE ... COMMIT, rolled back on any exception."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+        cur = self._conn.execute(sql, tuple(params))
+        return cast(list[sqlite3.Row], cur.fetchall())
+
+    # -- subscriptions ----------------------------------------------------------------------
+
+    def subscribe(
+        self, did: str, alias: str | None = None, source_hint: str | None = None
+    ) -> Subscription:
+        """Follow ``did``; idempotent. On an existing subscription, a non-None ``alias`` or
+        ``source_hint`` replaces the stored one and None keeps it."""
+        _check_did(did)
+        now = self._clock()
+        with self._tx() as c:
+            c.execute(
+                """INSERT INTO subscriptions (did, alias, source_hint, created_ns, updated_ns)
+                   VALUES (?, ?, ?, ?, ?)
+                   ON CONFLICT (did) DO UPDATE SET
+                     alias = coalesce(excluded.alias, alias),
+                     source_hint = coalesce(excluded.source_hint, source_hint),
+                     updated_ns = CASE
+                       WHEN coalesce(excluded.alias, alias) IS NOT alias
+                         OR coalesce(excluded.source_hint, source_hint) IS NOT source_hint
+                       THEN excluded.updated_ns ELSE updated_ns END""",
+                (did, alias, source_hint, now, now),
+            )
+        sub = self.subscription(did)
+        assert sub is not None
+        return sub
+
+    def unsubscribe(self, did: str) -> bool:
+        """Stop following ``did``; True if it was subscribed. Other rows (heads...) are kept."""
+        with self._tx() as c:
+            cur = c.execute("DELETE FROM subscriptions WHERE did = ?", (did,))
+        return cur.rowcount > 0
+
+    def subscriptions(self) -> list[Subscription]:
+        """All subscriptions, oldest first."""
+        return [_subscription(r) for r in self._rows(_SUB_SELECT + " ORDER BY created_ns, did")]
+
+    def subscription(self, did: str) -> Subscription | None:
+        """The subscription of ``did``, if any."""
+        rows = self._rows(_SUB_SELECT + " WHERE did = ?", (did,))
+        return _subscription(rows[0]) if rows else None
+
+    # -- accepted heads ---------------------------------------------------------------------
+
+    def record_accepted_head(
+        self,
+        did: str,
+        epoch: int,
+        sequence: int,
+        head: str,
+        source_peer: str | None,
+        envelope: bytes,
+    ) -> bool:
+        """Store the head announced for ``did`` if (epoch, sequence) is strictly above the stored
+        one (or none is stored); return whether it was stored. Equal positions are not stored:
+        the same position with another head is an equivocation, for the caller to prove."""
+        _check_did(did)
+        _check_head(head)
+        if not (_is_int(epoch) and _is_int(sequence)) or epoch < 0 or sequence < 0:
+            raise InvalidStateValue(
+                f"epoch and sequence must be ints >= 0: {epoch!r}, {sequence!r}"
+            )
+        now = self._clock()
+        with self._tx() as c:
+            cur = c.execute(
+                """INSERT INTO accepted_heads
+                     (did, epoch, sequence, head, source_peer, envelope, accepted_ns)
+                   VALUES (?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (did) DO UPDATE SET
+                     epoch = excluded.epoch, sequence = excluded.sequence, head = excluded.head,
+                     source_peer = excluded.source_peer, envelope = excluded.envelope,
+                     accepted_ns = excluded.accepted_ns
+                   WHERE (excluded.epoch, excluded.sequence)
+                         > (accepted_heads.epoch, accepted_heads.sequence)""",
+                (did, epoch, sequence, head, source_peer, bytes(envelope), now),
+            )
+        return cur.rowcount > 0
+
+    def accepted_head(self, did: str) -> AcceptedHead | None:
+        """The accepted head of ``did``, if any."""
+        rows = self._rows(_HEAD_SELECT + " WHERE did = ?", (did,))
+        return _accepted_head(rows[0]) if rows else None
+
+    def accepted_heads(self) -> list[AcceptedHead]:
+        """Accepted heads of every DID, ordered by DID."""
+        return [_accepted_head(r) for r in self._rows(_HEAD_SELECT + " ORDER BY did")]
+
+    # -- verifications ----------------------------------------------------------------------
+
+    def record_verification(
+        self,
+        did: str,
+        head: str,
+        outcome: VerificationOutcome,
+        detail: str,
+        engine_seconds: float,
+    ) -> Verification:
+        """Record the outcome of verifying (did, head); a later record replaces an earlier one."""
+        _check_did(did)
+        _check_head(head)
+        if outcome not in VERIFICATION_OUTCOMES:
+            raise InvalidStateValue(
+                f"outcome must be one of {sorted(VERIFICATION_OUTCOMES)}, got {outcome!r}"
+            )
+        if engine_seconds < 0:
+            raise InvalidStateValue(f"engine_seconds must be >= 0, got {engine_seconds}")
+        now = self._clock()
+        with self._tx() as c:
+            c.execute(
+                """INSERT INTO verifications
+                     (did, head, outcome, detail, engine_seconds, recorded_ns)
+                   VALUES (?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (did, head) DO UPDATE SET
+                     outcome = excluded.outcome, detail = excluded.detail,
+                     engine_seconds = excluded.engine_seconds,
+                     recorded_ns = excluded.recorded_ns""",
+                (did, head, outcome, detail, float(engine_seconds), now),
+            )
+        return Verification(did, head, outcome, detail, float(engine_seconds), now)
+
+    def verification(self, did: str, head: str) -> Verification | None:
+        """The recorded outcome for (did, head), if any."""
+        rows = self._rows(
+            "SELECT did, head, outcome, detail, engine_seconds, recorded_ns FROM verifications"
+            " WHERE did = ? AND head = ?",
+            (did, head),
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        return Verification(
+            r[0], r[1], cast(VerificationOutcome, r[2]), r[3], float(r[4]), int(r[5])
+        )
+
+    # -- attestations, disputes, equivocation proofs ----------------------------------------
+
+    def add_attestation(
+        self, did: str, head: str, verdict: str, signer: str, envelope: bytes, own: bool
+    ) -> bool:
+        """Store an attestation; False if the same envelope (by content id) is already stored."""
+        _check_did(did)
+        _check_head(head)
+        with self._tx() as c:
+            cur = c.execute(
+                """INSERT INTO attestations
+                     (content_id, did, head, verdict, signer, envelope, own, received_ns)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (content_id) DO NOTHING""",
+                (
+                    content_id(envelope),
+                    did,
+                    head,
+                    verdict,
+                    signer,
+                    bytes(envelope),
+                    int(bool(own)),
+                    self._clock(),
+                ),
+            )
+        return cur.rowcount > 0
+
+    def attestations(
+        self, did: str | None = None, head: str | None = None, limit: int = 100
+    ) -> list[Attestation]:
+        """Attestations, newest first, optionally for one DID and/or head, at most ``limit``."""
+        where, params = _filters(("did", did), ("head", head))
+        rows = self._rows(
+            "SELECT id, content_id, did, head, verdict, signer, envelope, own, received_ns"
+            f" FROM attestations{where} ORDER BY id DESC LIMIT ?",
+            [*params, _limit(limit)],
+        )
+        return [
+            Attestation(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bool(r[7]), r[8])
+            for r in rows
+        ]
+
+    def add_dispute(
+        self,
+        did: str,
+        head: str,
+        kind: str,
+        signer: str,
+        envelope: bytes,
+        own: bool,
+        detail: str = "",
+    ) -> bool:
+        """Store a dispute; False if the same envelope (by content id) is already stored."""
+        _check_did(did)
+        _check_head(head)
+        with self._tx() as c:
+            cur = c.execute(
+                """INSERT INTO disputes
+                     (content_id, did, head, kind, signer, envelope, own, detail, received_ns)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (content_id) DO NOTHING""",
+                (
+                    content_id(envelope),
+                    did,
+                    head,
+                    kind,
+                    signer,
+                    bytes(envelope),
+                    int(bool(own)),
+                    detail,
+                    self._clock(),
+                ),
+            )
+        return cur.rowcount > 0
+
+    def disputes(self, did: str | None = None, limit: int = 100) -> list[Dispute]:
+        """Disputes, newest first, optionally for one DID, at most ``limit``."""
+        where, params = _filters(("did", did))
+        rows = self._rows(
+            "SELECT id, content_id, did, head, kind, signer, envelope, own, detail, received_ns"
+            f" FROM disputes{where} ORDER BY id DESC LIMIT ?",
+            [*params, _limit(limit)],
+        )
+        return [
+            Dispute(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bool(r[7]), r[8], r[9])
+            for r in rows
+        ]
+
+    def add_equivocation_proof(self, did: str, envelope: bytes) -> bool:
+        """Store an equivocation proof; False if the same envelope is already stored."""
+        _check_did(did)
+        with self._tx() as c:
+            cur = c.execute(
+                """INSERT INTO equivocation_proofs (content_id, did, envelope, received_ns)
+                   VALUES (?, ?, ?, ?) ON CONFLICT (content_id) DO NOTHING""",
+                (content_id(envelope), did, bytes(envelope), self._clock()),
+            )
+        return cur.rowcount > 0
+
+    def equivocation_proofs(self, did: str | None = None) -> list[EquivocationProof]:
+        """Equivocation proofs in the order received, optionally for one DID."""
+        where, params = _filters(("did", did))
+        rows = self._rows(
+            "SELECT id, content_id, did, envelope, received_ns"
+            f" FROM equivocation_proofs{where} ORDER BY id",
+            params,
+        )
+        return [EquivocationProof(r[0], r[1], r[2], bytes(r[3]), r[4]) for r in rows]
+
+    # -- peers ------------------------------------------------------------------------------
+
+    def upsert_peer(
+        self,
+        peer_id: str,
+        addrs: list[str] | None = None,
+        score: float | None = None,
+        connected: bool = False,
+    ) -> Peer:
+        """Insert or update a peer and set ``last_seen_ns`` to now. None for ``addrs`` or
+        ``score`` keeps the stored value (an empty list / 0.0 for a new peer)."""
+        if not peer_id:
+            raise InvalidStateValue("peer_id must not be empty")
+        now = self._clock()
+        addrs_json = None if addrs is None else json.dumps(list(addrs))
+        with self._tx() as c:
+            c.execute(
+                """INSERT INTO peers
+                     (peer_id, addrs, score, connected, first_seen_ns, last_seen_ns)
+                   VALUES (?, coalesce(?, '[]'), coalesce(?, 0.0), ?, ?, ?)
+                   ON CONFLICT (peer_id) DO UPDATE SET
+                     addrs = coalesce(?, addrs), score = coalesce(?, score),
+                     connected = excluded.connected, last_seen_ns = excluded.last_seen_ns""",
+                (peer_id, addrs_json, score, int(bool(connected)), now, now, addrs_json, score),
+            )
+        peer = self.peer(peer_id)
+        assert peer is not None
+        return peer
+
+    def peer(self, peer_id: str) -> Peer | None:
+        """One peer, if known."""
+        rows = self._rows(_PEER_SELECT + " WHERE peer_id = ?", (peer_id,))
+        return _peer(rows[0]) if rows else None
+
+    def peers(self) -> list[Peer]:
+        """All known peers, most recently seen first."""
+        return [_peer(r) for r in self._rows(_PEER_SELECT + " ORDER BY last_seen_ns DESC, peer_id")]
+
+    # -- event log --------------------------------------------------------------------------
+
+    def log_event(self, kind: str, did: str | None, data: dict[str, Any]) -> int:
+        """Append an event (``data`` must be JSON-serialisable); return its id (increasing,
+        never reused, also after :meth:`prune_events`)."""
+        if not kind:
+            raise InvalidStateValue("event kind must not be empty")
+        payload = _to_json(data, "event data")
+        with self._tx() as c:
+            cur = c.execute(
+                "INSERT INTO events (ts_ns, kind, did, data) VALUES (?, ?, ?, ?)",
+                (self._clock(), kind, did, payload),
+            )
+        return int(cast(int, cur.lastrowid))
+
+    def events(self, after_id: int = 0, limit: int = 100, kind: str | None = None) -> list[Event]:
+        """Events with id > ``after_id``, oldest first, at most ``limit`` (page by the last id)."""
+        where, params = _filters(("kind", kind))
+        where = (where + " AND" if where else " WHERE") + " id > ?"
+        rows = self._rows(
+            f"SELECT id, ts_ns, kind, did, data FROM events{where} ORDER BY id LIMIT ?",
+            [*params, after_id, _limit(limit)],
+        )
+        return [Event(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
+
+    def prune_events(self, keep_last: int) -> int:
+        """Delete all but the newest ``keep_last`` events; return how many were deleted."""
+        if keep_last < 0:
+            raise InvalidStateValue(f"keep_last must be >= 0, got {keep_last}")
+        with self._tx() as c:
+            if keep_last == 0:
+                cur = c.execute("DELETE FROM events")
+            else:
+                cur = c.execute(
+                    """DELETE FROM events WHERE id < (
+                         SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET ?)""",
+                    (keep_last - 1,),
+                )
+        return cur.rowcount
+
+    # -- work queue -------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        kind: str,
+        did: str,
+        head: str | None,
+        payload: dict[str, Any],
+        *,
+        dedupe: bool = True,
+        not_before_ns: int | None = None,
+    ) -> WorkItem:
+        """Add a pending work item, runnable from ``not_before_ns`` (default: now).
+
+        With ``dedupe`` (the default), if a live (pending or claimed) item with the same
+        (kind, did, head) exists, it is returned unchanged and nothing is added.
+        """
+        if not kind:
+            raise InvalidStateValue("work kind must not be empty")
+        _check_did(did)
+        if head is not None:
+            _check_head(head)
+        body = _to_json(payload, "work payload")
+        key = json.dumps([kind, did, head]) if dedupe else None
+        now = self._clock()
+        runnable = now if not_before_ns is None else not_before_ns
+        with self._tx() as c:
+            if key is not None:
+                existing = c.execute(
+                    _WORK_SELECT + " WHERE dedupe_key = ? AND state IN ('pending', 'claimed')",
+                    (key,),
+                ).fetchone()
+                if existing is not None:
+                    return _work(existing)
+            cur = c.execute(
+                """INSERT INTO work (kind, did, head, payload, dedupe_key, state, attempts,
+                                     not_before_ns, created_ns, updated_ns)
+                   VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)""",
+                (kind, did, head, body, key, runnable, now, now),
+            )
+            item_id = int(cast(int, cur.lastrowid))
+        return WorkItem(
+            id=item_id,
+            kind=kind,
+            did=did,
+            head=head,
+            payload=json.loads(body),
+            state="pending",
+            attempts=0,
+            not_before_ns=runnable,
+            created_ns=now,
+            updated_ns=now,
+        )
+
+    def claim(
+        self,
+        now_ns: int,
+        kinds: Iterable[str] | None = None,
+        exclude_dids: Iterable[str] = frozenset(),
+    ) -> WorkItem | None:
+        """Claim the oldest runnable item and return it (state ``claimed``, attempts + 1).
+
+        Runnable: pending, ``not_before_ns <= now_ns``, of one of ``kinds`` (all if None), its
+        DID not in ``exclude_dids`` and no other item of its DID currently claimed — so work
+        on one dataset is serialised while different datasets proceed in parallel.
+        """
+        conds = ["w.state = 'pending'", "w.not_before_ns <= ?"]
+        params: list[Any] = [now_ns]
+        if kinds is not None:
+            kind_list = list(kinds)
+            if not kind_list:
+                return None
+            conds.append(f"w.kind IN ({', '.join('?' * len(kind_list))})")
+            params.extend(kind_list)
+        excluded = list(exclude_dids)
+        if excluded:
+            conds.append(f"w.did NOT IN ({', '.join('?' * len(excluded))})")
+            params.extend(excluded)
+        conds.append(
+            "NOT EXISTS (SELECT 1 FROM work o WHERE o.did = w.did AND o.state = 'claimed')"
+        )
+        with self._tx() as c:
+            row = c.execute(
+                f"SELECT w.id FROM work w WHERE {' AND '.join(conds)} ORDER BY w.id LIMIT 1",
+                params,
+            ).fetchone()
+            if row is None:
+                return None
+            c.execute(
+                """UPDATE work SET state = 'claimed', attempts = attempts + 1, claimed_ns = ?,
+                     updated_ns = ? WHERE id = ?""",
+                (now_ns, now_ns, row[0]),
+            )
+            claimed = c.execute(_WORK_SELECT + " WHERE id = ?", (row[0],)).fetchone()
+        return _work(claimed)
+
+    def complete(self, item_id: int) -> WorkItem:
+        """Mark a claimed item done."""
+        return self._transition(item_id, "complete", "done", None, None)
+
+    def fail(self, item_id: int, error: str, retry_at_ns: int | None) -> WorkItem:
+        """Record a failed attempt of a claimed item: back to pending, runnable from
+        ``retry_at_ns`` (see :func:`node.state.backoff.backoff_ns`), or, with None, give up
+        (state ``failed``)."""
+        target: WorkState = "failed" if retry_at_ns is None else "pending"
+        return self._transition(item_id, "fail", target, error, retry_at_ns)
+
+    def _transition(
+        self,
+        item_id: int,
+        action: str,
+        target: WorkState,
+        error: str | None,
+        retry_at_ns: int | None,
+    ) -> WorkItem:
+        now = self._clock()
+        with self._tx() as c:
+            row = c.execute("SELECT state FROM work WHERE id = ?", (item_id,)).fetchone()
+            if row is None:
+                raise WorkItemNotFound(item_id)
+            if row[0] != "claimed":
+                raise InvalidWorkTransition(item_id, row[0], action)
+            c.execute(
+                """UPDATE work SET state = ?, updated_ns = ?, claimed_ns = NULL,
+                     last_error = coalesce(?, last_error),
+                     not_before_ns = coalesce(?, not_before_ns)
+                   WHERE id = ?""",
+                (target, now, error, retry_at_ns, item_id),
+            )
+            updated = c.execute(_WORK_SELECT + " WHERE id = ?", (item_id,)).fetchone()
+        return _work(updated)
+
+    def release_claims(self) -> int:
+        """Return every claimed item to pending (call once at start-up: whoever claimed them
+        is dead). Their attempt stays counted. Returns how many were released."""
+        now = self._clock()
+        with self._tx() as c:
+            cur = c.execute(
+                """UPDATE work SET state = 'pending', claimed_ns = NULL, updated_ns = ?
+                   WHERE state = 'claimed'""",
+                (now,),
+            )
+        return cur.rowcount
+
+    def pending_count(self, kind: str | None = None) -> int:
+        """Number of pending items (runnable now or waiting for their retry time)."""
+        where, params = _filters(("kind", kind))
+        where = (where + " AND" if where else " WHERE") + " state = 'pending'"
+        row = self._conn.execute(f"SELECT count(*) FROM work{where}", params).fetchone()
+        return int(row[0])
+
+    def work(self, state: WorkState | None = None, did: str | None = None) -> list[WorkItem]:
+        """Work items, oldest first, optionally filtered by state and/or DID."""
+        if state is not None and state not in WORK_STATES:
+            raise InvalidStateValue(f"state must be one of {sorted(WORK_STATES)}, got {state!r}")
+        where, params = _filters(("state", state), ("did", did))
+        return [_work(r) for r in self._rows(_WORK_SELECT + where + " ORDER BY id", params)]
+
+    def work_item(self, item_id: int) -> WorkItem | None:
+        """One work item by id."""
+        rows = self._rows(_WORK_SELECT + " WHERE id = ?", (item_id,))
+        return _work(rows[0]) if rows else None
+
+    def prune_work(self, finished_before_ns: int) -> int:
+        """Delete done and failed items last updated before ``finished_before_ns``."""
+        with self._tx() as c:
+            cur = c.execute(
+                "DELETE FROM work WHERE state IN ('done', 'failed') AND updated_ns < ?",
+                (finished_before_ns,),
+            )
+        return cur.rowcount
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _configure(conn: sqlite3.Connection, *, wal: bool) -> None:
+    """Connection pragmas; see the module docstring for why each is set."""
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    if wal:
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise sqlite3.OperationalError(f"could not enable WAL journal mode (got {mode!r})")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("PRAGMA foreign_keys = ON")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_did(did: str) -> None:
+    if not isinstance(did, str) or not did.startswith(_DID_PREFIX) or len(did) == len(_DID_PREFIX):
+        raise InvalidStateValue(f"expected a did:odf:... DID, got {did!r}")
+
+
+def _check_head(head: str) -> None:
+    if not isinstance(head, str) or not head:
+        raise InvalidStateValue(f"expected a multibase multihash head, got {head!r}")
+
+
+def _limit(limit: int) -> int:
+    if limit < 0:
+        raise InvalidStateValue(f"limit must be >= 0, got {limit}")
+    return limit
+
+
+def _to_json(data: dict[str, Any], what: str) -> str:
+    if not isinstance(data, dict):
+        raise InvalidStateValue(f"{what} must be a dict, got {type(data).__name__}")
+    try:
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidStateValue(f"{what} is not JSON-serialisable: {exc}") from exc
+
+
+def _filters(*pairs: tuple[str, object]) -> tuple[str, list[Any]]:
+    """`` WHERE a = ? AND b = ?`` for the pairs whose value is not None (names are ours)."""
+    conds = [f"{name} = ?" for name, value in pairs if value is not None]
+    params = [value for _, value in pairs if value is not None]
+    return (" WHERE " + " AND ".join(conds) if conds else ""), params
+
+
+_SUB_SELECT = "SELECT did, alias, source_hint, created_ns, updated_ns FROM subscriptions"
+_HEAD_SELECT = (
+    "SELECT did, epoch, sequence, head, source_peer, envelope, accepted_ns FROM accepted_heads"
+)
+_PEER_SELECT = "SELECT peer_id, addrs, score, connected, first_seen_ns, last_seen_ns FROM peers"
+_WORK_SELECT = (
+    "SELECT id, kind, did, head, payload, state, attempts, not_before_ns, created_ns,"
+    " updated_ns, claimed_ns, last_error FROM work"
+)
+
+
+def _subscription(r: sqlite3.Row) -> Subscription:
+    return Subscription(r[0], r[1], r[2], int(r[3]), int(r[4]))
+
+
+def _accepted_head(r: sqlite3.Row) -> AcceptedHead:
+    return AcceptedHead(r[0], int(r[1]), int(r[2]), r[3], r[4], bytes(r[5]), int(r[6]))
+
+
+def _peer(r: sqlite3.Row) -> Peer:
+    return Peer(r[0], tuple(json.loads(r[1])), float(r[2]), bool(r[3]), int(r[4]), int(r[5]))
+
+
+def _work(r: sqlite3.Row) -> WorkItem:
+    return WorkItem(
+        id=int(r[0]),
+        kind=r[1],
+        did=r[2],
+        head=r[3],
+        payload=json.loads(r[4]),
+        state=cast(WorkState, r[5]),
+        attempts=int(r[6]),
+        not_before_ns=int(r[7]),
+        created_ns=int(r[8]),
+        updated_ns=int(r[9]),
+        claimed_ns=None if r[10] is None else int(r[10]),
+        last_error=r[11],
+    )
