@@ -49,7 +49,7 @@ def test_fresh_database_gets_every_table_and_the_latest_version(tmp_path: Path) 
     try:
         assert LATEST_VERSION == len(MIGRATIONS) >= 2
         assert schema_version(state.db) == LATEST_VERSION
-        assert TABLES <= set(state.db.table_names())
+        assert set(state.db.table_names()) >= TABLES
         assert "work_runnable" in _indexes(state.db, "work")
         assert "events_kind" in _indexes(state.db, "events")
     finally:
@@ -157,7 +157,7 @@ def test_sql_migration_failure_rolls_back_its_earlier_statements(tmp_path: Path)
 
 def test_migration_list_must_be_numbered_without_gaps(tmp_path: Path) -> None:
     db = Database(sqlite3.connect(str(tmp_path / "state.db"), isolation_level=None))
-    with pytest.raises(ValueError, match="1..n"):
+    with pytest.raises(ValueError, match=r"1\.\.n"):
         migrate(db, migrations=(MIGRATIONS[0], Migration(3, "gap", ())))
     with pytest.raises(ValueError, match="above the newest"):
         migrate(db, target=LATEST_VERSION + 1)
