@@ -34,10 +34,13 @@ import os
 import random
 import secrets
 import shutil
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, BinaryIO, TypeVar
+
+import pyarrow as pa
 
 from coordinator.chain.validation import ChainState, validate_append
 from coordinator.errors import (
@@ -63,6 +66,7 @@ from node.transfer.errors import (
     ObjectTooLarge,
     SourceUnavailable,
 )
+from node.transfer.linked import LinkSummary, LinkSummaryError, link_choices, link_summary
 from node.transfer.sources import Source, TransientSourceError, default_alias, open_source
 
 log = logging.getLogger(__name__)
@@ -70,6 +74,7 @@ T = TypeVar("T")
 
 _STAGING_PREFIX = ".pull-"
 _CACHE_DIR = ("info", "pull-cache", "blocks")
+_BATCH = 1 << 20
 
 
 class HeadComparison(enum.Enum):
@@ -89,6 +94,8 @@ class PullOptions:
     max_block_size: int = 16 << 20
     max_object_size: int = 16 << 30
     parallel: int = 8
+    block_parallel: int = 32
+    max_export_size: int = 256 << 20
     attempts: int = 5
     backoff_s: float = 0.2
     backoff_max_s: float = 5.0
@@ -180,44 +187,79 @@ class _Fetcher:
 
         return await self.retrying(rel, op)
 
-    async def download(self, rel: str, repo: FsObjectRepository, h: Multihash, size: int) -> None:
-        """Stream an object into ``repo`` under ``h`` after checking its size and hash."""
-        if size > self.opts.max_object_size:
+    async def download(
+        self,
+        rel: str,
+        repo: FsObjectRepository,
+        h: Multihash,
+        size: int | None,
+        cap: int | None = None,
+    ) -> int:
+        """Stream an object into ``repo`` under ``h`` after checking its size and hash.
+
+        ``size`` is the recorded size (``None`` for linked objects, whose size no block records:
+        then only ``max_object_size`` caps the stream). Returns the object's size.
+
+        Hashing and writing run in a worker thread on batches of at least ``_BATCH`` bytes:
+        sha3-256 is the most expensive step of a pull (~290 MB/s per core here) and hashlib
+        releases the GIL on large inputs, so other downloads keep reading meanwhile; fsync
+        runs there too so it never stalls the event loop.
+        """
+        cap = self.opts.max_object_size if cap is None else min(cap, self.opts.max_object_size)
+        if size is not None and size > cap:
             raise ObjectTooLarge(rel, f"recorded size {size} exceeds the cap")
+        limit = cap if size is None else size
         durable = self.opts.durable
 
-        async def op() -> None:
+        def consume(out: BinaryIO, hasher: Any, batch: list[bytes]) -> None:
+            for c in batch:
+                hasher.update(c)
+                out.write(c)
+
+        def finish(out: BinaryIO, tmp: Path) -> None:
+            out.flush()
+            if durable:
+                os.fsync(out.fileno())
+            out.close()
+            os.replace(tmp, repo.path_of(h))
+            if durable:
+                fsync_dir(repo.directory)
+
+        async def op() -> int:
             repo.directory.mkdir(parents=True, exist_ok=True)
             tmp = repo.directory / f"{PENDING_PREFIX}{secrets.token_hex(8)}"
             hasher = hashlib.sha3_256()
             n = 0
+            out = open(tmp, "wb")  # noqa: SIM115 - closed in finish() or finally
             try:
-                with open(tmp, "wb") as out:
-                    async with self.source.open(rel) as chunks:
-                        async for chunk in chunks:
-                            n += len(chunk)
-                            if n > size:
-                                raise ObjectTooLarge(
-                                    rel, f"stream exceeds the recorded size of {size} bytes"
-                                )
-                            hasher.update(chunk)
-                            out.write(chunk)
-                    if n < size:
-                        raise ObjectSizeMismatch(rel, f"got {n} of {size} bytes (truncated)")
-                    if hasher.digest() != h.digest:
-                        raise ObjectHashMismatch(rel, "content does not match its physical hash")
-                    out.flush()
-                    if durable:
-                        os.fsync(out.fileno())
-                os.replace(tmp, repo.path_of(h))
-                if durable:
-                    fsync_dir(repo.directory)
+                batch: list[bytes] = []
+                pending = 0
+                async with self.source.open(rel) as chunks:
+                    async for chunk in chunks:
+                        n += len(chunk)
+                        if n > limit:
+                            what = "recorded size" if size is not None else "cap"
+                            raise ObjectTooLarge(rel, f"stream exceeds the {what} of {limit} bytes")
+                        batch.append(chunk)
+                        pending += len(chunk)
+                        if pending >= _BATCH:
+                            await asyncio.to_thread(consume, out, hasher, batch)
+                            batch, pending = [], 0
+                if batch:
+                    await asyncio.to_thread(consume, out, hasher, batch)
+                if size is not None and n < size:
+                    raise ObjectSizeMismatch(rel, f"got {n} of {size} bytes (truncated)")
+                if hasher.digest() != h.digest:
+                    raise ObjectHashMismatch(rel, "content does not match its hash")
+                await asyncio.to_thread(finish, out, tmp)
             finally:
+                out.close()
                 tmp.unlink(missing_ok=True)
             self.stats.objects += 1
             self.stats.bytes += n
+            return n
 
-        await self.retrying(rel, op)
+        return await self.retrying(rel, op)
 
 
 def _data_objects(
@@ -250,11 +292,11 @@ async def _read_remote_head(f: _Fetcher) -> Multihash:
 
 
 async def _fetch_block(
-    f: _Fetcher, cache: FsObjectRepository, h: Multihash
+    f: _Fetcher, cache: FsObjectRepository, h: Multihash, mem: dict[Multihash, bytes] | None = None
 ) -> tuple[bytes, m.MetadataBlock]:
     rel = f"blocks/{h}"
-    data: bytes | None = None
-    if cache.contains(h):
+    data: bytes | None = mem.get(h) if mem else None  # keyed by their verified sha3-256
+    if data is None and cache.contains(h):
         try:
             data = cache.get_bytes(h, verify=True)
         except Exception:
@@ -276,16 +318,35 @@ def _local_hashes(ds: Dataset) -> set[Multihash]:
     return {h for h, _ in ds.iter_blocks(verify=False)}
 
 
-async def _prefetch_blocks(f: _Fetcher, cache: FsObjectRepository, local: set[Multihash]) -> None:
-    """If the source can list ``blocks/``, fetch the ones we lack in parallel into the cache.
+async def _prefetch_blocks(
+    f: _Fetcher, cache: FsObjectRepository, local: set[Multihash]
+) -> dict[Multihash, bytes]:
+    """Fetch the blocks we lack before the walk, in as few round trips as the source allows.
 
-    The walk then reads them from the cache; a source that cannot list is walked one block at
-    a time. Names that are not multihashes are ignored; bytes not matching their name reject
-    the source like any other altered block.
+    * Nothing local yet (a new dataset): ask the source for every ``blocks/`` file in one
+      transfer (IPFS ``dag/export``). Each payload is hashed; those that hash to a multihash
+      are returned in memory under it, so the walk reads them without a request and with
+      their identity already proven. Anything else in the archive is ignored.
+    * Otherwise, if the source can list ``blocks/``, the blocks we lack are fetched
+      ``block_parallel`` at a time into the cache.
+
+    Blocks missed by both (a source that cannot list, a block split into several leaves) are
+    fetched one at a time by the walk. Bytes not matching their name reject the source like
+    any other altered block.
     """
+    if not local:
+        exported = await f.source.export_blocks(f.opts.max_export_size)
+        if exported:
+            mem: dict[Multihash, bytes] = {}
+            for data in exported:
+                if len(data) <= f.opts.max_block_size:
+                    mem[Multihash.sha3_256(data)] = data
+                    f.stats.bytes += len(data)
+            f.stats.blocks_fetched += len(mem)
+            return mem
     names = await f.source.list_names("blocks")
     if not names:
-        return
+        return {}
     wanted: list[Multihash] = []
     for n in names:
         try:
@@ -294,7 +355,7 @@ async def _prefetch_blocks(f: _Fetcher, cache: FsObjectRepository, local: set[Mu
             continue
         if h not in local and not cache.contains(h):
             wanted.append(h)
-    sem = asyncio.Semaphore(max(1, f.opts.parallel))
+    sem = asyncio.Semaphore(max(1, f.opts.block_parallel))
 
     async def one(h: Multihash) -> None:
         async with sem:
@@ -305,14 +366,97 @@ async def _prefetch_blocks(f: _Fetcher, cache: FsObjectRepository, local: set[Mu
             f.stats.blocks_fetched += 1
             cache.insert_bytes(data, h)
 
-    tasks = [asyncio.ensure_future(one(h)) for h in wanted]
+    await _gather_all([one(h) for h in wanted])
+    return {}
+
+
+async def _gather_all(coros: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """Run all; on the first failure cancel the rest, wait for them, and re-raise."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
     try:
-        await asyncio.gather(*tasks)
+        return list(await asyncio.gather(*tasks))
     except BaseException:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
+
+
+async def fetch_linked_objects(
+    f: _Fetcher,
+    ds: Dataset,
+    new: list[tuple[Multihash, bytes, m.MetadataBlock]],
+    sem: asyncio.Semaphore,
+) -> None:
+    """Fetch and verify the linked objects (RFC-017) the new blocks' data parts reference.
+
+    Must run after the parts are stored (they are read to find the links). Each object is
+    checked against its hash and capped at the block's ``sizeNaive``; then, per block, the
+    referenced objects' sizes times their reference counts must equal ``sizeNaive``.
+    Verified objects stay in ``data/`` (content-addressed), so a resumed pull skips them.
+
+    Raises:
+        InvalidRemoteChain: a block's linked-objects summary does not match its part.
+        ObjectRejected / SourceUnavailable: as for any other object.
+    """
+    jobs: list[tuple[Multihash, LinkSummary, list[Counter[Multihash]]]] = []
+    for bh, _, block in new:
+        rel = f"blocks/{bh}"
+        try:
+            summary = link_summary(block.event)
+        except LinkSummaryError as e:
+            raise InvalidRemoteChain(rel, str(e)) from e
+        if summary is None or summary.num_objects_naive == 0:
+            continue
+        event = block.event
+        assert isinstance(event, m.AddData)
+        if event.new_data is None:
+            raise InvalidRemoteChain(rel, "records linked objects but adds no data part")
+        part = ds.data.path_of(event.new_data.physical_hash)
+        try:
+            choices = await asyncio.to_thread(link_choices, part, summary)
+        except (pa.ArrowException, OSError) as e:
+            raise InvalidRemoteChain(
+                rel, f"records linked objects but its data part is not readable parquet: {e}"
+            ) from e
+        if not choices:
+            raise InvalidRemoteChain(
+                rel,
+                f"records {summary.num_objects_naive} linked objects but no set of multihash "
+                f"columns in data/{event.new_data.physical_hash} has that many links",
+            )
+        jobs.append((bh, summary, choices))
+    if not jobs:
+        return
+    listed: set[str] | None = None
+    if any(len(c) > 1 for _, _, c in jobs):
+        names = await f.source.list_names("data")
+        listed = set(names) if names is not None else None
+    chosen: list[tuple[Multihash, LinkSummary, Counter[Multihash]]] = []
+    caps: dict[Multihash, int] = {}
+    for bh, summary, choices in jobs:
+        pick = choices[0]
+        if listed is not None:  # ambiguous columns: prefer links the source actually holds
+            for c in choices:
+                if all(ds.data.contains(h) or str(h) in listed for h in c):
+                    pick = c
+                    break
+        chosen.append((bh, summary, pick))
+        for h in pick:
+            caps[h] = max(caps.get(h, 0), summary.size_naive)
+
+    async def one(h: Multihash) -> None:
+        async with sem:
+            await f.download(f"data/{h}", ds.data, h, None, cap=caps[h])
+
+    await _gather_all([one(h) for h in caps if not ds.data.contains(h)])
+    for bh, summary, pick in chosen:
+        total = sum(ds.data.size(h) * n for h, n in pick.items())
+        if total != summary.size_naive:
+            raise InvalidRemoteChain(
+                f"blocks/{bh}",
+                f"linked objects total {total} bytes, the block records {summary.size_naive}",
+            )
 
 
 def _open_staging(root: Path, durable: bool) -> Dataset:
@@ -324,7 +468,11 @@ def _open_staging(root: Path, durable: bool) -> Dataset:
 
 
 async def _walk(
-    f: _Fetcher, cache: FsObjectRepository, remote_head: Multihash, local: set[Multihash]
+    f: _Fetcher,
+    cache: FsObjectRepository,
+    remote_head: Multihash,
+    local: set[Multihash],
+    mem: dict[Multihash, bytes] | None = None,
 ) -> tuple[list[tuple[Multihash, bytes, m.MetadataBlock]], bool]:
     """Blocks from ``remote_head`` back to the first one in ``local`` (oldest first)."""
     new: list[tuple[Multihash, bytes, m.MetadataBlock]] = []
@@ -333,7 +481,7 @@ async def _walk(
         if h in local:
             new.reverse()
             return new, True
-        data, block = await _fetch_block(f, cache, h)
+        data, block = await _fetch_block(f, cache, h, mem)
         new.append((h, data, block))
         h = block.prev_block_hash
     new.reverse()
@@ -398,8 +546,8 @@ async def pull(
         local = _local_hashes(ds) if local_head is not None else set()
 
     cache = FsObjectRepository(ds.layout.root.joinpath(*_CACHE_DIR), durable=False)
-    await _prefetch_blocks(f, cache, local)
-    new, met_local = await _walk(f, cache, remote_head, local)
+    mem = await _prefetch_blocks(f, cache, local)
+    new, met_local = await _walk(f, cache, remote_head, local, mem)
     if existing is None and local_head is not None:
         # A previous attempt committed in staging but died before the rename: keep it only if
         # the remote extends it exactly, else start the staging dataset afresh.
@@ -413,7 +561,7 @@ async def pull(
             ds = _open_staging(staging, opts.durable)
             cache = FsObjectRepository(ds.layout.root.joinpath(*_CACHE_DIR), durable=False)
             local_head, local = None, set()
-            new, met_local = await _walk(f, cache, remote_head, local)
+            new, met_local = await _walk(f, cache, remote_head, local, mem)
     if not met_local:
         remote_id: DatasetId | None = _seed_id(new[0][2], f"blocks/{new[0][0]}")
     elif existing is None:
@@ -453,7 +601,7 @@ async def pull(
             h = new[0][2].prev_block_hash
             older: list[tuple[Multihash, bytes, m.MetadataBlock]] = []
             while h is not None:
-                data, block = await _fetch_block(f, cache, h)
+                data, block = await _fetch_block(f, cache, h, mem)
                 older.append((h, data, block))
                 h = block.prev_block_hash
             older.reverse()
@@ -492,14 +640,9 @@ async def pull(
         async with sem:
             await f.download(*obj)
 
-    tasks = [asyncio.ensure_future(one(o)) for o in todo]
-    try:
-        await asyncio.gather(*tasks)
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
+    await _gather_all([one(o) for o in todo])
+    # Linked objects (RFC-017) are named inside the parts just verified; fetch them now.
+    await fetch_linked_objects(f, ds, new, sem)
 
     # -- commit: data is in place; blocks, then refs/head last --------------------------------
     blocks = [d for _, d, _ in new]

@@ -17,9 +17,10 @@ from urllib.parse import unquote, urlparse
 
 import aiohttp
 
+from node.ipfs.car import RAW_CODEC, CarError, read_car
 from node.ipfs.client import GatewayReader, IpfsClient, IpfsError, IpfsReader
 
-_CHUNK = 1 << 16
+_CHUNK = 1 << 20
 
 
 class TransientSourceError(Exception):
@@ -37,6 +38,11 @@ class Source(Protocol):
 
     async def list_names(self, rel_dir: str) -> list[str] | None:
         """Entry names of a directory if the source can list them (``None``: it cannot)."""
+        ...
+
+    async def export_blocks(self, max_bytes: int) -> list[bytes] | None:
+        """Candidate contents of every ``blocks/`` file in one transfer, unverified (``None``:
+        the source cannot do that cheaply; the pull then fetches blocks one by one)."""
         ...
 
     async def close(self) -> None:
@@ -67,12 +73,16 @@ class HttpSource:
             async with self._sess().get(f"{self.base}/{rel}", allow_redirects=True) as r:
                 if r.status != 200:
                     raise TransientSourceError(f"HTTP {r.status}")
-                yield r.content.iter_chunked(_CHUNK)
+                yield r.content.iter_any()
         except (aiohttp.ClientError, TimeoutError) as e:
             raise TransientSourceError(f"{type(e).__name__}: {e}") from e
 
     async def list_names(self, rel_dir: str) -> list[str] | None:
         """The Simple Transfer Protocol has no listing."""
+        return None
+
+    async def export_blocks(self, max_bytes: int) -> list[bytes] | None:
+        """The Simple Transfer Protocol has no bulk transfer."""
         return None
 
     async def close(self) -> None:
@@ -116,6 +126,34 @@ class IpfsSource:
             self._cids[f"{rel_dir}/{e['Name']}"] = str(e["Hash"])
         return [str(e["Name"]) for e in entries]
 
+    async def export_blocks(self, max_bytes: int) -> list[bytes] | None:
+        """Every raw leaf under ``blocks/`` from one ``dag/export`` (RPC API only).
+
+        One call instead of one round trip per block (js-ipfs: ~0.7 s for 1,000 blocks against
+        ~3.4 ms per block). A block file added with ``--raw-leaves`` below the chunk size is a
+        single raw leaf whose bytes are the file; larger ones are not returned whole and are
+        fetched by name later. Any failure returns ``None`` (the caller falls back).
+        """
+        if not isinstance(self.reader, IpfsClient):
+            return None
+        client = self.reader
+        try:
+            cid = self._cids.get("blocks")
+            if cid is None:
+                for e in await client.ls(self.root):
+                    self._cids[str(e["Name"])] = str(e["Hash"])
+                cid = self._cids.get("blocks")
+            if cid is None:
+                return None
+            out: list[bytes] = []
+            async with client.open_dag_export(cid) as chunks:
+                async for block in read_car(chunks, max_bytes=max_bytes):
+                    if block.codec == RAW_CODEC:
+                        out.append(block.data)
+            return out
+        except (IpfsError, CarError, aiohttp.ClientError, TimeoutError):
+            return None
+
     async def close(self) -> None:
         """Close the reader's session."""
         await self.reader.close()
@@ -153,6 +191,10 @@ class LocalSource:
             return [p.name for p in (self.root / rel_dir).iterdir()]
         except OSError:
             return None
+
+    async def export_blocks(self, max_bytes: int) -> list[bytes] | None:
+        """Local files are read one by one as cheaply as in bulk."""
+        return None
 
     async def close(self) -> None:
         """Nothing to release."""

@@ -7,8 +7,11 @@ then, from that same daemon's RPC API:
 * ``pull``: ``pull_url("ipfs://<cid>")`` into an empty store (walk, verify, parallel download
   with sha3-256 + size checks, fsync, commit) -- MB/s of data parts;
 * ``cat``:  raw ``cat`` of the same 20 parts with the same parallelism, bytes discarded;
-* ``walk``: the metadata walk alone (``ls blocks/``, 1,000 parallel ``blocks/<hash>`` reads,
-  hash, decode, chain walk) -- blocks/s.
+* ``walk``: the metadata walk alone (one ``dag/export`` of ``blocks/``, hash every leaf,
+  decode, chain walk) -- blocks/s.
+
+``--rounds`` (default 3) repeats cat, pull and walk back to back against the same daemon and
+prints the median of each figure and the 1-minute load average.
 
 Must run in a loopback-only namespace (the launcher refuses otherwise)::
 
@@ -22,6 +25,8 @@ import asyncio
 import importlib
 import json
 import random
+import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -68,16 +73,16 @@ async def _walk(api: str, cid: str, head_hex: str) -> float:
         f = pull_mod._Fetcher(src, PullOptions())
         cache = FsObjectRepository(Path(d), durable=False)
         t0 = time.perf_counter()
-        await pull_mod._prefetch_blocks(f, cache, set())
-        new, _ = await pull_mod._walk(f, cache, Multihash.from_multibase(head_hex), set())
+        mem = await pull_mod._prefetch_blocks(f, cache, set())
+        new, _ = await pull_mod._walk(f, cache, Multihash.from_multibase(head_hex), set(), mem)
         dt = time.perf_counter() - t0
     await src.close()
     return len(new) / dt
 
 
 async def bench(
-    work: Path, parts: int, part_mb: int, blocks: int, parallel: int
-) -> dict[str, float]:
+    work: Path, parts: int, part_mb: int, blocks: int, parallel: int, rounds: int
+) -> list[dict[str, float]]:
     src = new_dataset(work / "src" / "ds", b"bench", durable=False)
     rng = random.Random(7)
     add_data(src, parts, part_mb * 1_000_000, rng=rng, checkpoint_every=0)
@@ -94,33 +99,55 @@ async def bench(
             part_paths = [f"/ipfs/{pub.cid}/data/{h}" for h in src.data.iter_hashes()]
             # Warm the daemon's caches equally for both measurements.
             await _cat_all(client, part_paths, parallel)
-            t0 = time.perf_counter()
-            n = await _cat_all(client, part_paths, parallel)
-            cat_s = time.perf_counter() - t0
-            assert n == data_bytes
-        dst = _repo(work / "dst")
-        t0 = time.perf_counter()
-        r = await pull_url(
-            dst, pub.url, alias="ds", ipfs_api=node.api_url, options=PullOptions(parallel=parallel)
-        )
-        pull_s = time.perf_counter() - t0
-        assert r.new_head == src.head() and r.new_blocks == blocks
-        assert verify_integrity(dst.open("ds")).ok
         head = src.head()
         assert head is not None
-        walk_bps = await _walk(node.api_url, pub.cid, str(head))
+        out = []
+        for i in range(rounds):
+            # cat and pull back to back in each round, so both see the same machine load.
+            async with IpfsClient(node.api_url, timeout_s=600) as client:
+                t0 = time.perf_counter()
+                n = await _cat_all(client, part_paths, parallel)
+                cat_s = time.perf_counter() - t0
+                assert n == data_bytes
+            dst = _repo(work / f"dst{i}")
+            t0 = time.perf_counter()
+            r = await pull_url(
+                dst,
+                pub.url,
+                alias="ds",
+                ipfs_api=node.api_url,
+                options=PullOptions(parallel=parallel),
+            )
+            pull_s = time.perf_counter() - t0
+            assert r.new_head == head and r.new_blocks == blocks
+            assert verify_integrity(dst.open("ds")).ok
+            walk_bps = await _walk(node.api_url, pub.cid, str(head))
+            shutil.rmtree(work / f"dst{i}")
+            row = {
+                "blocks": blocks,
+                "data_mb": data_bytes / 1e6,
+                "add_s": add_s,
+                "cat_mb_s": data_bytes / 1e6 / cat_s,
+                "pull_mb_s": data_bytes / 1e6 / pull_s,
+                "pull_s": pull_s,
+                "ratio_pull_to_cat": cat_s / pull_s,
+                "walk_blocks_s": walk_bps,
+                "loadavg_1m": _loadavg(),
+            }
+            print(
+                f"round {i + 1}: cat {row['cat_mb_s']:.0f} MB/s, pull {row['pull_mb_s']:.0f} "
+                f"MB/s ({pull_s:.2f} s), ratio {row['ratio_pull_to_cat']:.2f}x, walk "
+                f"{walk_bps:.0f} blocks/s, load {row['loadavg_1m']:.2f}",
+                flush=True,
+            )
+            out.append(row)
     finally:
         node.stop()
-    return {
-        "blocks": blocks,
-        "data_mb": data_bytes / 1e6,
-        "add_s": add_s,
-        "cat_mb_s": data_bytes / 1e6 / cat_s,
-        "pull_mb_s": data_bytes / 1e6 / pull_s,
-        "pull_s": pull_s,
-        "ratio_pull_to_cat": cat_s / pull_s,
-        "walk_blocks_s": walk_bps,
-    }
+    return out
+
+
+def _loadavg() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
 
 
 def main() -> None:
@@ -130,16 +157,23 @@ def main() -> None:
     ap.add_argument("--part-mb", type=int, default=10)
     ap.add_argument("--blocks", type=int, default=1000)
     ap.add_argument("--parallel", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        res = asyncio.run(bench(Path(d), a.parts, a.part_mb, a.blocks, a.parallel))
+        rows = asyncio.run(
+            bench(Path(d), a.parts, a.part_mb, a.blocks, a.parallel, max(1, a.rounds))
+        )
+    # Medians over the rounds (each figure separately), never the best round.
+    res = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    res["rounds"] = len(rows)
     if a.json:
         print(json.dumps(res, indent=2))
         return
+    print(f"medians of {len(rows)} rounds (load average 1 min: {res['loadavg_1m']:.2f}):")
     print(f"dataset: {res['blocks']} blocks, {res['data_mb']:.0f} MB in {a.parts} parts")
     print(f"publish (add -r, pin):   {res['add_s']:.1f} s")
-    print(f"raw cat ({a.parallel} parallel):   {res['cat_mb_s']:.1f} MB/s")
+    print(f"raw cat of the parts ({a.parallel} parallel): {res['cat_mb_s']:.1f} MB/s")
     print(f"pull ipfs:// (verified): {res['pull_mb_s']:.1f} MB/s ({res['pull_s']:.1f} s)")
     print(f"pull / cat:              {res['ratio_pull_to_cat']:.2f}x")
     print(f"metadata walk:           {res['walk_blocks_s']:.0f} blocks/s")
