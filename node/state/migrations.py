@@ -177,6 +177,10 @@ def migrate(
     for migration in migrations:
         if migration.version > goal:
             break
+        if migration.version <= current:
+            # Already applied: no transaction, so opening an up-to-date DB never takes the
+            # write lock (a CLI reading the daemon's DB does not wait for the daemon).
+            continue
         conn.execute("BEGIN IMMEDIATE")
         try:
             current = schema_version(db)

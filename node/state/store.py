@@ -509,7 +509,9 @@ class NodeState:
 
         Runnable: pending, ``not_before_ns <= now_ns``, of one of ``kinds`` (all if None), its
         DID not in ``exclude_dids`` and no other item of its DID currently claimed — so work
-        on one dataset is serialised while different datasets proceed in parallel.
+        on one dataset is serialised while different datasets proceed in parallel. ``now_ns``
+        decides runnability and is stored as ``claimed_ns``. A DID's later items are not held
+        back by an earlier item of it that waits for a retry.
         """
         conds = ["w.state = 'pending'", "w.not_before_ns <= ?"]
         params: list[Any] = [now_ns]
@@ -536,7 +538,7 @@ class NodeState:
             c.execute(
                 """UPDATE work SET state = 'claimed', attempts = attempts + 1, claimed_ns = ?,
                      updated_ns = ? WHERE id = ?""",
-                (now_ns, now_ns, row[0]),
+                (now_ns, self._clock(), row[0]),
             )
             claimed = c.execute(_WORK_SELECT + " WHERE id = ?", (row[0],)).fetchone()
         return _work(claimed)

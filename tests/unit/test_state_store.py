@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,6 +61,36 @@ def test_connection_settings(state: NodeState) -> None:
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 1000
+
+
+def test_connection_is_bound_to_its_thread(state: NodeState) -> None:
+    """The documented contract: one connection, used only from the thread that opened it."""
+    errors: list[BaseException] = []
+
+    def other_thread() -> None:
+        try:
+            state.subscriptions()
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join()
+    assert len(errors) == 1 and isinstance(errors[0], sqlite3.ProgrammingError)
+
+
+def test_second_connection_sees_committed_writes(tmp_path: Path, clock: FakeClock) -> None:
+    """A second process/connection (e.g. a CLI status command) on the daemon's file."""
+    path = tmp_path / "state.db"
+    with NodeState.open(path, clock) as daemon:
+        daemon.enqueue("fetch", A, H1, {})
+        # Opening an up-to-date DB takes no write lock, even while another writer holds one.
+        daemon.db.conn.execute("BEGIN IMMEDIATE")
+        try:
+            with NodeState.open(path, clock) as reader:
+                assert reader.pending_count() == 1
+        finally:
+            daemon.db.conn.execute("ROLLBACK")
 
 
 def test_data_survives_reopen(tmp_path: Path, clock: FakeClock) -> None:
