@@ -632,8 +632,7 @@ async def pull(
     # -- data parts and checkpoints, bounded parallelism --------------------------------------
     todo = [o for o in _data_objects(ds, [b for _, _, b in new]) if not o[1].contains(o[2])]
     if todo:  # lets sources that can list map names to direct addresses (IPFS CIDs)
-        await source.list_names("data")
-        await source.list_names("checkpoints")
+        await asyncio.gather(source.list_names("data"), source.list_names("checkpoints"))
     sem = asyncio.Semaphore(max(1, opts.parallel))
 
     async def one(obj: tuple[str, FsObjectRepository, Multihash, int]) -> None:
