@@ -305,8 +305,12 @@ class IpfsClient(_SessionOwner):
         return str(out[0]["Name"])
 
     async def name_resolve(self, name: str) -> str:
-        """Resolve an IPNS name to an ``/ipfs/…`` path."""
-        out = await self._json("name/resolve", {"arg": name})
+        """Resolve an IPNS name to an ``/ipfs/…`` path (recursively, as kubo does by default).
+
+        js-ipfs 0.66 with ``Routing.Type none`` resolves names whose record is in its own
+        datastore (published by this node) without any network.
+        """
+        out = await self._json("name/resolve", {"arg": name, "recursive": True})
         return str(out[0]["Path"])
 
 

@@ -81,6 +81,12 @@ class EmbeddedIpfs:
     api_port: int = 0
     gateway_port: int = 0
     swarm_port: int = 0
+    #: ``jsipfs daemon`` flags beyond ``--enable-preload=false``. IPNS over pubsub is on by
+    #: default: with ``Routing.Type none`` there is no DHT, so without it a node resolves only
+    #: names it published itself ("record ... was not found in the network", measured). With
+    #: it, a node's first ``name/resolve`` of a foreign name fails and subscribes to the name's
+    #: topic; the owner's next ``name/publish`` reaches it over the swarm connection.
+    daemon_args: tuple[str, ...] = ("--enable-namesys-pubsub",)
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -149,7 +155,7 @@ class EmbeddedIpfs:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
         try:
             self.process = subprocess.Popen(
-                [str(self._bin()), "daemon", "--enable-preload=false"],
+                [str(self._bin()), "daemon", "--enable-preload=false", *self.daemon_args],
                 env=self._env(),
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -110,12 +110,17 @@ def dataset_publish(
     ipns_key: Annotated[
         str | None, typer.Option("--ipns-key", help="Also publish IPNS under this key name.")
     ] = None,
+    ipns: Annotated[
+        bool, typer.Option("--ipns", help="Also publish IPNS under the node's own key (self).")
+    ] = False,
     home: HomeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Add a dataset to IPFS as kamu does (without info/), pin it and print the root CID."""
     from node.transfer.publish import publish_dataset
 
+    if ipns and ipns_key is None:
+        ipns_key = "self"
     repo = _home(home).repository()
 
     async def go() -> tuple[str, str | None]:

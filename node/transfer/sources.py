@@ -93,21 +93,47 @@ class HttpSource:
 
 
 class IpfsSource:
-    """A dataset directory on IPFS (``/ipfs/<cid>[/path]`` or ``/ipns/…``) read via a reader."""
+    """A dataset directory on IPFS (``/ipfs/<cid>[/path]`` or ``/ipns/…``) read via a reader.
+
+    Through the RPC API an ``/ipns/<name>`` root is resolved once (``name/resolve``), on first
+    use, and every later read goes to the ``/ipfs/…`` path it pointed to then: one pull sees
+    one snapshot even if the name is re-published meanwhile, and js-ipfs refuses ``cat`` of
+    ``/ipns/`` paths anyway (HTTP 400). A gateway resolves ``/ipns/`` paths itself.
+    """
 
     def __init__(self, reader: IpfsReader, root_path: str) -> None:
         self.reader = reader
         self.root = root_path.rstrip("/")
         self.description = self.root
+        self._resolved: str | None = None
         # rel path -> CID learnt from listings: reading /ipfs/<cid> skips resolving the path
         # through a directory of thousands of entries on every request (js-ipfs: ~10x faster).
         self._cids: dict[str, str] = {}
+
+    async def resolved_root(self) -> str:
+        """The ``/ipfs/…`` root this source reads (IPNS resolved once, via the RPC API).
+
+        Raises:
+            TransientSourceError: the name could not be resolved (unknown, retried).
+        """
+        if self._resolved is not None:
+            return self._resolved
+        root = self.root
+        if root.startswith("/ipns/") and isinstance(self.reader, IpfsClient):
+            name, _, sub = root[len("/ipns/") :].partition("/")
+            try:
+                target = await self.reader.name_resolve(name)
+            except (IpfsError, aiohttp.ClientError, TimeoutError, KeyError, IndexError) as e:
+                raise TransientSourceError(f"cannot resolve /ipns/{name}: {e}") from e
+            root = target.rstrip("/") + (f"/{sub}" if sub else "")
+        self._resolved = root
+        return root
 
     @asynccontextmanager
     async def open(self, rel: str) -> AsyncIterator[AsyncIterator[bytes]]:
         """Stream ``{root}/{rel}`` (IPFS errors and timeouts are transient)."""
         cid = self._cids.get(rel)
-        path = f"/ipfs/{cid}" if cid else f"{self.root}/{rel}"
+        path = f"/ipfs/{cid}" if cid else f"{await self.resolved_root()}/{rel}"
         try:
             async with self.reader.open_stream(path) as chunks:
                 yield chunks
@@ -119,8 +145,8 @@ class IpfsSource:
         if not isinstance(self.reader, IpfsClient):
             return None
         try:
-            entries = await self.reader.ls(f"{self.root}/{rel_dir}")
-        except IpfsError:
+            entries = await self.reader.ls(f"{await self.resolved_root()}/{rel_dir}")
+        except (IpfsError, TransientSourceError):
             return None
         for e in entries:
             self._cids[f"{rel_dir}/{e['Name']}"] = str(e["Hash"])
@@ -140,7 +166,7 @@ class IpfsSource:
         try:
             cid = self._cids.get("blocks")
             if cid is None:
-                for e in await client.ls(self.root):
+                for e in await client.ls(await self.resolved_root()):
                     self._cids[str(e["Name"])] = str(e["Hash"])
                 cid = self._cids.get("blocks")
             if cid is None:
@@ -151,7 +177,7 @@ class IpfsSource:
                     if block.codec == RAW_CODEC:
                         out.append(block.data)
             return out
-        except (IpfsError, CarError, aiohttp.ClientError, TimeoutError):
+        except (IpfsError, CarError, TransientSourceError, aiohttp.ClientError, TimeoutError):
             return None
 
     async def close(self) -> None:
