@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import os
 import time
-import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from coordinator.identity import (
 )
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.storage.repository import DatasetRepository
+from node.config import NodeConfig, default_config_text, load_config
 
 
 def default_home() -> Path:
@@ -42,11 +42,6 @@ def default_home() -> Path:
 def system_clock() -> Timestamp:
     """The real wall clock (the only place the node reads it; everything else is injected)."""
     return Timestamp(time.time_ns())
-
-
-def default_config_text() -> str:
-    """The documented default config shipped in ``config/default.toml``."""
-    return resources.files("config").joinpath("default.toml").read_text(encoding="utf-8")
 
 
 @dataclass
@@ -98,19 +93,9 @@ class NodeHome:
         os.chmod(self.dataset_keys_path, 0o700)
         return created
 
-    def config(self) -> dict[str, Any]:
-        """The merged config: embedded defaults, then ``config.toml``, then env overrides."""
-        merged: dict[str, Any] = tomllib.loads(default_config_text())
-        if self.config_path.is_file():
-            user = tomllib.loads(self.config_path.read_text(encoding="utf-8"))
-            for section, values in user.items():
-                merged.setdefault(section, {}).update(values)
-        for section, values in merged.items():
-            for key, value in values.items():
-                env = os.environ.get(f"ODF_NODE_{section.upper()}_{key.upper()}")
-                if env is not None:
-                    values[key] = type(value)(env) if not isinstance(value, bool) else env == "1"
-        return merged
+    def config(self, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> NodeConfig:
+        """The validated config: defaults, then ``config.toml``, env, then ``overrides``."""
+        return load_config(self.config_path, overrides=overrides)
 
     def node_key(self) -> PrivateKey:
         """The node's own key."""

@@ -55,6 +55,9 @@ class Libp2pConfig:
     # Bootstrap peers that drop are redialled (capped exponential backoff with jitter).
     redial_interval_s: float = 5.0
     redial_max_delay_s: float = 60.0
+    # Network safety: refuse to start unless `lo` is the only interface, and refuse any
+    # non-loopback listen/dial address. Only an explicitly "open" deployment turns this off.
+    loopback_only: bool = True
 
 
 def _content_msg_id(msg: Any) -> bytes:
@@ -108,10 +111,13 @@ class Libp2pTransport:
         Raises:
             NetworkNotIsolated: a non-loopback interface exists or an address is not loopback.
         """
-        assert_loopback_only()
-        assert_loopback_multiaddr(f"/ip4/{self.config.listen_host}/tcp/{self.config.listen_port}")
-        for addr in self.config.bootstrap:
-            assert_loopback_multiaddr(addr)
+        if self.config.loopback_only:
+            assert_loopback_only()
+            assert_loopback_multiaddr(
+                f"/ip4/{self.config.listen_host}/tcp/{self.config.listen_port}"
+            )
+            for addr in self.config.bootstrap:
+                assert_loopback_multiaddr(addr)
         self._loop = asyncio.get_running_loop()
         ready: asyncio.Future[None] = self._loop.create_future()
         self._thread = threading.Thread(
@@ -262,8 +268,9 @@ class Libp2pTransport:
         return [a if "/p2p/" in a else f"{a}/p2p/{self._peer_id}" for a in self._addrs]
 
     async def connect(self, addr: str) -> str:
-        """Dial a loopback ``/ip4/127.0.0.1/tcp/N/p2p/ID`` multiaddr; returns the peer id."""
-        assert_loopback_multiaddr(addr)
+        """Dial a ``/ip4/.../tcp/N/p2p/ID`` multiaddr (loopback only unless open); the peer id."""
+        if self.config.loopback_only:
+            assert_loopback_multiaddr(addr)
         import multiaddr
         from libp2p.peer.peerinfo import info_from_p2p_addr
 

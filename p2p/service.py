@@ -84,6 +84,7 @@ class GossipService:
         self._tasks: set[asyncio.Task[None]] = set()
         self.log = ServiceLog()
         self._listeners: list[Callable[[Decision], None]] = []
+        self._joined: set[str] = set()
 
     def on_decision(self, listener: Callable[[Decision], None]) -> None:
         """Call ``listener`` with every decision the core makes (in order)."""
@@ -97,6 +98,7 @@ class GossipService:
         """Join the topics, install validators and handlers, start the tick loop."""
         self.transport.set_request_handler(HEADS_PROTOCOL, self._serve_heads)
         for topic in self.topics():
+            self._joined.add(topic)
             self.transport.set_validator(topic, self._validate)
             self._spawn(self._drain(self.transport.subscribe(topic)))
         self._spawn(self._tick_loop())
@@ -108,6 +110,23 @@ class GossipService:
         for t in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+
+    async def follow(self, did: DatasetId) -> None:
+        """Follow ``did`` from now on: join its topic and ask connected peers for its head."""
+        known = did in self.core.subscriptions()
+        self.core.subscribe(did)
+        topic = dataset_topic(did.as_multibase())
+        if topic not in self._joined:
+            self._joined.add(topic)
+            self.transport.set_validator(topic, self._validate)
+            self._spawn(self._drain(self.transport.subscribe(topic)))
+        if not known:
+            for peer in self.transport.connected_peers():
+                self._spawn(self._anti_entropy(RequestAntiEntropy(peer, (did,))))
+
+    def unfollow(self, did: DatasetId) -> None:
+        """Stop following ``did`` (its topic stays joined; the core ignores its messages)."""
+        self.core.unsubscribe(did)
 
     async def announce(self, envelope: bytes, topic: str) -> None:
         """Publish an envelope this node made (own announcements, attestations, proofs)."""

@@ -1,0 +1,308 @@
+"""The node's one validated configuration.
+
+Sources, lowest precedence first: the documented defaults in ``config/default.toml``, the home's
+``config.toml``, environment variables ``ODF_NODE_<SECTION>_<KEY>`` and explicit overrides (CLI
+flags). Every value is type-checked against the default's type; unknown sections and keys are
+errors (a typo must not silently fall back to a default), and so are out-of-range values.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from coordinator.errors import OdfNodeError
+
+
+class ConfigError(OdfNodeError):
+    """The configuration is invalid (names the file or variable and the key)."""
+
+
+def default_config_text() -> str:
+    """The documented default config shipped in ``config/default.toml``."""
+    return resources.files("config").joinpath("default.toml").read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSection:
+    """``[node]``."""
+
+    log_level: str
+    log_format: str
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkSection:
+    """``[network]``."""
+
+    isolation: str
+
+    @property
+    def loopback_only(self) -> bool:
+        """Whether every address must be loopback and the namespace loopback-only."""
+        return self.isolation == "loopback-only"
+
+
+@dataclass(frozen=True, slots=True)
+class RpcSection:
+    """``[rpc]``."""
+
+    host: str
+    port: int
+    max_body_bytes: int
+    max_batch: int
+    allowed_origins: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HttpSection:
+    """``[http]``."""
+
+    enabled: bool
+    host: str
+    port: int
+    public_url: str
+
+
+@dataclass(frozen=True, slots=True)
+class P2pSection:
+    """``[p2p]``."""
+
+    enabled: bool
+    listen_host: str
+    port: int
+    bootstrap: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IpfsSection:
+    """``[ipfs]``."""
+
+    mode: str
+    api_url: str
+    swarm_peers: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSection:
+    """``[engine]``."""
+
+    spark_master: str
+    idle_timeout_s: int
+    isolate_network: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSection:
+    """``[pipeline]``."""
+
+    concurrency: int
+    max_attempts: int
+    retry_base_s: float
+    retry_cap_s: float
+    replay: bool
+    republish: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataSection:
+    """``[metadata]``."""
+
+    block_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """The whole validated configuration."""
+
+    node: NodeSection
+    network: NetworkSection
+    rpc: RpcSection
+    http: HttpSection
+    p2p: P2pSection
+    ipfs: IpfsSection
+    engine: EngineSection
+    pipeline: PipelineSection
+    metadata: MetadataSection
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """JSON-friendly form (tuples as lists)."""
+        result: dict[str, dict[str, Any]] = {}
+        for f in fields(self):
+            section = getattr(self, f.name)
+            result[f.name] = {
+                k.name: list(v) if isinstance(v := getattr(section, k.name), tuple) else v
+                for k in fields(section)
+            }
+        return result
+
+
+_SECTION_TYPES = {
+    "node": NodeSection,
+    "network": NetworkSection,
+    "rpc": RpcSection,
+    "http": HttpSection,
+    "p2p": P2pSection,
+    "ipfs": IpfsSection,
+    "engine": EngineSection,
+    "pipeline": PipelineSection,
+    "metadata": MetadataSection,
+}
+
+_CHOICES: dict[tuple[str, str], frozenset[str]] = {
+    ("node", "log_level"): frozenset({"debug", "info", "warning", "error"}),
+    ("node", "log_format"): frozenset({"text", "json"}),
+    ("network", "isolation"): frozenset({"loopback-only", "open"}),
+    ("ipfs", "mode"): frozenset({"embedded", "external", "none"}),
+}
+
+
+def _coerce_env(raw: str, default: Any, where: str) -> Any:
+    if isinstance(default, bool):
+        if raw.lower() in {"1", "true", "yes", "on"}:
+            return True
+        if raw.lower() in {"0", "false", "no", "off"}:
+            return False
+        raise ConfigError(f"{where}: expected a boolean, got {raw!r}")
+    if isinstance(default, int):
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(f"{where}: expected an integer, got {raw!r}") from None
+    if isinstance(default, float):
+        try:
+            return float(raw)
+        except ValueError:
+            raise ConfigError(f"{where}: expected a number, got {raw!r}") from None
+    if isinstance(default, list):
+        return [s.strip() for s in raw.split(",") if s.strip()]
+    return raw
+
+
+def _check_type(value: Any, default: Any, where: str) -> Any:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected a boolean, got {value!r}")
+    elif isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    elif isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        value = float(value)
+    elif isinstance(default, list):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
+        value = tuple(value)
+    elif isinstance(default, str) and not isinstance(value, str):
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    return value
+
+
+def _validate(cfg: NodeConfig) -> None:
+    for port, what in ((cfg.rpc.port, "rpc.port"), (cfg.http.port, "http.port")):
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"{what}: {port} is not a TCP port")
+    if not 0 <= cfg.p2p.port <= 65535:
+        raise ConfigError(f"p2p.port: {cfg.p2p.port} is not a TCP port")
+    if cfg.rpc.max_body_bytes < 1024 or cfg.rpc.max_batch < 1:
+        raise ConfigError("rpc.max_body_bytes must be >= 1024 and rpc.max_batch >= 1")
+    if cfg.pipeline.concurrency < 1 or cfg.pipeline.max_attempts < 1:
+        raise ConfigError("pipeline.concurrency and pipeline.max_attempts must be >= 1")
+    if cfg.pipeline.retry_base_s <= 0 or cfg.pipeline.retry_cap_s < cfg.pipeline.retry_base_s:
+        raise ConfigError("pipeline: need 0 < retry_base_s <= retry_cap_s")
+    if cfg.metadata.block_version not in (2, 3):
+        raise ConfigError(f"metadata.block_version: {cfg.metadata.block_version} is not 2 or 3")
+    if cfg.engine.idle_timeout_s < 0:
+        raise ConfigError("engine.idle_timeout_s must be >= 0")
+    if cfg.network.loopback_only:
+        for host, what in (
+            (cfg.rpc.host, "rpc.host"),
+            (cfg.http.host, "http.host"),
+            (cfg.p2p.listen_host, "p2p.listen_host"),
+        ):
+            if not host.startswith("127."):
+                raise ConfigError(
+                    f"{what} = {host!r} but network.isolation is 'loopback-only'; "
+                    "bind to 127.0.0.1 or set network.isolation = 'open'"
+                )
+        for addr in (*cfg.p2p.bootstrap, *cfg.ipfs.swarm_peers):
+            if not addr.startswith("/ip4/127."):
+                raise ConfigError(
+                    f"peer {addr!r} is not a loopback address but network.isolation is "
+                    "'loopback-only'"
+                )
+
+
+def load_config(
+    path: Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> NodeConfig:
+    """Load, merge and validate the configuration (see the module docstring).
+
+    Raises:
+        ConfigError: a syntax error, unknown key, wrong type or out-of-range value.
+    """
+    env = os.environ if environ is None else environ
+    defaults: dict[str, dict[str, Any]] = tomllib.loads(default_config_text())
+    merged = {s: dict(v) for s, v in defaults.items()}
+    if path is not None and path.is_file():
+        try:
+            user = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: {e}") from e
+        for section, values in user.items():
+            if section not in defaults or not isinstance(values, dict):
+                raise ConfigError(f"{path}: unknown section [{section}]")
+            for key, value in values.items():
+                if key not in defaults[section]:
+                    raise ConfigError(f"{path}: unknown key {section}.{key}")
+                merged[section][key] = value
+    for section, values in defaults.items():
+        for key, default in values.items():
+            var = f"ODF_NODE_{section.upper()}_{key.upper()}"
+            if (raw := env.get(var)) is not None:
+                merged[section][key] = _coerce_env(raw, default, var)
+    for section, values in (overrides or {}).items():
+        for key, value in values.items():
+            if section not in defaults or key not in defaults[section]:
+                raise ConfigError(f"unknown setting {section}.{key}")
+            merged[section][key] = value
+    built: dict[str, Any] = {}
+    for section, cls in _SECTION_TYPES.items():
+        kwargs = {}
+        for key, default in defaults[section].items():
+            where = f"{section}.{key}"
+            value = _check_type(merged[section][key], default, where)
+            choices = _CHOICES.get((section, key))
+            if choices is not None and value not in choices:
+                raise ConfigError(f"{where}: {value!r} is not one of {sorted(choices)}")
+            kwargs[key] = value
+        built[section] = cls(**kwargs)
+    cfg = NodeConfig(**built)
+    _validate(cfg)
+    return cfg
+
+
+__all__ = [
+    "ConfigError",
+    "EngineSection",
+    "HttpSection",
+    "IpfsSection",
+    "MetadataSection",
+    "NetworkSection",
+    "NodeConfig",
+    "NodeSection",
+    "P2pSection",
+    "PipelineSection",
+    "RpcSection",
+    "default_config_text",
+    "load_config",
+]

@@ -1,0 +1,60 @@
+"""The node's validated configuration: precedence, types, unknown keys, loopback rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from node.config import ConfigError, load_config
+
+
+def test_defaults_are_loopback_and_documented() -> None:
+    cfg = load_config(None, environ={})
+    assert cfg.network.loopback_only
+    assert cfg.rpc.host == "127.0.0.1" and cfg.rpc.port == 7373
+    assert cfg.p2p.bootstrap == () and cfg.ipfs.mode == "embedded"
+    assert cfg.to_dict()["p2p"]["bootstrap"] == []
+
+
+def test_precedence_file_then_env_then_overrides(tmp_path: Path) -> None:
+    f = tmp_path / "config.toml"
+    f.write_text('[rpc]\nport = 9000\nmax_batch = 10\n[node]\nlog_level = "debug"\n')
+    env = {"ODF_NODE_RPC_PORT": "9100", "ODF_NODE_P2P_BOOTSTRAP": "/ip4/127.0.0.1/tcp/1/p2p/Qm"}
+    cfg = load_config(f, environ=env, overrides={"rpc": {"max_batch": 3}})
+    assert cfg.rpc.port == 9100  # env beats file
+    assert cfg.rpc.max_batch == 3  # flag beats file
+    assert cfg.node.log_level == "debug"  # file beats default
+    assert cfg.p2p.bootstrap == ("/ip4/127.0.0.1/tcp/1/p2p/Qm",)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[rpc]\nprot = 1\n", "unknown key rpc.prot"),
+        ("[rcp]\nport = 1\n", "unknown section [rcp]"),
+        ('[rpc]\nport = "x"\n', "rpc.port: expected an integer"),
+        ("[rpc]\nport = 70000\n", "not a TCP port"),
+        ('[ipfs]\nmode = "cloud"\n', "ipfs.mode"),
+        ("[metadata]\nblock_version = 4\n", "block_version"),
+        ('[rpc]\nhost = "0.0.0.0"\n', "loopback-only"),
+        ('[p2p]\nbootstrap = ["/ip4/10.0.0.1/tcp/1/p2p/Qm"]\n', "not a loopback address"),
+        ("[rpc\n", "config.toml"),
+    ],
+)
+def test_invalid_settings_are_named(tmp_path: Path, text: str, message: str) -> None:
+    f = tmp_path / "config.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+        load_config(f, environ={})
+
+
+def test_open_network_allows_public_binds(tmp_path: Path) -> None:
+    f = tmp_path / "config.toml"
+    f.write_text('[network]\nisolation = "open"\n[rpc]\nhost = "0.0.0.0"\n')
+    assert load_config(f, environ={}).rpc.host == "0.0.0.0"
+
+
+def test_bad_env_value_names_the_variable() -> None:
+    with pytest.raises(ConfigError, match="ODF_NODE_HTTP_ENABLED"):
+        load_config(None, environ={"ODF_NODE_HTTP_ENABLED": "maybe"})
