@@ -1,0 +1,229 @@
+"""JSON-RPC error codes and the one place where exceptions become JSON-RPC error objects.
+
+Code below the RPC boundary raises :class:`coordinator.errors.OdfNodeError` subclasses and never
+thinks about wire codes; :func:`error_object` maps them here, by walking the exception's MRO so
+the most specific registered class wins. Handlers that need a specific code raise
+:class:`RpcError` directly.
+
+Code table (also in ``docs/rpc.md``; keep the two in sync):
+
+====== ===================== ===========================================================
+code   name                  meaning
+====== ===================== ===========================================================
+-32700 PARSE_ERROR           body is not valid JSON (or not UTF-8)
+-32600 INVALID_REQUEST       not a JSON-RPC 2.0 request object; empty batch
+-32601 METHOD_NOT_FOUND      no such method
+-32602 INVALID_PARAMS        params do not match the method's parameter spec
+-32603 INTERNAL_ERROR        unexpected failure (details are logged, never sent)
+-32000 NODE_ERROR            a deliberate node error with no more specific code
+-32001 NOT_FOUND             dataset / block / ref / push source does not exist
+-32002 INVALID_INPUT         input or query cannot be decoded / ingested / planned
+-32003 CONFLICT              already exists, diverged heads, CAS failure, chain rule
+-32004 UNAVAILABLE           network, source or engine unavailable: retry later
+-32005 VERIFICATION_FAILED   hash / signature / proof / served object does not verify
+-32010 UNAUTHORIZED          missing or wrong token
+-32011 FORBIDDEN             foreign Host or Origin header
+-32012 PAYLOAD_TOO_LARGE     request body exceeds the configured limit
+-32013 BATCH_TOO_LARGE       more requests in a batch than the configured limit
+====== ===================== ===========================================================
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final
+
+from coordinator.errors import OdfNodeError
+
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+NODE_ERROR: Final = -32000
+NOT_FOUND: Final = -32001
+INVALID_INPUT: Final = -32002
+CONFLICT: Final = -32003
+UNAVAILABLE: Final = -32004
+VERIFICATION_FAILED: Final = -32005
+UNAUTHORIZED: Final = -32010
+FORBIDDEN: Final = -32011
+PAYLOAD_TOO_LARGE: Final = -32012
+BATCH_TOO_LARGE: Final = -32013
+
+CODE_MESSAGES: Final[dict[int, str]] = {
+    PARSE_ERROR: "Parse error",
+    INVALID_REQUEST: "Invalid Request",
+    METHOD_NOT_FOUND: "Method not found",
+    INVALID_PARAMS: "Invalid params",
+    INTERNAL_ERROR: "Internal error",
+    NODE_ERROR: "Node error",
+    NOT_FOUND: "Not found",
+    INVALID_INPUT: "Invalid input",
+    CONFLICT: "Conflict",
+    UNAVAILABLE: "Unavailable, retry later",
+    VERIFICATION_FAILED: "Verification failed",
+    UNAUTHORIZED: "Unauthorized",
+    FORBIDDEN: "Forbidden host or origin",
+    PAYLOAD_TOO_LARGE: "Payload too large",
+    BATCH_TOO_LARGE: "Too many requests in batch",
+}
+"""Canonical short message per code (used in the OpenRPC document and for generic errors)."""
+
+_log = logging.getLogger(__name__)
+
+
+class RpcError(OdfNodeError):
+    """An error a handler (or the server) raises to answer with an exact JSON-RPC error.
+
+    ``data`` must be JSON-serialisable; it is sent to the client as the error's ``data`` member.
+    """
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON-RPC error object."""
+        obj: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            obj["data"] = self.data
+        return obj
+
+
+# Exception class -> code. Lookup walks type(exc).__mro__, so only the nearest registered
+# ancestor matters and a subclass entry overrides its base (e.g. InvalidTransformQuery is
+# bad input although other engine errors mean "engine unavailable"). Built lazily: the
+# transform / p2p modules are slow to import and the CLI client must start fast.
+_CODES: dict[type[BaseException], int] = {}
+_EXTRA: dict[type[BaseException], int] = {}
+
+
+def _table() -> dict[type[BaseException], int]:
+    if _CODES:
+        return _CODES
+    from coordinator import errors as ce
+    from coordinator.transform.plan import TransformEngineError, TransformPlanError
+    from coordinator.transform.run import InvalidTransformQuery
+    from node.transfer import errors as te
+    from p2p import errors as pe
+    from p2p.transport import TransportError
+
+    _CODES.update(
+        {
+            OdfNodeError: NODE_ERROR,
+            # not found
+            ce.DatasetNotFound: NOT_FOUND,
+            ce.BlockNotFound: NOT_FOUND,
+            ce.RefNotFound: NOT_FOUND,
+            ce.PushSourceNotFound: NOT_FOUND,
+            # invalid input / query
+            ce.DecodeError: INVALID_INPUT,
+            ce.EncodeError: INVALID_INPUT,
+            ce.InvalidSnapshot: INVALID_INPUT,
+            ce.DataError: INVALID_INPUT,
+            ce.IngestError: INVALID_INPUT,
+            TransformPlanError: INVALID_INPUT,
+            InvalidTransformQuery: INVALID_INPUT,
+            # conflict
+            ce.DatasetAlreadyExists: CONFLICT,
+            ce.ChainRuleViolation: CONFLICT,
+            ce.RefCASFailed: CONFLICT,
+            ce.ConcurrentModification: CONFLICT,
+            te.DivergedHeads: CONFLICT,
+            # unavailable / retry later
+            te.SourceUnavailable: UNAVAILABLE,
+            TransportError: UNAVAILABLE,
+            TransformEngineError: UNAVAILABLE,
+            pe.NetworkNotIsolated: UNAVAILABLE,
+            # verification failed
+            ce.SignatureError: VERIFICATION_FAILED,
+            ce.HashMismatch: VERIFICATION_FAILED,
+            te.ObjectRejected: VERIFICATION_FAILED,
+            pe.InvalidEquivocationProof: VERIFICATION_FAILED,
+        }
+    )
+    _CODES.update(_EXTRA)
+    return _CODES
+
+
+def register_error(exc_type: type[BaseException], code: int) -> None:
+    """Map ``exc_type`` (and its subclasses without their own entry) to ``code``.
+
+    For exception types defined above ``node.rpc``'s imports (e.g. daemon-specific errors).
+    Only :class:`OdfNodeError` subclasses are exposed with their message; anything else still
+    answers with a generic message so that foreign exception text never leaks.
+    """
+    _EXTRA[exc_type] = code
+    if _CODES:
+        _CODES[exc_type] = code
+
+
+def code_for(exc: BaseException) -> int:
+    """The JSON-RPC code for ``exc``: its nearest registered ancestor's, else -32603."""
+    if isinstance(exc, RpcError):
+        return exc.code
+    for cls in type(exc).__mro__:
+        code = _table().get(cls)
+        if code is not None:
+            return code
+    return INTERNAL_ERROR
+
+
+def error_object(exc: BaseException, *, method: str | None = None) -> dict[str, Any]:
+    """Turn ``exc`` into a JSON-RPC error object (``{"code", "message", "data"?}``).
+
+    Deliberate errors (:class:`OdfNodeError`) keep their message and say their class name in
+    ``data.type`` (plus ``rule`` / ``reason`` / ``object`` when present) so clients can branch
+    without parsing text. Anything else is a bug: it is logged with its traceback and answered
+    with the generic -32603 message.
+    """
+    if isinstance(exc, RpcError):
+        return exc.to_json()
+    code = code_for(exc)
+    if not isinstance(exc, OdfNodeError) or code == INTERNAL_ERROR:
+        _log.error("RPC method %s failed unexpectedly", method, exc_info=exc)
+        return {"code": INTERNAL_ERROR, "message": CODE_MESSAGES[INTERNAL_ERROR]}
+    data: dict[str, Any] = {"type": type(exc).__name__}
+    for attr in ("rule", "reason", "object"):
+        value = getattr(exc, attr, None)
+        if isinstance(value, str):
+            data[attr] = value
+    return {"code": code, "message": str(exc) or CODE_MESSAGES[code], "data": data}
+
+
+def error_response(
+    code: int, message: str | None = None, *, id: Any = None, data: Any = None
+) -> dict[str, Any]:
+    """A complete JSON-RPC error response with ``code`` and the canonical (or given) message."""
+    err: dict[str, Any] = {"code": code, "message": message or CODE_MESSAGES.get(code, "Error")}
+    if data is not None:
+        err["data"] = data
+    return {"jsonrpc": "2.0", "error": err, "id": id}
+
+
+__all__ = [
+    "BATCH_TOO_LARGE",
+    "CODE_MESSAGES",
+    "CONFLICT",
+    "FORBIDDEN",
+    "INTERNAL_ERROR",
+    "INVALID_INPUT",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "NODE_ERROR",
+    "NOT_FOUND",
+    "PARSE_ERROR",
+    "PAYLOAD_TOO_LARGE",
+    "UNAUTHORIZED",
+    "UNAVAILABLE",
+    "VERIFICATION_FAILED",
+    "RpcError",
+    "code_for",
+    "error_object",
+    "error_response",
+    "register_error",
+]

@@ -1,0 +1,452 @@
+"""The local JSON-RPC 2.0 control server: ``POST /rpc`` and ``GET /rpc/ws`` on aiohttp.
+
+Security model (see ``docs/rpc.md``): the server binds to 127.0.0.1 by default; every request
+must carry the node's token (``Authorization: Bearer <token>``; the WebSocket may pass
+``?token=`` because browsers cannot set headers on a WebSocket); the ``Host`` header must name a
+loopback address with our port (or a configured name) and a present ``Origin`` must be
+allow-listed, which defeats DNS rebinding and cross-site requests from a browser. Checks run in
+the order Host/Origin -> token -> size, each before any body is read. Access logging is off so a
+``?token=`` query never reaches a log.
+
+Everything else is a JSON-RPC error at HTTP 200, except transport-level refusals, which use the
+matching HTTP status with a JSON-RPC error body: 401 (-32010), 403 (-32011), 413 (-32012).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from aiohttp import WSMsgType, web
+
+from node.rpc.errors import (
+    BATCH_TOO_LARGE,
+    FORBIDDEN,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    PAYLOAD_TOO_LARGE,
+    UNAUTHORIZED,
+    RpcError,
+    error_object,
+    error_response,
+)
+from node.rpc.registry import MethodSpec, Param, RpcRegistry, openrpc_document
+
+_log = logging.getLogger(__name__)
+
+RPC_PATH: Final = "/rpc"
+WS_PATH: Final = "/rpc/ws"
+EVENT_METHOD: Final = "event"
+"""The ``method`` of every server -> client notification; ``params.topic`` says which."""
+WS_CLOSE_TOO_SLOW: Final = 4000
+"""WebSocket close code sent to a client whose send queue overflowed."""
+_LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]")
+_JSON_HEADERS: Final = {"Content-Type": "application/json"}
+
+
+@dataclass(eq=False)
+class _WsClient:
+    """One connected WebSocket: its topics and bounded outgoing queue."""
+
+    ws: web.WebSocketResponse
+    request: web.Request
+    queue: asyncio.Queue[str]
+    topics: set[str] = field(default_factory=set)
+    dropped: bool = False
+    sender: asyncio.Task[None] | None = None
+
+
+class RpcServer:
+    """Serves an :class:`RpcRegistry` over HTTP POST and WebSocket on a local port.
+
+    ``port=0`` picks a free port (read :attr:`port` / :attr:`url` after :meth:`start`).
+    ``allowed_hosts`` adds Host names (``"name"`` allows ``name:<port>``; ``"name:port"`` is
+    taken literally); ``allowed_origins`` lists full origins such as ``"http://localhost:3000"``.
+    ``ws_queue_size`` bounds each WebSocket client's pending messages: a client that falls that
+    far behind is disconnected (close code 4000) rather than slowing the daemon.
+    """
+
+    def __init__(
+        self,
+        registry: RpcRegistry,
+        *,
+        token: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_body_bytes: int = 1_048_576,
+        max_batch: int = 50,
+        allowed_hosts: Iterable[str] | None = None,
+        allowed_origins: Iterable[str] = (),
+        ws_queue_size: int = 256,
+        version: str = "0.1.0",
+    ) -> None:
+        if not token:
+            raise ValueError("an RPC token is required")
+        self._registry = registry
+        self._token = token.encode()
+        self._host = host
+        self._requested_port = port
+        self._max_body = max_body_bytes
+        self._max_batch = max_batch
+        self._extra_hosts = tuple(h.lower() for h in (allowed_hosts or ()))
+        self._origins = frozenset(o.lower().rstrip("/") for o in allowed_origins)
+        self._ws_queue_size = ws_queue_size
+        self._version = version
+        self._port: int | None = None
+        self._runner: web.AppRunner | None = None
+        self._clients: set[_WsClient] = set()
+        self._builtins = RpcRegistry()
+        self._builtins.add("rpc.ping", self._ping, summary="Liveness check", _builtin=True)
+        self._builtins.add(
+            "rpc.discover",
+            self._discover,
+            summary="The OpenRPC document of this server",
+            result={"type": "object", "required": ["openrpc", "info", "methods"]},
+            _builtin=True,
+        )
+        self._builtins.add(
+            "rpc.subscribe",
+            self._subscribe_stub,
+            params=[
+                Param(
+                    "topics",
+                    {"type": "array", "items": {"type": "string", "minLength": 1}},
+                    description="Event topics to receive as `event` notifications",
+                )
+            ],
+            result={"type": "array", "items": {"type": "string"}},
+            summary="WebSocket only: receive `event` notifications for these topics",
+            _builtin=True,
+        )
+        self._builtins.add(
+            "rpc.unsubscribe",
+            self._subscribe_stub,
+            params=[Param("topics", {"type": "array", "items": {"type": "string"}})],
+            result={"type": "array", "items": {"type": "string"}},
+            summary="WebSocket only: stop receiving these topics",
+            _builtin=True,
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Bind and start serving."""
+        app = web.Application(client_max_size=self._max_body)
+        app.router.add_post(RPC_PATH, self._handle_post)
+        app.router.add_get(WS_PATH, self._handle_ws)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self._host, self._requested_port))
+            sock.setblocking(False)
+            site = web.SockSite(runner, sock, shutdown_timeout=1.0)
+            await site.start()
+        except BaseException:
+            sock.close()
+            await runner.cleanup()
+            raise
+        self._port = sock.getsockname()[1]
+        self._runner = runner
+
+    async def stop(self) -> None:
+        """Close every WebSocket (1001 going away) and stop listening."""
+        for client in list(self._clients):
+            await self._drop(client, code=1001, message=b"server shutting down")
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (after :meth:`start`)."""
+        if self._port is None:
+            raise RuntimeError("server not started")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """``http://<host>:<port>/rpc``, the POST endpoint (the WebSocket is ``<url>/ws``)."""
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"http://{host}:{self.port}{RPC_PATH}"
+
+    @property
+    def ws_client_count(self) -> int:
+        """WebSocket clients currently connected."""
+        return len(self._clients)
+
+    # -- notifications ---------------------------------------------------------------------
+
+    async def notify(self, topic: str, params: dict[str, Any]) -> int:
+        """Queue ``{"method": "event", "params": {"topic": topic, **params}}`` for subscribers.
+
+        Never waits on a client: a subscriber whose queue is full is dropped. Returns the number
+        of clients the event was queued for.
+        """
+        subscribers = [c for c in self._clients if topic in c.topics and not c.dropped]
+        if not subscribers:
+            return 0
+        text = json.dumps(
+            {"jsonrpc": "2.0", "method": EVENT_METHOD, "params": {**params, "topic": topic}}
+        )
+        sent = 0
+        for client in subscribers:
+            if self._enqueue(client, text):
+                sent += 1
+        return sent
+
+    def _enqueue(self, client: _WsClient, text: str) -> bool:
+        try:
+            client.queue.put_nowait(text)
+        except asyncio.QueueFull:
+            _log.warning("RPC WebSocket client too slow; dropping it")
+            client.dropped = True
+            asyncio.get_running_loop().create_task(
+                self._drop(client, code=WS_CLOSE_TOO_SLOW, message=b"send queue overflow")
+            )
+            return False
+        return True
+
+    async def _drop(self, client: _WsClient, *, code: int, message: bytes) -> None:
+        client.dropped = True
+        self._clients.discard(client)
+        if client.sender is not None and client.sender is not asyncio.current_task():
+            client.sender.cancel()
+        # A slow client may never read our close frame: bound the polite close, then abort.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.ws.close(code=code, message=message), 1.0)
+        transport = client.request.transport
+        if transport is not None and not transport.is_closing():
+            transport.abort()
+
+    # -- checks ----------------------------------------------------------------------------
+
+    def _host_ok(self, request: web.Request) -> bool:
+        host = request.headers.get("Host", "").lower()
+        port = self.port
+        allowed = {f"{name}:{port}" for name in _LOOPBACK_NAMES}
+        for extra in self._extra_hosts:
+            allowed.add(extra)
+            allowed.add(f"{extra}:{port}")
+        return host in allowed
+
+    def _origin_ok(self, request: web.Request) -> bool:
+        origin = request.headers.get("Origin")
+        return origin is None or origin.lower().rstrip("/") in self._origins
+
+    def _token_ok(self, request: web.Request, *, allow_query: bool) -> bool:
+        given = ""
+        auth = request.headers.get("Authorization", "")
+        scheme, _, value = auth.partition(" ")
+        if scheme.lower() == "bearer":
+            given = value.strip()
+        elif allow_query:
+            given = request.query.get("token", "")
+        return hmac.compare_digest(given.encode(), self._token)
+
+    def _refuse(self, request: web.Request, *, allow_query: bool) -> web.Response | None:
+        if not self._host_ok(request) or not self._origin_ok(request):
+            return _http_error(403, FORBIDDEN)
+        if not self._token_ok(request, allow_query=allow_query):
+            resp = _http_error(401, UNAUTHORIZED)
+            resp.headers["WWW-Authenticate"] = "Bearer"
+            return resp
+        return None
+
+    # -- HTTP ------------------------------------------------------------------------------
+
+    async def _handle_post(self, request: web.Request) -> web.StreamResponse:
+        refusal = self._refuse(request, allow_query=False)
+        if refusal is not None:
+            return refusal
+        length = request.content_length
+        if length is not None and length > self._max_body:
+            return _too_large()
+        # Content-Length may be absent (chunked): cap the read ourselves.
+        body = bytearray()
+        while True:
+            chunk = await request.content.read(65536)
+            if not chunk:
+                break
+            body += chunk
+            if len(body) > self._max_body:
+                return _too_large()
+        reply = await self.handle_payload(bytes(body))
+        if reply is None:
+            return web.Response(status=204)
+        return web.Response(body=reply.encode(), headers=_JSON_HEADERS)
+
+    async def handle_payload(self, body: bytes, client: _WsClient | None = None) -> str | None:
+        """Answer one JSON-RPC payload (single or batch); ``None`` when nothing is due."""
+        try:
+            payload = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return json.dumps(error_response(PARSE_ERROR))
+        if isinstance(payload, list):
+            if not payload:
+                return json.dumps(error_response(INVALID_REQUEST, "empty batch"))
+            if len(payload) > self._max_batch:
+                return json.dumps(
+                    error_response(
+                        BATCH_TOO_LARGE,
+                        f"batch of {len(payload)} exceeds the limit of {self._max_batch}",
+                    )
+                )
+            answers = await asyncio.gather(*(self._answer(item, client) for item in payload))
+            parts = [a for a in answers if a is not None]
+            return f"[{','.join(parts)}]" if parts else None
+        return await self._answer(payload, client)
+
+    async def _answer(self, req: Any, client: _WsClient | None) -> str | None:
+        """One request object -> its serialised response, or None for a notification."""
+        if not isinstance(req, dict):
+            return json.dumps(error_response(INVALID_REQUEST, "request must be an object"))
+        rid = req.get("id")
+        id_ok = rid is None or (isinstance(rid, (str, int, float)) and not isinstance(rid, bool))
+        if not id_ok:
+            return json.dumps(error_response(INVALID_REQUEST, "id must be a string or number"))
+        method = req.get("method")
+        params = req.get("params")
+        problem = None
+        if req.get("jsonrpc") != "2.0":
+            problem = 'jsonrpc must be "2.0"'
+        elif not isinstance(method, str):
+            problem = "method must be a string"
+        elif params is not None and not isinstance(params, (list, dict)):
+            problem = "params must be an array or an object"
+        if problem is not None:
+            return json.dumps(error_response(INVALID_REQUEST, problem, id=rid))
+        assert isinstance(method, str)
+        is_notification = "id" not in req
+        try:
+            result = await self._dispatch(method, params, client)
+            if is_notification:
+                return None
+            return json.dumps({"jsonrpc": "2.0", "result": result, "id": rid})
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if is_notification:
+                error_object(exc, method=method)  # still logged when unexpected
+                return None
+            return json.dumps(
+                {"jsonrpc": "2.0", "error": error_object(exc, method=method), "id": rid}
+            )
+
+    async def _dispatch(self, method: str, params: Any, client: _WsClient | None) -> Any:
+        if method in ("rpc.subscribe", "rpc.unsubscribe"):
+            if client is None:
+                raise RpcError(METHOD_NOT_FOUND, f"{method} is only available over {WS_PATH}")
+            spec = self._builtins.get(method)
+            assert spec is not None
+            topics = set(spec.bind(params)["topics"])
+            if method == "rpc.subscribe":
+                client.topics |= topics
+            else:
+                client.topics -= topics
+            return sorted(client.topics)
+        spec = self._lookup(method)
+        kwargs = spec.bind(params)
+        result = await spec.handler(**kwargs)
+        # Serialise here so a non-JSON result is an internal error, not a broken response.
+        try:
+            json.dumps(result)
+        except (TypeError, ValueError) as exc:
+            raise RuntimeError(f"{method} returned a non-JSON result") from exc
+        return result
+
+    def _lookup(self, method: str) -> MethodSpec:
+        spec = self._builtins.get(method) or self._registry.get(method)
+        if spec is None:
+            raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
+        return spec
+
+    # -- built-in methods ------------------------------------------------------------------
+
+    async def _ping(self) -> str:
+        return "pong"
+
+    async def _discover(self) -> dict[str, Any]:
+        merged = RpcRegistry()
+        for spec in [*self._builtins, *self._registry]:
+            merged.add(
+                spec.name,
+                spec.handler,
+                params=spec.params,
+                result=spec.result,
+                summary=spec.summary,
+                description=spec.description,
+                errors=spec.errors,
+                _builtin=True,
+            )
+        return openrpc_document(merged, title="odf-node JSON-RPC", version=self._version)
+
+    async def _subscribe_stub(self, topics: list[str]) -> list[str]:
+        # Dispatch handles the subscription methods itself (they need the client).
+        raise RpcError(INVALID_PARAMS, "unreachable")  # pragma: no cover
+
+    # -- WebSocket -------------------------------------------------------------------------
+
+    async def _handle_ws(self, request: web.Request) -> web.StreamResponse:
+        refusal = self._refuse(request, allow_query=True)
+        if refusal is not None:
+            return refusal
+        ws = web.WebSocketResponse(max_msg_size=self._max_body, heartbeat=30.0)
+        await ws.prepare(request)
+        client = _WsClient(ws, request, asyncio.Queue(self._ws_queue_size))
+        self._clients.add(client)
+        client.sender = asyncio.get_running_loop().create_task(self._send_loop(client))
+        try:
+            async for msg in ws:
+                if msg.type == WSMsgType.TEXT:
+                    reply = await self.handle_payload(msg.data.encode(), client)
+                elif msg.type == WSMsgType.BINARY:
+                    reply = await self.handle_payload(msg.data, client)
+                else:
+                    break
+                if reply is not None and not client.dropped:
+                    self._enqueue(client, reply)
+                if client.dropped:
+                    break
+        finally:
+            if not client.dropped:
+                self._clients.discard(client)
+                if client.sender is not None:
+                    client.sender.cancel()
+        return ws
+
+    async def _send_loop(self, client: _WsClient) -> None:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            while True:
+                text = await client.queue.get()
+                await client.ws.send_str(text)
+
+
+def _http_error(status: int, code: int, message: str | None = None) -> web.Response:
+    return web.Response(
+        status=status,
+        body=json.dumps(error_response(code, message)).encode(),
+        headers=_JSON_HEADERS,
+    )
+
+
+def _too_large() -> web.Response:
+    resp = _http_error(413, PAYLOAD_TOO_LARGE)
+    # The rest of the body is not read: the connection cannot be reused.
+    resp.force_close()
+    return resp
+
+
+__all__ = ["EVENT_METHOD", "INTERNAL_ERROR", "RPC_PATH", "WS_PATH", "RpcServer"]
