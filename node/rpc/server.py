@@ -105,6 +105,8 @@ class RpcServer:
         self._port: int | None = None
         self._runner: web.AppRunner | None = None
         self._clients: set[_WsClient] = set()
+        # Strong references to fire-and-forget drop tasks (the loop only keeps weak ones).
+        self._tasks: set[asyncio.Task[None]] = set()
         self._builtins = RpcRegistry()
         self._builtins.add("rpc.ping", self._ping, summary="Liveness check", _builtin=True)
         self._builtins.add(
@@ -144,7 +146,7 @@ class RpcServer:
         app = web.Application(client_max_size=self._max_body)
         app.router.add_post(RPC_PATH, self._handle_post)
         app.router.add_get(WS_PATH, self._handle_ws)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
         family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -152,7 +154,7 @@ class RpcServer:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self._host, self._requested_port))
             sock.setblocking(False)
-            site = web.SockSite(runner, sock, shutdown_timeout=1.0)
+            site = web.SockSite(runner, sock)
             await site.start()
         except BaseException:
             sock.close()
@@ -163,8 +165,13 @@ class RpcServer:
 
     async def stop(self) -> None:
         """Close every WebSocket (1001 going away) and stop listening."""
-        for client in list(self._clients):
-            await self._drop(client, code=1001, message=b"server shutting down")
+        await asyncio.gather(
+            *(
+                self._drop(c, code=1001, message=b"server shutting down")
+                for c in list(self._clients)
+            ),
+            *list(self._tasks),
+        )
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -213,9 +220,11 @@ class RpcServer:
         except asyncio.QueueFull:
             _log.warning("RPC WebSocket client too slow; dropping it")
             client.dropped = True
-            asyncio.get_running_loop().create_task(
+            task = asyncio.get_running_loop().create_task(
                 self._drop(client, code=WS_CLOSE_TOO_SLOW, message=b"send queue overflow")
             )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
             return False
         return True
 
