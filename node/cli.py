@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -82,7 +81,7 @@ def status(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
         "home": str(h.path),
         "node_id": h.node_key().dataset_id().as_did_key(),
         "datasets": len(datasets),
-        "block_version": h.config()["metadata"]["block_version"],
+        "block_version": h.config().metadata.block_version,
     }
     if as_json:
         _emit_json(info)
@@ -92,46 +91,87 @@ def status(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
 
 
 @app.command()
-def run(home: HomeOpt = None) -> None:
-    """Run the node in the foreground until SIGINT/SIGTERM.
+def run(
+    home: HomeOpt = None,
+    ephemeral: Annotated[
+        bool,
+        typer.Option(
+            "--ephemeral",
+            help="Temporary home (deleted on exit) and random ports: for tests and simulations.",
+        ),
+    ] = False,
+    rpc_port: Annotated[int | None, typer.Option("--rpc-port", help="JSON-RPC port.")] = None,
+    http_port: Annotated[
+        int | None, typer.Option("--http-port", help="Transfer + /metrics port.")
+    ] = None,
+    p2p_port: Annotated[int | None, typer.Option("--p2p-port", help="libp2p port.")] = None,
+    bootstrap: Annotated[
+        list[str] | None, typer.Option("--bootstrap", help="Gossip peer multiaddr (repeatable).")
+    ] = None,
+    ipfs_mode: Annotated[
+        str | None, typer.Option("--ipfs", help="IPFS mode: embedded, external or none.")
+    ] = None,
+    log_format: Annotated[
+        str | None, typer.Option("--log-format", help="text or json.")
+    ] = None,
+) -> None:
+    """Run the node daemon in the foreground until SIGINT/SIGTERM.
 
-    This release serves the local ODF store; gossip, IPFS and the Spark engine join the daemon
-    in later releases (see the README's roadmap).
+    Gossip (libp2p), the embedded IPFS node, the Spark engine (started on demand), the
+    subscription pipelines, the JSON-RPC control API and the HTTP surface (Simple Transfer
+    Protocol, /metrics) all run in this one process. The RPC address and token are written to
+    <home>/rpc.cookie (mode 0600) for the CLI.
     """
+    import shutil
+    import tempfile
+
+    from node.config import ConfigError
+    from node.daemon.daemon import Daemon, install_signal_handlers
+    from node.daemon.lock import HomeLocked
+    from node.daemon.logs import setup_logging
+
+    tmp: Path | None = None
+    if ephemeral and home is None:
+        tmp = Path(tempfile.mkdtemp(prefix="odf-node-"))
+        home = tmp
+    overrides: dict[str, dict[str, Any]] = {}
+
+    def put(section: str, key: str, value: Any) -> None:
+        if value is not None:
+            overrides.setdefault(section, {})[key] = value
+
+    if ephemeral:
+        put("rpc", "port", 0)
+        put("http", "port", 0)
+        put("p2p", "port", 0)
+    put("rpc", "port", rpc_port)
+    put("http", "port", http_port)
+    put("p2p", "port", p2p_port)
+    put("p2p", "bootstrap", list(bootstrap) if bootstrap else None)
+    put("ipfs", "mode", ipfs_mode)
+    put("node", "log_format", log_format)
     h = _home(home)
-    level = str(h.config()["node"]["log_level"]).upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    asyncio.run(_run(h))
+    try:
+        cfg = h.config(overrides)
+    except ConfigError as e:
+        _fail(str(e))
+    setup_logging(cfg.node.log_level, cfg.node.log_format)
+    daemon = Daemon(h, cfg, ephemeral=ephemeral)
 
+    async def main() -> None:
+        stop = asyncio.Event()
+        install_signal_handlers(stop)
+        await daemon.run(stop)
 
-async def _run(h: NodeHome) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    repo = h.repository()
-    handles = repo.list()
-    # Validate every hosted chain at start-up so corruption is reported immediately.
-    for handle in handles:
-        try:
-            state = repo.open(handle.alias).state()
-            log.info(
-                "dataset %s (%s): head %s, %d blocks",
-                handle.alias,
-                handle.id,
-                state.head,
-                state.sequence_number + 1,
-            )
-        except OdfNodeError as e:
-            log.error("dataset %s is damaged: %s", handle.alias, e)
-    log.info(
-        "odf-node running: home=%s node_id=%s datasets=%d (Ctrl-C to stop)",
-        h.path,
-        h.node_key().dataset_id().as_did_key(),
-        len(handles),
-    )
-    await stop.wait()
-    log.info("odf-node stopped")
+    try:
+        asyncio.run(main())
+    except (HomeLocked, ConfigError) as e:
+        _fail(str(e))
+    except OdfNodeError as e:
+        _fail(f"the node could not start: {e}")
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 @dataset_app.command("create")

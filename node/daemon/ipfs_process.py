@@ -1,0 +1,71 @@
+"""The daemon's embedded js-ipfs node, with recovery from a previous run that was killed.
+
+js-ipfs runs in its own session so a terminal's Ctrl-C reaches only the daemon, which stops it
+in order. If the daemon itself was SIGKILLed, the IPFS process it started survives and keeps the
+repo locked; its PID is recorded next to the repo, and the next start ends that process (and only
+that one: the PID must still run the js-ipfs daemon on this very repo) before starting afresh.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+from node.ipfs.embedded import EmbeddedIpfs
+
+log = logging.getLogger("odf_node.ipfs")
+
+
+def _pid_file(repo: Path) -> Path:
+    return repo.with_name(repo.name + ".pid")
+
+
+def _is_our_ipfs(pid: int, repo: Path) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(b"ipfs" in a for a in cmdline) and f"IPFS_PATH={repo}".encode() in environ
+
+
+def _end_stale(repo: Path) -> None:
+    pid_file = _pid_file(repo)
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return
+    if _is_our_ipfs(pid, repo):
+        log.warning("ending the IPFS node (pid %d) left behind by a killed daemon", pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        for _ in range(50):
+            if not _is_our_ipfs(pid, repo):
+                break
+            time.sleep(0.1)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            time.sleep(0.2)
+        (repo / "repo.lock").unlink(missing_ok=True)
+    pid_file.unlink(missing_ok=True)
+
+
+def start_embedded_ipfs(repo: Path, require_isolation: bool) -> EmbeddedIpfs:
+    """Start js-ipfs on ``repo`` (loopback-only config, random ports) and record its PID."""
+    _end_stale(repo)
+    node = EmbeddedIpfs(repo, require_isolation=require_isolation)
+    node.start()
+    assert node.process is not None
+    _pid_file(repo).write_text(f"{node.process.pid}\n")
+    return node
+
+
+def stop_embedded_ipfs(node: EmbeddedIpfs, repo: Path) -> None:
+    """Stop the node started by :func:`start_embedded_ipfs`."""
+    node.stop()
+    _pid_file(repo).unlink(missing_ok=True)

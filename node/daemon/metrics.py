@@ -1,0 +1,51 @@
+"""Prometheus metrics of one daemon (its own registry, served at ``/metrics``)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+_DURATION_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+
+class NodeMetrics:
+    """The counters, gauges and histograms the daemon updates."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.announcements = Counter(
+            "odf_announcements",
+            "Gossip messages by outcome (candidate/accepted/rejected/ignored/penalised) and reason",
+            ["outcome", "reason"],
+            registry=r,
+        )
+        self.pulls = Counter("odf_pulls", "Dataset pulls by outcome", ["outcome"], registry=r)
+        self.pull_seconds = Histogram(
+            "odf_pull_seconds",
+            "Duration of successful pulls",
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.verifications = Counter(
+            "odf_verifications", "Verifications by outcome", ["outcome"], registry=r
+        )
+        self.verify_seconds = Histogram(
+            "odf_verify_seconds", "Duration of verifications", buckets=_DURATION_BUCKETS, registry=r
+        )
+        self.engine_running = Gauge(
+            "odf_engine_running", "1 while the Spark engine worker runs", registry=r
+        )
+        self.peers = Gauge("odf_peers", "Connected gossip peers", registry=r)
+        self.queue_depth = Gauge(
+            "odf_work_queue_depth", "Pending work items by kind", ["kind"], registry=r
+        )
+        self.rpc_requests = Counter(
+            "odf_rpc_requests",
+            "JSON-RPC calls by method and outcome",
+            ["method", "outcome"],
+            registry=r,
+        )
+
+    def render(self) -> tuple[bytes, str]:
+        """The text exposition and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
