@@ -71,6 +71,8 @@ class Workload:
     datasets: int = 1
     head_interval_s: float = 120.0
     first_head_s: float = 10.0
+    max_heads: int = 0
+    """Stop publishing after this many heads per dataset (0: no limit)."""
     slices_per_head: int = 1
     verify_s_per_slice: float = 30.0
     """Median engine seconds to replay one slice (lognormal with ``verify_sigma``)."""
@@ -210,8 +212,10 @@ def _coerce(cls: type[Any], key: str, value: Any, where: str) -> Any:
         if not isinstance(value, bool):
             raise ScenarioError(f"{where}.{key} must be a boolean")
         return value
-    if isinstance(default, float) and isinstance(value, int | float) and not isinstance(
-        value, bool
+    if (
+        isinstance(default, float)
+        and isinstance(value, int | float)
+        and not isinstance(value, bool)
     ):
         return float(value)
     if isinstance(default, int) and isinstance(value, int) and not isinstance(value, bool):

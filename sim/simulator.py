@@ -136,6 +136,7 @@ class SimNode:
     engine_s: float = 0.0
     bytes_sent: int = 0
     # trust state, keyed by head id
+    got: dict[int, None] = field(default_factory=dict)
     accepted: dict[int, int] = field(default_factory=dict)
     verifying: dict[int, None] = field(default_factory=dict)
     trusted: dict[int, int] = field(default_factory=dict)
@@ -384,7 +385,8 @@ class Simulator:
             return
         n.router_seen[cid] = self.now + int(self.sc.gossip.seen_ttl_s * NS)
         m = self.msgs.get(cid)
-        if m is not None and m.hid >= 0 and n.role == HONEST:
+        if m is not None and m.hid >= 0 and n.role == HONEST and m.hid not in n.got:
+            n.got[m.hid] = None  # first receipt ever (replays after the seen TTL do not count)
             h = self.heads[m.hid]
             if h.honest_owner and not h.fork:
                 self.latencies_ns.append(self.now - m.published_ns)
@@ -670,7 +672,9 @@ class Simulator:
             self._trust(n, hid)  # an owner trusts what it published
             return
         if n.role in (MALICIOUS, SYBIL):
-            if self.sc.adversary.false_attest and n.key is not None:
+            # colluders vouch for their own side's datasets (every head of a spoofing owner)
+            spoofed = self.heads[hid].dataset < self.sc.adversary.spoof_owners
+            if spoofed and self.sc.adversary.false_attest and n.key is not None:
                 self._attest(n, d.dataset, d.head)
             return
         if n.role != HONEST:
@@ -823,11 +827,14 @@ class Simulator:
             self._publish(owner, cid2, peers[half:])
         elif owner.online:
             self._publish(owner, cid)
-        if good and self.heads[hid].honest_owner and len(self.ideal_ns) < wl.ideal_samples * (
-            self.sc.nodes
+        if (
+            good
+            and self.heads[hid].honest_owner
+            and len(self.ideal_ns) < wl.ideal_samples * (self.sc.nodes)
         ):
             self._ideal(owner.idx, self.msgs[cid].size + self.sc.gossip.overhead_bytes)
-        self._at(wl.head_interval_s, self._publish_head, d, seq + 1)
+        if wl.max_heads <= 0 or seq < wl.max_heads:
+            self._at(wl.head_interval_s, self._publish_head, d, seq + 1)
 
     def _ideal(self, src: int, size: int) -> None:
         """Shortest-path latency from ``src`` to every online honest node (Dijkstra)."""
@@ -938,7 +945,7 @@ class Simulator:
                 h = self.heads[hid]
                 key = (n.idx, h.dataset)
                 latest[key] = max(latest.get(key, -1), h.sequence)
-        horizon = self.now - 60 * NS
+        horizon = self.now - int(min(60.0, dur / 10) * NS)  # heads still spreading at the end
         for h in good_heads:
             if h.published_ns > horizon:
                 continue
@@ -950,9 +957,7 @@ class Simulator:
         bad_trusted = sum(1 for n in honest for hid in n.trusted if not self.heads[hid].good)
         bad_pairs = sum(1 for n in honest for hid in n.accepted if not self.heads[hid].good)
         detect = sorted(
-            (t - self.heads[hid].published_ns) / NS
-            for n in honest
-            for hid, t in n.detected.items()
+            (t - self.heads[hid].published_ns) / NS for n in honest for hid, t in n.detected.items()
         )
         eq_times: list[float] = []
         eq_all = True

@@ -1,0 +1,87 @@
+"""Matplotlib plots of simulation results (Agg backend: files only, no display)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # (after use("Agg"): the backend must be chosen first)
+
+
+def latency_cdf(results: list[dict[str, Any]], path: Path, title: str = "") -> None:
+    """Delivery latency CDF of each result against its ideal (shortest-path) CDF."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in results:
+        label = r.get("label") or r["scenario"]
+        if r.get("latency_cdf_ms"):
+            xs, ys = zip(*r["latency_cdf_ms"], strict=True)
+            ax.plot(xs, ys, label=f"{label} (gossip)")
+        if r.get("ideal_cdf_ms"):
+            xs, ys = zip(*r["ideal_cdf_ms"], strict=True)
+            ax.plot(xs, ys, linestyle="--", label=f"{label} (ideal)")
+    ax.set_xlabel("delivery latency (ms)")
+    ax.set_ylabel("fraction of (node, head) deliveries")
+    ax.set_title(title or "Announcement delivery latency")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _by_policy(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        out[r["policy"]].append(r)
+    return out
+
+
+def detection_vs_malicious(rows: list[dict[str, Any]], path: Path) -> None:
+    """Median and p90 fraud detection time (s) against the malicious fraction, per policy."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for policy, rs in sorted(_by_policy(rows).items()):
+        pts = sorted(
+            (r["malicious_nodes"] / r["nodes"], r["fraud_detection_s"])
+            for r in rs
+            if r.get("fraud_detection_s")
+        )
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1]["p50"] for p in pts], marker="o", label=policy)
+            ax.plot(
+                [p[0] for p in pts],
+                [p[1]["p90"] for p in pts],
+                marker=".",
+                linestyle=":",
+                label=f"{policy} p90",
+            )
+    ax.set_xlabel("malicious fraction of nodes")
+    ax.set_ylabel("time to detect a spoofed head (s)")
+    ax.set_title("Fraud detection time (honest nodes, p50 solid / p90 dotted)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def cost_vs_safety(rows: list[dict[str, Any]], path: Path) -> None:
+    """Engine seconds per trusted head against P(accept bad), one point per run."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for policy, rs in sorted(_by_policy(rows).items()):
+        xs = [r["engine_s_per_trusted_head"] or 0.0 for r in rs]
+        ys = [r["bad_accept_probability"] for r in rs]
+        ax.scatter(xs, ys, label=policy)
+        for r, x, y in zip(rs, xs, ys, strict=True):
+            ax.annotate(f"{r['malicious_nodes'] / r['nodes']:.0%}", (x, y), fontsize=6)
+    ax.set_xlabel("engine seconds per trusted head (honest nodes)")
+    ax.set_ylabel("P(honest node trusts a spoofed head)")
+    ax.set_title("Cost vs safety across trust policies (labels: malicious fraction)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
