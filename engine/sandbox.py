@@ -20,7 +20,9 @@ Only then is the query executed. The session also runs with ``spark.sql.runSQLOn
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Iterator
 from typing import Any
 
 DENIED_FUNCTIONS = frozenset(
@@ -222,6 +224,62 @@ def check_query(spark: Any, sql: str, views: set[str], *, ctes_ok: bool = True) 
                     raise SandboxViolation(f"expression {ename} is not allowed")
 
 
+class VerdictCache:
+    """Remembers queries the sandbox *accepted*, keyed by everything the verdict depends on.
+
+    :func:`check_query`'s verdict is a function of the SQL text, ``ctes_ok``, the names of the
+    visible views and their schemas (the analysed plan does not enter ``View`` nodes), the
+    session's SQL settings (fixed by the engine for every request) and the Spark version (fixed
+    per process). A derivative's query is the same for every block it replays, so a verify of N
+    blocks walks the plans once instead of N times (each walk costs hundreds of py4j round
+    trips). The caller passes ``context``: a hashable value that pins the schemas of the views
+    (e.g. the input views' schema JSON and the preceding query steps). Refusals are never
+    cached, so a hostile query is walked every time it is submitted. Bounded LRU.
+    """
+
+    def __init__(self, max_entries: int = 1024) -> None:
+        self.max_entries = max_entries
+        self.hits = 0
+        """Checks answered from the cache (tests and metrics)."""
+        self.misses = 0
+        """Checks that walked the plans."""
+        self._accepted: OrderedDict[Hashable, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def check(
+        self,
+        spark: Any,
+        sql: str,
+        views: Iterable[str],
+        context: Hashable,
+        *,
+        ctes_ok: bool = True,
+    ) -> None:
+        """:func:`check_query`, skipped when the same check already passed in ``context``.
+
+        Raises:
+            SandboxViolation: with the reason (never cached).
+        """
+        names = {v.lower() for v in views}
+        key = (sql, ctes_ok, tuple(sorted(names)), context)
+        with self._lock:
+            if key in self._accepted:
+                self._accepted.move_to_end(key)
+                self.hits += 1
+                return
+            self.misses += 1
+        check_query(spark, sql, names, ctes_ok=ctes_ok)
+        with self._lock:
+            self._accepted[key] = None
+            while len(self._accepted) > self.max_entries:
+                self._accepted.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget every verdict."""
+        with self._lock:
+            self._accepted.clear()
+
+
 _NONDET_PLANS = {
     "Aggregate": "aggregation: output order depends on hash-aggregate internals",
     "Distinct": "DISTINCT: output order depends on hash-aggregate internals",
@@ -292,4 +350,10 @@ def _java_message(e: Exception) -> str:
     return text.splitlines()[0][:500] if text else type(e).__name__
 
 
-__all__ = ["DENIED_FUNCTIONS", "SandboxViolation", "check_query", "nondeterminism"]
+__all__ = [
+    "DENIED_FUNCTIONS",
+    "SandboxViolation",
+    "VerdictCache",
+    "check_query",
+    "nondeterminism",
+]

@@ -41,7 +41,7 @@ from coordinator.transform.model import (
     TransformResponse,
     TransformSuccess,
 )
-from engine.sandbox import SandboxViolation, check_query, nondeterminism
+from engine.sandbox import SandboxViolation, VerdictCache, nondeterminism
 
 SPARK_DEFAULTS: dict[str, str] = {
     # kamu-engine-spark image/spark-defaults.conf
@@ -130,11 +130,18 @@ def write_checkpoint(path: Path, watermarks: dict[str, Timestamp]) -> None:
     path.write_bytes(buf.getvalue())
 
 
+def _schema_key(df: Any) -> str:
+    """The DataFrame's schema as Spark's JSON (two py4j calls; part of sandbox cache keys)."""
+    return str(df._jdf.schema().json())
+
+
 class SparkEngine:
     """Executes :class:`TransformRequest` values in one warm SparkSession."""
 
     def __init__(self, spark: Any) -> None:
         self.spark = spark
+        self.sandbox = VerdictCache()
+        """Accepted sandbox verdicts (see :class:`engine.sandbox.VerdictCache`)."""
 
     def nondeterminism(self, transform: m.TransformSql) -> tuple[str, ...]:
         """Why ``transform`` may not replay deterministically (from Spark's parsed plans)."""
@@ -174,15 +181,10 @@ class SparkEngine:
                 raise InvalidQuery("the transform has no queries")
             if not req.input_data_paths:
                 raise InvalidQuery("no input data")
-            session.read.parquet(*[str(p) for p in req.input_data_paths]).createOrReplaceTempView(
-                "input"
-            )
+            df = session.read.parquet(*[str(p) for p in req.input_data_paths])
+            df.createOrReplaceTempView("input")
             views.add("input")
-            for step in req.transform.queries:
-                check_query(session, step.query, views)
-                name = step.alias if step.alias is not None else "__output__"
-                session.sql(step.query).createOrReplaceTempView(f"`{name}`")
-                views.add(name)
+            self._run_steps(session, req.transform, views, (("input", _schema_key(df)),))
             count = self._write(session.sql("SELECT * FROM __output__"), req.output_data_path)
             return RawQuerySuccess(num_records=count)
         except (InvalidQuery, SandboxViolation) as e:
@@ -228,6 +230,7 @@ class SparkEngine:
             raise InvalidQuery("the transform has no queries")
         if req.transform.engine.lower() != "spark":
             raise InvalidQuery(f"engine {req.transform.engine!r} is not supported, only spark")
+        schemas: list[tuple[str, str]] = []
         for inp in req.query_inputs:
             paths = [str(p) for p in inp.data_paths]
             if not paths and inp.schema_file is not None:
@@ -248,12 +251,9 @@ class SparkEngine:
                 cached.append(df)
             df.createOrReplaceTempView(f"`{inp.query_alias}`")
             views.add(inp.query_alias)
+            schemas.append((inp.query_alias, _schema_key(df)))
 
-        for step in req.transform.queries:
-            check_query(spark, step.query, views)
-            name = step.alias if step.alias is not None else "__output__"
-            spark.sql(step.query).createOrReplaceTempView(f"`{name}`")
-            views.add(name)
+        self._run_steps(spark, req.transform, views, tuple(schemas))
         result = spark.sql("SELECT * FROM __output__")
 
         vocab = req.vocab
@@ -310,6 +310,27 @@ class SparkEngine:
             else None
         )
         return TransformSuccess(new_offset_interval=interval, new_watermark=new_wm)
+
+    def _run_steps(
+        self,
+        spark: Any,
+        transform: m.TransformSql,
+        views: set[str],
+        schemas: tuple[tuple[str, str], ...],
+    ) -> None:
+        """Check each step in the sandbox, then register it as a view (``__output__`` last).
+
+        The sandbox verdict of a step depends only on its text and on the schemas of the views
+        it can see: the input views' schemas plus the preceding steps (whose schemas follow
+        from the same inputs), so those form the verdict cache's context.
+        """
+        before: list[tuple[str | None, str]] = []
+        for step in transform.queries or ():
+            self.sandbox.check(spark, step.query, views, (schemas, tuple(before)))
+            name = step.alias if step.alias is not None else "__output__"
+            spark.sql(step.query).createOrReplaceTempView(f"`{name}`")
+            views.add(name)
+            before.append((step.alias, step.query))
 
     @staticmethod
     def _write(df: Any, target: Path) -> int:

@@ -10,6 +10,17 @@ it owns:
   **retried once** after the partial output files are removed. The coordinator commits only
   after a ``Success``, so a crash never leaves a partial commit;
 * each request is bounded by ``request_timeout`` seconds (the worker is killed on expiry);
+* each request is bounded in memory by ``memory_limit`` bytes (optional): while a request
+  runs, a watchdog samples the resident memory of the worker's whole process tree (the Python
+  worker, its JVM and any Python helpers) every ``memory_poll`` seconds, and once more when
+  the answer arrives. Over the limit, the worker's process group is killed and the request
+  fails with :class:`~coordinator.transform.model.TransformMemoryExceeded` (not retried:
+  the same request would exceed again); the next request starts a fresh worker. The JVM
+  heap is capped separately by ``spark.driver.memory`` in ``spark_conf``; keep it well below
+  ``memory_limit``, because a JVM does not give heap back to the system, so a worker whose
+  heap grew past the limit would fail every request until restarted. ``setrlimit`` is not
+  used: ``RLIMIT_AS``/``RLIMIT_DATA`` count the address space a JVM reserves up front, far
+  beyond what it touches, and make the JVM fail to start rather than a request fail;
 * optionally (``isolate_network=True``) the worker runs in a fresh network namespace with only
   loopback (``unshare -rn``), talking over a Unix socket.
 
@@ -19,8 +30,10 @@ It can also connect to an engine it does not own (``spawn=False``), e.g. kamu's
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -41,6 +54,7 @@ from coordinator.transform.model import (
     RawQueryRequest,
     RawQueryResponse,
     TransformInternalError,
+    TransformMemoryExceeded,
     TransformRequest,
     TransformResponse,
 )
@@ -50,6 +64,87 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 class EngineUnavailable(Exception):
     """The worker could not be started or reached."""
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def process_tree_rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and all its descendants, read from ``/proc`` (0 if gone)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        fields = stat.rsplit(b")", 1)[-1].split()
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    total = 0
+    stack = [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/statm", "rb") as f:
+                total += int(f.read().split()[1]) * _PAGE
+        except (OSError, IndexError, ValueError):
+            pass
+        stack.extend(children.get(p, ()))
+    return total
+
+
+class _MemoryWatch:
+    """Samples a worker's tree RSS during one request; kills its process group over the limit."""
+
+    def __init__(self, pid: int, limit: int, poll: float) -> None:
+        self.pid = pid
+        self.limit = limit
+        self.poll = poll
+        self.peak = 0
+        self.exceeded = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="engine-memory-watch", daemon=True)
+
+    def __enter__(self) -> _MemoryWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()  # once more: memory taken since the last tick still counts
+
+    def sample(self) -> None:
+        """Measure now; on excess, kill the worker's process group (it leads its session)."""
+        if self.exceeded:
+            return
+        rss = process_tree_rss(self.pid)
+        self.peak = max(self.peak, rss)
+        if rss > self.limit:
+            self.exceeded = True
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll):
+            self.sample()
+
+    def failure(self) -> TransformMemoryExceeded:
+        """The typed response for an exceeded limit."""
+        return TransformMemoryExceeded(
+            message=(
+                f"engine exceeded its memory limit: {self.peak >> 20} MiB resident, limit "
+                f"{self.limit >> 20} MiB; the worker was stopped"
+            ),
+            limit_bytes=self.limit,
+            peak_bytes=self.peak,
+        )
 
 
 class EngineClient:
@@ -64,6 +159,8 @@ class EngineClient:
         idle_timeout: float = 300.0,
         start_timeout: float = 180.0,
         request_timeout: float = 3600.0,
+        memory_limit: int | None = None,
+        memory_poll: float = 0.2,
         spawn: bool = True,
         isolate_network: bool = False,
         python: str = sys.executable,
@@ -76,6 +173,10 @@ class EngineClient:
         self.idle_timeout = idle_timeout
         self.start_timeout = start_timeout
         self.request_timeout = request_timeout
+        self.memory_limit = memory_limit
+        """Bytes of resident memory the worker's process tree may use (None: unbounded).
+        Enforced only for workers this client spawned."""
+        self.memory_poll = memory_poll
         self.spawn = spawn
         self.isolate_network = isolate_network
         self.python = python
@@ -164,6 +265,17 @@ class EngineClient:
             self._teardown()
             raise EngineUnavailable(f"engine worker did not start:\n{log}")
 
+    def worker_rss(self) -> int:
+        """Resident bytes of the worker's process tree now (0 when not running)."""
+        pid = self.pid
+        return process_tree_rss(pid) if pid is not None else 0
+
+    def _watch(self) -> _MemoryWatch | None:
+        pid = self.pid
+        if self.memory_limit is None or pid is None:
+            return None
+        return _MemoryWatch(pid, self.memory_limit, self.memory_poll)
+
     def log_tail(self, n: int = 4000) -> str:
         """The end of the worker's stderr log."""
         try:
@@ -237,6 +349,21 @@ class EngineClient:
                 return resp
         raise grpc.RpcError("engine closed the stream without a response")
 
+    def _call_raw(self, req: RawQueryRequest) -> RawQueryResponse:
+        import grpc
+
+        assert self._channel is not None
+        rpc = self._channel.unary_stream(
+            "/engine.Engine/ExecuteRawQuery",
+            request_serializer=wrap_protobuf,
+            response_deserializer=unwrap_protobuf,
+        )
+        for payload in rpc(encode_raw_query_request(req), timeout=self.request_timeout):
+            resp = decode_raw_query_response(payload)
+            if resp is not None:
+                return resp
+        raise grpc.RpcError("engine closed the stream without a response")
+
     def execute_raw_query(self, request: RawQueryRequest) -> RawQueryResponse:
         """Run a raw query (ingest preprocessing); restart + one retry as for transforms."""
         import grpc
@@ -248,26 +375,20 @@ class EngineClient:
                 last_error = ""
                 for attempt in range(2):
                     _clear_path(request.output_data_path)
+                    watch: _MemoryWatch | None = None
                     try:
                         self.start()
-                        assert self._channel is not None
-                        rpc = self._channel.unary_stream(
-                            "/engine.Engine/ExecuteRawQuery",
-                            request_serializer=wrap_protobuf,
-                            response_deserializer=unwrap_protobuf,
-                        )
-                        payloads = rpc(
-                            encode_raw_query_request(request), timeout=self.request_timeout
-                        )
-                        for payload in payloads:
-                            resp = decode_raw_query_response(payload)
-                            if resp is not None:
-                                return resp
-                        last_error = "engine closed the stream without a response"
+                        watch = self._watch()
+                        with watch or _nothing():
+                            resp = self._call_raw(request)
+                        if watch is None or not watch.exceeded:
+                            return resp
                     except (grpc.RpcError, EngineUnavailable) as e:
                         last_error = str(e)
                     self._teardown()
                     _clear_path(request.output_data_path)
+                    if watch is not None and watch.exceeded:
+                        return watch.failure()
                     if not self.spawn or attempt == 1:
                         break
                 return TransformInternalError(message=f"engine failed: {last_error}")
@@ -288,10 +409,20 @@ class EngineClient:
                 last_error = ""
                 for attempt in range(2):
                     _clear(request)
+                    watch: _MemoryWatch | None = None
                     try:
                         self.start()
-                        return self._call(request)
+                        watch = self._watch()
+                        with watch or _nothing():
+                            resp = self._call(request)
+                        if watch is None or not watch.exceeded:
+                            return resp
+                        raise EngineUnavailable("memory limit exceeded")
                     except (grpc.RpcError, EngineUnavailable) as e:
+                        if watch is not None and watch.exceeded:
+                            self._teardown()
+                            _clear(request)
+                            return watch.failure()
                         code = (
                             e.code()
                             if isinstance(e, grpc.RpcError) and hasattr(e, "code")
@@ -306,6 +437,10 @@ class EngineClient:
                 return TransformInternalError(message=f"engine failed: {last_error}")
             finally:
                 self._arm_idle()
+
+
+def _nothing() -> contextlib.nullcontext[None]:
+    return contextlib.nullcontext()
 
 
 def _clear_path(p: Path) -> None:
@@ -323,4 +458,4 @@ def _clear(req: TransformRequest) -> None:
             p.unlink(missing_ok=True)
 
 
-__all__ = ["EngineClient", "EngineUnavailable"]
+__all__ = ["EngineClient", "EngineUnavailable", "process_tree_rss"]

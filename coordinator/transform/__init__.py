@@ -3,6 +3,7 @@
 from coordinator.transform.model import (
     TransformInternalError,
     TransformInvalidQuery,
+    TransformMemoryExceeded,
     TransformRequest,
     TransformRequestInput,
     TransformResponse,
@@ -28,6 +29,7 @@ __all__ = [
     "TransformError",
     "TransformInternalError",
     "TransformInvalidQuery",
+    "TransformMemoryExceeded",
     "TransformPlan",
     "TransformPlanError",
     "TransformRequest",

@@ -78,6 +78,19 @@ class TransformInternalError:
     backtrace: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransformMemoryExceeded(TransformInternalError):
+    """The engine went over its memory limit during the request and was stopped.
+
+    Produced by the engine's owner (``node.engine_client.EngineClient``), never sent over the
+    wire (it is an ``InternalError`` there). The request's output is discarded; the next
+    request starts a fresh engine.
+    """
+
+    limit_bytes: int
+    peak_bytes: int
+
+
 TransformResponse = TransformSuccess | TransformInvalidQuery | TransformInternalError
 
 
@@ -109,6 +122,7 @@ __all__ = [
     "RawQuerySuccess",
     "TransformInternalError",
     "TransformInvalidQuery",
+    "TransformMemoryExceeded",
     "TransformRequest",
     "TransformRequestInput",
     "TransformResponse",

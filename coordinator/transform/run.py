@@ -10,7 +10,11 @@ from pathlib import Path
 from coordinator.identity.dataset_id import DatasetId
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.storage.dataset import Dataset
-from coordinator.transform.model import TransformInvalidQuery, TransformSuccess
+from coordinator.transform.model import (
+    TransformInvalidQuery,
+    TransformMemoryExceeded,
+    TransformSuccess,
+)
 from coordinator.transform.plan import (
     CommitResult,
     OutputPaths,
@@ -24,6 +28,15 @@ from coordinator.transform.verify import TransformEngine
 
 class InvalidTransformQuery(TransformEngineError):
     """The engine refused the dataset's query (``InvalidQuery``)."""
+
+
+class EngineMemoryExceeded(TransformEngineError):
+    """The engine went over its per-request memory limit; it was stopped, nothing committed."""
+
+    def __init__(self, message: str, *, limit_bytes: int, peak_bytes: int) -> None:
+        super().__init__(message)
+        self.limit_bytes = limit_bytes
+        self.peak_bytes = peak_bytes
 
 
 def run_transform(
@@ -40,6 +53,7 @@ def run_transform(
     Raises:
         TransformPlanError: the dataset cannot be transformed.
         InvalidTransformQuery: the engine refused the query; nothing was committed.
+        EngineMemoryExceeded: the engine went over its memory limit; nothing was committed.
         TransformEngineError: the engine failed; nothing was committed.
         ConcurrentModification: the head moved meanwhile; nothing was committed.
     """
@@ -54,6 +68,12 @@ def run_transform(
         response = engine.execute_transform(plan.request)
         if isinstance(response, TransformInvalidQuery):
             raise InvalidTransformQuery(response.message)
+        if isinstance(response, TransformMemoryExceeded):
+            raise EngineMemoryExceeded(
+                response.message,
+                limit_bytes=response.limit_bytes,
+                peak_bytes=response.peak_bytes,
+            )
         if not isinstance(response, TransformSuccess):
             raise TransformEngineError(f"engine failed: {response.message}")
         return commit_transform(dataset, plan, response)
@@ -62,4 +82,4 @@ def run_transform(
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-__all__ = ["InvalidTransformQuery", "run_transform"]
+__all__ = ["EngineMemoryExceeded", "InvalidTransformQuery", "run_transform"]

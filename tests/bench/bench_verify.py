@@ -1,33 +1,50 @@
-"""Benchmark: replay verification of an N-block derivative history with the warm engine worker.
+"""Benchmark: replay verification of an N-block derivative history vs the same SQL run directly.
 
-Builds a root dataset with N pushes, a derivative (two-step map/filter) transformed N times
-through the engine worker (one ExecuteTransform per push), then measures:
+Builds a root dataset with N pushes and a derivative (two-step map/filter) transformed N times
+through a spawned engine worker (one ExecuteTransform per push), then measures, each over
+``--rounds`` full passes (median reported, seconds per block):
 
-* worker cold start: first request of a fresh ``EngineClient`` (JVM + SparkSession + request);
-* verify: ``replay_transforms`` over the N blocks with the warm worker (s/block);
-* direct: the same SQL over the same input slices run directly in a warm in-process Spark
-  session (read + filter + temp views + write one parquet file, no protocol, no hashing);
-* ratio verify / direct (target <= 1.3).
+* **cold start**: the first request of a fresh ``EngineClient`` (JVM + SparkSession + request);
+* **verify, spawned worker**: ``replay_transforms`` over the N blocks with the warm worker
+  process, as the node runs it;
+* **verify, same session**: the same replay through the real worker code (``EngineServicer``
+  behind gRPC on a unix socket) hosted in this process, over the SparkSession that the direct
+  baseline uses;
+* **direct**: the same SQL, same data, same SparkSession, doing what it takes to produce the
+  same output file: read the input slice (offset filter, one partition sorted by offset, as
+  the reference requires for the row order), register the views, run the queries, add the
+  system columns (offset, op, system_time), write one parquet file and move it into place.
+  No sandbox, protocol, checkpoint, hashing or comparison. Each direct output's logical hash
+  is checked against the published one (outside the timing), so both sides produce the same
+  data.
 
-Usage: ``python tests/bench/bench_verify.py [--blocks 100] [--rows 1000] [--master local[2]]``
-(run it inside ``unshare -rn`` with lo up to mirror the test suite's network namespace).
+The headline ratio is *verify, same session* / *direct*, rounds interleaved (verify, direct,
+verify, …) so both see the same load; the load average is printed per round.
+
+Usage: ``python tests/bench/bench_verify.py [--blocks 100] [--rows 1000] [--rounds 3]
+[--master local[2]]`` (run it inside ``unshare -rn`` with lo up, like the test suite).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from coordinator.data import logical_hash  # noqa: E402
 from coordinator.metadata import model as m  # noqa: E402
+from coordinator.multiformats import Multihash  # noqa: E402
+from coordinator.storage.dataset import Dataset  # noqa: E402
 from coordinator.transform.plan import OutputPaths, clear_outputs, plan_replay  # noqa: E402
 from coordinator.transform.run import run_transform  # noqa: E402
 from coordinator.transform.testing import (  # noqa: E402
@@ -47,6 +64,7 @@ QUERIES = [
 
 
 def csv(block: int, rows: int) -> str:
+    """One push of ``rows`` rows (the ``block``-th)."""
     lines = ["event_time,city,population"]
     for i in range(rows):
         day = 1 + (block * rows + i) // 86400
@@ -58,35 +76,95 @@ def csv(block: int, rows: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def direct_run(spark: object, plan_req: object, out: Path) -> float:
-    """The same SQL straight in Spark: read, filter, views, write; returns seconds."""
-    from pyspark.sql import functions as F  # noqa: N812
+def load() -> str:
+    """The 1/5/15-minute load averages."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
-    t = time.perf_counter()
-    s = spark.newSession()  # type: ignore[attr-defined]
-    for inp in plan_req.query_inputs:  # type: ignore[attr-defined]
-        df = s.read.parquet(*[str(p) for p in inp.data_paths])
+
+def direct_run(session: Any, req: Any, target: Path) -> None:
+    """The block's SQL straight in Spark, producing the same output file as the engine."""
+    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql.window import Window
+
+    for inp in req.query_inputs:
+        df = session.read.parquet(*[str(p) for p in inp.data_paths])
         iv = inp.offset_interval
-        df = df.filter((F.col("offset") >= iv.start) & (F.col("offset") <= iv.end))
-        df.coalesce(1).orderBy("offset").createOrReplaceTempView(inp.query_alias)
+        off = F.col(inp.vocab.offset_column)
+        df = df.filter((off >= iv.start) & (off <= iv.end)).coalesce(1).orderBy(off)
+        df.createOrReplaceTempView(inp.query_alias)
     for alias, q in QUERIES:
-        s.sql(q).createOrReplaceTempView(alias or "__output__")
-    s.sql("SELECT * FROM __output__").write.mode("overwrite").parquet(str(out))
-    return time.perf_counter() - t
+        session.sql(q).createOrReplaceTempView(alias or "__output__")
+    v = req.vocab
+    out = session.sql("SELECT * FROM __output__")
+    cols = [c for c in out.columns if c != v.operation_type_column]
+    out = out.withColumn(
+        v.offset_column,
+        F.row_number().over(Window.orderBy(F.monotonically_increasing_id())).cast("bigint")
+        + F.lit(req.next_offset - 1).cast("bigint"),
+    ).withColumn(v.system_time_column, F.lit(req.system_time.to_datetime()).cast("timestamp"))
+    out = out.select(v.offset_column, v.operation_type_column, v.system_time_column, *cols)
+    tmp = target.parent / ".tmp-direct"
+    out.write.mode("overwrite").parquet(str(tmp))
+    (part,) = tmp.glob("*.snappy.parquet")
+    os.replace(part, target)
+    shutil.rmtree(tmp)
+
+
+def verify_round(der: Dataset, inputs: Any, client: Any, n_blocks: int) -> float:
+    """One full replay; seconds per block."""
+    t = time.perf_counter()
+    report = replay_transforms(der, inputs, client)
+    assert report.ok and report.blocks_replayed == n_blocks, report.to_dict()
+    return (time.perf_counter() - t) / n_blocks
+
+
+def direct_round(session: Any, der: Dataset, inputs: Any, work: Path) -> float:
+    """The same SQL for every block, directly; seconds per block (hash checks untimed)."""
+    chain = reversed(list(der.iter_blocks()))
+    blocks = [b for _, b in chain if isinstance(b.event, m.ExecuteTransform)]
+    plans = []
+    for i, b in enumerate(blocks):
+        paths = OutputPaths.under(work / str(i))
+        clear_outputs(paths)
+        plans.append((b, plan_replay(der, inputs, b, paths=paths)))
+    spent = 0.0
+    for b, plan in plans:
+        target = plan.request.new_data_path
+        t = time.perf_counter()
+        direct_run(session, plan.request, target)
+        spent += time.perf_counter() - t
+        assert isinstance(b.event, m.ExecuteTransform) and b.event.new_data is not None
+        published = b.event.new_data.logical_hash
+        assert Multihash.from_multibase(logical_hash(target)) == published, "outputs differ"
+    shutil.rmtree(work, ignore_errors=True)
+    return spent / len(plans)
+
+
+def warm_up(client: Any, session: Any, der: Dataset, inputs: Any, work: Path) -> None:
+    """Run the first blocks both ways once (untimed): JIT and first-use costs of a new session."""
+    from coordinator.transform.model import TransformSuccess
+
+    chain = reversed(list(der.iter_blocks()))
+    blocks = [b for _, b in chain if isinstance(b.event, m.ExecuteTransform)][:3]
+    for i, b in enumerate(blocks):
+        paths = OutputPaths.under(work / str(i))
+        clear_outputs(paths)
+        req = plan_replay(der, inputs, b, paths=paths).request
+        assert isinstance(client.execute_transform(req), TransformSuccess)
+        direct_run(session, req, work / f"direct-{i}.parquet")
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> None:
+    """Run the benchmark and print the figures."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--blocks", type=int, default=100)
     ap.add_argument("--rows", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument(
-        "--verify-master",
-        default=None,
-        help="replay on another master (e.g. local-cluster[2,1,1024]) than the history was built",
-    )
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-verify-"))
+    print(f"load at start: {load()}")
     try:
         clock = Clock()
         root = make_root(tmp, "root")
@@ -98,67 +176,57 @@ def main() -> None:
         t = time.perf_counter()
         run_transform(der, inputs, client, clock=clock)
         cold = time.perf_counter() - t
-        print(f"worker cold start + first transform: {cold:.1f} s (master {args.master})")
-
+        print(f"cold start (worker start + first transform): {cold:.1f} s (master {args.master})")
         t = time.perf_counter()
         for b in range(1, args.blocks):
             push_csv(root, tmp / "in", csv(b, args.rows), clock)
             run_transform(der, inputs, client, clock=clock)
-        build = time.perf_counter() - t
-        n_et = sum(1 for _, b in der.iter_blocks() if isinstance(b.event, m.ExecuteTransform))
-        print(
-            f"history: {n_et} ExecuteTransform blocks, "
-            f"transforms {build / max(1, n_et - 1):.3f} s/block"
-        )
+        n = sum(1 for _, b in der.iter_blocks() if isinstance(b.event, m.ExecuteTransform))
+        build = (time.perf_counter() - t) / max(1, n - 1)
+        print(f"history: {n} blocks, built at {build:.3f} s/block")
 
-        times: list[float] = []
-        last = [time.perf_counter()]
-
-        def on_block(done: int, total: int, _h: object) -> None:
-            now = time.perf_counter()
-            times.append(now - last[0])
-            last[0] = now
-
-        if args.verify_master:
-            client.close()
-            client = EngineClient(master=args.verify_master, idle_timeout=0)
-            t = time.perf_counter()
-            client.start()
-            print(f"verify worker ({args.verify_master}) start: {time.perf_counter() - t:.1f} s")
-            last[0] = time.perf_counter()
-        t = time.perf_counter()
-        report = replay_transforms(der, inputs, client, listener=on_block)
-        verify = time.perf_counter() - t
-        assert report.ok, report.to_dict()
-        per_block = verify / n_et
-        print(
-            f"verify (replay, warm worker, {args.verify_master or args.master}): "
-            f"{verify:.1f} s total, {per_block:.3f} s/block "
-            f"(median {statistics.median(times):.3f})"
-        )
+        spawned = []
+        for r in range(args.rounds):
+            spawned.append(verify_round(der, inputs, client, n))
+            print(f"  spawned worker, round {r + 1}: {spawned[-1]:.3f} s/block, load {load()}")
         client.close()
 
-        # Direct baseline in a warm in-process session with the same settings.
-        from engine.spark_engine import create_spark_session
+        # Same SparkSession for both sides: the worker's servicer is hosted in this process.
+        from engine.spark_engine import (
+            SESSION_SQL_CONF,
+            SPARK_DEFAULTS,
+            SparkEngine,
+            create_spark_session,
+        )
+        from engine.worker import EngineServicer, build_server
 
         spark = create_spark_session(args.master)
-        blocks = [
-            (h, b)
-            for h, b in reversed(list(der.iter_blocks()))
-            if isinstance(b.event, m.ExecuteTransform)
-        ]
-        direct_times = []
-        for i, (_h, b) in enumerate(blocks):
-            paths = OutputPaths.under(tmp / "direct" / str(i))
-            clear_outputs(paths)
-            plan = plan_replay(der, inputs, b, paths=paths)
-            direct_times.append(direct_run(spark, plan.request, tmp / "direct" / f"o{i}"))
-        warm = direct_times[1:] or direct_times
-        direct = statistics.mean(warm)
-        print(
-            f"direct SQL in Spark: {direct:.3f} s/block (median {statistics.median(warm):.3f}); "
-            f"ratio verify/direct = {per_block / direct:.2f}"
-        )
+        sock = tmp / "engine.sock"
+        server = build_server(EngineServicer(SparkEngine(spark)), f"unix:{sock}")
+        server.start()
+        local = EngineClient(address=f"unix:{sock}", spawn=False, idle_timeout=0)
+        session = spark.newSession()
+        for key in SESSION_SQL_CONF:
+            session.conf.set(key, SPARK_DEFAULTS[key])
+        warm_up(local, session, der, inputs, tmp / "warm")
+        verify_t: list[float] = []
+        direct_t: list[float] = []
+        for r in range(args.rounds):
+            verify_t.append(verify_round(der, inputs, local, n))
+            direct_t.append(direct_round(session, der, inputs, tmp / "direct"))
+            print(
+                f"  same session, round {r + 1}: verify {verify_t[-1]:.3f} s/block, "
+                f"direct {direct_t[-1]:.3f} s/block, load {load()}"
+            )
+        local.close()
+        server.stop(grace=1).wait()
+        v_sp, v_ss, d = (statistics.median(x) for x in (spawned, verify_t, direct_t))
+        print(f"verify, spawned worker: median {v_sp:.3f} s/block over {args.rounds} rounds")
+        print(f"verify, same session:   median {v_ss:.3f} s/block over {args.rounds} rounds")
+        print(f"direct, same session:   median {d:.3f} s/block over {args.rounds} rounds")
+        print(f"ratio verify/direct (same session): {v_ss / d:.2f} (target <= 1.3)")
+        print(f"ratio verify (spawned worker)/direct: {v_sp / d:.2f}")
+        print(f"load at end: {load()}")
         spark.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
