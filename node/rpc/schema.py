@@ -45,7 +45,7 @@ _CHECKED = frozenset(
 _ANNOTATIONS = frozenset({"description", "title", "default", "examples", "format"})
 
 
-class SchemaError(OdfNodeError):
+class SchemaError(OdfNodeError, ValueError):
     """A schema itself is malformed or uses an unsupported keyword (a programming error)."""
 
 

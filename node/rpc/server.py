@@ -292,12 +292,12 @@ class RpcServer:
             body += chunk
             if len(body) > self._max_body:
                 return _too_large()
-        reply = await self.handle_payload(bytes(body))
+        reply = await self._handle_payload(bytes(body))
         if reply is None:
             return web.Response(status=204)
         return web.Response(body=reply.encode(), headers=_JSON_HEADERS)
 
-    async def handle_payload(self, body: bytes, client: _WsClient | None = None) -> str | None:
+    async def _handle_payload(self, body: bytes, client: _WsClient | None = None) -> str | None:
         """Answer one JSON-RPC payload (single or batch); ``None`` when nothing is due."""
         try:
             payload = json.loads(body)
@@ -420,9 +420,9 @@ class RpcServer:
         try:
             async for msg in ws:
                 if msg.type == WSMsgType.TEXT:
-                    reply = await self.handle_payload(msg.data.encode(), client)
+                    reply = await self._handle_payload(msg.data.encode(), client)
                 elif msg.type == WSMsgType.BINARY:
-                    reply = await self.handle_payload(msg.data, client)
+                    reply = await self._handle_payload(msg.data, client)
                 else:
                     break
                 if reply is not None and not client.dropped:

@@ -225,7 +225,7 @@ def test_malformed_and_invalid_requests() -> None:
             status, resp = await post(server, raw, raw=True)
             assert status == 200 and code(resp) == -32700 and resp["id"] is None
             await alive(server)
-        for bad in (
+        invalid: list[Any] = [
             [],
             42,
             "rpc.ping",
@@ -235,7 +235,8 @@ def test_malformed_and_invalid_requests() -> None:
             {"jsonrpc": "2.0", "method": "rpc.ping", "params": "x", "id": 1},
             {"jsonrpc": "2.0", "method": "rpc.ping", "id": True},
             {"jsonrpc": "2.0", "method": "rpc.ping", "id": {"a": 1}},
-        ):
+        ]
+        for bad in invalid:
             status, resp = await post(server, bad)
             assert status == 200 and code(resp) == -32600, bad
             await alive(server)
