@@ -145,6 +145,7 @@ class RpcServer:
         """Bind and start serving."""
         app = web.Application(client_max_size=self._max_body)
         app.router.add_post(RPC_PATH, self._handle_post)
+        app.router.add_route("OPTIONS", RPC_PATH, self._handle_preflight)
         app.router.add_get(WS_PATH, self._handle_ws)
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
@@ -276,10 +277,32 @@ class RpcServer:
 
     # -- HTTP ------------------------------------------------------------------------------
 
+    def _cors(self, request: web.Request, resp: web.StreamResponse) -> web.StreamResponse:
+        # Only reached once the Origin passed the allow-list: a browser page from an allowed
+        # origin may read the answer; every other origin has already been refused with 403.
+        origin = request.headers.get("Origin")
+        if origin is not None:
+            resp.headers["Access-Control-Allow-Origin"] = origin
+            resp.headers["Vary"] = "Origin"
+        return resp
+
+    async def _handle_preflight(self, request: web.Request) -> web.StreamResponse:
+        # CORS preflight carries no credentials, so only Host and Origin are checked.
+        if not self._host_ok(request) or not self._origin_ok(request):
+            return _http_error(403, FORBIDDEN)
+        resp = web.Response(status=204)
+        resp.headers["Access-Control-Allow-Methods"] = "POST"
+        resp.headers["Access-Control-Allow-Headers"] = "Authorization, Content-Type"
+        resp.headers["Access-Control-Max-Age"] = "600"
+        return self._cors(request, resp)
+
     async def _handle_post(self, request: web.Request) -> web.StreamResponse:
         refusal = self._refuse(request, allow_query=False)
         if refusal is not None:
             return refusal
+        return self._cors(request, await self._serve_post(request))
+
+    async def _serve_post(self, request: web.Request) -> web.StreamResponse:
         length = request.content_length
         if length is not None and length > self._max_body:
             return _too_large()

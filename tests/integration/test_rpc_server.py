@@ -161,6 +161,20 @@ def test_foreign_host_and_origin_refused() -> None:
             await alive(server)
         status, resp = await post(server, ping, headers={**AUTH, "Origin": "http://ui.test:3000/"})
         assert status == 200 and resp["result"] == "pong"
+        # CORS for allowed origins only (the preflight carries no token).
+        async with aiohttp.ClientSession() as s:
+            pre = {"Origin": "http://ui.test:3000", "Access-Control-Request-Method": "POST"}
+            async with s.options(server.url, headers=pre) as r:
+                assert r.status == 204
+                assert r.headers["Access-Control-Allow-Origin"] == "http://ui.test:3000"
+                assert "Authorization" in r.headers["Access-Control-Allow-Headers"]
+            pre["Origin"] = "https://evil.example"
+            async with s.options(server.url, headers=pre) as r:
+                assert r.status == 403 and "Access-Control-Allow-Origin" not in r.headers
+            async with s.post(
+                server.url, json=ping, headers={**AUTH, "Origin": "http://ui.test:3000"}
+            ) as r:
+                assert r.headers["Access-Control-Allow-Origin"] == "http://ui.test:3000"
         # Host/Origin are checked before the token: a rebinding page learns nothing more.
         status, resp = await post(server, ping, headers={"Origin": "https://evil.example"})
         assert status == 403
