@@ -81,12 +81,14 @@ class EmbeddedIpfs:
     api_port: int = 0
     gateway_port: int = 0
     swarm_port: int = 0
-    #: ``jsipfs daemon`` flags beyond ``--enable-preload=false``. IPNS over pubsub is on by
-    #: default: with ``Routing.Type none`` there is no DHT, so without it a node resolves only
-    #: names it published itself ("record ... was not found in the network", measured). With
-    #: it, a node's first ``name/resolve`` of a foreign name fails and subscribes to the name's
-    #: topic; the owner's next ``name/publish`` reaches it over the swarm connection.
-    daemon_args: tuple[str, ...] = ("--enable-namesys-pubsub",)
+    #: ``jsipfs daemon`` flags beyond ``--enable-preload=false``. Measured with js-ipfs 0.66.1
+    #: and ``Routing.Type none`` (no DHT): by default a node resolves the IPNS names it
+    #: published itself (from its datastore) and no others ("record ... was not found in the
+    #: network"). With ``("--enable-namesys-pubsub",)`` a node resolves a foreign name after
+    #: its first ``name/resolve`` (which fails and subscribes to the name's topic) and the
+    #: owner's next ``name/publish`` over a swarm connection -- but then a node without peers
+    #: cannot resolve even its own names, so it is not the default.
+    daemon_args: tuple[str, ...] = ()
     process: subprocess.Popen[bytes] | None = None
 
     @property
