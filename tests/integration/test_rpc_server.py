@@ -230,6 +230,24 @@ def test_oversized_body_refused_without_reading_it() -> None:
     run(go, max_body_bytes=8192)
 
 
+def test_client_vanishing_mid_body_does_not_hurt() -> None:
+    async def go(server: RpcServer) -> None:
+        for _ in range(3):
+            _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(
+                (
+                    f"POST /rpc HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+                    f"Authorization: Bearer {TOKEN}\r\nContent-Length: 1000\r\n\r\n"
+                    '{"jsonrpc": "2.0", '
+                ).encode()
+            )
+            await writer.drain()
+            writer.close()
+            await alive(server)
+
+    run(go)
+
+
 # -- JSON-RPC level errors ----------------------------------------------------------------------
 
 
