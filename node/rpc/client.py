@@ -3,8 +3,9 @@
 ``url`` is the POST endpoint as the cookie stores it (``http://127.0.0.1:<port>/rpc``); the
 WebSocket endpoint is ``<url>/ws``. Errors arrive as :class:`RpcCallError` with the server's
 code, message and data; failing to reach the server at all is :class:`RpcConnectionError`
-(a subclass, code -32004). Neither client uses proxy settings from the environment: the control
-endpoint is local and the token must never go through a proxy.
+(a subclass, code -32004). aiohttp is imported only when the async client is used, so that
+``call_sync`` in the CLI starts fast. Neither client uses proxy settings from the environment:
+the control endpoint is local and the token must never go through a proxy.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from coordinator.errors import OdfNodeError
 from node.rpc.errors import INTERNAL_ERROR, UNAVAILABLE
+
+if TYPE_CHECKING:
+    import aiohttp
 
 Params = Mapping[str, Any] | Sequence[Any] | None
 
@@ -86,6 +88,8 @@ class RpcClient:
     ) -> None:
         self.url = url
         self.ws_url = url.rstrip("/") + "/ws"
+        import aiohttp  # deferred: see the module docstring
+
         self._token = token
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session = session
@@ -110,11 +114,15 @@ class RpcClient:
             self._session = None
 
     def _sess(self) -> aiohttp.ClientSession:
+        import aiohttp
+
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=self._timeout, trust_env=False)
         return self._session
 
     async def _post(self, payload: Any) -> Any:
+        import aiohttp
+
         headers = {"Authorization": f"Bearer {self._token}"}
         try:
             async with self._sess().post(self.url, json=payload, headers=headers) as r:
@@ -166,6 +174,8 @@ class RpcClient:
         Opens a WebSocket, subscribes (errors raise :class:`RpcCallError`), then yields until
         the server closes the socket; closing the generator closes the socket.
         """
+        import aiohttp
+
         headers = {"Authorization": f"Bearer {self._token}"}
         try:
             ws = await self._sess().ws_connect(self.ws_url, headers=headers)
