@@ -153,8 +153,9 @@ def register_error(exc_type: type[BaseException], code: int) -> None:
     """Map ``exc_type`` (and its subclasses without their own entry) to ``code``.
 
     For exception types defined above ``node.rpc``'s imports (e.g. daemon-specific errors).
-    Only :class:`OdfNodeError` subclasses are exposed with their message; anything else still
-    answers with a generic message so that foreign exception text never leaks.
+    Only :class:`OdfNodeError` subclasses are exposed with their message; a registered foreign
+    type (e.g. an aiohttp error) answers with its code and the code's canonical message, so that
+    foreign exception text never leaks.
     """
     _EXTRA[exc_type] = code
     if _CODES:
@@ -183,10 +184,14 @@ def error_object(exc: BaseException, *, method: str | None = None) -> dict[str, 
     if isinstance(exc, RpcError):
         return exc.to_json()
     code = code_for(exc)
-    if not isinstance(exc, OdfNodeError) or code == INTERNAL_ERROR:
+    if code == INTERNAL_ERROR:
         _log.error("RPC method %s failed unexpectedly", method, exc_info=exc)
         return {"code": INTERNAL_ERROR, "message": CODE_MESSAGES[INTERNAL_ERROR]}
     data: dict[str, Any] = {"type": type(exc).__name__}
+    if not isinstance(exc, OdfNodeError):
+        # A registered foreign type: its code is meaningful, its text may not be safe to send.
+        _log.warning("RPC method %s failed: %r", method, exc)
+        return {"code": code, "message": CODE_MESSAGES.get(code, "Error"), "data": data}
     for attr in ("rule", "reason", "object"):
         value = getattr(exc, attr, None)
         if isinstance(value, str):

@@ -86,7 +86,11 @@ def test_register_error_for_daemon_specific_types() -> None:
     assert re.code_for(Busy("later")) == re.UNAVAILABLE
     assert re.error_object(Busy("later"))["message"] == "later"
     # Foreign exception text is never sent, whatever its code.
-    assert re.error_object(Foreign("internal detail"))["message"] == "Internal error"
+    assert re.error_object(Foreign("internal detail")) == {
+        "code": re.UNAVAILABLE,
+        "message": "Unavailable, retry later",
+        "data": {"type": "Foreign"},
+    }
 
 
 def test_error_response_shape() -> None:
