@@ -155,17 +155,19 @@ def snapshot_dir(p: Path) -> dict[str, tuple[int, float]]:
     return {str(f): (f.stat().st_size, f.stat().st_mtime) for f in sorted(p.rglob("*"))}
 
 
-def run(setup: Any, spark: Any, query: str) -> Any:
+def run(setup: Any, spark: Any, query: str, engine: Any = None, root: Any = None) -> Any:
+    """Transform a fresh derivative of ``query`` over ``root`` (default: the setup's root)."""
     from engine.spark_engine import SparkEngine
 
-    tmp, root, clock = setup
+    tmp, default_root, clock = setup
+    root = root if root is not None else default_root
     name = f"d{clock().epoch_ns}"
     der = make_derivative(tmp, name, [(root, "cities")], [(None, query)])
     paths = OutputPaths.under(tmp / name / "work")
     plan = plan_transform(der, inputs_of(root), system_time=clock(), paths=paths)
     assert plan is not None
     clear_outputs(paths)
-    return SparkEngine(spark).execute_transform(plan.request)
+    return (engine or SparkEngine(spark)).execute_transform(plan.request)
 
 
 def test_corpus_is_large_enough() -> None:
@@ -218,3 +220,28 @@ def test_hostile_queries_are_refused(setup: Any, spark: Any) -> None:
 )
 def test_legitimate_queries_run(setup: Any, spark: Any, query: str) -> None:
     assert isinstance(run(setup, spark, query), TransformSuccess)
+
+
+def test_verdict_cache_keeps_only_accepted_queries_per_schema(setup: Any, spark: Any) -> None:
+    """Accepted verdicts are reused for the same text over the same view schemas only;
+    refusals are walked every time."""
+    from engine.spark_engine import SparkEngine
+
+    engine = SparkEngine(spark)
+    good = "SELECT op, event_time, city FROM cities"
+    for _ in range(2):
+        assert isinstance(run(setup, spark, good, engine), TransformSuccess)
+    assert (engine.sandbox.hits, engine.sandbox.misses) == (1, 1)
+    for query, _ in HOSTILE[:3] * 2:
+        assert isinstance(run(setup, spark, query, engine), TransformInvalidQuery)
+    assert (engine.sandbox.hits, engine.sandbox.misses) == (1, 7)
+    # Same text, an input with another schema: checked again.
+    tmp, _, clock = setup
+    other = make_root(
+        tmp, "other", ("event_time TIMESTAMP", "city STRING", "population BIGINT", "x INT")
+    )
+    push_csv(
+        other, tmp / "in-other", "event_time,city,population,x\n2020-01-01T00:00:00Z,A,1,2\n", clock
+    )
+    assert isinstance(run(setup, spark, good, engine, other), TransformSuccess)
+    assert (engine.sandbox.hits, engine.sandbox.misses) == (1, 8)
