@@ -533,9 +533,12 @@ async def pull(
         ds = existing
         local_head = ds.head()
         if local_head == remote_head:
+            # A pull killed between its commit and its clean-up leaves its cache behind.
+            shutil.rmtree(ds.layout.root.joinpath(*_CACHE_DIR[:2]), ignore_errors=True)
             return PullResult(alias, local_id, HeadComparison.EQUAL, local_head, local_head)
         local = _local_hashes(ds)
         if remote_head in local:
+            shutil.rmtree(ds.layout.root.joinpath(*_CACHE_DIR[:2]), ignore_errors=True)
             return PullResult(alias, local_id, HeadComparison.LOCAL_AHEAD, local_head, local_head)
         staging: Path | None = None
     else:
