@@ -29,6 +29,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from coordinator.errors import OdfNodeError
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.transform.model import (
@@ -71,13 +72,46 @@ SESSION_SQL_CONF = (
 )
 
 
+CONNECT_REFUSAL = (
+    "Spark Connect (sc://) is refused: the SQL sandbox decides on Spark's parsed and analysed "
+    "plans, which it reads from the driver JVM through py4j, and a Connect client has no JVM. "
+    "Over Connect, spark.sql(text) is executed by the server, commands included (SET, ADD "
+    "JAR, CREATE VIEW …), before any client-side check could see a plan, and explain() gives "
+    "only text. Untrusted SQL therefore never goes to a Connect server; use a local or "
+    "cluster master (local[N], spark://…, k8s://…), where the driver runs in the worker."
+)
+
+
+class SandboxUnavailable(OdfNodeError):
+    """The session gives the SQL sandbox no access to Spark's plans (Spark Connect)."""
+
+
+def is_connect_master(master: str) -> bool:
+    """Whether ``master`` names a Spark Connect server (``sc://host:port``)."""
+    return master.strip().lower().startswith("sc://")
+
+
 def create_spark_session(master: str = "local[*]", extra: dict[str, str] | None = None) -> Any:
-    """Start (or get) the process's root SparkSession with the reference defaults."""
+    """Start (or get) the process's root SparkSession with the reference defaults.
+
+    With ``sc://…`` the session is a Spark Connect client session
+    (``SparkSession.builder.remote(url)``; it needs pyspark's ``connect`` extras: pandas,
+    grpcio-status, googleapis-common-protos). Only the per-session SQL settings are sent:
+    the others (serializer, UI, driver address) are the server's own and cannot be set by a
+    client. :class:`SparkEngine` refuses such a session (see :data:`CONNECT_REFUSAL`).
+    """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName("odf-engine-spark")
-    builder = builder.remote(master) if master.startswith("sc://") else builder.master(master)
+    if is_connect_master(master):
+        builder = builder.remote(master)
+        for k in SESSION_SQL_CONF:
+            builder = builder.config(k, SPARK_DEFAULTS[k])
+        for k, v in (extra or {}).items():
+            builder = builder.config(k, v)
+        return builder.getOrCreate()
+    builder = builder.master(master)
     for k, v in {**SPARK_DEFAULTS, **(extra or {})}.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
@@ -139,6 +173,13 @@ class SparkEngine:
     """Executes :class:`TransformRequest` values in one warm SparkSession."""
 
     def __init__(self, spark: Any) -> None:
+        """Wrap a classic (py4j) SparkSession.
+
+        Raises:
+            SandboxUnavailable: ``spark`` is a Spark Connect session.
+        """
+        if getattr(spark, "_jsparkSession", None) is None:
+            raise SandboxUnavailable(CONNECT_REFUSAL)
         self.spark = spark
         self.sandbox = VerdictCache()
         """Accepted sandbox verdicts (see :class:`engine.sandbox.VerdictCache`)."""
@@ -353,10 +394,13 @@ class SparkEngine:
 
 
 __all__ = [
+    "CONNECT_REFUSAL",
     "SESSION_SQL_CONF",
     "SPARK_DEFAULTS",
+    "SandboxUnavailable",
     "SparkEngine",
     "create_spark_session",
+    "is_connect_master",
     "read_checkpoint",
     "write_checkpoint",
 ]

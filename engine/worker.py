@@ -115,13 +115,28 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--listen", default=DEFAULT_ADDRESS, help="host:port or unix:/path")
-    p.add_argument("--master", default="local[*]", help="spark.master, or sc://host:port")
+    p.add_argument(
+        "--master",
+        default="local[*]",
+        help="spark.master (local[N], spark://…, k8s://…); sc:// (Spark Connect) is refused",
+    )
     p.add_argument(
         "--conf", action="append", default=[], help="extra Spark setting key=value (repeatable)"
     )
     args = p.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from engine.spark_engine import SparkEngine, create_spark_session
+    from engine.spark_engine import (
+        CONNECT_REFUSAL,
+        SparkEngine,
+        create_spark_session,
+        is_connect_master,
+    )
+
+    if is_connect_master(args.master):
+        # Refused before any session exists: a Connect session would run the query text on
+        # the server before the sandbox could look at it (see docs/spark-engine.md).
+        print(f"odf engine worker: {CONNECT_REFUSAL}", file=sys.stderr, flush=True)
+        return 2
 
     extra = dict(kv.split("=", 1) for kv in args.conf)
     spark = create_spark_session(args.master, extra)
