@@ -176,8 +176,8 @@ class Simulator:
         self.latencies_ns: list[int] = []
         self.ideal_ns: list[int] = []
         self.ratio: list[float] = []
-        self.equivocations: list[tuple[int, int]] = []  # (dataset, published ns)
-        self.eq_detect: dict[int, dict[int, int]] = {}
+        self.equivocations: list[tuple[int, int, int]] = []  # (dataset, sequence, published ns)
+        self.eq_detect: dict[tuple[int, int], dict[int, int]] = {}
         self.c: dict[str, int] = {
             "penalties": 0,
             "graylisted_links": 0,
@@ -576,7 +576,7 @@ class Simulator:
         elif isinstance(d, HeadAccepted):
             self._on_head_accepted(n, d)
         elif isinstance(d, EmitEquivocationProof):
-            self._eq_detected(n, self.dids.index(d.dataset))
+            self._eq_detected(n, d.proof)
             cid = self._register(d.proof.envelope, -1, False)
             self._publish(n, cid)
         elif isinstance(d, RequestAntiEntropy):
@@ -598,7 +598,7 @@ class Simulator:
     def _on_accept(self, n: SimNode, d: Accept) -> None:
         msg = d.message
         if isinstance(msg, EquivocationProof):
-            self._eq_detected(n, self.dids.index(msg.dataset))
+            self._eq_detected(n, msg)
             return
         m = msg.message
         if isinstance(m, Attestation):
@@ -618,8 +618,10 @@ class Simulator:
                 if hid in n.accepted and n.role == HONEST:
                     self._verify(n, hid)
 
-    def _eq_detected(self, n: SimNode, dataset: int) -> None:
-        det = self.eq_detect.setdefault(dataset, {})
+    def _eq_detected(self, n: SimNode, proof: EquivocationProof) -> None:
+        ann = proof.first.message
+        assert isinstance(ann, HeadAnnouncement)
+        det = self.eq_detect.setdefault((self.dids.index(ann.dataset), ann.sequence), {})
         if n.idx not in det:
             det[n.idx] = self.now
 
@@ -647,6 +649,9 @@ class Simulator:
             envs = self._stale_envelopes()
         else:
             envs = p.core.latest_heads(n.core.subscriptions())
+            if p.role == MALICIOUS and self.sc.adversary.silent:
+                # a silent attacker withholds honest heads here too
+                envs = [e for e in envs if self.msgs[content_id(e)].adversarial]
         rtt = 2 * self.lat(n.idx, peer)
         size = sum(len(e) for e in envs) + 2 * self.sc.gossip.overhead_bytes
         p.bytes_sent += size
@@ -822,7 +827,7 @@ class Simulator:
             cid2 = self._register(sm2.envelope, hid2, True)
             peers = list(owner.peers)
             half = len(peers) // 2
-            self.equivocations.append((d, self.now))
+            self.equivocations.append((d, seq, self.now))
             self._publish(owner, cid, peers[:half])
             self._publish(owner, cid2, peers[half:])
         elif owner.online:
@@ -961,8 +966,8 @@ class Simulator:
         )
         eq_times: list[float] = []
         eq_all = True
-        for d, t_pub in self.equivocations:
-            det = self.eq_detect.get(d, {})
+        for d, seq, t_pub in self.equivocations:
+            det = self.eq_detect.get((d, seq), {})
             for n in honest:
                 if n.idx in det:
                     eq_times.append(max(0.0, (det[n.idx] - t_pub) / NS))
