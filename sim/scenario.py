@@ -140,9 +140,8 @@ class Churn:
 
 @dataclass(slots=True)
 class Cluster:
-    """Real-cluster mode settings (``sim.cluster``)."""
+    """Real-cluster mode settings (``sim.cluster``; node 0 is the owner, 1..N-1 are processes)."""
 
-    nodes: int = 10
     messages: int = 20
     rate: float = 2.0
 
