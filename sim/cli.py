@@ -43,13 +43,30 @@ def run_cmd(
         list[str] | None, typer.Option("--set", help="override, e.g. adversary.sybils=10")
     ] = None,
     plot: Annotated[bool, typer.Option(help="write the latency CDF plot")] = True,
+    cluster: Annotated[
+        bool,
+        typer.Option(
+            "--cluster", help="real-cluster mode: node processes in a loopback-only namespace"
+        ),
+    ] = False,
 ) -> None:
-    """Simulate one scenario with one seed."""
+    """Simulate one scenario with one seed (or run it on a real cluster with --cluster)."""
     try:
         sc = load(scenario, _overrides(set_ or []))
     except ScenarioError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from e
+    if cluster:
+        if set_:
+            raise typer.BadParameter("--set is not supported with --cluster; edit the file")
+        from sim.cluster import run_isolated  # starts processes; imported only when asked
+
+        res = run_isolated(scenario, seed)
+        outdir = out or Path("sim-results") / f"{sc.name}-cluster-seed{res['seed']}"
+        outdir.mkdir(parents=True, exist_ok=True)
+        (outdir / "cluster.json").write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
+        typer.echo(json.dumps(res, sort_keys=True) if json_out else json.dumps(res, indent=2))
+        return
     res = simulate(sc, seed)
     outdir = out or Path("sim-results") / f"{sc.name}-seed{res['seed']}"
     outdir.mkdir(parents=True, exist_ok=True)
