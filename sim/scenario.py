@@ -46,6 +46,8 @@ class Gossip:
     seen_ttl_s: float = 120.0
     overhead_bytes: int = 64
     """Framing bytes per RPC (protobuf + yamux + noise), added to every message."""
+    hop_delay_ms: float = 0.0
+    """Processing time per hop (validation, serialisation) before a node sends; for calibration."""
 
 
 @dataclass(slots=True)

@@ -170,6 +170,7 @@ class Simulator:
         self.region: list[int] = []
         self._nonce = 0
         self._own = False
+        self._hop_ns = int(scenario.gossip.hop_delay_ms * 1_000_000)
         self.eclipsed: int | None = None
         self._active: dict[int, None] = {}
         self._maint: dict[int, None] = {}
@@ -340,7 +341,7 @@ class Simulator:
     def _send(self, a: SimNode, b: int, size: int, fn: Callable[..., None], *args: Any) -> None:
         """Serialise ``size`` bytes on ``a``'s uplink, deliver after the link latency."""
         tx = size * 8 * NS // int(self.sc.latency.bandwidth_mbps * 1_000_000)
-        start = max(self.now, a.up_free_ns)
+        start = max(self.now + self._hop_ns, a.up_free_ns)
         a.up_free_ns = start + tx
         a.bytes_sent += size
         self._push(start + tx + self.lat(a.idx, b), fn, *args)
