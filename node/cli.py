@@ -20,6 +20,8 @@ from rich.table import Table
 
 from coordinator.errors import OdfNodeError
 from coordinator.metadata.yaml_serde import block_to_dict, block_to_yaml
+from node.cli_daemon import emit, maybe_rpc
+from node.cli_daemon import register as register_daemon_commands
 from node.home import NodeHome, default_home
 
 app = typer.Typer(
@@ -73,8 +75,12 @@ def init(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
 
 @app.command()
 def status(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
-    """Show the node's identity and what it stores."""
+    """Show the node's identity and what it stores (live daemon status when one runs)."""
     h = _home(home)
+    ok, live = maybe_rpc(h.path, "node.status", {})
+    if ok:
+        emit(live, as_json)
+        return
     repo = h.repository()
     datasets = repo.list()
     info = {
@@ -189,16 +195,20 @@ def dataset_create(
         text = snapshot.read_text(encoding="utf-8")
     except OSError as e:
         _fail(f"cannot read {snapshot}: {e.strerror}")
-    try:
-        snapshots = snapshots_from_yaml(text)
-        created = [repo.create_from_snapshot(s) for s in snapshots]
-    except OdfNodeError as e:
-        _fail(str(e))
+    ok, result = maybe_rpc(h.path, "dataset.create", {"snapshot_yaml": text})
+    if not ok:
+        try:
+            with _write_lock(h):
+                snapshots = snapshots_from_yaml(text)
+                created = [repo.create_from_snapshot(s) for s in snapshots]
+        except OdfNodeError as e:
+            _fail(str(e))
+        result = [{"alias": c.alias, "id": c.id.as_did_str()} for c in created]
     if as_json:
-        _emit_json([{"alias": c.alias, "id": c.id.as_did_str()} for c in created])
+        _emit_json(result)
         return
-    for c in created:
-        out.print(f"created [bold]{c.alias}[/] {c.id}")
+    for c in result:
+        out.print(f"created [bold]{c['alias']}[/] {c['id']}")
 
 
 @dataset_app.command("ingest")
@@ -247,7 +257,16 @@ def dataset_ingest(
     linked = LinkedObjects(tuple(link_column), tuple(object_file or ())) if link_column else None
     if object_file and not link_column:
         _fail("--object needs at least one --link-column")
-    repo = _home(home).repository()
+    h = _home(home)
+    if not linked:
+        params: dict[str, Any] = {"ref": ref, "files": [str(f.resolve()) for f in files]}
+        if source:
+            params["source"] = source
+        ok, result_rpc = maybe_rpc(h.path, "dataset.ingest", params)
+        if ok:
+            emit(result_rpc, as_json)
+            return
+    repo = h.repository()
     total = sum(f.stat().st_size for f in files)
     show = not as_json and sys.stderr.isatty()
     bar = Progress(
@@ -268,7 +287,7 @@ def dataset_ingest(
         bar.update(task, completed=sum(done_before.values()), description=f"{p.stage} {name}")
 
     try:
-        with bar:
+        with bar, _write_lock(h):
             result = ingest(
                 repo.open(ref),
                 files,
@@ -390,8 +409,13 @@ def dataset_transform(
     from node.engine_client import EngineClient
     from node.home import system_clock
 
-    repo = _home(home).repository()
-    with EngineClient(master=master, idle_timeout=0) as engine:
+    h = _home(home)
+    ok, result_rpc = maybe_rpc(h.path, "dataset.transform", {"ref": ref})
+    if ok:
+        emit(result_rpc, as_json)
+        return
+    repo = h.repository()
+    with EngineClient(master=master, idle_timeout=0) as engine, _write_lock(h):
         try:
             ds = repo.open(ref)
             result = run_transform(
@@ -438,7 +462,14 @@ def dataset_verify(
     from coordinator.verify import IntegrityReport
     from node.engine_client import EngineClient
 
-    repo = _home(home).repository()
+    h = _home(home)
+    ok, result_rpc = maybe_rpc(h.path, "dataset.verify", {"ref": ref, "integrity": integrity})
+    if ok:
+        emit(result_rpc, as_json)
+        if not result_rpc["ok"]:
+            raise typer.Exit(2)
+        return
+    repo = h.repository()
     with (
         EngineClient(master=master, idle_timeout=0) as engine,
         Progress(
@@ -499,6 +530,19 @@ def dataset_verify(
         raise typer.Exit(2)
 
 
+def _write_lock(h: NodeHome) -> Any:
+    """The home's writer lock for a direct (no daemon) write; a clear error if taken."""
+    from node.daemon.lock import HomeLock
+
+    lock = HomeLock(h.path)
+    try:
+        lock.acquire_cli()
+    except OdfNodeError as e:
+        _fail(str(e))
+    lock.release()
+    return HomeLock(h.path)
+
+
 def _register_transfer_commands() -> None:
     from node.transfer.cli import dataset_publish, dataset_pull, serve_http
 
@@ -508,6 +552,7 @@ def _register_transfer_commands() -> None:
 
 
 _register_transfer_commands()
+register_daemon_commands(app)
 
 
 def main() -> None:

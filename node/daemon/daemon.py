@@ -516,7 +516,9 @@ class Daemon:
         except Exception as e:
             p = self.config.pipeline
             retry = None
-            if item.attempts < p.max_attempts:
+            # Waiting (for an input, a source) is not failing: allow it many more rounds.
+            limit = p.max_attempts * (4 if isinstance(e, RetryLater) else 1)
+            if item.attempts < limit:
                 retry = self.clock() + backoff_ns(
                     item.attempts, p.retry_base_s, p.retry_cap_s, rand=self.rng.random
                 )
@@ -534,6 +536,7 @@ class Daemon:
             )
             return
         self.state.complete(item.id)
+        log.info("work #%d %s %s done", item.id, item.kind, item.did)
 
     async def _housekeeping(self) -> None:
         while True:
@@ -570,6 +573,7 @@ class Daemon:
                 raise RetryLater(f"waiting for {len(missing)} input dataset(s) to be pulled")
         head = chain.head
         assert head is not None
+        self.state.log_event("verify.start", item.did, {"head": head.to_multibase()})
         self.events.publish("verify.started", {"did": item.did, "head": head.to_multibase()})
         t0 = time.monotonic()
 
@@ -618,6 +622,7 @@ class Daemon:
         if outcome == "verified" and self.config.pipeline.republish and self.ipfs_api:
             cid = await self._publish_ipfs(ds)
             locations = FetchLocations((cid,), self._http_urls(did))
+            self.state.log_event("republish", item.did, {"head": head.to_multibase(), "cid": cid})
         checks = Checks.METADATA_INTEGRITY | Checks.DATA_INTEGRITY
         verdict = Verdict.INTEGRITY_ONLY
         if rp is not None:

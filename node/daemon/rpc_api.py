@@ -27,12 +27,14 @@ def build_registry(api: NodeApi) -> RpcRegistry:
     from node.config import ConfigError
     from node.daemon.daemon import NotOwner, RetryLater
     from node.daemon.lock import HomeLocked
+    from node.ipfs.client import IpfsError
 
     register_error(InvalidArgument, INVALID_INPUT)
     register_error(ConfigError, INVALID_INPUT)
     register_error(NotOwner, CONFLICT)
     register_error(HomeLocked, CONFLICT)
     register_error(RetryLater, UNAVAILABLE)
+    register_error(IpfsError, UNAVAILABLE)
     registry = RpcRegistry()
     for spec in METHODS:
         registry.add(

@@ -1,0 +1,235 @@
+"""Soak benchmark of one daemon: many subscriptions and a steady announcement load.
+
+Inside a private loopback-only namespace (the script re-executes itself under ``unshare -rn``):
+
+1. builds ``--datasets`` (default 1,000) small root datasets in a publisher repository served
+   over HTTP with the Simple Transfer Protocol (``node.transfer.server``);
+2. starts one real daemon (``odf-node run``; IPFS off, gossip on) and measures its **idle RSS**
+   (no engine worker running, nothing subscribed);
+3. subscribes it to every dataset over JSON-RPC;
+4. for ``--minutes`` (default 10) appends a block to a dataset and gossips its signed head
+   announcement, round-robin, at ``--rate`` (default 50/s) spread over ``--publishers`` libp2p
+   hosts (the protocol core allows 5 msg/s per peer, as a real network spreads load over peers);
+   the daemon pulls each head over HTTP, checks it and attests it;
+5. samples every 5 s: daemon RSS, CPU (``/proc/<pid>/stat``), queue depths and the latency of a
+   ``node.status`` RPC call; prints medians / p99 / maxima and how much work was completed.
+
+Usage: .venv/bin/python tests/bench/bench_soak.py [--datasets 1000] [--rate 50] [--minutes 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+SNAPSHOT = """\
+kind: DatasetSnapshot
+version: 1
+content:
+  name: {name}
+  kind: Root
+  metadata:
+    - kind: AddPushSource
+      sourceName: default
+      read:
+        kind: Csv
+        schema: ["city STRING", "population BIGINT"]
+      merge:
+        kind: Append
+"""
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    from daemon_harness import NodeProcess
+
+    from coordinator.identity import load_private_key
+    from coordinator.metadata import model as m
+    from coordinator.metadata.snapshot import snapshots_from_yaml
+    from coordinator.metadata.timestamp import Timestamp
+    from coordinator.storage.repository import DatasetRepository
+    from node.transfer.server import start_server
+    from p2p.libp2p_host import Libp2pConfig, Libp2pTransport
+    from p2p.transport import dataset_topic
+    from p2p.wire import FetchLocations, HeadAnnouncement, sign_message
+
+    work = Path(tempfile.mkdtemp(prefix="odf-soak-"))
+    result: dict[str, Any] = {"datasets": args.datasets, "rate": args.rate, "minutes": args.minutes}
+    node = NodeProcess(work / "node", "soak", config={"ipfs": {"mode": "none"}})
+    publishers: list[Libp2pTransport] = []
+    runner = None
+    try:
+        clock = [1_700_000_000_000_000_000]
+
+        def tick() -> Timestamp:
+            clock[0] += 1_000_000
+            return Timestamp(clock[0])
+
+        repo = DatasetRepository(
+            work / "pub" / "datasets", work / "pub" / "keys", clock=tick, durable=False
+        )
+        t0 = time.monotonic()
+        handles = [
+            repo.create_from_snapshot(snapshots_from_yaml(SNAPSHOT.format(name=f"ds{i}"))[0])
+            for i in range(args.datasets)
+        ]
+        keys = {h.id: load_private_key(repo.key_path(h.id)) for h in handles}
+        result["setup_datasets_s"] = round(time.monotonic() - t0, 1)
+        runner, port = await start_server(repo)
+        base = f"http://127.0.0.1:{port}"
+
+        node.init()
+        node.launch()
+        await asyncio.to_thread(node.wait_ready, 180)
+        assert node.proc is not None
+        pid = node.proc.pid
+        await asyncio.sleep(10)
+        result["idle_rss_mb"] = round(rss_mb(pid), 1)
+        result["idle_engine_running"] = node.call("node.status")["engine"]["running"]
+
+        for i in range(args.publishers):
+            t = Libp2pTransport(Libp2pConfig(node_seed=bytes([0x40 + i]) * 32))
+            await t.start()
+            publishers.append(t)
+        addr = node.call("node.status")["p2p"]["listen_addrs"][0]
+        for t in publishers:
+            await t.connect(addr)
+        t0 = time.monotonic()
+        for h in handles:
+            node.call("subscriptions.add", did=h.id.as_did_str())
+        result["subscribe_1000_s"] = round(time.monotonic() - t0, 1)
+        await asyncio.sleep(5)  # let gossipsub exchange the 1,000 topic subscriptions
+
+        samples: list[dict[str, float]] = []
+        rpc_ms: list[float] = []
+        sent = 0
+        interval = 1.0 / args.rate
+        end = time.monotonic() + args.minutes * 60
+        cpu0, wall0 = cpu_s(pid), time.monotonic()
+        next_sample = time.monotonic() + 5
+        next_send = time.monotonic()
+        while time.monotonic() < end:
+            h = handles[sent % len(handles)]
+            ds = repo.open(h.id.as_did_str())
+            st = ds.state()
+            new = ds.append(
+                m.MetadataBlock(
+                    system_time=tick(),
+                    prev_block_hash=st.head,
+                    sequence_number=st.sequence_number + 1,
+                    event=m.SetInfo(description=f"revision {sent}"),
+                )
+            )
+            ann = HeadAnnouncement(
+                dataset=h.id,
+                head=new,
+                sequence=st.sequence_number + 1,
+                prev_head=st.head,
+                epoch=0,
+                locations=FetchLocations((), (f"{base}/{h.id.as_did_str()}",)),
+                issued_at_ns=time.time_ns(),
+                nonce=secrets.token_bytes(16),
+            )
+            env = sign_message(ann, keys[h.id]).envelope
+            await publishers[sent % len(publishers)].publish(
+                dataset_topic(h.id.as_multibase()), env
+            )
+            sent += 1
+            now = time.monotonic()
+            if now >= next_sample:
+                next_sample = now + 5
+                t1 = time.perf_counter()
+                status = await asyncio.to_thread(node.call, "node.status")
+                rpc_ms.append((time.perf_counter() - t1) * 1000)
+                samples.append(
+                    {
+                        "t": round(now - wall0, 1),
+                        "rss_mb": rss_mb(pid),
+                        "cpu_pct": 100 * (cpu_s(pid) - cpu0) / (now - wall0),
+                        "verify_queue": status["work"]["verify"],
+                        "running": status["running_work"],
+                    }
+                )
+                print(json.dumps(samples[-1]), file=sys.stderr, flush=True)
+            next_send += interval
+            delay = next_send - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        elapsed = time.monotonic() - wall0
+        events = node.call("node.events", kind="verify.verified", limit=1)
+        verified_total = node.call("work.list", state="done")
+        result.update(
+            {
+                "announcements_sent": sent,
+                "achieved_rate": round(sent / elapsed, 1),
+                "rss_mb_median": round(statistics.median(s["rss_mb"] for s in samples), 1),
+                "rss_mb_max": round(max(s["rss_mb"] for s in samples), 1),
+                "rss_mb_final": round(samples[-1]["rss_mb"], 1),
+                "cpu_pct_avg": round(100 * (cpu_s(pid) - cpu0) / elapsed, 1),
+                "verify_queue_max": max(s["verify_queue"] for s in samples),
+                "verify_queue_final": samples[-1]["verify_queue"],
+                "rpc_ms_p50": round(pct(rpc_ms, 0.5), 1),
+                "rpc_ms_p99": round(pct(rpc_ms, 0.99), 1),
+                "rpc_samples": len(rpc_ms),
+                "work_done": len(verified_total),
+                "any_verified": bool(events),
+                "loadavg": Path("/proc/loadavg").read_text().split()[:3],
+            }
+        )
+        return result
+    finally:
+        for t in publishers:
+            await t.stop()
+        node.stop()
+        if runner is not None:
+            await runner.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--datasets", type=int, default=1000)
+    p.add_argument("--rate", type=float, default=50.0)
+    p.add_argument("--minutes", type=float, default=10.0)
+    p.add_argument("--publishers", type=int, default=10)
+    args = p.parse_args()
+    if os.environ.get("ODF_SOAK_IN_NETNS") != "1":
+        cmd = "ip link set lo up && exec " + " ".join([sys.executable, *sys.argv])
+        env = {**os.environ, "ODF_SOAK_IN_NETNS": "1"}
+        sys.exit(subprocess.call(["unshare", "-rn", "bash", "-c", cmd], env=env))
+    print(json.dumps(asyncio.run(run(args)), indent=2))
+
+
+if __name__ == "__main__":
+    main()

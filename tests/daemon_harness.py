@@ -1,0 +1,180 @@
+"""Run real ``odf-node run`` daemons as child processes and talk to them over JSON-RPC.
+
+Used by the end-to-end tests and the soak benchmark. Every daemon gets its own home, its own
+embedded js-ipfs and random loopback ports; it must run inside a loopback-only namespace (the
+daemon itself refuses otherwise). Only processes started here are ever signalled, by PID.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from node.rpc.client import RpcCallError, call_sync
+from node.rpc.cookie import cookie_path, read_cookie
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TEST_CONFIG: dict[str, dict[str, Any]] = {
+    "rpc": {"port": 0},
+    "http": {"port": 0},
+    "p2p": {"port": 0},
+    "engine": {"spark_master": "local[1]", "idle_timeout_s": 600},
+    "pipeline": {"concurrency": 2, "retry_base_s": 1.0, "retry_cap_s": 5.0},
+}
+
+
+def _toml(config: dict[str, dict[str, Any]]) -> str:
+    lines = []
+    for section, values in config.items():
+        lines.append(f"[{section}]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def descendants(pid: int) -> list[int]:
+    """PIDs of every live descendant of ``pid`` (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out: list[int] = []
+    stack = [pid]
+    while stack:
+        for c in children.get(stack.pop(), []):
+            out.append(c)
+            stack.append(c)
+    return out
+
+
+class NodeProcess:
+    """One daemon process on its own home."""
+
+    def __init__(
+        self, home: Path, name: str, *, config: dict[str, dict[str, Any]] | None = None
+    ) -> None:
+        self.home = home
+        self.name = name
+        self.config = {s: dict(v) for s, v in TEST_CONFIG.items()}
+        for section, values in (config or {}).items():
+            self.config.setdefault(section, {}).update(values)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self.token = ""
+        self.log_path = home.with_name(home.name + ".log")
+        self._orphans: list[int] = []
+
+    def init(self) -> None:
+        """Create the home and a test config (random ports, small Spark)."""
+        subprocess.run(
+            [sys.executable, "-m", "node.cli", "init", "--home", str(self.home)],
+            check=True,
+            capture_output=True,
+            cwd=ROOT,
+        )
+        (self.home / "config.toml").write_text(_toml(self.config))
+
+    def launch(self) -> None:
+        """Start the daemon without waiting."""
+        cookie_path(self.home).unlink(missing_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ODF_NODE_")}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "node.cli", "run", "--home", str(self.home)],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+
+    def wait_ready(self, timeout: float = 180.0) -> None:
+        """Wait until the RPC cookie exists and ``rpc.ping`` answers."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited during start-up:\n{self.tail()}")
+            if cookie_path(self.home).exists():
+                self.url, self.token = read_cookie(self.home)
+                try:
+                    call_sync(self.url, self.token, "rpc.ping", None, 5)
+                    return
+                except RpcCallError:
+                    pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.name} not ready after {timeout:.0f} s:\n{self.tail()}")
+
+    def call(self, method: str, timeout: float = 300.0, **params: Any) -> Any:
+        """One JSON-RPC call."""
+        return call_sync(self.url, self.token, method, params or None, timeout)
+
+    def wait_for(
+        self, what: str, probe: Callable[[], Any], timeout: float = 300.0, every: float = 0.5
+    ) -> Any:
+        """Poll ``probe`` until it returns a truthy value."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = probe()
+            if value:
+                return value
+            time.sleep(every)
+        raise AssertionError(f"{self.name}: timed out waiting for {what}\n{self.tail()}")
+
+    def kill(self) -> None:
+        """SIGKILL the daemon (children it started are ended after it, by PID)."""
+        assert self.proc is not None
+        self._orphans = descendants(self.proc.pid)
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+        self._end_orphans(keep_ipfs=True)
+
+    def _end_orphans(self, *, keep_ipfs: bool) -> None:
+        for pid in self._orphans:
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            # The daemon itself must recover a left-behind IPFS node; the test checks that.
+            if keep_ipfs and b"ipfs" in cmd:
+                continue
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """SIGTERM, wait, then SIGKILL stragglers (ours only)."""
+        if self.proc is None:
+            return
+        kids = descendants(self.proc.pid)
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._orphans += kids
+        self._end_orphans(keep_ipfs=False)
+        self.proc = None
+
+    def tail(self, n: int = 4000) -> str:
+        """The end of the daemon's log."""
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""

@@ -1,0 +1,154 @@
+"""A real daemon process (no IPFS, no gossip: fast start) behind its JSON-RPC boundary.
+
+Hostile and broken requests get the right JSON-RPC errors and the daemon keeps serving; the CLI
+finds the daemon through the cookie; the home lock keeps a second writer out; SIGTERM shuts
+down cleanly and removes the cookie.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemon_harness import ROOT, NodeProcess
+
+from node.rpc.client import RpcCallError, call_sync
+
+pytestmark = pytest.mark.integration
+
+FAST: dict[str, dict[str, Any]] = {"ipfs": {"mode": "none"}, "p2p": {"enabled": False}}
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    n = NodeProcess(tmp_path_factory.mktemp("rpc") / "home", "rpc-node", config=FAST)
+    n.init()
+    n.launch()
+    try:
+        n.wait_ready(120)
+        yield n
+    finally:
+        n.stop()
+
+
+def raw_post(
+    n: NodeProcess, body: bytes, headers: dict[str, str] | None = None
+) -> tuple[int, Any]:
+    h = {"Content-Type": "application/json", "Authorization": f"Bearer {n.token}"}
+    h.update(headers or {})
+    h = {k: v for k, v in h.items() if v}
+    req = urllib.request.Request(n.url, data=body, method="POST", headers=h)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(req, timeout=10) as r:
+            status, raw = r.status, r.read()
+    except urllib.error.HTTPError as e:
+        status, raw = e.code, e.read()
+    return status, json.loads(raw) if raw else None
+
+
+def req(method: str, params: Any = None, rid: int = 1) -> bytes:
+    obj: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+    if params is not None:
+        obj["params"] = params
+    return json.dumps(obj).encode()
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "code"),
+    [
+        (req("node.status"), {"Authorization": ""}, -32010),
+        (req("node.status"), {"Authorization": "Bearer " + "0" * 64}, -32010),
+        (req("node.status"), {"Origin": "http://evil.example"}, -32011),
+        (req("node.status"), {"Host": "evil.example"}, -32011),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": ', {}, -32700),
+        (b'{"jsonrpc": "1.0", "id": 1, "method": "node.status"}', {}, -32600),
+        (req("node.nope"), {}, -32601),
+        (req("subscriptions.add", {"did": 5}), {}, -32602),
+        (req("subscriptions.add", {}), {}, -32602),
+        (req("subscriptions.add", {"did": "did:odf:garbage"}), {}, -32002),
+        (req("dataset.log", {"ref": "missing"}), {}, -32001),
+        (b"[]", {}, -32600),
+        (b"[" + b",".join([req("rpc.ping", rid=i) for i in range(60)]) + b"]", {}, -32013),
+    ],
+)
+def test_bad_requests_get_the_right_error_and_the_daemon_keeps_serving(
+    node: NodeProcess, body: bytes, headers: dict[str, str], code: int
+) -> None:
+    _, answer = raw_post(node, body, headers)
+    assert answer["error"]["code"] == code, answer
+    assert node.call("node.status")["node_id"].startswith("did:key:")
+
+
+def test_oversized_body_is_refused(node: NodeProcess) -> None:
+    big = req("subscriptions.add", {"did": "x" * 2_000_000})
+    status, answer = raw_post(node, big)
+    assert status == 413 and answer["error"]["code"] == -32012
+    node.call("rpc.ping")  # raises if the daemon stopped answering
+    assert node.call("node.status")["datasets"] == 0
+
+
+def test_openrpc_document_lists_every_method(node: NodeProcess) -> None:
+    from node.daemon.api import METHODS
+
+    doc = node.call("rpc.discover")
+    names = {m["name"] for m in doc["methods"]}
+    assert {m.name for m in METHODS} <= names
+    sub = next(m for m in doc["methods"] if m["name"] == "subscriptions.add")
+    assert [p["name"] for p in sub["params"]] == ["did", "alias"]
+
+
+def test_cli_talks_to_the_daemon_and_the_home_is_locked(node: NodeProcess) -> None:
+    did = "did:odf:fed01" + "ab" * 32
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ODF_NODE_")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "node.cli", *args, "--home", str(node.home)],
+            check=False,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=60,
+        )
+
+    r = cli("subscribe", did, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["did"] == did
+    listed = node.call("subscriptions.list")
+    assert [s["did"] for s in listed] == [did]
+    r = cli("status", "--json")
+    assert json.loads(r.stdout)["subscriptions"] == 1  # live status came over RPC
+    # A second daemon on the same home is refused with a clear message.
+    r = cli("run")
+    assert r.returncode == 1 and "in use" in r.stderr
+    r = cli("unsubscribe", did, "--json")
+    assert json.loads(r.stdout)["removed"] is True
+    with pytest.raises(RpcCallError) as e:
+        call_sync(node.url, "f" * 64, "node.status", None, 5)
+    assert e.value.code == -32010
+
+
+def test_sigterm_stops_cleanly_and_removes_the_cookie(tmp_path: Path) -> None:
+    n = NodeProcess(tmp_path / "home", "stopper", config=FAST)
+    n.init()
+    n.launch()
+    try:
+        n.wait_ready(120)
+        assert n.proc is not None
+        n.proc.send_signal(signal.SIGTERM)
+        assert n.proc.wait(60) == 0
+        assert not (n.home / "rpc.cookie").exists()
+        assert "service state stopped" in n.tail()
+    finally:
+        n.stop()
