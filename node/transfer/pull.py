@@ -90,14 +90,20 @@ class HeadComparison(enum.Enum):
 
 @dataclass(frozen=True)
 class PullOptions:
-    """Limits and retry policy of a pull."""
+    """Limits and retry policy of a pull.
+
+    ``parallel`` bounds concurrent data part / checkpoint / linked object downloads,
+    ``block_parallel`` concurrent block reads when a source lists ``blocks/`` (small objects,
+    dominated by round trips), and ``max_export_size`` the one-shot ``blocks/`` archive of a
+    new dataset (beyond it the pull falls back to reading blocks one by one).
+    """
 
     max_ref_size: int = 1024
     max_block_size: int = 16 << 20
     max_object_size: int = 16 << 30
     parallel: int = 8
     block_parallel: int = 32
-    max_export_size: int = 256 << 20
+    max_export_size: int = 64 << 20
     attempts: int = 5
     backoff_s: float = 0.2
     backoff_max_s: float = 5.0
