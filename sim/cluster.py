@@ -196,7 +196,14 @@ async def run_cluster(sc: Scenario, seed: int | None = None) -> dict[str, Any]:
     delivered = len({(n.idx, e["seq"]) for n in nodes.values() for e in n.of("candidate")})
     out["delivery_ratio"] = round(delivered / (len(sent) * len(nodes)), 4) if sent else None
     out["latency_ms"] = _pcts(lat)
+    ls = sorted(lat)
+    out["latency_cdf_ms"] = [
+        [round(ls[min(len(ls) - 1, k * len(ls) // 50)], 3), round((k + 1) / 50, 3)]
+        for k in range(50)
+        if ls
+    ]
     simres = sim.run()
+    out["sim_latency_cdf_ms"] = simres["latency_cdf_ms"]
     out["sim_latency_ms"] = simres["latency_ms"]
     out["sim_ideal_latency_ms"] = simres["ideal_latency_ms"]
     out["sim_delivery_ratio"] = simres["delivery_ratio"]
