@@ -198,7 +198,7 @@ async def run_cluster(sc: Scenario, seed: int | None = None) -> dict[str, Any]:
     out["latency_ms"] = _pcts(lat)
     ls = sorted(lat)
     out["latency_cdf_ms"] = [
-        [round(ls[min(len(ls) - 1, k * len(ls) // 50)], 3), round((k + 1) / 50, 3)]
+        [round(ls[max(0, -(-(k + 1) * len(ls) // 50) - 1)], 3), round((k + 1) / 50, 3)]
         for k in range(50)
         if ls
     ]
