@@ -47,9 +47,12 @@ def daemon_endpoint(home: Path) -> tuple[str, str] | None:
     if not HomeLock(home).held_by_other() or not cookie_path(home).exists():
         return None
     try:
-        return read_cookie(home)
+        url, token = read_cookie(home)
     except OdfNodeError as e:
         _fail(f"a daemon runs on {home} but its RPC cookie is unusable: {e}")
+    # The Unix socket also reaches a daemon in another network namespace (`make run`).
+    sock = home / "rpc.sock"
+    return (f"unix:{sock}" if sock.is_socket() else url), token
 
 
 def rpc_call(home: Path, method: str, params: dict[str, Any] | None = None) -> Any:

@@ -59,6 +59,7 @@ async def start_rpc(daemon: Daemon) -> RpcServer:
         max_body_bytes=cfg.max_body_bytes,
         max_batch=cfg.max_batch,
         allowed_origins=cfg.allowed_origins,
+        unix_path=daemon.home.path / "rpc.sock",
     )
     await server.start()
     daemon.rpc_url = server.url

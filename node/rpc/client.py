@@ -10,8 +10,10 @@ the control endpoint is local and the token must never go through a proxy.
 
 from __future__ import annotations
 
+import http.client
 import itertools
 import json
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -219,6 +221,8 @@ def call_sync(
         method="POST",
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
     )
+    if url.startswith("unix:"):
+        return _call_unix(url.removeprefix("unix:"), token, body, timeout)
     # An empty ProxyHandler: never route the token through an http_proxy from the environment.
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
@@ -234,4 +238,42 @@ def call_sync(
         resp = json.loads(raw)
     except ValueError:
         raise RpcConnectionError(f"{url}: non-JSON answer") from None
+    return _raise_or_return(resp)
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+def _call_unix(path: str, token: str, body: bytes, timeout: float) -> Any:
+    """:func:`call_sync` over the daemon's Unix socket (``unix:/path/rpc.sock``)."""
+    conn = _UnixConnection(path, timeout)
+    try:
+        conn.request(
+            "POST",
+            "/rpc",
+            body=body,
+            headers={
+                "Authorization": f"Bearer {token}",
+                "Content-Type": "application/json",
+                "Host": "localhost",
+            },
+        )
+        raw = conn.getresponse().read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise RpcConnectionError(f"unix:{path}: {exc}") from exc
+    finally:
+        conn.close()
+    try:
+        resp = json.loads(raw)
+    except ValueError:
+        raise RpcConnectionError(f"unix:{path}: non-JSON answer") from None
     return _raise_or_return(resp)

@@ -19,9 +19,11 @@ import contextlib
 import hmac
 import json
 import logging
+import os
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from aiohttp import WSMsgType, web
@@ -89,6 +91,7 @@ class RpcServer:
         allowed_origins: Iterable[str] = (),
         ws_queue_size: int = 256,
         version: str = "0.1.0",
+        unix_path: Path | None = None,
     ) -> None:
         if not token:
             raise ValueError("an RPC token is required")
@@ -101,6 +104,9 @@ class RpcServer:
         self._extra_hosts = tuple(h.lower() for h in (allowed_hosts or ()))
         self._origins = frozenset(o.lower().rstrip("/") for o in allowed_origins)
         self._ws_queue_size = ws_queue_size
+        # Also served on a Unix socket (mode 0600): it reaches a daemon running in another
+        # network namespace (`make run` isolates the node with `unshare -rn`).
+        self._unix_path = unix_path
         self._version = version
         self._port: int | None = None
         self._runner: web.AppRunner | None = None
@@ -163,6 +169,13 @@ class RpcServer:
             raise
         self._port = sock.getsockname()[1]
         self._runner = runner
+        if self._unix_path is not None:
+            self._unix_path.unlink(missing_ok=True)
+            old_umask = os.umask(0o177)  # the socket file is created 0600, never wider
+            try:
+                await web.UnixSite(runner, str(self._unix_path)).start()
+            finally:
+                os.umask(old_umask)
 
     async def stop(self) -> None:
         """Close every WebSocket (1001 going away) and stop listening."""
@@ -176,6 +189,8 @@ class RpcServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._unix_path is not None:
+            self._unix_path.unlink(missing_ok=True)
 
     @property
     def port(self) -> int:
@@ -247,6 +262,9 @@ class RpcServer:
         host = request.headers.get("Host", "").lower()
         port = self.port
         allowed = {f"{name}:{port}" for name in _LOOPBACK_NAMES}
+        transport = request.transport
+        if transport is not None and isinstance(transport.get_extra_info("sockname"), str):
+            allowed.add("localhost")  # the Unix socket: no port in the Host header
         for extra in self._extra_hosts:
             allowed.add(extra)
             allowed.add(f"{extra}:{port}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import urllib.error
@@ -122,6 +123,12 @@ def test_cli_talks_to_the_daemon_and_the_home_is_locked(node: NodeProcess) -> No
             timeout=60,
         )
 
+    sock = node.home / "rpc.sock"
+    assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600  # the CLI uses it when present
+    assert call_sync(f"unix:{sock}", node.token, "node.status", None, 10)["node_id"]
+    with pytest.raises(RpcCallError) as e:
+        call_sync(f"unix:{sock}", "0" * 64, "node.status", None, 10)
+    assert e.value.code == -32010
     r = cli("subscribe", did, "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["did"] == did
