@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # interface other than lo is visible (socket.if_nameindex(); see node/ipfs/netguard.py).
 NETNS := unshare -rn bash -c
 
-.PHONY: setup run test lint typecheck unit bench bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify p2p-vectors clean
+.PHONY: setup run test lint typecheck unit bench bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify bench-soak bench-state p2p-vectors clean
 
 setup: $(STAMP)
 
@@ -24,8 +24,11 @@ $(STAMP): pyproject.toml js/package-lock.json
 	cd js && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	touch $(STAMP)
 
+# The node on its embedded defaults, in a loopback-only network namespace (the safe default of
+# [network] isolation = "loopback-only"). The CLI reaches it through <home>/rpc.sock from any
+# terminal: `.venv/bin/odf-node status`. See the README for joining a real network.
 run: setup
-	$(BIN)/odf-node run
+	$(NETNS) 'ip link set lo up && exec $(BIN)/odf-node run'
 
 lint: setup
 	$(BIN)/ruff check .
@@ -63,6 +66,14 @@ bench-pull: setup
 # Verify of a 100-block derivative history with the warm engine worker vs direct Spark SQL.
 bench-verify: setup
 	$(NETNS) 'ip link set lo up && exec $(BIN)/python tests/bench/bench_verify.py'
+
+# One daemon, 1,000 subscriptions, 50 announcements/s for 10 minutes (isolates itself).
+bench-soak: setup
+	$(BIN)/python tests/bench/bench_soak.py
+
+# Latency of the daemon's SQLite state operations (durable commits).
+bench-state: setup
+	$(BIN)/python -m node.state.bench
 
 # Regenerates the frozen p2p wire-format vectors (only when the format version changes).
 p2p-vectors: setup
