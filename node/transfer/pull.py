@@ -7,11 +7,17 @@ Order of work (kamu's Simple Transfer Protocol client, plus verification and res
    meets the local head: incremental) or *diverged* (refused unless ``force``).
 2. Walk ``blocks/<hash>`` back from the remote head to the local head (or the Seed), checking
    every block's sha3-256 against its name, decoding it and checking the chain rules against
-   the local chain state before any data is fetched.
+   the local chain state before any data is fetched. A new dataset's blocks come in one
+   transfer where the source allows it (IPFS ``dag/export`` of ``blocks/``: one call instead
+   of one round trip per block); otherwise blocks missing locally are read in parallel when
+   the source lists ``blocks/``, else one by one.
 3. Download the data parts and checkpoints those blocks reference, ``parallel`` at a time;
    each stream is capped at its recorded size (and ``max_object_size``), and its size and
-   physical hash are checked before it is renamed into ``data/`` or ``checkpoints/``.
-4. Commit through :meth:`Dataset.append_many_bytes` (blocks oldest first, ``refs/head`` last).
+   physical hash are checked before it is renamed into ``data/`` or ``checkpoints/``. Then
+   the linked objects (RFC-017) the verified parts reference (:mod:`node.transfer.linked`),
+   each checked against its hash, and per block against the recorded ``sizeNaive``.
+4. Commit: block files (fsynced, renamed, directory fsynced once), then ``refs/head`` by
+   compare-and-swap against the head the chain was validated on.
 
 Anything a source fails to deliver (timeouts, 404, 5xx, drops, short reads) is retried with
 exponential backoff and finally reported as :class:`SourceUnavailable` -- "unknown", not
