@@ -30,7 +30,7 @@ def strip(res: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_same_scenario_and_seed_give_identical_results() -> None:
-    sc = small(adversary={"malicious_fraction": 0.2, "spoof_owners": 1}, policy={"name": "sample"})
+    sc = small(adversary={"malicious_fraction": 0.1, "spoof_owners": 1}, policy={"name": "sample"})
     a, b = run(sc), run(sc)
     assert strip(a) == strip(b)
     assert a["heads"] > 10 and a["latency_ms"] is not None
