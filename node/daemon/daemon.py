@@ -43,7 +43,7 @@ from node.daemon.lock import HomeLock
 from node.daemon.metrics import NodeMetrics
 from node.daemon.services import FunctionService, ServiceGroup
 from node.home import NodeHome
-from node.state import NodeState, WorkItem, backoff_ns
+from node.state import NodeState, VerificationOutcome, WorkItem, backoff_ns
 from p2p.core import (
     Accept,
     CoreConfig,
@@ -215,9 +215,15 @@ class Daemon:
                 "api": self.ipfs_api,
                 "mode": cfg.mode,
             }
-            for addr in cfg.swarm_peers:
+            # Configured peers, then the ones an operator connected earlier (remembered).
+            remembered = [
+                str(e.data["multiaddr"])
+                for e in self.state.events(0, 1000, "ipfs.connect")
+                if "multiaddr" in e.data
+            ]
+            for addr in dict.fromkeys([*cfg.swarm_peers, *remembered]):
                 try:
-                    await client.swarm_connect(addr)
+                    await asyncio.wait_for(client.swarm_connect(addr), 15)
                 except Exception as e:  # a peer being down must not stop the node
                     log.warning("IPFS swarm connect to %s failed: %s", addr, e)
 
@@ -238,6 +244,7 @@ class Daemon:
             raise OdfNodeError(f"refusing non-loopback address {multiaddr!r} (loopback-only)")
         async with IpfsClient(self.ipfs_api) as client:
             await client.swarm_connect(multiaddr)
+        self.state.log_event("ipfs.connect", None, {"multiaddr": multiaddr})
 
     # ---- engine
 
@@ -288,6 +295,7 @@ class Daemon:
         self.gossip.on_decision(self._on_decision)
         await self.gossip.start()
         self.group.spawn(self._watch_peers(), "peer-watch")
+        self.group.spawn(self._redial_known_peers(), "peer-redial")
 
     async def _stop_gossip(self) -> None:
         if self.gossip is not None:
@@ -307,7 +315,21 @@ class Daemon:
             raise OdfNodeError("gossip is disabled on this node")
         peer: str = await self.transport.connect(multiaddr)
         self._peer_seen(peer)
+        self.state.upsert_peer(peer, [multiaddr], None, True)  # redialled after a restart
         return peer
+
+    async def _redial_known_peers(self) -> None:
+        bootstrap = set(self.config.p2p.bootstrap)
+        for p in self.state.peers():
+            for addr in p.addrs:
+                if addr in bootstrap or p.peer_id in self._known_peers:
+                    continue
+                try:
+                    await asyncio.wait_for(self.connect_peer(addr), 15)
+                    log.info("reconnected to known peer %s", p.peer_id)
+                    break
+                except Exception as e:
+                    log.info("known peer %s at %s unreachable: %s", p.peer_id, addr, e)
 
     def _peer_seen(self, peer: str) -> None:
         if peer not in self._known_peers:
@@ -392,7 +414,7 @@ class Daemon:
                 pass
 
     def _store_proof(self, proof: EquivocationProof) -> None:
-        did = proof.first.message.dataset.as_did_str()  # type: ignore[union-attr]
+        did = proof.first.message.dataset.as_did_str()
         if self.state.add_equivocation_proof(did, proof.envelope):
             self.state.log_event("equivocation", did, {})
             self.events.publish("equivocation", {"did": did})
@@ -597,6 +619,7 @@ class Daemon:
             self.metrics.verifications.labels("error").inc()
             raise RetryLater(f"replay could not run: {rp.error}")
         self.metrics.verify_seconds.observe(seconds)
+        outcome: VerificationOutcome
         if report.ok:
             outcome = "verified"
         elif rp is not None and rp.verdict is ReplayVerdict.NOT_REPRODUCIBLE:
