@@ -85,3 +85,23 @@ def cost_vs_safety(rows: list[dict[str, Any]], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def cluster_cdf(cluster: dict[str, Any], path: Path) -> None:
+    """Real-cluster latency CDF against the simulator's for the same scenario and seed."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key, label in (
+        ("latency_cdf_ms", "real processes"),
+        ("sim_latency_cdf_ms", "simulator"),
+    ):
+        if cluster.get(key):
+            xs, ys = zip(*cluster[key], strict=True)
+            ax.plot(xs, ys, label=label)
+    ax.set_xlabel("delivery latency (ms)")
+    ax.set_ylabel("fraction of (node, head) deliveries")
+    ax.set_title(f"Real cluster vs simulator ({cluster['scenario']}, seed {cluster['seed']})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
