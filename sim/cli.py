@@ -65,6 +65,8 @@ def run_cmd(
         outdir = out or Path("sim-results") / f"{sc.name}-cluster-seed{res['seed']}"
         outdir.mkdir(parents=True, exist_ok=True)
         (outdir / "cluster.json").write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
+        if plot:
+            plots.cluster_cdf(res, outdir / "cluster_cdf.png")
         typer.echo(json.dumps(res, sort_keys=True) if json_out else json.dumps(res, indent=2))
         return
     res = simulate(sc, seed)
