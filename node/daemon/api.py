@@ -20,6 +20,7 @@ from coordinator.metadata.yaml_serde import block_to_dict
 
 if TYPE_CHECKING:
     from node.daemon.daemon import Daemon
+    from node.state import WorkState
 
 _STR = {"type": "string"}
 _INT = {"type": "integer", "minimum": 0}
@@ -87,8 +88,8 @@ class NodeApi:
             },
             "ipfs": d.ipfs_info or None,
             "engine": {
-                "running": bool(d.engine and d.engine.running),
-                "starts": d.engine.starts if d.engine else 0,
+                "running": bool(d._engine and d._engine.running),
+                "starts": d._engine.starts if d._engine else 0,
                 "spark_master": d.config.engine.spark_master,
             },
             "datasets": len(d.repo.list()),
@@ -317,7 +318,9 @@ class NodeApi:
 
         return await asyncio.to_thread(read)
 
-    async def work(self, state: str | None = None, did: str | None = None) -> list[dict[str, Any]]:
+    async def work(
+        self, state: WorkState | None = None, did: str | None = None
+    ) -> list[dict[str, Any]]:
         """Work items (verify, publish, dispute) and their states."""
         return [
             {

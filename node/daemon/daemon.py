@@ -107,7 +107,7 @@ class Daemon:
     ipfs_info: dict[str, Any] = field(default_factory=dict, init=False)
     http_port: int | None = field(default=None, init=False)
     rpc_url: str | None = field(default=None, init=False)
-    engine: Any = field(default=None, init=False)
+    _engine: Any = field(default=None, init=False)
     gossip: Any = field(default=None, init=False)
     transport: Any = field(default=None, init=False)
     started_at_ns: int = field(default=0, init=False)
@@ -248,20 +248,27 @@ class Daemon:
 
     # ---- engine
 
-    async def _start_engine(self) -> None:
-        from node.engine_client import EngineClient
+    @property
+    def engine(self) -> Any:
+        """The engine client, created on first use: its modules (gRPC, pyarrow) and its worker
+        process (Spark) cost memory that an idle node should not pay."""
+        if self._engine is None:
+            from node.engine_client import EngineClient
 
-        e = self.config.engine
-        # Lazy: the worker process starts on the first transform/verify, stops when idle.
-        self.engine = EngineClient(
-            master=e.spark_master,
-            idle_timeout=float(e.idle_timeout_s),
-            isolate_network=e.isolate_network,
-        )
+            e = self.config.engine
+            self._engine = EngineClient(
+                master=e.spark_master,
+                idle_timeout=float(e.idle_timeout_s),
+                isolate_network=e.isolate_network,
+            )
+        return self._engine
+
+    async def _start_engine(self) -> None:
+        return None  # nothing to start: the worker starts on the first transform / verify
 
     async def _stop_engine(self) -> None:
-        if self.engine is not None:
-            await asyncio.to_thread(self.engine.close)
+        if self._engine is not None:
+            await asyncio.to_thread(self._engine.close)
 
     # ---- gossip
 
@@ -564,7 +571,7 @@ class Daemon:
         while True:
             for kind in ("verify", "publish", "dispute"):
                 self.metrics.queue_depth.labels(kind).set(self.state.pending_count(kind))
-            self.metrics.engine_running.set(1 if self.engine and self.engine.running else 0)
+            self.metrics.engine_running.set(1 if self._engine and self._engine.running else 0)
             self.state.prune_events(100_000)
             await asyncio.sleep(5.0)
 
