@@ -1015,7 +1015,7 @@ class Simulator:
             tn = self.nodes[t]
             out["eclipse_target"] = {
                 "node": t,
-                "accepted_good": sum(1 for hid in tn.accepted if self.heads[hid].good),
+                "accepted_honest": sum(1 for hid in tn.accepted if self.heads[hid].honest_owner),
                 "trusted_bad": sum(1 for hid in tn.trusted if not self.heads[hid].good),
                 "good_heads_published": len(good_heads),
             }

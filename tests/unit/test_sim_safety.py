@@ -106,7 +106,7 @@ def test_eclipsed_verifier_is_starved_but_never_fooled() -> None:
         )
     )
     t = res["eclipse_target"]
-    assert t["accepted_good"] == 0  # the attackers drop every honest head
+    assert t["accepted_honest"] == 0  # the attackers drop every honest owner's head
     assert t["trusted_bad"] == 0  # and verification catches what they feed it
 
 
