@@ -81,6 +81,7 @@ class DatasetRepository:
         self.clock = clock
         self.key_source = key_source
         self.durable = durable
+        self._alias_index: dict[str, DatasetHandle] = {}
         self.root.mkdir(parents=True, exist_ok=True)
 
     # -- lookup ---------------------------------------------------------------------------------
@@ -113,10 +114,16 @@ class DatasetRepository:
             if not p.is_dir():
                 raise DatasetNotFound(f"dataset not found: {ref}")
             return DatasetHandle(did, self._read_alias(p) or p.name, p)
-        for h in self.list():
-            if h.alias == ref:
-                return h
-        raise DatasetNotFound(f"dataset not found: {ref}")
+        # A remembered alias is confirmed by re-reading that one alias file (another process
+        # may have renamed it); only a miss or a stale entry pays for a full directory scan.
+        cached = self._alias_index.get(ref)
+        if cached is not None and self._read_alias(cached.root) == ref and cached.root.is_dir():
+            return cached
+        self._alias_index = {h.alias: h for h in self.list()}
+        found = self._alias_index.get(ref)
+        if found is None:
+            raise DatasetNotFound(f"dataset not found: {ref}")
+        return found
 
     def open(self, ref: str) -> Dataset:
         """Open a dataset by DID or alias."""

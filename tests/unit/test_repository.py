@@ -151,3 +151,18 @@ def test_normalize_transform() -> None:
     t = normalize_transform(m.TransformSql(engine="spark", query="q"))
     assert t.query is None and t.queries == (m.SqlQueryStep(query="q"),)
     assert normalize_transform(t) is t
+
+
+def test_alias_lookups_see_renames_and_deletes_by_other_instances(tmp_path: Path) -> None:
+    """Alias resolution is cached per instance but never serves a stale answer."""
+    a = make_repo(tmp_path)
+    b = DatasetRepository(tmp_path / "datasets", tmp_path / "keys", clock=lambda: T0)
+    h = a.create_from_snapshot(ROOT)
+    assert a.resolve("root").id == h.id  # now remembered by `a`
+    b.rename("root", "renamed")  # another process renames it
+    with pytest.raises(DatasetNotFound):
+        a.resolve("root")
+    assert a.resolve("renamed").id == h.id
+    b.delete("renamed")
+    with pytest.raises(DatasetNotFound):
+        a.resolve("renamed")
