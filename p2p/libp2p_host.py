@@ -58,6 +58,9 @@ class Libp2pConfig:
     # Network safety: refuse to start unless `lo` is the only interface, and refuse any
     # non-loopback listen/dial address. Only an explicitly "open" deployment turns this off.
     loopback_only: bool = True
+    # Topics a remote peer may join (py-libp2p's default is 100). One topic per dataset: a node
+    # following 1,000 datasets must be heard on all of them.
+    max_topics_per_peer: int = 10_000
 
 
 def _content_msg_id(msg: Any) -> bytes:
@@ -188,6 +191,7 @@ class Libp2pTransport:
             seen_ttl=cfg.seen_ttl_s,
             strict_signing=True,
             msg_id_constructor=_content_msg_id,
+            max_subscriptions_per_peer=cfg.max_topics_per_peer,
         )
         pubsub.counter = time.time_ns()  # seqnos stay fresh across restarts (reference §4)
         listen = [multiaddr.Multiaddr(f"/ip4/{cfg.listen_host}/tcp/{cfg.listen_port}")]
