@@ -582,6 +582,11 @@ class Daemon:
         from coordinator.transform.verify import verify_dataset
 
         did = DatasetId.parse(item.did)
+        newer = [w for w in self.state.work(state="pending", did=item.did) if w.kind == "verify"]
+        if newer:
+            # A newer head is queued: verifying it covers this one (the chain includes it).
+            self.state.log_event("verify.superseded", item.did, {"head": item.head})
+            return
         ds = self.repo.open(item.did)
         chain = await asyncio.to_thread(ds.state)
         inputs: dict[DatasetId, Dataset] = {}
