@@ -555,6 +555,15 @@ _register_transfer_commands()
 register_daemon_commands(app)
 
 
+def _register_sim_commands() -> None:
+    from sim.cli import sim_app
+
+    app.add_typer(sim_app, name="sim")
+
+
+_register_sim_commands()
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

@@ -146,7 +146,8 @@ class Daemon:
             await self.group.start()
             self.started_at_ns = self.clock()
             log.info(
-                "odf-node ready: node_id=%s rpc=%s http=%s ipfs=%s",
+                "odf-node ready: home=%s node_id=%s rpc=%s http=%s ipfs=%s",
+                self.home.path,
                 self.node_id,
                 self.rpc_url,
                 self.http_port,

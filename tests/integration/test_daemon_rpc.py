@@ -159,3 +159,39 @@ def test_sigterm_stops_cleanly_and_removes_the_cookie(tmp_path: Path) -> None:
         assert "service state stopped" in n.tail()
     finally:
         n.stop()
+
+
+def test_ephemeral_node_uses_a_temporary_home_and_removes_it(tmp_path: Path) -> None:
+    import re
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ODF_NODE_")}
+    log = tmp_path / "eph.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "node.cli", "run", "--ephemeral", "--ipfs", "none"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        home = None
+        while time.monotonic() < deadline and home is None:
+            m = re.search(r"odf-node ready: home=(\S+)", log.read_text())
+            home = Path(m.group(1)) if m else None
+            time.sleep(0.2)
+        assert home is not None, log.read_text()[-3000:]
+        from node.rpc.cookie import read_cookie
+
+        url, token = read_cookie(home)
+        assert ":7373/" not in url  # random ports, not the defaults
+        assert call_sync(url, token, "node.status", None, 10)["home"] == str(home)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        assert not home.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
