@@ -42,6 +42,7 @@ from p2p.transport import (
     dataset_topic,
 )
 from p2p.wire import (
+    MAX_HEADS_PER_EXCHANGE,
     decode_heads_request,
     decode_heads_response,
     encode_heads_request,
@@ -192,14 +193,18 @@ class GossipService:
         self._apply(FetchCompleted(req.dataset, req.head, ok, self._clock()))
 
     async def _anti_entropy(self, req: RequestAntiEntropy) -> None:
-        try:
-            raw = await self.transport.request(
-                req.peer, HEADS_PROTOCOL, encode_heads_request(req.datasets), self._timeout_s
-            )
-            envelopes = decode_heads_response(raw)
-        except (TransportError, WireDecodeError):
-            return
-        self._apply(AntiEntropyReceived(req.peer, tuple(envelopes), self._clock()))
+        # A request names at most MAX_HEADS_PER_EXCHANGE datasets (wire limit): a node following
+        # more asks in several rounds.
+        for i in range(0, len(req.datasets), MAX_HEADS_PER_EXCHANGE):
+            chunk = req.datasets[i : i + MAX_HEADS_PER_EXCHANGE]
+            try:
+                raw = await self.transport.request(
+                    req.peer, HEADS_PROTOCOL, encode_heads_request(chunk), self._timeout_s
+                )
+                envelopes = decode_heads_response(raw)
+            except (TransportError, WireDecodeError):
+                return
+            self._apply(AntiEntropyReceived(req.peer, tuple(envelopes), self._clock()))
 
     async def _serve_heads(self, peer: str, data: bytes) -> bytes:
         try:

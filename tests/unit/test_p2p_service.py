@@ -174,3 +174,39 @@ def test_heads_exchange_codec_roundtrip() -> None:
 def test_node_topic_is_joined() -> None:
     c = Cluster(1)
     assert c.services["n0"].topics() == [TOPIC, NODE_TOPIC]
+
+
+def test_anti_entropy_for_many_datasets_is_split_into_wire_sized_requests() -> None:
+    """A node following more datasets than one heads request may name asks in rounds."""
+    from p2p.wire import MAX_HEADS_PER_EXCHANGE
+
+    async def run() -> None:
+        c = Cluster(2)
+        await c.start()
+        await c.owner.publish(TOPIC, ann(3, "h3"))
+        await settle()
+        late = c.add("late")
+        late.core.unsubscribe(DID)
+        for i in range(MAX_HEADS_PER_EXCHANGE + 44):
+            key = generate_private_key((5000 + i).to_bytes(2, "big") * 16)
+            late.core.subscribe(key.dataset_id())
+        late.core.subscribe(DID)  # last: only the second request names it
+        sizes: list[int] = []
+        real_request = late.transport.request
+
+        async def counting(peer: str, protocol: str, data: bytes, timeout_s: float) -> bytes:
+            from p2p.wire import decode_heads_request
+
+            sizes.append(len(decode_heads_request(data)))
+            return await real_request(peer, protocol, data, timeout_s)
+
+        late.transport.request = counting  # type: ignore[method-assign]
+        await late.start()
+        c.net.link("n1", "late")
+        late.peer_connected("n1")
+        await settle()
+        assert sizes == [MAX_HEADS_PER_EXCHANGE, 45]
+        assert c.accepted()["late"] == 3
+        await c.stop()
+
+    asyncio.run(run())
