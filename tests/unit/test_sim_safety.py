@@ -120,3 +120,9 @@ def test_churned_nodes_catch_up_through_anti_entropy() -> None:
     res = run(small(churn={"rate_per_node_hour": 4.0, "mean_offline_s": 120}))
     assert res["counters"]["anti_entropy"] > 0
     assert res["delivery_ratio"] > 0.95
+
+
+def test_nodes_that_go_silent_do_not_stop_delivery_to_honest_nodes() -> None:
+    res = run(small(adversary={"silent_fraction": 0.3, "silent_at_s": 60}))
+    assert res["honest_nodes"] == 21  # the 9 silent ones are not counted as honest
+    assert res["delivery_ratio"] == 1.0
