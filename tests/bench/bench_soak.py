@@ -187,6 +187,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if delay > 0:
                 await asyncio.sleep(delay)
         elapsed = time.monotonic() - wall0
+        import urllib.request
+
+        http_url = node.call("node.status")["http_url"]
+        with urllib.request.urlopen(f"{http_url}/metrics", timeout=30) as r:
+            metrics = r.read().decode()
+        outcomes: dict[str, float] = {}
+        for line in metrics.splitlines():
+            if line.startswith(("odf_announcements_total", "odf_pulls_total")):
+                key, value = line.rsplit(" ", 1)
+                outcomes[key] = float(value)
+        result["gossip_outcomes"] = outcomes
         events = node.call("node.events", kind="verify.verified", limit=1)
         verified_total = node.call("work.list", state="done")
         result.update(
