@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # interface other than lo is visible (socket.if_nameindex(); see node/ipfs/netguard.py).
 NETNS := unshare -rn bash -c
 
-.PHONY: setup run test lint typecheck unit bench bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify bench-soak bench-state p2p-vectors clean
+.PHONY: setup run test lint typecheck unit bench bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify bench-soak bench-state bench-sim p2p-vectors clean
 
 setup: $(STAMP)
 
@@ -66,6 +66,10 @@ bench-pull: setup
 # Verify of a 100-block derivative history with the warm engine worker vs direct Spark SQL.
 bench-verify: setup
 	$(NETNS) 'ip link set lo up && exec $(BIN)/python tests/bench/bench_verify.py'
+
+# Simulator scale: 1,000 and 10,000 nodes x 1 h virtual, one process pinned to one core.
+bench-sim: setup
+	$(BIN)/python tests/bench/bench_sim.py
 
 # One daemon, 1,000 subscriptions, 50 announcements/s for 10 minutes (isolates itself).
 bench-soak: setup

@@ -117,9 +117,7 @@ def run(
     ipfs_mode: Annotated[
         str | None, typer.Option("--ipfs", help="IPFS mode: embedded, external or none.")
     ] = None,
-    log_format: Annotated[
-        str | None, typer.Option("--log-format", help="text or json.")
-    ] = None,
+    log_format: Annotated[str | None, typer.Option("--log-format", help="text or json.")] = None,
 ) -> None:
     """Run the node daemon in the foreground until SIGINT/SIGTERM.
 
@@ -398,8 +396,16 @@ def dataset_log(
 def dataset_transform(
     ref: Annotated[str, typer.Argument(help="Derivative dataset alias or did:odf.")],
     master: Annotated[
-        str, typer.Option("--spark-master", help="spark.master of the engine worker.")
+        str,
+        typer.Option(
+            "--spark-master",
+            help="spark.master of the engine worker (local[N], spark://…; sc:// is refused).",
+        ),
     ] = "local[*]",
+    memory_limit: Annotated[
+        int,
+        typer.Option("--engine-memory-limit", help="Memory bound of the engine request, MiB."),
+    ] = 0,
     home: HomeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -415,7 +421,12 @@ def dataset_transform(
         emit(result_rpc, as_json)
         return
     repo = h.repository()
-    with EngineClient(master=master, idle_timeout=0) as engine, _write_lock(h):
+    with (
+        EngineClient(
+            master=master, idle_timeout=0, memory_limit=(memory_limit << 20) or None
+        ) as engine,
+        _write_lock(h),
+    ):
         try:
             ds = repo.open(ref)
             result = run_transform(
@@ -449,8 +460,16 @@ def dataset_verify(
         bool, typer.Option("--integrity", help="Check hashes only (no transform replay).")
     ] = False,
     master: Annotated[
-        str, typer.Option("--spark-master", help="spark.master of the engine worker.")
+        str,
+        typer.Option(
+            "--spark-master",
+            help="spark.master of the engine worker (local[N], spark://…; sc:// is refused).",
+        ),
     ] = "local[*]",
+    memory_limit: Annotated[
+        int,
+        typer.Option("--engine-memory-limit", help="Memory bound of the engine request, MiB."),
+    ] = 0,
     home: HomeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -471,7 +490,9 @@ def dataset_verify(
         return
     repo = h.repository()
     with (
-        EngineClient(master=master, idle_timeout=0) as engine,
+        EngineClient(
+            master=master, idle_timeout=0, memory_limit=(memory_limit << 20) or None
+        ) as engine,
         Progress(
             TextColumn("{task.description}"),
             BarColumn(),

@@ -95,6 +95,7 @@ class EngineSection:
     spark_master: str
     idle_timeout_s: int
     isolate_network: bool
+    memory_limit_mib: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,8 +219,8 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError("pipeline: need 0 < retry_base_s <= retry_cap_s")
     if cfg.metadata.block_version not in (2, 3):
         raise ConfigError(f"metadata.block_version: {cfg.metadata.block_version} is not 2 or 3")
-    if cfg.engine.idle_timeout_s < 0:
-        raise ConfigError("engine.idle_timeout_s must be >= 0")
+    if cfg.engine.idle_timeout_s < 0 or cfg.engine.memory_limit_mib < 0:
+        raise ConfigError("engine.idle_timeout_s and engine.memory_limit_mib must be >= 0")
     if cfg.network.loopback_only:
         for host, what in (
             (cfg.rpc.host, "rpc.host"),

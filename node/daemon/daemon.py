@@ -261,6 +261,7 @@ class Daemon:
                 master=e.spark_master,
                 idle_timeout=float(e.idle_timeout_s),
                 isolate_network=e.isolate_network,
+                memory_limit=(e.memory_limit_mib << 20) or None,
             )
         return self._engine
 
