@@ -187,7 +187,8 @@ class Dataset:
         if not blocks:
             raise ValueError("nothing to append")
         with self.write_lock():
-            self._state_cache = None
+            # The cached state is keyed by the head it describes: if another writer moved the
+            # head, state() re-validates from the Seed; otherwise appending costs O(new blocks).
             state = self.state()
             start_head = state.head
             hashes = []
