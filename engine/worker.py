@@ -145,6 +145,16 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    parent = os.getppid()
+
+    def watch_parent() -> None:
+        # If the node that started us dies (even by SIGKILL), we are re-parented: stop, so no
+        # orphaned Spark JVM keeps gigabytes of memory for nobody.
+        while not stop.wait(1.0):
+            if os.getppid() != parent:
+                stop.set()
+
+    threading.Thread(target=watch_parent, name="parent-watch", daemon=True).start()
     print(f"READY {args.listen}", flush=True)
     stop.wait()
     server.stop(grace=2).wait()

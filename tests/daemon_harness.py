@@ -39,6 +39,13 @@ def _toml(config: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def descendants(pid: int) -> list[int]:
     """PIDs of every live descendant of ``pid`` (read from /proc)."""
     children: dict[int, list[int]] = {}
@@ -138,9 +145,17 @@ class NodeProcess:
         """SIGKILL the daemon (children it started are ended after it, by PID)."""
         assert self.proc is not None
         self._orphans = descendants(self.proc.pid)
+        workers = [pid for pid in self._orphans if b"engine.worker" in _cmdline(pid)]
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(30)
+        # The engine worker notices its node is gone and stops by itself (no orphaned JVM).
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(_cmdline(p) for p in workers):
+            time.sleep(0.2)
+        outlived = [p for p in workers if _cmdline(p)]
         self._end_orphans(keep_ipfs=True)
+        if outlived:
+            raise AssertionError(f"engine worker(s) {outlived} outlived their killed node")
 
     def _end_orphans(self, *, keep_ipfs: bool) -> None:
         for pid in self._orphans:
