@@ -16,7 +16,6 @@ from typing import Annotated, Any
 
 import typer
 
-from sim import plots
 from sim.scenario import ScenarioError, load, parse_value
 from sim.simulator import run as simulate
 
@@ -66,6 +65,8 @@ def run_cmd(
         outdir.mkdir(parents=True, exist_ok=True)
         (outdir / "cluster.json").write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
         if plot:
+            from sim import plots  # matplotlib is slow to import: only when plotting
+
             plots.cluster_cdf(res, outdir / "cluster_cdf.png")
         typer.echo(json.dumps(res, sort_keys=True) if json_out else json.dumps(res, indent=2))
         return
@@ -74,6 +75,8 @@ def run_cmd(
     outdir.mkdir(parents=True, exist_ok=True)
     (outdir / "results.json").write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
     if plot:
+        from sim import plots
+
         plots.latency_cdf([res], outdir / "latency_cdf.png", f"{sc.name}, seed {res['seed']}")
     if json_out:
         typer.echo(json.dumps(res, sort_keys=True))
@@ -126,6 +129,8 @@ def sweep_cmd(
     outdir = out or Path("sim-results") / f"sweep-{Path(scenario).stem}"
     outdir.mkdir(parents=True, exist_ok=True)
     (outdir / "sweep.json").write_text(json.dumps(rows, indent=2, sort_keys=True) + "\n")
+    from sim import plots  # matplotlib is slow to import: only when plotting
+
     plots.detection_vs_malicious(rows, outdir / "detection_vs_malicious.png")
     plots.cost_vs_safety(rows, outdir / "cost_vs_safety.png")
     plots.latency_cdf(rows, outdir / "latency_cdf.png")

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.errors import OdfNodeError
+from coordinator.errors import OdfNodeError, RefCASFailed
 from coordinator.identity import DatasetId, PrivateKey, load_private_key
 from coordinator.metadata import model as m
 from coordinator.multiformats import Multihash
@@ -487,7 +487,8 @@ class Daemon:
                         "pull.rejected", did.as_did_str(), {"url": url, "error": str(e)}
                     )
                     continue
-                except (TransferError, OSError) as e:
+                except (TransferError, RefCASFailed, OSError) as e:
+                    # RefCASFailed: our copy moved meanwhile (another pull); retried later.
                     self.metrics.pulls.labels("unavailable").inc()
                     errors.append(f"{url}: {e}")
                     continue

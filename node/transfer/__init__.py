@@ -17,7 +17,20 @@ from node.transfer.errors import (
     SourceUnavailable,
     TransferError,
 )
-from node.transfer.pull import HeadComparison, PullOptions, PullResult, pull_url
+from typing import Any
+
+_PULL_NAMES = frozenset({"HeadComparison", "PullOptions", "PullResult", "pull_url"})
+
+
+def __getattr__(name: str) -> Any:
+    # Pull brings pyarrow along; importing the package (for its errors, the server or the CLI)
+    # must not cost an idle daemon that memory.
+    if name in _PULL_NAMES:
+        from node.transfer import pull
+
+        return getattr(pull, name)
+    raise AttributeError(f"module 'node.transfer' has no attribute {name!r}")
+
 
 __all__ = [
     "DivergedHeads",
