@@ -74,6 +74,7 @@ class GossipService:
         *,
         tick_interval_s: float = 1.0,
         request_timeout_s: float = 5.0,
+        catch_up_delay_s: float = 0.5,
     ) -> None:
         """Wire ``core`` to ``transport``; call :meth:`start` inside a running loop."""
         self.core = core
@@ -86,6 +87,9 @@ class GossipService:
         self.log = ServiceLog()
         self._listeners: list[Callable[[Decision], None]] = []
         self._joined: set[str] = set()
+        self._catch_up: set[DatasetId] = set()
+        self._catch_up_task: asyncio.Future[None] | None = None
+        self._catch_up_delay_s = catch_up_delay_s
 
     def on_decision(self, listener: Callable[[Decision], None]) -> None:
         """Call ``listener`` with every decision the core makes (in order)."""
@@ -122,8 +126,19 @@ class GossipService:
             self.transport.set_validator(topic, self._validate)
             self._spawn(self._drain(self.transport.subscribe(topic)))
         if not known:
-            for peer in self.transport.connected_peers():
-                self._spawn(self._anti_entropy(RequestAntiEntropy(peer, (did,))))
+            # Batched: following many datasets at once (an operator subscribing 1,000) asks each
+            # peer once per batch, not once per dataset.
+            self._catch_up.add(did)
+            if self._catch_up_task is None:
+                self._catch_up_task = asyncio.ensure_future(self._catch_up_soon())
+                self._tasks.add(self._catch_up_task)
+                self._catch_up_task.add_done_callback(self._tasks.discard)
+
+    async def _catch_up_soon(self) -> None:
+        await asyncio.sleep(self._catch_up_delay_s)
+        dids, self._catch_up, self._catch_up_task = tuple(self._catch_up), set(), None
+        for peer in self.transport.connected_peers():
+            await self._anti_entropy(RequestAntiEntropy(peer, dids))
 
     def unfollow(self, did: DatasetId) -> None:
         """Stop following ``did`` (its topic stays joined; the core ignores its messages)."""

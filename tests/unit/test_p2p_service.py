@@ -210,3 +210,42 @@ def test_anti_entropy_for_many_datasets_is_split_into_wire_sized_requests() -> N
         await c.stop()
 
     asyncio.run(run())
+
+
+def test_following_many_datasets_asks_each_peer_once_per_batch() -> None:
+    async def run() -> None:
+        c = Cluster(1)
+        await c.start()
+        await c.owner.publish(TOPIC, ann(2, "h2"))
+        await settle()
+        net_node = c.net.add("late")
+        late = GossipService(
+            ProtocolCore(CoreConfig(), random.Random("late"), []),
+            net_node,
+            lambda: c.now,
+            lambda req: asyncio.sleep(0, result=True),
+            tick_interval_s=60,
+            catch_up_delay_s=0,
+        )
+        requests: list[int] = []
+        real_request = net_node.request
+
+        async def counting(peer: str, protocol: str, data: bytes, timeout_s: float) -> bytes:
+            from p2p.wire import decode_heads_request
+
+            requests.append(len(decode_heads_request(data)))
+            return await real_request(peer, protocol, data, timeout_s)
+
+        net_node.request = counting  # type: ignore[method-assign]
+        await late.start()
+        c.net.link("n0", "late")
+        others = [generate_private_key(bytes([0x70 + i]) * 32).dataset_id() for i in range(5)]
+        for did in [*others, DID]:
+            await late.follow(did)
+        await settle()
+        assert requests == [6]  # one request to the one peer, naming all six datasets
+        assert late.core.accepted(DID) is not None  # and the head arrived through it
+        await late.stop()
+        await c.stop()
+
+    asyncio.run(run())
