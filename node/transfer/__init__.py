@@ -6,6 +6,8 @@
 * :mod:`node.transfer.server` -- read-only Simple Transfer Protocol HTTP server.
 """
 
+from typing import Any
+
 from node.transfer.errors import (
     DivergedHeads,
     InvalidRemoteChain,
@@ -17,7 +19,6 @@ from node.transfer.errors import (
     SourceUnavailable,
     TransferError,
 )
-from typing import Any
 
 _PULL_NAMES = frozenset({"HeadComparison", "PullOptions", "PullResult", "pull_url"})
 
