@@ -8,7 +8,7 @@ Inside a private loopback-only namespace (the script re-executes itself under ``
    (no engine worker running, nothing subscribed);
 3. subscribes it to every dataset over JSON-RPC;
 4. for ``--minutes`` (default 10) appends a block to a dataset and gossips its signed head
-   announcement, round-robin, at ``--rate`` (default 50/s) spread over ``--publishers`` libp2p
+   announcement, round-robin, at ``--rate`` (default 50/s) spread over ``--publishers`` (25) libp2p
    hosts (the protocol core allows 5 msg/s per peer, as a real network spreads load over peers);
    the daemon pulls each head over HTTP, checks it and attests it;
 5. samples every 5 s: daemon RSS, CPU (``/proc/<pid>/stat``), queue depths and the latency of a
@@ -234,7 +234,7 @@ def main() -> None:
     p.add_argument("--datasets", type=int, default=1000)
     p.add_argument("--rate", type=float, default=50.0)
     p.add_argument("--minutes", type=float, default=10.0)
-    p.add_argument("--publishers", type=int, default=10)
+    p.add_argument("--publishers", type=int, default=25)
     args = p.parse_args()
     if os.environ.get("ODF_SOAK_IN_NETNS") != "1":
         cmd = "ip link set lo up && exec " + " ".join([sys.executable, *sys.argv])
