@@ -66,7 +66,10 @@ def test_request_over_memory_limit_fails_typed_and_worker_recovers(tmp_path: Pat
     inputs = inputs_of(root)
     ok = make_derivative(tmp_path, "ok", [(root, "cities")], MAP)
     hog = make_derivative(tmp_path, "hog", [(root, "cities")], HOG)
-    with EngineClient(master="local[1]", idle_timeout=0) as client:
+    # A roomy heap: the JVM must grow past the limit (and be stopped by the watchdog) rather
+    # than die of its own OutOfMemoryError first, which depends on timing on a loaded machine.
+    conf = {"spark.driver.memory": "3g"}
+    with EngineClient(master="local[1]", idle_timeout=0, spark_conf=conf) as client:
         assert run_transform(ok, inputs, client, clock=clock) is not None
         warm = client.worker_rss()
         assert warm > 100 << 20  # a JVM and a Python interpreter
