@@ -8,9 +8,11 @@ failures print one clear line and exit with status 1.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -42,6 +44,19 @@ HomeOpt = Annotated[
     typer.Option("--home", envvar="ODF_NODE_HOME", help="Node home directory."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
+MasterOpt = Annotated[
+    str,
+    typer.Option(
+        "--spark-master",
+        help="spark.master of the engine worker (local[N], spark://…; sc:// is refused).",
+    ),
+]
+MemoryLimitOpt = Annotated[
+    int,
+    typer.Option(
+        "--engine-memory-limit", help="Memory bound of the engine request, MiB (0 = none)."
+    ),
+]
 
 
 def _home(home: Path | None, *, create: bool = True) -> NodeHome:
@@ -395,17 +410,8 @@ def dataset_log(
 @dataset_app.command("transform")
 def dataset_transform(
     ref: Annotated[str, typer.Argument(help="Derivative dataset alias or did:odf.")],
-    master: Annotated[
-        str,
-        typer.Option(
-            "--spark-master",
-            help="spark.master of the engine worker (local[N], spark://…; sc:// is refused).",
-        ),
-    ] = "local[*]",
-    memory_limit: Annotated[
-        int,
-        typer.Option("--engine-memory-limit", help="Memory bound of the engine request, MiB."),
-    ] = 0,
+    master: MasterOpt = "local[*]",
+    memory_limit: MemoryLimitOpt = 0,
     home: HomeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -459,17 +465,8 @@ def dataset_verify(
     integrity: Annotated[
         bool, typer.Option("--integrity", help="Check hashes only (no transform replay).")
     ] = False,
-    master: Annotated[
-        str,
-        typer.Option(
-            "--spark-master",
-            help="spark.master of the engine worker (local[N], spark://…; sc:// is refused).",
-        ),
-    ] = "local[*]",
-    memory_limit: Annotated[
-        int,
-        typer.Option("--engine-memory-limit", help="Memory bound of the engine request, MiB."),
-    ] = 0,
+    master: MasterOpt = "local[*]",
+    memory_limit: MemoryLimitOpt = 0,
     home: HomeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -551,8 +548,9 @@ def dataset_verify(
         raise typer.Exit(2)
 
 
-def _write_lock(h: NodeHome) -> Any:
-    """The home's writer lock for a direct (no daemon) write; a clear error if taken."""
+@contextlib.contextmanager
+def _write_lock(h: NodeHome) -> Iterator[None]:
+    """The home's writer lock for a direct (no daemon) write; a clear error if it is taken."""
     from node.daemon.lock import HomeLock
 
     lock = HomeLock(h.path)
@@ -560,8 +558,10 @@ def _write_lock(h: NodeHome) -> Any:
         lock.acquire_cli()
     except OdfNodeError as e:
         _fail(str(e))
-    lock.release()
-    return HomeLock(h.path)
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _register_transfer_commands() -> None:

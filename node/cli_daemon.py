@@ -57,15 +57,10 @@ def daemon_endpoint(home: Path) -> tuple[str, str] | None:
 
 def rpc_call(home: Path, method: str, params: dict[str, Any] | None = None) -> Any:
     """Call ``method`` on the daemon of ``home``; fail with a clear message if none runs."""
-    from node.rpc.client import call_sync
-
-    ep = daemon_endpoint(home)
-    if ep is None:
+    ok, result = maybe_rpc(home, method, params or {})
+    if not ok:
         _fail(f"no daemon is running on {home}: start one with `odf-node run`")
-    try:
-        return call_sync(ep[0], ep[1], method, params or None, timeout=3600)
-    except OdfNodeError as e:
-        _fail(str(e))
+    return result
 
 
 def maybe_rpc(home: Path, method: str, params: dict[str, Any]) -> tuple[bool, Any]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coordinator.errors import DatasetNotFound, OdfNodeError
+from coordinator.errors import OdfNodeError
 from coordinator.identity import DatasetId
 from coordinator.metadata.yaml_serde import block_to_dict
 
@@ -503,4 +503,4 @@ METHODS: tuple[MethodSpec, ...] = (
     ),
 )
 
-__all__ = ["METHODS", "DatasetNotFound", "InvalidArgument", "MethodSpec", "NodeApi", "Param"]
+__all__ = ["METHODS", "InvalidArgument", "MethodSpec", "NodeApi", "Param"]
