@@ -18,7 +18,7 @@ dataset's head has not moved since planning.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,19 +87,73 @@ class OutputPaths:
         return cls(new_data_path=out / "data", new_checkpoint_path=out / "checkpoint")
 
 
+class ChainCache:
+    """Decoded blocks by hash, shared by the plans of one replay.
+
+    Planning one replayed block walks chains back from a head: the output's vocabulary (to the
+    Seed when there is no ``SetVocab``), the previous checkpoint, each input's vocabulary and
+    slice. Uncached, a replay of N blocks decodes (and re-hashes) O(N^2) blocks: ~0.05 s per
+    block at N = 100. Blocks are content-addressed, so a block read once (its hash verified)
+    is the same block in any dataset, and a cache keyed by hash can never go stale.
+    """
+
+    def __init__(self) -> None:
+        self._blocks: dict[Multihash, m.MetadataBlock] = {}
+        self._vocab: dict[Multihash, Vocab] = {}
+
+    def get_block(self, dataset: Dataset, h: Multihash) -> m.MetadataBlock:
+        """The block ``h`` of ``dataset`` (read and verified on first use)."""
+        block = self._blocks.get(h)
+        if block is None:
+            block = self._blocks[h] = dataset.get_block(h)
+        return block
+
+    def iter_blocks(
+        self, dataset: Dataset, head: Multihash | None = None
+    ) -> Iterator[tuple[Multihash, m.MetadataBlock]]:
+        """Like :meth:`Dataset.iter_blocks` (newest first from ``head``), through the cache."""
+        h = head if head is not None else dataset.head()
+        while h is not None:
+            block = self.get_block(dataset, h)
+            yield h, block
+            h = block.prev_block_hash
+
+    def vocab(self, dataset: Dataset, head: Multihash | None = None) -> Vocab:
+        """:func:`dataset_vocab`, memoised by head hash."""
+        h = head if head is not None else dataset.head()
+        if h is None:
+            return Vocab()
+        v = self._vocab.get(h)
+        if v is None:
+            v = self._vocab[h] = dataset_vocab(dataset, h, cache=self)
+        return v
+
+
+def _blocks(
+    dataset: Dataset, head: Multihash | None, cache: ChainCache | None
+) -> Iterator[tuple[Multihash, m.MetadataBlock]]:
+    return dataset.iter_blocks(head) if cache is None else cache.iter_blocks(dataset, head)
+
+
 # -- chain helpers -------------------------------------------------------------------------------
 
 
-def dataset_vocab(dataset: Dataset, head: Multihash | None = None) -> Vocab:
+def dataset_vocab(
+    dataset: Dataset, head: Multihash | None = None, *, cache: ChainCache | None = None
+) -> Vocab:
     """The vocabulary in force at ``head`` (the newest ``SetVocab``, else ODF's defaults)."""
-    for _, block in dataset.iter_blocks(head):
+    for _, block in _blocks(dataset, head, cache):
         if isinstance(block.event, m.SetVocab):
             return Vocab.of(block.event)
     return Vocab()
 
 
 def input_slice(
-    dataset: Dataset, prev_block_hash: Multihash | None, new_block_hash: Multihash | None
+    dataset: Dataset,
+    prev_block_hash: Multihash | None,
+    new_block_hash: Multihash | None,
+    *,
+    cache: ChainCache | None = None,
 ) -> InputSlice:
     """Data files, explicit watermarks and last offset of the blocks ``(prev, new]``.
 
@@ -112,7 +166,7 @@ def input_slice(
     marks: list[Watermark] = []
     new_offset: int | None = None
     found_prev = prev_block_hash is None
-    for h, block in dataset.iter_blocks(new_block_hash):
+    for h, block in _blocks(dataset, new_block_hash, cache):
         if h == prev_block_hash:
             found_prev = True
             break
@@ -131,9 +185,11 @@ def input_slice(
     return InputSlice(data_paths=tuple(paths), watermarks=tuple(marks), new_offset=new_offset)
 
 
-def _schema_file(dataset: Dataset, head: Multihash | None) -> Path | None:
+def _schema_file(
+    dataset: Dataset, head: Multihash | None, cache: ChainCache | None = None
+) -> Path | None:
     """The newest data file at or before ``head``: it carries the input's schema."""
-    for _, block in dataset.iter_blocks(head):
+    for _, block in _blocks(dataset, head, cache):
         e = block.event
         if isinstance(e, m.AddData | m.ExecuteTransform) and e.new_data is not None:
             return dataset.data.path_of(e.new_data.physical_hash)
@@ -153,6 +209,7 @@ def _request_input(
     dataset: Dataset,
     q: m.ExecuteTransformInput,
     sl: InputSlice,
+    cache: ChainCache | None = None,
 ) -> TransformRequestInput:
     interval = None
     if q.new_offset is not None:
@@ -163,10 +220,10 @@ def _request_input(
         dataset_id=did,
         dataset_alias=alias,
         query_alias=alias,
-        vocab=dataset_vocab(dataset, head),
+        vocab=dataset_vocab(dataset, head) if cache is None else cache.vocab(dataset, head),
         offset_interval=interval,
         data_paths=sl.data_paths,
-        schema_file=_schema_file(dataset, head),
+        schema_file=_schema_file(dataset, head, cache),
         explicit_watermarks=sl.watermarks,
     )
 
@@ -187,10 +244,12 @@ def _resolve(inputs: Mapping[DatasetId, Dataset], did: DatasetId) -> Dataset:
         raise TransformPlanError(f"input dataset {did} is not available locally") from None
 
 
-def _prev_checkpoint(dataset: Dataset, h: Multihash | None) -> m.Checkpoint | None:
+def _prev_checkpoint(
+    dataset: Dataset, h: Multihash | None, cache: ChainCache | None = None
+) -> m.Checkpoint | None:
     if h is None:
         return None
-    for _, block in dataset.iter_blocks():
+    for _, block in _blocks(dataset, None, cache):
         e = block.event
         if (
             isinstance(e, m.ExecuteTransform)
@@ -288,11 +347,13 @@ def plan_replay(
     set_transform: m.SetTransform | None = None,
     vocab: Vocab | None = None,
     alias: str = "",
+    cache: ChainCache | None = None,
 ) -> TransformPlan:
     """Rebuild the request that produced the published ``ExecuteTransform`` in ``block``.
 
     Like kamu, the current ``SetTransform``/``SetVocab`` are used unless given (transform
-    evolution is a TODO in kamu too).
+    evolution is a TODO in kamu too). A replay of many blocks passes one ``cache`` to every
+    call, so each block of the chains is read once (see :class:`ChainCache`).
 
     Raises:
         TransformPlanError: the block is not an ExecuteTransform, or an input is missing.
@@ -307,19 +368,21 @@ def plan_replay(
     req_inputs = []
     for q in e.query_inputs:
         in_ds = _resolve(inputs, q.dataset_id)
-        sl = input_slice(in_ds, q.prev_block_hash, q.new_block_hash)
+        sl = input_slice(in_ds, q.prev_block_hash, q.new_block_hash, cache=cache)
         if sl.new_offset != q.new_offset and q.new_offset is not None:
             # The published interval claims offsets the input blocks do not end at; replay the
             # request exactly as published anyway (the comparison will then flag it).
             pass
         alias_ = _alias_of(set_transform.inputs, q.dataset_id)
-        req_inputs.append(_request_input(q.dataset_id, alias_, in_ds, q, sl))
+        req_inputs.append(_request_input(q.dataset_id, alias_, in_ds, q, sl, cache))
+    if vocab is None:
+        vocab = dataset_vocab(dataset) if cache is None else cache.vocab(dataset)
     return TransformPlan(
         request=TransformRequest(
             dataset_id=state.dataset_id,
             dataset_alias=alias,
             system_time=block.system_time,
-            vocab=vocab if vocab is not None else dataset_vocab(dataset),
+            vocab=vocab,
             transform=set_transform.transform,
             query_inputs=tuple(req_inputs),
             next_offset=0 if e.prev_offset is None else e.prev_offset + 1,
@@ -330,7 +393,7 @@ def plan_replay(
             new_data_path=paths.new_data_path,
         ),
         query_inputs=e.query_inputs,
-        prev_checkpoint=_prev_checkpoint(dataset, e.prev_checkpoint),
+        prev_checkpoint=_prev_checkpoint(dataset, e.prev_checkpoint, cache),
         prev_offset=e.prev_offset,
         expected_head=block.prev_block_hash,
     )
@@ -490,6 +553,7 @@ def clear_outputs(paths: OutputPaths) -> None:
 
 
 __all__ = [
+    "ChainCache",
     "CommitResult",
     "InputSlice",
     "OutputPaths",

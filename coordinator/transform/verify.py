@@ -34,6 +34,7 @@ from coordinator.transform.model import (
     TransformSuccess,
 )
 from coordinator.transform.plan import (
+    ChainCache,
     OutputPaths,
     TransformError,
     build_event,
@@ -238,7 +239,8 @@ def replay_transforms(
         listener: progress callback.
     """
     report = ReplayReport(head=dataset.head())
-    chain = list(dataset.iter_blocks())
+    cache = ChainCache()  # every block of every chain read once for the whole replay
+    chain = list(cache.iter_blocks(dataset, report.head))
     chain.reverse()
     set_transform: m.SetTransform | None = None
     todo: list[tuple[Multihash, m.MetadataBlock, m.SetTransform]] = []
@@ -264,7 +266,9 @@ def replay_transforms(
             published = block.event
             assert isinstance(published, m.ExecuteTransform)
             try:
-                plan = plan_replay(dataset, inputs, block, paths=paths, set_transform=current)
+                plan = plan_replay(
+                    dataset, inputs, block, paths=paths, set_transform=current, cache=cache
+                )
             except TransformError as e:
                 report.verdict, report.error, report.error_block = Verdict.ERROR, str(e), h
                 return report
