@@ -9,7 +9,7 @@ as "unknown, retry with backoff", never as "absent".
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Protocol
@@ -40,9 +40,15 @@ class Source(Protocol):
         """Entry names of a directory if the source can list them (``None``: it cannot)."""
         ...
 
-    async def export_blocks(self, max_bytes: int) -> list[bytes] | None:
+    async def export_blocks(
+        self, max_bytes: int, on_block: Callable[[bytes], None] | None = None
+    ) -> list[bytes] | None:
         """Candidate contents of every ``blocks/`` file in one transfer, unverified (``None``:
-        the source cannot do that cheaply; the pull then fetches blocks one by one)."""
+        the source cannot do that cheaply; the pull then fetches blocks one by one).
+
+        ``on_block`` is called with each candidate as soon as it arrives, so the caller can
+        act on early blocks while the rest still stream.
+        """
         ...
 
     async def close(self) -> None:
@@ -81,7 +87,9 @@ class HttpSource:
         """The Simple Transfer Protocol has no listing."""
         return None
 
-    async def export_blocks(self, max_bytes: int) -> list[bytes] | None:
+    async def export_blocks(
+        self, max_bytes: int, on_block: Callable[[bytes], None] | None = None
+    ) -> list[bytes] | None:
         """The Simple Transfer Protocol has no bulk transfer."""
         return None
 
@@ -152,7 +160,9 @@ class IpfsSource:
             self._cids[f"{rel_dir}/{e['Name']}"] = str(e["Hash"])
         return [str(e["Name"]) for e in entries]
 
-    async def export_blocks(self, max_bytes: int) -> list[bytes] | None:
+    async def export_blocks(
+        self, max_bytes: int, on_block: Callable[[bytes], None] | None = None
+    ) -> list[bytes] | None:
         """Every raw leaf under ``blocks/`` from one ``dag/export`` (RPC API only).
 
         One call instead of one round trip per block (js-ipfs: ~0.7 s for 1,000 blocks against
@@ -176,6 +186,8 @@ class IpfsSource:
                 async for block in read_car(chunks, max_bytes=max_bytes):
                     if block.codec == RAW_CODEC:
                         out.append(block.data)
+                        if on_block is not None:
+                            on_block(block.data)
             return out
         except (IpfsError, CarError, TransientSourceError, aiohttp.ClientError, TimeoutError):
             return None
@@ -218,7 +230,9 @@ class LocalSource:
         except OSError:
             return None
 
-    async def export_blocks(self, max_bytes: int) -> list[bytes] | None:
+    async def export_blocks(
+        self, max_bytes: int, on_block: Callable[[bytes], None] | None = None
+    ) -> list[bytes] | None:
         """Local files are read one by one as cheaply as in bulk."""
         return None
 

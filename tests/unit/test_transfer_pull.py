@@ -387,3 +387,22 @@ def test_crash_between_staging_commit_and_rename(
     assert r.created and r.new_head == other.head()  # type: ignore[attr-defined]
     assert verify_integrity(repo3.open("ds")).ok
     assert len(list(repo3.root.iterdir())) == 1
+
+
+def test_block_files_written_durably_in_one_flush(tmp_path: Path) -> None:
+    """Blocks are written under their names and flushed; a torn file under a name is replaced."""
+    from coordinator.storage.fs import can_sync_filesystem, sync_filesystem
+    from coordinator.storage.objects import FsObjectRepository
+
+    pull_mod = importlib.import_module("node.transfer.pull")
+    store = FsObjectRepository(tmp_path / "blocks", durable=True)
+    blobs = [f"block {i}".encode() * 20 for i in range(50)]
+    hashes = [Multihash.sha3_256(b) for b in blobs]
+    store.directory.mkdir(parents=True)
+    store.path_of(hashes[0]).write_bytes(b"")  # as a power loss could leave it
+    pull_mod._write_blocks(store, hashes, blobs, True)
+    for h, b in zip(hashes, blobs, strict=True):
+        assert store.get_bytes(h, verify=True) == b
+    assert not [p for p in store.directory.iterdir() if p.name.startswith(".")]
+    if can_sync_filesystem():
+        sync_filesystem(tmp_path)  # callable on any path of the file system
