@@ -14,12 +14,12 @@ NETNS := unshare -rn bash -c
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml js/package-lock.json
+$(STAMP): pyproject.toml constraints.txt js/package-lock.json
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
 	@command -v npm >/dev/null || { echo "npm (Node.js >= 18) is required for the embedded IPFS node"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	# The embedded IPFS node (js-ipfs 0.66.1), installed exactly as locked.
 	cd js && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	touch $(STAMP)

@@ -133,8 +133,10 @@ def test_owner_subscribers_attest_then_dispute_forgery(
     der_head = tr["new_head"]
     owner.wait_for(
         "publications",
-        lambda: not owner.call("work.list", state="pending")
-        and not owner.call("work.list", state="claimed"),
+        lambda: (
+            not owner.call("work.list", state="pending")
+            and not owner.call("work.list", state="claimed")
+        ),
     )
     assert not owner.call("work.list", state="failed")
 

@@ -41,9 +41,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
         n.stop()
 
 
-def raw_post(
-    n: NodeProcess, body: bytes, headers: dict[str, str] | None = None
-) -> tuple[int, Any]:
+def raw_post(n: NodeProcess, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, Any]:
     h = {"Content-Type": "application/json", "Authorization": f"Bearer {n.token}"}
     h.update(headers or {})
     h = {k: v for k, v in h.items() if v}
