@@ -16,6 +16,12 @@ then, from that same daemon's RPC API:
 ``--rounds`` (default 3) repeats cat, pull and walk back to back against the same daemon and
 prints the median of each figure and the 1-minute load average.
 
+CPU accounting (from ``/proc/<pid>/stat`` of the js-ipfs process and ``getrusage`` of this
+one, all threads) shows where a pull's time can go on this machine: the least CPU any
+verified pull needs is what js-ipfs spends serving every byte the pull reads (``raw-all``)
+plus sha3-256 over the parts (timed here on one core); spread over all cores, that gives the
+best pull / cat ratio the machine allows (``bound``), next to the measured one.
+
 Must run in a loopback-only namespace (the launcher refuses otherwise)::
 
     unshare -rn bash -c 'ip link set lo up; .venv/bin/python tests/bench/bench_pull.py'
@@ -25,9 +31,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import importlib
 import json
+import os
 import random
+import resource
 import shutil
 import statistics
 import tempfile
@@ -50,6 +59,28 @@ def _repo(path: Path) -> DatasetRepository:
     return DatasetRepository(
         path / "datasets", path / "keys", clock=lambda: Timestamp.parse("2024-01-01T00:00:00Z")
     )
+
+
+def _proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _self_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _sha3_cpu_s(paths: list[Path]) -> float:
+    """CPU seconds of sha3-256 over the files (one thread, files read beforehand)."""
+    total = 0.0
+    for p in paths:
+        data = p.read_bytes()
+        t0 = time.thread_time()
+        hashlib.sha3_256(data).digest()
+        total += time.thread_time() - t0
+    return total
 
 
 async def _cat_all(client: IpfsClient, paths: list[str], parallel: int) -> int:
@@ -107,23 +138,33 @@ async def bench(
             await _cat_all(client, part_paths, parallel)
         head = src.head()
         assert head is not None
+        assert node.process is not None
+        ipfs_pid = node.process.pid
+        part_files = [src.data.path_of(h) for h in src.data.iter_hashes()]
+        cores = len(os.sched_getaffinity(0))
         out = []
         for i in range(rounds):
             # cat and pull back to back in each round, so both see the same machine load.
             async with IpfsClient(node.api_url, timeout_s=600) as client:
+                c_ipfs, c_self = _proc_cpu_s(ipfs_pid), _self_cpu_s()
                 t0 = time.perf_counter()
                 n = await _cat_all(client, part_paths, parallel)
                 cat_s = time.perf_counter() - t0
+                cat_ipfs_cpu = _proc_cpu_s(ipfs_pid) - c_ipfs
+                cat_self_cpu = _self_cpu_s() - c_self
                 assert n == data_bytes
                 # Every byte the pull reads, unverified and discarded: blocks/ in one
                 # dag/export (as the pull reads it), then the parts.
+                c_ipfs = _proc_cpu_s(ipfs_pid)
                 t0 = time.perf_counter()
                 async with client.open_dag_export(blocks_cid) as chunks:
                     async for _ in chunks:
                         pass
                 n = await _cat_all(client, part_paths, parallel)
                 raw_s = time.perf_counter() - t0
+                raw_ipfs_cpu = _proc_cpu_s(ipfs_pid) - c_ipfs
             dst = _repo(work / f"dst{i}")
+            c_ipfs, c_self = _proc_cpu_s(ipfs_pid), _self_cpu_s()
             t0 = time.perf_counter()
             r = await pull_url(
                 dst,
@@ -133,6 +174,10 @@ async def bench(
                 options=PullOptions(parallel=parallel),
             )
             pull_s = time.perf_counter() - t0
+            pull_ipfs_cpu = _proc_cpu_s(ipfs_pid) - c_ipfs
+            pull_self_cpu = _self_cpu_s() - c_self
+            sha3_cpu = _sha3_cpu_s(part_files)
+            floor_s = max(raw_s, (raw_ipfs_cpu + sha3_cpu) / cores)
             assert r.new_head == head and r.new_blocks == blocks
             assert verify_integrity(dst.open("ds")).ok
             walk_bps = await _walk(node.api_url, pub.cid, str(head))
@@ -148,12 +193,24 @@ async def bench(
                 "raw_all_s": raw_s,
                 "ratio_pull_to_raw_all": raw_s / pull_s,
                 "walk_blocks_s": walk_bps,
+                "cat_ipfs_cpu_s": cat_ipfs_cpu,
+                "cat_self_cpu_s": cat_self_cpu,
+                "raw_all_ipfs_cpu_s": raw_ipfs_cpu,
+                "pull_ipfs_cpu_s": pull_ipfs_cpu,
+                "pull_self_cpu_s": pull_self_cpu,
+                "sha3_cpu_s": sha3_cpu,
+                "cores": cores,
+                "bound_pull_s": floor_s,
+                "bound_ratio_pull_to_cat": cat_s / floor_s,
                 "loadavg_1m": _loadavg(),
             }
             print(
                 f"round {i + 1}: cat {row['cat_mb_s']:.0f} MB/s, pull {row['pull_mb_s']:.0f} "
                 f"MB/s ({pull_s:.2f} s), ratio {row['ratio_pull_to_cat']:.2f}x, walk "
-                f"{walk_bps:.0f} blocks/s, raw-all {raw_s:.2f} s, load {row['loadavg_1m']:.2f}",
+                f"{walk_bps:.0f} blocks/s, raw-all {raw_s:.2f} s, CPU s (js-ipfs/this process): "
+                f"cat {cat_ipfs_cpu:.2f}/{cat_self_cpu:.2f}, pull {pull_ipfs_cpu:.2f}/"
+                f"{pull_self_cpu:.2f}, sha3 {sha3_cpu:.2f}; bound {cat_s / floor_s:.2f}x, "
+                f"load {row['loadavg_1m']:.2f}",
                 flush=True,
             )
             out.append(row)
@@ -197,6 +254,17 @@ def main() -> None:
         f"{res['raw_all_s']:.2f} s; pull / that: {res['ratio_pull_to_raw_all']:.2f}x"
     )
     print(f"metadata walk:           {res['walk_blocks_s']:.0f} blocks/s")
+    print(
+        f"CPU seconds, js-ipfs / this process: cat {res['cat_ipfs_cpu_s']:.2f} / "
+        f"{res['cat_self_cpu_s']:.2f}; raw-all js-ipfs {res['raw_all_ipfs_cpu_s']:.2f}; pull "
+        f"{res['pull_ipfs_cpu_s']:.2f} / {res['pull_self_cpu_s']:.2f}; sha3-256 of the parts "
+        f"{res['sha3_cpu_s']:.2f}"
+    )
+    print(
+        f"least a verified pull needs on {res['cores']:.0f} cores: {res['bound_pull_s']:.2f} s "
+        f"(max of raw-all and (js-ipfs raw-all CPU + sha3 CPU) / cores) -> best possible "
+        f"pull / cat here: {res['bound_ratio_pull_to_cat']:.2f}x"
+    )
 
 
 if __name__ == "__main__":
