@@ -15,6 +15,7 @@ import pytest
 from coordinator.errors import ChainRuleViolation, ConcurrentModification
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
+from coordinator.storage.dataset import Dataset
 from coordinator.transform import (
     OutputPaths,
     TransformInternalError,
@@ -38,7 +39,7 @@ from coordinator.transform.fbs import (
     wrap_protobuf,
 )
 from coordinator.transform.model import RawQueryRequest, RawQuerySuccess
-from coordinator.transform.plan import TransformPlanError, clear_outputs
+from coordinator.transform.plan import ChainCache, TransformPlanError, clear_outputs
 from coordinator.transform.run import InvalidTransformQuery, run_transform
 from coordinator.transform.testing import Clock, inputs_of, make_derivative, make_root, push_csv
 from coordinator.transform.verify import nondeterminism_reasons
@@ -146,6 +147,39 @@ def test_incremental_plans_and_commits(chain) -> None:
     assert replay.request.next_offset == req.next_offset
     assert replay.request.system_time == req.system_time
     assert replay.request.prev_checkpoint_path == req.prev_checkpoint_path
+
+
+def test_replay_plans_through_a_chain_cache_are_identical(chain) -> None:
+    """A shared ChainCache changes how often blocks are read, never the plan."""
+    tmp, clock, root, der = chain
+    eng = FakeEngine()
+    run_transform(der, inputs_of(root), eng, clock=clock)
+    for i in range(3):
+        push_csv(root, tmp / "in", CSV2.replace("C,3", f"C{i},{i}"), clock)
+        run_transform(der, inputs_of(root), eng, clock=clock)
+    blocks = [b for _, b in der.iter_blocks() if isinstance(b.event, m.ExecuteTransform)]
+    assert len(blocks) == 4
+    cache = ChainCache()
+    reads = 0
+    real_get = Dataset.get_block
+
+    def counting_get(self: Dataset, h, **kw):  # type: ignore[no-untyped-def]
+        nonlocal reads
+        reads += 1
+        return real_get(self, h, **kw)
+
+    for b in reversed(blocks):
+        paths = OutputPaths.under(tmp / "r")
+        plain = plan_replay(der, inputs_of(root), b, paths=paths)
+        Dataset.get_block = counting_get  # type: ignore[method-assign]
+        try:
+            cached = plan_replay(der, inputs_of(root), b, paths=paths, cache=cache)
+        finally:
+            Dataset.get_block = real_get  # type: ignore[method-assign]
+        assert cached == plain
+    # Every block of both chains is read once, however many plans walk it.
+    n_blocks = sum(1 for _ in der.iter_blocks()) + sum(1 for _ in root.iter_blocks())
+    assert 0 < reads <= n_blocks
 
 
 def test_watermark_only_block_is_planned(chain) -> None:
