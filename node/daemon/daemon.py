@@ -40,6 +40,7 @@ from coordinator.storage.repository import DatasetRepository
 from node.config import NodeConfig
 from node.daemon.events import EventBus
 from node.daemon.lock import HomeLock
+from node.daemon.loop_monitor import watch_event_loop
 from node.daemon.metrics import NodeMetrics
 from node.daemon.services import FunctionService, ServiceGroup
 from node.home import NodeHome
@@ -509,6 +510,7 @@ class Daemon:
         for i in range(self.config.pipeline.concurrency):
             self.group.spawn(self._worker(i), f"worker-{i}")
         self.group.spawn(self._housekeeping(), "housekeeping")
+        self.group.spawn(watch_event_loop(self.metrics.loop_lag.observe), "loop-monitor")
 
     def kick(self) -> None:
         """Wake the workers (new work was queued)."""

@@ -39,6 +39,12 @@ class NodeMetrics:
         self.queue_depth = Gauge(
             "odf_work_queue_depth", "Pending work items by kind", ["kind"], registry=r
         )
+        self.loop_lag = Histogram(
+            "odf_event_loop_lag_seconds",
+            "How late a 0.5 s timer of the daemon's event loop ran (blocked loop: slow RPC/gossip)",
+            buckets=(0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+            registry=r,
+        )
         self.rpc_requests = Counter(
             "odf_rpc_requests",
             "JSON-RPC calls by method and outcome",

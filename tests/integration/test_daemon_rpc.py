@@ -106,6 +106,25 @@ def test_openrpc_document_lists_every_method(node: NodeProcess) -> None:
     assert [p["name"] for p in sub["params"]] == ["did", "alias"]
 
 
+def test_metrics_report_event_loop_lag(node: NodeProcess) -> None:
+    """The loop monitor runs: its histogram counts observations (one per 0.5 s)."""
+    import time
+
+    http = node.call("node.status")["http_url"]
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def count() -> float:
+        with opener.open(f"{http}/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("odf_event_loop_lag_seconds_count"):
+                    return float(line.split()[-1])
+        raise AssertionError("odf_event_loop_lag_seconds missing from /metrics")
+
+    first = count()
+    time.sleep(1.6)
+    assert count() >= first + 2
+
+
 def test_cli_talks_to_the_daemon_and_the_home_is_locked(node: NodeProcess) -> None:
     did = "did:odf:fed01" + "ab" * 32
     env = {k: v for k, v in os.environ.items() if not k.startswith("ODF_NODE_")}
