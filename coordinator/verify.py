@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from coordinator.chain.validation import ChainState, validate_append
 from coordinator.errors import OdfNodeError
 from coordinator.metadata import model as m
 from coordinator.multiformats import Multihash
@@ -79,7 +80,11 @@ def verify_integrity(
     report = IntegrityReport(head=dataset.head())
     try:
         blocks = list(dataset.iter_blocks())  # re-hashes every block against its name
-        dataset.state()  # re-validates every chain rule from the Seed
+        # Every chain rule from the Seed, folded here rather than through Dataset.state(),
+        # which may start from a state remembered earlier in this process.
+        state = ChainState()
+        for h, b in reversed(blocks):
+            state = validate_append(state, b, h)
     except OdfNodeError as err:
         report.problems.append(f"metadata: {err}")
         return report

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +37,34 @@ from coordinator.storage.objects import FsObjectRepository
 from coordinator.storage.refs import FsRefRepository
 
 HEAD_REF = "head"
+
+# Chain states by head hash, shared by every Dataset object of the process. A head hash fixes
+# the whole chain behind it (blocks are content-addressed and name their predecessor), so a
+# state validated once stays right for that head wherever it is stored; a node that opens a
+# dataset per request (the daemon) then folds only the blocks added since, not the chain
+# from the Seed on every pull. Bounded LRU; guarded because states are computed in threads.
+_SHARED_STATES: OrderedDict[Multihash, ChainState] = OrderedDict()
+_SHARED_STATES_MAX = 4096
+_SHARED_STATES_LOCK = threading.Lock()
+
+
+def remember_chain_state(state: ChainState) -> None:
+    """Record a validated chain state for its head (see ``Dataset.state``)."""
+    if state.head is None:
+        return
+    with _SHARED_STATES_LOCK:
+        _SHARED_STATES[state.head] = state
+        _SHARED_STATES.move_to_end(state.head)
+        while len(_SHARED_STATES) > _SHARED_STATES_MAX:
+            _SHARED_STATES.popitem(last=False)
+
+
+def _known_chain_state(head: Multihash) -> ChainState | None:
+    with _SHARED_STATES_LOCK:
+        state = _SHARED_STATES.get(head)
+        if state is not None:
+            _SHARED_STATES.move_to_end(head)
+        return state
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,16 +153,35 @@ class Dataset:
             h = block.prev_block_hash
 
     def state(self) -> ChainState:
-        """Validate the whole chain from the Seed and return its :class:`ChainState` (cached)."""
+        """The :class:`ChainState` at the current head, every block validated from the Seed.
+
+        Walks back from the head only as far as the newest block whose state is already
+        known (this object's cache or the process-wide one, see :func:`remember_chain_state`)
+        and folds the blocks after it; with nothing known, that is the whole chain.
+        """
         head = self.head()
         if self._state_cache is not None and self._state_cache.head == head:
             return self._state_cache
-        blocks = list(self.iter_blocks(head))
-        blocks.reverse()
-        state = ChainState()
-        for h, b in blocks:
-            state = validate_append(state, b, h)
+        pending: list[tuple[Multihash, MetadataBlock]] = []
+        base = ChainState()
+        h = head
+        while h is not None:
+            known = (
+                self._state_cache
+                if self._state_cache is not None and self._state_cache.head == h
+                else _known_chain_state(h)
+            )
+            if known is not None:
+                base = known
+                break
+            block = self.get_block(h)
+            pending.append((h, block))
+            h = block.prev_block_hash
+        state = base
+        for bh, b in reversed(pending):
+            state = validate_append(state, b, bh)
         self._state_cache = state
+        remember_chain_state(state)
         return state
 
     # -- writing ------------------------------------------------------------------------------
@@ -204,6 +253,7 @@ class Dataset:
                 self.blocks.insert_bytes(data, h)
             self.refs.set(HEAD_REF, hashes[-1], expected=start_head)
             self._state_cache = state
+            remember_chain_state(state)
             return hashes[-1]
 
     def cleanup(self) -> int:

@@ -64,7 +64,7 @@ from coordinator.identity.dataset_id import DatasetId
 from coordinator.metadata import decode_block
 from coordinator.metadata import model as m
 from coordinator.multiformats import Multihash
-from coordinator.storage.dataset import HEAD_REF, Dataset
+from coordinator.storage.dataset import HEAD_REF, Dataset, remember_chain_state
 from coordinator.storage.fs import (
     PENDING_PREFIX,
     atomic_write_bytes,
@@ -426,14 +426,53 @@ async def _fetch_block(
         raise InvalidRemoteChain(rel, f"does not decode: {e}") from e
 
 
-def _local_hashes(ds: Dataset) -> set[Multihash]:
-    return {h for h, _ in ds.iter_blocks(verify=False)}
+class _LocalChain:
+    """Membership in the local chain (head back to the Seed), paying only for what is asked.
+
+    A pull needs "is this remote block already in my chain?" for the few blocks between the
+    two heads. Collecting the whole chain first would read every local block on every pull,
+    which grows without bound on a dataset that is updated for months. Instead, a block is a
+    candidate only if its file is stored; then the chain is walked back from the head, once
+    and incrementally, down to that block's sequence number (sequence numbers fall by one per
+    block, so the walk knows when it has gone past it). Behind / ahead / diverged then cost
+    the distance between the heads, not the chain length.
+    """
+
+    def __init__(self, ds: Dataset | None, head: Multihash | None) -> None:
+        self.ds = ds
+        self.head = head if ds is not None else None
+        self._on_chain: set[Multihash] = set()
+        self._next = self.head  # where the walk back resumes
+
+    def __bool__(self) -> bool:
+        return self.head is not None
+
+    def stored(self, h: Multihash) -> bool:
+        """Whether the block's bytes are in the local store (on the chain or not)."""
+        return self.ds is not None and self.ds.blocks.contains(h)
+
+    def __contains__(self, h: object) -> bool:
+        if not isinstance(h, Multihash) or self.ds is None:
+            return False
+        if h in self._on_chain:
+            return True
+        if self._next is None or not self.ds.blocks.contains(h):
+            return False
+        seq = self.ds.get_block(h, verify=False).sequence_number
+        while self._next is not None:
+            cur = self._next
+            block = self.ds.get_block(cur, verify=False)
+            self._on_chain.add(cur)
+            self._next = block.prev_block_hash
+            if block.sequence_number <= seq:
+                break
+        return h in self._on_chain
 
 
 async def _prefetch_blocks(
     f: _Fetcher,
     cache: FsObjectRepository,
-    local: set[Multihash],
+    local: _LocalChain,
     on_block: Callable[[bytes], None] | None = None,
 ) -> dict[Multihash, bytes]:
     """Fetch the blocks we lack before the walk, in as few round trips as the source allows.
@@ -469,7 +508,7 @@ async def _prefetch_blocks(
             h = Multihash.from_multibase(n)
         except (DecodeError, ValueError):
             continue
-        if h not in local and not cache.contains(h):
+        if not local.stored(h) and not cache.contains(h):
             wanted.append(h)
     sem = asyncio.Semaphore(max(1, f.opts.block_parallel))
 
@@ -630,7 +669,7 @@ async def _walk(
     f: _Fetcher,
     cache: FsObjectRepository,
     remote_head: Multihash,
-    local: set[Multihash],
+    local: _LocalChain,
     mem: dict[Multihash, bytes] | None = None,
 ) -> tuple[list[tuple[Multihash, bytes, m.MetadataBlock]], bool]:
     """Blocks from ``remote_head`` back to the first one in ``local`` (oldest first)."""
@@ -695,7 +734,7 @@ async def pull(
             # A pull killed between its commit and its clean-up leaves its cache behind.
             shutil.rmtree(ds.layout.root.joinpath(*_CACHE_DIR[:2]), ignore_errors=True)
             return PullResult(alias, local_id, HeadComparison.EQUAL, local_head, local_head)
-        local = _local_hashes(ds)
+        local = _LocalChain(ds, local_head)
         if remote_head in local:
             shutil.rmtree(ds.layout.root.joinpath(*_CACHE_DIR[:2]), ignore_errors=True)
             return PullResult(alias, local_id, HeadComparison.LOCAL_AHEAD, local_head, local_head)
@@ -705,7 +744,7 @@ async def pull(
         staging = repo.root / f"{_STAGING_PREFIX}{key}"
         ds = _open_staging(staging, opts.durable)
         local_head = ds.head()
-        local = _local_hashes(ds) if local_head is not None else set()
+        local = _LocalChain(ds, local_head)
 
     sem = asyncio.Semaphore(max(1, opts.parallel))
     spec: _Speculation | None = None
@@ -731,7 +770,7 @@ async def pull(
                 shutil.rmtree(staging)
                 ds = _open_staging(staging, opts.durable)
                 cache = FsObjectRepository(ds.layout.root.joinpath(*_CACHE_DIR), durable=False)
-                local_head, local = None, set()
+                local_head, local = None, _LocalChain(ds, None)
                 new, met_local = await _walk(f, cache, remote_head, local, mem)
         if not met_local:
             remote_id: DatasetId | None = _seed_id(new[0][2], f"blocks/{new[0][0]}")
@@ -842,6 +881,7 @@ async def pull(
             # the compare-and-swap on refs/head refuses the commit if anyone moved it since.
             await asyncio.to_thread(_write_blocks, ds.blocks, hashes, blocks, opts.durable)
             ds.refs.set(HEAD_REF, hashes[-1], expected=local_head)
+            remember_chain_state(state)  # validated above: the next pull folds from here
     shutil.rmtree(ds.layout.root.joinpath(*_CACHE_DIR[:2]), ignore_errors=True)
 
     created = False

@@ -107,8 +107,9 @@ async def _walk(api: str, cid: str, head_hex: str) -> float:
         f = pull_mod._Fetcher(src, PullOptions())
         cache = FsObjectRepository(Path(d), durable=False)
         t0 = time.perf_counter()
-        mem = await pull_mod._prefetch_blocks(f, cache, set())
-        new, _ = await pull_mod._walk(f, cache, Multihash.from_multibase(head_hex), set(), mem)
+        nothing = pull_mod._LocalChain(None, None)
+        mem = await pull_mod._prefetch_blocks(f, cache, nothing)
+        new, _ = await pull_mod._walk(f, cache, Multihash.from_multibase(head_hex), nothing, mem)
         dt = time.perf_counter() - t0
     await src.close()
     return len(new) / dt
