@@ -99,6 +99,19 @@ class DatasetRepository:
             out.append(DatasetHandle(did, self._read_alias(p) or p.name, p))
         return sorted(out, key=lambda h: h.alias)
 
+    def count(self) -> int:
+        """How many datasets there are (one directory listing; aliases are not read)."""
+        n = 0
+        for p in self.root.iterdir() if self.root.is_dir() else ():
+            if p.name.startswith(".") or not p.is_dir():
+                continue
+            try:
+                DatasetId.from_multibase(p.name)
+            except InvalidDatasetId:
+                continue
+            n += 1
+        return n
+
     def __iter__(self) -> Iterator[DatasetHandle]:
         return iter(self.list())
 

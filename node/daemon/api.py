@@ -92,7 +92,7 @@ class NodeApi:
                 "starts": d._engine.starts if d._engine else 0,
                 "spark_master": d.config.engine.spark_master,
             },
-            "datasets": len(d.repo.list()),
+            "datasets": d.repo.count(),
             "subscriptions": len(st.subscriptions()),
             "work": {k: st.pending_count(k) for k in ("verify", "publish", "dispute")},
             "running_work": len(d._running_items),

@@ -141,10 +141,14 @@ def test_unknown_input_and_duplicates(tmp_path: Path) -> None:
 def test_rename_and_delete(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     h = repo.create_from_snapshot(ROOT)
+    (repo.root / ".pull-staging").mkdir()  # hidden work directories are not datasets
+    (repo.root / "not-a-did").mkdir()
+    assert repo.count() == len(repo.list()) == 1
     repo.rename("root", "acme/root2")
     assert repo.resolve("acme/root2").id == h.id
     repo.delete("acme/root2")
     assert repo.list() == []
+    assert repo.count() == 0
 
 
 def test_normalize_transform() -> None:
