@@ -108,6 +108,7 @@ class PipelineSection:
     retry_cap_s: float
     replay: bool
     republish: bool
+    keep_finished_work_days: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +218,8 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError("pipeline.concurrency and pipeline.max_attempts must be >= 1")
     if cfg.pipeline.retry_base_s <= 0 or cfg.pipeline.retry_cap_s < cfg.pipeline.retry_base_s:
         raise ConfigError("pipeline: need 0 < retry_base_s <= retry_cap_s")
+    if cfg.pipeline.keep_finished_work_days < 0:
+        raise ConfigError("pipeline.keep_finished_work_days must be >= 0 (0 keeps them forever)")
     if cfg.metadata.block_version not in (2, 3):
         raise ConfigError(f"metadata.block_version: {cfg.metadata.block_version} is not 2 or 3")
     if cfg.engine.idle_timeout_s < 0 or cfg.engine.memory_limit_mib < 0:

@@ -88,6 +88,19 @@ class NotOwner(OdfNodeError):
     """This node does not hold the dataset's key, so it cannot announce it."""
 
 
+_PRUNE_EVERY_NS = 600 * 1_000_000_000
+
+
+def prune_finished_work(state: NodeState, now_ns: int, keep_days: float) -> int:
+    """Delete work items finished more than ``keep_days`` ago (0: keep all); how many went."""
+    if keep_days <= 0:
+        return 0
+    n = state.prune_work(now_ns - int(keep_days * 86_400 * 1_000_000_000))
+    if n:
+        log.info("pruned %d work items finished more than %g days ago", n, keep_days)
+    return n
+
+
 @dataclass
 class Daemon:
     """One running node. Build with :meth:`create`, then ``await run(stop_event)``."""
@@ -573,11 +586,16 @@ class Daemon:
         log.info("work #%d %s %s done", item.id, item.kind, item.did)
 
     async def _housekeeping(self) -> None:
+        last_prune: int | None = None
         while True:
             for kind in ("verify", "publish", "dispute"):
                 self.metrics.queue_depth.labels(kind).set(self.state.pending_count(kind))
             self.metrics.engine_running.set(1 if self._engine and self._engine.running else 0)
             self.state.prune_events(100_000)
+            now = self.clock()
+            if last_prune is None or now - last_prune >= _PRUNE_EVERY_NS:
+                prune_finished_work(self.state, now, self.config.pipeline.keep_finished_work_days)
+                last_prune = now
             await asyncio.sleep(5.0)
 
     # ---- verify -> attest / dispute

@@ -58,3 +58,11 @@ def test_open_network_allows_public_binds(tmp_path: Path) -> None:
 def test_bad_env_value_names_the_variable() -> None:
     with pytest.raises(ConfigError, match="ODF_NODE_HTTP_ENABLED"):
         load_config(None, environ={"ODF_NODE_HTTP_ENABLED": "maybe"})
+
+
+def test_finished_work_retention_is_validated() -> None:
+    assert load_config(None, environ={}).pipeline.keep_finished_work_days == 7.0
+    cfg = load_config(None, environ={"ODF_NODE_PIPELINE_KEEP_FINISHED_WORK_DAYS": "0"})
+    assert cfg.pipeline.keep_finished_work_days == 0
+    with pytest.raises(ConfigError, match="keep_finished_work_days"):
+        load_config(None, environ={"ODF_NODE_PIPELINE_KEEP_FINISHED_WORK_DAYS": "-1"})

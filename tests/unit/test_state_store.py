@@ -435,3 +435,25 @@ def test_backoff_full_jitter_bounds() -> None:
         backoff_ns(0, rand=rng.random)
     with pytest.raises(ValueError):
         backoff_ns(1, rand=lambda: 1.5)
+
+
+def test_daemon_prunes_finished_work_after_the_configured_days(
+    state: NodeState, clock: FakeClock
+) -> None:
+    from node.daemon.daemon import prune_finished_work
+
+    old = state.enqueue("verify", A, H1, {})
+    state.claim(clock.now)
+    state.complete(old.id)
+    clock.advance(3 * 86_400)
+    recent = state.enqueue("verify", B, H1, {})
+    state.claim(clock.now)
+    state.complete(recent.id)
+    pending = state.enqueue("verify", A, H1, {"later": True})
+    clock.advance(86_400)
+    assert prune_finished_work(state, clock.now, 0) == 0  # 0 keeps everything
+    assert prune_finished_work(state, clock.now, 2) == 1  # finished 4 days ago
+    assert {w.id for w in state.work()} == {recent.id, pending.id}
+    clock.advance(30 * 86_400)
+    assert prune_finished_work(state, clock.now, 2) == 1  # never the pending item
+    assert [w.id for w in state.work()] == [pending.id]
