@@ -6,29 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.multiformats import Multihash
 from coordinator.storage import dataset as dataset_mod
 from coordinator.storage.dataset import Dataset
 from node.transfer.testing import add_data, new_dataset
 
 
-def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[Multihash]:
-    reads: list[Multihash] = []
-    original = Dataset.get_block
-
-    def counting(self: Dataset, h: Multihash, *, verify: bool = True) -> object:
-        reads.append(h)
-        return original(self, h, verify=verify)
-
-    monkeypatch.setattr(Dataset, "get_block", counting)
-    return reads
-
-
-def test_fresh_objects_reuse_known_states(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fresh_objects_reuse_known_states(tmp_path: Path, block_reads: list[object]) -> None:
     ds = new_dataset(tmp_path / "ds")
     add_data(ds, 200, 10, checkpoint_every=0)
     full = ds.state()
-    reads = _count_reads(monkeypatch)
+    block_reads.clear()
+    reads = block_reads
     # Another object for the same directory (as the daemon opens one per request).
     assert Dataset(ds.layout.root, durable=False).state() == full
     assert reads == []
@@ -40,14 +28,17 @@ def test_fresh_objects_reuse_known_states(tmp_path: Path, monkeypatch: pytest.Mo
     assert len(reads) <= 3
 
 
-def test_known_state_equals_a_full_fold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_known_state_equals_a_full_fold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block_reads: list[object]
+) -> None:
     ds = new_dataset(tmp_path / "ds")
     add_data(ds, 20, 10, checkpoint_every=2)
     a = ds.state()
     add_data(ds, 5, 10, checkpoint_every=2)
     incremental = Dataset(ds.layout.root, durable=False).state()
     monkeypatch.setattr(dataset_mod, "_SHARED_STATES", type(dataset_mod._SHARED_STATES)())
-    reads = _count_reads(monkeypatch)
+    block_reads.clear()
+    reads = block_reads
     from_seed = Dataset(ds.layout.root, durable=False).state()
     assert from_seed == incremental and from_seed != a
     assert len(reads) == from_seed.sequence_number + 1  # nothing known: the whole chain

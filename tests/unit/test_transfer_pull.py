@@ -409,7 +409,7 @@ def test_block_files_written_durably_in_one_flush(tmp_path: Path) -> None:
 
 
 def test_incremental_pull_reads_only_the_blocks_between_the_heads(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, block_reads: list[object]
 ) -> None:
     """A long local chain is not walked in full to compare heads (ahead / behind / diverged)."""
     src = new_dataset(tmp_path / "src")
@@ -417,14 +417,7 @@ def test_incremental_pull_reads_only_the_blocks_between_the_heads(
     repo = _repo(tmp_path / "dst")
     h = Hostile(src.layout.root)
     asyncio.run(_pull(repo, h))
-    reads: list[Multihash] = []
-    original = Dataset.get_block
-
-    def counting(self: Dataset, bh: Multihash, *, verify: bool = True) -> object:
-        reads.append(bh)
-        return original(self, bh, verify=verify)
-
-    monkeypatch.setattr(Dataset, "get_block", counting)
+    reads = block_reads
     add_data(src, 2, 10, checkpoint_every=0)
     reads.clear()
     r = asyncio.run(_pull(repo, h))
