@@ -174,6 +174,19 @@ def main() -> None:
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-verify-"))
     print(f"load at start: {load()}")
+    from engine.spark_engine import (
+        SESSION_SQL_CONF,
+        SPARK_DEFAULTS,
+        SparkEngine,
+        create_spark_session,
+    )
+    from engine.worker import EngineServicer, build_server
+
+    # This process's own JVM (same-session passes) is launched first, before any gRPC channel
+    # exists: launching it (a fork) while the channel to the spawned worker was open failed
+    # once with "Java gateway process exited" after a gRPC epoll error. It idles until the
+    # spawned worker's cold start and the history build are done.
+    spark = create_spark_session(args.master)
     try:
         clock = Clock()
         root = make_root(tmp, "root")
@@ -197,15 +210,6 @@ def main() -> None:
         # Same SparkSession for both sides: the worker's servicer is hosted in this process.
         # The spawned worker stays up (idle while the others run) so every round measures
         # all three passes under the same load.
-        from engine.spark_engine import (
-            SESSION_SQL_CONF,
-            SPARK_DEFAULTS,
-            SparkEngine,
-            create_spark_session,
-        )
-        from engine.worker import EngineServicer, build_server
-
-        spark = create_spark_session(args.master)
         sock = tmp / "engine.sock"
         server = build_server(EngineServicer(SparkEngine(spark)), f"unix:{sock}")
         server.start()
@@ -248,8 +252,8 @@ def main() -> None:
             + f"; median {statistics.median(per_round):.2f}"
         )
         print(f"load at end: {load()}")
-        spark.stop()
     finally:
+        spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
