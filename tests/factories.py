@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from coordinator.identity import DatasetId
 from coordinator.metadata import block_hash, encode_block
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.multiformats import Multihash
+from coordinator.storage.repository import DatasetRepository
 
 T0 = Timestamp.parse("2024-01-01T00:00:00Z")
 SCHEMA_BYTES = b"\x0c\x00\x00\x00fake-arrow-schema"
+PULL_TIME = Timestamp.parse("2024-06-01T00:00:00Z")
+
+
+def pull_repo(path: Path) -> DatasetRepository:
+    """A non-durable repository under ``path`` (datasets/, keys/) with a fixed clock."""
+    return DatasetRepository(
+        path / "datasets", path / "keys", clock=lambda: PULL_TIME, durable=False
+    )
 
 
 def mh(x: str | bytes) -> Multihash:

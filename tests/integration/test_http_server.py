@@ -8,25 +8,16 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from factories import pull_repo
 
-from coordinator.metadata.timestamp import Timestamp
 from coordinator.storage.repository import DatasetRepository
 from node.transfer.server import start_server
 from node.transfer.testing import build_dataset
 
 
-def _repo(path: Path) -> DatasetRepository:
-    return DatasetRepository(
-        path / "datasets",
-        path / "keys",
-        clock=lambda: Timestamp.parse("2024-06-01T00:00:00Z"),
-        durable=False,
-    )
-
-
 @pytest.fixture
 def hosted(tmp_path: Path) -> DatasetRepository:
-    repo = _repo(tmp_path / "home")
+    repo = pull_repo(tmp_path / "home")
     probe = build_dataset(tmp_path / "probe", 2, 777)
     did = probe.state().dataset_id
     assert did is not None

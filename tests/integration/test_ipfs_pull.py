@@ -10,11 +10,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from factories import pull_repo
 from netns import ipfs_pair  # noqa: F401 - pytest fixture
 from typer.testing import CliRunner
 
 from coordinator.identity.dataset_id import DatasetId
-from coordinator.metadata.timestamp import Timestamp
 from coordinator.storage.dataset import Dataset
 from coordinator.storage.repository import DatasetRepository
 from coordinator.verify import verify_integrity
@@ -28,17 +28,8 @@ pytestmark = pytest.mark.integration
 OPTS = PullOptions(attempts=3, backoff_s=0.05, durable=False)
 
 
-def _repo(path: Path) -> DatasetRepository:
-    return DatasetRepository(
-        path / "datasets",
-        path / "keys",
-        clock=lambda: Timestamp.parse("2024-06-01T00:00:00Z"),
-        durable=False,
-    )
-
-
 def _hosted(tmp_path: Path, alias: str) -> tuple[DatasetRepository, Dataset]:
-    repo = _repo(tmp_path / "owner")
+    repo = pull_repo(tmp_path / "owner")
     probe = build_dataset(tmp_path / "probe", 6, 300_000)
     did = probe.state().dataset_id
     assert isinstance(did, DatasetId)
@@ -62,7 +53,7 @@ def test_publish_on_a_pull_on_b(
 ) -> None:
     a, b = ipfs_pair
     _, src = _hosted(tmp_path, "weather")
-    dst = _repo(tmp_path / "subscriber")
+    dst = pull_repo(tmp_path / "subscriber")
 
     async def go() -> None:
         await _connect(a, b)
@@ -90,7 +81,7 @@ def test_publish_on_a_pull_on_b(
         async with IpfsClient(b.api_url) as cb:
             pub3 = await publish_dataset(cb, dst.open("weather"))
         assert pub3.cid == pub2.cid  # same bytes, same layout -> same root CID
-        third = _repo(tmp_path / "third")
+        third = pull_repo(tmp_path / "third")
         r = await pull_url(
             third, f"ipfs://{pub3.cid}", alias="w", ipfs_gateway=b.gateway_url, options=OPTS
         )
@@ -163,7 +154,7 @@ def test_tampered_dataset_on_ipfs_rejected(
     raw = bytearray(path.read_bytes())
     raw[100] ^= 0xFF
     path.write_bytes(bytes(raw))
-    dst = _repo(tmp_path / "victim")
+    dst = pull_repo(tmp_path / "victim")
 
     async def go() -> None:
         await _connect(a, b)

@@ -15,12 +15,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+from factories import pull_repo
 
 from coordinator.metadata import model as m
-from coordinator.metadata.timestamp import Timestamp
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
-from coordinator.storage.repository import DatasetRepository
 from coordinator.verify import verify_integrity
 from node.transfer.errors import InvalidRemoteChain, ObjectHashMismatch
 from node.transfer.pull import PullOptions, pull
@@ -28,15 +27,6 @@ from node.transfer.sources import LocalSource
 from node.transfer.testing import build_dataset
 
 FAST = PullOptions(attempts=2, backoff_s=0.01, backoff_max_s=0.02, durable=False)
-
-
-def _repo(path: Path) -> DatasetRepository:
-    return DatasetRepository(
-        path / "datasets",
-        path / "keys",
-        clock=lambda: Timestamp.parse("2024-06-01T00:00:00Z"),
-        durable=False,
-    )
 
 
 class ExportingSource:
@@ -118,7 +108,7 @@ def _chain_parts(root: Path) -> set[str]:
 def test_parts_download_while_blocks_stream(tmp_path: Path) -> None:
     src_ds = build_dataset(tmp_path / "src", 12, 3000)
     src = ExportingSource(src_ds.layout.root)
-    repo = _repo(tmp_path / "dst")
+    repo = pull_repo(tmp_path / "dst")
     r = asyncio.run(pull(repo, src, "ds", options=FAST, staging_key="k"))
     assert r.created and r.new_head == src_ds.head()
     during = [x for x in src.opened_during_export if x.startswith("data/")]
@@ -133,7 +123,7 @@ def test_speculation_off_and_budget(tmp_path: Path) -> None:
     src_ds = build_dataset(tmp_path / "src", 6, 3000)
     for i, budget in enumerate((0, 2999)):  # off, and below the size of any one part
         src = ExportingSource(src_ds.layout.root)
-        repo = _repo(tmp_path / f"dst{i}")
+        repo = pull_repo(tmp_path / f"dst{i}")
         opts = PullOptions(attempts=2, backoff_s=0.01, durable=False, max_speculative_bytes=budget)
         asyncio.run(pull(repo, src, "ds", options=opts, staging_key="k"))
         assert not [x for x in src.opened_during_export if x.startswith("data/")]
@@ -150,7 +140,7 @@ def test_parts_of_blocks_off_the_chain_are_dropped(tmp_path: Path) -> None:
     wanted = _chain_parts(src_ds.layout.root)
     foreign = _chain_parts(other.layout.root)
     src = ExportingSource(src_ds.layout.root)
-    repo = _repo(tmp_path / "dst")
+    repo = pull_repo(tmp_path / "dst")
     asyncio.run(pull(repo, src, "ds", options=FAST, staging_key="k"))
     stored = {str(h) for h in repo.open("ds").data.iter_hashes()}
     assert stored == wanted
@@ -163,7 +153,7 @@ def test_tampered_part_fails_the_pull_and_stops_the_rest(tmp_path: Path) -> None
     src = ExportingSource(src_ds.layout.root, data_delay_s=0.05)
     bad = f"data/{sorted(_chain_parts(src_ds.layout.root))[0]}"
     src.tamper[bad] = lambda b: b[:-1] + bytes([b[-1] ^ 1])
-    repo = _repo(tmp_path / "dst")
+    repo = pull_repo(tmp_path / "dst")
 
     async def run() -> None:
         with pytest.raises(ObjectHashMismatch) as info:
@@ -186,7 +176,7 @@ def test_invalid_chain_cancels_speculative_downloads(tmp_path: Path) -> None:
     (root / "blocks" / str(junk_hash)).write_bytes(junk)
     (root / "refs" / "head").write_text(str(junk_hash))
     src = ExportingSource(root, data_delay_s=30.0)  # downloads would hang if left running
-    repo = _repo(tmp_path / "dst")
+    repo = pull_repo(tmp_path / "dst")
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
