@@ -341,6 +341,7 @@ class _Speculation:
         self.ready = ready
         self.spent = 0
         self.tasks: dict[str, asyncio.Task[int]] = {}
+        self.objects: dict[str, _DataObject] = {}
 
     def offer(self, block_bytes: bytes) -> None:
         """Start downloading what a (not yet verified) block references, within the budget."""
@@ -355,6 +356,7 @@ class _Speculation:
             if size > self.f.opts.max_object_size or self.spent + size > self.budget:
                 continue
             self.spent += size
+            self.objects[rel] = obj
             self.tasks[rel] = asyncio.ensure_future(self._download(obj))
 
     async def settle_listing(self) -> None:
@@ -376,9 +378,8 @@ class _Speculation:
         extra = {rel: t for rel, t in self.tasks.items() if rel not in needed}
         await self._cancel(list(extra.values()))
         for rel in extra:
-            sub, _, name = rel.partition("/")
-            store = self.ds.data if sub == "data" else self.ds.checkpoints
-            store.path_of(Multihash.from_multibase(name)).unlink(missing_ok=True)
+            _, store, h, _ = self.objects.pop(rel)
+            store.path_of(h).unlink(missing_ok=True)
             del self.tasks[rel]
 
     async def cancel_all(self) -> None:
@@ -849,7 +850,7 @@ async def pull(
             if (spec is not None and spec.started(o[0])) or not o[1].contains(o[2])
         ]
         if todo:  # lets sources that can list map names to direct addresses (IPFS CIDs)
-            if spec is not None and spec.ready is not None:
+            if spec is not None:  # its listing is already under way
                 await spec.settle_listing()
             else:
                 await asyncio.gather(source.list_names("data"), source.list_names("checkpoints"))
