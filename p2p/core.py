@@ -791,8 +791,11 @@ class ProtocolCore:
 
     def _on_fetch_done(self, ev: FetchCompleted, out: list[Decision]) -> None:
         st = self._datasets.get(ev.dataset)
-        if st is None or st.inflight is None or _ann(st.inflight.announcement).head != ev.head:
+        if st is None:
             out.append(Ignore("", "unexpected-fetch"))
+            return
+        if st.inflight is None or _ann(st.inflight.announcement).head != ev.head:
+            self._on_late_fetch(st, ev, out)
             return
         sm = st.inflight.announcement
         st.inflight = None
@@ -806,6 +809,30 @@ class ProtocolCore:
                 st.rejected.popitem(last=False)
             out.append(RejectHead(a.dataset, a.head, "not-descendant", sm))
         self._start_next(st, ev.now_ns, out)
+
+    def _on_late_fetch(self, st: _Dataset, ev: FetchCompleted, out: list[Decision]) -> None:
+        """A fetch completed after the core abandoned it (its commit could not be undone).
+
+        The driver's store now holds the chain, so a valid late chain that is still newer than
+        the accepted head is accepted: a head must never be committed but left unaccepted.
+        """
+        late = next(
+            (sm for sm in reversed(st.history.values()) if _ann(sm).head == ev.head), None
+        )
+        if late is None or not ev.ancestry_ok:
+            out.append(Ignore("", "unexpected-fetch"))
+            return
+        if st.accepted is not None and _order(late) <= _order(st.accepted):
+            out.append(Ignore("", "unexpected-fetch"))
+            return
+        a = _ann(late)
+        if st.accepted is not None and _ann(st.accepted).epoch != a.epoch:
+            # Ancestry was checked against the base of the fetch's own request; an epoch change
+            # since then means that base is no longer the accepted head.
+            out.append(Ignore("", "unexpected-fetch"))
+            return
+        st.accepted = late
+        out.append(HeadAccepted(a.dataset, a.head, a.sequence, a.epoch, late))
 
     def _on_fetch_failed(
         self, did: DatasetId, head: Multihash, now_ns: int, out: list[Decision]

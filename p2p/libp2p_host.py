@@ -62,6 +62,8 @@ class Libp2pConfig:
     # following 1,000 datasets must be heard on all of them.
     max_topics_per_peer: int = 10_000
     join_interval_s: float = 0.02
+    # How often the trio thread posts its connected-peer snapshot to the asyncio thread.
+    peer_watch_interval_s: float = 0.5
 
 
 def _content_msg_id(msg: Any) -> bytes:
@@ -107,6 +109,8 @@ class Libp2pTransport:
         self._error: BaseException | None = None
         self._redial_task: asyncio.Task[None] | None = None
         self._join_lock: Any = None
+        # Written only on the asyncio thread (posted from the trio thread by _watch_peers).
+        self._peer_snapshot: tuple[str, ...] = ()
 
     # ---- lifecycle
 
@@ -214,6 +218,7 @@ class Libp2pTransport:
                 self._install_handler(proto)
             loop = self._loop
             assert loop is not None
+            nursery.start_soon(self._watch_peers)
             loop.call_soon_threadsafe(_set_result, ready, None)
             await self._stop_event.wait()
             nursery.cancel_scope.cancel()
@@ -285,6 +290,10 @@ class Libp2pTransport:
 
         async def dial() -> None:
             await self._host.connect(info)
+            peers = tuple(sorted(p.to_string() for p in self._host.get_connected_peers()))
+            loop = self._loop
+            assert loop is not None
+            loop.call_soon_threadsafe(self._set_peer_snapshot, peers)
 
         try:
             await self._run_in_trio(dial)
@@ -406,10 +415,29 @@ class Libp2pTransport:
             raise TransportError(f"request to {peer} on {protocol} failed: {e!r}") from e
 
     def connected_peers(self) -> list[str]:
-        """Peers with an open connection (read from the asyncio thread; a snapshot)."""
-        if self._host is None:
-            return []
-        return sorted(p.to_string() for p in self._host.get_connected_peers())
+        """Peers with an open connection: the latest snapshot the trio thread posted.
+
+        libp2p's peer tables belong to the trio thread; reading them from the asyncio thread
+        would race with their updates, so the trio side hands copies over by message.
+        """
+        return list(self._peer_snapshot)
+
+    def _set_peer_snapshot(self, peers: tuple[str, ...]) -> None:
+        self._peer_snapshot = peers
+
+    async def _watch_peers(self) -> None:
+        import trio
+
+        last: tuple[str, ...] | None = None
+        while True:
+            peers = tuple(sorted(p.to_string() for p in self._host.get_connected_peers()))
+            if peers != last:
+                last = peers
+                loop = self._loop
+                assert loop is not None
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self._set_peer_snapshot, peers)
+            await trio.sleep(self.config.peer_watch_interval_s)
 
 
 async def _call(fn: Callable[[str, bytes], Awaitable[T]], peer: str, data: bytes) -> T:

@@ -1,10 +1,15 @@
 """The asyncio driver that connects a :class:`ProtocolCore` to a :class:`GossipTransport`.
 
-It owns no rules: it feeds transport events and timer ticks into the core (with the injected
-clock), turns the core's verdict for each message into the transport's validation result
-(:class:`Forward` -> ACCEPT, :class:`Penalise` -> REJECT, otherwise IGNORE) and carries out the
-other decisions (fetch through an injected fetcher, publish equivocation proofs, anti-entropy
-requests over ``/odf/heads/1.0.0``).
+It owns no rules: it feeds transport events, peer changes and timer ticks into the core (with
+the injected clock), turns the core's verdict for each message into the transport's validation
+result (:class:`Forward` -> ACCEPT, :class:`Penalise` -> REJECT, otherwise IGNORE) and carries
+out every decision through the shared executor (:func:`p2p.executor.execute`): the network part
+here (fetch tasks through an injected fetcher and their cancellation on :class:`AbandonFetch`,
+equivocation proofs, anti-entropy requests over ``/odf/heads/1.0.0``), then the node's part
+through the node's own :class:`~p2p.executor.DecisionEffects` (persist, verify, attest...).
+
+Peer state reaches the core as messages: the transport publishes a snapshot of its connected
+peers, and each tick turns changes into :class:`PeerConnected` / :class:`PeerDisconnected`.
 """
 
 from __future__ import annotations
@@ -15,23 +20,35 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from coordinator.identity import DatasetId
+from coordinator.multiformats import Multihash
 from p2p.core import (
+    AbandonFetch,
+    Accept,
     AntiEntropyReceived,
     Decision,
+    DisconnectPeer,
     EmitEquivocationProof,
     Event,
     FetchCompleted,
     FetchFailed,
     Forward,
+    HeadAccepted,
+    Ignore,
     MessageReceived,
     PeerConnected,
+    PeerDisconnected,
     Penalise,
     ProtocolCore,
+    PublishAttestation,
+    PublishDispute,
+    RejectHead,
     RequestAntiEntropy,
     RequestFetch,
     Tick,
+    VerificationCompleted,
 )
 from p2p.errors import WireDecodeError
+from p2p.executor import DecisionEffects, NullEffects, execute
 from p2p.transport import (
     HEADS_PROTOCOL,
     NODE_TOPIC,
@@ -52,7 +69,10 @@ from p2p.wire import (
 Clock = Callable[[], int]
 """Returns the current time in ns since the Unix epoch (injected; ``time.time_ns`` in prod)."""
 Fetcher = Callable[[RequestFetch], Awaitable[bool]]
-"""Fetches and checks a chain; returns ``ancestry_ok``; raises to report a failed fetch."""
+"""Fetches and checks a chain; returns ``ancestry_ok``; raises to report a failed fetch.
+
+It must be cancellable: when the core abandons a fetch the task running it is cancelled, and a
+cancelled fetch must leave the store as it was (or, once it has committed, finish and return)."""
 
 
 @dataclass(slots=True)
@@ -71,13 +91,21 @@ class GossipService:
         transport: GossipTransport,
         clock: Clock,
         fetcher: Fetcher,
+        effects: DecisionEffects | None = None,
         *,
         tick_interval_s: float = 1.0,
         request_timeout_s: float = 5.0,
         catch_up_delay_s: float = 0.5,
     ) -> None:
-        """Wire ``core`` to ``transport``; call :meth:`start` inside a running loop."""
+        """Wire ``core`` to ``transport``; call :meth:`start` inside a running loop.
+
+        ``effects`` is the node's part of each decision (after the network part done here).
+        """
         self.core = core
+        self._node: DecisionEffects = effects if effects is not None else NullEffects()
+        self._fetches: dict[tuple[DatasetId, Multihash], asyncio.Task[None]] = {}
+        self._peers: set[str] = set()
+        self._peer_listeners: list[Callable[[str, bool], None]] = []
         self.transport = transport
         self._clock = clock
         self._fetcher = fetcher
@@ -94,6 +122,22 @@ class GossipService:
     def on_decision(self, listener: Callable[[Decision], None]) -> None:
         """Call ``listener`` with every decision the core makes (in order)."""
         self._listeners.append(listener)
+
+    def on_peer_change(self, listener: Callable[[str, bool], None]) -> None:
+        """Call ``listener(peer, connected)`` when a peer connects or disconnects."""
+        self._peer_listeners.append(listener)
+
+    def connected_peers(self) -> list[str]:
+        """Peers the core was told are connected (the asyncio thread's own copy)."""
+        return sorted(self._peers)
+
+    def fetches_running(self) -> int:
+        """Fetch tasks in flight (for status and metrics)."""
+        return len(self._fetches)
+
+    def verification_completed(self, dataset: DatasetId, head: Multihash, ok: bool) -> None:
+        """Report a finished verification; the core decides to attest or dispute (or neither)."""
+        self._apply(VerificationCompleted(dataset, head, ok, self._clock()))
 
     def topics(self) -> list[str]:
         """Topics this node joins: one per followed dataset plus the node topic."""
@@ -137,7 +181,10 @@ class GossipService:
     async def _catch_up_soon(self) -> None:
         await asyncio.sleep(self._catch_up_delay_s)
         dids, self._catch_up, self._catch_up_task = tuple(self._catch_up), set(), None
-        for peer in self.transport.connected_peers():
+        new = self._sync_peers()  # a new peer was already asked about every dataset
+        for peer in self.connected_peers():
+            if peer in new:
+                continue
             await self._anti_entropy(RequestAntiEntropy(peer, dids))
 
     def unfollow(self, did: DatasetId) -> None:
@@ -150,7 +197,33 @@ class GossipService:
 
     def peer_connected(self, peer: str) -> None:
         """Tell the core about a new connection (it will ask the peer for heads)."""
+        if peer in self._peers:
+            return
+        self._peers.add(peer)
         self._apply(PeerConnected(peer, self._clock()))
+        for listener in self._peer_listeners:
+            listener(peer, True)
+
+    def peer_disconnected(self, peer: str) -> None:
+        """Tell the core a connection closed."""
+        if peer not in self._peers:
+            return
+        self._peers.discard(peer)
+        self._apply(PeerDisconnected(peer, self._clock()))
+        for listener in self._peer_listeners:
+            listener(peer, False)
+
+    def _sync_peers(self) -> set[str]:
+        """Turn changes of the transport's peer snapshot into core events; the new peers."""
+        # The transport's snapshot is handed over by message from its own thread; reading it
+        # here is a plain attribute read, never a call into the libp2p thread.
+        now = set(self.transport.connected_peers())
+        new = now - self._peers
+        for peer in sorted(new):
+            self.peer_connected(peer)
+        for peer in sorted(self._peers - now):
+            self.peer_disconnected(peer)
+        return new
 
     # ---- internals
 
@@ -165,19 +238,81 @@ class GossipService:
             self.log.decisions.append(d)
             for listener in self._listeners:
                 listener(d)
-            self._execute(d)
+            execute(d, self)
         return decisions
 
-    def _execute(self, d: Decision) -> None:
-        match d:
-            case RequestFetch():
-                self._spawn(self._fetch(d))
-            case EmitEquivocationProof():
-                self._spawn(self.transport.publish(NODE_TOPIC, d.proof.envelope))
-            case RequestAntiEntropy():
-                self._spawn(self._anti_entropy(d))
-            case _:
-                pass
+    # ---- DecisionEffects: the network part here, then the node's part
+
+    def accepted(self, d: Accept) -> None:
+        """Nothing to do on the network (the validator's ACCEPT forwards it)."""
+        self._node.accepted(d)
+
+    def ignored(self, d: Ignore) -> None:
+        """The validator answers IGNORE."""
+        self._node.ignored(d)
+
+    def penalised(self, d: Penalise) -> None:
+        """The validator answers REJECT (gossipsub's own scoring sees it too)."""
+        self._node.penalised(d)
+
+    def forward(self, d: Forward) -> None:
+        """The validator answers ACCEPT and gossipsub forwards."""
+        self._node.forward(d)
+
+    def fetch(self, d: RequestFetch) -> None:
+        """Run the fetcher in a task that :meth:`abandon_fetch` can cancel."""
+        key = (d.dataset, d.head)
+        old = self._fetches.pop(key, None)
+        if old is not None:
+            old.cancel()
+        task: asyncio.Task[None] = asyncio.ensure_future(self._fetch(d))
+        self._fetches[key] = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        self._node.fetch(d)
+
+    def abandon_fetch(self, d: AbandonFetch) -> None:
+        """Cancel the pull the core stopped waiting for (a cancelled pull commits nothing)."""
+        task = self._fetches.pop((d.dataset, d.head), None)
+        if task is not None:
+            task.cancel()
+        self._node.abandon_fetch(d)
+
+    def head_accepted(self, d: HeadAccepted) -> None:
+        """The node persists and verifies it."""
+        self._node.head_accepted(d)
+
+    def head_rejected(self, d: RejectHead) -> None:
+        """The node records it (and may dispute)."""
+        self._node.head_rejected(d)
+
+    def equivocation(self, d: EmitEquivocationProof) -> None:
+        """Publish the proof on the node topic; the node stores it."""
+        self._spawn(self._publish_quietly(NODE_TOPIC, d.proof.envelope))
+        self._node.equivocation(d)
+
+    def anti_entropy(self, d: RequestAntiEntropy) -> None:
+        """Ask the peer for its heads over ``/odf/heads/1.0.0``."""
+        self._spawn(self._anti_entropy(d))
+        self._node.anti_entropy(d)
+
+    def disconnect(self, d: DisconnectPeer) -> None:
+        """The core ignores a graylisted peer from now on; the node logs it."""
+        self._node.disconnect(d)
+
+    def attest(self, d: PublishAttestation) -> None:
+        """Signing needs the node's key and its verification report: the node does it."""
+        self._node.attest(d)
+
+    def dispute(self, d: PublishDispute) -> None:
+        """Signing needs the node's key and its evidence: the node does it."""
+        self._node.dispute(d)
+
+    async def _publish_quietly(self, topic: str, envelope: bytes) -> None:
+        try:
+            await self.transport.publish(topic, envelope)
+        except TransportError:
+            pass  # no peers on the topic yet: anti-entropy carries it later
 
     async def _validate(self, peer: str, data: bytes) -> ValidationResult:
         decisions = self._apply(MessageReceived(peer, data, self._clock()))
@@ -195,16 +330,24 @@ class GossipService:
     async def _tick_loop(self) -> None:
         while True:
             await asyncio.sleep(self._tick_s)
+            self._sync_peers()
             self._apply(Tick(self._clock()))
 
     async def _fetch(self, req: RequestFetch) -> None:
+        key = (req.dataset, req.head)
         try:
             ok = await self._fetcher(req)
+        except asyncio.CancelledError:
+            raise  # abandoned by the core (or shutdown): nothing to report
         except Exception as e:
+            if self._fetches.get(key) is asyncio.current_task():
+                del self._fetches[key]
             self._apply(
                 FetchFailed(req.dataset, req.head, str(e) or type(e).__name__, self._clock())
             )
             return
+        if self._fetches.get(key) is asyncio.current_task():
+            del self._fetches[key]
         self._apply(FetchCompleted(req.dataset, req.head, ok, self._clock()))
 
     async def _anti_entropy(self, req: RequestAntiEntropy) -> None:

@@ -42,13 +42,13 @@ from p2p.core import (
     Accept,
     AntiEntropyReceived,
     CoreConfig,
-    Decision,
     DisconnectPeer,
     EmitEquivocationProof,
     Event,
     FetchCompleted,
     Forward,
     HeadAccepted,
+    Ignore,
     MessageReceived,
     PeerConnected,
     PeerDisconnected,
@@ -62,6 +62,7 @@ from p2p.core import (
     Tick,
     VerificationCompleted,
 )
+from p2p.executor import execute_all
 from p2p.wire import (
     Attestation,
     Checks,
@@ -552,49 +553,14 @@ class Simulator:
 
     def _apply(self, n: SimNode, ev: Event) -> None:
         self.c["core_events"] += 1
-        for d in n.core.handle(ev):
-            self._execute(n, d)
+        execute_all(n.core.handle(ev), _SimEffects(self, n))
 
     def _tick_all(self) -> None:
         ev = Tick(self.now)
         for n in self.nodes:
             if n.online:
-                for d in n.core.handle(ev):
-                    self._execute(n, d)
+                execute_all(n.core.handle(ev), _SimEffects(self, n))
         self._at(self.sc.workload.tick_s, self._tick_all)
-
-    def _execute(self, n: SimNode, d: Decision) -> None:
-        if isinstance(d, Forward):
-            if self._own:
-                return
-            self._forward(n, d.content_id, int(d.source[1:]) if d.source else -1)
-        elif isinstance(d, Accept):
-            self._on_accept(n, d)
-        elif isinstance(d, Penalise):
-            self.c["penalties"] += 1
-        elif isinstance(d, RequestFetch):
-            self._fetch(n, d)
-        elif isinstance(d, HeadAccepted):
-            self._on_head_accepted(n, d)
-        elif isinstance(d, EmitEquivocationProof):
-            self._eq_detected(n, d.proof)
-            cid = self._register(d.proof.envelope, -1, False)
-            self._publish(n, cid)
-        elif isinstance(d, RequestAntiEntropy):
-            self._anti_entropy(n, int(d.peer[1:]))
-        elif isinstance(d, DisconnectPeer):
-            self.c["graylisted_links"] += 1
-            self._disconnect(n.idx, int(d.peer[1:]))
-        elif isinstance(d, PublishAttestation):
-            if n.attester and n.role == HONEST:
-                self._attest(n, d.dataset, d.head)
-        elif isinstance(d, PublishDispute):
-            if n.attester and n.role == HONEST:
-                self._dispute(n, d.dataset, d.head)
-        elif isinstance(d, RejectHead):
-            self.c["rejected_heads"] += 1
-        elif isinstance(d, AbandonFetch):
-            self.c["abandoned_fetches"] += 1
 
     def _on_accept(self, n: SimNode, d: Accept) -> None:
         msg = d.message
@@ -1020,6 +986,63 @@ class Simulator:
                 "good_heads_published": len(good_heads),
             }
         return out
+
+
+
+class _SimEffects:
+    """How the simulator carries out each decision of one node's core (see p2p/executor.py)."""
+
+    __slots__ = ("n", "sim")
+
+    def __init__(self, sim: Simulator, n: SimNode) -> None:
+        self.sim = sim
+        self.n = n
+
+    def accepted(self, d: Accept) -> None:
+        self.sim._on_accept(self.n, d)
+
+    def ignored(self, d: Ignore) -> None:
+        return None  # counted by the core's decisions only; nothing to carry out
+
+    def penalised(self, d: Penalise) -> None:
+        self.sim.c["penalties"] += 1
+
+    def forward(self, d: Forward) -> None:
+        if not self.sim._own:
+            self.sim._forward(self.n, d.content_id, int(d.source[1:]) if d.source else -1)
+
+    def fetch(self, d: RequestFetch) -> None:
+        self.sim._fetch(self.n, d)
+
+    def abandon_fetch(self, d: AbandonFetch) -> None:
+        # Simulated fetches are not cancellable tasks: a late FetchCompleted is judged by the core.
+        self.sim.c["abandoned_fetches"] += 1
+
+    def head_accepted(self, d: HeadAccepted) -> None:
+        self.sim._on_head_accepted(self.n, d)
+
+    def head_rejected(self, d: RejectHead) -> None:
+        self.sim.c["rejected_heads"] += 1
+
+    def equivocation(self, d: EmitEquivocationProof) -> None:
+        self.sim._eq_detected(self.n, d.proof)
+        cid = self.sim._register(d.proof.envelope, -1, False)
+        self.sim._publish(self.n, cid)
+
+    def anti_entropy(self, d: RequestAntiEntropy) -> None:
+        self.sim._anti_entropy(self.n, int(d.peer[1:]))
+
+    def disconnect(self, d: DisconnectPeer) -> None:
+        self.sim.c["graylisted_links"] += 1
+        self.sim._disconnect(self.n.idx, int(d.peer[1:]))
+
+    def attest(self, d: PublishAttestation) -> None:
+        if self.n.attester and self.n.role == HONEST:
+            self.sim._attest(self.n, d.dataset, d.head)
+
+    def dispute(self, d: PublishDispute) -> None:
+        if self.n.attester and self.n.role == HONEST:
+            self.sim._dispute(self.n, d.dataset, d.head)
 
 
 def _r(x: float) -> float:
