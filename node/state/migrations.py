@@ -138,9 +138,31 @@ def _v2_indexes(db: Database) -> None:
     db.table("events").create_index(["kind", "id"], index_name="events_kind")
 
 
+# SQLite cannot alter a CHECK constraint: the table is rebuilt with the wider one. An
+# "unverifiable" outcome is a head this node checked for integrity but whose transform engine it
+# cannot run (kamu's datafusion / flink / risingwave derivatives).
+_V3: tuple[str, ...] = (
+    """CREATE TABLE verifications_v3 (
+        did TEXT NOT NULL,
+        head TEXT NOT NULL,
+        outcome TEXT NOT NULL
+            CHECK (outcome IN ('verified', 'failed', 'nondeterministic', 'error',
+                               'unverifiable')),
+        detail TEXT NOT NULL,
+        engine_seconds REAL NOT NULL,
+        recorded_ns INTEGER NOT NULL,
+        PRIMARY KEY (did, head)
+    )""",
+    "INSERT INTO verifications_v3 SELECT * FROM verifications",
+    "DROP TABLE verifications",
+    "ALTER TABLE verifications_v3 RENAME TO verifications",
+)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _V1),
     Migration(2, "indexes for claim and events by kind", _v2_indexes),
+    Migration(3, "verification outcome 'unverifiable'", _V3),
 )
 LATEST_VERSION: int = MIGRATIONS[-1].version
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-VerificationOutcome = Literal["verified", "failed", "nondeterministic", "error"]
+VerificationOutcome = Literal["verified", "failed", "nondeterministic", "error", "unverifiable"]
 WorkState = Literal["pending", "claimed", "done", "failed"]
 
 VERIFICATION_OUTCOMES: frozenset[str] = frozenset(
-    {"verified", "failed", "nondeterministic", "error"}
+    {"verified", "failed", "nondeterministic", "error", "unverifiable"}
 )
 WORK_STATES: frozenset[str] = frozenset({"pending", "claimed", "done", "failed"})
 

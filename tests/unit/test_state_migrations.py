@@ -163,3 +163,23 @@ def test_migration_list_must_be_numbered_without_gaps(tmp_path: Path) -> None:
         migrate(db, target=LATEST_VERSION + 1)
     assert schema_version(db) == 0
     db.close()
+
+
+def test_v3_keeps_verifications_and_accepts_unverifiable(tmp_path: Path) -> None:
+    db_path = tmp_path / "state.db"
+    old = Database(sqlite3.connect(db_path, isolation_level=None))
+    migrate(old, target=2)
+    old.conn.execute(
+        "INSERT INTO verifications VALUES ('did:odf:fed01aa', 'f1620bb', 'verified', '', 1.5, 7)"
+    )
+    with pytest.raises(sqlite3.IntegrityError):
+        old.conn.execute(
+            "INSERT INTO verifications VALUES ('did:odf:fed01aa', 'f1620cc', 'unverifiable', "
+            "'', 0, 8)"
+        )
+    assert migrate(old) == LATEST_VERSION >= 3
+    rows = old.conn.execute("SELECT did, head, outcome FROM verifications").fetchall()
+    assert rows == [("did:odf:fed01aa", "f1620bb", "verified")]
+    old.conn.execute(
+        "INSERT INTO verifications VALUES ('did:odf:fed01aa', 'f1620cc', 'unverifiable', '', 0, 8)"
+    )
