@@ -193,6 +193,40 @@ def run(
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _use_cases(h: NodeHome, master: str = "local[*]", memory_limit: int = 0) -> Any:
+    """The dataset use cases over the home directly (no daemon): the same code the RPC runs."""
+    from node.app.datasets import DatasetUseCases
+
+    engines: list[Any] = []
+
+    def engine() -> Any:
+        if not engines:
+            from node.engine_client import EngineClient
+
+            engines.append(
+                EngineClient(
+                    master=master, idle_timeout=0, memory_limit=(memory_limit << 20) or None
+                )
+            )
+        return engines[0]
+
+    uc = DatasetUseCases(h.repository(), engine)
+    uc.close_engine = lambda: engines and engines[0].close()  # type: ignore[attr-defined]
+    return uc
+
+
+def _offline(h: NodeHome, run: Any, *, write: bool, **engine: Any) -> Any:
+    """Run ``run(use_cases)`` (a coroutine function) on the home, under the write lock."""
+    uc = _use_cases(h, **engine)
+    try:
+        with _write_lock(h) if write else contextlib.nullcontext():
+            return asyncio.run(run(uc))
+    except OdfNodeError as e:
+        _fail(str(e))
+    finally:
+        uc.close_engine()
+
+
 @dataset_app.command("create")
 def dataset_create(
     snapshot: Annotated[Path, typer.Argument(help="DatasetSnapshot YAML file (may hold several).")],
@@ -200,23 +234,15 @@ def dataset_create(
     as_json: JsonOpt = False,
 ) -> None:
     """Create datasets from a DatasetSnapshot YAML file (kamu's format)."""
-    from coordinator.metadata.snapshot import snapshots_from_yaml
-
     h = _home(home)
-    repo = h.repository()
     try:
         text = snapshot.read_text(encoding="utf-8")
     except OSError as e:
         _fail(f"cannot read {snapshot}: {e.strerror}")
     ok, result = maybe_rpc(h.path, "dataset.create", {"snapshot_yaml": text})
     if not ok:
-        try:
-            with _write_lock(h):
-                snapshots = snapshots_from_yaml(text)
-                created = [repo.create_from_snapshot(s) for s in snapshots]
-        except OdfNodeError as e:
-            _fail(str(e))
-        result = [{"alias": c.alias, "id": c.id.as_did_str()} for c in created]
+        created = _offline(h, lambda uc: uc.create(text), write=True)
+        result = [c.to_json() for c in created]
     if as_json:
         _emit_json(result)
         return
@@ -262,105 +288,77 @@ def dataset_ingest(
     )
 
     from coordinator.ingest.linked import LinkedObjects
-    from coordinator.ingest.push import IngestProgress, ingest
+    from coordinator.ingest.push import IngestProgress
+    from node.app.datasets import check_input_files
 
-    for f in [*files, *(object_file or [])]:
-        if not f.is_file():
-            _fail(f"input file not found: {f}")
+    try:
+        check_input_files([*files, *(object_file or [])])
+    except OdfNodeError as e:
+        _fail(str(e))
     linked = LinkedObjects(tuple(link_column), tuple(object_file or ())) if link_column else None
     if object_file and not link_column:
         _fail("--object needs at least one --link-column")
     h = _home(home)
+    result: dict[str, Any] | None = None
     if not linked:
         params: dict[str, Any] = {"ref": ref, "files": [str(f.resolve()) for f in files]}
         if source:
             params["source"] = source
-        ok, result_rpc = maybe_rpc(h.path, "dataset.ingest", params)
-        if ok:
-            emit(result_rpc, as_json)
-            return
-    repo = h.repository()
-    total = sum(f.stat().st_size for f in files)
-    show = not as_json and sys.stderr.isatty()
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        disable=not show,
-    )
-    task = bar.add_task("ingest", total=total)
-    done_before: dict[int, int] = {}
+        _ok, result = maybe_rpc(h.path, "dataset.ingest", params)
+    if result is None:
+        total = sum(f.stat().st_size for f in files)
+        show = not as_json and sys.stderr.isatty()
+        bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=err,
+            disable=not show,
+        )
+        task = bar.add_task("ingest", total=total)
+        done_before: dict[int, int] = {}
 
-    def on_progress(p: IngestProgress) -> None:
-        done_before[p.file_index] = p.bytes_read
-        name = p.file.name if p.file is not None else ""
-        bar.update(task, completed=sum(done_before.values()), description=f"{p.stage} {name}")
+        def on_progress(p: IngestProgress) -> None:
+            done_before[p.file_index] = p.bytes_read
+            name = p.file.name if p.file is not None else ""
+            bar.update(task, completed=sum(done_before.values()), description=f"{p.stage} {name}")
 
-    try:
-        with bar, _write_lock(h):
-            result = ingest(
-                repo.open(ref),
-                files,
-                source_name=source,
-                progress=on_progress,
-                linked_objects=linked,
+        with bar:
+            res = _offline(
+                h,
+                lambda uc: uc.ingest(
+                    ref, files, source=source, linked=linked, progress=on_progress
+                ),
+                write=True,
             )
-    except OdfNodeError as e:
-        _fail(str(e))
-    summary = {
-        "new_head": str(result.new_head) if result.new_head else None,
-        "blocks": len(result.new_blocks),
-        "records": result.num_records,
-        "watermark": str(result.watermark) if result.watermark else None,
-        "linked_objects": (
-            {
-                "num_objects_naive": result.linked_objects.num_objects_naive,
-                "size_naive": result.linked_objects.size_naive,
-            }
-            if result.linked_objects
-            else None
-        ),
-    }
+        result = res.to_json()
+    assert result is not None
     if as_json:
-        _emit_json(summary)
-    elif result.up_to_date:
+        _emit_json(result)
+    elif result["up_to_date"]:
         out.print("dataset is up to date: nothing to commit")
     else:
         out.print(
-            f"committed {summary['blocks']} block(s), {summary['records']} record(s); "
-            f"head {summary['new_head']}"
+            f"committed {len(result['new_blocks'])} block(s), {result['records']} record(s); "
+            f"head {result['new_head']}"
         )
 
 
 @dataset_app.command("list")
 def dataset_list(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
     """List datasets with their head, kind and number of blocks."""
-    repo = _home(home).repository()
-    rows: list[dict[str, Any]] = []
-    for hd in repo.list():
-        try:
-            st = repo.open(hd.alias).state()
-            rows.append(
-                {
-                    "alias": hd.alias,
-                    "id": hd.id.as_did_str(),
-                    "kind": st.dataset_kind.name.lower() if st.dataset_kind is not None else None,
-                    "blocks": st.sequence_number + 1,
-                    "head": str(st.head) if st.head else None,
-                    "records": st.next_offset,
-                }
-            )
-        except OdfNodeError as e:
-            rows.append({"alias": hd.alias, "id": hd.id.as_did_str(), "error": str(e)})
+    h = _home(home)
+    ok, rows = maybe_rpc(h.path, "dataset.list", {})
+    if not ok:
+        rows = [r.to_json() for r in _offline(h, lambda uc: uc.list(), write=False)]
     if as_json:
         _emit_json(rows)
         return
     table = Table("alias", "kind", "blocks", "records", "head", "id")
     for r in rows:
-        if "error" in r:
+        if r.get("error"):
             table.add_row(r["alias"], "[red]damaged[/]", "", "", r["error"][:40], r["id"])
         else:
             head = r["head"][-8:] if r["head"] else "-"
@@ -416,47 +414,23 @@ def dataset_transform(
     as_json: JsonOpt = False,
 ) -> None:
     """Run the next transform step of a derivative dataset on the Spark engine worker."""
-    from coordinator.transform.plan import resolve_inputs
-    from coordinator.transform.run import run_transform
-    from node.engine_client import EngineClient
-    from node.home import system_clock
-
     h = _home(home)
-    ok, result_rpc = maybe_rpc(h.path, "dataset.transform", {"ref": ref})
-    if ok:
-        emit(result_rpc, as_json)
-        return
-    repo = h.repository()
-    with (
-        EngineClient(
-            master=master, idle_timeout=0, memory_limit=(memory_limit << 20) or None
-        ) as engine,
-        _write_lock(h),
-    ):
-        try:
-            ds = repo.open(ref)
-            result = run_transform(
-                ds, resolve_inputs(ds, repo.open), engine, clock=system_clock, alias=ref
-            )
-        except OdfNodeError as e:
-            _fail(str(e))
-    if result is None or result.new_head is None:
-        summary: dict[str, Any] = {"up_to_date": True}
-    else:
-        nd = result.event.new_data
-        summary = {
-            "up_to_date": False,
-            "new_head": str(result.new_head),
-            "new_blocks": [str(h) for h in result.new_blocks],
-            "offsets": [nd.offset_interval.start, nd.offset_interval.end] if nd else None,
-            "watermark": str(result.event.new_watermark) if result.event.new_watermark else None,
-        }
+    ok, result = maybe_rpc(h.path, "dataset.transform", {"ref": ref})
+    if not ok:
+        res = _offline(
+            h,
+            lambda uc: uc.transform(ref),
+            write=True,
+            master=master,
+            memory_limit=memory_limit,
+        )
+        result = res.to_json()
     if as_json:
-        _emit_json(summary)
-    elif summary["up_to_date"]:
+        _emit_json(result)
+    elif result["up_to_date"]:
         out.print("Up to date")
     else:
-        out.print(f"Committed {len(result.new_blocks)} block(s), head {result.new_head}")  # type: ignore[union-attr]
+        out.print(f"Committed {len(result['new_blocks'])} block(s), head {result['new_head']}")
 
 
 @dataset_app.command("verify")
@@ -473,78 +447,58 @@ def dataset_verify(
     """Check integrity (hashes, chain rules, data files); for derivatives also replay transforms."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from coordinator.transform.plan import resolve_inputs
-    from coordinator.transform.verify import verify_dataset
-    from coordinator.verify import IntegrityReport
-    from node.engine_client import EngineClient
-
     h = _home(home)
-    ok, result_rpc = maybe_rpc(h.path, "dataset.verify", {"ref": ref, "integrity": integrity})
-    if ok:
-        emit(result_rpc, as_json)
-        if not result_rpc["ok"]:
-            raise typer.Exit(2)
-        return
-    repo = h.repository()
-    with (
-        EngineClient(
-            master=master, idle_timeout=0, memory_limit=(memory_limit << 20) or None
-        ) as engine,
-        Progress(
+    ok, result = maybe_rpc(h.path, "dataset.verify", {"ref": ref, "integrity": integrity})
+    if not ok:
+        with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             console=err,
             disable=as_json,
             transient=True,
-        ) as bar,
-    ):
-        tasks: dict[str, Any] = {}
+        ) as bar:
+            tasks: dict[str, Any] = {}
 
-        def listener(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(phase, total=total)
-            bar.update(tasks[phase], completed=done, total=total)
+            def listener(phase: str, done: int, total: int) -> None:
+                if phase not in tasks:
+                    tasks[phase] = bar.add_task(phase, total=total)
+                bar.update(tasks[phase], completed=done, total=total)
 
-        try:
-            ds = repo.open(ref)
-            inputs = {}
-            if not integrity:
-                try:
-                    if ds.state().set_transform is not None:
-                        inputs = resolve_inputs(ds, repo.open)
-                except OdfNodeError:
-                    pass  # a broken chain or a missing input is reported by the phases below
-            full = verify_dataset(ds, inputs, engine, integrity_only=integrity, listener=listener)
-        except OdfNodeError as e:
-            _fail(str(e))
-    report: IntegrityReport = full.integrity
-    replay = full.replay
+            res = _offline(
+                h,
+                lambda uc: uc.verify(ref, integrity=integrity, listener=listener),
+                write=False,
+                master=master,
+                memory_limit=memory_limit,
+            )
+        result = res.to_json()
     if as_json:
-        value = report.to_dict()
-        value["ok"] = full.ok
-        value["replay"] = replay.to_dict() if replay is not None else None
-        value["problems"] = [*value["problems"], *full.problems]
-        _emit_json(value)
+        _emit_json(result)
     else:
-        for p in [*report.problems, *full.problems]:
+        for p in result["problems"]:
             err.print(f"[red]✗[/] {p}")
-        if replay is not None and replay.mismatch is not None:
-            err.print(f"[red]✗[/] {replay.mismatch.describe()}")
-        elif replay is not None and replay.error:
-            err.print(f"[red]✗[/] replay error: {replay.error}")
-        verdict = "[green]OK[/]" if full.ok else "[red]FAILED[/]"
+        replay = result["replay"]
+        if replay is not None and replay["mismatch"] is not None:
+            mm = replay["mismatch"]
+            err.print(
+                f"[red]✗[/] at block {mm['block_hash']} (#{mm['sequence_number']}): "
+                + "; ".join(mm["differences"])
+            )
+        elif replay is not None and replay["error"]:
+            err.print(f"[red]✗[/] replay error: {replay['error']}")
+        verdict = "[green]OK[/]" if result["ok"] else "[red]FAILED[/]"
         replayed = (
-            f", {replay.blocks_replayed}/{replay.blocks_total} transforms replayed"
-            f" ({replay.verdict.value})"
+            f", {replay['blocks_replayed']}/{replay['blocks_total']} transforms replayed"
+            f" ({replay['verdict']})"
             if replay is not None
             else ""
         )
         out.print(
-            f"{verdict}: {report.blocks_checked} blocks, {report.data_files_checked} data files, "
-            f"{report.checkpoints_checked} checkpoints checked{replayed}"
+            f"{verdict}: {result['blocks_checked']} blocks, {result['data_files_checked']} data "
+            f"files, {result['checkpoints_checked']} checkpoints checked{replayed}"
         )
-    if not full.ok:
+    if not result["ok"]:
         raise typer.Exit(2)
 
 

@@ -1,20 +1,13 @@
-"""The node daemon: gossip, IPFS, the engine, pipelines, RPC and HTTP as one asyncio process.
+"""The composition root: builds the adapters, wires the application, runs the services.
 
-Service start order (stopped in reverse): state -> IPFS -> engine -> gossip -> pipeline workers
--> HTTP surface -> RPC. Everything the daemon must not forget lives in :class:`NodeState`
-(SQLite): accepted heads are reinstalled into the protocol core at start-up, and work items
-(verify, publish) claimed by a process that died are released and resumed.
+Read top down: this module -> use cases (``node/app``) -> ports (``node/app/ports.py``) ->
+adapters (``node/adapters``, ``node/state``, ``p2p``, ``node/ipfs``, ``node/transfer``,
+``node/engine_client.py``). Nothing here decides anything about datasets or gossip: it only
+creates objects and starts/stops them.
 
-Subscriber pipeline::
-
-    announcement --core--> RequestFetch --pull (IPFS, then HTTP)--> ancestry check
-      --core--> HeadAccepted --> work "verify" --> integrity + replay on the engine
-      --> republish to IPFS --> signed Attestation (or Dispute with evidence) on the dataset topic
-
-Owner pipeline::
-
-    commit (ingest / transform via RPC) --> work "publish" --> IPFS add + pin
-      --> signed HeadAnnouncement on the dataset topic
+Service start order (stopped in reverse): state -> IPFS -> engine -> gossip -> pipeline
+workers -> HTTP surface -> RPC. Accepted heads are reinstalled into the protocol core at
+start-up, and work items claimed by a process that died are released and resumed.
 """
 
 from __future__ import annotations
@@ -24,86 +17,45 @@ import contextlib
 import logging
 import os
 import random
-import secrets
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from coordinator.errors import OdfNodeError, RefCASFailed
-from coordinator.identity import DatasetId, PrivateKey, load_private_key
-from coordinator.metadata import model as m
-from coordinator.multiformats import Multihash
-from coordinator.storage.dataset import Dataset
+from coordinator.identity import DatasetId, PrivateKey
 from coordinator.storage.repository import DatasetRepository
+from node.adapters.gossip import GossipAdapter, NoGossip
+from node.adapters.ipfs import IpfsAdapter, NoIpfs
+from node.adapters.state import InlineState
+from node.adapters.transfer import TransferAdapter
+from node.app import Application, NodeInfo
+from node.app.datasets import CommitLocks, DatasetUseCases
+from node.app.effects import NodeEffects
+from node.app.events import EventBus
+from node.app.fetch import ChainFetcher
+from node.app.metrics import NodeMetrics
+from node.app.ports import GossipPort, IpfsPort, StatePort
+from node.app.publish import PublishPipeline
+from node.app.subscriptions import SubscriptionUseCases
+from node.app.verify import VerifyPipeline
+from node.app.work import RetryPolicy, WorkRunner, prune_finished_work
 from node.config import NodeConfig
-from node.daemon.events import EventBus
 from node.daemon.lock import HomeLock
 from node.daemon.loop_monitor import watch_event_loop
-from node.daemon.metrics import NodeMetrics
 from node.daemon.services import FunctionService, ServiceGroup
 from node.home import NodeHome
-from node.state import NodeState, VerificationOutcome, WorkItem, backoff_ns
-from p2p.core import (
-    Accept,
-    CoreConfig,
-    Decision,
-    DisconnectPeer,
-    EmitEquivocationProof,
-    HeadAccepted,
-    Ignore,
-    Penalise,
-    ProtocolCore,
-    RejectHead,
-    RequestFetch,
-)
-from p2p.transport import dataset_topic
-from p2p.wire import (
-    Attestation,
-    Checks,
-    Dispute,
-    DisputeKind,
-    EquivocationProof,
-    Evidence,
-    FetchLocations,
-    HeadAnnouncement,
-    SignedMessage,
-    Verdict,
-    decode_unverified,
-    sign_message,
-)
+from p2p.core import CoreConfig, ProtocolCore
 
 log = logging.getLogger("odf_node.daemon")
 
-ENGINE_NAME = "odf-node-spark"
-ENGINE_VERSION = "3.5"
-
-
-class RetryLater(OdfNodeError):
-    """A work item cannot proceed yet (input missing, source unavailable); retried later."""
-
-
-class NotOwner(OdfNodeError):
-    """This node does not hold the dataset's key, so it cannot announce it."""
-
-
 _PRUNE_EVERY_NS = 600 * 1_000_000_000
-
-
-def prune_finished_work(state: NodeState, now_ns: int, keep_days: float) -> int:
-    """Delete work items finished more than ``keep_days`` ago (0: keep all); how many went."""
-    if keep_days <= 0:
-        return 0
-    n = state.prune_work(now_ns - int(keep_days * 86_400 * 1_000_000_000))
-    if n:
-        log.info("pruned %d work items finished more than %g days ago", n, keep_days)
-    return n
+_PEER_SCORES_EVERY_S = 10.0
 
 
 @dataclass
 class Daemon:
-    """One running node. Build with :meth:`create`, then ``await run(stop_event)``."""
+    """One running node. ``await run(stop_event)`` starts everything and runs until stopped."""
 
     home: NodeHome
     config: NodeConfig
@@ -112,24 +64,22 @@ class Daemon:
     ephemeral: bool = False
 
     repo: DatasetRepository = field(init=False)
-    state: NodeState = field(init=False)
     node_key: PrivateKey = field(init=False)
     metrics: NodeMetrics = field(init=False)
     events: EventBus = field(init=False)
     group: ServiceGroup = field(init=False)
-    ipfs_api: str | None = field(default=None, init=False)
-    ipfs_info: dict[str, Any] = field(default_factory=dict, init=False)
-    http_port: int | None = field(default=None, init=False)
-    rpc_url: str | None = field(default=None, init=False)
+    info: NodeInfo = field(init=False)
+    locks: CommitLocks = field(init=False)
+    state: StatePort = field(init=False)
+    gossip: GossipPort = field(init=False)
+    ipfs: IpfsPort = field(init=False)
+    app: Application = field(init=False)
     _engine: Any = field(default=None, init=False)
-    gossip: Any = field(default=None, init=False)
-    transport: Any = field(default=None, init=False)
-    started_at_ns: int = field(default=0, init=False)
-    _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     _ipfs_node: Any = field(default=None, init=False)
-    _known_peers: set[str] = field(default_factory=set, init=False)
-    _running_items: dict[int, str] = field(default_factory=dict, init=False)
-    _commit_locks: dict[str, asyncio.Lock] = field(default_factory=dict, init=False)
+    _transport: Any = field(default=None, init=False)
+    _service: Any = field(default=None, init=False)
+    _http_runner: Any = field(default=None, init=False)
+    _rpc: Any = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.repo = self.home.repository()
@@ -137,13 +87,20 @@ class Daemon:
         self.metrics = NodeMetrics()
         self.events = EventBus()
         self.group = ServiceGroup()
-
-    # ---- identity
+        self.locks = CommitLocks()
+        self.gossip = NoGossip()
+        self.ipfs = NoIpfs()
+        self.info = NodeInfo(
+            node_id=self.node_key.dataset_id().as_did_key(),
+            home=str(self.home.path),
+            spark_master=self.config.engine.spark_master,
+            config=self.config.to_dict(),
+        )
 
     @property
     def node_id(self) -> str:
         """The node's ``did:key``."""
-        return self.node_key.dataset_id().as_did_key()
+        return self.info.node_id
 
     def owns(self, did: DatasetId) -> bool:
         """Whether this node holds the dataset key of ``did``."""
@@ -158,14 +115,14 @@ class Daemon:
         try:
             self._build_services()
             await self.group.start()
-            self.started_at_ns = self.clock()
+            self.info.started_at_ns = self.clock()
             log.info(
                 "odf-node ready: home=%s node_id=%s rpc=%s http=%s ipfs=%s",
                 self.home.path,
                 self.node_id,
-                self.rpc_url,
-                self.http_port,
-                self.ipfs_api,
+                self.info.rpc_url,
+                self.info.http_url,
+                self.ipfs.api_url,
             )
             waiter = asyncio.ensure_future(stop.wait())
             failure = asyncio.ensure_future(self.group.wait_failure())
@@ -185,7 +142,8 @@ class Daemon:
         g.add(FunctionService("state", self._start_state, self._stop_state))
         if self.config.ipfs.mode != "none":
             g.add(FunctionService("ipfs", self._start_ipfs, self._stop_ipfs))
-        g.add(FunctionService("engine", self._start_engine, self._stop_engine))
+        g.add(FunctionService("engine", _noop, self._stop_engine))
+        g.add(FunctionService("application", self._start_app, _noop))
         if self.config.p2p.enabled:
             g.add(FunctionService("gossip", self._start_gossip, self._stop_gossip))
         g.add(FunctionService("pipeline", self._start_pipeline, _noop))
@@ -193,19 +151,30 @@ class Daemon:
             g.add(FunctionService("http", self._start_http, self._stop_http))
         g.add(FunctionService("rpc", self._start_rpc, self._stop_rpc))
 
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        return self.group.spawn(coro, "effect")
+
     # ---- state
 
     async def _start_state(self) -> None:
-        self.state = NodeState.open(self.home.path / "state.db", self.clock)
-        released = self.state.release_claims()
+        from node.state.store import NodeState
+
+        self.state = cast(
+            StatePort, InlineState(NodeState.open(self.home.path / "state.db", self.clock))
+        )
+        released = await self.state.release_claims()
         if released:
             log.info("resuming %d work item(s) interrupted by the last shutdown", released)
-        self.state.log_event("daemon.start", None, {"node_id": self.node_id})
+        await self.state.log_event("daemon.start", None, {"node_id": self.node_id})
 
     async def _stop_state(self) -> None:
         with contextlib.suppress(Exception):
-            self.state.log_event("daemon.stop", None, {})
-        self.state.close()
+            await self.state.log_event("daemon.stop", None, {})
+        close = getattr(self.state, "aclose", None)
+        if close is not None:
+            await close()
+        else:
+            self.state.close()  # type: ignore[attr-defined]
 
     # ---- IPFS
 
@@ -219,21 +188,21 @@ class Daemon:
             self._ipfs_node = await asyncio.to_thread(
                 start_embedded_ipfs, self.home.path / "ipfs", self.config.network.loopback_only
             )
-            self.ipfs_api = self._ipfs_node.api_url
+            api = self._ipfs_node.api_url
         else:
-            self.ipfs_api = cfg.api_url
-        async with IpfsClient(self.ipfs_api) as client:
+            api = cfg.api_url
+        async with IpfsClient(api) as client:
             ident = await client.id()
-            self.ipfs_info = {
+            info = {
                 "peer_id": ident.get("ID") or ident.get("id"),
                 "addresses": ident.get("Addresses") or ident.get("addresses") or [],
-                "api": self.ipfs_api,
+                "api": api,
                 "mode": cfg.mode,
             }
             # Configured peers, then the ones an operator connected earlier (remembered).
             remembered = [
                 str(e.data["multiaddr"])
-                for e in self.state.events(0, 1000, "ipfs.connect")
+                for e in await self.state.events(0, 1000, "ipfs.connect")
                 if "multiaddr" in e.data
             ]
             for addr in dict.fromkeys([*cfg.swarm_peers, *remembered]):
@@ -241,6 +210,7 @@ class Daemon:
                     await asyncio.wait_for(client.swarm_connect(addr), 15)
                 except Exception as e:  # a peer being down must not stop the node
                     log.warning("IPFS swarm connect to %s failed: %s", addr, e)
+        self.ipfs = IpfsAdapter(api, info)
 
     async def _stop_ipfs(self) -> None:
         if self._ipfs_node is not None:
@@ -249,21 +219,8 @@ class Daemon:
             await asyncio.to_thread(stop_embedded_ipfs, self._ipfs_node, self.home.path / "ipfs")
             self._ipfs_node = None
 
-    async def ipfs_connect(self, multiaddr: str) -> None:
-        """Connect our IPFS node to another one (bitswap needs a connection)."""
-        from node.ipfs.client import IpfsClient
-
-        if self.ipfs_api is None:
-            raise OdfNodeError("IPFS is disabled on this node")
-        if self.config.network.loopback_only and not multiaddr.startswith("/ip4/127."):
-            raise OdfNodeError(f"refusing non-loopback address {multiaddr!r} (loopback-only)")
-        async with IpfsClient(self.ipfs_api) as client:
-            await client.swarm_connect(multiaddr)
-        self.state.log_event("ipfs.connect", None, {"multiaddr": multiaddr})
-
     # ---- engine
 
-    @property
     def engine(self) -> Any:
         """The engine client, created on first use: its modules (gRPC, pyarrow) and its worker
         process (Spark) cost memory that an idle node should not pay."""
@@ -279,12 +236,99 @@ class Daemon:
             )
         return self._engine
 
-    async def _start_engine(self) -> None:
-        return None  # nothing to start: the worker starts on the first transform / verify
-
     async def _stop_engine(self) -> None:
         if self._engine is not None:
             await asyncio.to_thread(self._engine.close)
+
+    # ---- the application
+
+    def http_urls(self, did: DatasetId) -> tuple[str, ...]:
+        """Where peers can pull ``did`` from this node over HTTP (announced in gossip)."""
+        base = self.config.http.public_url.rstrip("/")
+        if not base and self.config.http.enabled and self.info.http_url:
+            base = self.info.http_url
+        return (f"{base}/{did.as_did_str()}",) if base else ()
+
+    async def _start_app(self) -> None:
+        p = self.config.pipeline
+        work = WorkRunner(
+            self.state,
+            self.clock,
+            RetryPolicy(p.max_attempts, p.retry_base_s, p.retry_cap_s),
+            self.rng.random,
+        )
+        publish = PublishPipeline(
+            self.repo,
+            self.state,
+            _Late(self, "gossip"),
+            _Late(self, "ipfs"),
+            self.events,
+            self.clock,
+            self.http_urls,
+            work.kick,
+        )
+        verify = VerifyPipeline(
+            self.repo,
+            self.state,
+            _Late(self, "gossip"),
+            _Late(self, "ipfs"),
+            self.engine,
+            self.events,
+            self.metrics,
+            self.clock,
+            self.node_key,
+            replay=p.replay,
+            republish=p.republish,
+            http_urls=self.http_urls,
+            kick=work.kick,
+        )
+        work.handle("verify", verify.run)
+        work.handle("publish", publish.run)
+        work.handle("dispute", verify.run_rejected_head)
+        transfer = TransferAdapter(self.repo, lambda: self.ipfs.api_url)
+        datasets = DatasetUseCases(
+            self.repo,
+            self.engine,
+            state=self.state,
+            transfer=transfer,
+            on_commit=publish.queue_id,
+            locks=self.locks,
+        )
+        subs = SubscriptionUseCases(
+            self.state,
+            _Late(self, "gossip"),
+            _Late(self, "ipfs"),
+            self.owns,
+            loopback_only=self.config.network.loopback_only,
+        )
+        self.effects = NodeEffects(
+            self.state, verify, self.events, self.metrics, self._spawn, self.owns, work.kick
+        )
+        self.gossip = NoGossip(self.effects)
+        self.fetcher = ChainFetcher(
+            self.repo,
+            self.state,
+            transfer,
+            self.locks,
+            self.metrics,
+            ipfs_enabled=lambda: self.ipfs.api_url is not None,
+        )
+        self.app = Application(
+            info=self.info,
+            clock=self.clock,
+            repo=self.repo,
+            state=self.state,
+            gossip=_Late(self, "gossip"),
+            ipfs=_Late(self, "ipfs"),
+            engine=lambda: self._engine,
+            metrics=self.metrics,
+            locks=self.locks,
+            datasets=datasets,
+            subscriptions=subs,
+            publish=publish,
+            verify=verify,
+            work=work,
+        )
 
     # ---- gossip
 
@@ -293,7 +337,7 @@ class Daemon:
         from p2p.service import GossipService
 
         p = self.config.p2p
-        self.transport = Libp2pTransport(
+        self._transport = Libp2pTransport(
             Libp2pConfig(
                 node_seed=self.node_key.seed(),
                 listen_host=p.listen_host,
@@ -302,562 +346,84 @@ class Daemon:
                 loopback_only=self.config.network.loopback_only,
             )
         )
-        await self.transport.start()
+        await self._transport.start()
         core = ProtocolCore(CoreConfig(anti_entropy_interval_ns=15 * 1_000_000_000), self.rng)
-        for sub in self.state.subscriptions():
+        for sub in await self.state.subscriptions():
             core.subscribe(DatasetId.parse(sub.did))
-        for h in self.repo.list():
+        for h in await asyncio.to_thread(self.repo.list):
             if self.owns(h.id):
                 core.subscribe(h.id)
-        for acc in self.state.accepted_heads():
+        for acc in await self.state.accepted_heads():
             try:
                 core.restore_accepted(acc.envelope)
             except Exception as e:
                 log.warning("could not restore accepted head of %s: %s", acc.did, e)
-        self.gossip = GossipService(core, self.transport, self.clock, self._fetch)
-        self.gossip.on_decision(self._on_decision)
-        await self.gossip.start()
-        self.group.spawn(self._watch_peers(), "peer-watch")
-        self.group.spawn(self._redial_known_peers(), "peer-redial")
+        self._service = GossipService(core, self._transport, self.clock, self.fetcher, self.effects)
+        self._service.on_peer_change(self._on_peer_change)
+        await self._service.start()
+        self.gossip = GossipAdapter(self._service, self._transport)
+        self.group.spawn_restarting(self._redial_known_peers, "peer-redial")
+        self.group.spawn_restarting(self._record_peer_scores, "peer-scores")
 
     async def _stop_gossip(self) -> None:
-        if self.gossip is not None:
-            await self.gossip.stop()
-        if self.transport is not None:
-            await self.transport.stop()
+        if self._service is not None:
+            await self._service.stop()
+        if self._transport is not None:
+            await self._transport.stop()
 
-    async def follow(self, did: DatasetId) -> None:
-        """Join ``did``'s topic and ask connected peers for its latest head."""
-        if self.gossip is None:
-            return
-        await self.gossip.follow(did)
+    def _on_peer_change(self, peer: str, connected: bool) -> None:
+        self.metrics.peers.set(self.gossip.peer_count())
+        self.events.publish("peer.connected" if connected else "peer.disconnected", {"peer": peer})
+        self._spawn(self._store_peer(peer, connected))
 
-    async def connect_peer(self, multiaddr: str) -> str:
-        """Dial a gossip peer; returns its peer id."""
-        if self.transport is None:
-            raise OdfNodeError("gossip is disabled on this node")
-        peer: str = await self.transport.connect(multiaddr)
-        self._peer_seen(peer)
-        self.state.upsert_peer(peer, [multiaddr], None, True)  # redialled after a restart
-        return peer
+    async def _store_peer(self, peer: str, connected: bool) -> None:
+        await self.state.upsert_peer(peer, None, None, connected)
+
+    async def _record_peer_scores(self) -> None:
+        while True:
+            await asyncio.sleep(_PEER_SCORES_EVERY_S)
+            for peer in self._service.connected_peers():
+                await self.state.upsert_peer(peer, None, self.gossip.peer_score(peer), True)
 
     async def _redial_known_peers(self) -> None:
         bootstrap = set(self.config.p2p.bootstrap)
-        for p in self.state.peers():
+        connected = set(self._service.connected_peers())
+        for p in await self.state.peers():
             for addr in p.addrs:
-                if addr in bootstrap or p.peer_id in self._known_peers:
+                if addr in bootstrap or p.peer_id in connected:
                     continue
                 try:
-                    await asyncio.wait_for(self.connect_peer(addr), 15)
+                    await asyncio.wait_for(self.app.subscriptions.connect_peer(addr), 15)
                     log.info("reconnected to known peer %s", p.peer_id)
                     break
                 except Exception as e:
                     log.info("known peer %s at %s unreachable: %s", p.peer_id, addr, e)
+        await asyncio.Event().wait()  # done: stay parked so the supervisor does not restart it
 
-    def _peer_seen(self, peer: str) -> None:
-        if peer not in self._known_peers:
-            self._known_peers.add(peer)
-            self.gossip.peer_connected(peer)
-            self.state.upsert_peer(peer, None, None, True)
-            self.events.publish("peer.connected", {"peer": peer})
-
-    async def _watch_peers(self) -> None:
-        while True:
-            connected = set(self.transport.connected_peers())
-            for peer in connected - self._known_peers:
-                self._peer_seen(peer)
-            for peer in self._known_peers - connected:
-                self._known_peers.discard(peer)
-                self.state.upsert_peer(peer, None, None, False)
-                self.events.publish("peer.disconnected", {"peer": peer})
-            now = self.clock()
-            for peer in connected:
-                self.state.upsert_peer(peer, None, self.gossip.core.peer_score(peer, now), True)
-            self.metrics.peers.set(len(connected))
-            await asyncio.sleep(2.0)
-
-    def _on_decision(self, d: Decision) -> None:
-        match d:
-            case Accept(message=SignedMessage(message=HeadAnnouncement())):
-                self.metrics.announcements.labels("candidate", "").inc()
-            case Accept(message=SignedMessage(message=Attestation() as a) as sm):
-                self.state.add_attestation(
-                    a.dataset.as_did_str(),
-                    a.head.to_multibase(),
-                    a.verdict.name.lower(),
-                    a.node.as_did_key(),
-                    sm.envelope,
-                    False,
-                )
-                self.events.publish(
-                    "attestation",
-                    {"did": a.dataset.as_did_str(), "head": a.head.to_multibase(), "own": False},
-                )
-            case Accept(message=SignedMessage(message=Dispute() as x) as sm):
-                self.state.add_dispute(
-                    x.dataset.as_did_str(),
-                    x.block.to_multibase(),
-                    x.kind.name.lower(),
-                    x.node.as_did_key(),
-                    sm.envelope,
-                    False,
-                    x.detail,
-                )
-                self.events.publish(
-                    "dispute",
-                    {"did": x.dataset.as_did_str(), "block": x.block.to_multibase(), "own": False},
-                )
-            case Accept(message=EquivocationProof() as proof):
-                self._store_proof(proof)
-            case EmitEquivocationProof(proof=proof):
-                self._store_proof(proof)
-            case HeadAccepted():
-                self._on_head_accepted(d)
-            case RejectHead():
-                self.metrics.announcements.labels("rejected", d.reason).inc()
-                self.state.log_event(
-                    "head.rejected",
-                    d.dataset.as_did_str(),
-                    {"head": d.head.to_multibase(), "reason": d.reason},
-                )
-                self.state.enqueue(
-                    "dispute",
-                    d.dataset.as_did_str(),
-                    d.head.to_multibase(),
-                    {"kind": "integrity", "detail": f"head is {d.reason} of the accepted head"},
-                )
-                self._wake.set()
-            case Penalise():
-                self.metrics.announcements.labels("penalised", d.reason).inc()
-            case Ignore():
-                self.metrics.announcements.labels("ignored", d.reason).inc()
-            case DisconnectPeer():
-                self.state.log_event("peer.graylisted", None, {"peer": d.peer, "score": d.score})
-            case _:
-                pass
-
-    def _store_proof(self, proof: EquivocationProof) -> None:
-        did = proof.first.message.dataset.as_did_str()
-        if self.state.add_equivocation_proof(did, proof.envelope):
-            self.state.log_event("equivocation", did, {})
-            self.events.publish("equivocation", {"did": did})
-
-    def _on_head_accepted(self, d: HeadAccepted) -> None:
-        did = d.dataset.as_did_str()
-        head = d.head.to_multibase()
-        self.metrics.announcements.labels("accepted", "").inc()
-        stored = self.state.record_accepted_head(
-            did, d.epoch, d.sequence, head, "", d.announcement.envelope
-        )
-        if not stored:
-            return
-        self.state.log_event("head.accepted", did, {"head": head, "sequence": d.sequence})
-        self.events.publish("head.accepted", {"did": did, "head": head, "sequence": d.sequence})
-        if not self.owns(d.dataset):
-            self.state.enqueue("verify", did, head, {"sequence": d.sequence})
-            self._wake.set()
-
-    # ---- fetch (called by the gossip service for RequestFetch)
-
-    def local_alias_for(self, did: DatasetId) -> str:
-        """The alias a pulled dataset is stored under (subscription alias, else the DID)."""
-        try:
-            return self.repo.resolve(did.as_did_str()).alias
-        except OdfNodeError:
-            pass
-        sub = self.state.subscription(did.as_did_str())
-        if sub is not None and sub.alias:
-            return sub.alias
-        return did.as_multibase()
-
-    def _sources(self, locations: FetchLocations) -> list[str]:
-        urls = [f"ipfs://{c}" for c in locations.ipfs_cids] if self.ipfs_api else []
-        urls += [u.rstrip("/") for u in locations.http_urls]
-        return urls
-
-    async def _fetch(self, req: RequestFetch) -> bool:
-        from node.transfer.errors import DivergedHeads, ObjectRejected, TransferError
-        from node.transfer.pull import pull_url
-
-        did = req.dataset
-        alias = self.local_alias_for(did)
-        sources = self._sources(req.locations)
-        if not sources:
-            raise RetryLater("the announcement names no source this node can use")
-        errors: list[str] = []
-        t0 = time.monotonic()
-        async with self._commit_lock(did.as_did_str()):
-            for url in sources:
-                try:
-                    result = await pull_url(self.repo, url, alias=alias, ipfs_api=self.ipfs_api)
-                except DivergedHeads as e:
-                    self.metrics.pulls.labels("diverged").inc()
-                    log.warning("pull of %s from %s: %s", did, url, e)
-                    return False
-                except ObjectRejected as e:
-                    self.metrics.pulls.labels("rejected").inc()
-                    errors.append(f"{url}: {e}")
-                    self.state.log_event(
-                        "pull.rejected", did.as_did_str(), {"url": url, "error": str(e)}
-                    )
-                    continue
-                except (TransferError, RefCASFailed, OSError) as e:
-                    # RefCASFailed: our copy moved meanwhile (another pull); retried later.
-                    self.metrics.pulls.labels("unavailable").inc()
-                    errors.append(f"{url}: {e}")
-                    continue
-                self.metrics.pulls.labels("ok").inc()
-                self.metrics.pull_seconds.observe(time.monotonic() - t0)
-                self.state.log_event("pull.ok", did.as_did_str(), {"url": url, **result.to_dict()})
-                return await asyncio.to_thread(
-                    _descends, self.repo.open(did.as_did_str()), req.head, req.base
-                )
-        raise RetryLater("; ".join(errors) or "no source worked")
-
-    # ---- pipeline workers
-
-    def _commit_lock(self, did: str) -> asyncio.Lock:
-        return self._commit_locks.setdefault(did, asyncio.Lock())
+    # ---- pipeline workers and housekeeping
 
     async def _start_pipeline(self) -> None:
         for i in range(self.config.pipeline.concurrency):
-            self.group.spawn(self._worker(i), f"worker-{i}")
-        self.group.spawn(self._housekeeping(), "housekeeping")
-        self.group.spawn(watch_event_loop(self.metrics.loop_lag.observe), "loop-monitor")
-
-    def kick(self) -> None:
-        """Wake the workers (new work was queued)."""
-        self._wake.set()
-
-    async def _worker(self, n: int) -> None:
-        while True:
-            busy = set(self._running_items.values())
-            item = self.state.claim(self.clock(), exclude_dids=busy)
-            if item is None:
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), 1.0)
-                continue
-            self._running_items[item.id] = item.did
-            try:
-                await self._run_item(item)
-            finally:
-                self._running_items.pop(item.id, None)
-                self._wake.set()
-
-    async def _run_item(self, item: WorkItem) -> None:
-        handlers = {
-            "verify": self._do_verify,
-            "publish": self._do_publish,
-            "dispute": self._do_dispute,
-        }
-        handler = handlers.get(item.kind)
-        if handler is None:
-            self.state.fail(item.id, f"unknown work kind {item.kind!r}", None)
-            return
-        log.info("work #%d %s %s (attempt %d)", item.id, item.kind, item.did, item.attempts)
-        try:
-            await handler(item)
-        except asyncio.CancelledError:
-            raise  # shutdown: the claim is released at the next start
-        except Exception as e:
-            p = self.config.pipeline
-            retry = None
-            # Waiting (for an input, a source) is not failing: allow it many more rounds.
-            limit = p.max_attempts * (4 if isinstance(e, RetryLater) else 1)
-            if item.attempts < limit:
-                retry = self.clock() + backoff_ns(
-                    item.attempts, p.retry_base_s, p.retry_cap_s, rand=self.rng.random
-                )
-            msg = str(e) or type(e).__name__
-            log.warning(
-                "work #%d %s failed: %s (%s)",
-                item.id,
-                item.kind,
-                msg,
-                "will retry" if retry else "giving up",
-            )
-            self.state.fail(item.id, msg, retry)
-            self.state.log_event(
-                f"{item.kind}.error", item.did, {"error": msg, "final": retry is None}
-            )
-            return
-        self.state.complete(item.id)
-        log.info("work #%d %s %s done", item.id, item.kind, item.did)
+            self.group.spawn(self.app.work.worker(), f"worker-{i}")
+        self.group.spawn_restarting(self._housekeeping, "housekeeping")
+        self.group.spawn_restarting(
+            lambda: watch_event_loop(self.metrics.loop_lag.observe), "loop-monitor"
+        )
 
     async def _housekeeping(self) -> None:
         last_prune: int | None = None
         while True:
             for kind in ("verify", "publish", "dispute"):
-                self.metrics.queue_depth.labels(kind).set(self.state.pending_count(kind))
+                self.metrics.queue_depth.labels(kind).set(await self.state.pending_count(kind))
             self.metrics.engine_running.set(1 if self._engine and self._engine.running else 0)
-            self.state.prune_events(100_000)
+            await self.state.prune_events(100_000)
             now = self.clock()
             if last_prune is None or now - last_prune >= _PRUNE_EVERY_NS:
-                prune_finished_work(self.state, now, self.config.pipeline.keep_finished_work_days)
+                await prune_finished_work(
+                    self.state, now, self.config.pipeline.keep_finished_work_days
+                )
                 last_prune = now
             await asyncio.sleep(5.0)
-
-    # ---- verify -> attest / dispute
-
-    async def _do_verify(self, item: WorkItem) -> None:
-        from coordinator.transform.verify import Verdict as ReplayVerdict
-        from coordinator.transform.verify import verify_dataset
-
-        did = DatasetId.parse(item.did)
-        newer = [w for w in self.state.work(state="pending", did=item.did) if w.kind == "verify"]
-        if newer:
-            # A newer head is queued: verifying it covers this one (the chain includes it).
-            self.state.log_event("verify.superseded", item.did, {"head": item.head})
-            return
-        ds = self.repo.open(item.did)
-        chain = await asyncio.to_thread(ds.state)
-        inputs: dict[DatasetId, Dataset] = {}
-        replay = self.config.pipeline.replay
-        if chain.dataset_kind == m.DatasetKind.DERIVATIVE and chain.set_transform and replay:
-            missing = []
-            for i in chain.set_transform.inputs:
-                idid = DatasetId.parse(i.dataset_ref)
-                if self.repo.contains(idid.as_did_str()):
-                    inputs[idid] = self.repo.open(idid.as_did_str())
-                else:
-                    missing.append(idid)
-            for idid in missing:
-                # Inputs are pulled recursively: follow them like any subscription.
-                self.state.subscribe(idid.as_did_str(), None, f"input of {item.did}")
-                await self.follow(idid)
-            if missing:
-                raise RetryLater(f"waiting for {len(missing)} input dataset(s) to be pulled")
-        head = chain.head
-        assert head is not None
-        self.state.log_event("verify.start", item.did, {"head": head.to_multibase()})
-        self.events.publish("verify.started", {"did": item.did, "head": head.to_multibase()})
-        t0 = time.monotonic()
-
-        def progress(phase: str, done: int, total: int) -> None:
-            self.events.publish_threadsafe(
-                "verify.progress", {"did": item.did, "phase": phase, "done": done, "total": total}
-            )
-
-        report = await asyncio.to_thread(
-            verify_dataset,
-            ds,
-            inputs,
-            self.engine,
-            integrity_only=not replay,
-            listener=progress,
-        )
-        seconds = time.monotonic() - t0
-        rp = report.replay
-        if rp is not None and rp.verdict is ReplayVerdict.ERROR:
-            # Usually a missing input slice or an engine failure: not a verdict on the data.
-            self.metrics.verifications.labels("error").inc()
-            raise RetryLater(f"replay could not run: {rp.error}")
-        self.metrics.verify_seconds.observe(seconds)
-        outcome: VerificationOutcome
-        if report.ok:
-            outcome = "verified"
-        elif rp is not None and rp.verdict is ReplayVerdict.NOT_REPRODUCIBLE:
-            outcome = "nondeterministic"
-        else:
-            outcome = "failed"
-        self.metrics.verifications.labels(outcome).inc()
-        problems = [*report.integrity.problems, *report.problems]
-        detail = rp.mismatch.describe() if rp is not None and rp.mismatch else "; ".join(problems)
-        self.state.record_verification(
-            item.did, head.to_multibase(), outcome, detail[:2000], seconds
-        )
-        self.state.log_event(
-            "verify." + outcome, item.did, {"head": head.to_multibase(), "seconds": seconds}
-        )
-        self.events.publish(
-            "verify.finished", {"did": item.did, "head": head.to_multibase(), "outcome": outcome}
-        )
-        if outcome == "failed":
-            await self._dispute_from_report(did, head, report)
-            return
-        locations = FetchLocations()
-        if outcome == "verified" and self.config.pipeline.republish and self.ipfs_api:
-            cid = await self._publish_ipfs(ds)
-            locations = FetchLocations((cid,), self._http_urls(did))
-            self.state.log_event("republish", item.did, {"head": head.to_multibase(), "cid": cid})
-        checks = Checks.METADATA_INTEGRITY | Checks.DATA_INTEGRITY
-        verdict = Verdict.INTEGRITY_ONLY
-        if rp is not None:
-            checks |= Checks.REPLAY
-            verdict = Verdict.VERIFIED if outcome == "verified" else Verdict.UNVERIFIABLE
-        elif chain.dataset_kind == m.DatasetKind.ROOT:
-            verdict = Verdict.VERIFIED
-        att = Attestation(
-            node=self.node_key.dataset_id(),
-            dataset=did,
-            head=head,
-            verdict=verdict,
-            engine_name=ENGINE_NAME,
-            engine_version=ENGINE_VERSION,
-            checks=checks,
-            locations=locations,
-            issued_at_ns=self.clock(),
-            nonce=secrets.token_bytes(16),
-        )
-        sm = sign_message(att, self.node_key)
-        self.state.add_attestation(
-            item.did, head.to_multibase(), verdict.name.lower(), self.node_id, sm.envelope, True
-        )
-        await self._gossip(sm.envelope, dataset_topic(did.as_multibase()))
-        self.events.publish(
-            "attestation", {"did": item.did, "head": head.to_multibase(), "own": True}
-        )
-
-    async def _dispute_from_report(self, did: DatasetId, head: Multihash, report: Any) -> None:
-        rp = report.replay
-        if rp is not None and rp.mismatch is not None:
-            mm = rp.mismatch
-            dispute = self._dispute(
-                did,
-                mm.block_hash,
-                DisputeKind.REPLAY_MISMATCH,
-                _evidence(mm.expected),
-                _evidence(mm.actual),
-                "; ".join(mm.differences),
-            )
-        else:
-            problems = [*report.integrity.problems, *report.problems]
-            dispute = self._dispute(
-                did, head, DisputeKind.INTEGRITY, Evidence(), Evidence(), "; ".join(problems)
-            )
-        await self._send_dispute(did, dispute)
-
-    def _dispute(
-        self,
-        did: DatasetId,
-        block: Multihash,
-        kind: DisputeKind,
-        expected: Evidence,
-        computed: Evidence,
-        detail: str,
-    ) -> SignedMessage:
-        detail_b = detail.encode()[:250].decode(errors="ignore")
-        return sign_message(
-            Dispute(
-                node=self.node_key.dataset_id(),
-                dataset=did,
-                block=block,
-                kind=kind,
-                expected=expected,
-                computed=computed,
-                detail=detail_b,
-                issued_at_ns=self.clock(),
-                nonce=secrets.token_bytes(16),
-            ),
-            self.node_key,
-        )
-
-    async def _send_dispute(self, did: DatasetId, sm: SignedMessage) -> None:
-        x = sm.message
-        assert isinstance(x, Dispute)
-        self.state.add_dispute(
-            did.as_did_str(),
-            x.block.to_multibase(),
-            x.kind.name.lower(),
-            self.node_id,
-            sm.envelope,
-            True,
-            x.detail,
-        )
-        await self._gossip(sm.envelope, dataset_topic(did.as_multibase()))
-        self.events.publish(
-            "dispute", {"did": did.as_did_str(), "block": x.block.to_multibase(), "own": True}
-        )
-
-    async def _do_dispute(self, item: WorkItem) -> None:
-        did = DatasetId.parse(item.did)
-        assert item.head is not None
-        sm = self._dispute(
-            did,
-            Multihash.from_multibase(item.head),
-            DisputeKind.INTEGRITY,
-            Evidence(),
-            Evidence(),
-            str(item.payload.get("detail", "")),
-        )
-        await self._send_dispute(did, sm)
-
-    async def _gossip(self, envelope: bytes, topic: str) -> None:
-        if self.gossip is None:
-            return
-        try:
-            await self.gossip.announce(envelope, topic)
-        except Exception as e:  # no peers yet: anti-entropy and re-announcements cover it
-            log.info("gossip publish on %s: %s", topic, e)
-
-    # ---- owner: publish + announce
-
-    def _http_urls(self, did: DatasetId) -> tuple[str, ...]:
-        base = self.config.http.public_url.rstrip("/")
-        if not base and self.config.http.enabled and self.http_port:
-            base = f"http://{self.config.http.host}:{self.http_port}"
-        return (f"{base}/{did.as_did_str()}",) if base else ()
-
-    async def _publish_ipfs(self, ds: Dataset) -> str:
-        from node.ipfs.client import IpfsClient
-        from node.transfer.publish import publish_dataset
-
-        assert self.ipfs_api is not None
-        async with IpfsClient(self.ipfs_api) as client:
-            result = await publish_dataset(client, ds)
-        return result.cid
-
-    def queue_publish(self, did: DatasetId) -> WorkItem:
-        """Queue publication + announcement of the current head of an owned dataset."""
-        if not self.owns(did):
-            raise NotOwner(f"this node does not hold the key of {did.as_did_str()}")
-        ds = self.repo.open(did.as_did_str())
-        head = ds.head()
-        item = self.state.enqueue("publish", did.as_did_str(), str(head) if head else None, {})
-        self.kick()
-        return item
-
-    async def _do_publish(self, item: WorkItem) -> None:
-        did = DatasetId.parse(item.did)
-        ds = self.repo.open(item.did)
-        chain = await asyncio.to_thread(ds.state)
-        if chain.head is None:
-            return
-        cids: tuple[str, ...] = ()
-        if self.ipfs_api:
-            cids = (await self._publish_ipfs(ds),)
-        key = load_private_key(self.repo.key_path(did))
-        prev = self.state.accepted_head(item.did)
-        ann = HeadAnnouncement(
-            dataset=did,
-            head=chain.head,
-            sequence=chain.sequence_number,
-            prev_head=Multihash.from_multibase(prev.head) if prev else None,
-            epoch=0,
-            locations=FetchLocations(cids, self._http_urls(did)),
-            issued_at_ns=self.clock(),
-            nonce=secrets.token_bytes(16),
-        )
-        sm = sign_message(ann, key)
-        self.state.record_accepted_head(
-            item.did, 0, chain.sequence_number, chain.head.to_multibase(), "self", sm.envelope
-        )
-        if self.gossip is not None:
-            await self.follow(did)
-            self.gossip.core.restore_accepted(sm.envelope)
-        await self._gossip(sm.envelope, dataset_topic(did.as_multibase()))
-        self.state.log_event(
-            "announce", item.did, {"head": chain.head.to_multibase(), "cids": list(cids)}
-        )
-        self.events.publish(
-            "announce", {"did": item.did, "head": chain.head.to_multibase(), "cids": list(cids)}
-        )
-
-    async def announce_envelope(self, did: DatasetId, envelope: bytes) -> None:
-        """Gossip a pre-signed envelope on ``did``'s topic (tests and tools)."""
-        decode_unverified(envelope)
-        await self._gossip(envelope, dataset_topic(did.as_multibase()))
 
     # ---- HTTP surface
 
@@ -873,7 +439,7 @@ class Daemon:
         port = 0 if self.ephemeral else self.config.http.port
         site = web.TCPSite(self._http_runner, self.config.http.host, port)
         await site.start()
-        self.http_port = _bound_port(site, port)
+        self.info.http_url = f"http://{self.config.http.host}:{_bound_port(site, port)}"
 
     async def _metrics_handler(self, request: Any) -> Any:
         from aiohttp import web
@@ -889,12 +455,27 @@ class Daemon:
     async def _start_rpc(self) -> None:
         from node.daemon.rpc_api import start_rpc
 
-        self._rpc = await start_rpc(self)
+        self._rpc = await start_rpc(
+            self.app, self.events, self.home.path, self.config.rpc, self.ephemeral
+        )
+        self.info.rpc_url = self._rpc.url
 
     async def _stop_rpc(self) -> None:
         from node.daemon.rpc_api import stop_rpc
 
-        await stop_rpc(self, self._rpc)
+        await stop_rpc(self.home.path, self._rpc)
+
+
+class _Late:
+    """Forwards to ``daemon.<name>`` at call time: the IPFS and gossip adapters are created by
+    services that start after the use cases that hold them are built."""
+
+    def __init__(self, daemon: Daemon, name: str) -> None:
+        self._daemon = daemon
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(getattr(self._daemon, self._name), attr)
 
 
 async def _noop() -> None:
@@ -905,30 +486,6 @@ def _bound_port(site: Any, fallback: int) -> int:
     server = site._server
     sockets = getattr(server, "sockets", None) or []
     return int(sockets[0].getsockname()[1]) if sockets else fallback
-
-
-def _evidence(e: m.ExecuteTransform) -> Evidence:
-    nd = e.new_data
-    wm = e.new_watermark
-    return Evidence(
-        logical_hash=nd.logical_hash if nd else None,
-        physical_hash=nd.physical_hash if nd else None,
-        offsets=(nd.offset_interval.start, nd.offset_interval.end) if nd else None,
-        watermark_ns=wm.epoch_ns if wm is not None else None,
-    )
-
-
-def _descends(ds: Dataset, head: Multihash, base: Multihash | None) -> bool:
-    """Whether the local chain contains ``head`` and ``head`` descends from ``base``."""
-    found = False
-    for h, _ in ds.iter_blocks(verify=False):
-        if h == head:
-            found = True
-            if base is None:
-                return True
-        if found and h == base:
-            return True
-    return False
 
 
 def install_signal_handlers(stop: asyncio.Event) -> None:
@@ -944,4 +501,4 @@ def install_signal_handlers(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, handler)
 
 
-__all__ = ["Daemon", "NotOwner", "RetryLater", "install_signal_handlers"]
+__all__ = ["Daemon", "install_signal_handlers"]

@@ -1,23 +1,33 @@
 """Binds :class:`~node.daemon.api.NodeApi` to the JSON-RPC server and writes the cookie.
 
-Daemon-specific exceptions get their JSON-RPC codes here, at the boundary; the event bus feeds
-the WebSocket ``event`` notifications.
+Errors of the application layer get their JSON-RPC codes here, at the boundary; the event bus
+feeds the WebSocket ``event`` notifications.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from node.daemon.api import METHODS, InvalidArgument, NodeApi
+from node.app import Application
+from node.app.errors import InvalidArgument, NotOwner, RetryLater, Unavailable
+from node.app.events import EventBus
+from node.app.fetch import PullDiverged, PullRejected
+from node.config import RpcSection
+from node.daemon.api import METHODS, NodeApi
 from node.rpc.cookie import new_token, remove_cookie, write_cookie
-from node.rpc.errors import CONFLICT, INVALID_INPUT, UNAVAILABLE, register_error
+from node.rpc.errors import (
+    CONFLICT,
+    INVALID_INPUT,
+    UNAVAILABLE,
+    VERIFICATION_FAILED,
+    register_error,
+)
 from node.rpc.registry import Param, RpcRegistry
 from node.rpc.server import RpcServer
-
-if TYPE_CHECKING:
-    from node.daemon.daemon import Daemon
 
 log = logging.getLogger("odf_node.rpc")
 
@@ -25,7 +35,6 @@ log = logging.getLogger("odf_node.rpc")
 def build_registry(api: NodeApi) -> RpcRegistry:
     """Every :data:`~node.daemon.api.METHODS` entry registered against ``api``."""
     from node.config import ConfigError
-    from node.daemon.daemon import NotOwner, RetryLater
     from node.daemon.lock import HomeLocked
     from node.ipfs.client import IpfsError
 
@@ -33,7 +42,10 @@ def build_registry(api: NodeApi) -> RpcRegistry:
     register_error(ConfigError, INVALID_INPUT)
     register_error(NotOwner, CONFLICT)
     register_error(HomeLocked, CONFLICT)
+    register_error(PullDiverged, CONFLICT)
+    register_error(PullRejected, VERIFICATION_FAILED)
     register_error(RetryLater, UNAVAILABLE)
+    register_error(Unavailable, UNAVAILABLE)
     register_error(IpfsError, UNAVAILABLE)
     registry = RpcRegistry()
     for spec in METHODS:
@@ -47,23 +59,36 @@ def build_registry(api: NodeApi) -> RpcRegistry:
     return registry
 
 
-async def start_rpc(daemon: Daemon) -> RpcServer:
-    """Start the RPC server for ``daemon`` and publish its URL and token in the cookie."""
-    cfg = daemon.config.rpc
+@dataclass
+class RpcHandle:
+    """A running RPC server and the token its cookie holds."""
+
+    server: RpcServer
+    token: str
+
+    @property
+    def url(self) -> str:
+        """The server's HTTP URL."""
+        return self.server.url
+
+
+async def start_rpc(
+    app: Application, events: EventBus, home: Path, cfg: RpcSection, ephemeral: bool
+) -> RpcHandle:
+    """Start the RPC server for ``app`` and publish its URL and token in the home's cookie."""
     token = new_token()
     server = RpcServer(
-        build_registry(NodeApi(daemon)),
+        build_registry(NodeApi(app)),
         token=token,
         host=cfg.host,
-        port=0 if daemon.ephemeral else cfg.port,
+        port=0 if ephemeral else cfg.port,
         max_body_bytes=cfg.max_body_bytes,
         max_batch=cfg.max_batch,
         allowed_origins=cfg.allowed_origins,
-        unix_path=daemon.home.path / "rpc.sock",
+        unix_path=home / "rpc.sock",
     )
     await server.start()
-    daemon.rpc_url = server.url
-    write_cookie(daemon.home.path, server.url, token)
+    write_cookie(home, server.url, token)
     tasks: set[asyncio.Task[Any]] = set()
 
     def forward(topic: str, payload: dict[str, Any]) -> None:
@@ -71,12 +96,11 @@ async def start_rpc(daemon: Daemon) -> RpcServer:
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
-    daemon.events.listen(forward)
-    server._odf_token = token  # type: ignore[attr-defined]  # for remove_cookie at stop
-    return server
+    events.listen(forward)
+    return RpcHandle(server, token)
 
 
-async def stop_rpc(daemon: Daemon, server: RpcServer) -> None:
-    """Stop serving and remove the cookie (only if it is still ours)."""
-    remove_cookie(daemon.home.path, token=getattr(server, "_odf_token", None))
-    await server.stop()
+async def stop_rpc(home: Path, rpc: RpcHandle) -> None:
+    """Remove the cookie (only if it is still ours) and stop serving."""
+    remove_cookie(home, token=rpc.token)
+    await rpc.server.stop()

@@ -61,6 +61,7 @@ class ServiceGroup:
     ready_at: dict[str, float] = field(default_factory=dict)
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     _failure: asyncio.Future[BaseException] | None = None
+    restarts: dict[str, int] = field(default_factory=dict)
 
     def add(self, service: Service) -> None:
         """Register ``service`` (started after the ones added before it)."""
@@ -72,6 +73,42 @@ class ServiceGroup:
         self._tasks.add(task)
         task.add_done_callback(self._on_done)
         return task
+
+    def spawn_restarting(
+        self,
+        factory: Callable[[], Coroutine[Any, Any, Any]],
+        name: str,
+        *,
+        base_s: float = 1.0,
+        cap_s: float = 60.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> asyncio.Task[Any]:
+        """Run ``factory()`` supervised; a crash is logged and the task restarted after a
+        capped exponential backoff instead of stopping the node (housekeeping, monitors)."""
+
+        async def loop() -> None:
+            failures = 0
+            while True:
+                try:
+                    await factory()
+                    failures = 0
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    failures += 1
+                    delay = min(cap_s, base_s * 2 ** (failures - 1))
+                    log.error(
+                        "task %s crashed (%d in a row): %r; restarting in %.1f s",
+                        name,
+                        failures,
+                        e,
+                        delay,
+                        exc_info=e,
+                    )
+                    self.restarts[name] = self.restarts.get(name, 0) + 1
+                    await sleep(delay)
+
+        return self.spawn(loop(), name)
 
     def _on_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)

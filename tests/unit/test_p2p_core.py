@@ -376,7 +376,10 @@ def test_fetch_timeout_abandons_and_unexpected_results_are_ignored() -> None:
     c = core(fetch_timeout_ns=10 * NS_PER_S)
     recv(c, ann(5))
     assert of(c.handle(Tick(T0 + 11 * NS_PER_S)), AbandonFetch)
-    assert reasons(c.handle(FetchCompleted(DID, h("head-5"), True, T0))) == ["unexpected-fetch"]
+    # A completion the core no longer waited for still lands (its commit cannot be undone)...
+    assert of(c.handle(FetchCompleted(DID, h("head-5"), True, T0)), HeadAccepted)
+    # ...but results for heads nobody announced are ignored.
+    assert reasons(c.handle(FetchCompleted(DID, h("nope"), True, T0))) == ["unexpected-fetch"]
     assert reasons(c.handle(FetchFailed(DID, h("nope"), "x", T0))) == ["unexpected-fetch"]
 
 

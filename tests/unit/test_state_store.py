@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import sqlite3
 import threading
@@ -440,7 +441,11 @@ def test_backoff_full_jitter_bounds() -> None:
 def test_daemon_prunes_finished_work_after_the_configured_days(
     state: NodeState, clock: FakeClock
 ) -> None:
-    from node.daemon.daemon import prune_finished_work
+    from node.adapters.state import InlineState
+    from node.app.work import prune_finished_work
+
+    def prune(keep_days: float) -> int:
+        return asyncio.run(prune_finished_work(InlineState(state), clock.now, keep_days))
 
     old = state.enqueue("verify", A, H1, {})
     state.claim(clock.now)
@@ -451,9 +456,9 @@ def test_daemon_prunes_finished_work_after_the_configured_days(
     state.complete(recent.id)
     pending = state.enqueue("verify", A, H1, {"later": True})
     clock.advance(86_400)
-    assert prune_finished_work(state, clock.now, 0) == 0  # 0 keeps everything
-    assert prune_finished_work(state, clock.now, 2) == 1  # finished 4 days ago
+    assert prune(0) == 0  # 0 keeps everything
+    assert prune(2) == 1  # finished 4 days ago
     assert {w.id for w in state.work()} == {recent.id, pending.id}
     clock.advance(30 * 86_400)
-    assert prune_finished_work(state, clock.now, 2) == 1  # never the pending item
+    assert prune(2) == 1  # never the pending item
     assert [w.id for w in state.work()] == [pending.id]

@@ -1,0 +1,134 @@
+"""The gossip port over :class:`p2p.service.GossipService` and its libp2p transport."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coordinator.identity import DatasetId
+from coordinator.multiformats import Multihash
+from p2p.core import PublishAttestation, PublishDispute
+from p2p.executor import DecisionEffects
+from p2p.service import GossipService
+from p2p.transport import dataset_topic
+from p2p.wire import decode_unverified
+
+
+class GossipAdapter:
+    """:class:`~node.app.ports.GossipPort` over a running gossip service."""
+
+    def __init__(self, service: GossipService, transport: Any) -> None:
+        self.service = service
+        self._transport = transport
+
+    @property
+    def enabled(self) -> bool:
+        """Gossip runs."""
+        return True
+
+    def peer_id(self) -> str | None:
+        """The libp2p peer id."""
+        return str(self._transport.peer_id)
+
+    def listen_addrs(self) -> list[str]:
+        """Full listen multiaddrs."""
+        return list(self._transport.listen_addrs())
+
+    def peer_count(self) -> int:
+        """Connected peers (the service's own copy, updated by message)."""
+        return len(self.service.connected_peers())
+
+    def peer_score(self, peer: str) -> float:
+        """The core's current score of ``peer``."""
+        return self.service.core.peer_score(peer, self.service._clock())
+
+    async def connect(self, multiaddr: str) -> str:
+        """Dial a peer; the core hears of it on the next peer sync."""
+        peer: str = await self._transport.connect(multiaddr)
+        self.service.peer_connected(peer)
+        return peer
+
+    async def follow(self, did: DatasetId) -> None:
+        """Join ``did``'s topic and ask connected peers for its head."""
+        await self.service.follow(did)
+
+    def unfollow(self, did: DatasetId) -> None:
+        """Stop following ``did``."""
+        self.service.unfollow(did)
+
+    async def publish(self, did: DatasetId, envelope: bytes) -> None:
+        """Publish on ``did``'s topic; no peers yet is fine (anti-entropy carries it later)."""
+        await self.service._publish_quietly(dataset_topic(did.as_multibase()), envelope)
+
+    def accept_own(self, envelope: bytes) -> None:
+        """Install our own signed announcement as the accepted head."""
+        self.service.core.restore_accepted(envelope)
+
+    def verification_completed(self, did: DatasetId, head: Multihash, ok: bool) -> None:
+        """The core decides attest or dispute; its decision comes back through the executor."""
+        self.service.verification_completed(did, head, ok)
+
+    def fetches_running(self) -> int:
+        """Pulls in flight for the core."""
+        return self.service.fetches_running()
+
+
+class NoGossip:
+    """The gossip port of a node with ``[p2p] enabled = false``.
+
+    There is no protocol core to consult, so a finished verification goes straight to the
+    node's attest / dispute effects (the head verified is the only head this node knows).
+    """
+
+    def __init__(self, effects: DecisionEffects | None = None) -> None:
+        self.effects = effects
+
+    @property
+    def enabled(self) -> bool:
+        """Gossip is off."""
+        return False
+
+    def peer_id(self) -> str | None:
+        """None: no gossip host."""
+        return None
+
+    def listen_addrs(self) -> list[str]:
+        """None."""
+        return []
+
+    def peer_count(self) -> int:
+        """Zero."""
+        return 0
+
+    def peer_score(self, peer: str) -> float:
+        """Zero."""
+        return 0.0
+
+    async def connect(self, multiaddr: str) -> str:
+        """Refused (the use case checks :attr:`enabled` first)."""
+        raise RuntimeError("gossip is disabled")
+
+    async def follow(self, did: DatasetId) -> None:
+        """Nothing to join."""
+
+    def unfollow(self, did: DatasetId) -> None:
+        """Nothing to leave."""
+
+    async def publish(self, did: DatasetId, envelope: bytes) -> None:
+        """Nowhere to publish; the message is still stored by the caller."""
+        decode_unverified(envelope)
+
+    def accept_own(self, envelope: bytes) -> None:
+        """No core."""
+
+    def verification_completed(self, did: DatasetId, head: Multihash, ok: bool) -> None:
+        """Attest or dispute directly."""
+        if self.effects is None:
+            return
+        if ok:
+            self.effects.attest(PublishAttestation(did, head))
+        else:
+            self.effects.dispute(PublishDispute(did, head))
+
+    def fetches_running(self) -> int:
+        """Zero."""
+        return 0

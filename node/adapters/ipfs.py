@@ -1,0 +1,62 @@
+"""The IPFS port over the node's IPFS RPC endpoint (embedded js-ipfs or kubo)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coordinator.storage.dataset import Dataset
+from node.app.errors import Unavailable
+
+
+class IpfsAdapter:
+    """:class:`~node.app.ports.IpfsPort` over an IPFS RPC API URL."""
+
+    def __init__(self, api_url: str, info: dict[str, Any]) -> None:
+        self._api_url = api_url
+        self._info = info
+
+    @property
+    def api_url(self) -> str | None:
+        """The RPC endpoint."""
+        return self._api_url
+
+    def info(self) -> dict[str, Any] | None:
+        """Peer id, addresses, API and mode."""
+        return self._info or None
+
+    async def publish_dataset(self, dataset: Dataset) -> str:
+        """Add as kamu does (no ``info/``), pin; the root CID."""
+        from node.ipfs.client import IpfsClient
+        from node.transfer.publish import publish_dataset
+
+        async with IpfsClient(self._api_url) as client:
+            result = await publish_dataset(client, dataset)
+        return result.cid
+
+    async def connect(self, multiaddr: str) -> None:
+        """Swarm-connect."""
+        from node.ipfs.client import IpfsClient
+
+        async with IpfsClient(self._api_url) as client:
+            await client.swarm_connect(multiaddr)
+
+
+class NoIpfs:
+    """The IPFS port of a node with ``[ipfs] mode = "none"``."""
+
+    @property
+    def api_url(self) -> str | None:
+        """None: IPFS is off."""
+        return None
+
+    def info(self) -> dict[str, Any] | None:
+        """None."""
+        return None
+
+    async def publish_dataset(self, dataset: Dataset) -> str:
+        """Refused."""
+        raise Unavailable("IPFS is disabled on this node")
+
+    async def connect(self, multiaddr: str) -> None:
+        """Refused."""
+        raise Unavailable("IPFS is disabled on this node")

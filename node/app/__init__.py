@@ -1,0 +1,99 @@
+"""The application layer: the node's use cases, written against ports.
+
+Read the daemon top down:
+
+1. ``node/daemon/daemon.py`` — the composition root: builds the adapters, wires them into an
+   :class:`Application`, starts and stops the services in order.
+2. ``node/app/`` (this package) — use cases: datasets (create, ingest, transform, verify, pull,
+   log, list), subscriptions, the owner's publish pipeline, the subscriber's verify pipeline,
+   the work runner and its retry policy, the node's part of every protocol-core decision.
+3. ``node/app/ports.py`` — the typed async ports the use cases need (state, gossip, IPFS,
+   transfer, engine, events, clock).
+4. ``node/adapters/`` and the infrastructure packages — SQLite state with its own writer
+   thread (``node/state``), the libp2p gossip service (``p2p``), js-ipfs/kubo
+   (``node/ipfs``), pulls (``node/transfer``), the Spark engine worker (``node/engine_client``),
+   and the driving adapters: JSON-RPC methods (``node/daemon/api.py``) and the CLI.
+
+The application layer imports no network, database or engine library (aiohttp, libp2p, trio,
+sqlite3, grpc, pyspark): an import-linter contract enforces it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.storage.repository import DatasetRepository
+from node.app.datasets import CommitLocks, DatasetUseCases
+from node.app.metrics import NodeMetrics
+from node.app.ports import Clock, EnginePort, GossipPort, IpfsPort, StatePort
+from node.app.publish import PublishPipeline
+from node.app.subscriptions import SubscriptionUseCases
+from node.app.verify import VerifyPipeline
+from node.app.work import WorkRunner
+
+
+@dataclass
+class NodeInfo:
+    """Facts about the running node the composition root fills in as services start."""
+
+    node_id: str
+    home: str
+    spark_master: str
+    started_at_ns: int = 0
+    rpc_url: str | None = None
+    http_url: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Application:
+    """Every use case of one node, over its adapters (built by the composition root)."""
+
+    info: NodeInfo
+    clock: Clock
+    repo: DatasetRepository
+    state: StatePort
+    gossip: GossipPort
+    ipfs: IpfsPort
+    engine: Any  # () -> EnginePort | None: the engine, if it was ever started
+    metrics: NodeMetrics
+    locks: CommitLocks
+    datasets: DatasetUseCases
+    subscriptions: SubscriptionUseCases
+    publish: PublishPipeline
+    verify: VerifyPipeline
+    work: WorkRunner
+
+    async def status(self) -> dict[str, Any]:
+        """Identity, uptime, addresses, counts and queue depths."""
+        engine: EnginePort | None = self.engine()
+        st = self.state
+        info = self.info
+        now = self.clock()
+        return {
+            "node_id": info.node_id,
+            "home": info.home,
+            "uptime_s": round((now - info.started_at_ns) / 1e9, 3) if info.started_at_ns else 0,
+            "rpc_url": info.rpc_url,
+            "http_url": info.http_url,
+            "p2p": {
+                "peer_id": self.gossip.peer_id(),
+                "listen_addrs": self.gossip.listen_addrs(),
+                "peers": self.gossip.peer_count(),
+                "fetches_running": self.gossip.fetches_running(),
+            },
+            "ipfs": self.ipfs.info(),
+            "engine": {
+                "running": bool(engine and engine.running),
+                "starts": engine.starts if engine else 0,
+                "spark_master": info.spark_master,
+            },
+            "datasets": self.repo.count(),
+            "subscriptions": len(await st.subscriptions()),
+            "work": {k: await st.pending_count(k) for k in ("verify", "publish", "dispute")},
+            "running_work": len(self.work.running),
+        }
+
+
+__all__ = ["Application", "NodeInfo"]

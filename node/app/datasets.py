@@ -1,0 +1,291 @@
+"""Dataset use cases: create, ingest, transform, verify, pull, log, list, publish.
+
+One implementation for both ways a user reaches them: the daemon's JSON-RPC methods and the
+offline CLI (no daemon running) build a :class:`DatasetUseCases` over their own adapters and
+return the same typed results (:mod:`node.app.results`). Heavy work (ingest, engine calls, chain
+reads) runs in worker threads; commits to one dataset are serialised by :class:`CommitLocks`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from coordinator.errors import OdfNodeError
+from coordinator.identity import DatasetId
+from coordinator.ingest.linked import LinkedObjects
+from coordinator.ingest.push import IngestProgress, ingest
+from coordinator.metadata.snapshot import snapshots_from_yaml
+from coordinator.metadata.yaml_serde import block_to_dict
+from coordinator.storage.repository import DatasetRepository
+from coordinator.transform.plan import resolve_inputs
+from coordinator.transform.run import run_transform
+from coordinator.transform.verify import verify_dataset
+from coordinator.verify import IntegrityReport
+from node.app.errors import InvalidArgument, NotOwner
+from node.app.ports import EnginePort, StatePort, TransferPort
+from node.app.results import (
+    CreatedDataset,
+    DatasetRow,
+    IngestResult,
+    LogEntry,
+    TransformResult,
+    VerifyResult,
+)
+
+OnCommit = Callable[[DatasetId], Awaitable[int | None]]
+"""Called after a commit to an owned dataset; returns the publish work item id (daemon only)."""
+VerifyListener = Callable[[str, int, int], None]
+"""``listener(phase, done, total)``, called from a worker thread during verification."""
+
+
+class CommitLocks:
+    """One asyncio lock per dataset: pulls, ingests and transforms of a dataset never overlap."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def of(self, did: DatasetId) -> asyncio.Lock:
+        """The lock of ``did``."""
+        return self._locks.setdefault(did.as_did_str(), asyncio.Lock())
+
+
+def check_input_files(files: Sequence[Path]) -> None:
+    """Every input must be an existing regular file (not a FIFO, directory or device)."""
+    for p in files:
+        if not p.exists():
+            raise InvalidArgument(f"input file not found: {p}")
+        if not p.is_file():
+            raise InvalidArgument(f"input is not a regular file: {p}")
+
+
+class DatasetUseCases:
+    """The dataset commands over a repository, an engine and (in a daemon) state and publishing.
+
+    Args:
+        repo: the node's datasets.
+        engine: returns the transform engine, started on first use.
+        state: the daemon's state (``None`` offline: no accepted heads or verifications).
+        transfer: pulls (``None`` where pulling is not offered).
+        on_commit: queues publication after a commit to an owned dataset (daemon only).
+        locks: per-dataset commit locks shared with the node's pulls.
+        clock: ns since the Unix epoch (system time of new blocks comes from the coordinator's
+            own clock, as kamu does).
+    """
+
+    def __init__(
+        self,
+        repo: DatasetRepository,
+        engine: Callable[[], EnginePort],
+        *,
+        state: StatePort | None = None,
+        transfer: TransferPort | None = None,
+        on_commit: OnCommit | None = None,
+        locks: CommitLocks | None = None,
+    ) -> None:
+        self.repo = repo
+        self._engine = engine
+        self._state = state
+        self._transfer = transfer
+        self._on_commit = on_commit
+        self.locks = locks or CommitLocks()
+
+    def owns(self, did: DatasetId) -> bool:
+        """Whether this node holds the dataset key of ``did``."""
+        return self.repo.key_path(did).is_file()
+
+    async def _log(self, kind: str, did: str, data: dict[str, Any]) -> None:
+        if self._state is not None:
+            await self._state.log_event(kind, did, data)
+
+    async def _published(self, did: DatasetId, committed: bool, publish: bool) -> int | None:
+        if not (committed and publish and self._on_commit is not None and self.owns(did)):
+            return None
+        return await self._on_commit(did)
+
+    # ---- commands
+
+    async def create(self, snapshot_yaml: str) -> list[CreatedDataset]:
+        """Create datasets from DatasetSnapshot YAML (kamu's format); this node owns them."""
+        snapshots = snapshots_from_yaml(snapshot_yaml)
+        created = []
+        for s in snapshots:
+            h = await asyncio.to_thread(self.repo.create_from_snapshot, s)
+            await self._log("dataset.create", h.id.as_did_str(), {"alias": h.alias})
+            created.append(CreatedDataset(alias=h.alias, id=h.id.as_did_str()))
+        return created
+
+    async def ingest(
+        self,
+        ref: str,
+        files: Sequence[Path],
+        *,
+        source: str | None = None,
+        linked: LinkedObjects | None = None,
+        publish: bool = True,
+        progress: Callable[[IngestProgress], None] | None = None,
+    ) -> IngestResult:
+        """Push local files into a root dataset; then publish and announce it (daemon)."""
+        check_input_files([*files, *(linked.objects if linked else ())])
+        handle = self.repo.resolve(ref)
+        did = handle.id
+        async with self.locks.of(did):
+            result = await asyncio.to_thread(
+                ingest,
+                self.repo.open(did.as_did_str()),
+                list(files),
+                source_name=source,
+                progress=progress,
+                linked_objects=linked,
+            )
+        lo = result.linked_objects
+        out = IngestResult(
+            id=did.as_did_str(),
+            alias=handle.alias,
+            up_to_date=result.up_to_date,
+            new_head=str(result.new_head) if result.new_head else None,
+            new_blocks=[str(b) for b in result.new_blocks],
+            records=result.num_records,
+            watermark=str(result.watermark) if result.watermark else None,
+            linked_objects=(
+                {"num_objects_naive": lo.num_objects_naive, "size_naive": lo.size_naive}
+                if lo
+                else None
+            ),
+            publish_work_id=await self._published(did, not result.up_to_date, publish),
+        )
+        await self._log("dataset.ingest", did.as_did_str(), out.to_json())
+        return out
+
+    async def transform(self, ref: str, *, publish: bool = True) -> TransformResult:
+        """Run the next transform step of a derivative on the engine; then publish it (daemon)."""
+        from node.home import system_clock
+
+        handle = self.repo.resolve(ref)
+        did = handle.id
+        async with self.locks.of(did):
+            ds = self.repo.open(did.as_did_str())
+            inputs = await asyncio.to_thread(resolve_inputs, ds, self.repo.open)
+            engine = self._engine()
+            result = await asyncio.to_thread(
+                run_transform, ds, inputs, engine, clock=system_clock, alias=handle.alias
+            )
+        if result is None or result.new_head is None:
+            return TransformResult(id=did.as_did_str(), alias=handle.alias, up_to_date=True)
+        nd = result.event.new_data
+        wm = result.event.new_watermark
+        out = TransformResult(
+            id=did.as_did_str(),
+            alias=handle.alias,
+            up_to_date=False,
+            new_head=str(result.new_head),
+            new_blocks=[str(b) for b in result.new_blocks],
+            offsets=[nd.offset_interval.start, nd.offset_interval.end] if nd else None,
+            watermark=str(wm) if wm else None,
+            publish_work_id=await self._published(did, True, publish),
+        )
+        await self._log("dataset.transform", did.as_did_str(), out.to_json())
+        return out
+
+    async def verify(
+        self, ref: str, *, integrity: bool = False, listener: VerifyListener | None = None
+    ) -> VerifyResult:
+        """Verify a stored dataset now (integrity; replay for derivatives unless ``integrity``)."""
+        handle = self.repo.resolve(ref)
+        ds = self.repo.open(handle.id.as_did_str())
+
+        def inputs_of() -> dict[DatasetId, Any]:
+            try:
+                if ds.state().set_transform is not None:
+                    return dict(resolve_inputs(ds, self.repo.open))
+            except OdfNodeError:
+                pass  # a broken chain or a missing input is reported by the phases below
+            return {}
+
+        inputs = {} if integrity else await asyncio.to_thread(inputs_of)
+        engine = None if integrity else self._engine()
+        t0 = time.monotonic()
+        report = await asyncio.to_thread(
+            verify_dataset, ds, inputs, engine, integrity_only=integrity, listener=listener
+        )
+        integ: IntegrityReport = report.integrity
+        value = integ.to_dict()
+        problems = [*value.pop("problems"), *report.problems]
+        return VerifyResult(
+            id=handle.id.as_did_str(),
+            alias=handle.alias,
+            ok=report.ok,
+            seconds=round(time.monotonic() - t0, 3),
+            integrity=value,
+            replay=report.replay.to_dict() if report.replay is not None else None,
+            problems=problems,
+        )
+
+    async def pull(self, url: str, *, alias: str | None = None, force: bool = False) -> Any:
+        """Pull a dataset from ``ipfs://``, ``ipns://``, ``http(s)://`` or a local path."""
+        if self._transfer is None:
+            raise InvalidArgument("pulling is not available here")
+        return await self._transfer.pull(url, alias=alias, force=force)
+
+    async def log(self, ref: str, limit: int | None = 50) -> list[LogEntry]:
+        """The newest ``limit`` metadata blocks (kamu's YAML form as JSON), newest first."""
+        ds = self.repo.open(ref)
+
+        def read() -> list[LogEntry]:
+            out: list[LogEntry] = []
+            for h, block in ds.iter_blocks():
+                if limit is not None and len(out) >= limit:
+                    break
+                out.append(LogEntry(hash=str(h), block=block_to_dict(block)))
+            return out
+
+        return await asyncio.to_thread(read)
+
+    async def list(self) -> list[DatasetRow]:
+        """Datasets stored on this node, with accepted head and verification (daemon)."""
+
+        def read() -> list[tuple[Any, Any, str | None]]:
+            rows: list[tuple[Any, Any, str | None]] = []
+            for h in self.repo.list():
+                try:
+                    rows.append((h, self.repo.open(h.id.as_did_str()).state(), None))
+                except OdfNodeError as e:
+                    rows.append((h, None, str(e)))
+            return rows
+
+        out: list[DatasetRow] = []
+        for h, st, error in await asyncio.to_thread(read):
+            did = h.id.as_did_str()
+            head = str(st.head) if st is not None and st.head else None
+            acc = await self._state.accepted_head(did) if self._state else None
+            ver = await self._state.verification(did, head) if self._state and head else None
+            out.append(
+                DatasetRow(
+                    alias=h.alias,
+                    id=did,
+                    kind=(
+                        st.dataset_kind.name.lower()
+                        if st is not None and st.dataset_kind is not None
+                        else None
+                    ),
+                    head=head,
+                    blocks=st.sequence_number + 1 if st is not None else None,
+                    records=st.next_offset if st is not None else None,
+                    owned=self.owns(h.id),
+                    accepted_head=acc.head if acc else None,
+                    verification=ver.outcome if ver else None,
+                    error=error,
+                )
+            )
+        return out
+
+    def require_owned(self, did: DatasetId) -> None:
+        """Raise :class:`NotOwner` unless this node holds ``did``'s key."""
+        if not self.owns(did):
+            raise NotOwner(f"this node does not hold the key of {did.as_did_str()}")
+
+
+__all__ = ["CommitLocks", "DatasetUseCases", "check_input_files"]

@@ -1,0 +1,206 @@
+"""The node's part of each protocol-core decision (after the gossip service's network part).
+
+:class:`NodeEffects` implements :class:`p2p.executor.DecisionEffects`: it stores what the core
+accepted (attestations, disputes, equivocation proofs, accepted heads), queues verification of
+accepted heads and disputes of rejected ones, counts every outcome in the metrics, and turns
+``PublishAttestation`` / ``PublishDispute`` into signed messages through the verify pipeline.
+Effects are synchronous (the executor calls them inline); their state writes run as tasks on the
+node's task group, in order, so a burst of decisions never blocks the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from node.app.metrics import NodeMetrics
+from node.app.ports import EventSink, StatePort
+from node.app.verify import Spawn, VerifyPipeline
+from p2p.core import (
+    AbandonFetch,
+    Accept,
+    DisconnectPeer,
+    EmitEquivocationProof,
+    Forward,
+    HeadAccepted,
+    Ignore,
+    Penalise,
+    PublishAttestation,
+    PublishDispute,
+    RejectHead,
+    RequestAntiEntropy,
+    RequestFetch,
+)
+from p2p.wire import Attestation, Dispute, EquivocationProof, HeadAnnouncement, SignedMessage
+
+log = logging.getLogger("odf_node.effects")
+
+
+class NodeEffects:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        state: StatePort,
+        verify: VerifyPipeline,
+        events: EventSink,
+        metrics: NodeMetrics,
+        spawn: Spawn,
+        owns: Callable[[Any], bool],
+        kick: Callable[[], None],
+    ) -> None:
+        self._state = state
+        self._verify = verify
+        self._events = events
+        self._metrics = metrics
+        self._spawn = spawn
+        self._owns = owns
+        self._kick = kick
+        # State writes of decisions run one after another, in decision order.
+        self._queue: asyncio.Queue[Callable[[], Awaitable[None]]] | None = None
+
+    def _later(self, write: Callable[[], Awaitable[None]]) -> None:
+        if self._queue is None:
+            self._queue = asyncio.Queue()
+            self._spawn(self._drain(self._queue))
+        self._queue.put_nowait(write)
+
+    async def _drain(self, queue: asyncio.Queue[Callable[[], Awaitable[None]]]) -> None:
+        while True:
+            write = await queue.get()
+            try:
+                await write()
+            except Exception:  # one failed write must not stop the ones after it
+                log.exception("storing a gossip decision failed")
+
+    async def flush(self) -> None:
+        """Wait until every queued write is done (tests and shutdown)."""
+        while self._queue is not None and not self._queue.empty():
+            await asyncio.sleep(0.01)
+
+    # ---- DecisionEffects
+
+    def accepted(self, d: Accept) -> None:
+        """Store accepted attestations, disputes and proofs (announcements wait for a fetch)."""
+        msg = d.message
+        if isinstance(msg, EquivocationProof):
+            self._store_proof(msg)
+            return
+        inner = msg.message
+        if isinstance(inner, HeadAnnouncement):
+            self._metrics.announcements.labels("candidate", "").inc()
+        elif isinstance(inner, Attestation):
+            self._metrics.announcements.labels("attestation", "").inc()
+            self._later(lambda: self._store_attestation(msg, inner))
+        elif isinstance(inner, Dispute):
+            self._metrics.announcements.labels("dispute", "").inc()
+            self._later(lambda: self._store_dispute(msg, inner))
+
+    async def _store_attestation(self, sm: SignedMessage, a: Attestation) -> None:
+        did, head = a.dataset.as_did_str(), a.head.to_multibase()
+        await self._state.add_attestation(
+            did, head, a.verdict.name.lower(), a.node.as_did_key(), sm.envelope, False
+        )
+        self._events.publish("attestation", {"did": did, "head": head, "own": False})
+
+    async def _store_dispute(self, sm: SignedMessage, x: Dispute) -> None:
+        did, block = x.dataset.as_did_str(), x.block.to_multibase()
+        await self._state.add_dispute(
+            did, block, x.kind.name.lower(), x.node.as_did_key(), sm.envelope, False, x.detail
+        )
+        self._events.publish("dispute", {"did": did, "block": block, "own": False})
+
+    def _store_proof(self, proof: EquivocationProof) -> None:
+        async def write() -> None:
+            did = proof.first.message.dataset.as_did_str()
+            if await self._state.add_equivocation_proof(did, proof.envelope):
+                await self._state.log_event("equivocation", did, {})
+                self._events.publish("equivocation", {"did": did})
+
+        self._later(write)
+
+    def ignored(self, d: Ignore) -> None:
+        """Counted by reason."""
+        self._metrics.announcements.labels("ignored", d.reason).inc()
+
+    def penalised(self, d: Penalise) -> None:
+        """Counted by reason."""
+        self._metrics.announcements.labels("penalised", d.reason).inc()
+
+    def forward(self, d: Forward) -> None:
+        """Nothing for the node: gossipsub forwards."""
+
+    def fetch(self, d: RequestFetch) -> None:
+        """Nothing for the node: the gossip service runs the fetcher."""
+
+    def abandon_fetch(self, d: AbandonFetch) -> None:
+        """The service cancelled the pull; recorded for operators."""
+        self._metrics.pulls.labels("abandoned").inc()
+        did, head = d.dataset.as_did_str(), d.head.to_multibase()
+        self._later(lambda: self._log("pull.abandoned", did, {"head": head, "reason": d.reason}))
+
+    async def _log(self, kind: str, did: str | None, data: dict[str, Any]) -> None:
+        await self._state.log_event(kind, did, data)
+
+    def head_accepted(self, d: HeadAccepted) -> None:
+        """Persist the accepted head, then verify it (unless this node owns the dataset)."""
+        self._metrics.announcements.labels("accepted", "").inc()
+
+        async def write() -> None:
+            did, head = d.dataset.as_did_str(), d.head.to_multibase()
+            stored = await self._state.record_accepted_head(
+                did, d.epoch, d.sequence, head, "", d.announcement.envelope
+            )
+            if not stored:
+                return
+            await self._state.log_event(
+                "head.accepted", did, {"head": head, "sequence": d.sequence}
+            )
+            self._events.publish(
+                "head.accepted", {"did": did, "head": head, "sequence": d.sequence}
+            )
+            if not self._owns(d.dataset):
+                await self._verify.queue(d.dataset, d.head, d.sequence)
+
+        self._later(write)
+
+    def head_rejected(self, d: RejectHead) -> None:
+        """Record it and queue a signed integrity dispute."""
+        self._metrics.announcements.labels("rejected", d.reason).inc()
+
+        async def write() -> None:
+            did, head = d.dataset.as_did_str(), d.head.to_multibase()
+            await self._state.log_event("head.rejected", did, {"head": head, "reason": d.reason})
+            await self._state.enqueue(
+                "dispute",
+                did,
+                head,
+                {"kind": "integrity", "detail": f"head is {d.reason} of the accepted head"},
+            )
+            self._kick()
+
+        self._later(write)
+
+    def equivocation(self, d: EmitEquivocationProof) -> None:
+        """Store the proof the core built (the service publishes it)."""
+        self._store_proof(d.proof)
+
+    def anti_entropy(self, d: RequestAntiEntropy) -> None:
+        """Nothing for the node: the service asks the peer."""
+
+    def disconnect(self, d: DisconnectPeer) -> None:
+        """Log the graylisting."""
+        self._later(lambda: self._log("peer.graylisted", None, {"peer": d.peer, "score": d.score}))
+
+    def attest(self, d: PublishAttestation) -> None:
+        """The verify pipeline signs and publishes it."""
+        self._verify.attest(d, self._spawn)
+
+    def dispute(self, d: PublishDispute) -> None:
+        """The verify pipeline signs and publishes it."""
+        self._verify.dispute(d, self._spawn)
+
+
+__all__ = ["NodeEffects"]

@@ -1,0 +1,24 @@
+"""Errors the use cases raise; callers act on them (the RPC boundary maps them to codes)."""
+
+from __future__ import annotations
+
+from coordinator.errors import OdfNodeError
+
+
+class InvalidArgument(OdfNodeError):
+    """A parameter is well-typed but not acceptable (bad DID, missing file...)."""
+
+
+class NotOwner(OdfNodeError):
+    """This node does not hold the dataset's key, so it cannot announce it."""
+
+
+class RetryLater(OdfNodeError):
+    """A work item cannot proceed yet (input missing, source unavailable); retried later."""
+
+
+class Unavailable(OdfNodeError):
+    """A part of the node this request needs is turned off or not running (gossip, IPFS)."""
+
+
+__all__ = ["InvalidArgument", "NotOwner", "RetryLater", "Unavailable"]

@@ -1,0 +1,127 @@
+"""Fetching an announced chain for the protocol core (its ``RequestFetch`` decisions).
+
+The core names a dataset, a head, the base the chain must descend from and where to fetch it;
+:class:`ChainFetcher` pulls from each source in turn (IPFS first, then HTTP), under the dataset's
+commit lock, and answers whether the local chain now holds the head and descends from the base
+(``ancestry_ok``). A pull is cancelled when the core abandons the fetch; the transfer layer
+guarantees a cancelled pull leaves the store as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from coordinator.errors import OdfNodeError
+from coordinator.identity import DatasetId
+from coordinator.multiformats import Multihash
+from coordinator.storage.dataset import Dataset
+from coordinator.storage.repository import DatasetRepository
+from node.app.datasets import CommitLocks
+from node.app.errors import RetryLater
+from node.app.metrics import NodeMetrics
+from node.app.ports import StatePort, TransferPort
+from p2p.core import RequestFetch
+from p2p.wire import FetchLocations
+
+log = logging.getLogger("odf_node.fetch")
+
+
+class PullRejected(OdfNodeError):
+    """A source served something that does not verify (the next source is tried)."""
+
+
+class PullDiverged(OdfNodeError):
+    """The announced chain does not descend from our copy (ancestry fails)."""
+
+
+class ChainFetcher:
+    """The core's fetcher; see the module docstring."""
+
+    def __init__(
+        self,
+        repo: DatasetRepository,
+        state: StatePort,
+        transfer: TransferPort,
+        locks: CommitLocks,
+        metrics: NodeMetrics,
+        *,
+        ipfs_enabled: Callable[[], bool],
+    ) -> None:
+        self._repo = repo
+        self._state = state
+        self._transfer = transfer
+        self._locks = locks
+        self._metrics = metrics
+        self._ipfs_enabled = ipfs_enabled
+
+    async def local_alias_for(self, did: DatasetId) -> str:
+        """The alias a pulled dataset is stored under (subscription alias, else the DID)."""
+        try:
+            return self._repo.resolve(did.as_did_str()).alias
+        except OdfNodeError:
+            pass
+        sub = await self._state.subscription(did.as_did_str())
+        if sub is not None and sub.alias:
+            return sub.alias
+        return did.as_multibase()
+
+    def sources(self, locations: FetchLocations) -> list[str]:
+        """URLs to try, IPFS first (when this node runs IPFS), then HTTP."""
+        urls = [f"ipfs://{c}" for c in locations.ipfs_cids] if self._ipfs_enabled() else []
+        urls += [u.rstrip("/") for u in locations.http_urls]
+        return urls
+
+    async def __call__(self, req: RequestFetch) -> bool:
+        """Pull ``req``'s chain; ``ancestry_ok``. Raises :class:`RetryLater` if no source works."""
+        did = req.dataset
+        alias = await self.local_alias_for(did)
+        sources = self.sources(req.locations)
+        if not sources:
+            raise RetryLater("the announcement names no source this node can use")
+        errors: list[str] = []
+        t0 = time.monotonic()
+        async with self._locks.of(did):
+            for url in sources:
+                try:
+                    summary = await self._transfer.pull(url, alias=alias)
+                except PullDiverged as e:
+                    self._metrics.pulls.labels("diverged").inc()
+                    log.warning("pull of %s from %s: %s", did, url, e)
+                    return False
+                except PullRejected as e:
+                    self._metrics.pulls.labels("rejected").inc()
+                    errors.append(f"{url}: {e}")
+                    await self._state.log_event(
+                        "pull.rejected", did.as_did_str(), {"url": url, "error": str(e)}
+                    )
+                    continue
+                except (OdfNodeError, OSError) as e:
+                    # Unavailable sources, or our copy moved meanwhile (another pull): next.
+                    self._metrics.pulls.labels("unavailable").inc()
+                    errors.append(f"{url}: {e}")
+                    continue
+                self._metrics.pulls.labels("ok").inc()
+                self._metrics.pull_seconds.observe(time.monotonic() - t0)
+                await self._state.log_event("pull.ok", did.as_did_str(), {"url": url, **summary})
+                ds = self._repo.open(did.as_did_str())
+                return await asyncio.to_thread(descends, ds, req.head, req.base)
+        raise RetryLater("; ".join(errors) or "no source worked")
+
+
+def descends(ds: Dataset, head: Multihash, base: Multihash | None) -> bool:
+    """Whether the local chain contains ``head`` and ``head`` descends from ``base``."""
+    found = False
+    for h, _ in ds.iter_blocks(verify=False):
+        if h == head:
+            found = True
+            if base is None:
+                return True
+        if found and h == base:
+            return True
+    return False
+
+
+__all__ = ["ChainFetcher", "PullDiverged", "PullRejected", "descends"]

@@ -1,0 +1,333 @@
+"""The ports of the application layer: what the use cases need from the outside world.
+
+Each port is a :class:`typing.Protocol` written in the application's terms (``DatasetId``,
+``Multihash``, typed rows); adapters implement them structurally (SQLite state with its own
+writer thread, the libp2p gossip service, js-ipfs/kubo over HTTP, the Spark engine worker over
+gRPC, HTTP/IPFS pulls), and every port has an in-memory twin for unit tests. Nothing here imports
+a network, database or engine library: the import-linter contract "The application layer is
+pure" checks it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from coordinator.identity import DatasetId
+from coordinator.multiformats import Multihash
+from coordinator.storage.dataset import Dataset
+from node.state.rows import (
+    AcceptedHead,
+    Attestation,
+    Dispute,
+    EquivocationProof,
+    Event,
+    Peer,
+    Subscription,
+    Verification,
+    VerificationOutcome,
+    WorkItem,
+    WorkState,
+)
+
+Clock = Callable[[], int]
+"""Nanoseconds since the Unix epoch (``time.time_ns`` in production, virtual in tests)."""
+
+
+class StatePort(Protocol):
+    """The node's durable state (subscriptions, accepted heads, work items, evidence, events).
+
+    Every call is a coroutine: the adapter runs SQLite on its own threads, so the event loop
+    never waits for a commit. Writes are durable when the call returns.
+    """
+
+    async def subscribe(
+        self, did: str, alias: str | None = None, source_hint: str | None = None
+    ) -> Subscription:
+        """Follow ``did`` (idempotent; updates the alias when given)."""
+        ...
+
+    async def unsubscribe(self, did: str) -> bool:
+        """Stop following ``did``; whether it was followed."""
+        ...
+
+    async def subscriptions(self) -> list[Subscription]:
+        """Every followed dataset."""
+        ...
+
+    async def subscription(self, did: str) -> Subscription | None:
+        """One followed dataset."""
+        ...
+
+    async def record_accepted_head(
+        self,
+        did: str,
+        epoch: int,
+        sequence: int,
+        head: str,
+        source_peer: str | None,
+        envelope: bytes,
+    ) -> bool:
+        """Store a newer accepted head; false if not newer than the stored one."""
+        ...
+
+    async def accepted_head(self, did: str) -> AcceptedHead | None:
+        """The accepted head of ``did``."""
+        ...
+
+    async def accepted_heads(self) -> list[AcceptedHead]:
+        """Every accepted head (reinstalled into the protocol core at start-up)."""
+        ...
+
+    async def record_verification(
+        self,
+        did: str,
+        head: str,
+        outcome: VerificationOutcome,
+        detail: str,
+        engine_seconds: float,
+    ) -> Verification:
+        """Store the outcome of verifying ``head``."""
+        ...
+
+    async def verification(self, did: str, head: str) -> Verification | None:
+        """The recorded outcome for ``head``."""
+        ...
+
+    async def add_attestation(
+        self, did: str, head: str, verdict: str, signer: str, envelope: bytes, own: bool
+    ) -> bool:
+        """Store an attestation (false if already known)."""
+        ...
+
+    async def attestations(
+        self, did: str | None = None, head: str | None = None, limit: int = 100
+    ) -> list[Attestation]:
+        """Attestations, newest first."""
+        ...
+
+    async def add_dispute(
+        self,
+        did: str,
+        head: str,
+        kind: str,
+        signer: str,
+        envelope: bytes,
+        own: bool,
+        detail: str = "",
+    ) -> bool:
+        """Store a dispute (false if already known)."""
+        ...
+
+    async def disputes(self, did: str | None = None, limit: int = 100) -> list[Dispute]:
+        """Disputes, newest first."""
+        ...
+
+    async def add_equivocation_proof(self, did: str, envelope: bytes) -> bool:
+        """Store an equivocation proof (false if already known)."""
+        ...
+
+    async def equivocation_proofs(self, did: str | None = None) -> list[EquivocationProof]:
+        """Known equivocation proofs."""
+        ...
+
+    async def upsert_peer(
+        self,
+        peer_id: str,
+        addrs: list[str] | None = None,
+        score: float | None = None,
+        connected: bool = False,
+    ) -> Peer:
+        """Record a peer's addresses, score and connection state."""
+        ...
+
+    async def peers(self) -> list[Peer]:
+        """Known peers."""
+        ...
+
+    async def log_event(self, kind: str, did: str | None, data: dict[str, Any]) -> int:
+        """Append to the event log; the event id."""
+        ...
+
+    async def events(
+        self, after_id: int = 0, limit: int = 100, kind: str | None = None
+    ) -> list[Event]:
+        """Events after ``after_id``, oldest first."""
+        ...
+
+    async def prune_events(self, keep_last: int) -> int:
+        """Keep only the newest ``keep_last`` events."""
+        ...
+
+    async def enqueue(
+        self,
+        kind: str,
+        did: str,
+        head: str | None,
+        payload: dict[str, Any],
+        *,
+        dedupe: bool = True,
+        not_before_ns: int | None = None,
+    ) -> WorkItem:
+        """Queue a work item (an identical pending one is reused when ``dedupe``)."""
+        ...
+
+    async def claim(
+        self,
+        now_ns: int,
+        kinds: Iterable[str] | None = None,
+        exclude_dids: Iterable[str] = frozenset(),
+    ) -> WorkItem | None:
+        """Claim the oldest runnable pending item."""
+        ...
+
+    async def complete(self, item_id: int) -> WorkItem:
+        """Mark a claimed item done."""
+        ...
+
+    async def fail(self, item_id: int, error: str, retry_at_ns: int | None) -> WorkItem:
+        """Mark a claimed item failed (pending again at ``retry_at_ns``, or for good)."""
+        ...
+
+    async def release_claims(self) -> int:
+        """Return items claimed by a dead process to pending."""
+        ...
+
+    async def pending_count(self, kind: str | None = None) -> int:
+        """Pending items (of ``kind``)."""
+        ...
+
+    async def work(self, state: WorkState | None = None, did: str | None = None) -> list[WorkItem]:
+        """Work items, filtered."""
+        ...
+
+    async def prune_work(self, finished_before_ns: int) -> int:
+        """Delete items finished before ``finished_before_ns``."""
+        ...
+
+
+class GossipPort(Protocol):
+    """The node's gossip: topics, the protocol core's decisions, peers."""
+
+    @property
+    def enabled(self) -> bool:
+        """False on a node with gossip turned off (every call is then a no-op)."""
+        ...
+
+    def peer_id(self) -> str | None:
+        """The libp2p peer id, if gossip runs."""
+        ...
+
+    def listen_addrs(self) -> list[str]:
+        """Full listen multiaddrs."""
+        ...
+
+    def peer_count(self) -> int:
+        """Connected peers."""
+        ...
+
+    def peer_score(self, peer: str) -> float:
+        """The protocol core's score of ``peer``."""
+        ...
+
+    async def connect(self, multiaddr: str) -> str:
+        """Dial a peer; its peer id."""
+        ...
+
+    async def follow(self, did: DatasetId) -> None:
+        """Join ``did``'s topic and ask connected peers for its head."""
+        ...
+
+    def unfollow(self, did: DatasetId) -> None:
+        """Stop following ``did``."""
+        ...
+
+    async def publish(self, did: DatasetId, envelope: bytes) -> None:
+        """Publish a signed envelope on ``did``'s topic (best effort: no peers is fine)."""
+        ...
+
+    def accept_own(self, envelope: bytes) -> None:
+        """Install an announcement this node signed as the accepted head in the core."""
+        ...
+
+    def verification_completed(self, did: DatasetId, head: Multihash, ok: bool) -> None:
+        """Report a finished verification to the core (it decides attest or dispute)."""
+        ...
+
+    def fetches_running(self) -> int:
+        """Pulls in flight on behalf of the core."""
+        ...
+
+
+class IpfsPort(Protocol):
+    """The node's IPFS node (embedded js-ipfs, or any kubo-compatible RPC endpoint)."""
+
+    @property
+    def api_url(self) -> str | None:
+        """The RPC endpoint, or None when IPFS is off."""
+        ...
+
+    def info(self) -> dict[str, Any] | None:
+        """Peer id, addresses, API and mode (for status)."""
+        ...
+
+    async def publish_dataset(self, dataset: Dataset) -> str:
+        """Add a dataset as kamu does (no ``info/``), pin it; the root CID."""
+        ...
+
+    async def connect(self, multiaddr: str) -> None:
+        """Swarm-connect to another IPFS node."""
+        ...
+
+
+class TransferPort(Protocol):
+    """Pulls over the ODF transfer protocols (IPFS, HTTP, local paths)."""
+
+    async def pull(self, url: str, *, alias: str | None, force: bool = False) -> dict[str, Any]:
+        """Pull ``url`` into the repository; the pull summary (JSON-friendly)."""
+        ...
+
+
+class EnginePort(Protocol):
+    """The transform engine (the Spark worker): what the use cases ask of it beyond running."""
+
+    @property
+    def running(self) -> bool:
+        """Whether the worker process is up."""
+        ...
+
+    @property
+    def starts(self) -> int:
+        """How many times the worker was started."""
+        ...
+
+    def execute_transform(self, request: Any) -> Any:
+        """Run one ODF transform request (blocking: call it from a worker thread)."""
+        ...
+
+    def close(self) -> None:
+        """Stop the worker (blocking)."""
+        ...
+
+
+class EventSink(Protocol):
+    """Live events for the RPC WebSocket stream and the console."""
+
+    def publish(self, topic: str, payload: dict[str, Any]) -> None:
+        """Publish from the event loop."""
+        ...
+
+    def publish_threadsafe(self, topic: str, payload: dict[str, Any]) -> None:
+        """Publish from a worker thread."""
+        ...
+
+
+__all__ = [
+    "Clock",
+    "EnginePort",
+    "EventSink",
+    "GossipPort",
+    "IpfsPort",
+    "StatePort",
+    "TransferPort",
+]

@@ -1,0 +1,106 @@
+"""The owner pipeline: a commit to an owned dataset -> work "publish" -> IPFS add + pin ->
+a HeadAnnouncement signed with the dataset's key on the dataset's topic.
+
+Superseded publications coalesce: a publish item runs for the dataset's *current* head, so an
+owner that commits faster than it can publish announces each dataset's newest head once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Callable
+
+from coordinator.identity import DatasetId, load_private_key
+from coordinator.multiformats import Multihash
+from coordinator.storage.repository import DatasetRepository
+from node.app.errors import NotOwner
+from node.app.ports import Clock, EventSink, GossipPort, IpfsPort, StatePort
+from node.state.rows import WorkItem
+from p2p.wire import FetchLocations, HeadAnnouncement, sign_message
+
+log = logging.getLogger("odf_node.publish")
+
+
+class PublishPipeline:
+    """Queues and runs publications of owned datasets."""
+
+    def __init__(
+        self,
+        repo: DatasetRepository,
+        state: StatePort,
+        gossip: GossipPort,
+        ipfs: IpfsPort,
+        events: EventSink,
+        clock: Clock,
+        http_urls: Callable[[DatasetId], tuple[str, ...]],
+        kick: Callable[[], None],
+    ) -> None:
+        self._repo = repo
+        self._state = state
+        self._gossip = gossip
+        self._ipfs = ipfs
+        self._events = events
+        self._clock = clock
+        self._http_urls = http_urls
+        self._kick = kick
+
+    def owns(self, did: DatasetId) -> bool:
+        """Whether this node holds the dataset key of ``did``."""
+        return self._repo.key_path(did).is_file()
+
+    async def queue(self, did: DatasetId) -> WorkItem:
+        """Queue publication + announcement of the current head of an owned dataset."""
+        if not self.owns(did):
+            raise NotOwner(f"this node does not hold the key of {did.as_did_str()}")
+        head = await asyncio.to_thread(self._repo.open(did.as_did_str()).head)
+        # One pending publish per dataset: it announces whatever the head is when it runs.
+        for w in await self._state.work(state="pending", did=did.as_did_str()):
+            if w.kind == "publish":
+                return w
+        item = await self._state.enqueue(
+            "publish", did.as_did_str(), str(head) if head else None, {}
+        )
+        self._kick()
+        return item
+
+    async def queue_id(self, did: DatasetId) -> int | None:
+        """:meth:`queue`, returning the work item id (the ``on_commit`` hook of the use cases)."""
+        return (await self.queue(did)).id
+
+    async def run(self, item: WorkItem) -> None:
+        """Publish to IPFS (if on) and announce the dataset's current head."""
+        did = DatasetId.parse(item.did)
+        ds = self._repo.open(item.did)
+        chain = await asyncio.to_thread(ds.state)
+        if chain.head is None:
+            return
+        cids: tuple[str, ...] = ()
+        if self._ipfs.api_url:
+            cids = (await self._ipfs.publish_dataset(ds),)
+        key = await asyncio.to_thread(load_private_key, self._repo.key_path(did))
+        prev = await self._state.accepted_head(item.did)
+        ann = HeadAnnouncement(
+            dataset=did,
+            head=chain.head,
+            sequence=chain.sequence_number,
+            prev_head=Multihash.from_multibase(prev.head) if prev else None,
+            epoch=0,
+            locations=FetchLocations(cids, self._http_urls(did)),
+            issued_at_ns=self._clock(),
+            nonce=secrets.token_bytes(16),
+        )
+        sm = sign_message(ann, key)
+        await self._state.record_accepted_head(
+            item.did, 0, chain.sequence_number, chain.head.to_multibase(), "self", sm.envelope
+        )
+        await self._gossip.follow(did)
+        self._gossip.accept_own(sm.envelope)
+        await self._gossip.publish(did, sm.envelope)
+        payload = {"head": chain.head.to_multibase(), "cids": list(cids)}
+        await self._state.log_event("announce", item.did, payload)
+        self._events.publish("announce", {"did": item.did, **payload})
+
+
+__all__ = ["PublishPipeline"]

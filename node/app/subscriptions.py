@@ -1,0 +1,122 @@
+"""Following remote datasets, and what the node knows about peers and trust.
+
+Subscribing records the subscription, then joins the dataset's topic and asks connected peers
+for its head; from there the protocol core drives fetch -> accept -> verify -> attest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from coordinator.identity import DatasetId
+from coordinator.storage.repository import validate_alias
+from node.app.errors import InvalidArgument, Unavailable
+from node.app.ports import GossipPort, IpfsPort, StatePort
+from node.state.rows import Subscription
+
+
+def parse_did(text: str) -> DatasetId:
+    """A ``did:odf`` DID, or :class:`InvalidArgument` naming the bad text."""
+    try:
+        return DatasetId.parse(text)
+    except Exception as e:
+        raise InvalidArgument(f"not a dataset DID: {text!r}") from e
+
+
+@dataclass(frozen=True)
+class SubscriptionRow:
+    """``subscriptions``: a followed dataset, its accepted head and verification outcome."""
+
+    did: str
+    alias: str | None
+    since_ns: int
+    accepted_head: str | None = None
+    sequence: int | None = None
+    verification: str | None = None
+    verification_detail: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        return dict(self.__dict__)
+
+
+def _row(sub: Subscription) -> SubscriptionRow:
+    return SubscriptionRow(did=sub.did, alias=sub.alias, since_ns=sub.created_ns)
+
+
+class SubscriptionUseCases:
+    """subscribe, unsubscribe, subscriptions; peers and IPFS connections."""
+
+    def __init__(
+        self,
+        state: StatePort,
+        gossip: GossipPort,
+        ipfs: IpfsPort,
+        owns: Any,
+        *,
+        loopback_only: bool,
+    ) -> None:
+        self._state = state
+        self._gossip = gossip
+        self._ipfs = ipfs
+        self._owns = owns
+        self._loopback_only = loopback_only
+
+    async def subscribe(self, did: str, alias: str | None = None) -> SubscriptionRow:
+        """Follow a remote dataset: pull, verify, republish and attest every new head."""
+        dataset = parse_did(did)
+        if alias is not None:
+            validate_alias(alias)
+        if self._owns(dataset):
+            raise InvalidArgument(f"{did} is owned by this node; nothing to subscribe to")
+        sub = await self._state.subscribe(dataset.as_did_str(), alias, "rpc")
+        await self._state.log_event("subscribe", sub.did, {"alias": alias})
+        await self._gossip.follow(dataset)
+        return _row(sub)
+
+    async def unsubscribe(self, did: str) -> dict[str, Any]:
+        """Stop following a dataset (its local copy is kept)."""
+        dataset = parse_did(did)
+        removed = await self._state.unsubscribe(dataset.as_did_str())
+        self._gossip.unfollow(dataset)
+        return {"did": dataset.as_did_str(), "removed": removed}
+
+    async def subscriptions(self) -> list[SubscriptionRow]:
+        """Followed datasets with their accepted head and last verification."""
+        out = []
+        for sub in await self._state.subscriptions():
+            acc = await self._state.accepted_head(sub.did)
+            ver = await self._state.verification(sub.did, acc.head) if acc else None
+            out.append(
+                SubscriptionRow(
+                    did=sub.did,
+                    alias=sub.alias,
+                    since_ns=sub.created_ns,
+                    accepted_head=acc.head if acc else None,
+                    sequence=acc.sequence if acc else None,
+                    verification=ver.outcome if ver else None,
+                    verification_detail=(ver.detail or None) if ver else None,
+                )
+            )
+        return out
+
+    async def connect_peer(self, multiaddr: str) -> str:
+        """Dial a gossip peer (remembered and redialled after a restart); its peer id."""
+        if not self._gossip.enabled:
+            raise Unavailable("gossip is disabled on this node")
+        peer = await self._gossip.connect(multiaddr)
+        await self._state.upsert_peer(peer, [multiaddr], None, True)
+        return peer
+
+    async def connect_ipfs(self, multiaddr: str) -> None:
+        """Connect our IPFS node to another one (bitswap needs a connection); remembered."""
+        if self._ipfs.api_url is None:
+            raise Unavailable("IPFS is disabled on this node")
+        if self._loopback_only and not multiaddr.startswith("/ip4/127."):
+            raise InvalidArgument(f"refusing non-loopback address {multiaddr!r} (loopback-only)")
+        await self._ipfs.connect(multiaddr)
+        await self._state.log_event("ipfs.connect", None, {"multiaddr": multiaddr})
+
+
+__all__ = ["SubscriptionRow", "SubscriptionUseCases", "parse_did"]

@@ -1,0 +1,398 @@
+"""The subscriber pipeline after a head is accepted: verify, then attest or dispute.
+
+``HeadAccepted`` (from the protocol core) -> :meth:`VerifyPipeline.queue` -> work "verify" ->
+integrity, then replay of every transform on the engine -> the outcome is recorded and
+reported to the core as ``VerificationCompleted`` -> the core decides (``PublishAttestation`` /
+``PublishDispute``, or nothing when the head is no longer the accepted one) -> the effects
+:meth:`attest` / :meth:`dispute` sign and publish — the same decision path the simulator
+measures. The work item finishes only after the attestation or dispute is stored and published,
+so a crash before that re-runs the verification.
+
+Outcomes: ``verified``; ``failed`` (evidence -> dispute); ``nondeterministic`` (a mismatch of a
+query that is not deterministic: no conclusion, attested as unverifiable); ``unverifiable`` (a
+derivative whose engine this node cannot run, e.g. kamu's ``datafusion``, ``flink`` or
+``risingwave``: integrity checked, attested as unverifiable at once instead of retried).
+A pending verify item always verifies the dataset's current head, so superseded heads of one
+dataset coalesce into one item.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.identity import DatasetId, PrivateKey
+from coordinator.metadata import model as m
+from coordinator.multiformats import Multihash
+from coordinator.storage.dataset import Dataset
+from coordinator.storage.repository import DatasetRepository
+from coordinator.transform.verify import Verdict as ReplayVerdict
+from coordinator.transform.verify import VerificationReport, verify_dataset
+from coordinator.verify import verify_integrity
+from node.app.errors import RetryLater
+from node.app.metrics import NodeMetrics
+from node.app.ports import Clock, EnginePort, EventSink, GossipPort, IpfsPort, StatePort
+from node.state.rows import VerificationOutcome, WorkItem
+from p2p.core import PublishAttestation, PublishDispute
+from p2p.wire import (
+    Attestation,
+    Checks,
+    Dispute,
+    DisputeKind,
+    Evidence,
+    FetchLocations,
+    SignedMessage,
+    Verdict,
+    sign_message,
+)
+
+log = logging.getLogger("odf_node.verify")
+
+ENGINE_NAME = "odf-node-spark"
+ENGINE_VERSION = "3.5"
+Spawn = Callable[[Coroutine[Any, Any, None]], "asyncio.Task[None]"]
+"""Starts a supervised task on the node's task group."""
+REPLAY_ENGINES = frozenset({"spark"})
+"""Transform engines this node can replay (``Transform.Sql.engine``, case-insensitive)."""
+
+
+@dataclass
+class _Outcome:
+    """A finished verification waiting for the core's decision (and then its publication)."""
+
+    did: DatasetId
+    head: Multihash
+    outcome: VerificationOutcome
+    report: VerificationReport | None
+    replayed: bool
+    kind: m.DatasetKind | None
+    dataset: Dataset
+    task: asyncio.Task[None] | None = field(default=None)
+
+
+def unsupported_engine(chain: Any) -> str | None:
+    """The engine name of a derivative this node cannot replay, else None."""
+    st = chain.set_transform
+    if chain.dataset_kind != m.DatasetKind.DERIVATIVE or st is None:
+        return None
+    engine = str(st.transform.engine or "")
+    return None if engine.lower() in REPLAY_ENGINES else engine
+
+
+class VerifyPipeline:
+    """Verification work items and the attestation / dispute effects; see the module docstring."""
+
+    def __init__(
+        self,
+        repo: DatasetRepository,
+        state: StatePort,
+        gossip: GossipPort,
+        ipfs: IpfsPort,
+        engine: Callable[[], EnginePort],
+        events: EventSink,
+        metrics: NodeMetrics,
+        clock: Clock,
+        node_key: PrivateKey,
+        *,
+        replay: bool,
+        republish: bool,
+        http_urls: Callable[[DatasetId], tuple[str, ...]],
+        kick: Callable[[], None],
+    ) -> None:
+        self._repo = repo
+        self._state = state
+        self._gossip = gossip
+        self._ipfs = ipfs
+        self._engine = engine
+        self._events = events
+        self._metrics = metrics
+        self._clock = clock
+        self._key = node_key
+        self._replay = replay
+        self._republish = republish
+        self._http_urls = http_urls
+        self._kick = kick
+        self._waiting: dict[tuple[DatasetId, Multihash], _Outcome] = {}
+
+    @property
+    def node_id(self) -> str:
+        """This node's ``did:key``."""
+        return self._key.dataset_id().as_did_key()
+
+    async def queue(self, did: DatasetId, head: Multihash, sequence: int) -> None:
+        """Queue verification of ``did`` unless a pending item will already cover its head."""
+        for w in await self._state.work(state="pending", did=did.as_did_str()):
+            if w.kind == "verify":
+                await self._state.log_event(
+                    "verify.coalesced", did.as_did_str(), {"head": head.to_multibase()}
+                )
+                return
+        await self._state.enqueue(
+            "verify", did.as_did_str(), head.to_multibase(), {"sequence": sequence}
+        )
+        self._kick()
+
+    async def run(self, item: WorkItem) -> None:
+        """Verify the dataset's current head, record the outcome, attest or dispute."""
+        did = DatasetId.parse(item.did)
+        ds = self._repo.open(item.did)
+        chain = await asyncio.to_thread(ds.state)
+        head = chain.head
+        if head is None:
+            return
+        engine_name = unsupported_engine(chain) if self._replay else None
+        inputs = {} if engine_name else await self._inputs(item.did, chain)
+        await self._state.log_event("verify.start", item.did, {"head": head.to_multibase()})
+        self._events.publish("verify.started", {"did": item.did, "head": head.to_multibase()})
+        t0 = time.monotonic()
+
+        def progress(phase: str, done: int, total: int) -> None:
+            self._events.publish_threadsafe(
+                "verify.progress", {"did": item.did, "phase": phase, "done": done, "total": total}
+            )
+
+        report: VerificationReport | None = None
+        if engine_name:
+            integrity = await asyncio.to_thread(verify_integrity, ds, listener=progress)
+            report = VerificationReport(integrity=integrity)
+            outcome: VerificationOutcome = "unverifiable" if integrity.ok else "failed"
+            detail = (
+                f"unverifiable: engine {engine_name}"
+                if integrity.ok
+                else "; ".join(integrity.problems)
+            )
+        else:
+            report = await asyncio.to_thread(
+                verify_dataset,
+                ds,
+                inputs,
+                self._engine() if self._replay else None,
+                integrity_only=not self._replay,
+                listener=progress,
+            )
+            outcome, detail = self._judge(report)
+        seconds = time.monotonic() - t0
+        self._metrics.verifications.labels(outcome).inc()
+        self._metrics.verify_seconds.observe(seconds)
+        await self._state.record_verification(
+            item.did, head.to_multibase(), outcome, detail[:2000], seconds
+        )
+        await self._state.log_event(
+            "verify." + outcome, item.did, {"head": head.to_multibase(), "seconds": seconds}
+        )
+        self._events.publish(
+            "verify.finished", {"did": item.did, "head": head.to_multibase(), "outcome": outcome}
+        )
+        pending = _Outcome(
+            did,
+            head,
+            outcome,
+            report,
+            replayed=report.replay is not None,
+            kind=chain.dataset_kind,
+            dataset=ds,
+        )
+        key = (did, head)
+        self._waiting[key] = pending
+        try:
+            # The core decides: an attestation, a dispute, or nothing (head superseded).
+            self._gossip.verification_completed(did, head, outcome != "failed")
+            if pending.task is not None:
+                await pending.task
+        finally:
+            self._waiting.pop(key, None)
+
+    async def _inputs(self, did: str, chain: Any) -> dict[DatasetId, Dataset]:
+        inputs: dict[DatasetId, Dataset] = {}
+        if not (
+            chain.dataset_kind == m.DatasetKind.DERIVATIVE and chain.set_transform and self._replay
+        ):
+            return inputs
+        missing = []
+        for i in chain.set_transform.inputs:
+            idid = DatasetId.parse(i.dataset_ref)
+            if self._repo.contains(idid.as_did_str()):
+                inputs[idid] = self._repo.open(idid.as_did_str())
+            else:
+                missing.append(idid)
+        for idid in missing:
+            # Inputs are pulled recursively: follow them like any subscription.
+            await self._state.subscribe(idid.as_did_str(), None, f"input of {did}")
+            await self._gossip.follow(idid)
+        if missing:
+            raise RetryLater(f"waiting for {len(missing)} input dataset(s) to be pulled")
+        return inputs
+
+    def _judge(self, report: VerificationReport) -> tuple[VerificationOutcome, str]:
+        rp = report.replay
+        if rp is not None and rp.verdict is ReplayVerdict.ERROR:
+            # Usually a missing input slice or an engine failure: not a verdict on the data.
+            self._metrics.verifications.labels("error").inc()
+            raise RetryLater(f"replay could not run: {rp.error}")
+        if report.ok:
+            return "verified", ""
+        problems = [*report.integrity.problems, *report.problems]
+        detail = rp.mismatch.describe() if rp is not None and rp.mismatch else "; ".join(problems)
+        if rp is not None and rp.verdict is ReplayVerdict.NOT_REPRODUCIBLE:
+            return "nondeterministic", detail
+        return "failed", detail
+
+    # ---- effects of the core's decisions (called synchronously by the executor)
+
+    def attest(
+        self, d: PublishAttestation, spawn: Callable[[Coroutine[Any, Any, None]], Any]
+    ) -> None:
+        """Sign and publish the attestation of a verification this node finished."""
+        pending = self._waiting.get((d.dataset, d.head))
+        if pending is None:
+            return  # not ours to attest (e.g. reported by an earlier run)
+        pending.task = spawn(self._attest(pending))
+
+    def dispute(self, d: PublishDispute, spawn: Spawn) -> None:
+        """Sign and publish the dispute of a verification that failed here."""
+        pending = self._waiting.get((d.dataset, d.head))
+        if pending is None or pending.report is None:
+            return
+        pending.task = spawn(self._dispute_from_report(pending.did, pending.head, pending.report))
+
+    async def _attest(self, p: _Outcome) -> None:
+        locations = FetchLocations()
+        if p.outcome == "verified" and self._republish and self._ipfs.api_url:
+            cid = await self._ipfs.publish_dataset(p.dataset)
+            locations = FetchLocations((cid,), self._http_urls(p.did))
+            await self._state.log_event(
+                "republish", p.did.as_did_str(), {"head": p.head.to_multibase(), "cid": cid}
+            )
+        checks = Checks.METADATA_INTEGRITY | Checks.DATA_INTEGRITY
+        if p.replayed:
+            checks |= Checks.REPLAY
+        if p.outcome in ("unverifiable", "nondeterministic"):
+            verdict = Verdict.UNVERIFIABLE
+        elif p.replayed or p.kind == m.DatasetKind.ROOT:
+            verdict = Verdict.VERIFIED
+        else:
+            verdict = Verdict.INTEGRITY_ONLY
+        att = Attestation(
+            node=self._key.dataset_id(),
+            dataset=p.did,
+            head=p.head,
+            verdict=verdict,
+            engine_name=ENGINE_NAME,
+            engine_version=ENGINE_VERSION,
+            checks=checks,
+            locations=locations,
+            issued_at_ns=self._clock(),
+            nonce=secrets.token_bytes(16),
+        )
+        sm = sign_message(att, self._key)
+        did = p.did.as_did_str()
+        head = p.head.to_multibase()
+        await self._state.add_attestation(
+            did, head, verdict.name.lower(), self.node_id, sm.envelope, True
+        )
+        await self._gossip.publish(p.did, sm.envelope)
+        self._events.publish("attestation", {"did": did, "head": head, "own": True})
+
+    async def _dispute_from_report(
+        self, did: DatasetId, head: Multihash, report: VerificationReport
+    ) -> None:
+        rp = report.replay
+        if rp is not None and rp.mismatch is not None:
+            mm = rp.mismatch
+            sm = self.sign_dispute(
+                did,
+                mm.block_hash,
+                DisputeKind.REPLAY_MISMATCH,
+                _evidence(mm.expected),
+                _evidence(mm.actual),
+                "; ".join(mm.differences),
+            )
+        else:
+            problems = [*report.integrity.problems, *report.problems]
+            sm = self.sign_dispute(
+                did, head, DisputeKind.INTEGRITY, Evidence(), Evidence(), "; ".join(problems)
+            )
+        await self.send_dispute(did, sm)
+
+    def sign_dispute(
+        self,
+        did: DatasetId,
+        block: Multihash,
+        kind: DisputeKind,
+        expected: Evidence,
+        computed: Evidence,
+        detail: str,
+    ) -> SignedMessage:
+        """A dispute signed with the node key (``detail`` cut to 250 bytes)."""
+        detail_b = detail.encode()[:250].decode(errors="ignore")
+        return sign_message(
+            Dispute(
+                node=self._key.dataset_id(),
+                dataset=did,
+                block=block,
+                kind=kind,
+                expected=expected,
+                computed=computed,
+                detail=detail_b,
+                issued_at_ns=self._clock(),
+                nonce=secrets.token_bytes(16),
+            ),
+            self._key,
+        )
+
+    async def send_dispute(self, did: DatasetId, sm: SignedMessage) -> None:
+        """Store our dispute and publish it on the dataset's topic."""
+        x = sm.message
+        assert isinstance(x, Dispute)
+        await self._state.add_dispute(
+            did.as_did_str(),
+            x.block.to_multibase(),
+            x.kind.name.lower(),
+            self.node_id,
+            sm.envelope,
+            True,
+            x.detail,
+        )
+        await self._gossip.publish(did, sm.envelope)
+        self._events.publish(
+            "dispute", {"did": did.as_did_str(), "block": x.block.to_multibase(), "own": True}
+        )
+
+    async def run_rejected_head(self, item: WorkItem) -> None:
+        """Work "dispute": an owner-signed head that does not descend from the accepted one."""
+        did = DatasetId.parse(item.did)
+        assert item.head is not None
+        sm = self.sign_dispute(
+            did,
+            Multihash.from_multibase(item.head),
+            DisputeKind.INTEGRITY,
+            Evidence(),
+            Evidence(),
+            str(item.payload.get("detail", "")),
+        )
+        await self.send_dispute(did, sm)
+
+
+def _evidence(e: m.ExecuteTransform) -> Evidence:
+    nd = e.new_data
+    wm = e.new_watermark
+    return Evidence(
+        logical_hash=nd.logical_hash if nd else None,
+        physical_hash=nd.physical_hash if nd else None,
+        offsets=(nd.offset_interval.start, nd.offset_interval.end) if nd else None,
+        watermark_ns=wm.epoch_ns if wm is not None else None,
+    )
+
+
+__all__ = [
+    "ENGINE_NAME",
+    "ENGINE_VERSION",
+    "REPLAY_ENGINES",
+    "VerifyPipeline",
+    "unsupported_engine",
+]
