@@ -131,6 +131,10 @@ class GossipService:
         """Peers the core was told are connected (the asyncio thread's own copy)."""
         return sorted(self._peers)
 
+    def peer_score(self, peer: str) -> float:
+        """The core's current score of ``peer``."""
+        return self.core.peer_score(peer, self._clock())
+
     def fetches_running(self) -> int:
         """Fetch tasks in flight (for status and metrics)."""
         return len(self._fetches)
@@ -288,7 +292,7 @@ class GossipService:
 
     def equivocation(self, d: EmitEquivocationProof) -> None:
         """Publish the proof on the node topic; the node stores it."""
-        self._spawn(self._publish_quietly(NODE_TOPIC, d.proof.envelope))
+        self._spawn(self.publish_best_effort(NODE_TOPIC, d.proof.envelope))
         self._node.equivocation(d)
 
     def anti_entropy(self, d: RequestAntiEntropy) -> None:
@@ -308,7 +312,8 @@ class GossipService:
         """Signing needs the node's key and its evidence: the node does it."""
         self._node.dispute(d)
 
-    async def _publish_quietly(self, topic: str, envelope: bytes) -> None:
+    async def publish_best_effort(self, topic: str, envelope: bytes) -> None:
+        """Publish ``envelope``; no peers on the topic yet is fine (anti-entropy carries it)."""
         try:
             await self.transport.publish(topic, envelope)
         except TransportError:

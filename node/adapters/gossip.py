@@ -39,7 +39,7 @@ class GossipAdapter:
 
     def peer_score(self, peer: str) -> float:
         """The core's current score of ``peer``."""
-        return self.service.core.peer_score(peer, self.service._clock())
+        return self.service.peer_score(peer)
 
     async def connect(self, multiaddr: str) -> str:
         """Dial a peer; the core hears of it on the next peer sync."""
@@ -57,7 +57,7 @@ class GossipAdapter:
 
     async def publish(self, did: DatasetId, envelope: bytes) -> None:
         """Publish on ``did``'s topic; no peers yet is fine (anti-entropy carries it later)."""
-        await self.service._publish_quietly(dataset_topic(did.as_multibase()), envelope)
+        await self.service.publish_best_effort(dataset_topic(did.as_multibase()), envelope)
 
     def accept_own(self, envelope: bytes) -> None:
         """Install our own signed announcement as the accepted head."""

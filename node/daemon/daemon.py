@@ -439,7 +439,9 @@ class Daemon:
         port = 0 if self.ephemeral else self.config.http.port
         site = web.TCPSite(self._http_runner, self.config.http.host, port)
         await site.start()
-        self.info.http_url = f"http://{self.config.http.host}:{_bound_port(site, port)}"
+        self.info.http_url = (
+            f"http://{self.config.http.host}:{_bound_port(self._http_runner, port)}"
+        )
 
     async def _metrics_handler(self, request: Any) -> Any:
         from aiohttp import web
@@ -482,10 +484,9 @@ async def _noop() -> None:
     return None
 
 
-def _bound_port(site: Any, fallback: int) -> int:
-    server = site._server
-    sockets = getattr(server, "sockets", None) or []
-    return int(sockets[0].getsockname()[1]) if sockets else fallback
+def _bound_port(runner: Any, fallback: int) -> int:
+    addresses = runner.addresses  # (host, port, ...) of every bound socket
+    return int(addresses[0][1]) if addresses else fallback
 
 
 def install_signal_handlers(stop: asyncio.Event) -> None:

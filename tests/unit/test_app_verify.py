@@ -1,0 +1,152 @@
+"""The verify pipeline on in-memory twins: unverifiable engines, coalescing, the core's verdict."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from coordinator.identity import DatasetId, generate_private_key
+from node.adapters.gossip import NoGossip
+from node.adapters.ipfs import NoIpfs
+from node.adapters.state import InlineState
+from node.app.datasets import DatasetUseCases
+from node.app.effects import NodeEffects
+from node.app.events import EventBus
+from node.app.metrics import NodeMetrics
+from node.app.ports import StatePort
+from node.app.verify import VerifyPipeline
+from node.app.work import RetryPolicy, WorkRunner
+from node.state.store import NodeState
+from tests.factories import pull_repo
+
+T0 = 1_800_000_000 * 1_000_000_000
+
+SNAPSHOTS = """\
+kind: DatasetSnapshot
+version: 1
+content:
+  name: cities
+  kind: Root
+  metadata:
+    - kind: AddPushSource
+      sourceName: default
+      read:
+        kind: Csv
+        schema: ["city STRING", "population BIGINT"]
+      merge:
+        kind: Append
+---
+kind: DatasetSnapshot
+version: 1
+content:
+  name: big-cities
+  kind: Derivative
+  metadata:
+    - kind: SetTransform
+      inputs:
+        - datasetRef: cities
+      transform:
+        kind: Sql
+        engine: ENGINE
+        query: SELECT * FROM cities WHERE population > 1000000
+"""
+
+
+class Node:
+    """The verify pipeline wired as the daemon wires it, over in-memory twins."""
+
+    def __init__(self, root: Path) -> None:
+        self.repo = pull_repo(root)
+        self.state = cast(StatePort, InlineState(NodeState.in_memory(lambda: T0)))
+        self.engine_requests = 0
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.work = WorkRunner(self.state, lambda: T0, RetryPolicy(), random.Random(1).random)
+        gossip = NoGossip()
+        self.verify = VerifyPipeline(
+            self.repo,
+            self.state,
+            gossip,
+            NoIpfs(),
+            self._engine,
+            EventBus(),
+            NodeMetrics(),
+            lambda: T0,
+            generate_private_key(b"\x09" * 32),
+            replay=True,
+            republish=True,
+            http_urls=lambda did: (),
+            kick=self.work.kick,
+        )
+        gossip.effects = NodeEffects(
+            self.state,
+            self.verify,
+            EventBus(),
+            NodeMetrics(),
+            self._spawn,
+            lambda did: False,
+            self.work.kick,
+        )
+        self.work.handle("verify", self.verify.run)
+
+    def _spawn(self, coro: Any) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        return task
+
+    def _engine(self) -> Any:
+        self.engine_requests += 1
+        raise AssertionError("the engine must not be started for an engine this node lacks")
+
+    async def run_pending(self) -> None:
+        while (item := await self.state.claim(T0)) is not None:
+            await self.work.run_item(item)
+
+
+def _create(node: Node, engine: str) -> DatasetId:
+    uc = DatasetUseCases(node.repo, lambda: None)  # type: ignore[arg-type, return-value]
+    created = asyncio.run(uc.create(SNAPSHOTS.replace("ENGINE", engine)))
+    return DatasetId.parse(created[1].id)
+
+
+@pytest.mark.parametrize("engine", ["datafusion", "flink", "risingwave"])
+def test_derivative_of_an_engine_we_cannot_run_is_attested_unverifiable_at_once(
+    tmp_path: Path, engine: str
+) -> None:
+    node = Node(tmp_path)
+    did = _create(node, engine)
+    head = node.repo.open(did.as_did_str()).head()
+    assert head is not None
+
+    async def run() -> None:
+        await node.verify.queue(did, head, 1)
+        await node.run_pending()
+
+    asyncio.run(run())
+    state = cast(Any, node.state).sync
+    ver = state.verification(did.as_did_str(), head.to_multibase())
+    assert ver is not None and ver.outcome == "unverifiable"
+    assert ver.detail == f"unverifiable: engine {engine}"
+    atts = state.attestations(did=did.as_did_str())
+    assert [(a.verdict, a.own) for a in atts] == [("unverifiable", True)]
+    assert [w.state for w in state.work(did=did.as_did_str())] == ["done"]  # one attempt
+    assert node.engine_requests == 0
+
+
+def test_superseded_heads_of_one_dataset_coalesce_into_one_pending_item(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    did = _create(node, "datafusion")
+    head = node.repo.open(did.as_did_str()).head()
+    assert head is not None
+
+    async def run() -> None:
+        for seq in range(1, 6):
+            await node.verify.queue(did, head, seq)
+
+    asyncio.run(run())
+    state = cast(Any, node.state).sync
+    assert len(state.work(state="pending", did=did.as_did_str())) == 1
+    assert [e.kind for e in state.events(0, 100, "verify.coalesced")] == ["verify.coalesced"] * 4
