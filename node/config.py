@@ -77,6 +77,8 @@ class P2pSection:
     listen_host: str
     port: int
     bootstrap: tuple[str, ...]
+    fetch_timeout_s: float
+    anti_entropy_interval_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +214,8 @@ def _validate(cfg: NodeConfig) -> None:
             raise ConfigError(f"{what}: {port} is not a TCP port")
     if not 0 <= cfg.p2p.port <= 65535:
         raise ConfigError(f"p2p.port: {cfg.p2p.port} is not a TCP port")
+    if cfg.p2p.fetch_timeout_s <= 0 or cfg.p2p.anti_entropy_interval_s <= 0:
+        raise ConfigError("p2p.fetch_timeout_s and p2p.anti_entropy_interval_s must be > 0")
     if cfg.rpc.max_body_bytes < 1024 or cfg.rpc.max_batch < 1:
         raise ConfigError("rpc.max_body_bytes must be >= 1024 and rpc.max_batch >= 1")
     if cfg.pipeline.concurrency < 1 or cfg.pipeline.max_attempts < 1:

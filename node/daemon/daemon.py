@@ -347,7 +347,13 @@ class Daemon:
             )
         )
         await self._transport.start()
-        core = ProtocolCore(CoreConfig(anti_entropy_interval_ns=15 * 1_000_000_000), self.rng)
+        core = ProtocolCore(
+            CoreConfig(
+                fetch_timeout_ns=int(p.fetch_timeout_s * 1e9),
+                anti_entropy_interval_ns=int(p.anti_entropy_interval_s * 1e9),
+            ),
+            self.rng,
+        )
         for sub in await self.state.subscriptions():
             core.subscribe(DatasetId.parse(sub.did))
         for h in await asyncio.to_thread(self.repo.list):
