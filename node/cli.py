@@ -502,6 +502,56 @@ def dataset_verify(
         raise typer.Exit(2)
 
 
+@dataset_app.command("pull")
+def dataset_pull(
+    url: Annotated[str, typer.Argument(help="ipfs://CID[/path], ipns://…, http(s)://… or a path.")],
+    as_name: Annotated[
+        str | None, typer.Option("--as", help="Local name (default: the URL's last segment).")
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace the local chain if it has diverged.")
+    ] = False,
+    ipfs_api: Annotated[
+        str | None,
+        typer.Option("--ipfs-api", envvar="ODF_IPFS_API", help="IPFS RPC API URL (kubo)."),
+    ] = None,
+    ipfs_gateway: Annotated[
+        str | None,
+        typer.Option("--ipfs-gateway", envvar="ODF_IPFS_GATEWAY", help="IPFS HTTP gateway URL."),
+    ] = None,
+    home: HomeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Pull a dataset, verifying every block, data part and checkpoint before committing."""
+    from node.adapters.transfer import TransferAdapter
+
+    h = _home(home)
+    params: dict[str, Any] = {"url": url, "force": force}
+    if as_name:
+        params["alias"] = as_name
+    ok, result = maybe_rpc(h.path, "dataset.pull", params)
+    if not ok:
+        uc = _use_cases(h)
+        uc.transfer = TransferAdapter(uc.repo, lambda: ipfs_api, ipfs_gateway)
+        try:
+            with _write_lock(h):
+                result = asyncio.run(uc.pull(url, alias=as_name, force=force))
+        except (OdfNodeError, ValueError) as e:
+            _fail(str(e))
+    if as_json:
+        _emit_json(result)
+    elif result["comparison"] == "equal":
+        out.print(f"{result['alias']}: up to date")
+    elif result["comparison"] == "local-ahead":
+        out.print(f"{result['alias']}: local copy is ahead of the source; nothing pulled")
+    else:
+        verb = "created" if result["created"] else ("replaced" if result["forced"] else "updated")
+        out.print(
+            f"{result['alias']}: {verb}, {result['new_blocks']} new block(s), "
+            f"{result['objects_downloaded']} object(s) downloaded; head {result['new_head']}"
+        )
+
+
 @contextlib.contextmanager
 def _write_lock(h: NodeHome) -> Iterator[None]:
     """The home's writer lock for a direct (no daemon) write; a clear error if it is taken."""
@@ -519,9 +569,8 @@ def _write_lock(h: NodeHome) -> Iterator[None]:
 
 
 def _register_transfer_commands() -> None:
-    from node.transfer.cli import dataset_publish, dataset_pull, serve_http
+    from node.transfer.cli import dataset_publish, serve_http
 
-    dataset_app.command("pull")(dataset_pull)
     dataset_app.command("publish")(dataset_publish)
     app.command("serve-http")(serve_http)
 

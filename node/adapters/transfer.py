@@ -12,9 +12,15 @@ from node.app.fetch import PullDiverged, PullRejected
 class TransferAdapter:
     """:class:`~node.app.ports.TransferPort`: pulls into ``repo``; errors in the app's terms."""
 
-    def __init__(self, repo: DatasetRepository, ipfs_api: Callable[[], str | None]) -> None:
+    def __init__(
+        self,
+        repo: DatasetRepository,
+        ipfs_api: Callable[[], str | None],
+        ipfs_gateway: str | None = None,
+    ) -> None:
         self._repo = repo
         self._ipfs_api = ipfs_api
+        self._ipfs_gateway = ipfs_gateway
 
     async def pull(self, url: str, *, alias: str | None, force: bool = False) -> dict[str, Any]:
         """Pull ``url``; :class:`PullDiverged` / :class:`PullRejected` for the fetcher's choices."""
@@ -23,7 +29,12 @@ class TransferAdapter:
 
         try:
             result = await pull_url(
-                self._repo, url, alias=alias, force=force, ipfs_api=self._ipfs_api()
+                self._repo,
+                url,
+                alias=alias,
+                force=force,
+                ipfs_api=self._ipfs_api(),
+                ipfs_gateway=self._ipfs_gateway,
             )
         except DivergedHeads as e:
             raise PullDiverged(str(e)) from e

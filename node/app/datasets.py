@@ -89,7 +89,7 @@ class DatasetUseCases:
         self.repo = repo
         self._engine = engine
         self._state = state
-        self._transfer = transfer
+        self.transfer = transfer
         self._on_commit = on_commit
         self.locks = locks or CommitLocks()
 
@@ -226,9 +226,9 @@ class DatasetUseCases:
 
     async def pull(self, url: str, *, alias: str | None = None, force: bool = False) -> Any:
         """Pull a dataset from ``ipfs://``, ``ipns://``, ``http(s)://`` or a local path."""
-        if self._transfer is None:
+        if self.transfer is None:
             raise InvalidArgument("pulling is not available here")
-        return await self._transfer.pull(url, alias=alias, force=force)
+        return await self.transfer.pull(url, alias=alias, force=force)
 
     async def log(self, ref: str, limit: int | None = 50) -> list[LogEntry]:
         """The newest ``limit`` metadata blocks (kamu's YAML form as JSON), newest first."""

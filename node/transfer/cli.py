@@ -60,50 +60,6 @@ def _fail(message: str) -> NoReturn:
     raise typer.Exit(1)
 
 
-def dataset_pull(
-    url: Annotated[str, typer.Argument(help="ipfs://CID[/path], ipns://…, http(s)://… or a path.")],
-    as_name: Annotated[
-        str | None, typer.Option("--as", help="Local name (default: the URL's last segment).")
-    ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Replace the local chain if it has diverged.")
-    ] = False,
-    ipfs_api: ApiOpt = None,
-    ipfs_gateway: GatewayOpt = None,
-    home: HomeOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Pull a dataset, verifying every block, data part and checkpoint before committing."""
-    from node.transfer.pull import HeadComparison, pull_url
-
-    repo = _home(home).repository()
-    try:
-        result = asyncio.run(
-            pull_url(
-                repo,
-                url,
-                alias=as_name,
-                force=force,
-                ipfs_api=ipfs_api,
-                ipfs_gateway=ipfs_gateway,
-            )
-        )
-    except (OdfNodeError, ValueError) as e:
-        _fail(str(e))
-    if as_json:
-        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
-    elif result.comparison is HeadComparison.EQUAL:
-        out.print(f"{result.alias}: up to date")
-    elif result.comparison is HeadComparison.LOCAL_AHEAD:
-        out.print(f"{result.alias}: local copy is ahead of the source; nothing pulled")
-    else:
-        verb = "created" if result.created else ("replaced" if result.forced else "updated")
-        out.print(
-            f"{result.alias}: {verb}, {result.new_blocks} new block(s), "
-            f"{result.objects_downloaded} object(s) downloaded; head {result.new_head}"
-        )
-
-
 def dataset_publish(
     ref: Annotated[str, typer.Argument(help="Dataset alias or did:odf.")],
     ipfs_api: ApiOpt = "http://127.0.0.1:5001",

@@ -102,8 +102,9 @@ def test_cli_publish_and_pull(
 ) -> None:
     import typer
 
+    from node.cli import dataset_pull
     from node.home import NodeHome
-    from node.transfer.cli import dataset_publish, dataset_pull
+    from node.transfer.cli import dataset_publish
 
     a, b = ipfs_pair
     asyncio.run(_connect(a, b))

@@ -22,10 +22,11 @@ from typer.testing import CliRunner
 
 from coordinator.identity.dataset_id import DatasetId
 from coordinator.verify import verify_integrity
+from node.cli import dataset_pull
 from node.home import NodeHome
 from node.ipfs.client import IpfsClient, IpfsError
 from node.ipfs.embedded import EmbeddedIpfs
-from node.transfer.cli import dataset_publish, dataset_pull
+from node.transfer.cli import dataset_publish
 from node.transfer.errors import SourceUnavailable
 from node.transfer.publish import publish_dataset
 from node.transfer.pull import HeadComparison, PullOptions, pull_url
