@@ -9,7 +9,10 @@ discrete-event simulator drive the same object.
 Rules (``docs/p2p-wire-format.md`` §Processing rules):
 
 1. a peer with a score below the graylist threshold is ignored; every message costs the sender a
-   token from its token bucket (flooders are dropped *and* penalised);
+   token from its token bucket. A message that finds the bucket empty is *delayed*, not dropped:
+   it waits in the peer's bounded backlog (announcements of one dataset coalesce to the newest)
+   and is processed when tokens refill. Only a peer whose backlog overflows is penalised as a
+   flooder, so a fast honest owner is slowed down, never blamed, and nothing it sends is lost;
 2. size cap, then de-duplication by content id in an expiring, bounded seen-cache (a known-bad
    message is penalised again without re-checking it);
 3. strict decode, then the signature by the required signer (the dataset key for announcements,
@@ -22,7 +25,10 @@ Rules (``docs/p2p-wire-format.md`` §Processing rules):
    is forwarded at once but *accepted* only after the driver reports that its chain was fetched
    and descends from the last accepted head of the same epoch (a higher epoch is an owner-signed
    rewrite and needs no ancestry);
-6. peer scores decay exponentially towards zero.
+6. a fetch that fails or is abandoned (timeout) is retried with exponential backoff while its
+   head is still the newest known; an anti-entropy reply carrying a known but unaccepted head
+   restarts an idle dataset's fetch at once;
+7. peer scores decay exponentially towards zero.
 
 Gossip mapping for a libp2p validator: :class:`Forward` -> ACCEPT, :class:`Penalise` -> REJECT,
 otherwise IGNORE.
@@ -72,8 +78,10 @@ class CoreConfig:
     max_message_age_ns: int = 5 * 60 * NS_PER_S
     seen_ttl_ns: int = 10 * 60 * NS_PER_S
     seen_capacity: int = 65_536
-    rate_burst: float = 20.0
-    rate_per_s: float = 5.0
+    rate_burst: float = 100.0
+    rate_per_s: float = 20.0
+    backlog_bytes_per_peer: int = 1 << 20
+    backlog_bytes_total: int = 32 << 20
     score_half_life_ns: int = 5 * 60 * NS_PER_S
     score_cap: float = 50.0
     graylist_threshold: float = -100.0
@@ -85,6 +93,8 @@ class CoreConfig:
     penalty_future: float = 5.0
     penalty_invalid_proof: float = 50.0
     fetch_timeout_ns: int = 120 * NS_PER_S
+    fetch_retry_base_ns: int = 2 * NS_PER_S
+    fetch_retry_max_ns: int = 60 * NS_PER_S
     anti_entropy_interval_ns: int = 60 * NS_PER_S
     max_anti_entropy_entries: int = 256
     history_per_dataset: int = 64
@@ -96,6 +106,10 @@ class CoreConfig:
             raise ValueError("seen_ttl_ns must cover max_message_age_ns + max_clock_skew_ns")
         if self.rate_burst < 1 or self.rate_per_s <= 0 or self.seen_capacity < 1:
             raise ValueError("rate_burst >= 1, rate_per_s > 0 and seen_capacity >= 1 required")
+        if self.backlog_bytes_per_peer < self.max_message_size:
+            raise ValueError("backlog_bytes_per_peer must hold at least one message")
+        if not 0 < self.fetch_retry_base_ns <= self.fetch_retry_max_ns:
+            raise ValueError("0 < fetch_retry_base_ns <= fetch_retry_max_ns required")
 
 
 # --------------------------------------------------------------------------------------------
@@ -335,6 +349,13 @@ Decision = (
 
 
 @dataclass(slots=True)
+class _Delayed:
+    data: bytes
+    received_ns: int
+    order: tuple[int, int]
+
+
+@dataclass(slots=True)
 class _Peer:
     tokens: float
     refilled_ns: int
@@ -342,6 +363,11 @@ class _Peer:
     scored_ns: int = 0
     connected: bool = False
     graylisted: bool = False
+    # Messages that arrived with the token bucket empty, oldest first. Keyed by dataset for
+    # announcements (a newer head replaces an older one of the same dataset) and by content id
+    # for everything else.
+    backlog: OrderedDict[bytes, _Delayed] = field(default_factory=OrderedDict)
+    backlog_bytes: int = 0
 
 
 @dataclass(slots=True)
@@ -359,6 +385,10 @@ class _Dataset:
     rejected: OrderedDict[bytes, None] = field(default_factory=OrderedDict)
     proof: EquivocationProof | None = None
     proved_slots: OrderedDict[tuple[int, int], None] = field(default_factory=OrderedDict)
+    # A head whose fetch failed or was abandoned, to fetch again at ``retry_at_ns``.
+    retry: SignedMessage | None = None
+    retry_at_ns: int = 0
+    attempts: int = 0
 
 
 def _ann(sm: SignedMessage) -> HeadAnnouncement:
@@ -430,6 +460,7 @@ class ProtocolCore:
         self._datasets: dict[DatasetId, _Dataset] = {}
         self._known_proofs: OrderedDict[bytes, None] = OrderedDict()
         self._next_anti_entropy_ns: int | None = None
+        self._backlog_bytes = 0
         for did in subscriptions:
             self.subscribe(did)
 
@@ -499,6 +530,10 @@ class ProtocolCore:
         """Peers with state (bounded by ``max_peers``)."""
         return len(self._peers)
 
+    def backlog_bytes(self) -> int:
+        """Bytes of delayed messages waiting for their senders' tokens (for metrics)."""
+        return self._backlog_bytes
+
     # ---- event dispatch
 
     def handle(self, event: Event) -> list[Decision]:
@@ -554,7 +589,7 @@ class ProtocolCore:
             victim = next((k for k, v in self._peers.items() if not v.connected), None)
             if victim is None:
                 victim = next(iter(self._peers))
-            del self._peers[victim]
+            self._backlog_bytes -= self._peers.pop(victim).backlog_bytes
 
     def _decay(self, p: _Peer, now_ns: int) -> None:
         dt = now_ns - p.scored_ns
@@ -594,15 +629,23 @@ class ProtocolCore:
     def _on_message(
         self, peer: str, data: bytes, now_ns: int, out: list[Decision], *, via_ae: bool
     ) -> None:
-        cfg = self.config
         p = self._peer(peer, now_ns)
         self._decay(p, now_ns)
         if p.graylisted:
             out.append(Ignore(peer, "graylisted"))
             return
-        if not via_ae and not self._take_token(p, now_ns):
-            self._penalise(peer, p, "rate-limited", cfg.penalty_flood, now_ns, out)
+        if via_ae:
+            self._process(peer, p, data, now_ns, now_ns, out, via_ae=True)
             return
+        if not p.backlog and self._take_token(p, now_ns):
+            self._process(peer, p, data, now_ns, now_ns, out, via_ae=False)
+            return
+        self._delay(peer, p, data, now_ns, out)
+        self._drain(peer, p, now_ns, out)
+
+    def _delay(self, peer: str, p: _Peer, data: bytes, now_ns: int, out: list[Decision]) -> None:
+        """Park a message that found the sender's bucket empty (only cheap checks run here)."""
+        cfg = self.config
         if len(data) > cfg.max_message_size:
             self._penalise(peer, p, "oversized", cfg.penalty_oversized, now_ns, out)
             return
@@ -613,6 +656,78 @@ class ProtocolCore:
                 out.append(Ignore(peer, "duplicate"))
             else:
                 self._penalise(peer, p, bad, self._penalty_for(bad), now_ns, out)
+            return
+        try:
+            msg = decode_unverified(data)
+        except WireDecodeError as e:
+            reason = "oversized" if e.reason == "oversized" else f"malformed:{e.reason}"
+            self._seen.add(cid, now_ns, reason)
+            self._penalise(peer, p, reason, self._penalty_for(reason), now_ns, out)
+            return
+        key, order = cid, (0, 0)
+        if isinstance(msg, SignedMessage) and isinstance(msg.message, HeadAnnouncement):
+            a = msg.message
+            if a.dataset not in self._datasets:
+                out.append(Ignore(peer, "not-subscribed"))
+                return
+            # Unverified until processed: a forged "newer" head only displaces messages of the
+            # peer that sent it, and costs that peer its penalty when its turn comes.
+            key, order = b"ds:" + a.dataset.to_bytes(), (a.epoch, a.sequence)
+        old = p.backlog.get(key)
+        if old is not None:
+            if order <= old.order:
+                out.append(Ignore(peer, "superseded"))
+                return
+            self._unqueue(p, key)
+            out.append(Ignore(peer, "superseded"))  # the displaced, older head of this dataset
+        if p.backlog_bytes + len(data) > cfg.backlog_bytes_per_peer:
+            self._penalise(peer, p, "rate-limited", cfg.penalty_flood, now_ns, out)
+            return
+        if self._backlog_bytes + len(data) > cfg.backlog_bytes_total:
+            out.append(Ignore(peer, "backlog-full"))
+            return
+        p.backlog[key] = _Delayed(data, now_ns, order)
+        p.backlog_bytes += len(data)
+        self._backlog_bytes += len(data)
+        out.append(Ignore(peer, "delayed"))
+
+    def _unqueue(self, p: _Peer, key: bytes) -> _Delayed:
+        d = p.backlog.pop(key)
+        p.backlog_bytes -= len(d.data)
+        self._backlog_bytes -= len(d.data)
+        return d
+
+    def _drain(self, peer: str, p: _Peer, now_ns: int, out: list[Decision]) -> None:
+        """Process delayed messages of ``peer`` in arrival order while it has tokens."""
+        while p.backlog and not p.graylisted and self._take_token(p, now_ns):
+            d = self._unqueue(p, next(iter(p.backlog)))
+            self._process(peer, p, d.data, d.received_ns, now_ns, out, via_ae=False)
+
+    def _process(
+        self,
+        peer: str,
+        p: _Peer,
+        data: bytes,
+        received_ns: int,
+        now_ns: int,
+        out: list[Decision],
+        *,
+        via_ae: bool,
+    ) -> None:
+        """Rules 2-5 for one message the sender had a token for (or from anti-entropy)."""
+        cfg = self.config
+        if len(data) > cfg.max_message_size:
+            self._penalise(peer, p, "oversized", cfg.penalty_oversized, now_ns, out)
+            return
+        cid = content_id(data)
+        seen, bad = self._seen.get(cid, now_ns)
+        if seen:
+            if bad is not None:
+                self._penalise(peer, p, bad, self._penalty_for(bad), now_ns, out)
+            elif via_ae:
+                self._on_known_via_ae(peer, data, now_ns, out)
+            else:
+                out.append(Ignore(peer, "duplicate"))
             return
         try:
             msg = decode_unverified(data)
@@ -636,7 +751,8 @@ class ProtocolCore:
             self._penalise(peer, p, "future-timestamp", cfg.penalty_future, now_ns, out)
             return
         self._seen.add(cid, now_ns)
-        if not via_ae and issued < now_ns - cfg.max_message_age_ns:
+        # A delayed message is judged by when it arrived, not by how long it waited here.
+        if not via_ae and issued < received_ns - cfg.max_message_age_ns:
             out.append(Ignore(peer, "expired"))
             return
         if isinstance(msg.message, HeadAnnouncement):
@@ -646,6 +762,32 @@ class ProtocolCore:
             out.append(Accept(peer, msg))
             if not via_ae:
                 out.append(Forward(msg.content_id, msg.envelope, peer))
+
+    def _on_known_via_ae(self, peer: str, data: bytes, now_ns: int, out: list[Decision]) -> None:
+        """An anti-entropy reply repeats a message already checked: repair a stalled dataset.
+
+        The bytes passed every check before (the seen-cache holds no bad reason for them), so
+        only the core's own history is consulted: if they are the newest known announcement of an
+        idle dataset and newer than its accepted head, its fetch starts again now rather than
+        at the next backoff step.
+        """
+        msg = decode_unverified(data)
+        if isinstance(msg, SignedMessage) and isinstance(msg.message, HeadAnnouncement):
+            a = msg.message
+            st = self._datasets.get(a.dataset)
+            if st is not None and st.inflight is None and st.queued is None:
+                known = st.history.get((a.epoch, a.sequence))
+                newest = next(reversed(st.history.values()), None) if st.history else None
+                if (
+                    known is not None
+                    and known is newest
+                    and known.message == a
+                    and (st.accepted is None or _order(known) > _order(st.accepted))
+                    and a.head.digest not in st.rejected
+                ):
+                    self._start_fetch(st, known, now_ns, out)
+                    return
+        out.append(Ignore(peer, "duplicate"))
 
     def _penalty_for(self, reason: str) -> float:
         cfg = self.config
@@ -779,6 +921,10 @@ class ProtocolCore:
         if st.accepted is not None and _ann(st.accepted).epoch == a.epoch:
             base = _ann(st.accepted).head
         st.inflight = _Fetch(sm, now_ns)
+        if st.retry is not None and _order(st.retry) < _order(sm):
+            st.retry, st.attempts = None, 0
+        elif st.retry is sm:
+            st.retry = None
         out.append(RequestFetch(a.dataset, a.head, a.sequence, a.epoch, base, a.locations))
 
     def _start_next(self, st: _Dataset, now_ns: int, out: list[Decision]) -> None:
@@ -800,6 +946,7 @@ class ProtocolCore:
         sm = st.inflight.announcement
         st.inflight = None
         a = _ann(sm)
+        st.attempts = 0
         if ev.ancestry_ok:
             st.accepted = sm
             out.append(HeadAccepted(a.dataset, a.head, a.sequence, a.epoch, sm))
@@ -816,9 +963,7 @@ class ProtocolCore:
         The driver's store now holds the chain, so a valid late chain that is still newer than
         the accepted head is accepted: a head must never be committed but left unaccepted.
         """
-        late = next(
-            (sm for sm in reversed(st.history.values()) if _ann(sm).head == ev.head), None
-        )
+        late = next((sm for sm in reversed(st.history.values()) if _ann(sm).head == ev.head), None)
         if late is None or not ev.ancestry_ok:
             out.append(Ignore("", "unexpected-fetch"))
             return
@@ -841,8 +986,25 @@ class ProtocolCore:
         if st is None or st.inflight is None or _ann(st.inflight.announcement).head != head:
             out.append(Ignore("", "unexpected-fetch"))
             return
+        sm = st.inflight.announcement
         st.inflight = None
+        self._retry_later(st, sm, now_ns)
         self._start_next(st, now_ns, out)
+
+    def _retry_later(self, st: _Dataset, sm: SignedMessage, now_ns: int) -> None:
+        """Schedule another fetch of ``sm`` unless something newer is already queued.
+
+        Backoff doubles from ``fetch_retry_base_ns`` up to ``fetch_retry_max_ns`` with jitter
+        in [0.5, 1.5), and never gives up: the head stays the newest the node knows, and an
+        announcement or anti-entropy reply of anything newer replaces it.
+        """
+        if st.queued is not None:
+            return
+        cfg = self.config
+        st.attempts += 1
+        delay = min(cfg.fetch_retry_max_ns, cfg.fetch_retry_base_ns << min(st.attempts - 1, 32))
+        st.retry = sm
+        st.retry_at_ns = now_ns + int(delay * (0.5 + self._rng.random()))
 
     # ---- timers
 
@@ -855,7 +1017,21 @@ class ProtocolCore:
                 a = _ann(f.announcement)
                 st.inflight = None
                 out.append(AbandonFetch(a.dataset, a.head, "timeout"))
+                self._retry_later(st, f.announcement, now_ns)
                 self._start_next(st, now_ns, out)
+            if (
+                st.retry is not None
+                and st.inflight is None
+                and st.queued is None
+                and now_ns >= st.retry_at_ns
+            ):
+                retry, st.retry = st.retry, None
+                if st.accepted is None or _order(retry) > _order(st.accepted):
+                    self._start_fetch(st, retry, now_ns, out)
+        for peer, p in list(self._peers.items()):
+            if p.backlog:
+                self._decay(p, now_ns)
+                self._drain(peer, p, now_ns, out)
         if self._next_anti_entropy_ns is None:
             self._next_anti_entropy_ns = now_ns + self._jitter()
         elif now_ns >= self._next_anti_entropy_ns:

@@ -60,8 +60,11 @@ from p2p.transport import (
 )
 from p2p.wire import (
     MAX_HEADS_PER_EXCHANGE,
+    EquivocationProof,
+    content_id,
     decode_heads_request,
     decode_heads_response,
+    decode_unverified,
     encode_heads_request,
     encode_heads_response,
 )
@@ -110,6 +113,7 @@ class GossipService:
         self._clock = clock
         self._fetcher = fetcher
         self._tick_s = tick_interval_s
+        self._validating: bytes | None = None
         self._timeout_s = request_timeout_s
         self._tasks: set[asyncio.Task[None]] = set()
         self.log = ServiceLog()
@@ -260,7 +264,13 @@ class GossipService:
         self._node.penalised(d)
 
     def forward(self, d: Forward) -> None:
-        """The validator answers ACCEPT and gossipsub forwards."""
+        """The validator answers ACCEPT and gossipsub forwards.
+
+        A message the core delayed (its sender's rate bucket was empty) is decided later, on a
+        tick, after the validator already answered IGNORE: this node re-publishes it itself.
+        """
+        if d.content_id != self._validating:
+            self._spawn(self.publish_best_effort(_topic_of(d.envelope), d.envelope))
         self._node.forward(d)
 
     def fetch(self, d: RequestFetch) -> None:
@@ -320,7 +330,11 @@ class GossipService:
             pass  # no peers on the topic yet: anti-entropy carries it later
 
     async def _validate(self, peer: str, data: bytes) -> ValidationResult:
-        decisions = self._apply(MessageReceived(peer, data, self._clock()))
+        self._validating = content_id(data)
+        try:
+            decisions = self._apply(MessageReceived(peer, data, self._clock()))
+        finally:
+            self._validating = None
         if any(isinstance(d, Forward) for d in decisions):
             return ValidationResult.ACCEPT
         if any(isinstance(d, Penalise) for d in decisions):
@@ -332,11 +346,15 @@ class GossipService:
         async for _ in messages:
             pass
 
+    def tick(self) -> None:
+        """One timer tick now (the tick loop calls it; tests call it on a virtual clock)."""
+        self._sync_peers()
+        self._apply(Tick(self._clock()))
+
     async def _tick_loop(self) -> None:
         while True:
             await asyncio.sleep(self._tick_s)
-            self._sync_peers()
-            self._apply(Tick(self._clock()))
+            self.tick()
 
     async def _fetch(self, req: RequestFetch) -> None:
         key = (req.dataset, req.head)
@@ -375,3 +393,11 @@ class GossipService:
         except WireDecodeError:
             return encode_heads_response([])
         return encode_heads_response(self.core.latest_heads(dids))
+
+
+def _topic_of(envelope: bytes) -> str:
+    """The topic a checked envelope belongs on: its dataset's, or the node topic for proofs."""
+    msg = decode_unverified(envelope)
+    if isinstance(msg, EquivocationProof):
+        return NODE_TOPIC
+    return dataset_topic(msg.message.dataset.as_multibase())

@@ -259,6 +259,77 @@ def test_failed_fetch_is_retried_on_reannouncement() -> None:
     assert of(recv(c, ann(5), peer="p2"), RequestFetch)
 
 
+def fetches(ds: list[Decision]) -> list[Multihash]:
+    return [d.head for d in ds if isinstance(d, RequestFetch)]
+
+
+def test_failed_fetch_is_retried_with_exponential_backoff() -> None:
+    c = core(fetch_retry_base_ns=2 * NS_PER_S, fetch_retry_max_ns=8 * NS_PER_S)
+    recv(c, ann(5))
+    t = T0
+    gaps = []
+    for _ in range(5):
+        c.handle(FetchFailed(DID, h("head-5"), "unreachable", t))
+        start = t
+        while True:
+            t += NS_PER_S // 10
+            if fetches(c.handle(Tick(t))) == [h("head-5")]:
+                break
+        gaps.append((t - start) / NS_PER_S)
+    # base 2 s doubling, capped at 8 s, each with jitter in [0.5, 1.5)
+    for gap, nominal in zip(gaps, [2, 4, 8, 8, 8], strict=True):
+        assert 0.5 * nominal <= gap <= 1.5 * nominal + 0.1, gaps
+    done = c.handle(FetchCompleted(DID, h("head-5"), True, t))
+    assert of(done, HeadAccepted)
+    assert not fetches(c.handle(Tick(t + 3600 * NS_PER_S)))
+
+
+def test_abandoned_fetch_is_retried_and_its_late_result_accepted() -> None:
+    c = core(fetch_timeout_ns=10 * NS_PER_S)
+    recv(c, ann(5))
+    out = c.handle(Tick(T0 + 11 * NS_PER_S))
+    assert of(out, AbandonFetch) and not fetches(out)
+    retried = []
+    for s in range(12, 16):  # base 2 s with jitter: due within 3 s of the abandon
+        retried += fetches(c.handle(Tick(T0 + s * NS_PER_S)))
+    assert retried == [h("head-5")]
+    assert of(c.handle(FetchCompleted(DID, h("head-5"), True, T0 + 16 * NS_PER_S)), HeadAccepted)
+
+
+def test_newer_announcement_replaces_a_pending_retry() -> None:
+    c = core()
+    recv(c, ann(5))
+    c.handle(FetchFailed(DID, h("head-5"), "unreachable", T0))
+    assert fetches(recv(c, ann(6), t=T0 + 1)) == [h("head-6")]
+    c.handle(FetchCompleted(DID, h("head-6"), True, T0 + 2))
+    later = [f for s in range(1, 200) for f in fetches(c.handle(Tick(T0 + s * NS_PER_S)))]
+    assert later == []  # head-5 is older than the accepted head: never fetched again
+
+
+def test_anti_entropy_repeat_restarts_an_idle_stalled_dataset() -> None:
+    c = core(fetch_retry_base_ns=60 * NS_PER_S, fetch_retry_max_ns=60 * NS_PER_S)
+    sm = ann(5)
+    recv(c, sm)
+    c.handle(FetchFailed(DID, h("head-5"), "unreachable", T0))
+    # The same bytes come back in an anti-entropy reply long before the backoff ends.
+    out = c.handle(AntiEntropyReceived("p2", (sm.envelope,), T0 + NS_PER_S))
+    assert fetches(out) == [h("head-5")]
+    # While that fetch runs, another repeat is only a duplicate.
+    again = c.handle(AntiEntropyReceived("p2", (sm.envelope,), T0 + 2 * NS_PER_S))
+    assert reasons(again) == ["duplicate"] and not fetches(again)
+    c.handle(FetchCompleted(DID, h("head-5"), True, T0 + 3 * NS_PER_S))
+    after = c.handle(AntiEntropyReceived("p2", (sm.envelope,), T0 + 4 * NS_PER_S))
+    assert reasons(after) == ["duplicate"] and not fetches(after)
+
+
+def test_gossip_repeat_does_not_restart_a_stalled_dataset() -> None:
+    c = core(fetch_retry_base_ns=60 * NS_PER_S, fetch_retry_max_ns=60 * NS_PER_S)
+    sm = ann(5)
+    recv(c, sm)
+    c.handle(FetchFailed(DID, h("head-5"), "unreachable", T0))
+    assert reasons(recv(c, sm, peer="p2", t=T0 + NS_PER_S)) == ["duplicate"]
+
+
 # ---- forks
 
 
@@ -334,11 +405,57 @@ def test_future_timestamp_is_rejected_but_not_remembered() -> None:
 # ---- flood / scores
 
 
-def test_flood_from_one_peer_is_rate_limited_penalised_and_graylisted() -> None:
+def attestation(i: int, key: PrivateKey = NODE) -> SignedMessage:
+    att = Attestation(
+        node=key.dataset_id(),
+        dataset=DID,
+        head=h(f"head-{i}"),
+        verdict=Verdict.INTEGRITY_ONLY,
+        engine_name="none",
+        engine_version="0",
+        checks=Checks.METADATA_INTEGRITY,
+        locations=FetchLocations(),
+        issued_at_ns=T0,
+        nonce=i.to_bytes(16, "big"),
+    )
+    return sign_message(att, key)
+
+
+def test_fast_honest_owner_is_delayed_and_coalesced_never_penalised() -> None:
     c = core(rate_burst=5.0, rate_per_s=1.0)
     outs: list[Decision] = []
     for i in range(40):
-        outs += recv(c, ann(100 + i), peer="flooder", t=T0)
+        outs += recv(c, ann(100 + i), peer="owner", t=T0)
+    assert not of(outs, Penalise) and not of(outs, DisconnectPeer)
+    rs = reasons(outs)
+    assert "rate-limited" not in rs and rs.count("delayed") == 35
+    assert c.peer_score("owner", T0) > 0
+    assert c.backlog_bytes() > 0
+    # The newest head waits in the backlog; when a token refills it is processed and queued
+    # behind the running fetch (it superseded the 34 older delayed heads, each told so).
+    assert rs.count("superseded") == 34
+    late = c.handle(Tick(T0 + 2 * NS_PER_S))
+    assert [type(d) for d in late] == [Accept, Forward]
+    assert c.backlog_bytes() == 0
+    nxt = c.handle(FetchCompleted(DID, h("head-100"), True, T0 + 3 * NS_PER_S))
+    fetch = of(nxt, RequestFetch)
+    assert len(fetch) == 1 and fetch[0].head == h("head-139")  # type: ignore[union-attr]
+
+
+def test_delayed_message_age_counts_from_its_arrival() -> None:
+    c = core(rate_burst=1.0, rate_per_s=1.0 / 600)
+    recv(c, ann(1), t=T0)
+    assert reasons(recv(c, ann(2, issued=T0), t=T0)) == ["delayed"]
+    # Ten minutes later (beyond max_message_age) its token arrives; it was fresh when it came.
+    out = c.handle(Tick(T0 + 601 * NS_PER_S))
+    assert of(out, Accept) and "expired" not in reasons(out)
+
+
+def test_backlog_overflow_is_flooding_penalised_and_graylisted() -> None:
+    c = core(rate_burst=5.0, rate_per_s=1.0, backlog_bytes_per_peer=64 * 1024)
+    outs: list[Decision] = []
+    for i in range(400):  # distinct messages that cannot coalesce
+        outs += recv(c, attestation(i), peer="flooder", t=T0)
     rs = reasons(outs)
     assert rs.count("rate-limited") >= 20
     assert of(outs, DisconnectPeer)
@@ -346,16 +463,43 @@ def test_flood_from_one_peer_is_rate_limited_penalised_and_graylisted() -> None:
     assert c.peer_score("flooder", T0) <= -100
     # another peer is unaffected
     assert of(recv(c, ann(500), peer="honest"), Forward)
-    # tokens refill over time, and the score decays back towards zero
+    # the score decays back towards zero
     assert c.peer_score("flooder", T0 + 3600 * NS_PER_S) > -1
+
+
+def test_delayed_invalid_message_is_penalised_when_processed() -> None:
+    c = core(rate_burst=1.0, rate_per_s=1.0)
+    recv(c, ann(1), t=T0)
+    forged = ann(2, key=MALLORY)  # for DID, signed by someone else
+    assert reasons(recv(c, forged, peer="p1", t=T0)) == ["delayed"]
+    out = c.handle(Tick(T0 + 2 * NS_PER_S))
+    assert reasons(out) == ["bad-signature"] and of(out, Penalise)
 
 
 def test_rate_limit_refills_with_time() -> None:
     c = core(rate_burst=2.0, rate_per_s=1.0)
     assert not reasons(recv(c, ann(1), t=T0))
     recv(c, ann(2), t=T0)
-    assert reasons(recv(c, ann(3), t=T0)) == ["rate-limited"]
-    assert "rate-limited" not in reasons(recv(c, ann(4), t=T0 + 2 * NS_PER_S))
+    assert reasons(recv(c, ann(3), t=T0)) == ["delayed"]
+    assert of(recv(c, ann(4), t=T0 + 2 * NS_PER_S), Accept)
+
+
+def test_total_backlog_is_bounded_across_peers() -> None:
+    c = core(
+        rate_burst=1.0,
+        rate_per_s=1.0,
+        backlog_bytes_total=4096,
+        max_message_size=2048,
+        backlog_bytes_per_peer=2048,
+    )
+    outs: list[Decision] = []
+    for i in range(40):
+        peer = f"p{i}"
+        recv(c, attestation(1000 + i), peer=peer, t=T0)  # spends the one token
+        outs += recv(c, attestation(i), peer=peer, t=T0)
+    rs = reasons(outs)
+    assert "backlog-full" in rs and not of(outs, Penalise)
+    assert c.backlog_bytes() <= 4096
 
 
 # ---- queueing, timers, anti-entropy

@@ -52,7 +52,8 @@ def ann(seq: int, head: str, key=OWNER) -> bytes:  # type: ignore[no-untyped-def
 
 
 class Cluster:
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, **core_kw: float) -> None:
+        self.core_kw = core_kw
         self.now = T0
         self.net = InMemoryNetwork()
         self.owner = self.net.add("owner")
@@ -66,7 +67,7 @@ class Cluster:
             self.net.link(a, b)
 
     def add(self, name: str) -> GossipService:
-        core = ProtocolCore(CoreConfig(), random.Random(name), [DID])
+        core = ProtocolCore(CoreConfig(**self.core_kw), random.Random(name), [DID])  # type: ignore[arg-type]
 
         async def fetch(req: RequestFetch) -> bool:
             self.fetches[name] = self.fetches.get(name, 0) + 1
@@ -114,6 +115,30 @@ def test_announcement_reaches_all_and_forgery_reaches_none() -> None:
         await settle()
         assert set(c.accepted().values()) == {1}
         assert set(c.fetches.values()) == {1}
+        await c.stop()
+
+    asyncio.run(run())
+
+
+def test_fast_owner_is_delayed_not_lost_and_delayed_heads_still_travel() -> None:
+    async def run() -> None:
+        c = Cluster(3, rate_burst=2.0, rate_per_s=1.0)
+        await c.start()
+        for seq in range(1, 11):  # ten heads at once: n0 has tokens for two
+            await c.owner.publish(TOPIC, ann(seq, f"h{seq}"))
+        await settle()
+        assert c.accepted()["n0"] in (1, 2)  # the rest wait in its backlog
+        assert c.services["n0"].core.peer_score("owner", c.now) > 0
+        c.now += 5 * NS_PER_S
+        for s in c.services.values():
+            s.tick()
+        await settle()
+        for s in c.services.values():
+            s.tick()
+        await settle()
+        # the newest head, delayed at n0, was decided on a tick and re-published by n0
+        assert set(c.accepted().values()) == {10}, c.accepted()
+        assert not any(isinstance(d, Penalise) for ds in c.decisions.values() for d in ds)
         await c.stop()
 
     asyncio.run(run())
