@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # interface other than lo is visible (socket.if_nameindex(); see node/ipfs/netguard.py).
 NETNS := unshare -rn bash -c
 
-.PHONY: setup run test lint typecheck unit bench bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify bench-soak bench-state bench-sim p2p-vectors clean
+.PHONY: setup run test lint typecheck unit bench bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify bench-soak bench-follow bench-state bench-sim p2p-vectors clean
 
 setup: $(STAMP)
 
@@ -72,6 +72,9 @@ bench-sim: setup
 	$(BIN)/python tests/bench/bench_sim.py
 
 # One daemon, 1,000 subscriptions, 50 announcements/s for 10 minutes (isolates itself).
+bench-follow: setup
+	$(BIN)/python tests/bench/bench_follow.py
+
 bench-soak: setup
 	$(BIN)/python tests/bench/bench_soak.py
 
