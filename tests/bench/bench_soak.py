@@ -9,10 +9,18 @@ Inside a private loopback-only namespace (the script re-executes itself under ``
 3. subscribes it to every dataset over JSON-RPC;
 4. for ``--minutes`` (default 10) appends a block to a dataset and gossips its signed head
    announcement, round-robin, at ``--rate`` (default 50/s) spread over ``--publishers`` (25) libp2p
-   hosts (the protocol core allows 5 msg/s per peer, as a real network spreads load over peers);
-   the daemon pulls each head over HTTP, checks it and attests it;
-5. samples every 5 s: daemon RSS, CPU (``/proc/<pid>/stat``), queue depths and the latency of a
-   ``node.status`` RPC call; prints medians / p99 / maxima and how much work was completed.
+   hosts (as a real network spreads load over peers); the daemon pulls each head over HTTP,
+   checks it and attests it;
+5. samples ``node.status`` latency every second and RSS, CPU (``/proc/<pid>/stat``) and queue
+   depths every 5 s;
+6. after the load stops, waits up to ``--settle-minutes`` (5) until every subscription's accepted
+   head is its owner's head.
+
+Reported: RPC ``node.status`` p50/p99, event-loop lag p99 (from the daemon's
+``odf_event_loop_lag_seconds`` histogram, as the upper bound of the bucket holding the 99th
+percentile, over the load phase only), announcements offered vs the daemon's outcomes by reason
+(each offered announcement must be accepted, or ignored/rejected with a reason), time until every
+subscription was at head, verification throughput (verifications finished per second) and RSS.
 
 Usage: .venv/bin/python tests/bench/bench_soak.py [--datasets 1000] [--rate 50] [--minutes 10]
 """
@@ -64,6 +72,34 @@ def rss_mb(pid: int) -> float:
 def cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def prometheus(url: str) -> dict[str, float]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            out[key] = float(value)
+    return out
+
+
+def lag_p99_bound(before: dict[str, float], after: dict[str, float]) -> float | None:
+    """Upper bound (s) of the histogram bucket holding the 99th percentile of the lag samples."""
+    prefix = "odf_event_loop_lag_seconds_bucket{le="
+    buckets = sorted(
+        (float(k[len(prefix) + 1 : -2]), after[k] - before.get(k, 0.0))
+        for k in after
+        if k.startswith(prefix)
+    )
+    total = buckets[-1][1] if buckets else 0.0
+    for le, count in buckets:
+        if total and count >= 0.99 * total:
+            return le
+    return None
 
 
 def pct(values: list[float], q: float) -> float:
@@ -137,9 +173,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         sent = 0
         interval = 1.0 / args.rate
         end = time.monotonic() + args.minutes * 60
+        http_url = node.call("node.status")["http_url"]
+        metrics0 = prometheus(http_url)
         cpu0, wall0 = cpu_s(pid), time.monotonic()
         next_sample = time.monotonic() + 5
+        next_rpc = time.monotonic() + 1
         next_send = time.monotonic()
+        rpc_tasks: list[asyncio.Task[float]] = []
+
+        async def timed_status() -> float:
+            t1 = time.perf_counter()
+            await asyncio.to_thread(node.call, "node.status")
+            return (time.perf_counter() - t1) * 1000
+
         while time.monotonic() < end:
             h = handles[sent % len(handles)]
             ds = datasets.get(h.id) or datasets.setdefault(h.id, repo.open(h.id.as_did_str()))
@@ -168,11 +214,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             )
             sent += 1
             now = time.monotonic()
+            if now >= next_rpc:
+                next_rpc = now + 1
+                rpc_tasks.append(asyncio.create_task(timed_status()))
             if now >= next_sample:
                 next_sample = now + 5
-                t1 = time.perf_counter()
                 status = await asyncio.to_thread(node.call, "node.status")
-                rpc_ms.append((time.perf_counter() - t1) * 1000)
                 samples.append(
                     {
                         "t": round(now - wall0, 1),
@@ -188,17 +235,40 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if delay > 0:
                 await asyncio.sleep(delay)
         elapsed = time.monotonic() - wall0
-        import urllib.request
-
-        http_url = node.call("node.status")["http_url"]
-        with urllib.request.urlopen(f"{http_url}/metrics", timeout=30) as r:
-            metrics = r.read().decode()
-        outcomes: dict[str, float] = {}
-        for line in metrics.splitlines():
-            if line.startswith(("odf_announcements_total", "odf_pulls_total")):
-                key, value = line.rsplit(" ", 1)
-                outcomes[key] = float(value)
-        result["gossip_outcomes"] = outcomes
+        rpc_ms += await asyncio.gather(*rpc_tasks)
+        metrics1 = prometheus(http_url)
+        result["event_loop_lag_p99_s_bucket"] = lag_p99_bound(metrics0, metrics1)
+        verified_during = sum(
+            v - metrics0.get(k, 0.0)
+            for k, v in metrics1.items()
+            if k.startswith("odf_verifications_total")
+        )
+        result["verifications_per_s_under_load"] = round(verified_during / elapsed, 2)
+        # Settle: every subscription at its owner's head?
+        heads = {h.id.as_did_str(): str(repo.open(h.id.as_did_str()).head()) for h in handles}
+        t_stop = time.monotonic()
+        at_head = 0
+        while time.monotonic() - t_stop < args.settle_minutes * 60:
+            rows = await asyncio.to_thread(node.call, "subscriptions.list")
+            at_head = sum(1 for r in rows if heads.get(r["did"]) == r["accepted_head"])
+            if at_head == len(heads):
+                break
+            await asyncio.sleep(5)
+        result["all_at_head_after_load_s"] = (
+            round(time.monotonic() - t_stop, 1) if at_head == len(heads) else None
+        )
+        result["at_head_at_end"] = at_head
+        metrics2 = prometheus(http_url)
+        result["gossip_outcomes"] = {
+            k: v
+            for k, v in metrics2.items()
+            if k.startswith(
+                ("odf_announcements_total", "odf_pulls_total", "odf_verifications_total")
+            )
+        }
+        result["verifications_total"] = sum(
+            v for k, v in metrics2.items() if k.startswith("odf_verifications_total")
+        )
         events = node.call("node.events", kind="verify.verified", limit=1)
         verified_total = node.call("work.list", state="done")
         result.update(
@@ -235,6 +305,7 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=50.0)
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--publishers", type=int, default=25)
+    p.add_argument("--settle-minutes", type=float, default=5.0)
     args = p.parse_args()
     if os.environ.get("ODF_SOAK_IN_NETNS") != "1":
         cmd = "ip link set lo up && exec " + " ".join([sys.executable, *sys.argv])
