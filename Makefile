@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # interface other than lo is visible (socket.if_nameindex(); see node/ipfs/netguard.py).
 NETNS := unshare -rn bash -c
 
-.PHONY: setup run test lint typecheck unit bench bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify bench-soak bench-follow bench-state bench-sim p2p-vectors clean
+.PHONY: setup run test lint typecheck unit bench bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify bench-soak bench-follow bench-state bench-sim fuzz p2p-vectors clean
 
 setup: $(STAMP)
 
@@ -43,6 +43,10 @@ unit: setup
 
 test: lint typecheck
 	$(NETNS) 'ip link set lo up && exec $(BIN)/pytest -q'
+
+# The fuzz suite (tests/fuzz) with random seeds and 50x the examples `make test` runs.
+fuzz: setup
+	$(NETNS) 'ip link set lo up && ODF_FUZZ_PROFILE=long exec $(BIN)/pytest -q tests/fuzz'
 
 # Benchmarks are scripts, not timed tests: each prints medians and ratios measured in one run.
 bench: bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify
