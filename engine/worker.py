@@ -37,6 +37,7 @@ from coordinator.transform.fbs import (
     wrap_protobuf,
 )
 from coordinator.transform.model import TransformInternalError, TransformResponse
+from engine.lifeline import watch_lifeline
 
 SERVICE = "engine.Engine"
 DEFAULT_ADDRESS = "127.0.0.1:2884"
@@ -113,6 +114,8 @@ def build_server(servicer: EngineServicer, address: str) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
+    # First of all, before argument parsing or Spark: die with the node (engine/lifeline.py).
+    watch_lifeline()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--listen", default=DEFAULT_ADDRESS, help="host:port or unix:/path")
     p.add_argument(

@@ -58,6 +58,7 @@ from coordinator.transform.model import (
     TransformRequest,
     TransformResponse,
 )
+from node.lifeline import Lifeline
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -187,6 +188,7 @@ class EngineClient:
         self._channel: Any = None
         self._lock = threading.RLock()
         self._idle: threading.Timer | None = None
+        self._lifeline: Lifeline | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -228,15 +230,22 @@ class EngineClient:
                 env["PYTHONPATH"] = os.pathsep.join(
                     [str(PROJECT_ROOT), *filter(None, [env.get("PYTHONPATH")])]
                 )
-                self._proc = subprocess.Popen(
-                    self._command(),
-                    stdout=subprocess.PIPE,
-                    stderr=open(self._tmp / "worker.log", "ab"),  # noqa: SIM115
-                    stdin=subprocess.DEVNULL,
-                    env=env,
-                    cwd=str(PROJECT_ROOT),
-                    start_new_session=True,
-                )
+                # The worker leads its own process group (its JVM joins it) and holds a
+                # lifeline: it kills the group the instant this process dies, even mid-job or
+                # while its Spark session is still being created (node/lifeline.py).
+                self._lifeline = Lifeline()
+                try:
+                    self._proc = subprocess.Popen(  # type: ignore[call-overload]
+                        self._command(),
+                        stdout=subprocess.PIPE,
+                        stderr=open(self._tmp / "worker.log", "ab"),  # noqa: SIM115
+                        stdin=subprocess.DEVNULL,
+                        cwd=str(PROJECT_ROOT),
+                        start_new_session=True,
+                        **self._lifeline.popen_kwargs(env),
+                    )
+                finally:
+                    self._lifeline.spawned()
                 self.starts += 1
                 self._wait_ready()
             self._channel = grpc.insecure_channel(
@@ -288,6 +297,7 @@ class EngineClient:
             self._channel.close()
             self._channel = None
         proc, self._proc = self._proc, None
+        lifeline, self._lifeline = self._lifeline, None
         if proc is not None and proc.poll() is None:
             proc.terminate()
             try:
@@ -295,6 +305,8 @@ class EngineClient:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        if lifeline is not None:
+            lifeline.cut()  # whatever survived the stop (the JVM) goes with it
         if proc is not None and proc.stdout is not None:
             proc.stdout.close()
 

@@ -148,8 +148,9 @@ class NodeProcess:
         workers = [pid for pid in self._orphans if b"engine.worker" in _cmdline(pid)]
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(30)
-        # The engine worker notices its node is gone and stops by itself (no orphaned JVM).
-        deadline = time.monotonic() + 60
+        # The engine worker holds the node's lifeline (node/lifeline.py) and ends itself and its
+        # JVM the instant the node dies: nothing of it may remain 10 s later.
+        deadline = time.monotonic() + 10
         while time.monotonic() < deadline and any(_cmdline(p) for p in workers):
             time.sleep(0.2)
         outlived = [p for p in workers if _cmdline(p)]

@@ -1,9 +1,11 @@
 """The daemon's embedded js-ipfs node, with recovery from a previous run that was killed.
 
 js-ipfs runs in its own session so a terminal's Ctrl-C reaches only the daemon, which stops it
-in order. If the daemon itself was SIGKILLed, the IPFS process it started survives and keeps the
-repo locked; its PID is recorded next to the repo, and the next start ends that process (and only
-that one: the PID must still run the js-ipfs daemon on this very repo) before starting afresh.
+in order. If the daemon itself was SIGKILLed, the IPFS process it started dies with it (it holds
+the daemon's lifeline, ``node/lifeline.py``) but leaves its repo lock behind. Its PID is recorded
+next to the repo; the next start removes that stale lock and, should the process still run (a
+node started by an older odf-node without a lifeline), ends it — and only it: the PID must still
+run the js-ipfs daemon on this very repo — before starting afresh.
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ def _end_stale(repo: Path) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             time.sleep(0.2)
-        (repo / "repo.lock").unlink(missing_ok=True)
+    # The PID file exists only between a start and a clean stop: its owner did not stop cleanly,
+    # so the repo lock it may have left is stale (one daemon per home is enforced by node.lock).
+    (repo / "repo.lock").unlink(missing_ok=True)
     pid_file.unlink(missing_ok=True)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from node.ipfs.netguard import require_loopback_only
+from node.lifeline import Lifeline
 
 _READY_TIMEOUT_S = 60.0
 
@@ -90,6 +92,7 @@ class EmbeddedIpfs:
     #: cannot resolve even its own names, so it is not the default.
     daemon_args: tuple[str, ...] = ()
     process: subprocess.Popen[bytes] | None = None
+    _lifeline: Lifeline | None = field(default=None, repr=False)
 
     @property
     def api_url(self) -> str:
@@ -155,16 +158,27 @@ class EmbeddedIpfs:
             raise RuntimeError(f"js-ipfs is not installed in {self.js}: run `npm ci` there")
         self.init()
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
+        # Started through js/lifeline.mjs with a lifeline (node/lifeline.py): the IPFS node dies
+        # the instant the process that started it does, even by SIGKILL.
+        self._lifeline = Lifeline()
         try:
-            self.process = subprocess.Popen(
-                [str(self._bin()), "daemon", "--enable-preload=false", *self.daemon_args],
-                env=self._env(),
+            self.process = subprocess.Popen(  # type: ignore[call-overload]
+                [
+                    shutil.which("node") or "node",
+                    str(self.js / "lifeline.mjs"),
+                    str(self._bin()),
+                    "daemon",
+                    "--enable-preload=false",
+                    *self.daemon_args,
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                **self._lifeline.popen_kwargs(self._env()),
             )
         finally:
+            self._lifeline.spawned()
             log.close()
 
     def wait_ready(self, timeout: float = _READY_TIMEOUT_S) -> None:
@@ -204,6 +218,9 @@ class EmbeddedIpfs:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(timeout)
+        if self._lifeline is not None:
+            self._lifeline.cut()
+            self._lifeline = None
         # A crashed shutdown can leave the repo lock behind; the next start would refuse it.
         (self.repo / "repo.lock").unlink(missing_ok=True)
 

@@ -1,0 +1,23 @@
+// Run a Node.js CLI (argv[2], e.g. node_modules/.bin/jsipfs) that dies with the odf-node daemon.
+//
+// The daemon passes the read end of a pipe whose write end only it holds; its number is in
+// ODF_LIFELINE_FD. Nothing is ever written: end-of-file means the daemon process is gone (even
+// after SIGKILL), and this process kills itself at once, so a js-ipfs node never outlives the
+// daemon that started it. The reasons for a pipe rather than PR_SET_PDEATHSIG are in
+// engine/lifeline.py; node/lifeline.py is the daemon's side.
+import fs from 'node:fs'
+import { pathToFileURL } from 'node:url'
+
+const fd = Number.parseInt(process.env.ODF_LIFELINE_FD ?? '', 10)
+delete process.env.ODF_LIFELINE_FD
+if (Number.isInteger(fd) && fd > 2) {
+  const lifeline = fs.createReadStream(null, { fd, autoClose: true })
+  const die = () => process.kill(process.pid, 'SIGKILL')
+  lifeline.on('data', () => {})
+  lifeline.on('end', die)
+  lifeline.on('error', die)
+}
+
+const cli = fs.realpathSync(process.argv[2])
+process.argv.splice(1, 2, cli)
+await import(pathToFileURL(cli).href)
