@@ -1,25 +1,95 @@
-"""The state port over :class:`node.state.store.NodeState`, run inline on the caller's loop.
+"""The state port (``node/app/ports.py`` ``StatePort``) over :class:`node.state.store.NodeState`.
 
-A stop-gap twin used until the threaded adapter (its own writer thread, batched commits)
-replaces it in the daemon; it is also the simplest faithful in-memory twin for unit tests
-(``NodeState.in_memory``).
+:class:`ThreadedState` is what the daemon runs: SQLite never touches the event loop.
+
+* **Writes** go to one writer thread with its own connection. It takes every write queued
+  while it was busy (up to ``max_batch``) and runs them in one transaction
+  (:meth:`NodeState.batch`): one commit, one fsync for the lot — group commit. Each write is
+  still atomic on its own (a savepoint), so a write that fails fails only its caller. A write's
+  coroutine returns once the transaction holding it has committed (durable, as before); a
+  caller cancelled while waiting may still find its write committed.
+* **Reads** go to a reader thread with a second connection. WAL mode lets it read the last
+  committed state while the writer commits, so a read never waits for an fsync, and every read
+  sees every write whose coroutine has returned.
+
+:class:`InlineState` runs the same methods synchronously on the caller's thread: the in-memory
+twin for unit tests (an in-memory database cannot be shared between threads) and the offline
+CLI's adapter. Both classify methods by :data:`READS` and :data:`WRITES`; a unit test checks
+that every public ``NodeState`` method is in exactly one of them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import queue
+import threading
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from node.state.store import NodeState
+from coordinator.errors import OdfNodeError
+from node.state.store import Clock, NodeState
+
+log = logging.getLogger("odf_node.state")
+
+READS = frozenset(
+    {
+        "subscriptions",
+        "subscription",
+        "accepted_head",
+        "accepted_heads",
+        "verification",
+        "attestations",
+        "disputes",
+        "equivocation_proofs",
+        "peer",
+        "peers",
+        "events",
+        "pending_count",
+        "work",
+        "work_item",
+    }
+)
+"""NodeState methods that only read."""
+
+WRITES = frozenset(
+    {
+        "subscribe",
+        "unsubscribe",
+        "record_accepted_head",
+        "record_verification",
+        "add_attestation",
+        "add_dispute",
+        "add_equivocation_proof",
+        "upsert_peer",
+        "log_event",
+        "prune_events",
+        "enqueue",
+        "claim",
+        "complete",
+        "fail",
+        "release_claims",
+        "prune_work",
+    }
+)
+"""NodeState methods that write (one transaction each, or one savepoint of a batch)."""
+
+
+class StateClosed(OdfNodeError):
+    """The state adapter was closed; no more calls are served."""
 
 
 class InlineState:
-    """Every :class:`NodeState` method as a coroutine (runs synchronously when awaited)."""
+    """Every :class:`NodeState` method as a coroutine that runs synchronously when awaited."""
 
     def __init__(self, state: NodeState) -> None:
         self.sync = state
 
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        if name not in READS and name not in WRITES:
+            raise AttributeError(name)
         fn = getattr(self.sync, name)
 
         async def call(*args: Any, **kwargs: Any) -> Any:
@@ -30,3 +100,189 @@ class InlineState:
     def close(self) -> None:
         """Close the database."""
         self.sync.close()
+
+
+@dataclass(slots=True)
+class _Call:
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+
+
+def _settle(call: _Call, value: Any = None, error: BaseException | None = None) -> None:
+    def done() -> None:
+        if call.future.done():
+            return  # the caller was cancelled; the outcome stands regardless
+        if error is not None:
+            call.future.set_exception(error)
+        else:
+            call.future.set_result(value)
+
+    try:
+        call.loop.call_soon_threadsafe(done)
+    except RuntimeError:
+        pass  # the loop is closed: nobody waits any more
+
+
+@dataclass
+class StateStats:
+    """Counters of the threaded adapter (for tests, metrics and benchmarks)."""
+
+    writes: int = 0
+    transactions: int = 0
+    reads: int = 0
+    largest_batch: int = 0
+    batch_sizes: list[int] = field(default_factory=list, repr=False)
+
+
+class _Worker(threading.Thread):
+    """A thread that owns one NodeState and serves calls from a queue."""
+
+    def __init__(self, name: str, open_state: Callable[[], NodeState], batch: int) -> None:
+        super().__init__(name=name, daemon=True)
+        self.queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._open = open_state
+        self._batch = batch
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+        self.stats = StateStats()
+
+    def run(self) -> None:
+        try:
+            state = self._open()
+        except BaseException as e:
+            self.error = e
+            self.ready.set()
+            return
+        self.ready.set()
+        try:
+            while True:
+                first = self.queue.get()
+                if first is None:
+                    return
+                calls = [first]
+                stop = False
+                while len(calls) < self._batch:
+                    try:
+                        nxt = self.queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None:
+                        stop = True
+                        break
+                    calls.append(nxt)
+                if self._batch > 1:
+                    self._write_batch(state, calls)
+                else:
+                    for c in calls:
+                        self._read(state, c)
+                if stop:
+                    return
+        finally:
+            state.close()
+
+    def _read(self, state: NodeState, c: _Call) -> None:
+        self.stats.reads += 1
+        try:
+            value = getattr(state, c.name)(*c.args, **c.kwargs)
+        except Exception as e:
+            _settle(c, error=e)
+            return
+        _settle(c, value)
+
+    def _write_batch(self, state: NodeState, calls: list[_Call]) -> None:
+        outcomes: list[tuple[_Call, Any, BaseException | None]] = []
+        try:
+            with state.batch():
+                for c in calls:
+                    try:
+                        outcomes.append((c, getattr(state, c.name)(*c.args, **c.kwargs), None))
+                    except Exception as e:
+                        outcomes.append((c, None, e))
+        except Exception as e:  # the commit failed: none of them happened
+            log.error("state transaction of %d writes failed: %s", len(calls), e)
+            outcomes = [(c, None, e) for c in calls]
+        s = self.stats
+        s.writes += len(calls)
+        s.transactions += 1
+        s.largest_batch = max(s.largest_batch, len(calls))
+        if len(s.batch_sizes) < 10_000:
+            s.batch_sizes.append(len(calls))
+        for c, value, error in outcomes:
+            _settle(c, value, error)
+
+
+class ThreadedState:
+    """The state port for the daemon: a writer thread (group commit) and a reader thread."""
+
+    def __init__(self, path: Path, clock: Clock, *, max_batch: int = 256) -> None:
+        if max_batch < 2:
+            raise ValueError("max_batch must be >= 2")
+        self._closed = False
+        # The writer opens first: it creates the file and runs the migrations.
+        self._writer = _Worker("state-writer", lambda: NodeState.open(path, clock), max_batch)
+        self._start(self._writer)
+        self._reader = _Worker("state-reader", lambda: NodeState.open(path, clock), 1)
+        try:
+            self._start(self._reader)
+        except BaseException:
+            self._writer.queue.put(None)
+            self._writer.join()
+            raise
+
+    @staticmethod
+    def _start(worker: _Worker) -> None:
+        worker.start()
+        worker.ready.wait()
+        if worker.error is not None:
+            worker.join()
+            raise worker.error
+
+    @property
+    def stats(self) -> StateStats:
+        """Write/transaction/read counters (the reader's reads included)."""
+        w = self._writer.stats
+        return StateStats(
+            writes=w.writes,
+            transactions=w.transactions,
+            reads=self._reader.stats.reads,
+            largest_batch=w.largest_batch,
+            batch_sizes=list(w.batch_sizes),
+        )
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        if name in WRITES:
+            worker = self._writer
+        elif name in READS:
+            worker = self._reader
+        else:
+            raise AttributeError(name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if self._closed:
+                raise StateClosed(f"state is closed (call to {name})")
+            loop = asyncio.get_running_loop()
+            fut: asyncio.Future[Any] = loop.create_future()
+            worker.queue.put(_Call(name, args, kwargs, loop, fut))
+            return await fut
+
+        return call
+
+    async def aclose(self) -> None:
+        """:meth:`close` without blocking the event loop."""
+        await asyncio.to_thread(self.close)
+
+    def close(self) -> None:
+        """Serve what is queued, then close both connections (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        for w in (self._writer, self._reader):
+            w.queue.put(None)
+        for w in (self._writer, self._reader):
+            w.join()
+
+
+__all__ = ["READS", "WRITES", "InlineState", "StateClosed", "StateStats", "ThreadedState"]

@@ -27,7 +27,7 @@ from coordinator.identity import DatasetId, PrivateKey
 from coordinator.storage.repository import DatasetRepository
 from node.adapters.gossip import GossipAdapter, NoGossip
 from node.adapters.ipfs import IpfsAdapter, NoIpfs
-from node.adapters.state import InlineState
+from node.adapters.state import ThreadedState
 from node.adapters.transfer import TransferAdapter
 from node.app import Application, NodeInfo
 from node.app.datasets import CommitLocks, DatasetUseCases
@@ -157,11 +157,9 @@ class Daemon:
     # ---- state
 
     async def _start_state(self) -> None:
-        from node.state.store import NodeState
-
-        self.state = cast(
-            StatePort, InlineState(NodeState.open(self.home.path / "state.db", self.clock))
-        )
+        # Opening runs migrations (disk IO): off the loop like every later call.
+        threaded = await asyncio.to_thread(ThreadedState, self.home.path / "state.db", self.clock)
+        self.state = cast(StatePort, threaded)
         released = await self.state.release_claims()
         if released:
             log.info("resuming %d work item(s) interrupted by the last shutdown", released)

@@ -1,18 +1,20 @@
 """``NodeState``: the daemon's durable state in one SQLite file.
 
 Threading: a ``NodeState`` owns a single ``sqlite3`` connection and must be used only from the
-thread that opened it — in the daemon, the asyncio event-loop thread (``check_same_thread`` is
-left on, so misuse raises instead of corrupting). Every method is synchronous and fast (a few
-indexed statements, sub-millisecond on an SSD except for the fsync of a commit), so calling it
-directly from coroutines is fine; nothing here awaits.
+thread that opened it (``check_same_thread`` is left on, so misuse raises instead of
+corrupting). Every method is synchronous; a write costs an fsync. The daemon therefore never
+calls it on its event loop: ``node/adapters/state.py`` (:class:`ThreadedState`) runs one
+``NodeState`` on a writer thread, grouping concurrent writes into one transaction with
+:meth:`NodeState.batch`, and another on a reader thread (WAL lets reads proceed during a
+commit). Tests and the offline CLI call it directly.
 
 Durability: WAL journal with ``synchronous=FULL`` (a committed transaction survives power loss),
 ``foreign_keys=ON``, and a busy timeout so a CLI process reading the same file while the daemon
-writes waits instead of failing. Every write is one ``BEGIN IMMEDIATE`` transaction, so each
-state transition of a work item is atomic: after a crash (SIGKILL at any moment) the file is
-consistent and an item is either claimed or not. ``release_claims()`` at start-up returns the
-items a dead process had claimed to ``pending`` — that, plus ``not_before_ns``, is how pending
-work resumes across restarts.
+writes waits instead of failing. Every write is one ``BEGIN IMMEDIATE`` transaction (or one
+savepoint of a batch, committed together), so each state transition of a work item is atomic:
+after a crash (SIGKILL at any moment) the file is consistent and an item is either claimed or
+not. ``release_claims()`` at start-up returns the items a dead process had claimed to
+``pending`` — that, plus ``not_before_ns``, is how pending work resumes across restarts.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class NodeState:
         """Wrap an open connection and migrate it; prefer :meth:`open` / :meth:`in_memory`."""
         self._conn = conn
         self._clock = clock
+        self._batching = False
         self._db = Database(conn)
         try:
             migrate(self._db)
@@ -112,8 +115,45 @@ class NodeState:
     # -- plumbing ---------------------------------------------------------------------------
 
     @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group the writes made inside into one transaction (one commit, one fsync).
+
+        Each write inside stays atomic on its own: it runs in a SAVEPOINT, so a write that
+        raises is undone alone and the others still commit when the batch ends. If the commit
+        itself fails, none of them happened. Used by the threaded adapter's writer thread
+        (``node/adapters/state.py``) for group commit.
+        """
+        if self._batching:
+            raise RuntimeError("batches do not nest")
+        self._conn.execute("BEGIN IMMEDIATE")
+        self._batching = True
+        try:
+            yield
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+        finally:
+            self._batching = False
+        self._conn.execute("COMMIT")
+
+    @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: BEGIN IMMEDIATE ... COMMIT, rolled back on any exception."""
+        """One write transaction: BEGIN IMMEDIATE ... COMMIT, rolled back on any exception.
+
+        Inside :meth:`batch` it is a SAVEPOINT instead, released on success and rolled back
+        (alone) on an exception.
+        """
+        if self._batching:
+            self._conn.execute("SAVEPOINT write")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK TO write")
+                self._conn.execute("RELEASE write")
+                raise
+            self._conn.execute("RELEASE write")
+            return
         self._conn.execute("BEGIN IMMEDIATE")
         try:
             yield self._conn
