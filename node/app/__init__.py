@@ -20,6 +20,7 @@ sqlite3, grpc, pyspark): an import-linter contract enforces it.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,7 +90,7 @@ class Application:
                 "starts": engine.starts if engine else 0,
                 "spark_master": info.spark_master,
             },
-            "datasets": self.repo.count(),
+            "datasets": await asyncio.to_thread(self.repo.count),  # lists a directory
             "subscriptions": len(await st.subscriptions()),
             "work": {k: await st.pending_count(k) for k in ("verify", "publish", "dispute")},
             "running_work": len(self.work.running),

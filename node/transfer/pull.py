@@ -409,20 +409,40 @@ async def _fetch_block(
 ) -> tuple[bytes, m.MetadataBlock]:
     rel = f"blocks/{h}"
     data: bytes | None = mem.get(h) if mem else None  # keyed by their verified sha3-256
-    if data is None and cache.contains(h):
-        try:
-            data = cache.get_bytes(h, verify=True)
-        except Exception:
-            cache.path_of(h).unlink(missing_ok=True)
-            data = None
+    if data is None:
+        data = await asyncio.to_thread(_cached_block, cache, h)
     if data is None:
         data = await f.read_bytes(rel, f.opts.max_block_size)
-        if Multihash.sha3_256(data) != h:
-            raise ObjectHashMismatch(rel, "block bytes do not hash to the block's name")
         f.stats.blocks_fetched += 1
-        cache.insert_bytes(data, h)
+        # Hashing, the cache write and decoding are CPU and disk work on bytes a stranger sent:
+        # a worker thread does them, never the event loop.
+        return await asyncio.to_thread(_check_store_decode, cache, h, rel, data)
+    return data, await asyncio.to_thread(_decode_block, rel, data)
+
+
+def _cached_block(cache: FsObjectRepository, h: Multihash) -> bytes | None:
+    if not cache.contains(h):
+        return None
     try:
-        return data, decode_block(data)
+        return cache.get_bytes(h, verify=True)
+    except Exception:
+        cache.path_of(h).unlink(missing_ok=True)
+        return None
+
+
+def _check_store_decode(
+    cache: FsObjectRepository, h: Multihash, rel: str, data: bytes
+) -> tuple[bytes, m.MetadataBlock]:
+    if Multihash.sha3_256(data) != h:
+        raise ObjectHashMismatch(rel, "block bytes do not hash to the block's name")
+    block = _decode_block(rel, data)  # only a block that decodes is worth caching
+    cache.insert_bytes(data, h)
+    return data, block
+
+
+def _decode_block(rel: str, data: bytes) -> m.MetadataBlock:
+    try:
+        return decode_block(data)
     except DecodeError as e:
         raise InvalidRemoteChain(rel, f"does not decode: {e}") from e
 
@@ -687,6 +707,18 @@ async def _walk(
     return new, False
 
 
+def _validate_chain(
+    state: ChainState, new: list[tuple[Multihash, bytes, m.MetadataBlock]]
+) -> ChainState:
+    """Fold every chain rule over ``new`` (a worker thread runs it: long chains cost CPU)."""
+    for bh, _, block in new:
+        try:
+            state = validate_append(state, block, bh)
+        except ChainRuleViolation as e:
+            raise InvalidRemoteChain(f"blocks/{bh}", str(e)) from e
+    return state
+
+
 def _seed_id(block: m.MetadataBlock, rel: str) -> DatasetId:
     if not isinstance(block.event, m.Seed):
         raise InvalidRemoteChain(rel, "the first block of the chain is not a Seed")
@@ -776,7 +808,7 @@ async def pull(
         if not met_local:
             remote_id: DatasetId | None = _seed_id(new[0][2], f"blocks/{new[0][0]}")
         elif existing is None:
-            remote_id = ds.state().dataset_id
+            remote_id = (await asyncio.to_thread(ds.state)).dataset_id
         else:
             remote_id = None
 
@@ -818,11 +850,11 @@ async def pull(
                 older.reverse()
                 new = older + new
             if not forced:
-                base_state = ds.state()
+                base_state = await asyncio.to_thread(ds.state)
         else:
             assert remote_id is not None
             if met_local:
-                base_state = ds.state()
+                base_state = await asyncio.to_thread(ds.state)
             try:
                 other = repo.resolve(remote_id.as_did_str())
                 raise DatasetAlreadyExists(
@@ -833,12 +865,7 @@ async def pull(
                 pass
 
         # -- validate before downloading any data ------------------------------------------------
-        state = base_state
-        for bh, _, block in new:
-            try:
-                state = validate_append(state, block, bh)
-            except ChainRuleViolation as e:
-                raise InvalidRemoteChain(f"blocks/{bh}", str(e)) from e
+        state = await asyncio.to_thread(_validate_chain, base_state, new)
 
         # -- data parts and checkpoints, bounded parallelism --------------------------------------
         objects = _data_objects(ds, [b for _, _, b in new])
@@ -881,6 +908,10 @@ async def pull(
             # Every block was hashed and chain-checked above against the state at local_head;
             # the compare-and-swap on refs/head refuses the commit if anyone moved it since.
             await asyncio.to_thread(_write_blocks, ds.blocks, hashes, blocks, opts.durable)
+            # The commit point, deliberately synchronous (one small atomic write): a pull
+            # cancelled at any await before it leaves refs/head, and so the dataset, exactly as
+            # it was (blocks written by content address belong to no chain until a ref names
+            # them), and no cancellation can land between the ref moving and the pull returning.
             ds.refs.set(HEAD_REF, hashes[-1], expected=local_head)
             remember_chain_state(state)  # validated above: the next pull folds from here
     shutil.rmtree(ds.layout.root.joinpath(*_CACHE_DIR[:2]), ignore_errors=True)
