@@ -1,18 +1,40 @@
 """The error hierarchy of odf-node.
 
 Every error the project raises on purpose derives from :class:`OdfNodeError`. Subclasses are
-specific enough for callers to act on; mapping to JSON-RPC codes happens only at the RPC boundary.
+specific enough for callers to act on. Each class says which *kind* of failure it is through its
+``rpc_code`` class attribute (inherited, so a family shares its base's kind and a subclass may
+override it); the RPC boundary (``node/rpc/errors.py``) is the only place that reads it to build
+a JSON-RPC error. The kinds and their codes are listed below and in ``docs/rpc.md``.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar, Final
+
+NODE_ERROR: Final = -32000
+"""A deliberate node error with no more specific kind."""
+NOT_FOUND: Final = -32001
+"""A dataset, block, ref or push source does not exist."""
+INVALID_INPUT: Final = -32002
+"""Input or a query cannot be decoded, ingested or planned."""
+CONFLICT: Final = -32003
+"""Already exists, diverged heads, compare-and-swap failure, chain rule."""
+UNAVAILABLE: Final = -32004
+"""A network peer, source or the engine is unavailable: retry later."""
+VERIFICATION_FAILED: Final = -32005
+"""A hash, signature, proof or served object does not verify."""
 
 
 class OdfNodeError(Exception):
     """Root of every error raised deliberately by odf-node."""
 
+    rpc_code: ClassVar[int] = NODE_ERROR
+
 
 class DecodeError(OdfNodeError):
     """Bytes or text could not be parsed into the expected ODF value."""
+
+    rpc_code = INVALID_INPUT
 
 
 class InvalidMultihash(DecodeError):
@@ -34,9 +56,13 @@ class UnsupportedBlockVersion(InvalidBlock):
 class EncodeError(OdfNodeError):
     """A value cannot be encoded (e.g. a field is out of range for its wire type)."""
 
+    rpc_code = INVALID_INPUT
+
 
 class SignatureError(OdfNodeError):
     """A signature does not verify against the claimed public key."""
+
+    rpc_code = VERIFICATION_FAILED
 
 
 class KeyFileError(OdfNodeError):
@@ -54,6 +80,8 @@ class ChainRuleViolation(ChainError):
     tests can branch on it without parsing the message.
     """
 
+    rpc_code = CONFLICT
+
     def __init__(self, rule: str, message: str) -> None:
         super().__init__(f"[{rule}] {message}")
         self.rule = rule
@@ -62,17 +90,25 @@ class ChainRuleViolation(ChainError):
 class BlockNotFound(ChainError):
     """A block referenced by hash is not present in the store."""
 
+    rpc_code = NOT_FOUND
+
 
 class HashMismatch(ChainError):
     """Stored or received bytes do not hash to the name they were stored/requested under."""
+
+    rpc_code = VERIFICATION_FAILED
 
 
 class RefNotFound(ChainError):
     """A named reference (e.g. ``head``) does not exist."""
 
+    rpc_code = NOT_FOUND
+
 
 class RefCASFailed(ChainError):
     """A compare-and-swap update of a reference found an unexpected current value."""
+
+    rpc_code = CONFLICT
 
 
 class DatasetError(OdfNodeError):
@@ -82,17 +118,25 @@ class DatasetError(OdfNodeError):
 class DatasetNotFound(DatasetError):
     """No dataset is known under the given DID or alias."""
 
+    rpc_code = NOT_FOUND
+
 
 class DatasetAlreadyExists(DatasetError):
     """A dataset with the given DID or alias already exists."""
+
+    rpc_code = CONFLICT
 
 
 class InvalidSnapshot(DatasetError):
     """A ``DatasetSnapshot`` cannot be turned into a dataset."""
 
+    rpc_code = INVALID_INPUT
+
 
 class DataError(OdfNodeError):
     """Base of data-plane errors (data slices, hashing, ingest)."""
+
+    rpc_code = INVALID_INPUT
 
 
 class UnreproducibleLogicalHash(DataError):
@@ -176,9 +220,13 @@ class MergeError(IngestError):
 class PushSourceNotFound(IngestError):
     """The dataset has no (or no unambiguous) active push source with the requested name."""
 
+    rpc_code = NOT_FOUND
+
 
 class ConcurrentModification(IngestError):
     """The dataset's head moved while ingesting; nothing was committed (retry)."""
+
+    rpc_code = CONFLICT
 
 
 class DanglingObjectLink(IngestError):

@@ -16,11 +16,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from coordinator.errors import OdfNodeError
+from coordinator.errors import INVALID_INPUT, OdfNodeError
 
 
 class ConfigError(OdfNodeError):
     """The configuration is invalid (names the file or variable and the key)."""
+
+    rpc_code = INVALID_INPUT
 
 
 def default_config_text() -> str:

@@ -6,7 +6,13 @@ All derive from :class:`coordinator.errors.OdfNodeError`; they may later move in
 
 from __future__ import annotations
 
-from coordinator.errors import DecodeError, EncodeError, OdfNodeError
+from coordinator.errors import (
+    UNAVAILABLE,
+    VERIFICATION_FAILED,
+    DecodeError,
+    EncodeError,
+    OdfNodeError,
+)
 
 
 class P2PError(OdfNodeError):
@@ -32,6 +38,10 @@ class WireEncodeError(EncodeError, P2PError):
 class InvalidEquivocationProof(P2PError):
     """An equivocation proof does not prove that the dataset owner signed a fork."""
 
+    rpc_code = VERIFICATION_FAILED
+
 
 class NetworkNotIsolated(P2PError):
     """The host refuses to start: a non-loopback interface or address is present or configured."""
+
+    rpc_code = UNAVAILABLE

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from coordinator.errors import UNAVAILABLE
 from p2p.errors import P2PError
 
 HEADS_PROTOCOL: Final = "/odf/heads/1.0.0"
@@ -51,6 +52,8 @@ RequestHandler = Callable[[str, bytes], Awaitable[bytes]]
 
 class TransportError(P2PError):
     """A transport operation failed (peer unreachable, protocol unsupported, timeout...)."""
+
+    rpc_code = UNAVAILABLE
 
 
 class GossipTransport(Protocol):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coordinator.data import kamu_parquet_schema, logical_hash, physical_hash
-from coordinator.errors import ConcurrentModification, OdfNodeError
+from coordinator.errors import INVALID_INPUT, UNAVAILABLE, ConcurrentModification, OdfNodeError
 from coordinator.identity.dataset_id import DatasetId
 from coordinator.ingest.writer import Vocab, schema_event
 from coordinator.metadata import model as m
@@ -46,9 +46,13 @@ class TransformError(OdfNodeError):
 class TransformPlanError(TransformError):
     """The dataset cannot be transformed (not derivative, no SetTransform, missing input…)."""
 
+    rpc_code = INVALID_INPUT
+
 
 class TransformEngineError(TransformError):
     """The engine refused or failed the request; nothing was committed."""
+
+    rpc_code = UNAVAILABLE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,6 +7,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from coordinator.errors import INVALID_INPUT
 from coordinator.identity.dataset_id import DatasetId
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.storage.dataset import Dataset
@@ -28,6 +29,8 @@ from coordinator.transform.verify import TransformEngine
 
 class InvalidTransformQuery(TransformEngineError):
     """The engine refused the dataset's query (``InvalidQuery``)."""
+
+    rpc_code = INVALID_INPUT
 
 
 class EngineMemoryExceeded(TransformEngineError):

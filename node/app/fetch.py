@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from coordinator.errors import OdfNodeError
+from coordinator.errors import CONFLICT, VERIFICATION_FAILED, OdfNodeError
 from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
@@ -32,9 +32,13 @@ log = logging.getLogger("odf_node.fetch")
 class PullRejected(OdfNodeError):
     """A source served something that does not verify (the next source is tried)."""
 
+    rpc_code = VERIFICATION_FAILED
+
 
 class PullDiverged(OdfNodeError):
     """The announced chain does not descend from our copy (ancestry fails)."""
+
+    rpc_code = CONFLICT
 
 
 class ChainFetcher:

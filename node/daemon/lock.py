@@ -11,11 +11,13 @@ import fcntl
 import os
 from pathlib import Path
 
-from coordinator.errors import OdfNodeError
+from coordinator.errors import CONFLICT, OdfNodeError
 
 
 class HomeLocked(OdfNodeError):
     """Another process (a running daemon or a CLI command) holds the home's lock."""
+
+    rpc_code = CONFLICT
 
 
 class HomeLock:

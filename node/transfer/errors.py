@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator.errors import OdfNodeError
+from coordinator.errors import CONFLICT, UNAVAILABLE, VERIFICATION_FAILED, OdfNodeError
 
 
 class TransferError(OdfNodeError):
@@ -16,6 +16,8 @@ class SourceUnavailable(TransferError):
     already verified is kept.
     """
 
+    rpc_code = UNAVAILABLE
+
     def __init__(self, obj: str, message: str) -> None:
         super().__init__(f"{obj}: {message}")
         self.object = obj
@@ -23,6 +25,8 @@ class SourceUnavailable(TransferError):
 
 class ObjectRejected(TransferError):
     """The source served bytes that fail verification; ``object`` names what was requested."""
+
+    rpc_code = VERIFICATION_FAILED
 
     def __init__(self, obj: str, message: str) -> None:
         super().__init__(f"{obj}: {message}")
@@ -51,3 +55,5 @@ class InvalidRemoteChain(ObjectRejected):
 
 class DivergedHeads(TransferError):
     """Local and remote chains have diverged; pass ``force`` to replace the local chain."""
+
+    rpc_code = CONFLICT
