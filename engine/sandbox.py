@@ -25,6 +25,8 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Iterator
 from typing import Any
 
+from coordinator.errors import INVALID_INPUT, OdfNodeError
+
 DENIED_FUNCTIONS = frozenset(
     {
         "reflect",
@@ -74,8 +76,10 @@ _HARMLESS_LEAVES = ("OneRowRelation", "LocalRelation", "Range", "CTERelationRef"
 _PKG = "org.apache.spark.sql.catalyst"
 
 
-class SandboxViolation(Exception):
+class SandboxViolation(OdfNodeError):
     """The query is not allowed to run; ``reason`` says why."""
+
+    rpc_code = INVALID_INPUT
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)

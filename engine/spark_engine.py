@@ -29,7 +29,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from coordinator.errors import OdfNodeError
+from coordinator.errors import INVALID_INPUT, OdfNodeError
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.transform.model import (
@@ -125,8 +125,10 @@ def create_spark_session(master: str = "local[*]", extra: dict[str, str] | None 
     return spark
 
 
-class InvalidQuery(Exception):
+class InvalidQuery(OdfNodeError):
     """The query or its output breaks the engine's rules."""
+
+    rpc_code = INVALID_INPUT
 
 
 def _ts(t: Timestamp) -> Any:

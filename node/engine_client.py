@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from coordinator.errors import UNAVAILABLE, OdfNodeError
 from coordinator.transform.fbs import (
     decode_raw_query_response,
     decode_transform_response,
@@ -63,8 +64,10 @@ from node.lifeline import Lifeline
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
-class EngineUnavailable(Exception):
+class EngineUnavailable(OdfNodeError):
     """The worker could not be started or reached."""
+
+    rpc_code = UNAVAILABLE
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")

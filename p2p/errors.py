@@ -45,3 +45,12 @@ class NetworkNotIsolated(P2PError):
     """The host refuses to start: a non-loopback interface or address is present or configured."""
 
     rpc_code = UNAVAILABLE
+
+
+__all__ = [
+    "InvalidEquivocationProof",
+    "NetworkNotIsolated",
+    "P2PError",
+    "WireDecodeError",
+    "WireEncodeError",
+]

@@ -1,7 +1,7 @@
 """Binds :class:`~node.daemon.api.NodeApi` to the JSON-RPC server and writes the cookie.
 
-Errors of the application layer get their JSON-RPC codes here, at the boundary; the event bus
-feeds the WebSocket ``event`` notifications.
+Errors get their JSON-RPC codes in :mod:`node.rpc.errors` (from each class's ``rpc_code``); the
+event bus feeds the WebSocket ``event`` notifications.
 """
 
 from __future__ import annotations
@@ -13,19 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from node.app import Application
-from node.app.errors import InvalidArgument, NotOwner, RetryLater, Unavailable
 from node.app.events import EventBus
-from node.app.fetch import PullDiverged, PullRejected
 from node.config import RpcSection
 from node.daemon.api import METHODS, NodeApi
 from node.rpc.cookie import new_token, remove_cookie, write_cookie
-from node.rpc.errors import (
-    CONFLICT,
-    INVALID_INPUT,
-    UNAVAILABLE,
-    VERIFICATION_FAILED,
-    register_error,
-)
 from node.rpc.registry import Param, RpcRegistry
 from node.rpc.server import RpcServer
 
@@ -34,19 +25,6 @@ log = logging.getLogger("odf_node.rpc")
 
 def build_registry(api: NodeApi) -> RpcRegistry:
     """Every :data:`~node.daemon.api.METHODS` entry registered against ``api``."""
-    from node.config import ConfigError
-    from node.daemon.lock import HomeLocked
-    from node.ipfs.client import IpfsError
-
-    register_error(InvalidArgument, INVALID_INPUT)
-    register_error(ConfigError, INVALID_INPUT)
-    register_error(NotOwner, CONFLICT)
-    register_error(HomeLocked, CONFLICT)
-    register_error(PullDiverged, CONFLICT)
-    register_error(PullRejected, VERIFICATION_FAILED)
-    register_error(RetryLater, UNAVAILABLE)
-    register_error(Unavailable, UNAVAILABLE)
-    register_error(IpfsError, UNAVAILABLE)
     registry = RpcRegistry()
     for spec in METHODS:
         registry.add(

@@ -27,11 +27,15 @@ from urllib.parse import quote
 
 import aiohttp
 
+from coordinator.errors import UNAVAILABLE, OdfNodeError
+
 DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=10, sock_read=60)
 
 
-class IpfsError(Exception):
+class IpfsError(OdfNodeError):
     """An IPFS RPC or gateway call failed; ``status`` is the HTTP status (None: no response)."""
+
+    rpc_code = UNAVAILABLE
 
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)

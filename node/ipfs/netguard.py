@@ -17,12 +17,11 @@ import os
 import socket
 from pathlib import Path
 
+# One error for both guards (gossip and IPFS): raised when a non-loopback interface exists.
+from p2p.errors import NetworkNotIsolated
+
 _PROC_NET_DEV = Path("/proc/self/net/dev")
 _SYS_NET = Path("/sys/class/net")
-
-
-class NetworkNotIsolated(RuntimeError):
-    """A node was about to start while non-loopback network interfaces exist."""
 
 
 def _proc_interfaces(path: Path) -> set[str]:

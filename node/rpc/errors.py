@@ -1,9 +1,9 @@
 """JSON-RPC error codes and the one place where exceptions become JSON-RPC error objects.
 
-Code below the RPC boundary raises :class:`coordinator.errors.OdfNodeError` subclasses and never
-thinks about wire codes; :func:`error_object` maps them here, by walking the exception's MRO so
-the most specific registered class wins. Handlers that need a specific code raise
-:class:`RpcError` directly.
+Code below the RPC boundary raises :class:`coordinator.errors.OdfNodeError` subclasses; each
+class names its *kind* in the ``rpc_code`` class attribute (inherited, so a family shares its
+base's kind and a subclass may override it). :func:`error_object` is the only reader of that
+attribute. Handlers that need a specific code raise :class:`RpcError` directly.
 
 Code table (also in ``docs/rpc.md``; keep the two in sync):
 
@@ -33,19 +33,21 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
-from coordinator.errors import OdfNodeError
+from coordinator.errors import (
+    CONFLICT,
+    INVALID_INPUT,
+    NODE_ERROR,
+    NOT_FOUND,
+    UNAVAILABLE,
+    VERIFICATION_FAILED,
+    OdfNodeError,
+)
 
 PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
 METHOD_NOT_FOUND: Final = -32601
 INVALID_PARAMS: Final = -32602
 INTERNAL_ERROR: Final = -32603
-NODE_ERROR: Final = -32000
-NOT_FOUND: Final = -32001
-INVALID_INPUT: Final = -32002
-CONFLICT: Final = -32003
-UNAVAILABLE: Final = -32004
-VERIFICATION_FAILED: Final = -32005
 UNAUTHORIZED: Final = -32010
 FORBIDDEN: Final = -32011
 PAYLOAD_TOO_LARGE: Final = -32012
@@ -93,81 +95,33 @@ class RpcError(OdfNodeError):
         return obj
 
 
-# Exception class -> code. Lookup walks type(exc).__mro__, so only the nearest registered
-# ancestor matters and a subclass entry overrides its base (e.g. InvalidTransformQuery is
-# bad input although other engine errors mean "engine unavailable"). Built lazily: the
-# transform / p2p modules are slow to import and the CLI client must start fast.
-_CODES: dict[type[BaseException], int] = {}
-_EXTRA: dict[type[BaseException], int] = {}
-
-
-def _table() -> dict[type[BaseException], int]:
-    if _CODES:
-        return _CODES
-    from coordinator import errors as ce
-    from coordinator.transform.plan import TransformEngineError, TransformPlanError
-    from coordinator.transform.run import InvalidTransformQuery
-    from node.transfer import errors as te
-    from p2p import errors as pe
-    from p2p.transport import TransportError
-
-    _CODES.update(
-        {
-            OdfNodeError: NODE_ERROR,
-            # not found
-            ce.DatasetNotFound: NOT_FOUND,
-            ce.BlockNotFound: NOT_FOUND,
-            ce.RefNotFound: NOT_FOUND,
-            ce.PushSourceNotFound: NOT_FOUND,
-            # invalid input / query
-            ce.DecodeError: INVALID_INPUT,
-            ce.EncodeError: INVALID_INPUT,
-            ce.InvalidSnapshot: INVALID_INPUT,
-            ce.DataError: INVALID_INPUT,
-            ce.IngestError: INVALID_INPUT,
-            TransformPlanError: INVALID_INPUT,
-            InvalidTransformQuery: INVALID_INPUT,
-            # conflict
-            ce.DatasetAlreadyExists: CONFLICT,
-            ce.ChainRuleViolation: CONFLICT,
-            ce.RefCASFailed: CONFLICT,
-            ce.ConcurrentModification: CONFLICT,
-            te.DivergedHeads: CONFLICT,
-            # unavailable / retry later
-            te.SourceUnavailable: UNAVAILABLE,
-            TransportError: UNAVAILABLE,
-            TransformEngineError: UNAVAILABLE,
-            pe.NetworkNotIsolated: UNAVAILABLE,
-            # verification failed
-            ce.SignatureError: VERIFICATION_FAILED,
-            ce.HashMismatch: VERIFICATION_FAILED,
-            te.ObjectRejected: VERIFICATION_FAILED,
-            pe.InvalidEquivocationProof: VERIFICATION_FAILED,
-        }
-    )
-    _CODES.update(_EXTRA)
-    return _CODES
+# Foreign (non-OdfNodeError) exception types that still deserve a specific code, e.g. a library
+# error a handler lets through on purpose. Deliberate errors never need an entry: they carry
+# their kind in ``rpc_code``.
+_FOREIGN: dict[type[BaseException], int] = {}
 
 
 def register_error(exc_type: type[BaseException], code: int) -> None:
-    """Map ``exc_type`` (and its subclasses without their own entry) to ``code``.
+    """Map a foreign ``exc_type`` (and its subclasses) to ``code``.
 
-    For exception types defined above ``node.rpc``'s imports (e.g. daemon-specific errors).
-    Only :class:`OdfNodeError` subclasses are exposed with their message; a registered foreign
-    type (e.g. an aiohttp error) answers with its code and the code's canonical message, so that
-    foreign exception text never leaks.
+    Only for exception types outside the :class:`OdfNodeError` tree (an
+    :class:`OdfNodeError` subclass states its code in ``rpc_code``). A registered foreign type is
+    answered with its code and the code's canonical message, so that foreign exception text never
+    leaks.
     """
-    _EXTRA[exc_type] = code
-    if _CODES:
-        _CODES[exc_type] = code
+    if issubclass(exc_type, OdfNodeError):
+        raise TypeError(f"{exc_type.__name__} is an OdfNodeError: set its rpc_code instead")
+    _FOREIGN[exc_type] = code
 
 
 def code_for(exc: BaseException) -> int:
-    """The JSON-RPC code for ``exc``: its nearest registered ancestor's, else -32603."""
+    """The JSON-RPC code for ``exc``: its ``rpc_code``, a registered foreign code, else -32603."""
     if isinstance(exc, RpcError):
         return exc.code
+    if isinstance(exc, OdfNodeError):
+        return type(exc).rpc_code
     for cls in type(exc).__mro__:
-        code = _table().get(cls)
+        code = _FOREIGN.get(cls)
         if code is not None:
             return code
     return INTERNAL_ERROR

@@ -57,3 +57,16 @@ class DivergedHeads(TransferError):
     """Local and remote chains have diverged; pass ``force`` to replace the local chain."""
 
     rpc_code = CONFLICT
+
+
+__all__ = [
+    "DivergedHeads",
+    "InvalidRemoteChain",
+    "InvalidRemoteHead",
+    "ObjectHashMismatch",
+    "ObjectRejected",
+    "ObjectSizeMismatch",
+    "ObjectTooLarge",
+    "SourceUnavailable",
+    "TransferError",
+]

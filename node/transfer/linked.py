@@ -41,7 +41,7 @@ class LinkSummary:
     size_naive: int
 
 
-class LinkSummaryError(ValueError):
+class LinkSummaryError(DecodeError):
     """``AddData.extra`` holds a malformed linked-objects summary."""
 
 

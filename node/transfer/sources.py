@@ -17,14 +17,17 @@ from urllib.parse import unquote, urlparse
 
 import aiohttp
 
+from coordinator.errors import UNAVAILABLE, OdfNodeError
 from node.ipfs.car import RAW_CODEC, CarError, read_car
 from node.ipfs.client import GatewayReader, IpfsClient, IpfsError, IpfsReader
 
 _CHUNK = 1 << 20
 
 
-class TransientSourceError(Exception):
+class TransientSourceError(OdfNodeError):
     """The source failed to deliver this time (retryable)."""
+
+    rpc_code = UNAVAILABLE
 
 
 class Source(Protocol):
