@@ -59,6 +59,7 @@ class RpcSection:
     max_body_bytes: int
     max_batch: int
     allowed_origins: tuple[str, ...]
+    idle_timeout_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,7 @@ class HttpSection:
     host: str
     port: int
     public_url: str
+    idle_timeout_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +220,8 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError(f"p2p.port: {cfg.p2p.port} is not a TCP port")
     if cfg.p2p.fetch_timeout_s <= 0 or cfg.p2p.anti_entropy_interval_s <= 0:
         raise ConfigError("p2p.fetch_timeout_s and p2p.anti_entropy_interval_s must be > 0")
+    if cfg.rpc.idle_timeout_s <= 0 or cfg.http.idle_timeout_s <= 0:
+        raise ConfigError("rpc.idle_timeout_s and http.idle_timeout_s must be > 0")
     if cfg.rpc.max_body_bytes < 1024 or cfg.rpc.max_batch < 1:
         raise ConfigError("rpc.max_body_bytes must be >= 1024 and rpc.max_batch >= 1")
     if cfg.pipeline.concurrency < 1 or cfg.pipeline.max_attempts < 1:

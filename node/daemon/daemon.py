@@ -438,7 +438,10 @@ class Daemon:
 
         app = make_app(self.repo)
         app.router.add_get("/metrics", self._metrics_handler)
-        self._http_runner = web.AppRunner(app, access_log=None)
+        # keepalive_timeout also bounds a connection that never completes its request headers.
+        self._http_runner = web.AppRunner(
+            app, access_log=None, keepalive_timeout=self.config.http.idle_timeout_s
+        )
         await self._http_runner.setup()
         port = 0 if self.ephemeral else self.config.http.port
         site = web.TCPSite(self._http_runner, self.config.http.host, port)

@@ -64,6 +64,7 @@ async def start_rpc(
         max_batch=cfg.max_batch,
         allowed_origins=cfg.allowed_origins,
         unix_path=home / "rpc.sock",
+        idle_timeout_s=cfg.idle_timeout_s,
     )
     await server.start()
     write_cookie(home, server.url, token)

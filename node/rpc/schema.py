@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from coordinator.errors import OdfNodeError
 
@@ -99,6 +99,20 @@ def check_schema(schema: Schema, path: str = "#") -> None:
             check_schema(value, f"{path}/additionalProperties")
 
 
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
+
+
+def _is_unicode(s: str) -> bool:
+    # JSON's \uD800 escapes decode to lone surrogates, which no file name, SQLite text or
+    # UTF-8 encoder downstream accepts.
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _is_integer(v: Any) -> bool:
     # bool is an int subclass in Python but not an integer in JSON.
     return (isinstance(v, int) and not isinstance(v, bool)) or (
@@ -154,8 +168,13 @@ def validate(schema: Schema, value: Any, path: str = "") -> None:
     if "enum" in schema and not any(_equal(e, value) for e in schema["enum"]):
         raise ValidationError(path, f"must be one of {schema['enum']!r}")
     if _is_number(value):
+        if _is_integer(value) and not _INT64_MIN <= value <= _INT64_MAX:
+            # Every integer the node stores or compares is a signed 64-bit one (SQLite, Arrow).
+            raise ValidationError(path, "integer out of the signed 64-bit range")
         _check_bounds(schema, value, path)
     elif isinstance(value, str):
+        if not _is_unicode(value):
+            raise ValidationError(path, "not valid Unicode (lone surrogate)")
         if "minLength" in schema and len(value) < schema["minLength"]:
             raise ValidationError(path, f"shorter than {schema['minLength']} characters")
         if "maxLength" in schema and len(value) > schema["maxLength"]:

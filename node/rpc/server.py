@@ -17,9 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import itertools
 import json
 import logging
+import math
 import os
+import re
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -54,6 +57,9 @@ WS_CLOSE_TOO_SLOW: Final = 4000
 """WebSocket close code sent to a client whose send queue overflowed."""
 _LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]")
 _JSON_HEADERS: Final = {"Content-Type": "application/json"}
+_PARSE_INLINE_BYTES: Final = 65536
+MAX_JSON_DEPTH: Final = 64
+"""Deepest nesting of arrays/objects a request may have (no method takes more than a few)."""
 
 
 @dataclass(eq=False)
@@ -92,6 +98,7 @@ class RpcServer:
         ws_queue_size: int = 256,
         version: str = "0.1.0",
         unix_path: Path | None = None,
+        idle_timeout_s: float = 10.0,
     ) -> None:
         if not token:
             raise ValueError("an RPC token is required")
@@ -108,6 +115,9 @@ class RpcServer:
         # network namespace (`make run` isolates the node with `unshare -rn`).
         self._unix_path = unix_path
         self._version = version
+        # A connection that has not sent a complete request (headers and body) within this time
+        # is closed: half-open and trickling clients cannot hold sockets for ever.
+        self._idle_timeout = idle_timeout_s
         self._port: int | None = None
         self._runner: web.AppRunner | None = None
         self._clients: set[_WsClient] = set()
@@ -153,7 +163,18 @@ class RpcServer:
         app.router.add_post(RPC_PATH, self._handle_post)
         app.router.add_route("OPTIONS", RPC_PATH, self._handle_preflight)
         app.router.add_get(WS_PATH, self._handle_ws)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        runner = web.AppRunner(
+            app,
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=1.0,
+            # aiohttp arms this timer when a connection opens and keeps it while the request
+            # line and headers arrive, so it bounds silent and trickling clients too.
+            keepalive_timeout=self._idle_timeout,
+            # After an early answer (413, 408) aiohttp drains the unread body for this long;
+            # a trickling client must not stretch that beyond the idle bound.
+            lingering_time=self._idle_timeout,
+        )
         await runner.setup()
         family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -282,7 +303,11 @@ class RpcServer:
             given = value.strip()
         elif allow_query:
             given = request.query.get("token", "")
-        return hmac.compare_digest(given.encode(), self._token)
+        try:
+            given_bytes = given.encode("utf-8")
+        except UnicodeEncodeError:  # aiohttp keeps undecodable header bytes as surrogates
+            return False
+        return hmac.compare_digest(given_bytes, self._token)
 
     def _refuse(self, request: web.Request, *, allow_query: bool) -> web.Response | None:
         if not self._host_ok(request) or not self._origin_ok(request):
@@ -324,15 +349,21 @@ class RpcServer:
         length = request.content_length
         if length is not None and length > self._max_body:
             return _too_large()
-        # Content-Length may be absent (chunked): cap the read ourselves.
+        # Content-Length may be absent (chunked): cap the read ourselves, and bound its time.
         body = bytearray()
-        while True:
-            chunk = await request.content.read(65536)
-            if not chunk:
-                break
-            body += chunk
-            if len(body) > self._max_body:
-                return _too_large()
+        try:
+            async with asyncio.timeout(self._idle_timeout):
+                while True:
+                    chunk = await request.content.read(65536)
+                    if not chunk:
+                        break
+                    body += chunk
+                    if len(body) > self._max_body:
+                        return _too_large()
+        except TimeoutError:
+            resp = _http_error(408, INVALID_REQUEST, "request body not received in time")
+            resp.force_close()
+            return resp
         reply = await self._handle_payload(bytes(body))
         if reply is None:
             return web.Response(status=204)
@@ -340,10 +371,13 @@ class RpcServer:
 
     async def _handle_payload(self, body: bytes, client: _WsClient | None = None) -> str | None:
         """Answer one JSON-RPC payload (single or batch); ``None`` when nothing is due."""
-        try:
-            payload = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return json.dumps(error_response(PARSE_ERROR))
+        # A large body takes tens of milliseconds to scan and decode: not on the event loop.
+        if len(body) > _PARSE_INLINE_BYTES:
+            payload, problem = await asyncio.to_thread(parse_json_body, body)
+        else:
+            payload, problem = parse_json_body(body)
+        if problem is not None:
+            return json.dumps(error_response(PARSE_ERROR, f"Parse error: {problem}"))
         if isinstance(payload, list):
             if not payload:
                 return json.dumps(error_response(INVALID_REQUEST, "empty batch"))
@@ -364,7 +398,11 @@ class RpcServer:
         if not isinstance(req, dict):
             return json.dumps(error_response(INVALID_REQUEST, "request must be an object"))
         rid = req.get("id")
-        id_ok = rid is None or (isinstance(rid, (str, int, float)) and not isinstance(rid, bool))
+        id_ok = (
+            rid is None
+            or isinstance(rid, str)
+            or (isinstance(rid, int | float) and not isinstance(rid, bool) and math.isfinite(rid))
+        )
         if not id_ok:
             return json.dumps(error_response(INVALID_REQUEST, "id must be a string or number"))
         method = req.get("method")
@@ -379,6 +417,9 @@ class RpcServer:
         if problem is not None:
             return json.dumps(error_response(INVALID_REQUEST, problem, id=rid))
         assert isinstance(method, str)
+        if not _valid_unicode(params):
+            why = "params hold a string that is not valid Unicode"
+            return json.dumps(error_response(INVALID_PARAMS, why, id=rid))
         is_notification = "id" not in req
         try:
             result = await self._dispatch(method, params, client)
@@ -412,7 +453,7 @@ class RpcServer:
         result = await spec.handler(**kwargs)
         # Serialise here so a non-JSON result is an internal error, not a broken response.
         try:
-            json.dumps(result)
+            json.dumps(result, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise RuntimeError(f"{method} returned a non-JSON result") from exc
         return result
@@ -484,6 +525,65 @@ class RpcServer:
                 await client.ws.send_str(text)
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_BRACKET_STEP: Final = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def _nesting_depth(text: str) -> int:
+    """The deepest array/object nesting in ``text`` (brackets inside strings ignored).
+
+    Computed without recursion, since the JSON decoder would raise ``RecursionError`` on input
+    nested thousands deep: string literals and everything but brackets are removed by regular
+    expressions, then the running depth is folded in C (``accumulate``), fast on a full body.
+    """
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
+
+
+def parse_json_body(body: bytes) -> tuple[Any, str | None]:
+    """Decode a request body: ``(payload, None)`` or ``(None, why it is not acceptable)``.
+
+    Strict where :func:`json.loads` is lenient: UTF-8 only (no UTF-16/32 detection), no
+    ``NaN``/``Infinity`` (they could not be echoed back as JSON), at most
+    :data:`MAX_JSON_DEPTH` levels of nesting.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "the body is not UTF-8"
+    # Counting brackets is cheap and excludes ordinary requests from the full scan.
+    opened = text.count("[") + text.count("{")
+    if opened > MAX_JSON_DEPTH and _nesting_depth(text) > MAX_JSON_DEPTH:
+        return None, f"nested deeper than {MAX_JSON_DEPTH} levels"
+    try:
+        return json.loads(text, parse_constant=_refuse_constant), None
+    except (ValueError, RecursionError) as exc:
+        return None, str(exc).split(":")[0] if isinstance(exc, ValueError) else "too deep"
+
+
+def _valid_unicode(value: Any) -> bool:
+    """Whether every string (and key) in a decoded JSON value encodes as UTF-8."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+    return True
+
+
 def _http_error(status: int, code: int, message: str | None = None) -> web.Response:
     return web.Response(
         status=status,
@@ -499,4 +599,12 @@ def _too_large() -> web.Response:
     return resp
 
 
-__all__ = ["EVENT_METHOD", "INTERNAL_ERROR", "RPC_PATH", "WS_PATH", "RpcServer"]
+__all__ = [
+    "EVENT_METHOD",
+    "INTERNAL_ERROR",
+    "MAX_JSON_DEPTH",
+    "RPC_PATH",
+    "WS_PATH",
+    "RpcServer",
+    "parse_json_body",
+]

@@ -58,10 +58,17 @@ def make_app(repo: DatasetRepository) -> web.Application:
 
 
 async def start_server(
-    repo: DatasetRepository, host: str = "127.0.0.1", port: int = 0
+    repo: DatasetRepository,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    idle_timeout_s: float = 10.0,
 ) -> tuple[web.AppRunner, int]:
-    """Start serving; returns the runner (``await runner.cleanup()`` to stop) and the port."""
-    runner = web.AppRunner(make_app(repo), access_log=None)
+    """Start serving; returns the runner (``await runner.cleanup()`` to stop) and the port.
+
+    A connection that sends no complete request within ``idle_timeout_s`` is closed.
+    """
+    runner = web.AppRunner(make_app(repo), access_log=None, keepalive_timeout=idle_timeout_s)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

@@ -1,0 +1,242 @@
+"""Regression cases of the RPC boundary found by the hostile-input review.
+
+Each case once misbehaved: deeply nested JSON answered HTTP 500 in plain text (the WebSocket
+dropped with 1006), a non-UTF-8 ``Authorization`` header gave HTTP 500 and a logged traceback
+before authentication, integers beyond 64 bits and lone surrogates reached the handlers and came
+back as -32603, ``NaN``/``Infinity`` ids were echoed as invalid JSON, UTF-16/32 bodies were
+accepted although only UTF-8 is documented, and half-open connections were held for ever.
+Each test runs a real :class:`RpcServer` on 127.0.0.1 and checks that it still answers after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import pytest
+
+from node.rpc.errors import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, UNAUTHORIZED
+from node.rpc.registry import Param, RpcRegistry
+from node.rpc.server import MAX_JSON_DEPTH, RpcServer, parse_json_body
+
+TOKEN = "t0ken-" + "cd" * 29
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def _registry() -> RpcRegistry:
+    reg = RpcRegistry()
+
+    @reg.method("echo", params=[Param("value", {}, required=False)])
+    async def echo(value: Any = None) -> Any:
+        return value
+
+    @reg.method("events", params=[Param("after_id", {"type": "integer", "minimum": 0})])
+    async def events(after_id: int) -> int:
+        return after_id
+
+    @reg.method("name", params=[Param("s", {"type": "string"})])
+    async def name(s: str) -> int:
+        return len(s.encode("utf-8"))  # raised UnicodeEncodeError (-32603) for "\ud800"
+
+    return reg
+
+
+@asynccontextmanager
+async def serving(**kw: Any) -> AsyncIterator[RpcServer]:
+    server = RpcServer(_registry(), token=TOKEN, **kw)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+async def post(server: RpcServer, body: bytes, headers: dict[str, str] | None = None) -> Any:
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(server.url, data=body, headers=AUTH if headers is None else headers) as r,
+    ):
+        raw = await r.read()
+        return r.status, json.loads(raw)  # strict: NaN / Infinity would not parse
+
+
+async def alive(server: RpcServer) -> None:
+    status, reply = await post(server, b'{"jsonrpc": "2.0", "method": "rpc.ping", "id": 1}')
+    assert (status, reply["result"]) == (200, "pong")
+
+
+def run(coro_fn: Any, **kw: Any) -> None:
+    async def go() -> None:
+        async with serving(**kw) as server:
+            await coro_fn(server)
+            await alive(server)
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"jsonrpc": "2.0", "id": 1, "method": "echo", "params": {"value": '
+        + b"[" * 5_000
+        + b"]" * 5_000
+        + b"}}",
+    ],
+)
+def test_deep_nesting_is_a_parse_error(body: bytes) -> None:
+    async def go(server: RpcServer) -> None:
+        status, reply = await post(server, body)
+        assert status == 200
+        assert reply["error"]["code"] == PARSE_ERROR
+        assert "nested deeper" in reply["error"]["message"]
+
+    run(go)
+
+
+def test_deep_nesting_over_the_websocket_keeps_the_connection() -> None:
+    async def go(server: RpcServer) -> None:
+        ws_url = server.url.replace("http://", "ws://") + "/ws"
+        async with aiohttp.ClientSession() as s, s.ws_connect(ws_url, headers=AUTH) as ws:
+            await ws.send_str("[" * 50_000)
+            reply = json.loads((await ws.receive(timeout=10)).data)
+            assert reply["error"]["code"] == PARSE_ERROR
+            await ws.send_str('{"jsonrpc": "2.0", "method": "rpc.ping", "id": 2}')
+            assert json.loads((await ws.receive(timeout=10)).data)["result"] == "pong"
+
+    run(go)
+
+
+def test_moderate_nesting_still_parses() -> None:
+    value = json.loads("[" * (MAX_JSON_DEPTH - 3) + "]" * (MAX_JSON_DEPTH - 3))
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "echo", "params": {"value": value}})
+
+    async def go(server: RpcServer) -> None:
+        _, reply = await post(server, body.encode())
+        assert reply["result"] == value
+
+    run(go)
+
+
+def test_non_utf8_authorization_header_is_401_not_500() -> None:
+    async def go(server: RpcServer) -> None:
+        host, port = "127.0.0.1", server.port
+        reader, writer = await asyncio.open_connection(host, port)
+        body = b'{"jsonrpc": "2.0", "method": "rpc.ping", "id": 1}'
+        writer.write(
+            b"POST /rpc HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAuthorization: Bearer \xff\xfe\xc3\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+            % (port, len(body))
+            + body
+        )
+        await writer.drain()
+        raw = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        status_line, _, rest = raw.partition(b"\r\n")
+        assert b" 401 " in status_line, raw[:200]
+        assert json.loads(rest.partition(b"\r\n\r\n")[2])["error"]["code"] == UNAUTHORIZED
+
+    run(go)
+
+
+@pytest.mark.parametrize("after_id", [2**63, 2**64, 10**30, -(2**63) - 1])
+def test_integers_beyond_64_bits_are_invalid_params(after_id: int) -> None:
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "events", "params": {"after_id": after_id}}
+    )
+
+    async def go(server: RpcServer) -> None:
+        _, reply = await post(server, body.encode())
+        assert reply["error"]["code"] == INVALID_PARAMS
+
+    run(go)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"jsonrpc": "2.0", "id": 1, "method": "name", "params": {"s": "\\ud800"}}',
+        b'{"jsonrpc": "2.0", "id": 1, "method": "echo", "params": {"value": {"\\udfff": 1}}}',
+        b'{"jsonrpc": "2.0", "id": 1, "method": "echo", "params": [["\\ud800x"]]}',
+    ],
+)
+def test_lone_surrogates_are_invalid_params(body: bytes) -> None:
+    async def go(server: RpcServer) -> None:
+        _, reply = await post(server, body)
+        assert reply["error"]["code"] == INVALID_PARAMS
+
+    run(go)
+
+
+@pytest.mark.parametrize("rid", [b"NaN", b"Infinity", b"-Infinity", b"1e400"])
+def test_non_finite_ids_are_refused_and_never_echoed(rid: bytes) -> None:
+    body = b'{"jsonrpc": "2.0", "id": ' + rid + b', "method": "rpc.ping"}'
+
+    async def go(server: RpcServer) -> None:
+        _, reply = await post(server, body)  # json.loads in post() is strict
+        assert reply["error"]["code"] in (PARSE_ERROR, INVALID_REQUEST)
+        assert reply["id"] is None
+
+    run(go)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32", "utf-32-be"])
+def test_bodies_that_are_not_utf8_are_a_parse_error(encoding: str) -> None:
+    body = '{"jsonrpc": "2.0", "id": 1, "method": "rpc.ping"}'.encode(encoding)
+
+    async def go(server: RpcServer) -> None:
+        _, reply = await post(server, body)
+        assert reply["error"]["code"] == PARSE_ERROR
+
+    run(go)
+
+
+def test_parse_json_body_is_linear_and_exact() -> None:
+    assert parse_json_body(b'{"a": "[[[[", "b": [1]}') == ({"a": "[[[[", "b": [1]}, None)
+    assert parse_json_body(b'["\\\\", "\\"[[["]') == (["\\", '"[[['], None)
+    payload, why = parse_json_body(b"[" * 10**6)
+    assert payload is None and why is not None and "nested deeper" in why
+
+
+def test_half_open_and_trickling_connections_are_closed() -> None:
+    """Silent, partial-header and trickling clients are disconnected after the idle timeout."""
+
+    async def go(server: RpcServer) -> None:
+        async def held(first: bytes, trickle: bytes | None) -> float:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            t0 = time.monotonic()
+            writer.write(first)
+
+            async def drip() -> None:
+                while trickle is not None:
+                    await asyncio.sleep(0.2)
+                    writer.write(trickle)
+
+            dripper = asyncio.create_task(drip())
+            try:
+                await asyncio.wait_for(reader.read(), 15)
+            finally:
+                dripper.cancel()
+                writer.close()
+            return time.monotonic() - t0
+
+        host = f"Host: 127.0.0.1:{server.port}\r\n".encode()
+        post_head = (
+            b"POST /rpc HTTP/1.1\r\n"
+            + host
+            + AUTH["Authorization"].join([b"Authorization: ".decode(), "\r\n"]).encode()
+        )
+        times = await asyncio.gather(
+            held(b"", None),
+            held(b"POST /rpc HTTP/1.1\r\n" + host, None),
+            held(b"POST /rpc HTTP/1.1\r\n", b"X-Slow: 1\r\n"),
+            held(post_head + b"Content-Length: 1000\r\n\r\n{", b" "),
+        )
+        assert all(t < 5.0 for t in times), times
+
+    run(go, idle_timeout_s=1.0)
