@@ -1,6 +1,6 @@
 """The ODF transform on Spark, record-for-record what kamu-engine-spark 0.23.1 does.
 
-See ``/work/shared/reference/spark-engine.md`` §2 (``Transform.scala``). In short:
+See ``docs/spark-engine.md`` (what kamu-engine-spark's ``Transform.scala`` does). In short:
 
 * inputs: the listed parquet files, rows with offset in ``[start, end]`` (none without an
   interval), ``coalesce(1)`` then sorted by offset, registered as `` `queryAlias` `` (the

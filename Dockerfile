@@ -1,7 +1,7 @@
 # odf-node: slim Python 3.11, Java 17 runtime for the Spark engine, Node.js for the embedded
 # js-ipfs node (the compose file uses kubo instead), non-root user, health check through RPC.
 #
-#   docker build -f deploy/Dockerfile -t odf-node .
+#   docker build -t odf-node .
 #   docker run -v odf-home:/home/odf/.local/share/odf-node -p 7375:7375 odf-node
 FROM python:3.11-slim-bookworm
 
@@ -11,7 +11,7 @@ RUN apt-get update \
 
 RUN useradd --create-home --uid 10001 odf
 WORKDIR /opt/odf-node
-COPY pyproject.toml README.md ./
+COPY pyproject.toml constraints.txt README.md ./
 COPY coordinator coordinator
 COPY p2p p2p
 COPY node node
@@ -20,7 +20,8 @@ COPY engine engine
 COPY schemas schemas
 COPY config config
 COPY js js
-RUN pip install --no-cache-dir . \
+# The same pinned versions as `make setup` (constraints.txt), without the dev extras.
+RUN pip install --no-cache-dir -c constraints.txt . \
  && (cd js && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
 
 USER odf

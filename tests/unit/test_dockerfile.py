@@ -1,0 +1,82 @@
+"""The Dockerfile at the repository root, checked without a Docker daemon.
+
+No Docker daemon runs where the suite runs, so the image is never built here. What can rot
+silently is checked instead: every path it copies exists in the project, it installs the
+same pinned dependency set as ``make setup`` (``constraints.txt``) and js-ipfs with the same
+``npm ci`` command, and the commands it runs (entry point, health check) are commands the
+installed CLI has. The compose file builds this Dockerfile.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from node.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    out = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        word, _, rest = line.partition(" ")
+        out.append((word.upper(), rest.strip()))
+    return out
+
+
+def makefile_setup_commands() -> list[str]:
+    return [
+        line.strip() for line in (ROOT / "Makefile").read_text().splitlines() if line[:1] == "\t"
+    ]
+
+
+def test_every_copied_path_exists() -> None:
+    copies = [args for word, args in instructions() if word == "COPY"]
+    assert copies
+    for args in copies:
+        *sources, _dest = shlex.split(args)
+        for src in sources:
+            assert (ROOT / src).exists(), f"Dockerfile copies {src!r}, which is not in the project"
+
+
+def test_python_dependencies_are_the_pinned_set_of_make_setup() -> None:
+    runs = " ".join(args for word, args in instructions() if word == "RUN")
+    assert re.search(r"pip install [^&]*-c constraints\.txt \.", runs), runs
+    assert any("-c constraints.txt" in c for c in makefile_setup_commands())
+    copied = " ".join(args for word, args in instructions() if word == "COPY")
+    assert "constraints.txt" in copied
+
+
+def test_js_ipfs_is_installed_with_the_same_npm_command_as_make_setup() -> None:
+    npm_make = next(c for c in makefile_setup_commands() if "npm ci" in c)
+    npm_make = npm_make.split("&&", 1)[1].strip()  # "cd js && npm ci ..."
+    runs = " ".join(args for word, args in instructions() if word == "RUN")
+    assert npm_make in runs
+
+
+def test_entrypoint_and_health_check_are_real_cli_commands() -> None:
+    found = dict(instructions())
+    assert '"odf-node"' in found["ENTRYPOINT"]
+    assert re.search(r"odf-node =", (ROOT / "pyproject.toml").read_text())
+    runner = CliRunner()
+    for args in (["run", "--help"], ["rpc", "--help"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, (args, result.output)
+    assert '"rpc", "rpc.ping"' in found["HEALTHCHECK"]
+
+
+def test_compose_builds_the_root_dockerfile() -> None:
+    compose = (ROOT / "deploy" / "compose.yaml").read_text()
+    assert re.search(r"context:\s*\.\.", compose)
+    assert re.search(r"dockerfile:\s*Dockerfile\b", compose)
+    assert not (ROOT / "deploy" / "Dockerfile").exists()
