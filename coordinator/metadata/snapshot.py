@@ -118,8 +118,25 @@ def snapshot_from_yaml(text: str | bytes) -> DatasetSnapshot:
 
 
 def snapshots_from_yaml(text: str | bytes) -> list[DatasetSnapshot]:
-    """Parse a multi-document YAML stream of snapshots (``kamu add`` accepts such files)."""
-    return [_from_manifest(doc) for doc in ys.load_yaml_all(text)]
+    """Parse a multi-document YAML stream of snapshots (``kamu add`` accepts such files).
+
+    Raises:
+        DecodeError: as :func:`snapshot_from_yaml` (naming the 1-based document when there are
+            several), or no document at all (empty or comment-only text): a file that creates
+            nothing is a mistake, not a success.
+    """
+    docs = ys.load_yaml_all(text)
+    if not docs:
+        raise DecodeError("no DatasetSnapshot in the YAML text (it is empty or only comments)")
+    if len(docs) == 1:
+        return [_from_manifest(docs[0])]
+    out = []
+    for number, doc in enumerate(docs, start=1):
+        try:
+            out.append(_from_manifest(doc))
+        except DecodeError as e:
+            raise DecodeError(f"document {number} of {len(docs)}: {e}") from e
+    return out
 
 
 __all__ = [

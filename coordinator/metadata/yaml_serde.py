@@ -190,23 +190,152 @@ def _construct_plain(loader: _Loader, node: yaml.Node) -> Any:
 _Loader.add_constructor(_PLAIN_TAG, _construct_plain)
 
 
+# Limits on YAML from strangers (snapshots from any RPC client, manifests from peers), checked
+# before anything is built: PyYAML's composer (C or Python) recurses once per nesting level, so a
+# few thousand ``[`` overflow the C stack (SIGSEGV) or the interpreter's recursion limit, and
+# aliases share one node, so a few lines can stand for 10**12 nodes that any later walk expands.
+
+#: Deepest nesting of collections (sequences and mappings, counted through aliases) in a
+#: document: serde_yaml's own recursion limit, so kamu refuses anything deeper too.
+MAX_YAML_DEPTH: Final = 128
+#: Largest YAML text accepted: bytes of a ``bytes`` input, characters of a ``str``.
+MAX_YAML_SIZE: Final = 4 << 20
+#: Most nodes a YAML stream may stand for, every alias counted as a full copy of its anchored
+#: node (so "billion laughs" expansion is refused however it is later walked).
+MAX_YAML_NODES: Final = 1_000_000
+
+_COLLECTION_START: Final = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+_COLLECTION_END: Final = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+
+
+def yaml_text(data: str | bytes) -> str:
+    """``data`` as YAML text: within :data:`MAX_YAML_SIZE` and, for bytes, valid UTF-8.
+
+    serde_yaml reads UTF-8 text only (kamu reads files into a Rust ``String``), so UTF-16 and
+    other encodings libyaml would detect from a byte-order mark are refused too.
+
+    Raises:
+        DecodeError: too large, or bytes that are not UTF-8 (with the offending offset).
+    """
+    if len(data) > MAX_YAML_SIZE:
+        unit = "bytes" if isinstance(data, bytes) else "characters"
+        raise DecodeError(f"YAML text too large: more than {MAX_YAML_SIZE} {unit}")
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DecodeError(
+            f"YAML text is not UTF-8: invalid byte 0x{data[e.start]:02x} at offset {e.start}"
+        ) from None
+
+
+def _where(event: yaml.Event) -> str:
+    mark = event.start_mark
+    return f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+
+
+def _check_structure(text: str) -> None:
+    """Refuse nesting over :data:`MAX_YAML_DEPTH`, expansion over :data:`MAX_YAML_NODES` and
+    recursive aliases, from the parser's event stream, before any node is composed.
+
+    libyaml's (and PyYAML's) parser is a state machine with heap stacks, so reading events
+    cannot overflow whatever the input; only the composer recurses. One linear pass keeps, per
+    open collection, its expanded node count and height, and per anchor the same for aliases.
+
+    Raises:
+        DecodeError: a limit is exceeded (or the text is not YAML, as the loader would say).
+    """
+    # Per open collection: [expanded nodes so far (itself included), height of its children].
+    open_nodes: list[list[int]] = []
+    open_anchors: list[str | None] = []
+    anchors: dict[str, tuple[int, int]] = {}  # anchor -> (expanded nodes, height)
+    total = 0
+
+    def close(nodes: int, height: int, anchor: str | None) -> None:
+        if anchor is not None:
+            anchors[anchor] = (nodes, height)
+        if open_nodes:
+            parent = open_nodes[-1]
+            parent[0] += nodes
+            parent[1] = max(parent[1], height)
+
+    loader = None
+    try:
+        loader = _Loader(text)
+        while loader.check_event():
+            event = loader.get_event()  # type: ignore[no-untyped-call]
+            if isinstance(event, yaml.DocumentStartEvent):
+                anchors.clear()  # anchors are scoped to their document
+            elif isinstance(event, _COLLECTION_START):
+                if len(open_nodes) >= MAX_YAML_DEPTH:
+                    raise DecodeError(
+                        f"YAML nested deeper than {MAX_YAML_DEPTH} levels{_where(event)}"
+                    )
+                total += 1
+                open_nodes.append([1, 0])
+                open_anchors.append(event.anchor)
+            elif isinstance(event, _COLLECTION_END):
+                nodes, height = open_nodes.pop()
+                close(nodes, height + 1, open_anchors.pop())
+            elif isinstance(event, yaml.ScalarEvent):
+                total += 1
+                close(1, 0, event.anchor)
+            elif isinstance(event, yaml.AliasEvent):
+                anchor = str(event.anchor)
+                if anchor in open_anchors:
+                    raise DecodeError(f"recursive YAML alias *{anchor}{_where(event)}")
+                # An unknown anchor is left to the loader, which reports it.
+                nodes, height = anchors.get(anchor, (1, 0))
+                if len(open_nodes) + height > MAX_YAML_DEPTH:
+                    raise DecodeError(
+                        f"YAML nested deeper than {MAX_YAML_DEPTH} levels through alias "
+                        f"*{anchor}{_where(event)}"
+                    )
+                total += nodes
+                close(nodes, height, None)
+            if total > MAX_YAML_NODES:
+                raise DecodeError(
+                    f"YAML stands for more than {MAX_YAML_NODES} nodes (aliases expanded)"
+                    f"{_where(event)}"
+                )
+    except DecodeError:
+        raise
+    except Exception as e:  # the parser's errors, or a str libyaml cannot encode (surrogates)
+        raise DecodeError(f"malformed YAML: {e}") from e
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _checked(text: str | bytes) -> str:
+    """The text to load, once every limit above has been checked."""
+    checked = yaml_text(text)
+    _check_structure(checked)
+    return checked
+
+
 def load_yaml(text: str | bytes) -> Any:
     """Parse one YAML document into plain Python data (dict / list / str / int / float / bool /
     None) with serde_yaml's scalar resolution.
 
     Raises:
-        DecodeError: malformed YAML, several documents, or a construct outside plain data.
+        DecodeError: malformed YAML, several documents, a construct outside plain data, text
+            that is not UTF-8, or a limit exceeded (:data:`MAX_YAML_SIZE`,
+            :data:`MAX_YAML_DEPTH`, :data:`MAX_YAML_NODES`, recursive aliases).
     """
+    checked = _checked(text)
     try:
-        return yaml.load(text, Loader=_Loader)
+        return yaml.load(checked, Loader=_Loader)
     except Exception as e:  # PyYAML's tag constructors raise arbitrary errors on bad input
         raise DecodeError(f"malformed YAML: {e}") from e
 
 
 def load_yaml_all(text: str | bytes) -> list[Any]:
     """Parse every document of a YAML stream (see :func:`load_yaml`)."""
+    checked = _checked(text)
     try:
-        return list(yaml.load_all(text, Loader=_Loader))
+        return list(yaml.load_all(checked, Loader=_Loader))
     except Exception as e:  # see load_yaml
         raise DecodeError(f"malformed YAML: {e}") from e
 
@@ -1072,6 +1201,9 @@ def event_from_yaml(text: str | bytes) -> m.MetadataEvent:
 __all__ = [
     "KIND_METADATA_BLOCK",
     "KIND_METADATA_EVENT",
+    "MAX_YAML_DEPTH",
+    "MAX_YAML_NODES",
+    "MAX_YAML_SIZE",
     "METADATA_EVENT_VERSION",
     "block_from_dict",
     "block_from_yaml",
@@ -1090,4 +1222,5 @@ __all__ = [
     "resolve_plain_scalar",
     "to_dict",
     "write_manifest",
+    "yaml_text",
 ]
