@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from coordinator.errors import OdfNodeError
-from coordinator.metadata.yaml_serde import block_to_dict, block_to_yaml
+from coordinator.metadata.yaml_serde import MAX_YAML_SIZE, block_to_dict, block_to_yaml, yaml_text
 from node.cli_daemon import emit, maybe_rpc
 from node.cli_daemon import register as register_daemon_commands
 from node.home import NodeHome, default_home
@@ -233,12 +233,18 @@ def dataset_create(
     home: HomeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Create datasets from a DatasetSnapshot YAML file (kamu's format)."""
+    """Create datasets from a DatasetSnapshot YAML file (kamu's format): all or none."""
     h = _home(home)
     try:
-        text = snapshot.read_text(encoding="utf-8")
+        # Bounded read: a pipe (``<(...)``) is fine, ``/dev/zero`` must not fill the memory.
+        with snapshot.open("rb") as f:
+            data = f.read(MAX_YAML_SIZE + 1)
     except OSError as e:
         _fail(f"cannot read {snapshot}: {e.strerror}")
+    try:
+        text = yaml_text(data)
+    except OdfNodeError as e:
+        _fail(f"{snapshot}: {e}")
     ok, result = maybe_rpc(h.path, "dataset.create", {"snapshot_yaml": text})
     if not ok:
         created = _offline(h, lambda uc: uc.create(text), write=True)
@@ -532,8 +538,10 @@ def dataset_pull(
     ok, result = maybe_rpc(h.path, "dataset.pull", params)
     if not ok:
         uc = _use_cases(h)
-        uc.transfer = TransferAdapter(uc.repo, lambda: ipfs_api, ipfs_gateway)
         try:
+            # The home's config: the same source policy and pace as the daemon's pulls.
+            cfg = h.config()
+            uc.transfer = TransferAdapter(uc.repo, lambda: ipfs_api, ipfs_gateway, config=cfg)
             with _write_lock(h):
                 result = asyncio.run(uc.pull(url, alias=as_name, force=force))
         except (OdfNodeError, ValueError) as e:

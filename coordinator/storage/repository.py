@@ -12,10 +12,11 @@ only once its whole initial chain is written.
 
 from __future__ import annotations
 
+import builtins
 import re
 import secrets
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
@@ -215,6 +216,51 @@ class DatasetRepository:
             raise
         return DatasetHandle(did, alias, self.root / did.as_multibase())
 
+    def create_from_snapshots(
+        self, snapshots: Sequence[DatasetSnapshot]
+    ) -> builtins.list[DatasetHandle]:
+        """Create several datasets from snapshots (one ``dataset create`` file): all or none.
+
+        Every snapshot is checked before any dataset is created: its name (also against the
+        names of the other snapshots), its events, and its transform inputs, which may name an
+        existing dataset or an *earlier* snapshot of the same batch (they are created in order).
+        If a creation still fails (a name taken meanwhile, an I/O error), the datasets already
+        created by this call are removed again, with their keys.
+
+        Raises:
+            InvalidSnapshot: no snapshot at all, or one or more invalid snapshots (every problem
+                is listed, each with its 1-based document number and name).
+            DatasetAlreadyExists: every problem found is a name already taken.
+        """
+        if not snapshots:
+            raise InvalidSnapshot("no DatasetSnapshot to create")
+        taken = {h.alias for h in self.list()}
+        earlier: set[str] = set()
+        problems: list[tuple[int, str, Exception]] = []
+        for number, snapshot in enumerate(snapshots, start=1):
+            try:
+                self._check_snapshot(snapshot, taken, earlier)
+            except (InvalidSnapshot, DatasetAlreadyExists) as e:
+                problems.append((number, snapshot.name, e))
+            earlier.add(snapshot.name)
+        if problems:
+            if len(snapshots) == 1:
+                raise problems[0][2]
+            detail = "; ".join(f"document {n} ({name!r}): {e}" for n, name, e in problems)
+            message = f"nothing was created: {detail}"
+            if all(isinstance(e, DatasetAlreadyExists) for _, _, e in problems):
+                raise DatasetAlreadyExists(message)
+            raise InvalidSnapshot(message)
+        created: builtins.list[DatasetHandle] = []  # ``list`` is a method here
+        try:
+            for snapshot in snapshots:
+                created.append(self.create_from_snapshot(snapshot))
+        except BaseException:
+            for handle in reversed(created):
+                self._remove_created(handle)
+            raise
+        return created
+
     def delete(self, ref: str) -> None:
         """Remove a dataset directory (its key, if owned, is kept)."""
         h = self.resolve(ref)
@@ -233,6 +279,33 @@ class DatasetRepository:
 
     # -- helpers --------------------------------------------------------------------------------
 
+    def _check_snapshot(
+        self, snapshot: DatasetSnapshot, taken: Collection[str], earlier: Collection[str]
+    ) -> None:
+        """What :meth:`create_from_snapshot` would refuse, without creating anything.
+
+        ``taken`` are the names of existing datasets; ``earlier`` the names of snapshots of
+        the same batch that will be created first (valid transform inputs, invalid names).
+        """
+        alias = validate_alias(snapshot.name)
+        if alias in taken:
+            raise DatasetAlreadyExists(f"a dataset named {alias!r} already exists")
+        if alias in earlier:
+            raise InvalidSnapshot(f"the name {alias!r} is used by an earlier document")
+        for e in snapshot.metadata:
+            self._prepare_event(snapshot.kind, e, earlier)
+
+    def _remove_created(self, handle: DatasetHandle) -> None:
+        """Undo a creation of this call: the dataset directory and its key (never handed out)."""
+        trash = self.root / f"{_STAGING_PREFIX}deleted-{secrets.token_hex(6)}"
+        try:
+            handle.root.rename(trash)
+        except OSError:
+            trash = handle.root
+        shutil.rmtree(trash, ignore_errors=True)
+        self.key_path(handle.id).unlink(missing_ok=True)
+        self._alias_index.pop(handle.alias, None)
+
     def _check_free(self, did: DatasetId, alias: str) -> None:
         if (self.root / did.as_multibase()).exists():
             raise DatasetAlreadyExists(f"dataset {did} already exists")
@@ -249,7 +322,12 @@ class DatasetRepository:
         (root / "info").mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(root / "info" / "alias", alias.encode("utf-8"), durable=self.durable)
 
-    def _prepare_event(self, kind: m.DatasetKind, e: m.MetadataEvent) -> m.MetadataEvent:
+    def _prepare_event(
+        self, kind: m.DatasetKind, e: m.MetadataEvent, pending: Collection[str] = ()
+    ) -> m.MetadataEvent:
+        """Check an event of a snapshot and normalise it; ``pending`` are names of datasets
+        that do not exist yet but will when it is applied (inputs naming them are only checked,
+        not resolved)."""
         name = type(e).__name__
         if isinstance(
             e,
@@ -263,7 +341,9 @@ class DatasetRepository:
         if isinstance(e, m.SetPollingSource | m.AddPushSource) and e.preprocess is not None:
             return replace(e, preprocess=normalize_transform(e.preprocess))
         if isinstance(e, m.SetTransform):
-            inputs = tuple(self._resolve_input(i) for i in e.inputs)
+            inputs = tuple(
+                i if i.dataset_ref in pending else self._resolve_input(i) for i in e.inputs
+            )
             return replace(e, inputs=inputs, transform=normalize_transform(e.transform))
         return e
 

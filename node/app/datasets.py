@@ -109,11 +109,16 @@ class DatasetUseCases:
     # ---- commands
 
     async def create(self, snapshot_yaml: str) -> list[CreatedDataset]:
-        """Create datasets from DatasetSnapshot YAML (kamu's format); this node owns them."""
+        """Create datasets from DatasetSnapshot YAML (kamu's format); this node owns them.
+
+        All or none: every document is parsed and checked before any dataset is created, so a
+        file whose second document is invalid creates nothing and can be fixed and retried.
+        Text holding no document at all is refused.
+        """
         snapshots = snapshots_from_yaml(snapshot_yaml)
+        handles = await asyncio.to_thread(self.repo.create_from_snapshots, snapshots)
         created = []
-        for s in snapshots:
-            h = await asyncio.to_thread(self.repo.create_from_snapshot, s)
+        for h in handles:
             await self._log("dataset.create", h.id.as_did_str(), {"alias": h.alias})
             created.append(CreatedDataset(alias=h.alias, id=h.id.as_did_str()))
         return created
