@@ -24,6 +24,18 @@ Semantics follow kamu-cli v0.153 (``kamu-ingest-datafusion`` readers, arrow-rs p
 A value that does not fit its column raises :class:`~coordinator.errors.BadInputData`
 naming the column and the 1-based record number (and line, for NDJSON). Typed parsing runs
 at Arrow speed; only when it fails is the failing block re-read to locate the value.
+
+Input comes from strangers, so every failure is a typed error and nothing can hang or recurse
+without bound (limits: ``docs/resource-budget.md``):
+
+* only regular files are read: a FIFO, directory or device (``/dev/zero``) is refused, checked
+  on the opened descriptor (opened non-blocking, so opening a FIFO cannot wait for a writer);
+* a CSV record may be up to :data:`MAX_CSV_RECORD_BYTES`: Arrow cannot split a record across
+  its parse blocks, so a file with a record larger than a block is re-read with larger blocks;
+* JSON values are decoded by Python's ``json`` where the node inspects them itself (the
+  elements of a JSON document, and the records of a failing NDJSON chunk): values nested
+  deeper than the interpreter's recursion limit (about 1,000 levels) are refused;
+* text must be UTF-8, including at the very end of the file (a truncated sequence).
 """
 
 from __future__ import annotations
@@ -32,7 +44,9 @@ import codecs
 import csv as pycsv
 import io
 import json
+import os
 import re
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +65,7 @@ from coordinator.metadata import model as m
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
+    "MAX_CSV_RECORD_BYTES",
     "ByteProgress",
     "read_batches",
     "read_schema",
@@ -63,7 +78,15 @@ _PARQUET_BATCH_ROWS: Final = 128 * 1024
 # Arrow's streaming CSV reader holds a few dozen blocks in flight (peak memory is ~35x the
 # block size), so it reads small blocks which are then coalesced to ``block_bytes``.
 _CSV_ARROW_BLOCK: Final = 1 << 20
+#: Largest CSV record (one row, all of its fields, in bytes) that is always ingested. Arrow
+#: reads a record spanning two parse blocks but not three, so a record that does not fit makes
+#: the file be re-read with blocks 4x larger, up to this size (Arrow's peak memory is a few
+#: times the block: about 300 MiB at 64 MiB); a record Arrow still cannot read is refused.
+MAX_CSV_RECORD_BYTES: Final = 64 << 20
 _JSON_READ_CHARS: Final = 8 << 20
+_TOO_DEEP: Final = (
+    "JSON value nested too deeply (more than the interpreter's recursion limit, ~1,000 levels)"
+)
 
 #: Called with the number of input bytes consumed so far.
 ByteProgress = Callable[[int], None]
@@ -96,6 +119,40 @@ def _check_format(read: m.ReadStep) -> None:
         )
 
 
+def _open_input(path: Path) -> io.BufferedReader:
+    """Open an input file for reading, refusing anything but a regular file.
+
+    The type is checked on the opened descriptor (no race with a rename), and the open is
+    non-blocking: opening a FIFO with no writer would otherwise wait forever.
+
+    Raises:
+        BadInputData: missing, not a regular file (FIFO, directory, device), or unreadable.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise BadInputData("input file not found", path=str(path)) from None
+    except OSError as e:
+        raise BadInputData(f"cannot open input file: {e.strerror}", path=str(path)) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadInputData(
+                "not a regular file (a FIFO, directory or device cannot be ingested)",
+                path=str(path),
+            )
+        os.set_blocking(fd, True)
+        return open(fd, "rb")  # the caller closes it
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _input_size(path: Path) -> int:
+    """The size of a regular input file (see :func:`_open_input`)."""
+    with _open_input(path) as f:
+        return os.fstat(f.fileno()).st_size
+
+
 def read_batches(
     read: m.ReadStep,
     path: Path,
@@ -105,14 +162,16 @@ def read_batches(
 ) -> Iterator[pa.RecordBatch]:
     """Stream ``path`` as batches of :func:`read_schema` (``read``).
 
-    An empty file yields nothing. Errors are raised lazily, while iterating.
+    An empty file yields nothing. Errors are raised lazily, while iterating, except that
+    ``path`` must be a regular file (checked at once).
 
     Raises:
-        BadInputData: a value or record does not match the schema (column and row named).
+        BadInputData: a value or record does not match the schema (column and row named), the
+            input is not valid text, or ``path`` is missing or not a regular file.
         UnsupportedReadOption: an option this reader cannot honour.
     """
     schema = read_schema(read)
-    if path.stat().st_size == 0:
+    if _input_size(path) == 0:
         return iter(())
     if isinstance(read, m.ReadStepCsv):
         return _CsvReader(read, path, schema, block_bytes, on_bytes).batches()
@@ -191,7 +250,7 @@ class _CountingFile(io.RawIOBase):
     """A read-only file that reports how many bytes were consumed."""
 
     def __init__(self, path: Path, on_bytes: ByteProgress | None) -> None:
-        self._f: io.BufferedReader = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self._f: io.BufferedReader = _open_input(path)
         self._on_bytes = on_bytes
         self.consumed = 0
 
@@ -246,6 +305,14 @@ def _check_booleans(text: pa.Array) -> None:
         raise ConversionFailure(index, value, f"cannot convert {value!r} to bool")
 
 
+class _RecordTooLarge(Exception):
+    """A CSV record does not fit Arrow's parse block (``row``: about where, 1-based)."""
+
+    def __init__(self, row: int) -> None:
+        super().__init__(f"record {row} does not fit the parse block")
+        self.row = row
+
+
 class _CsvReader:
     def __init__(
         self,
@@ -275,12 +342,12 @@ class _CsvReader:
         self.text_columns = {f.name for f in schema if _needs_text(f.type, self.formats)}
 
     def _options(
-        self, all_text: bool
+        self, all_text: bool, arrow_block: int
     ) -> tuple[pacsv.ReadOptions, pacsv.ParseOptions, pacsv.ConvertOptions]:
         read_options = pacsv.ReadOptions(
             column_names=self.schema.names,
             skip_rows=1 if self.header else 0,
-            block_size=min(self.block_bytes, _CSV_ARROW_BLOCK),
+            block_size=arrow_block,
             use_threads=True,
         )
         parse_options = pacsv.ParseOptions(
@@ -305,26 +372,64 @@ class _CsvReader:
         )
         return read_options, parse_options, convert_options
 
-    def _open(self, all_text: bool, on_bytes: ByteProgress | None) -> tuple[Any, _CountingFile]:
+    def _open(
+        self, all_text: bool, on_bytes: ByteProgress | None, arrow_block: int
+    ) -> tuple[Any, _CountingFile]:
         f = _CountingFile(self.path, on_bytes)
         try:
-            ro, po, co = self._options(all_text)
+            ro, po, co = self._options(all_text, arrow_block)
             return pacsv.open_csv(f, read_options=ro, parse_options=po, convert_options=co), f
         except BaseException:
             f.close()
             raise
 
     def batches(self) -> Iterator[pa.RecordBatch]:
-        rows = 0  # rows yielded (finished)
+        """The file's batches; re-read with larger Arrow blocks while a record does not fit."""
+        arrow_block = min(self.block_bytes, _CSV_ARROW_BLOCK)
+        done = 0  # rows yielded, over every attempt
+        high = 0
+
+        def progress(n: int) -> None:  # a re-read does not move the progress back
+            nonlocal high
+            if n > high:
+                high = n
+                if self.on_bytes is not None:
+                    self.on_bytes(n)
+
+        while True:
+            try:
+                for out in self._attempt(arrow_block, done, progress):
+                    done += out.num_rows
+                    yield out
+                return
+            except _RecordTooLarge as e:
+                if arrow_block >= MAX_CSV_RECORD_BYTES:
+                    raise BadInputData(
+                        f"a CSV record is larger than {MAX_CSV_RECORD_BYTES} bytes, "
+                        "the most a record may hold",
+                        path=str(self.path),
+                        row=e.row,
+                    ) from None
+                arrow_block = min(arrow_block * 4, MAX_CSV_RECORD_BYTES)
+
+    def _attempt(
+        self, arrow_block: int, skip: int, on_bytes: ByteProgress
+    ) -> Iterator[pa.RecordBatch]:
+        """Read with ``arrow_block``-byte parse blocks, past the ``skip`` rows already yielded.
+
+        Raises:
+            _RecordTooLarge: a record does not fit one parse block.
+        """
+        rows = skip  # rows finished (yielded by this attempt or an earlier one)
         parsed = 0  # rows Arrow has parsed and converted
         pending: list[pa.RecordBatch] = []
         pending_bytes = 0
         try:
-            reader, f = self._open(False, self.on_bytes)
+            reader, f = self._open(False, on_bytes, arrow_block)
         except pa.ArrowInvalid as e:
             if "Empty CSV file" in str(e):
                 return
-            raise self._diagnose(e, 0) from e
+            raise self._failure(e, 0, arrow_block) from e
         try:
             while True:
                 try:
@@ -332,8 +437,13 @@ class _CsvReader:
                 except StopIteration:
                     break
                 except pa.ArrowInvalid as e:
-                    raise self._diagnose(e, parsed) from e
+                    raise self._failure(e, parsed, arrow_block) from e
+                start = parsed
                 parsed += batch.num_rows
+                if parsed <= skip:
+                    continue
+                if start < skip:
+                    batch = batch.slice(skip - start)
                 pending.append(batch)
                 pending_bytes += batch.nbytes
                 if pending_bytes >= self.block_bytes:
@@ -348,6 +458,14 @@ class _CsvReader:
                     yield out
         finally:
             f.close()
+
+    def _failure(
+        self, error: pa.ArrowInvalid, rows_ok: int, arrow_block: int
+    ) -> BadInputData | _RecordTooLarge:
+        # Arrow's chunker cannot split a record across parse blocks ("straddling object").
+        if "straddl" in str(error):
+            return _RecordTooLarge(rows_ok + 1)
+        return self._diagnose(error, rows_ok, arrow_block)
 
     def _finish(self, batch: pa.RecordBatch, row_base: int) -> pa.RecordBatch:
         if self.text_columns:
@@ -369,12 +487,12 @@ class _CsvReader:
         _check_not_null(batch, self.schema, row_base, str(self.path))
         return batch
 
-    def _diagnose(self, error: pa.ArrowInvalid, rows_ok: int) -> BadInputData:
+    def _diagnose(self, error: pa.ArrowInvalid, rows_ok: int, arrow_block: int) -> BadInputData:
         """Locate the record behind a typed-parsing failure by re-reading as text."""
         path = str(self.path)
         rows = 0
         try:
-            reader, f = self._open(True, None)
+            reader, f = self._open(True, None, arrow_block)
         except pa.ArrowInvalid:
             return self._diagnose_structure(error)
         try:
@@ -412,7 +530,13 @@ class _CsvReader:
         """Find a record with the wrong number of fields using Python's csv module."""
         path = str(self.path)
         expected = len(self.schema)
-        with open(self.path, newline="", encoding="utf-8", errors="replace") as f:
+        # Python's csv refuses fields over 128 KiB by default; records up to the ingest limit
+        # must be diagnosed (the limit is process-wide, so it is only ever raised).
+        if pycsv.field_size_limit() < MAX_CSV_RECORD_BYTES:
+            pycsv.field_size_limit(MAX_CSV_RECORD_BYTES)
+        with io.TextIOWrapper(
+            _open_input(self.path), newline="", encoding="utf-8", errors="replace"
+        ) as f:
             reader = pycsv.reader(
                 f,
                 delimiter=self.delimiter or ",",
@@ -422,21 +546,24 @@ class _CsvReader:
                 quoting=pycsv.QUOTE_MINIMAL if self.quote else pycsv.QUOTE_NONE,
                 strict=False,
             )
-            if self.header:
-                next(reader, None)
             record = 0
-            for fields in reader:
-                if not fields:
-                    continue
-                record += 1
-                if len(fields) != expected:
-                    return BadInputData(
-                        f"expected {expected} fields ({', '.join(self.schema.names)}), "
-                        f"got {len(fields)}",
-                        path=path,
-                        row=record,
-                        line=reader.line_num,
-                    )
+            try:
+                if self.header:
+                    next(reader, None)
+                for fields in reader:
+                    if not fields:
+                        continue
+                    record += 1
+                    if len(fields) != expected:
+                        return BadInputData(
+                            f"expected {expected} fields ({', '.join(self.schema.names)}), "
+                            f"got {len(fields)}",
+                            path=path,
+                            row=record,
+                            line=reader.line_num,
+                        )
+            except pycsv.Error as e:  # e.g. a field over the limit set above
+                return BadInputData(f"cannot read CSV: {e}", path=path, row=record + 1)
         return BadInputData(f"cannot read CSV: {error}", path=path)
 
 
@@ -467,7 +594,7 @@ def _ndjson_chunks(
     record = 1
     line = 1
     consumed = 0
-    with open(path, "rb") as f:
+    with _open_input(path) as f:
         rest = b""
         while True:
             block = f.read(block_bytes)
@@ -542,12 +669,14 @@ class _JsonArrayScanner:
             self.on_bytes(self._consumed)
         if not raw:
             self.eof = True
-            tail = self._utf8.decode(b"", final=True)
-        else:
-            try:
-                tail = self._utf8.decode(raw)
-            except UnicodeDecodeError as e:
-                raise BadInputData(f"invalid UTF-8: {e}", path=str(self.path)) from None
+        try:
+            # final: a multi-byte sequence cut off by the end of the file is an error too
+            tail = self._utf8.decode(raw, final=not raw)
+        except UnicodeDecodeError as e:
+            at = self._consumed - len(raw) + e.start - len(self._utf8.getstate()[0])
+            raise BadInputData(
+                f"invalid UTF-8 near byte offset {max(at, 0)}: {e.reason}", path=str(self.path)
+            ) from None
         self.text = self.text[self.pos :] + tail
         self.pos = 0
         return bool(raw) or bool(tail)
@@ -567,6 +696,8 @@ class _JsonArrayScanner:
         while True:
             try:
                 value, end = self.decoder.raw_decode(self.text, self.pos)
+            except RecursionError:
+                raise self._malformed(_TOO_DEEP) from None
             except json.JSONDecodeError as e:
                 if self.eof:
                     raise self._malformed(e.msg) from None
@@ -620,8 +751,19 @@ class _JsonArrayScanner:
                 else:
                     raise self._malformed("expected ',' or '}'")
 
+    def _finish(self) -> None:
+        """Read the rest of the file: it must be UTF-8 (a sequence cut off at the end too) and,
+        when the array is the document itself, only whitespace (serde_json: "trailing
+        characters"). The rest of an enclosing ``subPath`` object is not parsed."""
+        while True:
+            if not self.keys and self._skip_ws() != "":
+                raise self._malformed("trailing characters after the array")
+            self.text, self.pos = "", 0
+            if not self._fill():
+                return
+
     def elements(self) -> Iterator[str]:
-        with open(self.path, "rb") as f:
+        with _open_input(self.path) as f:
             self._f = f
             self._fill()
             self._descend()
@@ -635,6 +777,8 @@ class _JsonArrayScanner:
             self.pos += 1
             index = 0
             if self._skip_ws() == "]":
+                self.pos += 1
+                self._finish()
                 return
             while True:
                 if self._skip_ws() == "":
@@ -653,6 +797,8 @@ class _JsonArrayScanner:
                 if c == ",":
                     self.pos += 1
                 elif c == "]":
+                    self.pos += 1
+                    self._finish()
                     return
                 else:
                     raise self._malformed("expected ',' or ']' after an array element")
@@ -672,6 +818,7 @@ def _ndjson_batches(
         explicit_schema=json_schema, unexpected_field_behavior="ignore"
     )
     for chunk in chunks:
+        _check_utf8(chunk, path)
         read_options = pajson.ReadOptions(use_threads=True, block_size=len(chunk.data) + 1)
         try:
             table = pajson.read_json(
@@ -713,6 +860,25 @@ def _ndjson_batches(
             ) from None
         if batch.num_rows:
             yield batch
+
+
+def _check_utf8(chunk: _JsonChunk, path: str) -> None:
+    """Refuse text that is not UTF-8: Arrow's JSON reader copies string bytes unchecked."""
+    try:
+        chunk.data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        start = chunk.data.rfind(b"\n", 0, e.start) + 1  # of the line holding the bad byte
+        line = (
+            None
+            if chunk.first_line is None
+            else chunk.first_line + chunk.data.count(b"\n", 0, start)
+        )
+        raise BadInputData(
+            f"invalid UTF-8: {e.reason}",
+            path=path,
+            row=chunk.first_record + _count_records(chunk.data[:start]),
+            line=line,
+        ) from None
 
 
 def _line_of(chunk: _JsonChunk, index: int) -> int | None:
@@ -776,6 +942,9 @@ def _diagnose_json(
     chunk: _JsonChunk, schema: pa.Schema, formats: _Formats, path: str, error: Exception
 ) -> BadInputData:
     record = chunk.first_record - 1
+    # A record too deep for Python's json may be fine for Arrow (which parses iteratively):
+    # it is blamed only if no other record explains the failure.
+    too_deep: BadInputData | None = None
     for i, raw in enumerate(chunk.data.split(b"\n")):
         if not raw.strip():
             continue
@@ -783,6 +952,10 @@ def _diagnose_json(
         line = chunk.first_line + i if chunk.first_line is not None else None
         try:
             obj = json.loads(raw)
+        except RecursionError:
+            if too_deep is None:
+                too_deep = BadInputData(_TOO_DEEP, path=path, row=record, line=line)
+            continue
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             return BadInputData(f"invalid JSON: {e}", path=path, row=record, line=line)
         if not isinstance(obj, dict):
@@ -796,6 +969,8 @@ def _diagnose_json(
             problem = _json_value_error(obj.get(field.name), field.type)
             if problem is not None:
                 return BadInputData(problem, path=path, column=field.name, row=record, line=line)
+    if too_deep is not None:
+        return too_deep
     first, last = chunk.first_record, chunk.first_record + chunk.num_records - 1
     return BadInputData(f"cannot read JSON records {first}-{last}: {error}", path=path)
 
@@ -808,8 +983,15 @@ def _diagnose_json(
 def _parquet_batches(
     path: Path, schema: pa.Schema, on_bytes: ByteProgress | None
 ) -> Iterator[pa.RecordBatch]:
+    with _open_input(path) as source:
+        yield from _parquet_file_batches(source, path, schema, on_bytes)
+
+
+def _parquet_file_batches(
+    source: BinaryIO, path: Path, schema: pa.Schema, on_bytes: ByteProgress | None
+) -> Iterator[pa.RecordBatch]:
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(source)
     except (pa.ArrowInvalid, OSError) as e:
         raise BadInputData(f"not a valid Parquet file: {e}", path=str(path)) from None
     present = set(pf.schema_arrow.names)
@@ -821,7 +1003,7 @@ def _parquet_batches(
                 column=name,
             )
     total = pf.metadata.num_rows or 1
-    size = path.stat().st_size
+    size = os.fstat(source.fileno()).st_size
     rows = 0
     for batch in pf.iter_batches(batch_size=_PARQUET_BATCH_ROWS, columns=schema.names):
         columns = []
