@@ -8,6 +8,7 @@ errors (a typo must not silently fall back to a default), and so are out-of-rang
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
@@ -118,6 +119,17 @@ class PipelineSection:
 
 
 @dataclass(frozen=True, slots=True)
+class TransferSection:
+    """``[transfer]``: the pace every object read of a pull must keep, and which HTTP sources
+    the node will contact (``node.transfer.policy``)."""
+
+    deadline_base_s: float
+    min_rate_bytes_per_s: int
+    allow_private_sources: bool
+    allowed_source_networks: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataSection:
     """``[metadata]``."""
 
@@ -136,6 +148,7 @@ class NodeConfig:
     ipfs: IpfsSection
     engine: EngineSection
     pipeline: PipelineSection
+    transfer: TransferSection
     metadata: MetadataSection
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
@@ -159,6 +172,7 @@ _SECTION_TYPES = {
     "ipfs": IpfsSection,
     "engine": EngineSection,
     "pipeline": PipelineSection,
+    "transfer": TransferSection,
     "metadata": MetadataSection,
 }
 
@@ -234,7 +248,24 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError(f"metadata.block_version: {cfg.metadata.block_version} is not 2 or 3")
     if cfg.engine.idle_timeout_s < 0 or cfg.engine.memory_limit_mib < 0:
         raise ConfigError("engine.idle_timeout_s and engine.memory_limit_mib must be >= 0")
+    if cfg.transfer.deadline_base_s <= 0 or cfg.transfer.min_rate_bytes_per_s <= 0:
+        raise ConfigError("transfer.deadline_base_s and transfer.min_rate_bytes_per_s must be > 0")
+    networks = []
+    for cidr in cfg.transfer.allowed_source_networks:
+        try:
+            networks.append(ipaddress.ip_network(cidr.strip(), strict=False))
+        except ValueError as e:
+            raise ConfigError(
+                f"transfer.allowed_source_networks: {cidr!r} is not an IP network in CIDR form "
+                f"({e})"
+            ) from None
     if cfg.network.loopback_only:
+        for net in networks:
+            if not net.is_loopback:
+                raise ConfigError(
+                    f"transfer.allowed_source_networks entry {str(net)!r} is not loopback but "
+                    "network.isolation is 'loopback-only' (only loopback sources are contacted)"
+                )
         for host, what in (
             (cfg.rpc.host, "rpc.host"),
             (cfg.http.host, "http.host"),
@@ -317,6 +348,7 @@ __all__ = [
     "P2pSection",
     "PipelineSection",
     "RpcSection",
+    "TransferSection",
     "default_config_text",
     "load_config",
 ]

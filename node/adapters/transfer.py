@@ -6,27 +6,67 @@ from collections.abc import Callable
 from typing import Any
 
 from coordinator.storage.repository import DatasetRepository
-from node.app.fetch import PullDiverged, PullRejected
+from node.app.fetch import PullDiverged, PullRefused, PullRejected
+from node.config import NodeConfig
+from node.transfer.policy import SourcePolicy
+
+
+def source_policy(config: NodeConfig | None) -> SourcePolicy:
+    """The HTTP source policy of ``config`` (``None``: the default config's, loopback only).
+
+    ``loopback-only`` isolation allows loopback sources only, whatever ``[transfer]`` says;
+    open isolation allows public addresses plus what ``transfer.allow_private_sources`` and
+    ``transfer.allowed_source_networks`` add.
+    """
+    if config is None or config.network.loopback_only:
+        return SourcePolicy()
+    t = config.transfer
+    return SourcePolicy.open(
+        allow_private=t.allow_private_sources, allowed_networks=t.allowed_source_networks
+    )
 
 
 class TransferAdapter:
-    """:class:`~node.app.ports.TransferPort`: pulls into ``repo``; errors in the app's terms."""
+    """:class:`~node.app.ports.TransferPort`: pulls into ``repo``; errors in the app's terms.
+
+    ``config`` supplies the source policy and the pace of reads (``[network]``,
+    ``[transfer]``); without one the defaults apply. User-requested pulls (``dataset.pull``,
+    the CLI) and announcement-derived ones go through the same policy.
+    """
 
     def __init__(
         self,
         repo: DatasetRepository,
         ipfs_api: Callable[[], str | None],
         ipfs_gateway: str | None = None,
+        *,
+        config: NodeConfig | None = None,
     ) -> None:
         self._repo = repo
         self._ipfs_api = ipfs_api
         self._ipfs_gateway = ipfs_gateway
+        self._config = config
+        self._policy = source_policy(config)
 
     async def pull(self, url: str, *, alias: str | None, force: bool = False) -> dict[str, Any]:
-        """Pull ``url``; :class:`PullDiverged` / :class:`PullRejected` for the fetcher's choices."""
-        from node.transfer.errors import DivergedHeads, ObjectRejected
-        from node.transfer.pull import pull_url
+        """Pull ``url``; :class:`PullDiverged` / :class:`PullRejected` / :class:`PullRefused` for
+        the fetcher's choices."""
+        # Imported here: the pull brings pyarrow, which an idle daemon should not pay for.
+        from node.transfer.errors import (
+            DivergedHeads,
+            InvalidSourceUrl,
+            ObjectRejected,
+            SourceRefused,
+        )
+        from node.transfer.pull import PullOptions, pull_url
 
+        options = None
+        if self._config is not None:
+            t = self._config.transfer
+            options = PullOptions(
+                deadline_base_s=t.deadline_base_s,
+                min_rate_bytes_per_s=float(t.min_rate_bytes_per_s),
+            )
         try:
             result = await pull_url(
                 self._repo,
@@ -35,9 +75,13 @@ class TransferAdapter:
                 force=force,
                 ipfs_api=self._ipfs_api(),
                 ipfs_gateway=self._ipfs_gateway,
+                options=options,
+                policy=self._policy,
             )
         except DivergedHeads as e:
             raise PullDiverged(str(e)) from e
         except ObjectRejected as e:
             raise PullRejected(str(e)) from e
+        except (SourceRefused, InvalidSourceUrl) as e:
+            raise PullRefused(str(e)) from e
         return dict(result.to_dict())

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from coordinator.errors import CONFLICT, VERIFICATION_FAILED, OdfNodeError
+from coordinator.errors import CONFLICT, INVALID_INPUT, VERIFICATION_FAILED, OdfNodeError
 from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
@@ -33,6 +33,14 @@ class PullRejected(OdfNodeError):
     """A source served something that does not verify (the next source is tried)."""
 
     rpc_code = VERIFICATION_FAILED
+
+
+class PullRefused(OdfNodeError):
+    """The source is not one this node will contact: its URL is unusable or the source policy
+    refuses its address (or where it redirects). The next source is tried; retrying the same
+    one cannot help."""
+
+    rpc_code = INVALID_INPUT
 
 
 class PullDiverged(OdfNodeError):
@@ -73,9 +81,18 @@ class ChainFetcher:
         return did.as_multibase()
 
     def sources(self, locations: FetchLocations) -> list[str]:
-        """URLs to try, IPFS first (when this node runs IPFS), then HTTP."""
+        """URLs to try, IPFS first (when this node runs IPFS), then HTTP.
+
+        Only ``http(s)://`` locations are taken from an announcement (the wire format already
+        refuses others; checked again because a local path or ``file://`` URL here would read
+        this node's own files). Which hosts they may reach is the transfer's source policy.
+        """
         urls = [f"ipfs://{c}" for c in locations.ipfs_cids] if self._ipfs_enabled() else []
-        urls += [u.rstrip("/") for u in locations.http_urls]
+        urls += [
+            u.rstrip("/")
+            for u in locations.http_urls
+            if u.lower().startswith(("http://", "https://"))
+        ]
         return urls
 
     async def __call__(self, req: RequestFetch) -> bool:
@@ -95,6 +112,15 @@ class ChainFetcher:
                     self._metrics.pulls.labels("diverged").inc()
                     log.warning("pull of %s from %s: %s", did, url, e)
                     return False
+                except PullRefused as e:
+                    # An announcement naming an address the policy forbids (an internal host,
+                    # a metadata endpoint): logged for the operator, never contacted.
+                    self._metrics.pulls.labels("refused").inc()
+                    errors.append(f"{url}: {e}")
+                    await self._state.log_event(
+                        "pull.refused", did.as_did_str(), {"url": url, "error": str(e)}
+                    )
+                    continue
                 except PullRejected as e:
                     self._metrics.pulls.labels("rejected").inc()
                     errors.append(f"{url}: {e}")
@@ -128,4 +154,4 @@ def descends(ds: Dataset, head: Multihash, base: Multihash | None) -> bool:
     return False
 
 
-__all__ = ["ChainFetcher", "PullDiverged", "PullRejected", "descends"]
+__all__ = ["ChainFetcher", "PullDiverged", "PullRefused", "PullRejected", "descends"]

@@ -283,7 +283,7 @@ class Daemon:
         work.handle("verify", verify.run)
         work.handle("publish", publish.run)
         work.handle("dispute", verify.run_rejected_head)
-        transfer = TransferAdapter(self.repo, lambda: self.ipfs.api_url)
+        transfer = TransferAdapter(self.repo, lambda: self.ipfs.api_url, config=self.config)
         datasets = DatasetUseCases(
             self.repo,
             self.engine,

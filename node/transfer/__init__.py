@@ -2,6 +2,7 @@
 
 * :mod:`node.transfer.pull` -- verified, incremental, resumable pulls.
 * :mod:`node.transfer.sources` -- where bytes come from (HTTP, IPFS RPC / gateway, directory).
+* :mod:`node.transfer.policy` -- which HTTP sources the node will contact.
 * :mod:`node.transfer.publish` -- add a dataset to IPFS as kamu does.
 * :mod:`node.transfer.server` -- read-only Simple Transfer Protocol HTTP server.
 """
@@ -12,10 +13,13 @@ from node.transfer.errors import (
     DivergedHeads,
     InvalidRemoteChain,
     InvalidRemoteHead,
+    InvalidSourceUrl,
     ObjectHashMismatch,
     ObjectRejected,
     ObjectSizeMismatch,
     ObjectTooLarge,
+    SourceRefused,
+    SourceTooSlow,
     SourceUnavailable,
     TransferError,
 )
@@ -38,12 +42,15 @@ __all__ = [
     "HeadComparison",
     "InvalidRemoteChain",
     "InvalidRemoteHead",
+    "InvalidSourceUrl",
     "ObjectHashMismatch",
     "ObjectRejected",
     "ObjectSizeMismatch",
     "ObjectTooLarge",
     "PullOptions",
     "PullResult",
+    "SourceRefused",
+    "SourceTooSlow",
     "SourceUnavailable",
     "TransferError",
     "pull_url",

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from coordinator.errors import CONFLICT, UNAVAILABLE, VERIFICATION_FAILED, OdfNodeError
+from coordinator.errors import (
+    CONFLICT,
+    INVALID_INPUT,
+    UNAVAILABLE,
+    VERIFICATION_FAILED,
+    OdfNodeError,
+)
 
 
 class TransferError(OdfNodeError):
@@ -21,6 +27,34 @@ class SourceUnavailable(TransferError):
     def __init__(self, obj: str, message: str) -> None:
         super().__init__(f"{obj}: {message}")
         self.object = obj
+
+
+class SourceTooSlow(SourceUnavailable):
+    """The source delivered an object slower than the minimum transfer rate allows.
+
+    Every object must arrive within ``deadline_base_s + bytes / min_rate_bytes_per_s`` of its
+    request (counting the bytes received so far; see :mod:`node.transfer.pull`): a source that
+    trickles bytes cannot keep a pull running for ever. Not retried within the pull.
+    """
+
+
+class InvalidSourceUrl(TransferError, ValueError):
+    """A pull URL this node cannot use: empty, an unsupported scheme, no host, no dataset name.
+
+    Also a :class:`ValueError`, which is what callers of ``open_source`` caught before.
+    """
+
+    rpc_code = INVALID_INPUT
+
+
+class SourceRefused(TransferError):
+    """The source policy forbids contacting this address, or where a redirect leads.
+
+    Bad input, not an outage: retrying the same URL can only give the same answer
+    (:mod:`node.transfer.policy`).
+    """
+
+    rpc_code = INVALID_INPUT
 
 
 class ObjectRejected(TransferError):

@@ -27,6 +27,15 @@ Anything a source fails to deliver (timeouts, 404, 5xx, drops, short reads) is r
 exponential backoff and finally reported as :class:`SourceUnavailable` -- "unknown", not
 "absent". Bytes that fail verification raise a typed :class:`ObjectRejected` naming the object.
 
+Pace: the read of every object (request, headers and body) runs against a deadline that
+grows with the bytes received: ``t0 + deadline_base_s + received / min_rate_bytes_per_s``.
+A read timeout that restarts on every byte would let a source trickling one byte every few
+seconds hold a pull for hours; this deadline ends such a read after about
+``deadline_base_s`` (:class:`SourceTooSlow`, not retried), while a transfer averaging at least
+the minimum rate never meets it. The total time of one object is thereby bounded by
+``deadline_base_s + expected / min_rate_bytes_per_s``, where ``expected`` is its recorded size
+or, for an object of unknown size (``refs/head``, a block, a linked object), its size cap.
+
 Resumption: verified data parts and checkpoints go straight into the dataset's content-addressed
 object stores; verified blocks are cached in ``info/pull-cache/blocks`` (``info/`` is never
 published). A pull into a new dataset is assembled in a hidden ``.pull-<key>`` directory of the
@@ -45,8 +54,9 @@ import random
 import secrets
 import shutil
 from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
@@ -81,9 +91,11 @@ from node.transfer.errors import (
     ObjectHashMismatch,
     ObjectSizeMismatch,
     ObjectTooLarge,
+    SourceTooSlow,
     SourceUnavailable,
 )
 from node.transfer.linked import LinkSummary, LinkSummaryError, link_choices, link_summary
+from node.transfer.policy import SourcePolicy
 from node.transfer.sources import Source, TransientSourceError, default_alias, open_source
 
 log = logging.getLogger(__name__)
@@ -118,7 +130,8 @@ class PullOptions:
     new dataset (beyond it the pull falls back to reading blocks one by one).
     ``max_speculative_bytes`` bounds the data a new dataset's pull downloads while its
     metadata still streams, before the chain is validated (see :class:`_Speculation`;
-    0 turns that off).
+    0 turns that off). ``deadline_base_s`` and ``min_rate_bytes_per_s`` set the pace every
+    object read must keep (module docstring; ``[transfer]`` in the node config).
     """
 
     max_ref_size: int = 1024
@@ -132,6 +145,8 @@ class PullOptions:
     backoff_s: float = 0.2
     backoff_max_s: float = 5.0
     durable: bool = True
+    deadline_base_s: float = 60.0
+    min_rate_bytes_per_s: float = 16384.0
 
 
 @dataclass
@@ -204,12 +219,29 @@ class _Fetcher:
             f"attempts ({last})",
         )
 
+    @asynccontextmanager
+    async def paced(self, rel: str, expected: int) -> AsyncIterator[AsyncIterator[bytes]]:
+        """``source.open(rel)`` under the pace deadline (module docstring).
+
+        The deadline covers opening (connection, request, headers) and each chunk; the
+        consumer's own work between chunks runs outside any timeout scope, so a deadline never
+        interrupts hashing or writing half-way. ``expected`` (recorded size, else the cap) only
+        bounds how far received bytes extend the deadline.
+
+        Raises:
+            SourceTooSlow: the deadline passed before the next chunk (or the headers) arrived.
+        """
+        pace = _Pace(self.source.description, rel, self.opts, expected)
+        async with AsyncExitStack() as stack:
+            chunks = await pace.within(stack.enter_async_context(self.source.open(rel)))
+            yield pace.stream(chunks)
+
     async def read_bytes(self, rel: str, cap: int) -> bytes:
         """The whole object at ``rel``; more than ``cap`` bytes is rejected."""
 
         async def op() -> bytes:
             buf = bytearray()
-            async with self.source.open(rel) as chunks:
+            async with self.paced(rel, cap) as chunks:
                 async for chunk in chunks:
                     buf += chunk
                     if len(buf) > cap:
@@ -266,7 +298,7 @@ class _Fetcher:
             try:
                 batch: list[bytes] = []
                 pending = 0
-                async with self.source.open(rel) as chunks:
+                async with self.paced(rel, limit) as chunks:
                     async for chunk in chunks:
                         n += len(chunk)
                         if n > limit:
@@ -292,6 +324,52 @@ class _Fetcher:
             return n
 
         return await self.retrying(rel, op)
+
+
+class _Pace:
+    """The deadline of one object read: ``t0 + base + min(received, expected) / min_rate``."""
+
+    def __init__(self, source: str, rel: str, opts: PullOptions, expected: int) -> None:
+        self.source = source
+        self.rel = rel
+        self.base = opts.deadline_base_s
+        self.rate = opts.min_rate_bytes_per_s
+        self.expected = expected
+        self.received = 0
+        self.t0 = asyncio.get_running_loop().time()
+
+    def deadline(self) -> float:
+        """When the read must have delivered its next chunk (event-loop clock)."""
+        return self.t0 + self.base + min(self.received, self.expected) / self.rate
+
+    async def within(self, aw: Awaitable[T]) -> T:
+        """Await ``aw`` under the current deadline; :class:`SourceTooSlow` when it passes."""
+        scope = asyncio.timeout_at(self.deadline())
+        try:
+            async with scope:
+                return await aw
+        except TimeoutError:
+            if not scope.expired():
+                raise  # the source's own timeout (a transient failure), not the pace
+            elapsed = asyncio.get_running_loop().time() - self.t0
+            total = self.base + self.expected / self.rate
+            raise SourceTooSlow(
+                self.rel,
+                f"{self.source} delivered {self.received} bytes in {elapsed:.1f}s, slower than "
+                f"the minimum rate of {self.rate:g} B/s after a {self.base:g}s grace "
+                f"(whole object due within {total:.1f}s)",
+            ) from None
+
+    async def stream(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """``chunks``, each awaited under the deadline the bytes so far have earned."""
+        it = aiter(chunks)
+        while True:
+            try:
+                chunk = await self.within(anext(it))
+            except StopAsyncIteration:
+                return
+            self.received += len(chunk)
+            yield chunk
 
 
 def _data_objects(ds: Dataset, blocks: list[m.MetadataBlock]) -> list[_DataObject]:
@@ -954,12 +1032,23 @@ async def pull_url(
     ipfs_gateway: str | None = None,
     options: PullOptions | None = None,
     timeout_s: float = 30.0,
+    policy: SourcePolicy | None = None,
 ) -> PullResult:
     """Pull from a URL (``ipfs://``, ``ipns://``, ``http(s)://``, ``file://`` or a path).
 
-    The local alias defaults to the URL's last path segment, as in kamu.
+    The local alias defaults to the URL's last path segment, as in kamu. An HTTP source
+    contacts only what ``policy`` allows (default: loopback only, as a default-configured
+    node; :mod:`node.transfer.policy`).
+
+    Raises:
+        InvalidSourceUrl: the URL is empty, has an unsupported scheme or names no dataset.
+        SourceRefused: the policy forbids the source's address or where it redirects.
+        SourceTooSlow: an object arrived slower than ``options``' minimum rate.
+        plus everything :func:`pull` raises.
     """
-    source = open_source(url, ipfs_api=ipfs_api, ipfs_gateway=ipfs_gateway, timeout_s=timeout_s)
+    source = open_source(
+        url, ipfs_api=ipfs_api, ipfs_gateway=ipfs_gateway, timeout_s=timeout_s, policy=policy
+    )
     try:
         key = hashlib.sha256(url.encode()).hexdigest()[:20]
         return await pull(

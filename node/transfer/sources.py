@@ -4,6 +4,10 @@ A :class:`Source` maps a relative dataset path (``refs/head``, ``blocks/<hash>``
 ``data/<hash>``, ``checkpoints/<hash>``) to a byte stream. Every failure to obtain the bytes
 (timeout, connection error, 404, 5xx) raises :class:`TransientSourceError`: the pull treats it
 as "unknown, retry with backoff", never as "absent".
+
+HTTP sources contact only what their :class:`~node.transfer.policy.SourcePolicy` allows: the
+base URL, every redirect hop (followed here, at most ``MAX_REDIRECTS``, each checked) and every
+address a host name resolves to (:class:`~node.transfer.policy.PolicyResolver`).
 """
 
 from __future__ import annotations
@@ -16,12 +20,18 @@ from typing import Protocol
 from urllib.parse import unquote, urlparse
 
 import aiohttp
+from aiohttp.abc import AbstractResolver
+from yarl import URL
 
 from coordinator.errors import UNAVAILABLE, OdfNodeError
 from node.ipfs.car import RAW_CODEC, CarError, read_car
 from node.ipfs.client import GatewayReader, IpfsClient, IpfsError, IpfsReader
+from node.transfer.errors import InvalidSourceUrl, SourceRefused
+from node.transfer.policy import PolicyResolver, SourcePolicy
 
 _CHUNK = 1 << 20
+MAX_REDIRECTS = 5
+_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
 
 class TransientSourceError(OdfNodeError):
@@ -60,26 +70,77 @@ class Source(Protocol):
 
 
 class HttpSource:
-    """ODF Simple Transfer Protocol over HTTP(S): ``GET {base}/{rel}``."""
+    """ODF Simple Transfer Protocol over HTTP(S): ``GET {base}/{rel}``.
 
-    def __init__(self, base_url: str, *, timeout_s: float = 30.0) -> None:
+    Only addresses ``policy`` allows are contacted (default: loopback only, the policy of a
+    node with the default configuration). ``resolver`` replaces the system resolver under the
+    policy check (tests).
+
+    Raises:
+        InvalidSourceUrl: ``base_url`` is not an ``http(s)://`` URL with a host.
+        SourceRefused: its host is an IP address the policy refuses.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 30.0,
+        policy: SourcePolicy | None = None,
+        resolver: AbstractResolver | None = None,
+    ) -> None:
         self.base = base_url.rstrip("/")
         self.description = self.base
+        self.policy = policy if policy is not None else SourcePolicy()
+        self.policy.check_url(self.base)
+        self._resolver = resolver
         self._timeout = aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_read=timeout_s)
         self._session: aiohttp.ClientSession | None = None
 
     def _sess(self) -> aiohttp.ClientSession:
         if self._session is None:
+            # Every host name goes through the policy resolver: aiohttp connects only to the
+            # addresses it returns, so what is checked is what is connected to. No proxies from
+            # the environment (trust_env=False): a proxy would connect on our behalf, unchecked.
+            connector = aiohttp.TCPConnector(resolver=PolicyResolver(self.policy, self._resolver))
             self._session = aiohttp.ClientSession(
-                timeout=self._timeout, auto_decompress=False, raise_for_status=False
+                connector=connector,
+                timeout=self._timeout,
+                auto_decompress=False,
+                raise_for_status=False,
+                trust_env=False,
             )
         return self._session
+
+    async def _get(self, url: str) -> aiohttp.ClientResponse:
+        """``GET url``, following at most ``MAX_REDIRECTS`` redirects, each policy-checked.
+
+        aiohttp's own redirect following would contact any host a source names; here every
+        hop's URL is checked (scheme, IP literal) before it is requested, and its host name is
+        checked by the resolver like the first one.
+        """
+        target = self.policy.check_url(url, "source")
+        for _ in range(MAX_REDIRECTS + 1):
+            r = await self._sess().get(target, allow_redirects=False)
+            location = r.headers.get("Location")
+            if r.status not in _REDIRECT_STATUSES or not location:
+                return r
+            r.release()
+            try:
+                nxt = target.join(URL(location))
+            except ValueError as e:
+                raise SourceRefused(f"redirect from {str(target)!r} to {location!r}: {e}") from None
+            try:
+                target = self.policy.check_url(nxt, f"redirect from {str(target)!r} to")
+            except InvalidSourceUrl as e:
+                raise SourceRefused(str(e)) from None
+        raise TransientSourceError(f"more than {MAX_REDIRECTS} redirects from {url}")
 
     @asynccontextmanager
     async def open(self, rel: str) -> AsyncIterator[AsyncIterator[bytes]]:
         """Stream ``GET {base}/{rel}``."""
         try:
-            async with self._sess().get(f"{self.base}/{rel}", allow_redirects=True) as r:
+            async with await self._get(f"{self.base}/{rel}") as r:
                 if r.status != 200:
                     raise TransientSourceError(f"HTTP {r.status}")
                 yield r.content.iter_any()
@@ -249,18 +310,26 @@ def open_source(
     ipfs_api: str | None = None,
     ipfs_gateway: str | None = None,
     timeout_s: float = 30.0,
+    policy: SourcePolicy | None = None,
 ) -> Source:
     """A :class:`Source` for a pull URL.
 
     ``ipfs://CID[/path]`` and ``ipns://NAME[/path]`` go through the RPC API ``ipfs_api`` if
     given, else through the HTTP gateway ``ipfs_gateway`` (default ``http://127.0.0.1:8080``,
-    kamu's default); ``http(s)://`` is the Simple Transfer Protocol; ``file://`` and plain paths
-    are local directories.
+    kamu's default); ``http(s)://`` is the Simple Transfer Protocol, under ``policy`` (default:
+    loopback only); ``file://`` and plain paths are local directories. The IPFS API and
+    gateway are the operator's own configuration and are not policy-checked.
+
+    Raises:
+        InvalidSourceUrl: an empty URL, an unsupported scheme or a missing CID / host.
+        SourceRefused: an HTTP URL whose host is an IP address ``policy`` refuses.
     """
+    if not url.strip():
+        raise InvalidSourceUrl("empty pull URL")
     u = urlparse(url)
     if u.scheme in ("ipfs", "ipns"):
         if not u.netloc:
-            raise ValueError(f"missing CID / name in {url!r}")
+            raise InvalidSourceUrl(f"missing CID / name in {url!r}")
         reader: IpfsReader
         if ipfs_api:
             reader = IpfsClient(ipfs_api, timeout_s=timeout_s)
@@ -268,20 +337,27 @@ def open_source(
             reader = GatewayReader(ipfs_gateway or "http://127.0.0.1:8080")
         return IpfsSource(reader, f"/{u.scheme}/{u.netloc}{u.path}")
     if u.scheme in ("http", "https"):
-        return HttpSource(url, timeout_s=timeout_s)
+        return HttpSource(url, timeout_s=timeout_s, policy=policy)
     if u.scheme == "file":
         return LocalSource(Path(unquote(u.path)))
     if u.scheme == "" or (len(u.scheme) == 1 and url[1:3] in (":\\", ":/")):
         return LocalSource(Path(url).expanduser())
-    raise ValueError(f"unsupported URL scheme {u.scheme!r} in {url!r}")
+    raise InvalidSourceUrl(
+        f"unsupported URL scheme {u.scheme!r} in {url!r} (use ipfs://, ipns://, http://, "
+        "https://, file:// or a local path)"
+    )
 
 
 def default_alias(url: str) -> str:
-    """The local name kamu would use: the URL's last non-empty path segment (or host / CID)."""
+    """The local name kamu would use: the URL's last non-empty path segment (or host / CID).
+
+    Raises:
+        InvalidSourceUrl: there is no such segment (e.g. ``/``).
+    """
     u = urlparse(url)
     segments = [s for s in unquote(u.path).split("/") if s]
     if segments:
         return segments[-1]
     if u.netloc:
         return u.netloc
-    raise ValueError(f"cannot derive a dataset name from {url!r}; pass --as NAME")
+    raise InvalidSourceUrl(f"cannot derive a dataset name from {url!r}; pass --as NAME")

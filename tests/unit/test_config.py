@@ -39,6 +39,12 @@ def test_precedence_file_then_env_then_overrides(tmp_path: Path) -> None:
         ("[metadata]\nblock_version = 4\n", "block_version"),
         ('[rpc]\nhost = "0.0.0.0"\n', "loopback-only"),
         ('[p2p]\nbootstrap = ["/ip4/10.0.0.1/tcp/1/p2p/Qm"]\n', "not a loopback address"),
+        ("[transfer]\nmin_rate_bytes_per_s = 0\n", "min_rate_bytes_per_s must be > 0"),
+        ("[transfer]\ndeadline_base_s = -1\n", "deadline_base_s"),
+        ('[transfer]\nmin_rate_bytes_per_s = "fast"\n', "expected an integer"),
+        ('[transfer]\nallowed_source_networks = ["10.0.0.0/33"]\n', "not an IP network"),
+        ('[transfer]\nallowed_source_networks = ["10.0.0.0/8"]\n', "loopback-only"),
+        ("[transfer]\nallow_private_sources = 1\n", "expected a boolean"),
         ("[rpc\n", "config.toml"),
     ],
 )
@@ -66,3 +72,22 @@ def test_finished_work_retention_is_validated() -> None:
     assert cfg.pipeline.keep_finished_work_days == 0
     with pytest.raises(ConfigError, match="keep_finished_work_days"):
         load_config(None, environ={"ODF_NODE_PIPELINE_KEEP_FINISHED_WORK_DAYS": "-1"})
+
+
+def test_transfer_settings() -> None:
+    t = load_config(None, environ={}).transfer
+    assert t.deadline_base_s > 0 and t.min_rate_bytes_per_s > 0
+    assert not t.allow_private_sources and t.allowed_source_networks == ()
+    cfg = load_config(
+        None,
+        environ={
+            "ODF_NODE_NETWORK_ISOLATION": "open",
+            "ODF_NODE_TRANSFER_ALLOWED_SOURCE_NETWORKS": "10.1.2.0/24, fd00:1::/64",
+            "ODF_NODE_TRANSFER_MIN_RATE_BYTES_PER_S": "4096",
+        },
+    )
+    assert cfg.transfer.allowed_source_networks == ("10.1.2.0/24", "fd00:1::/64")
+    assert cfg.transfer.min_rate_bytes_per_s == 4096
+    # loopback-only mode accepts loopback entries (they change nothing there)
+    ok = load_config(None, environ={"ODF_NODE_TRANSFER_ALLOWED_SOURCE_NETWORKS": "127.0.0.0/8"})
+    assert ok.transfer.allowed_source_networks == ("127.0.0.0/8",)
