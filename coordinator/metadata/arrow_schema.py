@@ -49,7 +49,7 @@ them); arrow-rs 48 cannot represent the pyarrow-only ones either.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 import flatbuffers
@@ -403,10 +403,14 @@ def _build_members(builder: flatbuffers.Builder, data_type: pa.DataType, depth: 
 
 
 class _Reader:
-    """Bounds-checked access to a FlatBuffer, with a work budget against offset cycles/sharing.
+    """Bounds-checked access to a FlatBuffer, with a budget against shared offsets and cycles.
 
-    Every vector element and string byte visited costs one unit; a well-formed buffer never
-    needs more units than it has bytes, so the budget keeps decoding linear in the input size.
+    Every object read is charged the bytes it must occupy on its own in a buffer where nothing is
+    shared: a table 4 (its vtable offset; vtables are shared legitimately), a vector 4 plus its
+    elements, a string 4 plus its bytes. A builder never lets two objects overlap, so an honest
+    buffer costs at most its size, and the budget is exactly that: whatever the offsets, decoding
+    reads and builds no more than the buffer holds (the same rule as the block decoder,
+    ``coordinator/metadata/flatbuffers_serde.py``).
     """
 
     __slots__ = ("budget", "data", "size")
@@ -414,12 +418,15 @@ class _Reader:
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.size = len(data)
-        self.budget = len(data) + 64
+        self.budget = len(data)
 
     def spend(self, units: int) -> None:
         self.budget -= units
         if self.budget < 0:
-            raise DecodeError("Arrow schema: buffer references more data than it holds")
+            raise DecodeError(
+                "Arrow schema: shared offsets make the buffer decode to more than its own size "
+                f"({self.size} bytes)"
+            )
 
     def unpack(self, fmt: str, pos: int, size: int) -> int:
         if pos < 0 or pos + size > self.size:
@@ -458,13 +465,15 @@ class _Reader:
         start = pos + 4
         if start + count * elem_size > self.size:
             raise DecodeError(f"Arrow schema: vector at {pos} overruns the buffer")
-        self.spend(count)
+        self.spend(4 + count * elem_size)
         return start, count
 
     def string(self, pos: int) -> str:
         start, length = self.vector(pos, 1)
         try:
-            return self.data[start : start + length].decode("utf-8")
+            # Decoded straight from the buffer: a long name costs no transient copy.
+            with memoryview(self.data) as view:
+                return str(view[start : start + length], "utf-8")
         except UnicodeDecodeError as exc:
             raise DecodeError(f"Arrow schema: string at {pos} is not valid UTF-8") from exc
 
@@ -475,6 +484,7 @@ class _Table:
     __slots__ = ("object_len", "pos", "reader", "vtable", "vtable_len")
 
     def __init__(self, reader: _Reader, pos: int) -> None:
+        reader.spend(4)
         self.reader = reader
         self.pos = pos
         self.vtable = pos - reader.i32(pos)
@@ -529,12 +539,18 @@ class _Table:
         pos = self.ref(slot)
         return None if pos is None else self.reader.string(pos)
 
-    def tables(self, slot: int) -> list[_Table] | None:
+    def tables(self, slot: int) -> Iterator[_Table] | None:
+        """The tables of a vector, read one at a time as they are consumed (``None``: absent).
+
+        Lazily, so that the budget stops a hostile vector at the first object past it rather
+        than after a view of every element was built.
+        """
         pos = self.ref(slot)
         if pos is None:
             return None
         start, count = self.reader.vector(pos, 4)
-        return [self.reader.table(self.reader.deref(start + 4 * i)) for i in range(count)]
+        reader = self.reader
+        return (reader.table(reader.deref(start + 4 * i)) for i in range(count))
 
     def int32s(self, slot: int) -> list[int] | None:
         pos = self.ref(slot)
@@ -575,9 +591,9 @@ def decode_arrow_schema(data: bytes | bytearray | memoryview) -> pa.Schema:
         raise DecodeError(f"Arrow schema: {exc}") from exc
 
 
-def _decode_metadata(pairs: list[_Table] | None) -> dict[str, str] | None:
+def _decode_metadata(pairs: Iterator[_Table] | None) -> dict[str, str] | None:
     """Custom metadata; like arrow-rs, pairs missing a key or value are skipped, last wins."""
-    if not pairs:
+    if pairs is None:
         return None
     metadata: dict[str, str] = {}
     for pair in pairs:
@@ -591,7 +607,6 @@ def _decode_metadata(pairs: list[_Table] | None) -> dict[str, str] | None:
 def _decode_field(table: _Table, depth: int) -> pa.Field:
     if depth > _MAX_DEPTH:
         raise DecodeError(f"Arrow schema: type nesting deeper than {_MAX_DEPTH} levels")
-    table.reader.spend(1)
     name = table.string(_FIELD_NAME) or ""
     if table.ref(_FIELD_DICTIONARY) is not None:
         raise DecodeError(f"Arrow schema: field {name!r} is dictionary-encoded (unsupported)")

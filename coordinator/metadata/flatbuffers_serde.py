@@ -23,7 +23,7 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import flatbuffers
 
@@ -48,6 +48,7 @@ SUPPORTED_BLOCK_VERSIONS: Final = frozenset({BLOCK_VERSION_V2, BLOCK_VERSION_V3}
 DEFAULT_BLOCK_VERSION: Final = BLOCK_VERSION_V2
 
 _U64_MAX: Final = (1 << 64) - 1
+_Decoded = TypeVar("_Decoded")
 
 
 class _K(Enum):
@@ -459,8 +460,20 @@ def encode_block(block: m.MetadataBlock, version: int = DEFAULT_BLOCK_VERSION) -
 # A straight-line decoder is generated per table from SPECS (a generic interpreter loop was ~3x
 # slower, and chain validation speed is bounded by decoding). Every position is derived from
 # unsigned offsets except the vtable position, which is checked; reads past the end raise
-# ``struct.error`` and slices are length-checked, and :func:`_guard` maps all of it to
-# :class:`InvalidBlock`.
+# ``struct.error`` and slices are length-checked, and :func:`decode_block_content` maps all of it
+# to :class:`InvalidBlock`.
+#
+# Amplification budget. Nothing in the format stops N offsets from pointing at one string or
+# table, and a decoder that follows them materialises that object N times: a 140 KB block could
+# name 10^9 characters, and nested sharing grows quadratically. The block's hash cannot help (the
+# block is named by it). So every object a decode materialises is charged the bytes it must
+# occupy on its own in a buffer where nothing is shared: a string or byte vector 4 + its length,
+# a vector 4 + 4 per element, a table 4 (its vtable offset; vtables are shared legitimately and
+# are not charged). Objects of a FlatBuffers builder never overlap, so a block from any builder
+# that does not share objects (kamu's, ours) costs at most its own size; the budget is exactly
+# that size, and the charge is taken *before* the object is built. Decoded text and object count
+# therefore stay within the block's size, and decoding time linear in it, whatever the offsets.
+# The budget is a one-element list (the fastest mutable cell for the generated code).
 
 _u8 = struct.Struct("<B").unpack_from
 _u16 = struct.Struct("<H").unpack_from
@@ -472,10 +485,22 @@ _ts = struct.Struct("<iHHII").unpack_from
 _MAX_SLOTS: Final = max(s.num_slots for s in SPECS.values())
 _VT_UNPACK: Final = [struct.Struct(f"<{k}H").unpack_from for k in range(_MAX_SLOTS + 1)]
 _ZEROS: Final = [(0,) * k for k in range(_MAX_SLOTS + 1)]
+#: Strings at least this long are decoded from a memoryview (slicing first is faster below it).
+_VIEW_DECODE_MIN: Final = 4096
 
 
-def _vtable(data: bytes, tpos: int, nslots: int) -> tuple[int, ...]:
+def _over_budget(budget: list[int]) -> InvalidBlock:
+    return InvalidBlock(
+        "malformed flatbuffer: shared offsets make the block decode to more than its own "
+        f"size ({budget[1]} bytes)"
+    )
+
+
+def _vtable(data: bytes, tpos: int, nslots: int, bud: list[int]) -> tuple[int, ...]:
     """The field offsets of the table at ``tpos``, padded with zeros to ``nslots``."""
+    bud[0] -= 4
+    if bud[0] < 0:
+        raise _over_budget(bud)
     vt = tpos - _i32(data, tpos)[0]
     if vt < 0:
         raise InvalidBlock(f"malformed flatbuffer: vtable of table at {tpos} out of bounds")
@@ -492,44 +517,69 @@ def _deref(data: bytes, pos: int) -> int:
     return pos + _u32(data, pos)[0]  # type: ignore[no-any-return]
 
 
-def _vector(data: bytes, pos: int, elem_size: int) -> tuple[int, int]:
+def _vector(data: bytes, pos: int, elem_size: int, bud: list[int]) -> tuple[int, int]:
     """``(first element position, count)`` of the vector referenced from ``pos``."""
     vpos = pos + _u32(data, pos)[0]
     count: int = _u32(data, vpos)[0]
     if vpos + 4 + count * elem_size > len(data):
         raise InvalidBlock(f"malformed flatbuffer: vector of {count} at {vpos} overruns buffer")
+    bud[0] -= 4 + count * elem_size
+    if bud[0] < 0:
+        raise _over_budget(bud)
     return vpos + 4, count
 
 
-def _bytes_at(data: bytes, pos: int) -> bytes:
+def _bytes_at(data: bytes, pos: int, bud: list[int]) -> bytes:
     vpos = pos + _u32(data, pos)[0]
     count = _u32(data, vpos)[0]
     vpos += 4
     if vpos + count > len(data):
         raise InvalidBlock(f"malformed flatbuffer: byte vector of {count} overruns buffer")
+    bud[0] -= 4 + count
+    if bud[0] < 0:
+        raise _over_budget(bud)
     return data[vpos : vpos + count]
 
 
-def _string_at(data: bytes, pos: int) -> str:
-    raw = _bytes_at(data, pos)
+def _string_at(data: bytes, pos: int, bud: list[int]) -> str:
+    vpos = pos + _u32(data, pos)[0]
+    count = _u32(data, vpos)[0]
+    vpos += 4
+    if vpos + count > len(data):
+        raise InvalidBlock(f"malformed flatbuffer: string of {count} overruns buffer")
+    bud[0] -= 4 + count
+    if bud[0] < 0:
+        raise _over_budget(bud)
     try:
-        return raw.decode("utf-8")
+        if count < _VIEW_DECODE_MIN:
+            return data[vpos : vpos + count].decode("utf-8")
+        # A large string is decoded straight from the buffer, without a transient copy.
+        with memoryview(data) as view:
+            return str(view[vpos : vpos + count], "utf-8")
     except UnicodeDecodeError as e:
         raise InvalidBlock(f"malformed flatbuffer: string at {pos} is not valid UTF-8") from e
 
 
-def _strs(data: bytes, pos: int) -> tuple[str, ...]:
-    start, count = _vector(data, pos, 4)
-    return tuple([_string_at(data, start + 4 * i) for i in range(count)])
+def _strs(data: bytes, pos: int, bud: list[int]) -> tuple[str, ...]:
+    start, count = _vector(data, pos, 4, bud)
+    return tuple([_string_at(data, start + 4 * i, bud) for i in range(count)])
 
 
-def _tables(data: bytes, pos: int, cls: type) -> tuple[Any, ...]:
-    start, count = _vector(data, pos, 4)
+def _tables(data: bytes, pos: int, cls: type, bud: list[int]) -> tuple[Any, ...]:
+    start, count = _vector(data, pos, 4, bud)
     dec = _DECODERS[cls]
-    return tuple([dec(data, _deref(data, start + 4 * i)) for i in range(count)])
+    return tuple([dec(data, _deref(data, start + 4 * i), bud) for i in range(count)])
 
 
-def _union(data: bytes, tpos: int, type_off: int, val_off: int, field: _Field, owner: str) -> Any:
+def _union(
+    data: bytes,
+    tpos: int,
+    type_off: int,
+    val_off: int,
+    field: _Field,
+    owner: str,
+    bud: list[int],
+) -> Any:
     code = _u8(data, tpos + type_off)[0] if type_off else 0
     if code == 0 and val_off == 0:
         if field.required:
@@ -538,16 +588,16 @@ def _union(data: bytes, tpos: int, type_off: int, val_off: int, field: _Field, o
     members = UNIONS[field.arg]
     if not 1 <= code <= len(members) or val_off == 0:
         raise InvalidBlock(f"{owner}.{field.name}: invalid union type code {code}")
-    return _DECODERS[members[code - 1]](data, _deref(data, tpos + val_off))
+    return _DECODERS[members[code - 1]](data, _deref(data, tpos + val_off), bud)
 
 
-def _prep_vec(data: bytes, pos: int, field: _Field) -> tuple[Any, ...]:
-    start, count = _vector(data, pos, 4)
+def _prep_vec(data: bytes, pos: int, field: _Field, bud: list[int]) -> tuple[Any, ...]:
+    start, count = _vector(data, pos, 4, bud)
     steps = []
     for i in range(count):
         wpos = _deref(data, start + 4 * i)
-        t_off, v_off = _vtable(data, wpos, 2)
-        step = _union(data, wpos, t_off, v_off, field, "PrepStepWrapper")
+        t_off, v_off = _vtable(data, wpos, 2, bud)
+        step = _union(data, wpos, t_off, v_off, field, "PrepStepWrapper", bud)
         if step is None:
             raise InvalidBlock("PrepStepWrapper without a value")
         steps.append(step)
@@ -564,37 +614,36 @@ def _missing(owner: str, name: str) -> Any:
 
 
 _FIELD_EXPR: Final[dict[_K, str]] = {
-    _K.HASH: "_mh(_bytes_at(data, tpos + o))",
-    _K.STR: "_string_at(data, tpos + o)",
+    _K.HASH: "_mh(_bytes_at(data, tpos + o, bud))",
+    _K.STR: "_string_at(data, tpos + o, bud)",
     _K.U64: "_u64(data, tpos + o)[0]",
     _K.U64_OPT: "_u64(data, tpos + o)[0]",
-    _K.TABLE: "_DECODERS[{arg}](data, _deref(data, tpos + o))",
+    _K.TABLE: "_DECODERS[{arg}](data, _deref(data, tpos + o), bud)",
     _K.TS: "_timestamp_at(data, tpos + o)",
-    _K.STRS: "_strs(data, tpos + o)",
-    _K.TABLES: "_tables(data, tpos + o, {arg})",
-    _K.DID: "_did(_bytes_at(data, tpos + o))",
-    _K.BYTES: "_bytes_at(data, tpos + o)",
+    _K.STRS: "_strs(data, tpos + o, bud)",
+    _K.TABLES: "_tables(data, tpos + o, {arg}, bud)",
+    _K.DID: "_did(_bytes_at(data, tpos + o, bud))",
+    _K.BYTES: "_bytes_at(data, tpos + o, bud)",
     _K.BOOL_OPT: "bool(_u8(data, tpos + o)[0])",
     _K.ENUM: "{arg}(_i32(data, tpos + o)[0])",
     _K.ENUM_OPT: "{arg}(_i32(data, tpos + o)[0])",
-    _K.PREP_VEC: "_prep_vec(data, tpos + o, {field})",
+    _K.PREP_VEC: "_prep_vec(data, tpos + o, {field}, bud)",
 }
 
 
-def _build_decoder(spec: _TableSpec, ns: dict[str, Any]) -> Callable[[bytes, int], Any]:
-    """Generate the straight-line decoder of one table."""
+def _build_decoder(spec: _TableSpec, ns: dict[str, Any]) -> Callable[[bytes, int, list[int]], Any]:
+    """Generate the straight-line decoder of one table (``bud``: the amplification budget)."""
     name = spec.cls.__name__
     ns[f"_cls_{name}"] = spec.cls
-    lines = [f"def _dec_{name}(data, tpos):"]
-    lines.append(f"    e = _vtable(data, tpos, {spec.num_slots})")
+    lines = [f"def _dec_{name}(data, tpos, bud):"]
+    lines.append(f"    e = _vtable(data, tpos, {spec.num_slots}, bud)")
     args = []
     for i, f in enumerate(spec.fields):
         fref = f"_f_{name}_{i}"
         ns[fref] = f
         if f.kind is _K.UNION:
-            lines.append(
-                f"    v{i} = _union(data, tpos, e[{f.slot}], e[{f.slot + 1}], {fref}, {name!r})"
-            )
+            union_args = f"e[{f.slot}], e[{f.slot + 1}], {fref}, {name!r}, bud"
+            lines.append(f"    v{i} = _union(data, tpos, {union_args})")
         else:
             arg = ""
             if f.arg is not None and not isinstance(f.arg, str):
@@ -614,11 +663,11 @@ def _build_decoder(spec: _TableSpec, ns: dict[str, Any]) -> Callable[[bytes, int
         args.append(f"{f.name}=v{i}")
     lines.append(f"    return _cls_{name}({', '.join(args)})")
     exec("\n".join(lines), ns)
-    fn: Callable[[bytes, int], Any] = ns[f"_dec_{name}"]
+    fn: Callable[[bytes, int, list[int]], Any] = ns[f"_dec_{name}"]
     return fn
 
 
-_DECODERS: dict[type, Callable[[bytes, int], Any]] = {}
+_DECODERS: dict[type, Callable[[bytes, int, list[int]], Any]] = {}
 _NS: dict[str, Any] = {
     "_u8": _u8,
     "_i32": _i32,
@@ -650,11 +699,33 @@ _DECODE_ERRORS: Final = (
 )
 
 
+def new_budget(size: int) -> list[int]:
+    """An amplification budget of ``size`` bytes for :func:`decode_table` (see above)."""
+    return [size, size]
+
+
+def decode_table(cls: type[_Decoded], data: bytes, pos: int, budget: list[int]) -> _Decoded:
+    """Decode the ``cls`` table at ``pos`` of ``data``, charging ``budget`` (:func:`new_budget`).
+
+    For codecs that embed ODF tables in their own messages (the engine protocol): they share one
+    budget over the whole message. Errors are raw (``InvalidBlock``, ``struct.error``, ...); the
+    caller maps them to its own.
+    """
+    value: _Decoded = _DECODERS[cls](data, pos, budget)
+    return value
+
+
 def decode_block_content(inner: bytes) -> m.MetadataBlock:
-    """Decode the inner ``MetadataBlock`` flatbuffer (no manifest)."""
+    """Decode the inner ``MetadataBlock`` flatbuffer (no manifest).
+
+    Decoding materialises at most ``len(inner)`` bytes of strings, vectors and tables (the
+    amplification budget above); a buffer whose shared offsets would exceed that is invalid.
+    """
     data = bytes(inner)
     try:
-        block: m.MetadataBlock = _DECODERS[m.MetadataBlock](data, _deref(data, 0))
+        block: m.MetadataBlock = _DECODERS[m.MetadataBlock](
+            data, _deref(data, 0), new_budget(len(data))
+        )
     except InvalidBlock:
         raise
     except (InvalidMultihash, InvalidDatasetId, DecodeError) as e:
@@ -674,10 +745,11 @@ def decode_manifest(data: bytes) -> tuple[int, bytes]:
     data = bytes(data)
     try:
         tpos = _deref(data, 0)
-        o_kind, o_version, o_content = _vtable(data, tpos, 3)
+        budget = new_budget(len(data))  # one table and one byte vector: never exceeded
+        o_kind, o_version, o_content = _vtable(data, tpos, 3, budget)
         kind = _i64(data, tpos + o_kind)[0] if o_kind else 0
         version = _i32(data, tpos + o_version)[0] if o_version else 0
-        content = _bytes_at(data, tpos + o_content) if o_content else None
+        content = _bytes_at(data, tpos + o_content, budget) if o_content else None
     except InvalidBlock:
         raise
     except _DECODE_ERRORS as e:
@@ -700,7 +772,8 @@ def decode_block(data: bytes) -> m.MetadataBlock:
     """Decode a manifest-wrapped block (versions 2 and 3).
 
     Raises:
-        InvalidBlock: truncated, garbage, wrong manifest kind, missing required fields.
+        InvalidBlock: truncated, garbage, wrong manifest kind, missing required fields, or
+            shared offsets that would decode to more than the block's own size.
         UnsupportedBlockVersion: unknown manifest version.
     """
     _version, inner = decode_manifest(data)
@@ -723,6 +796,8 @@ __all__ = [
     "decode_block",
     "decode_block_content",
     "decode_manifest",
+    "decode_table",
     "encode_block",
     "encode_block_content",
+    "new_budget",
 ]

@@ -5,6 +5,12 @@ TransformResponse}``. These payloads travel in the single ``bytes flatbuffer = 1
 ``engine.Engine`` gRPC messages. Engine messages are not hashed, so the ``Timestamp`` struct uses
 its natural 4-byte alignment (kamu's generated code). ``Transform`` (``TransformSql``) is encoded
 and decoded by the metadata codec, so both stay in step.
+
+Decoding is budgeted like a block's: every table, string and vector read is charged the bytes it
+must occupy in a buffer without shared objects, and a message that would decode to more than its
+own size raises :class:`DecodeError` (``docs/resource-budget.md``). The gRPC server
+(``engine/worker.py``) and client (``node/engine_client.py``) accept messages of up to 64 MiB
+(``grpc.max_receive_message_length``).
 """
 
 from __future__ import annotations
@@ -194,11 +200,25 @@ def encode_transform_response(resp: TransformResponse | None) -> bytes:
 
 
 class _T:
-    """A bounds-checked view of one table."""
+    """A bounds-checked view of one table.
 
-    def __init__(self, buf: bytes, pos: int) -> None:
+    Every table, string, byte vector and vector read is charged to ``budget`` (shared by the whole
+    message, see :func:`coordinator.metadata.flatbuffers_serde.new_budget`), so offsets shared
+    between objects cannot make a message decode to more than its own size.
+    """
+
+    def __init__(self, buf: bytearray, pos: int, budget: list[int]) -> None:
         self.buf = buf
-        self.t = Table(bytearray(buf), pos)
+        self.budget = budget
+        self._spend(4)
+        self.t = Table(buf, pos)
+
+    def _spend(self, n: int) -> None:
+        self.budget[0] -= n
+        if self.budget[0] < 0:
+            raise DecodeError(
+                "engine message: shared offsets make it decode to more than its own size"
+            )
 
     def _o(self, slot: int) -> int:
         return int(self.t.Offset(4 + 2 * slot))
@@ -206,34 +226,44 @@ class _T:
     def has(self, slot: int) -> bool:
         return self._o(slot) != 0
 
+    def _string(self, pos: int) -> str:
+        raw = bytes(self.t.String(pos))
+        self._spend(4 + len(raw))
+        return raw.decode("utf-8")
+
     def text(self, slot: int) -> str | None:
         o = self._o(slot)
-        return None if o == 0 else bytes(self.t.String(o + self.t.Pos)).decode("utf-8")
+        return None if o == 0 else self._string(o + self.t.Pos)
 
     def blob(self, slot: int) -> bytes | None:
         o = self._o(slot)
         if o == 0:
             return None
-        start = self.t.Vector(o)
-        return bytes(self.buf[start : start + self.t.VectorLen(o)])
+        start, n = self.t.Vector(o), self.t.VectorLen(o)
+        self._spend(4 + n)
+        return bytes(self.buf[start : start + n])
 
     def table(self, slot: int) -> _T | None:
         o = self._o(slot)
-        return None if o == 0 else _T(self.buf, self.t.Indirect(o + self.t.Pos))
+        return None if o == 0 else _T(self.buf, self.t.Indirect(o + self.t.Pos), self.budget)
+
+    def _vector(self, slot: int) -> tuple[int, int]:
+        o = self._o(slot)
+        if o == 0:
+            return 0, 0
+        start, n = self.t.Vector(o), self.t.VectorLen(o)
+        if start + 4 * n > len(self.buf):
+            raise DecodeError(f"engine message: vector of {n} overruns the buffer")
+        self._spend(4 + 4 * n)
+        return start, n
 
     def tables(self, slot: int) -> list[_T]:
-        o = self._o(slot)
-        if o == 0:
-            return []
-        start, n = self.t.Vector(o), self.t.VectorLen(o)
-        return [_T(self.buf, self.t.Indirect(start + 4 * i)) for i in range(n)]
+        start, n = self._vector(slot)
+        return [_T(self.buf, self.t.Indirect(start + 4 * i), self.budget) for i in range(n)]
 
     def strs(self, slot: int) -> list[str]:
-        o = self._o(slot)
-        if o == 0:
-            return []
-        start, n = self.t.Vector(o), self.t.VectorLen(o)
-        return [bytes(self.t.String(start + 4 * i)).decode("utf-8") for i in range(n)]
+        start, n = self._vector(slot)
+        return [self._string(start + 4 * i) for i in range(n)]
 
     def u64(self, slot: int) -> int:
         o = self._o(slot)
@@ -253,9 +283,15 @@ class _T:
     def pos_of(self, slot: int) -> int:
         return int(self.t.Indirect(self._o(slot) + self.t.Pos))
 
+    def transform_sql(self, slot: int) -> m.TransformSql:
+        """The ``TransformSql`` table at ``slot``, decoded by the metadata codec (same budget)."""
+        return fbs.decode_table(m.TransformSql, bytes(self.buf), self.pos_of(slot), self.budget)
+
 
 def _root(buf: bytes) -> _T:
-    return _T(buf, int(struct.unpack_from("<I", buf, 0)[0]))
+    # One mutable copy for flatbuffers' Table (it indexes a bytearray), shared by every table.
+    data = bytearray(buf)
+    return _T(data, int(struct.unpack_from("<I", data, 0)[0]), fbs.new_budget(len(data)))
 
 
 def _req(v: Any, what: str) -> Any:
@@ -310,7 +346,7 @@ def decode_transform_request(buf: bytes) -> TransformRequest:
             )
         if r.u8(4) != 1:
             raise DecodeError("engine message: transform must be TransformSql")
-        transform = fbs._DECODERS[m.TransformSql](buf, r.pos_of(5))
+        transform = r.transform_sql(5)
         prev_cp = r.text(8)
         return TransformRequest(
             dataset_id=DatasetId.from_bytes(_req(r.blob(0), "dataset_id")),
@@ -387,7 +423,7 @@ def decode_raw_query_request(buf: bytes) -> RawQueryRequest:
             raise DecodeError("engine message: transform must be TransformSql")
         return RawQueryRequest(
             input_data_paths=tuple(Path(p) for p in r.strs(0)),
-            transform=fbs._DECODERS[m.TransformSql](buf, r.pos_of(2)),
+            transform=r.transform_sql(2),
             output_data_path=Path(_req(r.text(3), "output_data_path")),
         )
     except DecodeError:
