@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # interface other than lo is visible (socket.if_nameindex(); see node/ipfs/netguard.py).
 NETNS := unshare -rn bash -c
 
-.PHONY: setup run test lint typecheck unit bench bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify bench-soak bench-follow bench-state bench-sim fuzz p2p-vectors clean
+.PHONY: setup run test lint typecheck unit bench bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify bench-soak bench-follow bench-state bench-sim bench-decode fuzz p2p-vectors clean
 
 setup: $(STAMP)
 
@@ -53,6 +53,11 @@ bench: bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify
 
 bench-chain: setup
 	$(BIN)/python tests/bench/bench_chain.py
+
+# Hostile blocks and schemas (shared FlatBuffers offsets) up to the 16 MiB block cap: time to
+# reject and extra peak RSS per shape and size, each case in a fresh process.
+bench-decode: setup
+	$(BIN)/python tests/bench/bench_decode.py
 
 bench-hash: setup
 	$(BIN)/python tests/bench/bench_logical_hash.py
