@@ -420,11 +420,19 @@ class _Speculation:
         self.spent = 0
         self.tasks: dict[str, asyncio.Task[int]] = {}
         self.objects: dict[str, _DataObject] = {}
+        self.decoding: list[asyncio.Future[None]] = []
 
     def offer(self, block_bytes: bytes) -> None:
-        """Start downloading what a (not yet verified) block references, within the budget."""
+        """Start downloading what a (not yet verified) block references, within the budget.
+
+        The block is decoded in a worker thread (bytes a stranger sent, not yet checked against
+        any hash: never on the event loop); its downloads start once it is decoded.
+        """
+        self.decoding.append(asyncio.ensure_future(self._offer(block_bytes)))
+
+    async def _offer(self, block_bytes: bytes) -> None:
         try:
-            block = decode_block(block_bytes)
+            block = await asyncio.to_thread(decode_block, block_bytes)
         except DecodeError:
             return  # the walk reports it if the block is on the chain
         for obj in _data_objects(self.ds, [block]):
@@ -453,6 +461,7 @@ class _Speculation:
 
     async def drop_unneeded(self, needed: set[str]) -> None:
         """Cancel the downloads of objects the chain does not reference; delete their files."""
+        await asyncio.gather(*self.decoding)  # every offered block has started its downloads
         extra = {rel: t for rel, t in self.tasks.items() if rel not in needed}
         await self._cancel(list(extra.values()))
         for rel in extra:
@@ -462,13 +471,14 @@ class _Speculation:
 
     async def cancel_all(self) -> None:
         """Stop every download still running (the pull failed, or is done with them)."""
+        await self._cancel(self.decoding)  # first: a late decode would start more downloads
         await self._cancel(list(self.tasks.values()))
         if self.ready is not None:
             self.ready.cancel()
             await asyncio.gather(self.ready, return_exceptions=True)
 
     @staticmethod
-    async def _cancel(tasks: list[asyncio.Task[int]]) -> None:
+    async def _cancel(tasks: list[asyncio.Task[int]] | list[asyncio.Future[None]]) -> None:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -591,11 +601,9 @@ async def _prefetch_blocks(
     if not local:
         exported = await f.source.export_blocks(f.opts.max_export_size, on_block)
         if exported:
-            mem: dict[Multihash, bytes] = {}
-            for data in exported:
-                if len(data) <= f.opts.max_block_size:
-                    mem[Multihash.sha3_256(data)] = data
-                    f.stats.bytes += len(data)
+            # Hashing up to max_export_size of a stranger's bytes: a worker thread's job.
+            mem = await asyncio.to_thread(_by_hash, exported, f.opts.max_block_size)
+            f.stats.bytes += sum(map(len, mem.values()))
             f.stats.blocks_fetched += len(mem)
             return mem
     names = await f.source.list_names("blocks")
@@ -615,13 +623,22 @@ async def _prefetch_blocks(
         async with sem:
             rel = f"blocks/{h}"
             data = await f.read_bytes(rel, f.opts.max_block_size)
-            if Multihash.sha3_256(data) != h:
-                raise ObjectHashMismatch(rel, "block bytes do not hash to the block's name")
+            await asyncio.to_thread(_check_and_cache, cache, h, rel, data)
             f.stats.blocks_fetched += 1
-            cache.insert_bytes(data, h)
 
     await _gather_all([one(h) for h in wanted])
     return {}
+
+
+def _by_hash(exported: list[bytes], max_block_size: int) -> dict[Multihash, bytes]:
+    """Exported candidates under their sha3-256 (what does not fit a block is ignored)."""
+    return {Multihash.sha3_256(d): d for d in exported if len(d) <= max_block_size}
+
+
+def _check_and_cache(cache: FsObjectRepository, h: Multihash, rel: str, data: bytes) -> None:
+    if Multihash.sha3_256(data) != h:
+        raise ObjectHashMismatch(rel, "block bytes do not hash to the block's name")
+    cache.insert_bytes(data, h)
 
 
 async def _gather_all(coros: list[Coroutine[Any, Any, T]]) -> list[T]:
