@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -55,7 +56,12 @@ def _end_stale(repo: Path) -> None:
             time.sleep(0.2)
     # The PID file exists only between a start and a clean stop: its owner did not stop cleanly,
     # so the repo lock it may have left is stale (one daemon per home is enforced by node.lock).
-    (repo / "repo.lock").unlink(missing_ok=True)
+    # js-ipfs locks with a *directory* (proper-lockfile's mkdir lock); other repos use a file.
+    lock = repo / "repo.lock"
+    if lock.is_dir() and not lock.is_symlink():
+        shutil.rmtree(lock, ignore_errors=True)
+    else:
+        lock.unlink(missing_ok=True)
     pid_file.unlink(missing_ok=True)
 
 
