@@ -560,6 +560,17 @@ class _LocalChain:
         """Whether the block's bytes are in the local store (on the chain or not)."""
         return self.ds is not None and self.ds.blocks.contains(h)
 
+    async def contains(self, h: Multihash) -> bool:
+        """``h in self``; the walk back (reading and decoding local blocks) in a worker thread.
+
+        The common answers (already walked past, or not stored at all) cost no thread hop.
+        """
+        if h in self._on_chain:
+            return True
+        if self._next is None or not self.stored(h):
+            return False
+        return await asyncio.to_thread(self.__contains__, h)
+
     def __contains__(self, h: object) -> bool:
         if not isinstance(h, Multihash) or self.ds is None:
             return False
@@ -792,7 +803,7 @@ async def _walk(
     new: list[tuple[Multihash, bytes, m.MetadataBlock]] = []
     h: Multihash | None = remote_head
     while h is not None:
-        if h in local:
+        if await local.contains(h):
             new.reverse()
             return new, True
         data, block = await _fetch_block(f, cache, h, mem)
@@ -863,7 +874,7 @@ async def pull(
             shutil.rmtree(ds.layout.root.joinpath(*_CACHE_DIR[:2]), ignore_errors=True)
             return PullResult(alias, local_id, HeadComparison.EQUAL, local_head, local_head)
         local = _LocalChain(ds, local_head)
-        if remote_head in local:
+        if await local.contains(remote_head):
             shutil.rmtree(ds.layout.root.joinpath(*_CACHE_DIR[:2]), ignore_errors=True)
             return PullResult(alias, local_id, HeadComparison.LOCAL_AHEAD, local_head, local_head)
         staging: Path | None = None
