@@ -2,14 +2,14 @@
 
 py-libp2p is trio-only, so the host runs ``trio.run`` in a dedicated thread and talks to the
 asyncio side through two thread-safe primitives (``TrioToken.run_sync_soon`` one way,
-``loop.call_soon_threadsafe`` the other), as measured in ``reference/libp2p.md`` §2.
+``loop.call_soon_threadsafe`` the other); see ``docs/libp2p.md``, "Threading model".
 
 Network safety: :meth:`Libp2pTransport.start` refuses to run when any interface other than ``lo``
 exists, and listen/dial addresses must be ``/ip4/127.x.x.x``; mDNS, UPnP, AutoTLS, QUIC and
-bootstrap are off. Gossipsub is tuned as §9 recommends: heartbeat 1 s, ``degree_high`` 64, the
-library spam limiter and eclipse protection (all loopback peers share one IP) off in favour of the
-core's own rate limits, ``seen_ttl`` 600 s, content-addressed message ids, seqno counter seeded
-from the wall clock, and a message size cap.
+bootstrap are off. Gossipsub is tuned as ``docs/libp2p.md``, "Gossipsub settings" explains:
+heartbeat 1 s, ``degree_high`` 64, the library spam limiter and eclipse protection (all loopback
+peers share one IP) off in favour of the core's own rate limits, ``seen_ttl`` 600 s,
+content-addressed message ids, seqno counter seeded from the wall clock, and a message size cap.
 """
 
 from __future__ import annotations
@@ -199,7 +199,8 @@ class Libp2pTransport:
             msg_id_constructor=_content_msg_id,
             max_subscriptions_per_peer=cfg.max_topics_per_peer,
         )
-        pubsub.counter = time.time_ns()  # seqnos stay fresh across restarts (reference §4)
+        # Seqnos stay fresh across restarts (docs/libp2p.md, "Gossipsub settings").
+        pubsub.counter = time.time_ns()
         listen = [multiaddr.Multiaddr(f"/ip4/{cfg.listen_host}/tcp/{cfg.listen_port}")]
         self._token = trio.lowlevel.current_trio_token()
         self._join_lock = trio.Lock()

@@ -3,7 +3,7 @@
 :class:`ChainState` summarises everything about a chain that the next block is validated
 against, so validating an append is O(1) and needs no storage access: ``validate_append(state,
 block, hash) -> new_state``. The rules follow ODF spec v0.34.0 and kamu-cli v0.153.0
-``metadata_chain_impl.rs`` (reference/odf-wire.md §7). Every violation raises
+``metadata_chain_impl.rs`` (docs/odf-wire-format.md, "Chain rules"). Every violation raises
 :class:`ChainRuleViolation` whose ``rule`` is one of the identifiers in :data:`RULES`.
 """
 

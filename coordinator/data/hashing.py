@@ -3,8 +3,8 @@
 ODF stores two hashes per data slice (RFC-002): the *physical* hash is SHA3-256 over the Parquet
 file's bytes, and the *logical* hash is ``arrow0-sha3-256`` (multicodec ``0x300016``), computed
 by kamu with arrow-digest's ``RecordDigestV0<Sha3_256>`` over the record batches that arrow-rs's
-Parquet reader produces. This module re-implements that digest (project reference notes:
-``reference/arrow-digest.md``; source: kamu-data/arrow-digest ``src/*.rs``).
+Parquet reader produces. This module re-implements that digest (described in
+``docs/logical-hash.md``; source: kamu-data/arrow-digest ``src/*.rs``).
 
 The algorithm (arrow-digest V0, crates 35..58 -- every version kamu used since ODF v0.34):
 

@@ -1,9 +1,10 @@
 """A small async client for the kubo RPC API (``/api/v0``) on aiohttp, and a gateway reader.
 
 Only calls and parameters that both kubo and js-ipfs 0.66 accept are used (see
-``reference/ipfs.md`` §4/§7): ``block/put`` always sends ``cid-codec=raw`` *and* ``format=raw``;
-``add`` sends ``cid-base=base32`` so CIDv1 strings compare equal across daemons; every call has
-a timeout (an absent CID otherwise waits forever under ``Routing.Type none``).
+``docs/ipfs.md``, "The RPC subset the client uses"): ``block/put`` always sends
+``cid-codec=raw`` *and* ``format=raw``; ``add`` sends ``cid-base=base32`` so CIDv1 strings
+compare equal across daemons; every call has a timeout (an absent CID otherwise waits forever
+under ``Routing.Type none``).
 
 Why not ``ipfshttpclient``: unmaintained since 2021, its ``connect()`` refuses every current
 daemon version, ``swarm.connect`` and pubsub are broken, and it is synchronous.
