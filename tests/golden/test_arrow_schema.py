@@ -32,7 +32,7 @@ VECTORS_PATH = Path(__file__).parent / "data" / "arrow_schemas.json"
 VECTORS: list[dict[str, Any]] = json.loads(VECTORS_PATH.read_text())
 
 # kamu-data/kamu-cli src/domain/opendatafabric/tests/tests/test_serde_yaml.rs @ v0.153.0 and
-# reference/odf-wire.md §5 (d).
+# docs/odf-wire-format.md, "Golden vectors" (event d).
 GOLDEN_A_B = (
     "DAAAAAgACAAAAAQACAAAAAQAAAACAAAAQAAAAAQAAADY////GAAAAAwAAAAAAAAGEAAAAAAAAAAEAAQABAAAAAEAAABi"
     "AAAAEAAUABAAAAAPAAQAAAAIABAAAAAYAAAAIAAAAAAAAAIcAAAACAAMAAQACwAIAAAAQAAAAAAAAAEAAAAAAQAAAGEA"

@@ -1,4 +1,6 @@
-"""Golden vectors: our block bytes and hashes must equal kamu-cli's (reference/odf-wire.md §5).
+"""Golden vectors: our block bytes and hashes must equal kamu-cli's.
+
+See docs/odf-wire-format.md, "Manifest and block hash" and "Golden vectors".
 
 v2 values come from kamu-cli v0.153.0 / v0.264.0 ``test_serde_flatbuffers.rs`` (spec v0.34 era),
 v3 values from kamu-cli HEAD (>= v0.265). Each vector wraps the event in the same block:

@@ -1,4 +1,6 @@
-"""DID, did:key and multihash strings exactly as kamu prints them (reference/odf-wire.md §3, §5).
+"""DID, did:key and multihash strings exactly as kamu prints them.
+
+See docs/odf-wire-format.md, "Hashes and identifiers" and "Golden vectors".
 
 Sources: kamu-cli v0.153.0 ``test_dataset_id.rs``, ``test_multihash.rs``, ``test_did_key.rs``.
 """

@@ -2,12 +2,13 @@
 
 Authoritative: the one logical hash produced by kamu's own Rust code that exists in public
 (kamu-cli ``src/adapter/http/tests/tests/test_data_query.rs`` @ 710bc1ff, REST ``/query``
-``dataHash`` computed by ``get_batches_logical_hash``; see reference/arrow-digest.md §4.1), and
-the FIPS 202 SHA3-256 digest of the empty string for the physical hash.
+``dataHash`` computed by ``get_batches_logical_hash``; see docs/logical-hash.md, "Authoritative
+vector"), and the FIPS 202 SHA3-256 digest of the empty string for the physical hash.
 
 Non-authoritative (``@pytest.mark.nonauthoritative``): values a Python prototype derived, which
 agree with the kamu vector and with every relation in arrow-digest's own tests but were never
-produced by kamu (reference/arrow-digest.md §4.3). They pin our behaviour against regressions.
+produced by kamu (docs/logical-hash.md, "Prototype-derived vectors"). They pin our behaviour
+against regressions.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def test_physical_hash_of_empty_file(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Non-authoritative: prototype-derived (reference/arrow-digest.md §4.3)
+# Non-authoritative: prototype-derived (docs/logical-hash.md, "Prototype-derived vectors")
 # --------------------------------------------------------------------------------------------
 
 _NAN_7FF8 = struct.unpack("<d", bytes.fromhex("000000000000f87f"))[0]

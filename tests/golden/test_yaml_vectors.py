@@ -1,4 +1,6 @@
-"""Golden vectors: our YAML equals kamu-cli's, text for text (reference/odf-wire.md §5, §6).
+"""Golden vectors: our YAML equals kamu-cli's, text for text.
+
+See docs/odf-wire-format.md, "YAML" and "Golden vectors".
 
 Every expected text below is copied from kamu-cli v0.153.0
 ``src/domain/opendatafabric/tests/tests/test_serde_yaml.rs`` (spec v0.34 era; the same texts are

@@ -59,7 +59,7 @@ def batch_of(schema: pa.Schema, arrays: Sequence[pa.Array]) -> pa.RecordBatch:
 
 # --------------------------------------------------------------------------------------------
 # arrow-digest's own tests (29 assertions: the 24 relations + 5 self-consistency checks that
-# reference/arrow-digest.md §4.2 counts)
+# docs/logical-hash.md, "arrow-digest's own tests" counts)
 # --------------------------------------------------------------------------------------------
 
 
@@ -639,7 +639,7 @@ def test_struct_or_bug_makes_hash_depend_on_batching() -> None:
 
 def test_struct_all_valid_or_result_hides_grandchild_nulls() -> None:
     """maybe_combine(Some(all-valid), _) is None: an OR that comes out all-valid drops the
-    descendants' own nulls too (reference §2.4, 'P has no nulls -> none')."""
+    descendants' own nulls too (docs/logical-hash.md, 'Struct nulls': P has no nulls -> none)."""
     # Grandchild [null (slot holds 7), 2]; inner struct null at row 1, outer at row 0: the
     # inner/outer OR is all-valid, so the grandchild's null is hashed as the value 7.
     slots = pa.py_buffer(np.array([7, 2], dtype=np.int64).tobytes())
