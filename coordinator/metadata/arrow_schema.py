@@ -12,8 +12,8 @@ that wrapping, and to get hash-identical blocks its bytes must also come out of 
 builder in arrow-rs's exact call order. :func:`encode_arrow_schema` therefore replays arrow-rs's
 ``schema_to_fb_offset`` / ``build_field`` / ``get_fb_field_type`` calls on the Python
 ``flatbuffers.Builder`` (whose layout rules match the Rust builder's, see
-``reference/odf-wire.md`` §2.5 and §7; ``flatbuffers>=25.12.19`` is required for identical vtable
-deduplication):
+``docs/odf-wire-format.md``, "Layout rules" and "Arrow schema in SetDataSchema";
+``flatbuffers>=25.12.19`` is required for identical vtable deduplication):
 
 * **Schema:** every field in order, then the ``fields`` offsets vector, then ``custom_metadata``
   if non-empty. ``endianness`` (Little) is the default and is never written.

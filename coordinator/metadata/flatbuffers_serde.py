@@ -1,6 +1,6 @@
 """FlatBuffers encoding of ODF metadata blocks, byte-identical to kamu-cli.
 
-kamu builds every table in two phases (reference/odf-wire.md §2.2):
+kamu builds every table in two phases (docs/odf-wire-format.md, "Two-phase table building"):
 
 1. *children*: walk the fields in declaration order and serialise every present variable-size
    field depth-first (strings, byte vectors, vectors, nested tables, union variants; each
