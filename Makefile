@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # interface other than lo is visible (socket.if_nameindex(); see node/ipfs/netguard.py).
 NETNS := unshare -rn bash -c
 
-.PHONY: setup run test lint typecheck unit bench bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify bench-soak bench-follow bench-state bench-sim bench-decode fuzz p2p-vectors clean
+.PHONY: setup run test lint typecheck unit bench bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-decode fuzz p2p-vectors clean
 
 setup: $(STAMP)
 
@@ -86,6 +86,11 @@ bench-follow: setup
 
 bench-soak: setup
 	$(BIN)/python tests/bench/bench_soak.py
+
+# One daemon fed every hostile case (RPC, pulls, gossip) while node.status is sampled every
+# 100 ms: must answer within 250 ms throughout and never restart (isolates itself).
+bench-hostile: setup
+	$(BIN)/python tests/bench/bench_hostile.py
 
 # Latency of the daemon's SQLite state operations (durable commits).
 bench-state: setup
