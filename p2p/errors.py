@@ -7,6 +7,7 @@ All derive from :class:`coordinator.errors.OdfNodeError`; they may later move in
 from __future__ import annotations
 
 from coordinator.errors import (
+    INVALID_INPUT,
     UNAVAILABLE,
     VERIFICATION_FAILED,
     DecodeError,
@@ -41,6 +42,12 @@ class InvalidEquivocationProof(P2PError):
     rpc_code = VERIFICATION_FAILED
 
 
+class InvalidPeerAddress(P2PError):
+    """A string is not a peer multiaddr (``/ip4/<addr>/tcp/<port>/p2p/<peer id>``)."""
+
+    rpc_code = INVALID_INPUT
+
+
 class NetworkNotIsolated(P2PError):
     """The host refuses to start: a non-loopback interface or address is present or configured."""
 
@@ -49,6 +56,7 @@ class NetworkNotIsolated(P2PError):
 
 __all__ = [
     "InvalidEquivocationProof",
+    "InvalidPeerAddress",
     "NetworkNotIsolated",
     "P2PError",
     "WireDecodeError",

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from p2p.errors import InvalidPeerAddress
 from p2p.netguard import assert_loopback_multiaddr, assert_loopback_only
 from p2p.transport import (
     GossipMessage,
@@ -37,6 +38,21 @@ from p2p.wire import MAX_MESSAGE_SIZE
 T = TypeVar("T")
 _LEN = struct.Struct(">I")
 MAX_REQUEST_SIZE = 1 << 20
+
+
+def parse_peer_multiaddr(addr: str) -> Any:
+    """The libp2p ``PeerInfo`` of ``/ip4/.../tcp/N/p2p/<peer id>``.
+
+    Raises:
+        InvalidPeerAddress: ``addr`` is not a multiaddr ending in a valid ``/p2p/<peer id>``.
+    """
+    import multiaddr
+    from libp2p.peer.peerinfo import info_from_p2p_addr
+
+    try:
+        return info_from_p2p_addr(multiaddr.Multiaddr(addr))
+    except Exception as e:  # the multiaddr and libp2p parsers raise many unrelated types
+        raise InvalidPeerAddress(f"not a peer multiaddr {addr[:200]!r}: {e}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,10 +300,7 @@ class Libp2pTransport:
         """Dial a ``/ip4/.../tcp/N/p2p/ID`` multiaddr (loopback only unless open); the peer id."""
         if self.config.loopback_only:
             assert_loopback_multiaddr(addr)
-        import multiaddr
-        from libp2p.peer.peerinfo import info_from_p2p_addr
-
-        info = info_from_p2p_addr(multiaddr.Multiaddr(addr))
+        info = parse_peer_multiaddr(addr)
 
         async def dial() -> None:
             await self._host.connect(info)

@@ -56,10 +56,16 @@ class CommitLocks:
 def check_input_files(files: Sequence[Path]) -> None:
     """Every input must be an existing regular file (not a FIFO, directory or device)."""
     for p in files:
-        if not p.exists():
-            raise InvalidArgument(f"input file not found: {p}")
-        if not p.is_file():
-            raise InvalidArgument(f"input is not a regular file: {p}")
+        shown = str(p)[:200]
+        try:
+            exists, regular = p.exists(), p.is_file()
+        except (OSError, ValueError) as e:  # a name too long, a NUL byte: not a usable path
+            why = e.strerror if isinstance(e, OSError) else str(e)  # strerror: no path echo
+            raise InvalidArgument(f"not a usable input file name {shown!r}: {why}") from None
+        if not exists:
+            raise InvalidArgument(f"input file not found: {shown}")
+        if not regular:
+            raise InvalidArgument(f"input is not a regular file: {shown}")
 
 
 class DatasetUseCases:

@@ -177,6 +177,39 @@ def test_every_method_answers_hostile_params_with_a_typed_error(
     print(f"worst node.status latency during the RPC fuzz: {WORST_STATUS_S[0] * 1000:.0f} ms")
 
 
+def test_every_string_param_of_every_method_with_every_hostile_string(
+    daemon: NodeProcess, methods: list[dict[str, Any]]
+) -> None:
+    """The deterministic sweep that found ``dataset.ingest`` (a 100,000-character file name) and
+    ``peers.connect`` (an unparsable multiaddr) answering -32603: each hostile string in each
+    string-typed parameter, the other required parameters given plain values."""
+    plain = {"string": "x", "integer": 1, "boolean": False, "array": [], "object": {}}
+    calls = 0
+    for method in methods:
+        params = method.get("params", [])
+        for target in params:
+            if target.get("schema", {}).get("type") not in ("string", "array"):
+                continue
+            for hostile in HOSTILE_STRINGS:
+                args: dict[str, Any] = {
+                    p["name"]: plain.get(p.get("schema", {}).get("type", "string"), "x")
+                    for p in params
+                    if p.get("required", False)
+                }
+                is_array = target["schema"]["type"] == "array"
+                args[target["name"]] = [hostile] if is_array else hostile
+                body = json.dumps(
+                    {"jsonrpc": "2.0", "id": 1, "method": method["name"], "params": args}
+                ).encode("utf-8", "surrogatepass")
+                _, raw = raw_post(daemon, body)
+                reply = json.loads(raw)
+                if "error" in reply:
+                    assert reply["error"]["code"] != INTERNAL_ERROR, (method["name"], args, reply)
+                calls += 1
+        still_alive(daemon)
+    assert calls > 100
+
+
 RAW_BODIES = [
     b"",
     b"{",
