@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -39,13 +40,32 @@ def _path(home: Path | None) -> Path:
     return home or default_home()
 
 
+_DAEMON_START_WAIT_S = 120.0
+"""How long a CLI command waits for a starting daemon's RPC (js-ipfs may take a while)."""
+
+
 def daemon_endpoint(home: Path) -> tuple[str, str] | None:
     """``(url, token)`` of the daemon running on ``home``, or None if none runs."""
     from node.daemon.lock import HomeLock
     from node.rpc.cookie import cookie_path, read_cookie
 
-    if not HomeLock(home).held_by_other() or not cookie_path(home).exists():
+    lock = HomeLock(home)
+    if not lock.held_by_other():
         return None
+    if not cookie_path(home).exists():
+        if not lock.holder().startswith("daemon"):
+            return None  # a CLI command holds it: the offline path reports the lock clearly
+        # A daemon that is starting holds the lock before its RPC is up: wait for its cookie
+        # rather than failing with "home in use" (typing a command right after `run`).
+        print(f"waiting for the daemon on {home} to start its RPC ...", file=sys.stderr)
+        deadline = time.monotonic() + _DAEMON_START_WAIT_S
+        while not cookie_path(home).exists():
+            if time.monotonic() > deadline or not lock.held_by_other():
+                _fail(
+                    f"the daemon on {home} did not open its RPC within "
+                    f"{_DAEMON_START_WAIT_S:.0f} s (see its log), or it stopped"
+                )
+            time.sleep(0.2)
     try:
         url, token = read_cookie(home)
     except OdfNodeError as e:

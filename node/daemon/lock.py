@@ -63,6 +63,13 @@ class HomeLock:
             os.close(fd)
         return False
 
+    def holder(self) -> str:
+        """Who holds (or last held) the lock, as recorded in the lock file ("" if unknown)."""
+        try:
+            return self.path.read_text(errors="replace").strip()
+        except OSError:
+            return ""
+
     def release(self) -> None:
         """Drop the lock."""
         if self._fd is not None:
