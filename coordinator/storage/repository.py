@@ -56,6 +56,27 @@ def validate_alias(alias: str) -> str:
     return alias
 
 
+def did_shaped(alias: str) -> DatasetId | None:
+    """The DID an alias spells as its multibase form (how pulled datasets without a name are
+    called), else ``None``."""
+    try:
+        did = DatasetId.from_multibase(alias)
+    except InvalidDatasetId:
+        return None
+    return did if did.as_multibase() == alias else None
+
+
+def check_alias_for(alias: str, did: DatasetId) -> None:
+    """An alias spelled like a DID must be the dataset's own DID.
+
+    This keeps :meth:`DatasetRepository.resolve` of a DID-shaped alias (every pulled dataset
+    without a name) a single directory lookup: no other dataset can carry that alias, so a
+    missing directory is a definite miss and never costs a scan of every alias.
+    """
+    if did_shaped(alias) is not None and alias != did.as_multibase():
+        raise InvalidSnapshot(f"alias {alias!r} spells another dataset's DID")
+
+
 @dataclass(frozen=True, slots=True)
 class DatasetHandle:
     """A dataset's identity, local alias and directory."""
@@ -128,6 +149,15 @@ class DatasetRepository:
             if not p.is_dir():
                 raise DatasetNotFound(f"dataset not found: {ref}")
             return DatasetHandle(did, self._read_alias(p) or p.name, p)
+        shaped = did_shaped(ref)
+        if shaped is not None:
+            # A DID-shaped alias belongs only to that DID's directory (check_alias_for).
+            p = self.root / ref
+            if p.is_dir() and (self._read_alias(p) or p.name) == ref:
+                handle = DatasetHandle(shaped, ref, p)
+                self._alias_index[ref] = handle
+                return handle
+            raise DatasetNotFound(f"dataset not found: {ref}")
         # A remembered alias is confirmed by re-reading that one alias file (another process
         # may have renamed it); only a miss or a stale entry pays for a full directory scan.
         cached = self._alias_index.get(ref)
@@ -272,6 +302,7 @@ class DatasetRepository:
         """Change a dataset's local alias."""
         validate_alias(new_alias)
         h = self.resolve(ref)
+        check_alias_for(new_alias, h.id)
         if new_alias != h.alias and self.contains(new_alias):
             raise DatasetAlreadyExists(f"alias {new_alias!r} is already used")
         self._write_alias(h.root, new_alias)
@@ -307,6 +338,7 @@ class DatasetRepository:
         self._alias_index.pop(handle.alias, None)
 
     def _check_free(self, did: DatasetId, alias: str) -> None:
+        check_alias_for(alias, did)
         if (self.root / did.as_multibase()).exists():
             raise DatasetAlreadyExists(f"dataset {did} already exists")
         if any(h.alias == alias for h in self.list()):

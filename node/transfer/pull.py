@@ -83,7 +83,7 @@ from coordinator.storage.fs import (
     sync_filesystem,
 )
 from coordinator.storage.objects import FsObjectRepository
-from coordinator.storage.repository import DatasetRepository, validate_alias
+from coordinator.storage.repository import DatasetRepository, check_alias_for, validate_alias
 from node.transfer.errors import (
     DivergedHeads,
     InvalidRemoteChain,
@@ -1025,6 +1025,7 @@ async def pull(
     created = False
     if existing is None:
         assert staging is not None and remote_id is not None
+        check_alias_for(alias, remote_id)
         if repo.contains(alias):
             raise DatasetAlreadyExists(f"a dataset named {alias!r} already exists")
         atomic_write_bytes(staging / "info" / "alias", alias.encode("utf-8"), durable=opts.durable)
