@@ -21,8 +21,9 @@ sqlite3, grpc, pyspark): an import-linter contract enforces it.
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from coordinator.storage.repository import DatasetRepository
 from node.app.datasets import CommitLocks, DatasetUseCases
@@ -90,11 +91,18 @@ class Application:
                 "starts": engine.starts if engine else 0,
                 "spark_master": info.spark_master,
             },
-            "datasets": await asyncio.to_thread(self.repo.count),  # lists a directory
+            # Its own thread: the default executor is shared with pulls (hashing, decoding), and
+            # under load a status request queued behind them for seconds.
+            "datasets": await asyncio.get_running_loop().run_in_executor(
+                _STATUS_EXECUTOR, self.repo.count
+            ),
             "subscriptions": len(await st.subscriptions()),
             "work": {k: await st.pending_count(k) for k in ("verify", "publish", "dispute")},
             "running_work": len(self.work.running),
         }
 
+
+_STATUS_EXECUTOR: Final = ThreadPoolExecutor(max_workers=1, thread_name_prefix="status")
+"""One thread for ``node.status``'s directory listing, never queued behind other work."""
 
 __all__ = ["Application", "NodeInfo"]
