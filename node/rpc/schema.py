@@ -103,16 +103,6 @@ _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
 
 
-def _is_unicode(s: str) -> bool:
-    # JSON's \uD800 escapes decode to lone surrogates, which no file name, SQLite text or
-    # UTF-8 encoder downstream accepts.
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _is_integer(v: Any) -> bool:
     # bool is an int subclass in Python but not an integer in JSON.
     return (isinstance(v, int) and not isinstance(v, bool)) or (
@@ -173,8 +163,6 @@ def validate(schema: Schema, value: Any, path: str = "") -> None:
             raise ValidationError(path, "integer out of the signed 64-bit range")
         _check_bounds(schema, value, path)
     elif isinstance(value, str):
-        if not _is_unicode(value):
-            raise ValidationError(path, "not valid Unicode (lone surrogate)")
         if "minLength" in schema and len(value) < schema["minLength"]:
             raise ValidationError(path, f"shorter than {schema['minLength']} characters")
         if "maxLength" in schema and len(value) > schema["maxLength"]:
