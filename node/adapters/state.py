@@ -48,6 +48,8 @@ READS = frozenset(
         "peers",
         "events",
         "pending_count",
+        "pending_counts",
+        "subscription_count",
         "work",
         "work_item",
     }

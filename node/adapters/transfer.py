@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.storage.repository import DatasetRepository
+from node.adapters.loop_thread import LoopThread
 from node.app.fetch import PullDiverged, PullRefused, PullRejected
 from node.config import NodeConfig
 from node.transfer.policy import SourcePolicy
+
+if TYPE_CHECKING:
+    from node.transfer.sources import SharedHttpSession
 
 
 def source_policy(config: NodeConfig | None) -> SourcePolicy:
@@ -32,6 +36,10 @@ class TransferAdapter:
     ``config`` supplies the source policy and the pace of reads (``[network]``,
     ``[transfer]``); without one the defaults apply. User-requested pulls (``dataset.pull``,
     the CLI) and announcement-derived ones go through the same policy.
+
+    With a ``loop_thread`` (the daemon's), every pull runs on that thread's loop, so its many
+    small steps never hold the caller's loop; cancelling the caller cancels the pull and
+    returns only once it has unwound (see :mod:`node.adapters.loop_thread`).
     """
 
     def __init__(
@@ -41,12 +49,17 @@ class TransferAdapter:
         ipfs_gateway: str | None = None,
         *,
         config: NodeConfig | None = None,
+        loop_thread: LoopThread | None = None,
     ) -> None:
         self._repo = repo
+        self._loop_thread = loop_thread
         self._ipfs_api = ipfs_api
         self._ipfs_gateway = ipfs_gateway
         self._config = config
         self._policy = source_policy(config)
+        # With a loop thread, one HTTP session serves every pull (kept-alive connections); it
+        # lives on that loop. Without one (the CLI's single pull), each pull has its own.
+        self._http: SharedHttpSession | None = None
 
     async def pull(self, url: str, *, alias: str | None, force: bool = False) -> dict[str, Any]:
         """Pull ``url``; :class:`PullDiverged` / :class:`PullRejected` / :class:`PullRefused` for
@@ -60,6 +73,11 @@ class TransferAdapter:
         )
         from node.transfer.pull import PullOptions, pull_url
 
+        if self._http is None and self._loop_thread is not None:
+            from node.transfer.sources import SharedHttpSession
+
+            self._http = SharedHttpSession(policy=self._policy)
+
         options = None
         if self._config is not None:
             t = self._config.transfer
@@ -67,17 +85,22 @@ class TransferAdapter:
                 deadline_base_s=t.deadline_base_s,
                 min_rate_bytes_per_s=float(t.min_rate_bytes_per_s),
             )
+        pulling = pull_url(
+            self._repo,
+            url,
+            alias=alias,
+            force=force,
+            ipfs_api=self._ipfs_api(),
+            ipfs_gateway=self._ipfs_gateway,
+            options=options,
+            policy=self._policy,
+            http=self._http,
+        )
         try:
-            result = await pull_url(
-                self._repo,
-                url,
-                alias=alias,
-                force=force,
-                ipfs_api=self._ipfs_api(),
-                ipfs_gateway=self._ipfs_gateway,
-                options=options,
-                policy=self._policy,
-            )
+            if self._loop_thread is not None:
+                result = await self._loop_thread.run(pulling)
+            else:
+                result = await pulling
         except DivergedHeads as e:
             raise PullDiverged(str(e)) from e
         except ObjectRejected as e:
@@ -85,3 +108,11 @@ class TransferAdapter:
         except (SourceRefused, InvalidSourceUrl) as e:
             raise PullRefused(str(e)) from e
         return dict(result.to_dict())
+
+    async def close(self) -> None:
+        """Close the shared HTTP session (on the loop the pulls ran on)."""
+        http, self._http = self._http, None
+        if http is None:
+            return
+        if self._loop_thread is not None and self._loop_thread.running:
+            await self._loop_thread.run(http.close())

@@ -72,7 +72,8 @@ class ChainFetcher:
     async def local_alias_for(self, did: DatasetId) -> str:
         """The alias a pulled dataset is stored under (subscription alias, else the DID)."""
         try:
-            return self._repo.resolve(did.as_did_str()).alias
+            # Off the loop: a name lookup may read alias files (one per dataset, worst case).
+            return (await asyncio.to_thread(self._repo.resolve, did.as_did_str())).alias
         except OdfNodeError:
             pass
         sub = await self._state.subscription(did.as_did_str())
@@ -136,8 +137,9 @@ class ChainFetcher:
                 self._metrics.pulls.labels("ok").inc()
                 self._metrics.pull_seconds.observe(time.monotonic() - t0)
                 await self._state.log_event("pull.ok", did.as_did_str(), {"url": url, **summary})
-                ds = self._repo.open(did.as_did_str())
-                return await asyncio.to_thread(descends, ds, req.head, req.base)
+                return await asyncio.to_thread(
+                    lambda: descends(self._repo.open(did.as_did_str()), req.head, req.base)
+                )
         raise RetryLater("; ".join(errors) or "no source worked")
 
 

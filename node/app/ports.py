@@ -197,6 +197,14 @@ class StatePort(Protocol):
         """Pending items (of ``kind``)."""
         ...
 
+    async def pending_counts(self) -> dict[str, int]:
+        """Pending items per kind, in one read."""
+        ...
+
+    async def subscription_count(self) -> int:
+        """Number of subscriptions."""
+        ...
+
     async def work(self, state: WorkState | None = None, did: str | None = None) -> list[WorkItem]:
         """Work items, filtered."""
         ...

@@ -27,6 +27,7 @@ from coordinator.identity import DatasetId, PrivateKey
 from coordinator.storage.repository import DatasetRepository
 from node.adapters.gossip import GossipAdapter, NoGossip
 from node.adapters.ipfs import IpfsAdapter, NoIpfs
+from node.adapters.loop_thread import LoopThread
 from node.adapters.state import ThreadedState
 from node.adapters.transfer import TransferAdapter
 from node.app import Application, NodeInfo
@@ -68,6 +69,8 @@ class Daemon:
     metrics: NodeMetrics = field(init=False)
     events: EventBus = field(init=False)
     group: ServiceGroup = field(init=False)
+    transfer_loop: LoopThread = field(init=False)
+    transfer: TransferAdapter = field(init=False)
     info: NodeInfo = field(init=False)
     locks: CommitLocks = field(init=False)
     state: StatePort = field(init=False)
@@ -143,7 +146,7 @@ class Daemon:
         if self.config.ipfs.mode != "none":
             g.add(FunctionService("ipfs", self._start_ipfs, self._stop_ipfs))
         g.add(FunctionService("engine", _noop, self._stop_engine))
-        g.add(FunctionService("application", self._start_app, _noop))
+        g.add(FunctionService("application", self._start_app, self._stop_app))
         if self.config.p2p.enabled:
             g.add(FunctionService("gossip", self._start_gossip, self._stop_gossip))
         g.add(FunctionService("pipeline", self._start_pipeline, _noop))
@@ -283,7 +286,16 @@ class Daemon:
         work.handle("verify", verify.run)
         work.handle("publish", publish.run)
         work.handle("dispute", verify.run_rejected_head)
-        transfer = TransferAdapter(self.repo, lambda: self.ipfs.api_url, config=self.config)
+        # Pulls run on their own loop thread: at 50 announcements/s they held this loop for over
+        # half its time, so RPC calls and gossip validation waited behind them.
+        self.transfer_loop = LoopThread("transfer")
+        self.transfer_loop.start()
+        self.transfer = transfer = TransferAdapter(
+            self.repo,
+            lambda: self.ipfs.api_url,
+            config=self.config,
+            loop_thread=self.transfer_loop,
+        )
         datasets = DatasetUseCases(
             self.repo,
             self.engine,
@@ -327,6 +339,14 @@ class Daemon:
             verify=verify,
             work=work,
         )
+
+    async def _stop_app(self) -> None:
+        # Last to stop but the state and the workers: every pull was cancelled (and unwound)
+        # with the gossip service; what a user-requested pull still runs is cancelled here.
+        if hasattr(self, "transfer"):
+            await self.transfer.close()
+        if hasattr(self, "transfer_loop"):
+            await asyncio.to_thread(self.transfer_loop.stop)
 
     # ---- gossip
 
@@ -417,8 +437,9 @@ class Daemon:
     async def _housekeeping(self) -> None:
         last_prune: int | None = None
         while True:
+            pending = await self.state.pending_counts()
             for kind in ("verify", "publish", "dispute"):
-                self.metrics.queue_depth.labels(kind).set(await self.state.pending_count(kind))
+                self.metrics.queue_depth.labels(kind).set(pending.get(kind, 0))
             self.metrics.engine_running.set(1 if self._engine and self._engine.running else 0)
             await self.state.prune_events(100_000)
             now = self.clock()

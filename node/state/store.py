@@ -203,6 +203,10 @@ class NodeState:
         """All subscriptions, oldest first."""
         return [_subscription(r) for r in self._rows(_SUB_SELECT + " ORDER BY created_ns, did")]
 
+    def subscription_count(self) -> int:
+        """Number of subscriptions (without reading them)."""
+        return int(self._conn.execute("SELECT count(*) FROM subscriptions").fetchone()[0])
+
     def subscription(self, did: str) -> Subscription | None:
         """The subscription of ``did``, if any."""
         rows = self._rows(_SUB_SELECT + " WHERE did = ?", (did,))
@@ -637,6 +641,13 @@ class NodeState:
         where = (where + " AND" if where else " WHERE") + " state = 'pending'"
         row = self._conn.execute(f"SELECT count(*) FROM work{where}", params).fetchone()
         return int(row[0])
+
+    def pending_counts(self) -> dict[str, int]:
+        """Pending items per kind, in one read (kinds with none are absent)."""
+        rows = self._conn.execute(
+            "SELECT kind, count(*) FROM work WHERE state = 'pending' GROUP BY kind"
+        ).fetchall()
+        return {str(k): int(n) for k, n in rows}
 
     def work(self, state: WorkState | None = None, did: str | None = None) -> list[WorkItem]:
         """Work items, oldest first, optionally filtered by state and/or DID."""

@@ -96,7 +96,13 @@ from node.transfer.errors import (
 )
 from node.transfer.linked import LinkSummary, LinkSummaryError, link_choices, link_summary
 from node.transfer.policy import SourcePolicy
-from node.transfer.sources import Source, TransientSourceError, default_alias, open_source
+from node.transfer.sources import (
+    SharedHttpSession,
+    Source,
+    TransientSourceError,
+    default_alias,
+    open_source,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -1062,12 +1068,14 @@ async def pull_url(
     options: PullOptions | None = None,
     timeout_s: float = 30.0,
     policy: SourcePolicy | None = None,
+    http: SharedHttpSession | None = None,
 ) -> PullResult:
     """Pull from a URL (``ipfs://``, ``ipns://``, ``http(s)://``, ``file://`` or a path).
 
     The local alias defaults to the URL's last path segment, as in kamu. An HTTP source
     contacts only what ``policy`` allows (default: loopback only, as a default-configured
-    node; :mod:`node.transfer.policy`).
+    node; :mod:`node.transfer.policy`); with ``http`` it reuses that session's connections
+    (and its policy).
 
     Raises:
         InvalidSourceUrl: the URL is empty, has an unsupported scheme or names no dataset.
@@ -1076,7 +1084,12 @@ async def pull_url(
         plus everything :func:`pull` raises.
     """
     source = open_source(
-        url, ipfs_api=ipfs_api, ipfs_gateway=ipfs_gateway, timeout_s=timeout_s, policy=policy
+        url,
+        ipfs_api=ipfs_api,
+        ipfs_gateway=ipfs_gateway,
+        timeout_s=timeout_s,
+        policy=policy,
+        http=http,
     )
     try:
         key = hashlib.sha256(url.encode()).hexdigest()[:20]

@@ -69,6 +69,50 @@ class Source(Protocol):
         ...
 
 
+class SharedHttpSession:
+    """One HTTP client session for every :class:`HttpSource` of one loop, so connections are
+    kept alive across pulls (a pull reads ``refs/head`` and one or two blocks: a new
+    connection for each pull cost more than the reads themselves).
+
+    Connections go only where ``policy`` allows, as for a source's own session. Create and use
+    it on one loop; :meth:`close` it there.
+    """
+
+    def __init__(
+        self,
+        *,
+        timeout_s: float = 30.0,
+        policy: SourcePolicy | None = None,
+        resolver: AbstractResolver | None = None,
+    ) -> None:
+        self.policy = policy if policy is not None else SourcePolicy()
+        self._resolver = resolver
+        self._timeout = aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_read=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    def get(self) -> aiohttp.ClientSession:
+        """The session (made on first use, on the calling loop)."""
+        if self._session is None or self._session.closed:
+            # Every host name goes through the policy resolver: aiohttp connects only to the
+            # addresses it returns, so what is checked is what is connected to. No proxies from
+            # the environment (trust_env=False): a proxy would connect on our behalf, unchecked.
+            connector = aiohttp.TCPConnector(resolver=PolicyResolver(self.policy, self._resolver))
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=self._timeout,
+                auto_decompress=False,
+                raise_for_status=False,
+                trust_env=False,
+            )
+        return self._session
+
+    async def close(self) -> None:
+        """Close the session and its connections."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
 class HttpSource:
     """ODF Simple Transfer Protocol over HTTP(S): ``GET {base}/{rel}``.
 
@@ -88,29 +132,20 @@ class HttpSource:
         timeout_s: float = 30.0,
         policy: SourcePolicy | None = None,
         resolver: AbstractResolver | None = None,
+        shared: SharedHttpSession | None = None,
     ) -> None:
         self.base = base_url.rstrip("/")
         self.description = self.base
-        self.policy = policy if policy is not None else SourcePolicy()
+        # A shared session brings its own policy: the one its resolver enforces.
+        self._owned = shared is None
+        self._http = shared or SharedHttpSession(
+            timeout_s=timeout_s, policy=policy, resolver=resolver
+        )
+        self.policy = self._http.policy
         self.policy.check_url(self.base)
-        self._resolver = resolver
-        self._timeout = aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_read=timeout_s)
-        self._session: aiohttp.ClientSession | None = None
 
     def _sess(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            # Every host name goes through the policy resolver: aiohttp connects only to the
-            # addresses it returns, so what is checked is what is connected to. No proxies from
-            # the environment (trust_env=False): a proxy would connect on our behalf, unchecked.
-            connector = aiohttp.TCPConnector(resolver=PolicyResolver(self.policy, self._resolver))
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=self._timeout,
-                auto_decompress=False,
-                raise_for_status=False,
-                trust_env=False,
-            )
-        return self._session
+        return self._http.get()
 
     async def _get(self, url: str) -> aiohttp.ClientResponse:
         """``GET url``, following at most ``MAX_REDIRECTS`` redirects, each policy-checked.
@@ -158,10 +193,9 @@ class HttpSource:
         return None
 
     async def close(self) -> None:
-        """Close the HTTP session."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close the HTTP session (unless it is shared)."""
+        if self._owned:
+            await self._http.close()
 
 
 class IpfsSource:
@@ -311,13 +345,15 @@ def open_source(
     ipfs_gateway: str | None = None,
     timeout_s: float = 30.0,
     policy: SourcePolicy | None = None,
+    http: SharedHttpSession | None = None,
 ) -> Source:
     """A :class:`Source` for a pull URL.
 
     ``ipfs://CID[/path]`` and ``ipns://NAME[/path]`` go through the RPC API ``ipfs_api`` if
     given, else through the HTTP gateway ``ipfs_gateway`` (default ``http://127.0.0.1:8080``,
     kamu's default); ``http(s)://`` is the Simple Transfer Protocol, under ``policy`` (default:
-    loopback only); ``file://`` and plain paths are local directories. The IPFS API and
+    loopback only; with ``http``, over that shared session and under its policy);
+    ``file://`` and plain paths are local directories. The IPFS API and
     gateway are the operator's own configuration and are not policy-checked.
 
     Raises:
@@ -337,7 +373,7 @@ def open_source(
             reader = GatewayReader(ipfs_gateway or "http://127.0.0.1:8080")
         return IpfsSource(reader, f"/{u.scheme}/{u.netloc}{u.path}")
     if u.scheme in ("http", "https"):
-        return HttpSource(url, timeout_s=timeout_s, policy=policy)
+        return HttpSource(url, timeout_s=timeout_s, policy=policy, shared=http)
     if u.scheme == "file":
         return LocalSource(Path(unquote(u.path)))
     if u.scheme == "" or (len(u.scheme) == 1 and url[1:3] in (":\\", ":/")):

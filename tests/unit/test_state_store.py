@@ -125,6 +125,14 @@ def test_subscribe_is_idempotent_and_merges_hints(state: NodeState, clock: FakeC
     assert [s.did for s in state.subscriptions()] == [B]
 
 
+def test_subscription_count(state: NodeState) -> None:
+    assert state.subscription_count() == 0
+    state.subscribe(A, "a", None)
+    state.subscribe(A, "a", None)
+    state.subscribe(B, None, None)
+    assert state.subscription_count() == 2 == len(state.subscriptions())
+
+
 def test_malformed_did_is_refused(state: NodeState) -> None:
     for bad in ["", "did:odf:", "did:key:z6Mk", "fed01aa"]:
         with pytest.raises(InvalidStateValue):
@@ -293,6 +301,7 @@ def test_enqueue_dedupes_live_items_only(state: NodeState, clock: FakeClock) -> 
     forced = state.enqueue("fetch", A, H1, {}, dedupe=False)
     assert forced.id != item.id
     assert state.pending_count() == 5 and state.pending_count("fetch") == 3
+    assert state.pending_counts() == {"fetch": 3, "verify": 1, "sync": 1}
 
     claimed = state.claim(clock.now, kinds=["fetch"])
     assert claimed is not None and claimed.id == item.id
