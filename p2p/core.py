@@ -391,6 +391,12 @@ class _Dataset:
     attempts: int = 0
 
 
+def _supersede(out: list[Decision]) -> None:
+    """A candidate head leaves the fetch queue without a fetch of its own: a newer head of its
+    dataset replaced it (or was accepted first). Its outcome, so none ends without one."""
+    out.append(Ignore("", "superseded"))
+
+
 def _ann(sm: SignedMessage) -> HeadAnnouncement:
     msg = sm.message
     assert isinstance(msg, HeadAnnouncement)
@@ -894,10 +900,16 @@ class ProtocolCore:
                 return
         if prior is not None:
             # A re-announcement (new nonce) of a head we already know: retry only if idle.
-            if st.inflight is None and st.queued is None:
-                self._start_fetch(st, prior, now_ns, out)
-            else:
+            # Its outcome: "already-pending" while that head still waits for a fetch (whose
+            # outcome is the first message's); else the outcome of the fetch it restarts.
+            if st.inflight is not None or st.queued is not None:
                 out.append(Ignore(peer, "already-pending"))
+            elif st.retry is not None and _order(st.retry) > _order(prior):
+                out.append(Ignore(peer, "superseded"))  # a newer head waits for its retry
+            else:
+                if st.retry is prior:
+                    out.append(Ignore(peer, "already-pending"))
+                self._start_fetch(st, prior, now_ns, out)
             return
         self._remember(st, sm)
         self._reward(p, now_ns)
@@ -905,11 +917,18 @@ class ProtocolCore:
         if not via_ae:
             out.append(Forward(sm.content_id, sm.envelope, peer))
         if st.inflight is None:
-            self._start_fetch(st, sm, now_ns, out)
+            if st.retry is not None and _order(st.retry) > _order(sm):
+                _supersede(out)  # a newer head waits for its retry; this one is not fetched
+            else:
+                self._start_fetch(st, sm, now_ns, out)
         elif _order(sm) > _order(st.inflight.announcement) and (
             st.queued is None or _order(sm) > _order(st.queued)
         ):
+            if st.queued is not None:
+                _supersede(out)
             st.queued = sm
+        else:
+            _supersede(out)  # a newer head of this dataset is already being fetched or queued
 
     # ---- fetching
 
@@ -923,6 +942,7 @@ class ProtocolCore:
         st.inflight = _Fetch(sm, now_ns)
         if st.retry is not None and _order(st.retry) < _order(sm):
             st.retry, st.attempts = None, 0
+            _supersede(out)
         elif st.retry is sm:
             st.retry = None
         out.append(RequestFetch(a.dataset, a.head, a.sequence, a.epoch, base, a.locations))
@@ -932,6 +952,7 @@ class ProtocolCore:
         if nxt is None:
             return
         if st.accepted is not None and _order(nxt) <= _order(st.accepted):
+            _supersede(out)
             return
         self._start_fetch(st, nxt, now_ns, out)
 
@@ -988,18 +1009,23 @@ class ProtocolCore:
             return
         sm = st.inflight.announcement
         st.inflight = None
-        self._retry_later(st, sm, now_ns)
+        self._retry_later(st, sm, now_ns, out)
         self._start_next(st, now_ns, out)
 
-    def _retry_later(self, st: _Dataset, sm: SignedMessage, now_ns: int) -> None:
+    def _retry_later(
+        self, st: _Dataset, sm: SignedMessage, now_ns: int, out: list[Decision]
+    ) -> None:
         """Schedule another fetch of ``sm`` unless something newer is already queued.
 
         Backoff doubles from ``fetch_retry_base_ns`` up to ``fetch_retry_max_ns`` with jitter
         in [0.5, 1.5), and never gives up: the head stays the newest the node knows, and an
         announcement or anti-entropy reply of anything newer replaces it.
         """
-        if st.queued is not None:
+        if st.queued is not None or (st.retry is not None and _order(st.retry) > _order(sm)):
+            _supersede(out)
             return
+        if st.retry is not None and st.retry is not sm:
+            _supersede(out)  # the older head waiting for its retry
         cfg = self.config
         st.attempts += 1
         delay = min(cfg.fetch_retry_max_ns, cfg.fetch_retry_base_ns << min(st.attempts - 1, 32))
@@ -1017,7 +1043,7 @@ class ProtocolCore:
                 a = _ann(f.announcement)
                 st.inflight = None
                 out.append(AbandonFetch(a.dataset, a.head, "timeout"))
-                self._retry_later(st, f.announcement, now_ns)
+                self._retry_later(st, f.announcement, now_ns, out)
                 self._start_next(st, now_ns, out)
             if (
                 st.retry is not None
@@ -1028,6 +1054,8 @@ class ProtocolCore:
                 retry, st.retry = st.retry, None
                 if st.accepted is None or _order(retry) > _order(st.accepted):
                     self._start_fetch(st, retry, now_ns, out)
+                else:
+                    _supersede(out)
         for peer, p in list(self._peers.items()):
             if p.backlog:
                 self._decay(p, now_ns)

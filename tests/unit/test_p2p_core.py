@@ -432,10 +432,14 @@ def test_fast_honest_owner_is_delayed_and_coalesced_never_penalised() -> None:
     assert c.peer_score("owner", T0) > 0
     assert c.backlog_bytes() > 0
     # The newest head waits in the backlog; when a token refills it is processed and queued
-    # behind the running fetch (it superseded the 34 older delayed heads, each told so).
-    assert rs.count("superseded") == 34
+    # behind the running fetch (it superseded the 34 older delayed heads, each told so). Of the
+    # five processed at once, 100 is fetched and 101..104 queue in turn, each newer one
+    # superseding the one queued before it (3 outcomes).
+    assert rs.count("superseded") == 34 + 3
     late = c.handle(Tick(T0 + 2 * NS_PER_S))
-    assert [type(d) for d in late] == [Accept, Forward]
+    # 139 takes 104's place in the queue: 104 is superseded.
+    assert [type(d) for d in late] == [Accept, Forward, Ignore]
+    assert reasons(late) == ["superseded"]
     assert c.backlog_bytes() == 0
     nxt = c.handle(FetchCompleted(DID, h("head-100"), True, T0 + 3 * NS_PER_S))
     fetch = of(nxt, RequestFetch)
@@ -596,3 +600,70 @@ def test_peer_table_is_bounded() -> None:
 def test_config_rejects_seen_ttl_shorter_than_replay_window() -> None:
     with pytest.raises(ValueError):
         CoreConfig(seen_ttl_ns=NS_PER_S)
+
+
+# ---- every announcement ends with exactly one outcome
+
+
+def _terminal(ds: list[Decision]) -> int:
+    """Outcomes that end an announcement's life ("delayed" is not one: it is processed later)."""
+    return sum(
+        1
+        for d in ds
+        if isinstance(d, (HeadAccepted, RejectHead, Penalise))
+        or (isinstance(d, Ignore) and d.reason != "delayed")
+    )
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_every_received_announcement_gets_exactly_one_outcome(seed: int) -> None:
+    """Random arrivals (out of order, re-sent), fetch successes, failures and timeouts: when the
+    fetch queue has drained, the terminal outcomes number the messages received (a candidate
+    replaced in the queue is told "superseded"; none silently disappears)."""
+    rnd = random.Random(seed)
+    c = core(rate_burst=1000.0, rate_per_s=1000.0)
+    t = T0
+    received = 0
+    terminal = 0
+    inflight: list[Multihash] = []
+    msgs: list[SignedMessage] = []
+    seq = 0
+
+    def apply(ds: list[Decision]) -> None:
+        nonlocal terminal
+        terminal += _terminal(ds)
+        for d in ds:
+            if isinstance(d, RequestFetch):
+                inflight.append(d.head)
+            elif isinstance(d, AbandonFetch):
+                inflight.remove(d.head)
+
+    for _ in range(200):
+        t += rnd.randrange(1, 3 * NS_PER_S)
+        r = rnd.random()
+        if r < 0.45 or not inflight:
+            if msgs and rnd.random() < 0.2:
+                sm = rnd.choice(msgs)  # the very same message again (a duplicate)
+            else:
+                seq += rnd.choice((1, 1, 1, 2, -1)) if seq > 1 else 1
+                sm = ann(seq, issued=t)
+                msgs.append(sm)
+            received += 1
+            apply(recv(c, sm, peer=rnd.choice(("p1", "p2")), t=t))
+        elif r < 0.75:
+            apply(c.handle(FetchCompleted(DID, inflight.pop(0), True, t)))
+        elif r < 0.85:
+            apply(c.handle(FetchFailed(DID, inflight.pop(0), "unreachable", t)))
+        else:
+            apply(c.handle(Tick(t)))
+    # Drain: complete whatever is in flight, tick past every retry and timeout.
+    for _ in range(500):
+        if inflight:
+            apply(c.handle(FetchCompleted(DID, inflight.pop(0), True, t)))
+        else:
+            t += 120 * NS_PER_S
+            apply(c.handle(Tick(t)))
+            if not inflight:
+                break
+    assert not inflight
+    assert terminal == received
