@@ -325,6 +325,14 @@ class Libp2pTransport:
 
         await self._run_in_trio(pub)
 
+    async def topic_peers(self) -> dict[str, set[str]]:
+        """Every topic's peers known to have joined it (read on the libp2p thread, copied)."""
+
+        async def read() -> dict[str, set[str]]:
+            return {t: {p.to_string() for p in ps} for t, ps in self._pubsub.peer_topics.items()}
+
+        return await self._run_in_trio(read)
+
     def subscribe(self, topic: str) -> AsyncIterator[GossipMessage]:
         """Join ``topic``; messages are pumped from trio into an asyncio queue."""
         queue = self._queues.setdefault(topic, asyncio.Queue(10_000))
