@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import struct
 import threading
 import time
@@ -38,6 +39,25 @@ from p2p.wire import MAX_MESSAGE_SIZE
 T = TypeVar("T")
 _LEN = struct.Struct(">I")
 MAX_REQUEST_SIZE = 1 << 20
+# The pending queue covers the moment between a connection and the peer's subscriptions
+# arriving (well under a second on loopback); the library defaults are 100 messages and 30 s.
+_PENDING_PER_PEER = 16
+_PENDING_TTL_S = 5.0
+
+
+class _QuietPendingQueue(logging.Filter):
+    """Drops gossipsub's per-message "pending message queue ... exceeded" WARNING: it fires for
+    every message and every connected peer that follows other topics, which is the normal state
+    of a node following a few of many datasets, and writing it cost more than the routing."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("pending message queue for peer")
+
+
+def _quiet_gossipsub_logs() -> None:
+    lg = logging.getLogger("libp2p.pubsub.gossipsub")
+    if not any(isinstance(f, _QuietPendingQueue) for f in lg.filters):
+        lg.addFilter(_QuietPendingQueue())
 
 
 def parse_peer_multiaddr(addr: str) -> Any:
@@ -189,6 +209,7 @@ class Libp2pTransport:
         from libp2p.tools.anyio_service import background_trio_service
 
         cfg = self.config
+        _quiet_gossipsub_logs()
         host = new_host(
             key_pair=create_new_key_pair(cfg.node_seed),
             listen_addrs=[multiaddr.Multiaddr(f"/ip4/{cfg.listen_host}/tcp/{cfg.listen_port}")],
@@ -206,6 +227,13 @@ class Libp2pTransport:
             heartbeat_interval=cfg.heartbeat_interval_s,
             spam_protection_enabled=False,
             eclipse_protection_enabled=False,
+            # Every message this node sends is also queued for each connected peer not (yet)
+            # known in its topic, in case that peer's subscriptions are still arriving; the
+            # queue is pruned, and a WARNING logged, per message and per such peer. With 25
+            # peers that follow other datasets that was a quarter of this thread's time at
+            # 50 messages/s (docs/libp2p.md, "Gossipsub settings").
+            max_pending_messages_per_peer=_PENDING_PER_PEER,
+            pending_messages_ttl=_PENDING_TTL_S,
         )
         pubsub = Pubsub(
             host,
