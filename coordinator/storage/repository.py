@@ -13,6 +13,7 @@ only once its whole initial chain is written.
 from __future__ import annotations
 
 import builtins
+import os
 import re
 import secrets
 import shutil
@@ -122,16 +123,26 @@ class DatasetRepository:
         return sorted(out, key=lambda h: h.alias)
 
     def count(self) -> int:
-        """How many datasets there are (one directory listing; aliases are not read)."""
+        """How many datasets there are (one directory listing; aliases are not read).
+
+        The entry types come with the listing (``os.scandir``): no ``stat`` per dataset. In a
+        busy daemon every system call gives up the GIL and waits to get it back, and 1,000
+        ``stat`` calls made ``node.status`` take over 100 ms.
+        """
         n = 0
-        for p in self.root.iterdir() if self.root.is_dir() else ():
-            if p.name.startswith(".") or not p.is_dir():
-                continue
-            try:
-                DatasetId.from_multibase(p.name)
-            except InvalidDatasetId:
-                continue
-            n += 1
+        try:
+            entries = os.scandir(self.root)
+        except (FileNotFoundError, NotADirectoryError):
+            return 0
+        with entries:
+            for e in entries:
+                if e.name.startswith(".") or not e.is_dir():
+                    continue
+                try:
+                    DatasetId.from_multibase(e.name)
+                except InvalidDatasetId:
+                    continue
+                n += 1
         return n
 
     def __iter__(self) -> Iterator[DatasetHandle]:

@@ -143,12 +143,14 @@ def test_rename_and_delete(tmp_path: Path) -> None:
     h = repo.create_from_snapshot(ROOT)
     (repo.root / ".pull-staging").mkdir()  # hidden work directories are not datasets
     (repo.root / "not-a-did").mkdir()
-    assert repo.count() == len(repo.list()) == 1
+    (repo.root / h.id.as_multibase()).with_name(h.id.as_multibase()[:-1] + "x").write_text("")
+    assert repo.count() == len(repo.list()) == 1  # files, even DID-like names, are not datasets
     repo.rename("root", "acme/root2")
     assert repo.resolve("acme/root2").id == h.id
     repo.delete("acme/root2")
     assert repo.list() == []
     assert repo.count() == 0
+    assert make_repo(tmp_path / "absent").count() == 0
 
 
 def test_normalize_transform() -> None:
