@@ -77,6 +77,9 @@ Fetcher = Callable[[RequestFetch], Awaitable[bool]]
 It must be cancellable: when the core abandons a fetch the task running it is cancelled, and a
 cancelled fetch must leave the store as it was (or, once it has committed, finish and return)."""
 
+_AE_SLICE = 32
+"""Anti-entropy reply entries the core checks per turn of the event loop."""
+
 
 @dataclass(slots=True)
 class ServiceLog:
@@ -385,7 +388,14 @@ class GossipService:
                 envelopes = decode_heads_response(raw)
             except (TransportError, WireDecodeError):
                 return
-            self._apply(AntiEntropyReceived(req.peer, tuple(envelopes), self._clock()))
+            # In slices, yielding in between: a reply of 1,000 heads (most already known, each
+            # decoded again to see whether it can restart a stalled fetch) applied at once held
+            # the loop for tens of milliseconds every anti-entropy round.
+            envelopes = envelopes[: self.core.config.max_anti_entropy_entries]
+            for j in range(0, len(envelopes), _AE_SLICE):
+                part = tuple(envelopes[j : j + _AE_SLICE])
+                self._apply(AntiEntropyReceived(req.peer, part, self._clock()))
+                await asyncio.sleep(0)
 
     async def _serve_heads(self, peer: str, data: bytes) -> bytes:
         try:

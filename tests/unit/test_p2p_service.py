@@ -274,3 +274,64 @@ def test_following_many_datasets_asks_each_peer_once_per_batch() -> None:
         await c.stop()
 
     asyncio.run(run())
+
+
+def test_anti_entropy_reply_is_applied_in_slices_that_yield_to_the_loop() -> None:
+    """A reply naming many heads is checked a slice at a time (the loop runs in between), and
+    every head in it still counts."""
+    from p2p.core import AntiEntropyReceived
+    from p2p.service import _AE_SLICE
+
+    owners = [generate_private_key((7000 + i).to_bytes(2, "big") * 16) for i in range(70)]
+
+    def owner_ann(key) -> bytes:  # type: ignore[no-untyped-def]
+        msg = HeadAnnouncement(
+            key.dataset_id(),
+            Multihash.sha3_256(b"h"),
+            1,
+            None,
+            0,
+            FetchLocations(),
+            T0,
+            next(_NONCE).to_bytes(16, "big"),
+        )
+        return sign_message(msg, key).envelope
+
+    async def run() -> None:
+        c = Cluster(0)
+        late = c.add("late")
+        for k in owners:
+            late.core.subscribe(k.dataset_id())
+        reply = encode_heads_response([owner_ann(k) for k in owners])
+        sizes: list[int] = []
+        turns: list[int] = []
+        turn = [0]
+        real_handle = late.core.handle
+
+        def recording(event):  # type: ignore[no-untyped-def]
+            if isinstance(event, AntiEntropyReceived):
+                sizes.append(len(event.envelopes))
+                turns.append(turn[0])
+            return real_handle(event)
+
+        async def ticker() -> None:
+            while True:
+                turn[0] += 1
+                await asyncio.sleep(0)
+
+        async def answer(peer: str, protocol: str, data: bytes, timeout_s: float) -> bytes:
+            return reply
+
+        late.core.handle = recording  # type: ignore[method-assign]
+        late.transport.request = answer  # type: ignore[method-assign]
+        await late.start()
+        t = asyncio.create_task(ticker())
+        late.peer_connected("owner")
+        await settle()
+        t.cancel()
+        assert sizes == [_AE_SLICE, _AE_SLICE, 70 - 2 * _AE_SLICE]
+        assert len(set(turns)) == 3, "other tasks ran between the slices"
+        assert all(late.core.accepted(k.dataset_id()) is not None for k in owners)
+        await late.stop()
+
+    asyncio.run(run())
