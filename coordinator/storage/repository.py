@@ -105,6 +105,8 @@ class DatasetRepository:
         self.key_source = key_source
         self.durable = durable
         self._alias_index: dict[str, DatasetHandle] = {}
+        # Directory names already known to spell a DID (:meth:`count` parses each name once).
+        self._dataset_dir_names: set[str] = set()
         self.root.mkdir(parents=True, exist_ok=True)
 
     # -- lookup ---------------------------------------------------------------------------------
@@ -138,10 +140,12 @@ class DatasetRepository:
             for e in entries:
                 if e.name.startswith(".") or not e.is_dir():
                     continue
-                try:
-                    DatasetId.from_multibase(e.name)
-                except InvalidDatasetId:
-                    continue
+                if e.name not in self._dataset_dir_names:
+                    try:
+                        DatasetId.from_multibase(e.name)
+                    except InvalidDatasetId:
+                        continue
+                    self._dataset_dir_names.add(e.name)
                 n += 1
         return n
 

@@ -50,6 +50,7 @@ READS = frozenset(
         "pending_count",
         "pending_counts",
         "subscription_count",
+        "status_counts",
         "work",
         "work_item",
     }

@@ -205,6 +205,10 @@ class StatePort(Protocol):
         """Number of subscriptions."""
         ...
 
+    async def status_counts(self) -> tuple[int, dict[str, int]]:
+        """Subscriptions and pending items per kind, in one read."""
+        ...
+
     async def work(self, state: WorkState | None = None, did: str | None = None) -> list[WorkItem]:
         """Work items, filtered."""
         ...

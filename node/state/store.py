@@ -649,6 +649,11 @@ class NodeState:
         ).fetchall()
         return {str(k): int(n) for k, n in rows}
 
+    def status_counts(self) -> tuple[int, dict[str, int]]:
+        """:meth:`subscription_count` and :meth:`pending_counts` in one call (``node.status``:
+        one hand-over to the reader thread instead of two)."""
+        return self.subscription_count(), self.pending_counts()
+
     def work(self, state: WorkState | None = None, did: str | None = None) -> list[WorkItem]:
         """Work items, oldest first, optionally filtered by state and/or DID."""
         if state is not None and state not in WORK_STATES:

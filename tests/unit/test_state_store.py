@@ -302,6 +302,7 @@ def test_enqueue_dedupes_live_items_only(state: NodeState, clock: FakeClock) -> 
     assert forced.id != item.id
     assert state.pending_count() == 5 and state.pending_count("fetch") == 3
     assert state.pending_counts() == {"fetch": 3, "verify": 1, "sync": 1}
+    assert state.status_counts() == (0, {"fetch": 3, "verify": 1, "sync": 1})
 
     claimed = state.claim(clock.now, kinds=["fetch"])
     assert claimed is not None and claimed.id == item.id
