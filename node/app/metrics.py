@@ -45,6 +45,13 @@ class NodeMetrics:
             buckets=(0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
             registry=r,
         )
+        self.gc_pause = Histogram(
+            "odf_gc_pause_seconds",
+            "Cyclic garbage collections by generation (every thread stops while one runs)",
+            ["generation"],
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1),
+            registry=r,
+        )
         self.rpc_requests = Counter(
             "odf_rpc_requests",
             "JSON-RPC calls by method and outcome",

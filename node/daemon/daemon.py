@@ -44,7 +44,7 @@ from node.app.verify import VerifyPipeline
 from node.app.work import RetryPolicy, WorkRunner, prune_finished_work
 from node.config import NodeConfig
 from node.daemon.lock import HomeLock
-from node.daemon.loop_monitor import watch_event_loop
+from node.daemon.loop_monitor import GcPauses, watch_event_loop
 from node.daemon.services import FunctionService, ServiceGroup
 from node.home import NodeHome
 from p2p.core import CoreConfig, ProtocolCore
@@ -77,6 +77,7 @@ class Daemon:
     group: ServiceGroup = field(init=False)
     transfer_loop: LoopThread = field(init=False)
     transfer: TransferAdapter = field(init=False)
+    gc_pauses: GcPauses = field(init=False)
     info: NodeInfo = field(init=False)
     locks: CommitLocks = field(init=False)
     state: StatePort = field(init=False)
@@ -122,10 +123,14 @@ class Daemon:
         lock = HomeLock(self.home.path)
         lock.acquire_daemon()
         sys.setswitchinterval(_GIL_SWITCH_INTERVAL_S)
+        gc_pauses = self.gc_pauses = GcPauses(
+            lambda gen, s: self.metrics.gc_pause.labels(str(gen)).observe(s)
+        )
         try:
             self._build_services()
             await self.group.start()
             self.info.started_at_ns = self.clock()
+            gc_pauses.install(freeze=True)
             log.info(
                 "odf-node ready: home=%s node_id=%s rpc=%s http=%s ipfs=%s",
                 self.home.path,
@@ -144,6 +149,7 @@ class Daemon:
             if failure in done and not failure.cancelled():
                 raise RuntimeError(f"a daemon task crashed: {failure.result()!r}")
         finally:
+            gc_pauses.uninstall()
             lock.release()
             log.info("odf-node stopped")
 
@@ -448,6 +454,8 @@ class Daemon:
             for kind in ("verify", "publish", "dispute"):
                 self.metrics.queue_depth.labels(kind).set(pending.get(kind, 0))
             self.metrics.engine_running.set(1 if self._engine and self._engine.running else 0)
+            if hasattr(self, "gc_pauses"):
+                self.gc_pauses.maintain()
             await self.state.prune_events(100_000)
             now = self.clock()
             if last_prune is None or now - last_prune >= _PRUNE_EVERY_NS:

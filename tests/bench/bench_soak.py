@@ -15,7 +15,10 @@ Inside a private loopback-only namespace (the script re-executes itself under ``
    protocol repairs the head, and the benchmark measures that it does);
 5. times a ``node.status`` call every second from a separate process (``rpc_probe.py``, as a
    CLI would call it; ``rpc.ping`` likewise, for comparison) and samples RSS, CPU
-   (``/proc/<pid>/stat``) and queue depths every 5 s;
+   (``/proc/<pid>/stat``) and queue depths every 5 s. The load generator itself (this process:
+   the publishers and the owners' HTTP server, on other machines in a real network) runs at
+   nice 10 once the daemon and the probes have started, so its own CPU use does not stand in
+   front of the daemon's on a 2-core machine;
 6. after the load stops, waits up to ``--settle-minutes`` (5) until every subscription's accepted
    head is its owner's head.
 
@@ -65,6 +68,9 @@ content:
 """
 
 
+LOAD_GENERATOR_NICE = 10
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -105,6 +111,22 @@ def lag_p99_bound(before: dict[str, float], after: dict[str, float]) -> float | 
     return None
 
 
+def gc_pauses(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
+    """Per generation: collections, and the upper bound (s) of the bucket holding the slowest."""
+    out: dict[str, Any] = {}
+    for gen in ("0", "1", "2"):
+        prefix = f'odf_gc_pause_seconds_bucket{{generation="{gen}",le="'
+        buckets = sorted(
+            (float(k[len(prefix) : -2]), after[k] - before.get(k, 0.0))
+            for k in after
+            if k.startswith(prefix)
+        )
+        total = buckets[-1][1] if buckets else 0.0
+        slowest = next((le for le, n in buckets if total and n >= total), None)
+        out[gen] = {"collections": int(total), "slowest_le_s": slowest}
+    return out
+
+
 def pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
@@ -133,6 +155,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"datasets": args.datasets, "rate": args.rate, "minutes": args.minutes}
     node = NodeProcess(work / "node", "soak", config={"ipfs": {"mode": "none"}})
     publishers: list[Libp2pTransport] = []
+    probes: dict[str, subprocess.Popen[str]] = {}
     runner = None
     try:
         clock = [1_700_000_000_000_000_000]
@@ -162,6 +185,36 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.sleep(10)
         result["idle_rss_mb"] = round(rss_mb(pid), 1)
         result["idle_engine_running"] = node.call("node.status")["engine"]["running"]
+        # node.status (and rpc.ping, for comparison) timed from processes of their own, as a
+        # CLI or the console calls the node; the in-process timing below shares this process's
+        # interpreter with 25 libp2p hosts and the HTTP server, and is reported for comparison. The
+        # probes start now, before this process lowers its priority, and wait for the load.
+        probes.update(
+            {
+                m: subprocess.Popen(
+                    [
+                        sys.executable,
+                        str(ROOT / "tests" / "bench" / "rpc_probe.py"),
+                        node.url,
+                        node.token,
+                        "--seconds",
+                        str(args.minutes * 60),
+                        "--method",
+                        m,
+                        "--wait-stdin",
+                    ],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                for m in ("node.status", "rpc.ping")
+            }
+        )
+        # From here on this process (the load generator: 25 publishers and the owners' HTTP
+        # server, which in a real network run on other machines) yields the CPU to the daemon
+        # and the probes; it still gets every cycle they leave idle.
+        os.nice(LOAD_GENERATOR_NICE)
+        result["load_generator_nice"] = LOAD_GENERATOR_NICE
 
         latest: dict[Any, bytes] = {}  # dataset -> its newest signed announcement
 
@@ -216,26 +269,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.to_thread(node.call, "node.status")
             return (time.perf_counter() - t1) * 1000
 
-        # node.status (and rpc.ping, for comparison) timed from processes of their own, as a
-        # CLI or the console calls the node; the in-process timing below shares this process's
-        # interpreter with 25 libp2p hosts and the HTTP server, and is reported for comparison.
-        probes = {
-            m: subprocess.Popen(
-                [
-                    sys.executable,
-                    str(ROOT / "tests" / "bench" / "rpc_probe.py"),
-                    node.url,
-                    node.token,
-                    "--seconds",
-                    str(args.minutes * 60),
-                    "--method",
-                    m,
-                ],
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            for m in ("node.status", "rpc.ping")
-        }
+        for probe in probes.values():
+            assert probe.stdin is not None
+            probe.stdin.write("go\n")
+            probe.stdin.flush()
         while time.monotonic() < end:
             h = handles[sent % len(handles)]
             ds = datasets.get(h.id) or datasets.setdefault(h.id, repo.open(h.id.as_did_str()))
@@ -293,6 +330,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             probed[m] = [float(line.split()[1]) for line in out.splitlines() if line.strip()]
         metrics1 = prometheus(http_url)
         result["event_loop_lag_p99_s_bucket"] = lag_p99_bound(metrics0, metrics1)
+        result["gc_pauses_under_load"] = gc_pauses(metrics0, metrics1)
         verified_during = sum(
             v - metrics0.get(k, 0.0)
             for k, v in metrics1.items()
@@ -351,6 +389,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         return result
     finally:
+        for probe in probes.values():
+            if probe.poll() is None:
+                probe.kill()
+                probe.wait()
         for t in publishers:
             await t.stop()
         node.stop()

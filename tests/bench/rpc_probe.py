@@ -6,6 +6,7 @@ next to its load generator: timing calls from inside the load generator measured
 own scheduling (25 libp2p hosts and an HTTP server share its interpreter) as much as the node's.
 
 Usage: python tests/bench/rpc_probe.py URL TOKEN --seconds 600 [--every 1] [--method node.status]
+       [--wait-stdin]
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ def main() -> None:
     p.add_argument("--seconds", type=float, required=True)
     p.add_argument("--every", type=float, default=1.0)
     p.add_argument("--method", action="append")
+    p.add_argument("--wait-stdin", action="store_true", help="start when a line arrives on stdin")
     a = p.parse_args()
+    if a.wait_stdin:
+        sys.stdin.readline()
     methods = a.method or ["node.status"]
     end = time.monotonic() + a.seconds
     nxt = time.monotonic()

@@ -63,3 +63,65 @@ def test_warns_again_after_the_period_with_the_worst_lag(
     # 1.5 is held back again.
     assert len(warnings) == 2
     assert "2.00 s late" in warnings[0] and "60.00 s late" in warnings[1]
+
+
+def test_gc_pauses_are_timed_by_generation_until_uninstalled() -> None:
+    import gc
+
+    from node.daemon.loop_monitor import GcPauses
+
+    seen: list[tuple[int, float]] = []
+    pauses = GcPauses(lambda gen, s: seen.append((gen, s)))
+    pauses.install(freeze=False)
+    pauses.install(freeze=False)  # once only
+    try:
+        assert gc.callbacks.count(pauses) == 1
+        gc.collect(2)
+        assert any(gen == 2 and s >= 0 for gen, s in seen)
+    finally:
+        pauses.uninstall()
+    n = len(seen)
+    gc.collect(2)
+    assert len(seen) == n and pauses not in gc.callbacks
+
+
+def test_gc_survivors_of_a_full_collection_are_frozen_and_all_collected_periodically() -> None:
+    import gc
+
+    from node.daemon.loop_monitor import GcPauses
+
+    now = [1000.0]
+    pauses = GcPauses(lambda gen, s: None, full_every_s=3600, monotonic=lambda: now[0])
+    try:
+        gc.unfreeze()
+        pauses(phase="start", info={"generation": 1})
+        pauses(phase="stop", info={"generation": 1})
+        pauses.maintain()
+        assert gc.get_freeze_count() == 0, "only a full collection leads to a freeze"
+        pauses("start", {"generation": 2})
+        pauses("stop", {"generation": 2})
+        assert pauses.full_since_freeze
+        pauses.maintain()
+        assert not pauses.full_since_freeze and gc.get_freeze_count() > 0
+        # Cyclic garbage among frozen objects survives until the periodic full collection.
+        gc.unfreeze()
+
+        class Node:
+            ref: object = None
+
+        a, b = Node(), Node()
+        a.ref, b.ref = b, a
+        gc.freeze()
+        alive = [a]
+        del a, b
+        import weakref
+
+        probe = weakref.ref(alive.pop())
+        gc.collect()
+        assert probe() is not None, "frozen: not collected"
+        now[0] += 3600
+        pauses.maintain()
+        assert probe() is None, "the periodic full collection reclaimed it"
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
