@@ -80,10 +80,13 @@ bench-verify: setup
 bench-sim: setup
 	$(BIN)/python tests/bench/bench_sim.py
 
-# One daemon, 1,000 subscriptions, 50 announcements/s for 10 minutes (isolates itself).
+# Two daemons: an owner appends to 200 datasets 5 times as fast as it can; the subscriber
+# follows all of them (time until every subscription is at the owner's head; isolates itself).
 bench-follow: setup
 	$(BIN)/python tests/bench/bench_follow.py
 
+# One daemon, 1,000 subscriptions, 50 announcements/s for 10 minutes (isolates itself):
+# node.status latency from a separate process, event-loop lag, outcomes, RSS, CPU.
 bench-soak: setup
 	$(BIN)/python tests/bench/bench_soak.py
 

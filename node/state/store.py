@@ -74,17 +74,20 @@ class NodeState:
             raise
 
     @classmethod
-    def open(cls, path: Path, clock: Clock) -> NodeState:
+    def open(cls, path: Path, clock: Clock, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> NodeState:
         """Open (creating if needed) the state DB at ``path`` and bring its schema up to date.
+
+        ``busy_timeout_ms`` bounds how long a statement waits for a lock (a reader on the event
+        loop passes a short one).
 
         Raises :class:`node.state.errors.StateVersionTooNew` for a DB from a newer odf-node.
         """
         path.parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: the sqlite3 module never opens transactions behind our back;
         # every transaction here is an explicit BEGIN IMMEDIATE.
-        conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        conn = sqlite3.connect(str(path), isolation_level=None, timeout=busy_timeout_ms / 1000)
         try:
-            _configure(conn, wal=True)
+            _configure(conn, wal=True, busy_timeout_ms=busy_timeout_ms)
         except BaseException:
             conn.close()
             raise
@@ -679,9 +682,11 @@ class NodeState:
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def _configure(conn: sqlite3.Connection, *, wal: bool) -> None:
+def _configure(
+    conn: sqlite3.Connection, *, wal: bool, busy_timeout_ms: int = BUSY_TIMEOUT_MS
+) -> None:
     """Connection pragmas; see the module docstring for why each is set."""
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
     if wal:
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":

@@ -175,3 +175,26 @@ def test_unknown_methods_are_attribute_errors(tmp_path: Path) -> None:
             st.no_such_method  # noqa: B018
     finally:
         st.close()
+
+
+def test_status_counts_run_on_the_callers_thread_and_see_committed_writes(tmp_path: Path) -> None:
+    from node.adapters.state import STATUS_READS
+
+    assert STATUS_READS <= READS
+
+    async def run() -> None:
+        st = await asyncio.to_thread(ThreadedState, tmp_path / "s.db", clock)
+        try:
+            assert await st.status_counts() == (0, {})  # type: ignore[attr-defined]
+            await st.subscribe(DID, "a")  # type: ignore[attr-defined]
+            await st.enqueue("verify", DID, "f1620" + "00" * 32, {})  # type: ignore[attr-defined]
+            assert await st.status_counts() == (1, {"verify": 1})  # type: ignore[attr-defined]
+            # The connection belongs to the loop's thread (sqlite3 would refuse another).
+            assert st._status is not None
+            st._status._conn.execute("SELECT 1")
+        finally:
+            await st.aclose()
+        with pytest.raises(StateClosed):
+            await st.status_counts()  # type: ignore[attr-defined]
+
+    asyncio.run(run())
