@@ -59,15 +59,16 @@ class GcPauses:
     survives a full collection is frozen (``gc.freeze``: later collections skip it) and the
     next one walks only what was promoted since. Frozen objects that later become cyclic
     garbage are reclaimed by a full collection of everything every ``full_every_s`` (default
-    6 h), the one long pause left. Objects freed by reference counting (nearly all) are freed
-    at once either way.
+    15 min: what such garbage can pile up is bounded by a quarter of an hour's worth), the one
+    long pause left. Objects freed by reference counting (nearly all) are freed at once either
+    way.
     """
 
     def __init__(
         self,
         observe: Callable[[int, float], None],
         *,
-        full_every_s: float = 6 * 3600.0,
+        full_every_s: float = 15 * 60.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._observe = observe
