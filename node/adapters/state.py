@@ -313,7 +313,7 @@ class ThreadedState:
                 pass  # another thread's connection: released with the object
 
     def close(self) -> None:
-        """Serve what is queued, then close both connections (idempotent)."""
+        """Serve what is queued, then close every connection (idempotent)."""
         if self._closed:
             return
         self._closed = True

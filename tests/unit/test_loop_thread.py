@@ -40,21 +40,30 @@ def test_errors_propagate(lt: LoopThread) -> None:
     asyncio.run(main())
 
 
+class SlowUnwind:
+    """A pull that waits forever and, once cancelled, unwinds only when ``gate`` opens."""
+
+    def __init__(self, *, note_cancel: bool = True) -> None:
+        self.started, self.gate = threading.Event(), threading.Event()
+        self.log: list[str] = []
+        self._note_cancel = note_cancel
+
+    async def pull(self) -> None:
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            if self._note_cancel:
+                self.log.append("cancelled")
+            await asyncio.to_thread(self.gate.wait)  # a slow unwind: the store is being restored
+            self.log.append("unwound")
+
+
 def test_cancel_returns_only_after_the_coroutine_unwound(lt: LoopThread) -> None:
     async def main() -> None:
-        started, gate = threading.Event(), threading.Event()
-        log: list[str] = []
-
-        async def pull() -> None:
-            started.set()
-            try:
-                await asyncio.Event().wait()
-            finally:
-                log.append("cancelled")
-                await asyncio.to_thread(gate.wait)  # a slow unwind: the store is being restored
-                log.append("unwound")
-
-        task = asyncio.create_task(lt.run(pull()))
+        p = SlowUnwind()
+        started, gate, log = p.started, p.gate, p.log
+        task = asyncio.create_task(lt.run(p.pull()))
         await asyncio.to_thread(started.wait)
         task.cancel()
         for _ in range(20):
@@ -70,18 +79,9 @@ def test_cancel_returns_only_after_the_coroutine_unwound(lt: LoopThread) -> None
 
 def test_a_second_cancel_still_waits(lt: LoopThread) -> None:
     async def main() -> None:
-        started, gate = threading.Event(), threading.Event()
-        log: list[str] = []
-
-        async def pull() -> None:
-            started.set()
-            try:
-                await asyncio.Event().wait()
-            finally:
-                await asyncio.to_thread(gate.wait)
-                log.append("unwound")
-
-        task = asyncio.create_task(lt.run(pull()))
+        p = SlowUnwind(note_cancel=False)
+        started, gate, log = p.started, p.gate, p.log
+        task = asyncio.create_task(lt.run(p.pull()))
         await asyncio.to_thread(started.wait)
         task.cancel()
         await asyncio.sleep(0)
