@@ -36,6 +36,11 @@ class NodeMetrics:
             "odf_engine_running", "1 while the Spark engine worker runs", registry=r
         )
         self.peers = Gauge("odf_peers", "Connected gossip peers", registry=r)
+        self.gossip_restarts = Counter(
+            "odf_gossip_process_restarts",
+            "Times the libp2p process died and was started again",
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "odf_work_queue_depth", "Pending work items by kind", ["kind"], registry=r
         )

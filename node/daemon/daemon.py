@@ -364,11 +364,14 @@ class Daemon:
     # ---- gossip
 
     async def _start_gossip(self) -> None:
-        from p2p.libp2p_host import Libp2pConfig, Libp2pTransport
+        from p2p.libp2p_host import Libp2pConfig
+        from p2p.libp2p_process import Libp2pProcessTransport
         from p2p.service import GossipService
 
         p = self.config.p2p
-        self._transport = Libp2pTransport(
+        # The libp2p host runs in a process of its own: in a thread it held this interpreter's
+        # lock for half of every second under load (docs/libp2p.md, "Process model").
+        self._transport = Libp2pProcessTransport(
             Libp2pConfig(
                 node_seed=self.node_key.seed(),
                 listen_host=p.listen_host,
@@ -377,6 +380,7 @@ class Daemon:
                 loopback_only=self.config.network.loopback_only,
             )
         )
+        self._transport.on_restart = self.metrics.gossip_restarts.inc
         await self._transport.start()
         core = ProtocolCore(
             CoreConfig(
