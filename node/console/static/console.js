@@ -427,7 +427,7 @@ async function dataset(main) {
       `Block #${b.block.sequenceNumber}: ${b.hash}\n` + yamlLines(b.block, 0, []).join("\n")));
     main.replaceChildren(
       h("h1", {}, d.alias, " ", badge(d.verification)),
-      d.verification_detail ? h("p", { class: "detail", text: d.verification_detail }) : "",
+      d.verification_detail ? h("details", { id: "verification-detail" }, h("summary", { text: "Why verification " + d.verification }), h("p", { class: "detail", text: d.verification_detail })) : "",
       actions, progress,
       h("dl", { class: "cards", id: "summary" }, ...summary.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { text: v === null ? "" : v })])),
       section("Lineage", lineageGraph(d.lineage, d.id)),
