@@ -32,6 +32,7 @@ from node.adapters.loop_thread import LoopThread
 from node.adapters.state import ThreadedState
 from node.adapters.transfer import TransferAdapter
 from node.app import Application, NodeInfo
+from node.app.console import ConsoleQueries
 from node.app.datasets import CommitLocks, DatasetUseCases
 from node.app.effects import NodeEffects
 from node.app.events import EventBus
@@ -335,6 +336,7 @@ class Daemon:
             self.locks,
             self.metrics,
             ipfs_enabled=lambda: self.ipfs.api_url is not None,
+            events=self.events,
         )
         self.app = Application(
             info=self.info,
@@ -351,6 +353,8 @@ class Daemon:
             publish=publish,
             verify=verify,
             work=work,
+            console=ConsoleQueries(self.repo, self.state, _Late(self, "gossip"), self.metrics),
+            events=self.events,
         )
 
     async def _stop_app(self) -> None:
@@ -454,6 +458,7 @@ class Daemon:
     async def _housekeeping(self) -> None:
         last_prune: int | None = None
         while True:
+            self.metrics.sample_history(self.clock())
             pending = await self.state.pending_counts()
             for kind in ("verify", "publish", "dispute"):
                 self.metrics.queue_depth.labels(kind).set(pending.get(kind, 0))
