@@ -44,6 +44,7 @@ class NetworkSection:
     """``[network]``."""
 
     isolation: str
+    advertise_host: str
 
     @property
     def loopback_only(self) -> bool:
@@ -84,6 +85,8 @@ class P2pSection:
     bootstrap: tuple[str, ...]
     fetch_timeout_s: float
     anti_entropy_interval_s: float
+    discovery: bool
+    discovery_interval_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,8 @@ class IpfsSection:
     mode: str
     api_url: str
     swarm_peers: tuple[str, ...]
+    swarm_host: str
+    swarm_port: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,8 +237,18 @@ def _validate(cfg: NodeConfig) -> None:
             raise ConfigError(f"{what}: {port} is not a TCP port")
     if not 0 <= cfg.p2p.port <= 65535:
         raise ConfigError(f"p2p.port: {cfg.p2p.port} is not a TCP port")
-    if cfg.p2p.fetch_timeout_s <= 0 or cfg.p2p.anti_entropy_interval_s <= 0:
-        raise ConfigError("p2p.fetch_timeout_s and p2p.anti_entropy_interval_s must be > 0")
+    if not 0 <= cfg.ipfs.swarm_port <= 65535:
+        raise ConfigError(f"ipfs.swarm_port: {cfg.ipfs.swarm_port} is not a TCP port")
+    if (
+        cfg.p2p.fetch_timeout_s <= 0
+        or cfg.p2p.anti_entropy_interval_s <= 0
+        or cfg.p2p.discovery_interval_s <= 0
+    ):
+        raise ConfigError(
+            "p2p.fetch_timeout_s, p2p.anti_entropy_interval_s and p2p.discovery_interval_s "
+            "must be > 0"
+        )
+    _validate_hosts(cfg)
     if cfg.rpc.idle_timeout_s <= 0 or cfg.http.idle_timeout_s <= 0:
         raise ConfigError("rpc.idle_timeout_s and http.idle_timeout_s must be > 0")
     if cfg.rpc.max_body_bytes < 1024 or cfg.rpc.max_batch < 1:
@@ -270,6 +285,8 @@ def _validate(cfg: NodeConfig) -> None:
             (cfg.rpc.host, "rpc.host"),
             (cfg.http.host, "http.host"),
             (cfg.p2p.listen_host, "p2p.listen_host"),
+            (cfg.ipfs.swarm_host, "ipfs.swarm_host"),
+            (cfg.network.advertise_host or "127.0.0.1", "network.advertise_host"),
         ):
             if not host.startswith("127."):
                 raise ConfigError(
@@ -282,6 +299,34 @@ def _validate(cfg: NodeConfig) -> None:
                     f"peer {addr!r} is not a loopback address but network.isolation is "
                     "'loopback-only'"
                 )
+
+
+_WILDCARDS = frozenset({"0.0.0.0", "::", ""})
+
+
+def _validate_hosts(cfg: NodeConfig) -> None:
+    """Listen hosts must be addresses; a wildcard listener needs an address to advertise."""
+    adv = cfg.network.advertise_host
+    if adv in _WILDCARDS - {""} or any(c in adv for c in "/ "):
+        raise ConfigError(
+            f"network.advertise_host = {adv!r}: expected a host name or an address peers can reach"
+        )
+    if adv:
+        return
+    wild = [
+        what
+        for host, what, used in (
+            (cfg.p2p.listen_host, "p2p.listen_host", cfg.p2p.enabled),
+            (cfg.ipfs.swarm_host, "ipfs.swarm_host", cfg.ipfs.mode == "embedded"),
+            (cfg.http.host, "http.host", cfg.http.enabled and not cfg.http.public_url),
+        )
+        if used and host in _WILDCARDS
+    ]
+    if wild:
+        raise ConfigError(
+            f"{', '.join(wild)} listen on every interface: set network.advertise_host to the "
+            "address or name peers reach this node at"
+        )
 
 
 def load_config(

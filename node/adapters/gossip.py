@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from coordinator.identity import DatasetId
@@ -16,9 +17,20 @@ from p2p.wire import decode_unverified
 class GossipAdapter:
     """:class:`~node.app.ports.GossipPort` over a running gossip service."""
 
-    def __init__(self, service: GossipService, transport: Any) -> None:
+    def __init__(
+        self,
+        service: GossipService,
+        transport: Any,
+        *,
+        advertise: Callable[[], list[str]] | None = None,
+        on_follow: Callable[[], None] | None = None,
+    ) -> None:
+        """``advertise`` gives the listen addresses as peers should dial them; ``on_follow``
+        runs after each new follow (the daemon starts a discovery round)."""
         self.service = service
         self._transport = transport
+        self._advertise = advertise
+        self._on_follow = on_follow
 
     @property
     def enabled(self) -> bool:
@@ -30,7 +42,9 @@ class GossipAdapter:
         return str(self._transport.peer_id)
 
     def listen_addrs(self) -> list[str]:
-        """Full listen multiaddrs."""
+        """Full listen multiaddrs, as peers should dial them."""
+        if self._advertise is not None:
+            return self._advertise()
         return list(self._transport.listen_addrs())
 
     def peer_count(self) -> int:
@@ -48,8 +62,10 @@ class GossipAdapter:
         return peer
 
     async def follow(self, did: DatasetId) -> None:
-        """Join ``did``'s topic and ask connected peers for its head."""
+        """Join ``did``'s topic and ask connected peers for its head (and who carries it)."""
         await self.service.follow(did)
+        if self._on_follow is not None:
+            self._on_follow()
 
     def unfollow(self, did: DatasetId) -> None:
         """Stop following ``did``."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -44,6 +45,7 @@ from node.app.subscriptions import SubscriptionUseCases
 from node.app.verify import VerifyPipeline
 from node.app.work import RetryPolicy, WorkRunner, prune_finished_work
 from node.config import NodeConfig
+from node.daemon.addresses import advertised_http_url, advertised_multiaddrs
 from node.daemon.lock import HomeLock
 from node.daemon.loop_monitor import GcPauses, watch_event_loop
 from node.daemon.services import FunctionService, ServiceGroup
@@ -89,6 +91,7 @@ class Daemon:
     _ipfs_node: Any = field(default=None, init=False)
     _transport: Any = field(default=None, init=False)
     _service: Any = field(default=None, init=False)
+    _discovery: Any = field(default=None, init=False)
     _http_runner: Any = field(default=None, init=False)
     _rpc: Any = field(default=None, init=False)
 
@@ -200,17 +203,42 @@ class Daemon:
         if cfg.mode == "embedded":
             from node.daemon.ipfs_process import start_embedded_ipfs
 
+            adv = self.config.network.advertise_host
+            announce = (
+                tuple(
+                    advertised_multiaddrs(
+                        [f"/ip4/0.0.0.0/tcp/{cfg.swarm_port}"], adv, loopback_only=False
+                    )
+                )
+                if adv and cfg.swarm_port
+                else ()
+            )
             self._ipfs_node = await asyncio.to_thread(
-                start_embedded_ipfs, self.home.path / "ipfs", self.config.network.loopback_only
+                functools.partial(
+                    start_embedded_ipfs,
+                    self.home.path / "ipfs",
+                    self.config.network.loopback_only,
+                    swarm_host=cfg.swarm_host,
+                    swarm_port=cfg.swarm_port,
+                    announce=announce,
+                )
             )
             api = self._ipfs_node.api_url
         else:
             api = cfg.api_url
         async with IpfsClient(api) as client:
             ident = await client.id()
+            peer_id = ident.get("ID") or ident.get("id")
+            listening = [str(a) for a in ident.get("Addresses") or ident.get("addresses") or []]
+            # What peers should dial: the advertised host, and no loopback address in open mode.
+            addresses = advertised_multiaddrs(
+                listening,
+                self.config.network.advertise_host,
+                loopback_only=self.config.network.loopback_only,
+            )
             info = {
-                "peer_id": ident.get("ID") or ident.get("id"),
-                "addresses": ident.get("Addresses") or ident.get("addresses") or [],
+                "peer_id": peer_id,
+                "addresses": [a if "/p2p/" in a else f"{a}/p2p/{peer_id}" for a in addresses],
                 "api": api,
                 "mode": cfg.mode,
             }
@@ -257,11 +285,17 @@ class Daemon:
 
     # ---- the application
 
+    def _http_base(self) -> str:
+        """The HTTP base URL peers pull from ("" without an HTTP surface or public URL)."""
+        return advertised_http_url(
+            self.config.http.public_url,
+            (self.info.http_url or "") if self.config.http.enabled else "",
+            self.config.network.advertise_host,
+        )
+
     def http_urls(self, did: DatasetId) -> tuple[str, ...]:
         """Where peers can pull ``did`` from this node over HTTP (announced in gossip)."""
-        base = self.config.http.public_url.rstrip("/")
-        if not base and self.config.http.enabled and self.info.http_url:
-            base = self.info.http_url
+        base = self._http_base()
         return (f"{base}/{did.as_did_str()}",) if base else ()
 
     async def _start_app(self) -> None:
@@ -406,9 +440,60 @@ class Daemon:
         self._service = GossipService(core, self._transport, self.clock, self.fetcher, self.effects)
         self._service.on_peer_change(self._on_peer_change)
         await self._service.start()
-        self.gossip = GossipAdapter(self._service, self._transport)
+        if p.discovery:
+            from p2p.discovery import PROVIDERS_PROTOCOL, Discovery
+
+            subscribed = core.subscriptions
+            self._discovery = discovery = Discovery(
+                self._transport,
+                self_record=self._peer_record,
+                carries=lambda d: d in subscribed(),
+                followed=lambda: [d for d in subscribed() if not self.owns(d)],
+                connect_ipfs=self._discovered_ipfs,
+                rng=self.rng,
+                interval_s=p.discovery_interval_s,
+            )
+            self._transport.set_request_handler(PROVIDERS_PROTOCOL, discovery.serve)
+            self._service.on_peer_change(
+                lambda _peer, connected: discovery.trigger() if connected else None
+            )
+            self.group.spawn_restarting(discovery.run, "discovery")
+        self.gossip = GossipAdapter(
+            self._service,
+            self._transport,
+            advertise=self._advertised_gossip_addrs,
+            on_follow=self._discovery.trigger if self._discovery is not None else None,
+        )
         self.group.spawn_restarting(self._redial_known_peers, "peer-redial")
         self.group.spawn_restarting(self._record_peer_scores, "peer-scores")
+
+    def _advertised_gossip_addrs(self) -> list[str]:
+        return advertised_multiaddrs(
+            list(self._transport.listen_addrs()),
+            self.config.network.advertise_host,
+            loopback_only=self.config.network.loopback_only,
+        )
+
+    def _peer_record(self) -> Any:
+        """This node's record for ``/odf/providers/1.0.0``: where peers reach it."""
+        from p2p.discovery import PeerRecord
+
+        ipfs = self.ipfs.info() or {}
+        http = self._http_base()
+        return PeerRecord(
+            peer_id=str(self._transport.peer_id),
+            gossip=tuple(self._advertised_gossip_addrs()),
+            ipfs=tuple(str(a) for a in ipfs.get("addresses", [])),
+            http=http,
+        )
+
+    async def _discovered_ipfs(self, multiaddr: str) -> None:
+        """Connect the IPFS node to a provider's (only loopback ones in loopback-only mode)."""
+        if self.config.network.loopback_only and not multiaddr.startswith("/ip4/127."):
+            raise ValueError(f"refusing non-loopback IPFS address {multiaddr!r} (loopback-only)")
+        if self.ipfs.api_url is None:
+            return
+        await asyncio.wait_for(self.ipfs.connect(multiaddr), 15)
 
     async def _stop_gossip(self) -> None:
         if self._service is not None:

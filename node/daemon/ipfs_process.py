@@ -65,10 +65,24 @@ def _end_stale(repo: Path) -> None:
     pid_file.unlink(missing_ok=True)
 
 
-def start_embedded_ipfs(repo: Path, require_isolation: bool) -> EmbeddedIpfs:
-    """Start js-ipfs on ``repo`` (loopback-only config, random ports) and record its PID."""
+def start_embedded_ipfs(
+    repo: Path,
+    require_isolation: bool,
+    *,
+    swarm_host: str = "127.0.0.1",
+    swarm_port: int = 0,
+    announce: tuple[str, ...] = (),
+) -> EmbeddedIpfs:
+    """Start js-ipfs on ``repo`` (API on loopback, random ports unless ``swarm_port``) and
+    record its PID."""
     _end_stale(repo)
-    node = EmbeddedIpfs(repo, require_isolation=require_isolation)
+    node = EmbeddedIpfs(
+        repo,
+        require_isolation=require_isolation,
+        swarm_host=swarm_host,
+        fixed_swarm_port=swarm_port,
+        announce=announce,
+    )
     node.start()
     assert node.process is not None
     _pid_file(repo).write_text(f"{node.process.pid}\n")

@@ -50,15 +50,25 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
-def loopback_config(config: dict[str, Any], api: int, gateway: int, rpc: int, swarm: int) -> None:
-    """Rewrite a js-ipfs config in place so the node only ever uses 127.0.0.1."""
+def loopback_config(
+    config: dict[str, Any],
+    api: int,
+    gateway: int,
+    rpc: int,
+    swarm: int,
+    *,
+    swarm_host: str = "127.0.0.1",
+    announce: tuple[str, ...] = (),
+) -> None:
+    """Rewrite a js-ipfs config in place: API, gateway and RPC on 127.0.0.1, the swarm on
+    ``swarm_host`` (127.0.0.1 unless the node runs in open mode), announcing ``announce``."""
     config.setdefault("Addresses", {}).update(
         API=f"/ip4/127.0.0.1/tcp/{api}",
         Gateway=f"/ip4/127.0.0.1/tcp/{gateway}",
         RPC=f"/ip4/127.0.0.1/tcp/{rpc}",
-        Swarm=[f"/ip4/127.0.0.1/tcp/{swarm}"],
+        Swarm=[f"/ip4/{swarm_host}/tcp/{swarm}"],
         Delegates=[],
-        Announce=[],
+        Announce=list(announce),
         NoAnnounce=[],
     )
     config["Bootstrap"] = []
@@ -82,6 +92,11 @@ class EmbeddedIpfs:
     repo: Path
     js: Path = field(default_factory=js_dir)
     require_isolation: bool = True
+    #: Swarm listener (open mode: the host's address and, behind NAT, a fixed forwarded port).
+    swarm_host: str = "127.0.0.1"
+    fixed_swarm_port: int = 0
+    #: Multiaddrs (without /p2p/) the node announces instead of its listen address.
+    announce: tuple[str, ...] = ()
     api_port: int = 0
     gateway_port: int = 0
     swarm_port: int = 0
@@ -109,7 +124,7 @@ class EmbeddedIpfs:
     @property
     def swarm_addr(self) -> str:
         """The swarm multiaddr without the peer id."""
-        return f"/ip4/127.0.0.1/tcp/{self.swarm_port}"
+        return f"/ip4/{self.swarm_host}/tcp/{self.swarm_port}"
 
     @property
     def log_path(self) -> Path:
@@ -134,9 +149,13 @@ class EmbeddedIpfs:
                 timeout=120,
             )
         api, gateway, rpc, swarm = _free_ports(4)
+        if self.fixed_swarm_port:
+            swarm = self.fixed_swarm_port
         cfg_path = self.repo / "config"
         cfg = json.loads(cfg_path.read_text())
-        loopback_config(cfg, api, gateway, rpc, swarm)
+        loopback_config(
+            cfg, api, gateway, rpc, swarm, swarm_host=self.swarm_host, announce=self.announce
+        )
         cfg_path.write_text(json.dumps(cfg, indent=2))
         self.api_port, self.gateway_port, self.swarm_port = api, gateway, swarm
 
