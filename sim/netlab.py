@@ -304,11 +304,22 @@ class NetLab:
         return subprocess.Popen(self.command(k, argv, cwd), **kwargs)
 
     def run(
-        self, k: int, argv: Sequence[str], timeout: float = 60.0
+        self,
+        k: int,
+        argv: Sequence[str],
+        timeout: float = 60.0,
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` on host ``k`` to completion; its output as text."""
         return subprocess.run(
-            self.command(k, argv), check=False, capture_output=True, text=True, timeout=timeout
+            self.command(k, argv, cwd),
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
         )
 
     # ---- faults

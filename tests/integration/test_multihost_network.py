@@ -13,17 +13,22 @@ subscriber pulls any block twice.
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_harness import ROOT
 from multihost import HostNode, lab_network, open_config, stop_all
 from netns import require_loopback_only
 
 from node.home import NodeHome
+from sim.netlab import SUBNET
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -246,3 +251,48 @@ def test_subscribers_find_the_owner_through_the_bootstrap_node(
             if e["did"] == der_id and e["data"]["new_blocks"]
         ]
         assert len(moved) == len(set(moved)), (s.name, moved)
+
+
+def test_kamu_clients_pull_from_a_node_on_another_host(
+    network: dict[str, HostNode], tmp_path: Path
+) -> None:
+    """The owner's HTTP surface on its host address serves a Simple Transfer Protocol client on
+    another host: this project's own pull (the CLI, no daemon) and a plain GET walk."""
+    owner = network["owner"]
+    lab = owner.lab
+    http = owner.call("node.status")["http_url"]
+    assert http.startswith(f"http://{owner.address}:")
+    listed = {d["alias"]: d for d in owner.call("dataset.list")}
+    der = listed["big-cities"]
+    owner_blocks = [b["hash"] for b in owner.call("dataset.log", ref="big-cities", limit=1000)]
+    assert owner_blocks[0] == der["head"]  # newest first
+
+    # This project's pull, on host 4, from a fresh home in open mode (the test subnet allowed).
+    home = tmp_path / "client"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("ODF_NODE_")},
+        "ODF_NODE_NETWORK_ISOLATION": "open",
+        "ODF_NODE_TRANSFER_ALLOWED_SOURCE_NETWORKS": str(SUBNET),
+    }
+    cli = [sys.executable, "-m", "node.cli"]
+    init = lab.run(4, [*cli, "init", "--home", str(home)], env=env, cwd=ROOT)
+    assert init.returncode == 0, init.stderr
+    url = f"{http}/{der['id']}"
+    pulled = lab.run(
+        4,
+        [*cli, "dataset", "pull", url, "--as", "copy", "--home", str(home), "--json"],
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    assert json.loads(pulled.stdout)["new_head"] == der["head"]
+    # A plain GET walk on host 5, by alias as `kamu pull http://host:port/<alias>` addresses it.
+    for ref, ds in (("big-cities", der), ("cities", listed["cities"])):
+        walked = lab.run(5, [sys.executable, "tests/stp_walk.py", f"{http}/{ref}"], cwd=ROOT)
+        assert walked.returncode == 0, walked.stderr
+        summary = json.loads(walked.stdout)
+        assert summary["head"] == ds["head"]
+        assert summary["objects"] >= 1
+        if ref == "big-cities":
+            assert summary["blocks"] == owner_blocks

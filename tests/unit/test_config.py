@@ -91,3 +91,44 @@ def test_transfer_settings() -> None:
     # loopback-only mode accepts loopback entries (they change nothing there)
     ok = load_config(None, environ={"ODF_NODE_TRANSFER_ALLOWED_SOURCE_NETWORKS": "127.0.0.0/8"})
     assert ok.transfer.allowed_source_networks == ("127.0.0.0/8",)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # loopback-only: the IPFS swarm and the advertised host must be loopback too
+        ({"ipfs": {"swarm_host": "10.0.0.1"}}, "ipfs.swarm_host"),
+        ({"network": {"advertise_host": "node.example.org"}}, "network.advertise_host"),
+        # open: a wildcard listener needs an address to advertise
+        (
+            {"network": {"isolation": "open"}, "p2p": {"listen_host": "0.0.0.0"}},
+            "p2p.listen_host listen on every interface",
+        ),
+        (
+            {"network": {"isolation": "open", "advertise_host": "0.0.0.0"}},
+            "network.advertise_host",
+        ),
+        ({"ipfs": {"swarm_port": 70000}}, "ipfs.swarm_port"),
+        ({"p2p": {"discovery_interval_s": 0}}, "discovery_interval_s"),
+    ],
+)
+def test_open_mode_addresses_are_validated(
+    overrides: dict[str, dict[str, object]], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, environ={}, overrides=overrides)
+
+
+def test_open_mode_with_wildcards_and_an_advertised_host() -> None:
+    cfg = load_config(
+        None,
+        environ={},
+        overrides={
+            "network": {"isolation": "open", "advertise_host": "203.0.113.7"},
+            "p2p": {"listen_host": "0.0.0.0", "port": 4001},
+            "ipfs": {"swarm_host": "0.0.0.0", "swarm_port": 4002},
+            "http": {"host": "0.0.0.0"},
+        },
+    )
+    assert cfg.network.advertise_host == "203.0.113.7" and cfg.ipfs.swarm_port == 4002
+    assert cfg.p2p.discovery

@@ -1,0 +1,174 @@
+"""Discovery over /odf/providers/1.0.0 (p2p/discovery.py) on an in-memory network of fakes."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from coordinator.identity.keys import generate_private_key
+from p2p.discovery import (
+    PROVIDERS_PROTOCOL,
+    Discovery,
+    PeerRecord,
+    decode_providers_request,
+    decode_providers_response,
+    encode_providers_request,
+    encode_providers_response,
+)
+from p2p.errors import WireDecodeError
+from p2p.transport import TransportError, dataset_topic
+
+X = generate_private_key(bytes([7]) * 32).dataset_id()
+Y = generate_private_key(bytes([8]) * 32).dataset_id()
+
+
+class Net:
+    """Links between fake transports; a dial works only to a listed address."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, Fake] = {}
+        self.links: set[frozenset[str]] = set()
+
+    def link(self, a: str, b: str) -> None:
+        self.links.add(frozenset((a, b)))
+
+    def unlink(self, a: str, b: str) -> None:
+        self.links.discard(frozenset((a, b)))
+
+
+class Fake:
+    """A transport: peers it is linked to, the topics each node joined (gossipsub's view)."""
+
+    def __init__(self, net: Net, peer_id: str, topics: set[str]) -> None:
+        self.net, self._id, self.topics = net, peer_id, topics
+        self.discovery: Discovery | None = None
+        net.nodes[peer_id] = self
+
+    @property
+    def peer_id(self) -> str:
+        return self._id
+
+    def connected_peers(self) -> list[str]:
+        return sorted(p for link in self.net.links if self._id in link for p in link - {self._id})
+
+    async def connect(self, addr: str) -> str:
+        peer = addr.rsplit("/p2p/", 1)[1]
+        if peer not in self.net.nodes or addr != f"/mem/{peer}/p2p/{peer}":
+            raise TransportError(f"cannot dial {addr}")
+        self.net.link(self._id, peer)
+        return peer
+
+    async def request(self, peer: str, protocol: str, data: bytes, timeout_s: float) -> bytes:
+        assert protocol == PROVIDERS_PROTOCOL
+        if peer not in self.connected_peers():
+            raise TransportError("not connected")
+        other = self.net.nodes[peer].discovery
+        assert other is not None
+        return await other.serve(self._id, data)
+
+    async def topic_peers(self) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for p in self.connected_peers():
+            for t in self.net.nodes[p].topics:
+                out.setdefault(t, set()).add(p)
+        return out
+
+
+def _node(net: Net, name: str, follows: list, owns: list) -> tuple[Fake, Discovery, list[str]]:
+    topics = {dataset_topic(d.as_multibase()) for d in [*follows, *owns]}
+    t = Fake(net, name, topics)
+    ipfs_dials: list[str] = []
+
+    async def connect_ipfs(addr: str) -> None:
+        ipfs_dials.append(addr)
+
+    d = Discovery(
+        t,
+        self_record=lambda: PeerRecord(
+            name, gossip=(f"/mem/{name}/p2p/{name}",), ipfs=(f"/mem/ipfs-{name}",), http=""
+        ),
+        carries=lambda did: did in follows or did in owns,
+        followed=lambda: list(follows),
+        connect_ipfs=connect_ipfs,
+        rng=random.Random(1),
+    )
+    t.discovery = d
+    return t, d, ipfs_dials
+
+
+def test_a_subscriber_finds_the_owner_through_the_bootstrap_node() -> None:
+    async def main() -> None:
+        net = Net()
+        _, owner, _ = _node(net, "owner", [], [X])
+        _, boot, _ = _node(net, "boot", [], [])
+        sub_t, sub, sub_ipfs = _node(net, "sub", [X], [])
+        net.link("owner", "boot")
+        net.link("sub", "boot")
+        # The bootstrap node learns the owner's own record (its addresses) from the owner.
+        report = await boot.run_once()
+        assert report.asked == 2
+        await owner.run_once()
+        # The subscriber asks the bootstrap node who carries X, dials the owner, connects IPFS.
+        report = await sub.run_once()
+        assert report.dialled == ["owner"]
+        assert "owner" in sub_t.connected_peers()
+        assert sub_ipfs == ["/mem/ipfs-owner"]
+        assert [p.peer_id for p in sub.providers()] == ["owner"]
+        # A partition drops the owner; the next round redials it from the record it kept,
+        # with the bootstrap node gone as well.
+        net.unlink("sub", "owner")
+        net.unlink("sub", "boot")
+        report = await sub.run_once()
+        assert report.dialled == ["owner"]
+
+    asyncio.run(main())
+
+
+def test_the_response_lists_only_topic_peers_and_says_what_they_carry() -> None:
+    async def main() -> None:
+        net = Net()
+        _node(net, "a", [X], [])
+        _node(net, "b", [Y], [])
+        _, hub, _ = _node(net, "hub", [], [])
+        net.link("a", "hub")
+        net.link("b", "hub")
+        await hub.run_once()
+        got = decode_providers_response(await hub.serve("c", encode_providers_request([X])))
+        assert [(r.peer_id, r.carries) for r in got] == [("hub", ()), ("a", (X.as_did_str(),))]
+        # An empty request gets the responder's own record only.
+        got = decode_providers_response(await hub.serve("c", encode_providers_request([])))
+        assert [r.peer_id for r in got] == ["hub"]
+        # Garbage gets an empty answer, never an exception.
+        assert decode_providers_response(await hub.serve("c", b"\xff")) == []
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b"[]",
+        b'{"records": [{"peer_id": 1}]}',
+        b'{"records": [{"peer_id": "p", "http": "file:///etc/passwd"}]}',
+        b'{"records": [{"peer_id": "p", "gossip": ["a", "b", "c", "d", "e"]}]}',
+        b'{"records": [{"peer_id": "p\\n"}]}',
+        b'{"records": ' + b"[" + b",".join([b'{"peer_id": "p"}'] * 33) + b"]}",
+        b" " * (256 * 1024 + 1),
+    ],
+)
+def test_hostile_responses_are_refused(body: bytes) -> None:
+    with pytest.raises(WireDecodeError):
+        decode_providers_response(body)
+
+
+def test_request_round_trip_and_limits() -> None:
+    assert decode_providers_request(encode_providers_request([X, Y])) == [X, Y]
+    with pytest.raises(WireDecodeError):
+        decode_providers_request(b'{"dids": ["not-a-did"]}')
+    with pytest.raises(WireDecodeError):
+        decode_providers_request(b'{"dids": ' + str(["x"] * 257).replace("'", '"').encode() + b"}")
+    rec = PeerRecord("p", gossip=("/ip4/10.0.0.1/tcp/1/p2p/p",), http="http://10.0.0.1:1")
+    assert decode_providers_response(encode_providers_response([rec])) == [rec]
