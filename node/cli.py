@@ -201,11 +201,17 @@ def _use_cases(h: NodeHome, master: str = "local[*]", memory_limit: int = 0) -> 
 
     def engine() -> Any:
         if not engines:
+            from node.config import load_config
             from node.engine_client import EngineClient
 
+            # The home's config (and ODF_NODE_* variables): where a cluster reaches the driver.
+            driver_host = load_config(h.path / "config.toml").engine.driver_host
             engines.append(
                 EngineClient(
-                    master=master, idle_timeout=0, memory_limit=(memory_limit << 20) or None
+                    master=master,
+                    idle_timeout=0,
+                    memory_limit=(memory_limit << 20) or None,
+                    driver_host=driver_host,
                 )
             )
         return engines[0]

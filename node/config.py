@@ -108,6 +108,7 @@ class EngineSection:
     idle_timeout_s: int
     isolate_network: bool
     memory_limit_mib: int
+    driver_host: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +260,11 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError("pipeline: need 0 < retry_base_s <= retry_cap_s")
     if cfg.pipeline.keep_finished_work_days < 0:
         raise ConfigError("pipeline.keep_finished_work_days must be >= 0 (0 keeps them forever)")
+    if cfg.engine.driver_host and cfg.engine.isolate_network:
+        raise ConfigError(
+            "engine.driver_host is set (a cluster's executors connect to the driver) but "
+            "engine.isolate_network = true takes the driver's network away"
+        )
     if cfg.metadata.block_version not in (2, 3):
         raise ConfigError(f"metadata.block_version: {cfg.metadata.block_version} is not 2 or 3")
     if cfg.engine.idle_timeout_s < 0 or cfg.engine.memory_limit_mib < 0:
@@ -287,6 +293,7 @@ def _validate(cfg: NodeConfig) -> None:
             (cfg.p2p.listen_host, "p2p.listen_host"),
             (cfg.ipfs.swarm_host, "ipfs.swarm_host"),
             (cfg.network.advertise_host or "127.0.0.1", "network.advertise_host"),
+            (cfg.engine.driver_host or "127.0.0.1", "engine.driver_host"),
         ):
             if not host.startswith("127."):
                 raise ConfigError(

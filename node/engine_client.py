@@ -169,7 +169,21 @@ class EngineClient:
         isolate_network: bool = False,
         python: str = sys.executable,
         env: dict[str, str] | None = None,
+        driver_host: str = "",
     ) -> None:
+        """``driver_host``: the address the Spark driver (the worker) binds and a cluster's
+        executors connect back to ("" = 127.0.0.1, enough for ``local`` masters)."""
+        if driver_host and isolate_network:
+            raise EngineUnavailable(
+                "a cluster driver host needs the network: isolate_network must be off"
+            )
+        self.driver_host = driver_host or "127.0.0.1"
+        if driver_host:
+            spark_conf = {
+                "spark.driver.host": driver_host,
+                "spark.driver.bindAddress": driver_host,
+                **(spark_conf or {}),
+            }
         self._tmp = Path(tempfile.mkdtemp(prefix="odf-engine-"))
         self.address = address or f"unix:{self._tmp / 'engine.sock'}"
         self.master = master
@@ -229,7 +243,7 @@ class EngineClient:
                 return
             self._teardown()
             if self.spawn:
-                env = {**os.environ, **self.env, "SPARK_LOCAL_IP": "127.0.0.1"}
+                env = {**os.environ, **self.env, "SPARK_LOCAL_IP": self.driver_host}
                 env["PYTHONPATH"] = os.pathsep.join(
                     [str(PROJECT_ROOT), *filter(None, [env.get("PYTHONPATH")])]
                 )

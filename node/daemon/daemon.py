@@ -276,6 +276,7 @@ class Daemon:
                 idle_timeout=float(e.idle_timeout_s),
                 isolate_network=e.isolate_network,
                 memory_limit=(e.memory_limit_mib << 20) or None,
+                driver_host=e.driver_host,
             )
         return self._engine
 
