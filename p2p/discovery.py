@@ -29,7 +29,8 @@ record; for followed datasets that have no connected peer on their topic it asks
 connected peers who carries them and dials the providers it hears of (and, after a partition,
 the providers it knew); and it connects the IPFS node to the providers of every followed
 dataset. A round runs at once on a new connection or a new subscription, otherwise after
-``interval_s``, doubling (up to 16x) while rounds find nothing new.
+``interval_s``, doubling (up to 16x) while rounds find nothing new and no known provider is
+waiting to be redialled.
 """
 
 from __future__ import annotations
@@ -193,6 +194,8 @@ class RoundReport:
     learned: int = 0
     dialled: list[str] = field(default_factory=list)
     ipfs_connected: list[str] = field(default_factory=list)
+    unreachable: list[str] = field(default_factory=list)
+    """Known providers of a dataset with no connected carrier that could not be dialled."""
 
 
 class Discovery:
@@ -271,8 +274,10 @@ class Discovery:
         while True:
             try:
                 report = await self.run_once()
-                found = report.learned or report.dialled
-                self._idle = 0 if found else min(self._idle + 1, 4)
+                # No backing off while a known provider is unreachable (a partition): the
+                # first round after it heals reconnects.
+                busy = report.learned or report.dialled or report.unreachable
+                self._idle = 0 if busy else min(self._idle + 1, 4)
             except Exception as e:  # a round must never end the loop
                 log.warning("discovery round failed: %s", e)
             self._wake.clear()
@@ -356,6 +361,8 @@ class Discovery:
                     report.dialled.append(pid)
                     connected.add(pid)
                     break
+                else:
+                    report.unreachable.append(pid)
         # 3. The IPFS node connects to the providers of what we follow (bitswap needs it).
         if self._connect_ipfs is not None:
             wanted_all = {d.as_did_str() for d in followed}

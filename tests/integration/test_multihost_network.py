@@ -242,6 +242,17 @@ def test_subscribers_find_the_owner_through_the_bootstrap_node(
             timeout=300,
         )
 
+    # Restart a host's node: the bootstrap node comes back with the same key and port, and
+    # every other node redials it (its bootstrap peer).
+    boot.stop()
+    boot.launch()
+    boot.wait_ready()
+    boot.wait_for(
+        "the other nodes to reconnect to the restarted bootstrap node",
+        lambda: boot.call("node.status")["p2p"]["peers"] >= 4,
+        timeout=120,
+    )
+
     # No subscriber pulled any block twice: every pull that fetched blocks moved the head to
     # a head no earlier pull had reached.
     for s in subs:

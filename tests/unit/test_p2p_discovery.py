@@ -101,7 +101,7 @@ def _node(net: Net, name: str, follows: list, owns: list) -> tuple[Fake, Discove
 def test_a_subscriber_finds_the_owner_through_the_bootstrap_node() -> None:
     async def main() -> None:
         net = Net()
-        _, owner, _ = _node(net, "owner", [], [X])
+        owner_t, owner, _ = _node(net, "owner", [], [X])
         _, boot, _ = _node(net, "boot", [], [])
         sub_t, sub, sub_ipfs = _node(net, "sub", [X], [])
         net.link("owner", "boot")
@@ -120,6 +120,10 @@ def test_a_subscriber_finds_the_owner_through_the_bootstrap_node() -> None:
         # with the bootstrap node gone as well.
         net.unlink("sub", "owner")
         net.unlink("sub", "boot")
+        del net.nodes["owner"]  # unreachable while partitioned
+        report = await sub.run_once()
+        assert report.dialled == [] and report.unreachable == ["owner"]
+        net.nodes["owner"] = owner_t  # healed
         report = await sub.run_once()
         assert report.dialled == ["owner"]
 
