@@ -44,7 +44,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
 from coordinator.identity import DatasetId
-from p2p.errors import P2PError, WireDecodeError
+from p2p.errors import NetworkNotIsolated, P2PError, WireDecodeError
+from p2p.netguard import assert_loopback_multiaddr
 from p2p.transport import TransportError, dataset_topic
 
 log = logging.getLogger(__name__)
@@ -212,9 +213,13 @@ class Discovery:
         rng: random.Random,
         interval_s: float = 10.0,
         request_timeout_s: float = 5.0,
+        loopback_only: bool = True,
     ) -> None:
         """``followed`` lists the datasets this node follows; ``carries`` says whether this
-        node carries one (owns or follows it); ``connect_ipfs`` connects its IPFS node."""
+        node carries one (owns or follows it); ``connect_ipfs`` connects its IPFS node.
+        ``loopback_only``: dial no address that is not ``/ip4/127.x`` (gossip or IPFS), whatever
+        a record says."""
+        self._loopback_only = loopback_only
         self._t = transport
         self._self_record = self_record
         self._carries = carries
@@ -294,9 +299,24 @@ class Discovery:
         )
         return decode_providers_response(raw)
 
+    def _allowed(self, addr: str) -> bool:
+        if not self._loopback_only:
+            return True
+        try:
+            assert_loopback_multiaddr(addr)
+        except NetworkNotIsolated:
+            log.warning("discovery: refusing non-loopback address %r (loopback-only)", addr)
+            return False
+        return True
+
     def _learn(self, peer: str, records: Sequence[PeerRecord], report: RoundReport) -> None:
         me = self._t.peer_id
-        for rec in records:
+        for raw in records:
+            rec = replace(
+                raw,
+                gossip=tuple(a for a in raw.gossip if self._allowed(a)),
+                ipfs=tuple(a for a in raw.ipfs if self._allowed(a)),
+            )
             if rec.peer_id == me:
                 continue
             if rec.peer_id == peer:
@@ -362,7 +382,8 @@ class Discovery:
                     connected.add(pid)
                     break
                 else:
-                    report.unreachable.append(pid)
+                    if rec.gossip:
+                        report.unreachable.append(pid)
         # 3. The IPFS node connects to the providers of what we follow (bitswap needs it).
         if self._connect_ipfs is not None:
             wanted_all = {d.as_did_str() for d in followed}

@@ -453,6 +453,7 @@ class Daemon:
                 connect_ipfs=self._discovered_ipfs,
                 rng=self.rng,
                 interval_s=p.discovery_interval_s,
+                loopback_only=self.config.network.loopback_only,
             )
             self._transport.set_request_handler(PROVIDERS_PROTOCOL, discovery.serve)
             self._service.on_peer_change(

@@ -76,7 +76,9 @@ class Fake:
         return out
 
 
-def _node(net: Net, name: str, follows: list, owns: list) -> tuple[Fake, Discovery, list[str]]:
+def _node(
+    net: Net, name: str, follows: list, owns: list, *, loopback_only: bool = False
+) -> tuple[Fake, Discovery, list[str]]:
     topics = {dataset_topic(d.as_multibase()) for d in [*follows, *owns]}
     t = Fake(net, name, topics)
     ipfs_dials: list[str] = []
@@ -93,6 +95,7 @@ def _node(net: Net, name: str, follows: list, owns: list) -> tuple[Fake, Discove
         followed=lambda: list(follows),
         connect_ipfs=connect_ipfs,
         rng=random.Random(1),
+        loopback_only=loopback_only,
     )
     t.discovery = d
     return t, d, ipfs_dials
@@ -176,3 +179,20 @@ def test_request_round_trip_and_limits() -> None:
         decode_providers_request(b'{"dids": ' + str(["x"] * 257).replace("'", '"').encode() + b"}")
     rec = PeerRecord("p", gossip=("/ip4/10.0.0.1/tcp/1/p2p/p",), http="http://10.0.0.1:1")
     assert decode_providers_response(encode_providers_response([rec])) == [rec]
+
+
+def test_loopback_only_dials_no_discovered_non_loopback_address() -> None:
+    async def main() -> None:
+        net = Net()
+        _node(net, "owner", [], [X])  # its record names /mem/... addresses, not 127.x
+        _, boot, _ = _node(net, "boot", [], [])
+        sub_t, sub, sub_ipfs = _node(net, "sub", [X], [], loopback_only=True)
+        net.link("owner", "boot")
+        net.link("sub", "boot")
+        await boot.run_once()
+        report = await sub.run_once()
+        assert report.learned == 1  # it heard of the owner...
+        assert report.dialled == [] and sub_ipfs == []  # ...and dialled none of its addresses
+        assert sub_t.connected_peers() == ["boot"]
+
+    asyncio.run(main())
