@@ -320,11 +320,19 @@ def test_verify_through_a_standalone_cluster(cluster: SparkCluster, tmp_path: Pa
         local = asyncio.run(uc.verify("big-cities")).to_json()
         local_s = time.monotonic() - t0
 
+    # Like for like with the cluster run below: a CLI process that starts its own driver.
+    t0 = time.monotonic()
+    cli_local = _cli(
+        "dataset", "verify", "big-cities", "--spark-master", "local[1]", "--json", home=home
+    )
+    cli_local_s = time.monotonic() - t0
+    assert _verdict(json.loads(cli_local.stdout)) == _verdict(local)
     cluster.wait_workers(2)
     clustered, cluster_s = _verify_on_cluster(cluster, home, "big-cities")
     print(
-        f"verify of a 2-step derivative: local[1] (warm engine) {local_s:.1f} s; "
-        f"spark standalone, 2 workers (CLI, driver and executors started) {cluster_s:.1f} s"
+        f"verify of a 2-step derivative: local[1] warm engine {local_s:.1f} s, local[1] CLI "
+        f"(JVM started) {cli_local_s:.1f} s; spark standalone with 2 workers, CLI (driver and "
+        f"executors started) {cluster_s:.1f} s"
     )
     mismatch = clustered["replay"]["mismatch"]
     assert mismatch is not None and mismatch["block_hash"] == forged, clustered
