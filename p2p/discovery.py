@@ -214,12 +214,15 @@ class Discovery:
         interval_s: float = 10.0,
         request_timeout_s: float = 5.0,
         loopback_only: bool = True,
+        on_record: Callable[[PeerRecord], None] | None = None,
     ) -> None:
         """``followed`` lists the datasets this node follows; ``carries`` says whether this
         node carries one (owns or follows it); ``connect_ipfs`` connects its IPFS node.
         ``loopback_only``: dial no address that is not ``/ip4/127.x`` (gossip or IPFS), whatever
-        a record says."""
+        a record says. ``on_record`` receives each connected peer's own record (the node
+        remembers its addresses, to redial it after a restart)."""
         self._loopback_only = loopback_only
+        self._on_record = on_record
         self._t = transport
         self._self_record = self_record
         self._carries = carries
@@ -321,6 +324,8 @@ class Discovery:
                 continue
             if rec.peer_id == peer:
                 self._first_hand[peer] = replace(rec, carries=())
+                if self._on_record is not None and rec.gossip:
+                    self._on_record(rec)
             if rec.carries:
                 old = self._providers.get(rec.peer_id)
                 carries = tuple(dict.fromkeys([*(old.carries if old else ()), *rec.carries]))
@@ -337,12 +342,14 @@ class Discovery:
         followed = list(self._followed())
         # 1. Each new peer's own record (what it carries among ours, and its addresses).
         for peer in sorted(connected - self._asked):
+            # Asked once per connection, answered or not: a peer that does not speak the
+            # protocol (an older node) is not asked again every round.
+            self._asked.add(peer)
             try:
                 records = await self._ask(peer, followed[:MAX_DIDS])
             except (TransportError, WireDecodeError, P2PError) as e:
                 log.debug("providers request to %s failed: %s", peer, e)
                 continue
-            self._asked.add(peer)
             report.asked += 1
             self._learn(peer, records, report)
         if not followed:

@@ -454,6 +454,8 @@ class Daemon:
                 rng=self.rng,
                 interval_s=p.discovery_interval_s,
                 loopback_only=self.config.network.loopback_only,
+                # Remembered, so a restarted node redials the peers it knew at once.
+                on_record=self._remember_record,
             )
             self._transport.set_request_handler(PROVIDERS_PROTOCOL, discovery.serve)
             self._service.on_peer_change(
@@ -468,6 +470,12 @@ class Daemon:
         )
         self.group.spawn_restarting(self._redial_known_peers, "peer-redial")
         self.group.spawn_restarting(self._record_peer_scores, "peer-scores")
+
+    def _remember_record(self, rec: Any) -> None:
+        async def store() -> None:
+            await self.state.upsert_peer(rec.peer_id, list(rec.gossip), None, True)
+
+        self._spawn(store())
 
     def _advertised_gossip_addrs(self) -> list[str]:
         return advertised_multiaddrs(

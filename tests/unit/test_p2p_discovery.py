@@ -110,8 +110,15 @@ def test_a_subscriber_finds_the_owner_through_the_bootstrap_node() -> None:
         net.link("owner", "boot")
         net.link("sub", "boot")
         # The bootstrap node learns the owner's own record (its addresses) from the owner.
+        recorded: list[PeerRecord] = []
+        boot._on_record = recorded.append
         report = await boot.run_once()
         assert report.asked == 2
+        # It remembers each peer's own addresses (to redial them after a restart).
+        assert {(r.peer_id, r.gossip) for r in recorded} == {
+            ("owner", ("/mem/owner/p2p/owner",)),
+            ("sub", ("/mem/sub/p2p/sub",)),
+        }
         await owner.run_once()
         # The subscriber asks the bootstrap node who carries X, dials the owner, connects IPFS.
         report = await sub.run_once()
