@@ -157,6 +157,7 @@ class EngineClient:
     def __init__(
         self,
         *,
+        engine: str = "spark",
         address: str | None = None,
         master: str = "local[*]",
         spark_conf: dict[str, str] | None = None,
@@ -170,6 +171,8 @@ class EngineClient:
         python: str = sys.executable,
         env: dict[str, str] | None = None,
     ) -> None:
+        self.engine = engine
+        """The worker's engine: ``spark`` or ``datafusion`` (the release ``python`` imports)."""
         self._tmp = Path(tempfile.mkdtemp(prefix="odf-engine-"))
         self.address = address or f"unix:{self._tmp / 'engine.sock'}"
         self.master = master
@@ -207,17 +210,17 @@ class EngineClient:
 
     def _command(self) -> list[str]:
         cmd = [self.python, "-m", "engine.worker", "--listen", self.address]
-        cmd += ["--master", self.master]
-        for k, v in self.spark_conf.items():
-            cmd += ["--conf", f"{k}={v}"]
-        if self.isolate_network:
-            if not self.address.startswith("unix:"):
-                raise EngineUnavailable("an isolated worker must listen on a unix: socket")
-            cmd = ["unshare", "-rn", "sh", "-c", 'ip link set lo up 2>/dev/null; exec "$@"', "-"]
-            cmd += [self.python, "-m", "engine.worker", "--listen", self.address]
+        if self.engine == "spark":
             cmd += ["--master", self.master]
             for k, v in self.spark_conf.items():
                 cmd += ["--conf", f"{k}={v}"]
+        else:
+            cmd += ["--engine", self.engine]
+        if self.isolate_network:
+            if not self.address.startswith("unix:"):
+                raise EngineUnavailable("an isolated worker must listen on a unix: socket")
+            prefix = ["unshare", "-rn", "sh", "-c", 'ip link set lo up 2>/dev/null; exec "$@"', "-"]
+            cmd = prefix + cmd
         return cmd
 
     def start(self) -> None:

@@ -10,6 +10,15 @@ hash** and the watermark are compared. The replay stops at the first mismatch.
 
 A mismatch of a query that cannot be replayed deterministically (aggregations, joins, windows,
 random or time functions…) is reported as *not reproducible* rather than as a forgery.
+
+**Engine versions.** An engine that runs several versions of one engine (``pinned_versions``,
+e.g. the node's router with DataFusion 51 and 41) gets each block once per candidate version
+(:func:`~coordinator.transform.engines.candidate_versions`: ``Transform.Sql.version``, else
+the release kamu shipped at the block's system time, then the others), the request's
+``Transform.Sql.version`` set to the candidate, until one reproduces the block; the report
+records which engine and version reproduced each block. When none does, a query with a
+version-sensitive construct (:func:`~coordinator.transform.engines.version_sensitivity`) is
+*inconclusive* (engine version unknown), never a mismatch; a query without one is a mismatch.
 """
 
 from __future__ import annotations
@@ -27,6 +36,12 @@ from coordinator.identity.dataset_id import DatasetId
 from coordinator.metadata import model as m
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
+from coordinator.transform.engines import (
+    DATAFUSION,
+    candidate_versions,
+    normalize_engine,
+    version_sensitivity,
+)
 from coordinator.transform.model import (
     TransformInvalidQuery,
     TransformRequest,
@@ -67,6 +82,19 @@ class Verdict(Enum):
     """A mismatch, but the query is not deterministic: no conclusion."""
     ERROR = "error"
     """The replay could not run (missing input, engine failure)."""
+    INCONCLUSIVE = "inconclusive"
+    """No pinned engine version reproduced a block of a version-sensitive query: the version
+    that produced it is unknown, so the mismatch proves nothing (never a dispute)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockEngine:
+    """Which engine and version reproduced one replayed block."""
+
+    block_hash: Multihash
+    sequence_number: int
+    engine: str
+    version: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,11 +128,38 @@ class ReplayReport:
     error: str | None = None
     error_block: Multihash | None = None
     nondeterministic_reasons: tuple[str, ...] = ()
+    version_sensitive_reasons: tuple[str, ...] = ()
+    block_engines: list[BlockEngine] = field(default_factory=list)
+    """Per replayed block, the engine and version that reproduced it."""
+    tried_versions: tuple[str, ...] = ()
+    """The versions tried on the block that none reproduced (inconclusive or mismatch)."""
 
     @property
     def ok(self) -> bool:
         """True if every transform was reproduced."""
         return self.verdict is Verdict.OK
+
+    def engines(self) -> dict[str, list[str]]:
+        """Engine -> the versions that reproduced blocks (newest-first order of first use)."""
+        out: dict[str, list[str]] = {}
+        for b in self.block_engines:
+            versions = out.setdefault(b.engine, [])
+            if b.version not in versions:
+                versions.append(b.version)
+        return out
+
+    def describe(self) -> str:
+        """One line for the verification record (empty when OK)."""
+        if self.verdict is Verdict.INCONCLUSIVE:
+            block = f" at block {self.mismatch.block_hash}" if self.mismatch else ""
+            return (
+                f"inconclusive: engine version unknown{block} (tried "
+                f"{', '.join(self.tried_versions)}; version-sensitive: "
+                f"{', '.join(self.version_sensitive_reasons)})"
+            )
+        if self.mismatch is not None:
+            return self.mismatch.describe()
+        return self.error or ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -118,6 +173,17 @@ class ReplayReport:
             "error": self.error,
             "error_block": str(self.error_block) if self.error_block else None,
             "nondeterministic_reasons": list(self.nondeterministic_reasons),
+            "version_sensitive_reasons": list(self.version_sensitive_reasons),
+            "tried_versions": list(self.tried_versions),
+            "engines": [
+                {
+                    "block_hash": str(b.block_hash),
+                    "sequence_number": b.sequence_number,
+                    "engine": b.engine,
+                    "version": b.version,
+                }
+                for b in self.block_engines
+            ],
             "mismatch": None
             if mm is None
             else {
@@ -257,6 +323,13 @@ def replay_transforms(
         report.nondeterministic_reasons = (
             tuple(precise(current.transform)) if callable(precise) else ()
         ) or nondeterminism_reasons(current.transform)
+    versions_of = getattr(engine, "pinned_versions", None)
+    engine_name = normalize_engine(current.transform.engine) if current is not None else ""
+    available: tuple[str, ...] = (
+        tuple(versions_of(engine_name)) if callable(versions_of) and current is not None else ()
+    )
+    if current is not None and engine_name == DATAFUSION:
+        report.version_sensitive_reasons = version_sensitivity(current.transform)
     own_dir = work_dir is None
     scratch = Path(tempfile.mkdtemp(prefix="odf-replay-")) if work_dir is None else work_dir
     try:
@@ -265,6 +338,7 @@ def replay_transforms(
             clear_outputs(paths)
             published = block.event
             assert isinstance(published, m.ExecuteTransform)
+            assert current is not None
             try:
                 plan = plan_replay(
                     dataset, inputs, block, paths=paths, set_transform=current, cache=cache
@@ -272,34 +346,72 @@ def replay_transforms(
             except TransformError as e:
                 report.verdict, report.error, report.error_block = Verdict.ERROR, str(e), h
                 return report
-            response = engine.execute_transform(plan.request)
-            if not isinstance(response, TransformSuccess):
-                kind = "invalid query" if isinstance(response, TransformInvalidQuery) else "error"
-                report.verdict = Verdict.ERROR
-                report.error = f"engine {kind}: {response.message}"
-                report.error_block = h
-                return report
-            try:
-                output = hash_output(plan, response)
-            except TransformError as e:
-                report.verdict, report.error, report.error_block = Verdict.ERROR, str(e), h
-                return report
-            replayed = normalize_replayed(published, build_event(plan, response, output))
+            candidates: tuple[str | None, ...] = (None,)
+            if engine_name == DATAFUSION and available:
+                candidates = candidate_versions(current.transform, block.system_time, available)
+            first_error: str | None = None
+            first_mismatch: m.ExecuteTransform | None = None
+            reproduced: str | None = None
+            tried: list[str] = []
+            for version in candidates:
+                request = plan.request
+                if version is not None:
+                    transform = replace(request.transform, version=version)
+                    request = replace(request, transform=transform)
+                    tried.append(version)
+                clear_outputs(paths)
+                response = engine.execute_transform(request)
+                if not isinstance(response, TransformSuccess):
+                    if first_error is None:
+                        kind = (
+                            "invalid query"
+                            if isinstance(response, TransformInvalidQuery)
+                            else "error"
+                        )
+                        at = f" (version {version})" if version else ""
+                        first_error = f"engine {kind}{at}: {response.message}"
+                    continue
+                try:
+                    output = hash_output(plan, response)
+                except TransformError as e:
+                    first_error = first_error or str(e)
+                    continue
+                replayed = normalize_replayed(published, build_event(plan, response, output))
+                if replayed == published:
+                    reproduced = version or (available[0] if available else "")
+                    break
+                if first_mismatch is None:
+                    first_mismatch = replayed
             shutil.rmtree(paths.new_data_path.parent, ignore_errors=True)
-            if replayed != published:
+            if reproduced is None:
+                report.tried_versions = tuple(tried)
+                if first_mismatch is None:
+                    report.verdict = Verdict.ERROR
+                    report.error = first_error or "engine failed"
+                    report.error_block = h
+                    return report
                 report.mismatch = ReplayMismatch(
                     block_hash=h,
                     sequence_number=block.sequence_number,
                     expected=published,
-                    actual=replayed,
-                    differences=_differences(published, replayed),
+                    actual=first_mismatch,
+                    differences=_differences(published, first_mismatch),
                 )
-                report.verdict = (
-                    Verdict.NOT_REPRODUCIBLE
-                    if report.nondeterministic_reasons
-                    else Verdict.MISMATCH
-                )
+                if report.version_sensitive_reasons:
+                    report.verdict = Verdict.INCONCLUSIVE
+                elif report.nondeterministic_reasons:
+                    report.verdict = Verdict.NOT_REPRODUCIBLE
+                else:
+                    report.verdict = Verdict.MISMATCH
                 return report
+            report.block_engines.append(
+                BlockEngine(
+                    block_hash=h,
+                    sequence_number=block.sequence_number,
+                    engine=engine_name,
+                    version=reproduced,
+                )
+            )
             report.blocks_replayed = done
             if listener is not None:
                 listener(done, len(todo), h)
@@ -342,6 +454,7 @@ def verify_dataset(
 
 
 __all__ = [
+    "BlockEngine",
     "ReplayListener",
     "ReplayMismatch",
     "ReplayReport",
