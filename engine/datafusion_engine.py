@@ -258,9 +258,11 @@ class DataFusionEngine:
     @staticmethod
     def _collect(ctx: Any) -> pa.Table:
         df = ctx.table("__output__")
-        schema = df.schema()
         batches = df.collect()
-        return pa.Table.from_batches(batches, schema=schema)
+        if batches:
+            # The batches' schema, not the plan's: they can differ in nullability (41).
+            return pa.Table.from_batches(batches)
+        return pa.Table.from_batches([], schema=df.schema())
 
 
 def _is_query_error(text: str) -> bool:

@@ -112,7 +112,7 @@ def _create(node: Node, engine: str) -> DatasetId:
     return DatasetId.parse(created[1].id)
 
 
-@pytest.mark.parametrize("engine", ["datafusion", "flink", "risingwave"])
+@pytest.mark.parametrize("engine", ["flink", "risingwave"])
 def test_derivative_of_an_engine_we_cannot_run_is_attested_unverifiable_at_once(
     tmp_path: Path, engine: str
 ) -> None:
