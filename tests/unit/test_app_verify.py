@@ -150,3 +150,42 @@ def test_superseded_heads_of_one_dataset_coalesce_into_one_pending_item(tmp_path
     state = cast(Any, node.state).sync
     assert len(state.work(state="pending", did=did.as_did_str())) == 1
     assert [e.kind for e in state.events(0, 100, "verify.coalesced")] == ["verify.coalesced"] * 4
+
+
+def _replay_report(verdict: Any, versions: list[str]) -> Any:
+    from coordinator.multiformats import Multihash
+    from coordinator.transform.verify import BlockEngine, ReplayReport, VerificationReport
+    from coordinator.verify import IntegrityReport
+
+    h = Multihash.from_multibase("f1620" + "ab" * 32)
+    rp = ReplayReport(verdict=verdict, tried_versions=("51.0.0", "41.0.0"))
+    rp.version_sensitive_reasons = ("function extract()",)
+    rp.block_engines = [
+        BlockEngine(block_hash=h, sequence_number=i, engine="datafusion", version=v)
+        for i, v in enumerate(versions)
+    ]
+    return VerificationReport(integrity=IntegrityReport(), replay=rp)
+
+
+def test_inconclusive_replay_is_recorded_and_attested_unverifiable(tmp_path: Path) -> None:
+    from coordinator.transform.verify import Verdict as ReplayVerdict
+    from node.app.verify import attested_engine
+
+    node = Node(tmp_path)
+    report = _replay_report(ReplayVerdict.INCONCLUSIVE, ["41.0.0"])
+    outcome, detail = node.verify._judge(report)
+    assert outcome == "inconclusive"  # not "failed": the core never disputes it
+    assert detail.startswith("inconclusive: engine version unknown")
+    assert "51.0.0, 41.0.0" in detail
+    assert attested_engine(report, outcome) == ("odf-node-datafusion", "unknown")
+
+
+def test_attestation_names_the_releases_that_reproduced_the_blocks(tmp_path: Path) -> None:
+    from coordinator.transform.verify import Verdict as ReplayVerdict
+    from node.app.verify import attested_engine
+
+    node = Node(tmp_path)
+    report = _replay_report(ReplayVerdict.OK, ["51.0.0", "41.0.0", "51.0.0"])
+    assert node.verify._judge(report) == ("verified", "")
+    assert attested_engine(report, "verified") == ("odf-node-datafusion", "41.0.0+51.0.0")
+    assert attested_engine(None, "unverifiable") == ("odf-node-spark", "3.5")
