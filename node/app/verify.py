@@ -153,6 +153,8 @@ class VerifyPipeline:
         if head is None:
             return
         engine_name = unsupported_engine(chain) if self._replay else None
+        if engine_name is None and self._replay:
+            engine_name = self._missing_engine(chain)
         inputs = {} if engine_name else await self._inputs(item.did, chain)
         await self._state.log_event("verify.start", item.did, {"head": head.to_multibase()})
         self._events.publish("verify.started", {"did": item.did, "head": head.to_multibase()})
@@ -213,6 +215,18 @@ class VerifyPipeline:
                 await pending.task
         finally:
             self._waiting.pop(key, None)
+
+    def _missing_engine(self, chain: Any) -> str | None:
+        """A replayable engine none of whose releases is installed here (e.g. a deployment
+        without the DataFusion environments): unverifiable at once, not retried for ever."""
+        st = chain.set_transform
+        if chain.dataset_kind != m.DatasetKind.DERIVATIVE or st is None:
+            return None
+        pinned = getattr(self._engine(), "pinned_versions", None)
+        engine = str(st.transform.engine or "")
+        if callable(pinned) and not pinned(engine):
+            return engine
+        return None
 
     async def _inputs(self, did: str, chain: Any) -> dict[DatasetId, Dataset]:
         inputs: dict[DatasetId, Dataset] = {}

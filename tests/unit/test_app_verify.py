@@ -189,3 +189,42 @@ def test_attestation_names_the_releases_that_reproduced_the_blocks(tmp_path: Pat
     assert node.verify._judge(report) == ("verified", "")
     assert attested_engine(report, "verified") == ("odf-node-datafusion", "41.0.0+51.0.0")
     assert attested_engine(None, "unverifiable") == ("odf-node-spark", "3.5")
+
+
+class _NoReleases:
+    """An engine router with no DataFusion environment installed (runs nothing)."""
+
+    running = False
+    starts = 0
+
+    def pinned_versions(self, engine: str) -> tuple[str, ...]:
+        return ("3.5",) if engine == "spark" else ()
+
+    def execute_transform(self, request: Any) -> Any:
+        raise AssertionError("nothing may run")
+
+    def close(self) -> None:
+        pass
+
+
+def test_datafusion_without_an_installed_release_is_unverifiable_not_retried(
+    tmp_path: Path,
+) -> None:
+    node = Node(tmp_path)
+    node.verify._engine = _NoReleases  # type: ignore[assignment]
+    did = _create(node, "datafusion")
+    head = node.repo.open(did.as_did_str()).head()
+    assert head is not None
+
+    async def run() -> None:
+        await node.verify.queue(did, head, 1)
+        await node.run_pending()
+
+    asyncio.run(run())
+    state = cast(Any, node.state).sync
+    ver = state.verification(did.as_did_str(), head.to_multibase())
+    assert ver is not None and (ver.outcome, ver.detail) == (
+        "unverifiable",
+        "unverifiable: engine datafusion",
+    )
+    assert [w.state for w in state.work(did=did.as_did_str())] == ["done"]
