@@ -1,4 +1,5 @@
-"""The coordinator's side of the Spark engine worker (``engine.worker``).
+"""The coordinator's side of one engine worker process (``engine.worker``: Spark, or one
+DataFusion release; :mod:`node.engine_router` holds one client per engine and release).
 
 :class:`EngineClient` implements the ``TransformEngine`` protocol of
 :mod:`coordinator.transform.verify` by talking the ODF engine gRPC protocol to a worker process
@@ -152,7 +153,7 @@ class _MemoryWatch:
 
 
 class EngineClient:
-    """A lazily started, idle-stopped, crash-restarted Spark engine worker."""
+    """A lazily started, idle-stopped, crash-restarted engine worker (Spark or DataFusion)."""
 
     def __init__(
         self,
