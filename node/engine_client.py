@@ -193,6 +193,8 @@ class EngineClient:
         """How many times a worker was started (tests and metrics)."""
         self._proc: subprocess.Popen[bytes] | None = None
         self._channel: Any = None
+        self._transform_rpc: Any = None
+        self._rpc_channel: Any = None
         self._lock = threading.RLock()
         self._idle: threading.Timer | None = None
         self._lifeline: Lifeline | None = None
@@ -357,11 +359,14 @@ class EngineClient:
         import grpc
 
         assert self._channel is not None
-        rpc = self._channel.unary_stream(
-            "/engine.Engine/ExecuteTransform",
-            request_serializer=wrap_protobuf,
-            response_deserializer=unwrap_protobuf,
-        )
+        rpc = self._transform_rpc
+        if rpc is None or self._rpc_channel is not self._channel:
+            rpc = self._transform_rpc = self._channel.unary_stream(
+                "/engine.Engine/ExecuteTransform",
+                request_serializer=wrap_protobuf,
+                response_deserializer=unwrap_protobuf,
+            )
+            self._rpc_channel = self._channel
         for payload in rpc(encode_transform_request(req), timeout=self.request_timeout):
             resp = decode_transform_response(payload)
             if resp is not None:  # skip Progress, stop at the first final answer

@@ -14,6 +14,10 @@ passes (order rotated per round, load average printed), seconds per block:
   filter, the two queries, the system columns added and one parquet file written. No sandbox,
   protocol, hashing or comparison. Every direct output's logical hash is checked against the
   published one (outside the timing);
+* **verify, in process** (decomposition): the same ``replay_transforms`` in one process of the
+  DataFusion 51 environment with the engine class called directly (no gRPC, no FlatBuffers);
+* **direct + hash**: the direct pass plus the logical hash of its outputs (what any verifier
+  must compute to compare with the published block), timed in this process;
 * **verify, Spark worker**: ``replay_transforms`` of the Spark derivative (same queries, one
   block per push of the first ``--spark-blocks`` pushes: Spark costs ~1 s per block warm) on
   the warm Spark worker.
@@ -97,6 +101,24 @@ t0 = time.perf_counter()
 for j in jobs:
     one(j)
 print(json.dumps({"seconds": time.perf_counter() - t0}))
+"""
+
+INPROCESS = r"""
+import json, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from coordinator.storage.dataset import Dataset
+from coordinator.transform.testing import inputs_of
+from coordinator.transform.verify import replay_transforms
+from engine.datafusion_engine import DataFusionEngine
+tmp = Path(sys.argv[2])
+root, der = Dataset(tmp / "root"), Dataset(tmp / "der")
+engine = DataFusionEngine()
+replay_transforms(der, inputs_of(root), engine)  # warm-up pass, untimed
+t0 = time.perf_counter()
+report = replay_transforms(der, inputs_of(root), engine)
+assert report.ok, report
+print(json.dumps({"seconds": time.perf_counter() - t0, "blocks": report.blocks_replayed}))
 """
 
 
@@ -184,9 +206,23 @@ def direct_round(
         text=True,
     )
     seconds = json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
+    t0 = time.perf_counter()
     for name, lh in expected.items():
         assert logical_hash(out / name) == lh.to_multibase(), f"direct output differs at {name}"
-    return float(seconds) / len(jobs)
+    hashing = time.perf_counter() - t0
+    return float(seconds) / len(jobs), hashing / len(jobs)
+
+
+def inprocess_round(tmp: Path) -> float:
+    """``replay_transforms`` with the DataFusion engine in the same process (no gRPC)."""
+    proc = subprocess.run(
+        [str(datafusion_python("51.0.0")), "-c", INPROCESS, str(ROOT), str(tmp)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return float(out["seconds"]) / int(out["blocks"])
 
 
 def main() -> None:
@@ -227,15 +263,21 @@ def main() -> None:
         # Warm both ways (untimed): the DataFusion worker and the direct pass's page cache.
         verify_round(der, inputs, router, n)
         direct_round(jobs, expected, tmp)
-        passes = ["verify-df", "direct-df"] + (["verify-spark"] if args.spark_blocks else [])
-        results: dict[str, list[float]] = {k: [] for k in passes}
+        passes = ["verify-df", "inproc-df", "direct-df"] + (
+            ["verify-spark"] if args.spark_blocks else []
+        )
+        results: dict[str, list[float]] = {k: [] for k in [*passes, "direct+hash"]}
         for r in range(args.rounds):
             order = passes[r % len(passes) :] + passes[: r % len(passes)]
             for name in order:
                 if name == "verify-df":
                     results[name].append(verify_round(der, inputs, router, n))
+                elif name == "inproc-df":
+                    results[name].append(inprocess_round(tmp))
                 elif name == "direct-df":
-                    results[name].append(direct_round(jobs, expected, tmp))
+                    sql, hashing = direct_round(jobs, expected, tmp)
+                    results[name].append(sql)
+                    results["direct+hash"].append(sql + hashing)
                 else:
                     sn = len(transforms(sder))
                     results[name].append(verify_round(sder, inputs, router, sn))
@@ -251,6 +293,8 @@ def main() -> None:
         print(
             f"  verify-df / direct-df = {med['verify-df'] / med['direct-df']:.2f}x (target <= 1.3x)"
         )
+        print(f"  inproc-df / direct-df = {med['inproc-df'] / med['direct-df']:.2f}x")
+        print(f"  verify-df / direct+hash = {med['verify-df'] / med['direct+hash']:.2f}x")
         if "verify-spark" in med:
             print(f"  verify-spark / verify-df = {med['verify-spark'] / med['verify-df']:.2f}x")
     finally:
