@@ -263,11 +263,20 @@ class DataFusionEngine:
     @staticmethod
     def _collect(ctx: Any) -> pa.Table:
         df = ctx.table("__output__")
+        planned = df.schema()
         batches = df.collect()
-        if batches:
-            # The batches' schema, not the plan's: they can differ in nullability (41).
-            return pa.Table.from_batches(batches)
-        return pa.Table.from_batches([], schema=df.schema())
+        if not batches:
+            return pa.Table.from_batches([], schema=planned)
+        # Batches may disagree with the plan and with each other on nullability (41; the
+        # branches of a UNION): a field is nullable if any of them says so. Types agree.
+        fields = []
+        for i, f in enumerate(batches[0].schema):
+            nullable = planned.field(i).nullable or any(b.schema.field(i).nullable for b in batches)
+            fields.append(f.with_nullable(nullable))
+        schema = pa.schema(fields)
+        return pa.Table.from_batches(
+            [pa.RecordBatch.from_arrays(b.columns, schema=schema) for b in batches], schema=schema
+        )
 
 
 def _is_query_error(text: str) -> bool:

@@ -371,3 +371,23 @@ def test_extract_type_depends_on_the_release(tmp_path: Path, engine: EngineClien
     t = pq.read_table(req.new_data_path).schema.field("y").type
     python = Path(engine.python)
     assert t == (pa.float64() if "datafusion-41" in str(python) else pa.int32())
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "WITH x AS (SELECT * FROM foo WHERE population > 700000) SELECT event_time, city FROM x",
+        "SELECT a.event_time, a.city, b.population FROM foo a JOIN foo b ON a.city = b.city",
+        "SELECT event_time, city FROM foo WHERE city IN (SELECT city FROM foo WHERE offset > 0)",
+        "SELECT event_time, city, row_number() OVER (ORDER BY population) AS r FROM foo",
+        "SELECT max(event_time) AS event_time, count(*) AS n FROM foo GROUP BY city",
+        "SELECT event_time, city FROM foo UNION ALL SELECT event_time, upper(city) FROM foo",
+        "SELECT event_time, CASE WHEN population > 700000 THEN 'big' ELSE 'small' END AS s "
+        "FROM foo ORDER BY population LIMIT 2",
+        "SELECT event_time, 'now()' AS literal, \"city\" AS \"current_date\" FROM foo",
+        "SELECT DISTINCT event_time, city FROM foo",
+    ],
+)
+def test_legitimate_queries_are_accepted(tmp_path: Path, engine: EngineClient, query: str) -> None:
+    resp = engine.execute_transform(request(tmp_path, queries=[(None, query)]))
+    assert isinstance(resp, TransformSuccess), resp
