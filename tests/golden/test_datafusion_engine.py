@@ -384,7 +384,7 @@ def test_extract_type_depends_on_the_release(tmp_path: Path, engine: EngineClien
         "SELECT event_time, city FROM foo UNION ALL SELECT event_time, upper(city) FROM foo",
         "SELECT event_time, CASE WHEN population > 700000 THEN 'big' ELSE 'small' END AS s "
         "FROM foo ORDER BY population LIMIT 2",
-        "SELECT event_time, 'now()' AS literal, \"city\" AS \"current_date\" FROM foo",
+        'SELECT event_time, \'now()\' AS literal, "city" AS "current_date" FROM foo',
         "SELECT DISTINCT event_time, city FROM foo",
     ],
 )

@@ -148,9 +148,7 @@ def test_forged_block_of_a_version_insensitive_query_is_a_mismatch(
     assert any(d.startswith("new_data.logical_hash") for d in replay.mismatch.differences)
 
 
-def test_transform_version_is_tried_first(
-    tmp_path: Path, routers: dict[str, EngineRouter]
-) -> None:
+def test_transform_version_is_tried_first(tmp_path: Path, routers: dict[str, EngineRouter]) -> None:
     # Stamped in kamu's 51 era, but the transform names engine image 0.8.1 (DataFusion 41).
     root, der = chain(tmp_path, EXTRACT, version="0.8.1")
     step(root, der, tmp_path, routers["all"], CSV[0], "2026-05-01T00:00:00Z")
