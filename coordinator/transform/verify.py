@@ -455,6 +455,8 @@ def replay_transforms(
         # A speculative run still going is waited for (an engine call cannot be interrupted)
         # before its output directory goes.
         pool.shutdown(wait=True, cancel_futures=True)
+        if nxt is not None:
+            shutil.rmtree(nxt.paths.new_data_path.parent, ignore_errors=True)
         if own_dir:
             shutil.rmtree(scratch, ignore_errors=True)
     return report

@@ -139,9 +139,18 @@ def test_forged_block_of_a_version_insensitive_query_is_a_mismatch(
     root, der = chain(tmp_path, PLAIN)
     step(root, der, tmp_path, routers["41.0.0"], CSV[0], "2025-02-01T00:00:00Z")
     forge_last(root, der, tmp_path, routers["41.0.0"], "2025-02-02T00:00:00Z")
-    report = verify_dataset(der, inputs_of(root), routers["all"])
+    forged_head = der.head()
+    # An honest block after the forged one: the replay stops at the forgery (the run of the
+    # next block, started ahead, is discarded along with the scratch directory).
+    step(root, der, tmp_path, routers["41.0.0"], CSV[2], "2025-02-03T00:00:00Z")
+    work = tmp_path / "replay-scratch"
+    work.mkdir()
+    report = verify_dataset(der, inputs_of(root), routers["all"], work_dir=work)
     replay = report.replay
     assert replay is not None and replay.version_sensitive_reasons == ()
+    assert replay.blocks_total == 3 and replay.blocks_replayed == 1
+    assert replay.mismatch is not None and replay.mismatch.block_hash == forged_head
+    assert not any(p.is_file() for p in work.rglob("*"))  # no output left behind
     assert replay.verdict is Verdict.MISMATCH
     assert replay.tried_versions == ("41.0.0", "51.0.0")
     assert replay.mismatch is not None
