@@ -15,7 +15,7 @@ DATAFUSION_VERSIONS := 51.0.0 41.0.0
 ENGINES := $(VENV)/engines
 DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.installed)
 
-.PHONY: setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-decode fuzz p2p-vectors clean
+.PHONY: browser bench-console setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-decode fuzz p2p-vectors clean
 
 setup: $(STAMP) $(DF_STAMPS)
 
@@ -49,10 +49,19 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy coordinator p2p node sim engine
 
-unit: setup
+unit: setup browser
 	$(BIN)/pytest -q
 
-test: lint typecheck
+# Real headless Chromium for the console's browser tests: Debian's chromium and its
+# chromedriver (the same version), from apt when missing (sudo when not root). Nothing is
+# downloaded when the tests run.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; else \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    $$SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver; fi
+
+test: lint typecheck browser
 	$(NETNS) 'ip link set lo up && exec $(BIN)/pytest -q'
 
 # The fuzz suite (tests/fuzz) with random seeds and 50x the examples `make test` runs.
@@ -109,6 +118,11 @@ bench-soak: setup
 # 100 ms: must answer within 250 ms throughout and never restart (isolates itself).
 bench-hostile: setup
 	$(BIN)/python tests/bench/bench_hostile.py
+
+# The console's datasets page with 1,000 followed datasets in headless chromium (median load
+# time) and the daemon's idle RSS (isolates itself).
+bench-console: setup browser
+	$(BIN)/python tests/bench/bench_console.py
 
 # Latency of the daemon's SQLite state operations (durable commits).
 bench-state: setup

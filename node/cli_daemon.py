@@ -277,6 +277,31 @@ def register(app: typer.Typer) -> None:
             ["id", "kind", "did", "data"],
         )
 
+    @app.command("ui")
+    def console_ui(
+        open_browser: Annotated[
+            bool, typer.Option("--open", help="Also open the URL in a web browser.")
+        ] = False,
+        home: HomeOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Print a one-time URL that logs a browser into the node console (valid 2 minutes)."""
+        result = rpc_call(_path(home), "console.login", {})
+        if as_json:
+            emit(result, True)
+        else:
+            out.print(result["url"], markup=False)
+            err.print(
+                f"one-time login link, valid {result['expires_in_s']:.0f} s; "
+                "from another machine: ssh -L <port>:127.0.0.1:<port> (see the README)",
+                markup=False,
+            )
+        if open_browser:
+            import webbrowser
+
+            if not webbrowser.open(result["url"]):
+                _fail("no web browser could be started; open the URL above yourself")
+
     @app.command("rpc")
     def rpc_raw(
         method: Annotated[str, typer.Argument(help="JSON-RPC method, e.g. node.status.")],

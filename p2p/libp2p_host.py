@@ -142,6 +142,7 @@ class Libp2pTransport:
         self._validators: dict[str, Validator] = {}
         self._handlers: dict[str, RequestHandler] = {}
         self._queues: dict[str, asyncio.Queue[GossipMessage]] = {}
+        self._joins: dict[str, asyncio.Future[None]] = {}
         self._error: BaseException | None = None
         self._redial_task: asyncio.Task[None] | None = None
         self._join_lock: Any = None
@@ -387,6 +388,7 @@ class Libp2pTransport:
             self._nursery.start_soon(pump)
 
         joined = self._run_in_trio(sub)
+        self._joins[topic] = joined
 
         async def iterate() -> AsyncIterator[GossipMessage]:
             await joined
@@ -394,6 +396,10 @@ class Libp2pTransport:
                 yield await queue.get()
 
         return iterate()
+
+    async def wait_joined(self, topic: str) -> None:
+        """Return once :meth:`subscribe` has joined ``topic`` (raises what the join raised)."""
+        await asyncio.shield(self._joins[topic])
 
     def set_validator(self, topic: str, validator: Validator) -> None:
         """Install an async validator (run on the asyncio loop) for ``topic``."""

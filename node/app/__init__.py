@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.storage.repository import DatasetRepository
+from node.app.console import ConsoleQueries
 from node.app.datasets import CommitLocks, DatasetUseCases
 from node.app.metrics import NodeMetrics
-from node.app.ports import Clock, EnginePort, GossipPort, IpfsPort, StatePort
+from node.app.ports import Clock, EnginePort, EventSink, GossipPort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
 from node.app.subscriptions import SubscriptionUseCases
 from node.app.verify import VerifyPipeline
@@ -64,6 +65,8 @@ class Application:
     publish: PublishPipeline
     verify: VerifyPipeline
     work: WorkRunner
+    console: ConsoleQueries | None = None
+    events: EventSink | None = None
 
     async def status(self) -> dict[str, Any]:
         """Identity, uptime, addresses, counts and queue depths."""

@@ -22,7 +22,7 @@ from coordinator.storage.repository import DatasetRepository
 from node.app.datasets import CommitLocks
 from node.app.errors import RetryLater
 from node.app.metrics import NodeMetrics
-from node.app.ports import StatePort, TransferPort
+from node.app.ports import EventSink, StatePort, TransferPort
 from p2p.core import RequestFetch
 from p2p.wire import FetchLocations
 
@@ -61,6 +61,7 @@ class ChainFetcher:
         metrics: NodeMetrics,
         *,
         ipfs_enabled: Callable[[], bool],
+        events: EventSink | None = None,
     ) -> None:
         self._repo = repo
         self._state = state
@@ -68,6 +69,12 @@ class ChainFetcher:
         self._locks = locks
         self._metrics = metrics
         self._ipfs_enabled = ipfs_enabled
+        self._events = events
+
+    def _progress(self, topic: str, did: DatasetId, **data: object) -> None:
+        # Live progress for the event stream (the console shows pulls as they happen).
+        if self._events is not None:
+            self._events.publish(topic, {"did": did.as_did_str(), **data})
 
     async def local_alias_for(self, did: DatasetId) -> str:
         """The alias a pulled dataset is stored under (subscription alias, else the DID)."""
@@ -107,16 +114,19 @@ class ChainFetcher:
         t0 = time.monotonic()
         async with self._locks.of(did):
             for url in sources:
+                self._progress("pull.started", did, url=url, head=req.head.to_multibase())
                 try:
                     summary = await self._transfer.pull(url, alias=alias)
                 except PullDiverged as e:
                     self._metrics.pulls.labels("diverged").inc()
+                    self._progress("pull.finished", did, url=url, outcome="diverged")
                     log.warning("pull of %s from %s: %s", did, url, e)
                     return False
                 except PullRefused as e:
                     # An announcement naming an address the policy forbids (an internal host,
                     # a metadata endpoint): logged for the operator, never contacted.
                     self._metrics.pulls.labels("refused").inc()
+                    self._progress("pull.finished", did, url=url, outcome="refused")
                     errors.append(f"{url}: {e}")
                     await self._state.log_event(
                         "pull.refused", did.as_did_str(), {"url": url, "error": str(e)}
@@ -124,6 +134,7 @@ class ChainFetcher:
                     continue
                 except PullRejected as e:
                     self._metrics.pulls.labels("rejected").inc()
+                    self._progress("pull.finished", did, url=url, outcome="rejected")
                     errors.append(f"{url}: {e}")
                     await self._state.log_event(
                         "pull.rejected", did.as_did_str(), {"url": url, "error": str(e)}
@@ -132,9 +143,11 @@ class ChainFetcher:
                 except (OdfNodeError, OSError) as e:
                     # Unavailable sources, or our copy moved meanwhile (another pull): next.
                     self._metrics.pulls.labels("unavailable").inc()
+                    self._progress("pull.finished", did, url=url, outcome="unavailable")
                     errors.append(f"{url}: {e}")
                     continue
                 self._metrics.pulls.labels("ok").inc()
+                self._progress("pull.finished", did, url=url, outcome="ok")
                 self._metrics.pull_seconds.observe(time.monotonic() - t0)
                 await self._state.log_event("pull.ok", did.as_did_str(), {"url": url, **summary})
                 return await asyncio.to_thread(

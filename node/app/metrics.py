@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections import deque
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+HISTORY_SAMPLES = 720
+"""Samples the console's charts keep: one hour at the daemon's 5 s housekeeping interval."""
 _DURATION_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 
 
@@ -36,6 +41,11 @@ class NodeMetrics:
             "odf_engine_running", "1 while the Spark engine worker runs", registry=r
         )
         self.peers = Gauge("odf_peers", "Connected gossip peers", registry=r)
+        self.gossip_restarts = Counter(
+            "odf_gossip_process_restarts",
+            "Times the libp2p process died and was started again",
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "odf_work_queue_depth", "Pending work items by kind", ["kind"], registry=r
         )
@@ -58,6 +68,36 @@ class NodeMetrics:
             ["method", "outcome"],
             registry=r,
         )
+
+        # (at_ns, {family: {outcome: running total}}): what the console's rate charts draw.
+        self.history: deque[tuple[int, dict[str, dict[str, float]]]] = deque(
+            maxlen=HISTORY_SAMPLES
+        )
+
+    def totals(self) -> dict[str, dict[str, float]]:
+        """Running totals by outcome of announcements, verifications and pulls."""
+        out: dict[str, dict[str, float]] = {}
+        for family, counter in (
+            ("announcements", self.announcements),
+            ("verifications", self.verifications),
+            ("pulls", self.pulls),
+        ):
+            by_outcome: dict[str, float] = {}
+            for metric in counter.collect():
+                for sample in metric.samples:
+                    if sample.name.endswith("_total"):
+                        k = sample.labels.get("outcome", "")
+                        by_outcome[k] = by_outcome.get(k, 0.0) + sample.value
+            out[family] = by_outcome
+        return out
+
+    def sample_history(self, now_ns: int) -> None:
+        """Remember the current totals (called every few seconds by the daemon)."""
+        self.history.append((now_ns, self.totals()))
+
+    def history_json(self) -> list[dict[str, Any]]:
+        """The remembered samples, oldest first, JSON-friendly."""
+        return [{"at_ns": at, "totals": totals} for at, totals in self.history]
 
     def render(self) -> tuple[bytes, str]:
         """The text exposition and its content type."""

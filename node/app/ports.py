@@ -94,6 +94,10 @@ class StatePort(Protocol):
         """The recorded outcome for ``head``."""
         ...
 
+    async def verifications_of_heads(self) -> list[Verification]:
+        """The recorded outcome of every dataset's accepted head, in one read."""
+        ...
+
     async def add_attestation(
         self, did: str, head: str, verdict: str, signer: str, envelope: bytes, own: bool
     ) -> bool:
@@ -153,6 +157,10 @@ class StatePort(Protocol):
         self, after_id: int = 0, limit: int = 100, kind: str | None = None
     ) -> list[Event]:
         """Events after ``after_id``, oldest first."""
+        ...
+
+    async def recent_events(self, limit: int = 100, kind_prefix: str | None = None) -> list[Event]:
+        """The newest events (kinds starting with ``kind_prefix``), newest first."""
         ...
 
     async def prune_events(self, keep_last: int) -> int:

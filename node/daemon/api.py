@@ -135,8 +135,22 @@ class NodeApi:
         return (await self.app.datasets.transform(ref, publish=publish)).to_json()
 
     async def dataset_verify(self, ref: str, integrity: bool = False) -> dict[str, Any]:
-        """Verify a stored dataset now (integrity; replay for derivatives unless ``integrity``)."""
-        return (await self.app.datasets.verify(ref, integrity=integrity)).to_json()
+        """Verify a stored dataset now (integrity; replay for derivatives unless ``integrity``).
+
+        Progress goes to the event stream (``verify.progress`` with ``manual: true``).
+        """
+        events = self.app.events
+        did = self.app.repo.resolve(ref).id.as_did_str()
+
+        def listener(phase: str, done: int, total: int) -> None:
+            if events is not None:
+                events.publish_threadsafe(
+                    "verify.progress",
+                    {"did": did, "phase": phase, "done": done, "total": total, "manual": True},
+                )
+
+        result = await self.app.datasets.verify(ref, integrity=integrity, listener=listener)
+        return result.to_json()
 
     async def dataset_publish(self, ref: str) -> dict[str, Any]:
         """Queue publication to IPFS and a signed head announcement of an owned dataset."""
@@ -171,6 +185,50 @@ class NodeApi:
             }
             for w in await self.app.state.work(state=state, did=did)
         ]
+
+    # ---- the console's read models
+
+    def _console(self) -> Any:
+        if self.app.console is None:
+            raise InvalidArgument("the console queries are not available on this node")
+        return self.app.console
+
+    async def console_datasets(self) -> list[dict[str, Any]]:
+        """Stored and followed datasets in one table (the console's datasets page)."""
+        rows: list[dict[str, Any]] = await self._console().datasets()
+        return rows
+
+    async def console_dataset(self, ref: str) -> dict[str, Any]:
+        """One dataset: summary, data slices, lineage, verification."""
+        out: dict[str, Any] = await self._console().dataset(ref)
+        return out
+
+    async def console_preview(self, ref: str, limit: int = 20) -> dict[str, Any]:
+        """The last rows of a dataset's newest data slice."""
+        out: dict[str, Any] = await self._console().preview(ref, limit)
+        return out
+
+    async def console_disputes(
+        self, did: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Disputes with their signed evidence (expected vs computed)."""
+        out: list[dict[str, Any]] = await self._console().disputes(did, limit)
+        return out
+
+    async def console_peers(self) -> dict[str, Any]:
+        """Peers with live scores and graylist state; penalties by reason."""
+        out: dict[str, Any] = await self._console().peers()
+        return out
+
+    async def console_events(self, limit: int = 50) -> list[dict[str, Any]]:
+        """The newest events, newest first."""
+        out: list[dict[str, Any]] = await self._console().recent_events(limit)
+        return out
+
+    async def console_charts(self) -> dict[str, Any]:
+        """Verification durations/outcomes over time and counter samples for rate charts."""
+        out: dict[str, Any] = await self._console().charts()
+        return out
 
     # ---- trust
 
@@ -327,6 +385,32 @@ METHODS: tuple[MethodSpec, ...] = (
         Param("limit", _LIMIT, False),
         result=_ARR,
     ),
+    _m("console.datasets", "console_datasets", "Stored and followed datasets.", result=_ARR),
+    _m("console.dataset", "console_dataset", "One dataset in detail.", Param("ref", _STR)),
+    _m(
+        "console.preview",
+        "console_preview",
+        "Last rows of the newest data slice.",
+        Param("ref", _STR),
+        Param("limit", {"type": "integer", "minimum": 1, "maximum": 100}, False),
+    ),
+    _m(
+        "console.disputes",
+        "console_disputes",
+        "Disputes with their evidence.",
+        Param("did", _STR, False),
+        Param("limit", _LIMIT, False),
+        result=_ARR,
+    ),
+    _m("console.peers", "console_peers", "Peers, scores, graylist, penalties."),
+    _m(
+        "console.events",
+        "console_events",
+        "The newest events.",
+        Param("limit", _LIMIT, False),
+        result=_ARR,
+    ),
+    _m("console.charts", "console_charts", "Data of the console's charts."),
     _m(
         "equivocations.list",
         "equivocations",

@@ -32,6 +32,7 @@ from node.adapters.loop_thread import LoopThread
 from node.adapters.state import ThreadedState
 from node.adapters.transfer import TransferAdapter
 from node.app import Application, NodeInfo
+from node.app.console import ConsoleQueries
 from node.app.datasets import CommitLocks, DatasetUseCases
 from node.app.effects import NodeEffects
 from node.app.events import EventBus
@@ -343,6 +344,7 @@ class Daemon:
             self.locks,
             self.metrics,
             ipfs_enabled=lambda: self.ipfs.api_url is not None,
+            events=self.events,
         )
         self.app = Application(
             info=self.info,
@@ -359,6 +361,8 @@ class Daemon:
             publish=publish,
             verify=verify,
             work=work,
+            console=ConsoleQueries(self.repo, self.state, _Late(self, "gossip"), self.metrics),
+            events=self.events,
         )
 
     async def _stop_app(self) -> None:
@@ -372,11 +376,14 @@ class Daemon:
     # ---- gossip
 
     async def _start_gossip(self) -> None:
-        from p2p.libp2p_host import Libp2pConfig, Libp2pTransport
+        from p2p.libp2p_host import Libp2pConfig
+        from p2p.libp2p_process import Libp2pProcessTransport
         from p2p.service import GossipService
 
         p = self.config.p2p
-        self._transport = Libp2pTransport(
+        # The libp2p host runs in a process of its own: in a thread it held this interpreter's
+        # lock for half of every second under load (docs/libp2p.md, "Process model").
+        self._transport = Libp2pProcessTransport(
             Libp2pConfig(
                 node_seed=self.node_key.seed(),
                 listen_host=p.listen_host,
@@ -385,6 +392,7 @@ class Daemon:
                 loopback_only=self.config.network.loopback_only,
             )
         )
+        self._transport.on_restart = self.metrics.gossip_restarts.inc
         await self._transport.start()
         core = ProtocolCore(
             CoreConfig(
@@ -458,6 +466,7 @@ class Daemon:
     async def _housekeeping(self) -> None:
         last_prune: int | None = None
         while True:
+            self.metrics.sample_history(self.clock())
             pending = await self.state.pending_counts()
             for kind in ("verify", "publish", "dispute"):
                 self.metrics.queue_depth.labels(kind).set(pending.get(kind, 0))

@@ -15,6 +15,8 @@ from typing import Any
 from node.app import Application
 from node.app.events import EventBus
 from node.config import RpcSection
+from node.console.sessions import ConsoleSessions
+from node.console.web import UI, ConsoleWeb
 from node.daemon.api import METHODS, NodeApi
 from node.rpc.cookie import new_token, remove_cookie, write_cookie
 from node.rpc.registry import Param, RpcRegistry
@@ -55,8 +57,10 @@ async def start_rpc(
 ) -> RpcHandle:
     """Start the RPC server for ``app`` and publish its URL and token in the home's cookie."""
     token = new_token()
+    registry = build_registry(NodeApi(app))
+    sessions = ConsoleSessions(app.clock)
     server = RpcServer(
-        build_registry(NodeApi(app)),
+        registry,
         token=token,
         host=cfg.host,
         port=0 if ephemeral else cfg.port,
@@ -65,6 +69,20 @@ async def start_rpc(
         allowed_origins=cfg.allowed_origins,
         unix_path=home / "rpc.sock",
         idle_timeout_s=cfg.idle_timeout_s,
+    )
+    ConsoleWeb(server, sessions, allowed_origins=cfg.allowed_origins).attach()
+
+    async def console_login() -> dict[str, Any]:
+        # Only over the token-authenticated RPC (the CLI): never callable from a console page.
+        login, ttl = sessions.issue_login()
+        base = server.url.removesuffix("/rpc")
+        return {"url": f"{base}{UI}/login#{login}", "expires_in_s": ttl}
+
+    registry.add(
+        "console.login",
+        console_login,
+        result={"type": "object", "required": ["url", "expires_in_s"]},
+        summary="A one-time URL that logs a browser into the node console",
     )
     await server.start()
     write_cookie(home, server.url, token)

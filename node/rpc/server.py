@@ -24,7 +24,7 @@ import math
 import os
 import re
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -58,6 +58,7 @@ WS_CLOSE_TOO_SLOW: Final = 4000
 _LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]")
 _JSON_HEADERS: Final = {"Content-Type": "application/json"}
 _PARSE_INLINE_BYTES: Final = 65536
+_ALWAYS_ALLOWED: Final = frozenset({"rpc.ping", "rpc.subscribe", "rpc.unsubscribe"})
 MAX_JSON_DEPTH: Final = 64
 """Deepest nesting of arrays/objects a request may have (no method takes more than a few)."""
 
@@ -71,6 +72,8 @@ class _WsClient:
     queue: asyncio.Queue[str]
     topics: set[str] = field(default_factory=set)
     dropped: bool = False
+    allowed: frozenset[str] | None = None
+    """Methods this socket may call (``None``: every method; the console gets a list)."""
     sender: asyncio.Task[None] | None = None
 
 
@@ -123,6 +126,7 @@ class RpcServer:
         self._clients: set[_WsClient] = set()
         # Strong references to fire-and-forget drop tasks (the loop only keeps weak ones).
         self._tasks: set[asyncio.Task[None]] = set()
+        self._mounts: list[Callable[[web.Application], None]] = []
         self._builtins = RpcRegistry()
         self._builtins.add("rpc.ping", self._ping, summary="Liveness check", _builtin=True)
         self._builtins.add(
@@ -157,12 +161,23 @@ class RpcServer:
 
     # -- lifecycle -------------------------------------------------------------------------
 
+    def mount(self, add_routes: Callable[[web.Application], None]) -> None:
+        """Have ``add_routes(app)`` add routes of its own when the server starts (the console).
+
+        They share the listener, so they are never on a public port unless the RPC is.
+        """
+        if self._runner is not None:
+            raise RuntimeError("mount() must be called before start()")
+        self._mounts.append(add_routes)
+
     async def start(self) -> None:
         """Bind and start serving."""
         app = web.Application(client_max_size=self._max_body)
         app.router.add_post(RPC_PATH, self._handle_post)
         app.router.add_route("OPTIONS", RPC_PATH, self._handle_preflight)
         app.router.add_get(WS_PATH, self._handle_ws)
+        for add_routes in self._mounts:
+            add_routes(app)
         runner = web.AppRunner(
             app,
             access_log=None,
@@ -279,7 +294,8 @@ class RpcServer:
 
     # -- checks ----------------------------------------------------------------------------
 
-    def _host_ok(self, request: web.Request) -> bool:
+    def host_ok(self, request: web.Request) -> bool:
+        """Whether ``Host`` names this server (loopback with our port, or a configured name)."""
         host = request.headers.get("Host", "").lower()
         port = self.port
         allowed = {f"{name}:{port}" for name in _LOOPBACK_NAMES}
@@ -310,7 +326,7 @@ class RpcServer:
         return hmac.compare_digest(given_bytes, self._token)
 
     def _refuse(self, request: web.Request, *, allow_query: bool) -> web.Response | None:
-        if not self._host_ok(request) or not self._origin_ok(request):
+        if not self.host_ok(request) or not self._origin_ok(request):
             return _http_error(403, FORBIDDEN)
         if not self._token_ok(request, allow_query=allow_query):
             resp = _http_error(401, UNAUTHORIZED)
@@ -331,7 +347,7 @@ class RpcServer:
 
     async def _handle_preflight(self, request: web.Request) -> web.StreamResponse:
         # CORS preflight carries no credentials, so only Host and Origin are checked.
-        if not self._host_ok(request) or not self._origin_ok(request):
+        if not self.host_ok(request) or not self._origin_ok(request):
             return _http_error(403, FORBIDDEN)
         resp = web.Response(status=204)
         resp.headers["Access-Control-Allow-Methods"] = "POST"
@@ -369,8 +385,31 @@ class RpcServer:
             return web.Response(status=204)
         return web.Response(body=reply.encode(), headers=_JSON_HEADERS)
 
-    async def _handle_payload(self, body: bytes, client: _WsClient | None = None) -> str | None:
+    async def handle_payload(
+        self, body: bytes, *, allowed: frozenset[str] | None = None
+    ) -> str | None:
+        """Answer a JSON-RPC payload received by another route, which did its own checks.
+
+        Only methods in ``allowed`` may be called (``rpc.ping`` always); the console's POST
+        endpoint uses it with the methods its pages need.
+        """
+        return await self._handle_payload(body, None, allowed)
+
+    async def serve_ws(
+        self, request: web.Request, *, allowed: frozenset[str] | None = None
+    ) -> web.StreamResponse:
+        """The event-stream WebSocket for a request another route authenticated itself."""
+        return await self._serve_ws(request, allowed)
+
+    async def _handle_payload(
+        self,
+        body: bytes,
+        client: _WsClient | None = None,
+        allowed: frozenset[str] | None = None,
+    ) -> str | None:
         """Answer one JSON-RPC payload (single or batch); ``None`` when nothing is due."""
+        if client is not None:
+            allowed = client.allowed
         # A large body takes tens of milliseconds to scan and decode: not on the event loop.
         if len(body) > _PARSE_INLINE_BYTES:
             payload, problem = await asyncio.to_thread(parse_json_body, body)
@@ -388,12 +427,16 @@ class RpcServer:
                         f"batch of {len(payload)} exceeds the limit of {self._max_batch}",
                     )
                 )
-            answers = await asyncio.gather(*(self._answer(item, client) for item in payload))
+            answers = await asyncio.gather(
+                *(self._answer(item, client, allowed) for item in payload)
+            )
             parts = [a for a in answers if a is not None]
             return f"[{','.join(parts)}]" if parts else None
-        return await self._answer(payload, client)
+        return await self._answer(payload, client, allowed)
 
-    async def _answer(self, req: Any, client: _WsClient | None) -> str | None:
+    async def _answer(
+        self, req: Any, client: _WsClient | None, allowed: frozenset[str] | None = None
+    ) -> str | None:
         """One request object -> its serialised response, or None for a notification."""
         if not isinstance(req, dict):
             return json.dumps(error_response(INVALID_REQUEST, "request must be an object"))
@@ -422,6 +465,8 @@ class RpcServer:
             return json.dumps(error_response(INVALID_PARAMS, why, id=rid))
         is_notification = "id" not in req
         try:
+            if allowed is not None and method not in allowed and method not in _ALWAYS_ALLOWED:
+                raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
             result = await self._dispatch(method, params, client)
             if is_notification:
                 return None
@@ -494,9 +539,14 @@ class RpcServer:
         refusal = self._refuse(request, allow_query=True)
         if refusal is not None:
             return refusal
+        return await self._serve_ws(request, None)
+
+    async def _serve_ws(
+        self, request: web.Request, allowed: frozenset[str] | None
+    ) -> web.StreamResponse:
         ws = web.WebSocketResponse(max_msg_size=self._max_body, heartbeat=30.0)
         await ws.prepare(request)
-        client = _WsClient(ws, request, asyncio.Queue(self._ws_queue_size))
+        client = _WsClient(ws, request, asyncio.Queue(self._ws_queue_size), allowed=allowed)
         self._clients.add(client)
         client.sender = asyncio.get_running_loop().create_task(self._send_loop(client))
         try:

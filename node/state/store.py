@@ -307,6 +307,17 @@ class NodeState:
             r[0], r[1], cast(VerificationOutcome, r[2]), r[3], float(r[4]), int(r[5])
         )
 
+    def verifications_of_heads(self) -> list[Verification]:
+        """The recorded outcome of every dataset's accepted head, in one read (the console)."""
+        rows = self._rows(
+            "SELECT v.did, v.head, v.outcome, v.detail, v.engine_seconds, v.recorded_ns"
+            " FROM verifications v JOIN accepted_heads a ON a.did = v.did AND a.head = v.head"
+        )
+        return [
+            Verification(r[0], r[1], cast(VerificationOutcome, r[2]), r[3], float(r[4]), int(r[5]))
+            for r in rows
+        ]
+
     # -- attestations, disputes, equivocation proofs ----------------------------------------
 
     def add_attestation(
@@ -474,6 +485,18 @@ class NodeState:
         rows = self._rows(
             f"SELECT id, ts_ns, kind, did, data FROM events{where} ORDER BY id LIMIT ?",
             [*params, after_id, _limit(limit)],
+        )
+        return [Event(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
+
+    def recent_events(self, limit: int = 100, kind_prefix: str | None = None) -> list[Event]:
+        """The newest ``limit`` events (of kinds starting with ``kind_prefix``), newest first."""
+        where, params = "", []
+        if kind_prefix:
+            # substr, not LIKE: a prefix holding % or _ must not act as a pattern.
+            where, params = " WHERE substr(kind, 1, ?) = ?", [len(kind_prefix), kind_prefix]
+        rows = self._rows(
+            f"SELECT id, ts_ns, kind, did, data FROM events{where} ORDER BY id DESC LIMIT ?",
+            [*params, _limit(limit)],
         )
         return [Event(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
 

@@ -71,16 +71,37 @@ content:
 LOAD_GENERATOR_NICE = 10
 
 
+def node_pids(pid: int) -> list[int]:
+    """The daemon and its libp2p process (the node's gossip host runs in a child of its own)."""
+    out = [pid]
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in children.read_text().split():
+            try:
+                cmd = Path(f"/proc/{child}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"p2p.libp2p_child" in cmd:
+                out.append(int(child))
+    return out
+
+
 def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+    """Resident memory of the daemon and its libp2p process together (MiB)."""
+    total = 0.0
+    for p in node_pids(pid):
+        for line in Path(f"/proc/{p}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) / 1024
+    return total
 
 
 def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds of the daemon and its libp2p process together."""
+    total = 0.0
+    for p in node_pids(pid):
+        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def prometheus(url: str) -> dict[str, float]:

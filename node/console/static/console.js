@@ -1,0 +1,506 @@
+// The odf-node console: renders each page from the node's JSON-RPC methods (POST /ui/rpc) and
+// keeps it current from the event stream (/ui/ws). No library, no build step. Every value from
+// the node is put into the page with textContent / attributes, never parsed as HTML (the CSP
+// requires Trusted Types with no policy, so innerHTML assignments would throw anyway).
+"use strict";
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+const TOPICS = [
+  "verify.started", "verify.progress", "verify.finished", "head.accepted", "attestation",
+  "dispute", "equivocation", "announce", "pull.started", "pull.finished", "peer.connected",
+  "peer.disconnected",
+];
+const OUTCOMES = ["verified", "failed", "nondeterministic", "unverifiable"];
+
+// ---- DOM helpers
+
+function el(ns, tag, attrs, kids) {
+  const e = ns ? document.createElementNS(ns, tag) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "text") e.textContent = String(v);
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (k === "dataset") Object.assign(e.dataset, v);
+    else e.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const kid of kids || []) {
+    if (kid === null || kid === undefined || kid === false) continue;
+    e.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+  }
+  return e;
+}
+const h = (tag, attrs, ...kids) => el(null, tag, attrs, kids);
+const s = (tag, attrs, ...kids) => el(SVG_NS, tag, attrs, kids);
+
+function short(x, n) {
+  if (x === null || x === undefined) return "";
+  x = String(x);
+  n = n || 10;
+  return x.length > 2 * n + 1 ? x.slice(0, n) + "…" + x.slice(-6) : x;
+}
+function when(ns) {
+  if (!ns) return "";
+  return new Date(ns / 1e6).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+}
+function ago(ns) {
+  if (!ns) return "";
+  const s = Math.max(0, (Date.now() - ns / 1e6) / 1000);
+  if (s < 60) return Math.round(s) + " s ago";
+  if (s < 3600) return Math.round(s / 60) + " min ago";
+  if (s < 86400) return (s / 3600).toFixed(1) + " h ago";
+  return (s / 86400).toFixed(1) + " d ago";
+}
+function badge(outcome) {
+  const text = outcome || "pending";
+  return h("span", { class: "badge outcome-" + text, "data-outcome": text, text: text });
+}
+function link(did, alias) {
+  return h("a", { href: "/ui/dataset?id=" + encodeURIComponent(did), text: alias || short(did) });
+}
+function code(x, n) {
+  return h("code", { title: x || "", text: short(x, n) });
+}
+function table(id, headers, rows) {
+  return h("table", { id: id },
+    h("thead", {}, h("tr", {}, ...headers.map((t) => h("th", { text: t })))),
+    h("tbody", {}, ...rows));
+}
+function section(title, ...kids) {
+  return h("section", {}, h("h2", { text: title }), ...kids);
+}
+function flash(text, kind) {
+  const f = document.getElementById("flash");
+  f.textContent = text;
+  f.dataset.kind = kind || "info";
+}
+function ready() {
+  document.body.dataset.ready = String(Number(document.body.dataset.ready || 0) + 1);
+}
+
+// ---- the node's API
+
+let rpcId = 0;
+async function rpc(method, params) {
+  const r = await fetch("/ui/rpc", {
+    method: "POST",
+    credentials: "same-origin",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ jsonrpc: "2.0", id: ++rpcId, method: method, params: params || {} }),
+  });
+  if (r.status === 401) {
+    location.replace("/ui/login");
+    throw new Error("the console session ended; log in again");
+  }
+  const body = await r.json();
+  if (body.error) throw new Error(body.error.message);
+  return body.result;
+}
+
+// ---- the event stream
+
+const Live = {
+  handlers: [],
+  on(fn) { this.handlers.push(fn); },
+  connect(delay) {
+    const ind = document.getElementById("live");
+    const ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ui/ws");
+    ws.onopen = () => {
+      ws.send(JSON.stringify({ jsonrpc: "2.0", id: 1, method: "rpc.subscribe", params: { topics: TOPICS } }));
+      ind.dataset.state = "open";
+      ind.textContent = "live";
+      delay = 1000;
+    };
+    ws.onmessage = (m) => {
+      let msg;
+      try { msg = JSON.parse(m.data); } catch (e) { return; }
+      if (msg.method !== "event") return;
+      for (const fn of this.handlers) {
+        try { fn(msg.params); } catch (e) { console.error(e); }
+      }
+    };
+    ws.onclose = () => {
+      ind.dataset.state = "closed";
+      ind.textContent = "reconnecting…";
+      const next = Math.min(2 * (delay || 1000), 15000);
+      setTimeout(() => this.connect(next), delay || 1000);
+    };
+  },
+};
+
+function debounce(fn, ms) {
+  let t = null;
+  return () => { clearTimeout(t); t = setTimeout(fn, ms); };
+}
+
+// ---- charts (SVG drawn here from the node's metrics)
+
+function chartFrame(id, title, w, hgt) {
+  const svg = s("svg", { id: id, class: "chart", viewBox: `0 0 ${w} ${hgt}`, role: "img", "aria-label": title });
+  svg.append(s("title", { text: title }));
+  return svg;
+}
+function axes(svg, x0, y0, x1, y1, labels) {
+  svg.append(s("line", { x1: x0, y1: y1, x2: x1, y2: y1, class: "axis" }));
+  svg.append(s("line", { x1: x0, y1: y0, x2: x0, y2: y1, class: "axis" }));
+  svg.append(s("text", { x: x0 - 4, y: y0 + 4, "text-anchor": "end", class: "tick", text: labels.ymax }));
+  svg.append(s("text", { x: x0 - 4, y: y1, "text-anchor": "end", class: "tick", text: "0" }));
+  svg.append(s("text", { x: x0, y: y1 + 14, class: "tick", text: labels.xmin }));
+  svg.append(s("text", { x: x1, y: y1 + 14, "text-anchor": "end", class: "tick", text: labels.xmax }));
+}
+function legend(svg, items, x, y) {
+  items.forEach(([name, cls, extra], i) => {
+    svg.append(s("rect", { x: x + i * 140, y: y - 9, width: 10, height: 10, class: cls }));
+    svg.append(s("text", { x: x + i * 140 + 14, y: y, class: "tick", text: name + (extra || "") }));
+  });
+}
+function verificationChart(points) {
+  const W = 640, H = 220, X0 = 50, Y0 = 24, X1 = 620, Y1 = 190;
+  const svg = chartFrame("chart-verify", "Verification durations (s) over time, by outcome", W, H);
+  const counts = {};
+  for (const p of points) counts[p.outcome] = (counts[p.outcome] || 0) + 1;
+  legend(svg, OUTCOMES.map((o) => [o, "fill-" + o, " (" + (counts[o] || 0) + ")"]), X0, 14);
+  if (!points.length) {
+    svg.append(s("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "empty", text: "no verification yet" }));
+    return svg;
+  }
+  const t0 = points[0].at_ns, t1 = Math.max(points[points.length - 1].at_ns, t0 + 1);
+  const ymax = Math.max(1, ...points.map((p) => p.seconds)) * 1.1;
+  axes(svg, X0, Y0, X1, Y1, { ymax: ymax.toFixed(1) + " s", xmin: when(t0), xmax: when(t1) });
+  for (const p of points) {
+    const x = X0 + ((p.at_ns - t0) / (t1 - t0)) * (X1 - X0);
+    const y = Y1 - (p.seconds / ymax) * (Y1 - Y0);
+    const c = s("circle", { cx: x.toFixed(1), cy: y.toFixed(1), r: 4, class: "point fill-" + p.outcome, "data-outcome": p.outcome });
+    c.append(s("title", { text: `${p.outcome} in ${p.seconds.toFixed(2)} s at ${when(p.at_ns)}` }));
+    svg.append(c);
+  }
+  return svg;
+}
+function rateChart(samples, family, id, title) {
+  const W = 640, H = 220, X0 = 50, Y0 = 24, X1 = 620, Y1 = 190;
+  const svg = chartFrame(id, title, W, H);
+  const outcomes = new Set();
+  for (const smp of samples) for (const k of Object.keys(smp.totals[family] || {})) outcomes.add(k);
+  const names = [...outcomes].sort();
+  legend(svg, names.map((o, i) => [o, "fill-series-" + (i % 6)]), X0, 14);
+  if (samples.length < 2 || !names.length) {
+    svg.append(s("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "empty", text: "no data yet (sampled every 5 s)" }));
+    return svg;
+  }
+  const series = names.map(() => []);
+  for (let i = 1; i < samples.length; i++) {
+    const a = samples[i - 1], b = samples[i];
+    const dt = (b.at_ns - a.at_ns) / 1e9;
+    names.forEach((o, j) => {
+      const d = ((b.totals[family] || {})[o] || 0) - ((a.totals[family] || {})[o] || 0);
+      series[j].push([b.at_ns, dt > 0 ? Math.max(0, d) / dt : 0]);
+    });
+  }
+  const t0 = samples[1].at_ns, t1 = Math.max(samples[samples.length - 1].at_ns, t0 + 1);
+  const ymax = Math.max(0.1, ...series.flat().map((p) => p[1])) * 1.1;
+  axes(svg, X0, Y0, X1, Y1, { ymax: ymax.toFixed(2) + "/s", xmin: when(t0), xmax: when(t1) });
+  series.forEach((pts, j) => {
+    const d = pts.map(([t, v]) =>
+      `${(X0 + ((t - t0) / (t1 - t0)) * (X1 - X0)).toFixed(1)},${(Y1 - (v / ymax) * (Y1 - Y0)).toFixed(1)}`);
+    svg.append(s("polyline", { points: d.join(" "), class: "line stroke-series-" + (j % 6), "data-outcome": names[j] }));
+  });
+  return svg;
+}
+
+// ---- pages
+
+async function overview(main) {
+  const [st, events, charts] = await Promise.all([
+    rpc("node.status"), rpc("console.events", { limit: 50 }), rpc("console.charts"),
+  ]);
+  const ipfs = st.ipfs || {};
+  const cards = [
+    ["Node id", st.node_id], ["Uptime", st.uptime_s + " s"], ["Peers", st.p2p.peers],
+    ["Datasets", st.datasets], ["Subscriptions", st.subscriptions],
+    ["IPFS", ipfs.peer_id ? (ipfs.mode || "on") + " " + short(ipfs.peer_id) : "off"],
+    ["Engine", st.engine.running ? "running (" + st.engine.spark_master + ")" : "idle (" + st.engine.spark_master + ")"],
+    ["Queues", `verify ${st.work.verify} · publish ${st.work.publish} · dispute ${st.work.dispute} · running ${st.running_work}`],
+    ["Pulls running", st.p2p.fetches_running],
+  ];
+  const list = h("ol", { id: "events", class: "events" }, ...events.map(eventItem));
+  const chartBox = h("div", { id: "charts" },
+    verificationChart(charts.verifications),
+    rateChart(charts.samples, "announcements", "chart-announce", "Announcements per second by outcome"));
+  main.replaceChildren(
+    h("h1", { text: "Overview" }),
+    h("dl", { id: "status", class: "cards" }, ...cards.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { text: v })])),
+    section("Charts", chartBox),
+    section("Recent events (live)", list));
+  Live.on((ev) => {
+    list.prepend(eventItem({ kind: ev.topic, did: ev.did, at_ns: Date.now() * 1e6, data: ev, live: true }));
+    while (list.children.length > 200) list.lastChild.remove();
+  });
+  setInterval(async () => {
+    const c = await rpc("console.charts");
+    chartBox.replaceChildren(
+      verificationChart(c.verifications),
+      rateChart(c.samples, "announcements", "chart-announce", "Announcements per second by outcome"));
+  }, 10000);
+}
+function eventItem(e) {
+  const data = Object.assign({}, e.data || {});
+  delete data.topic; delete data.did;
+  return h("li", { "data-kind": e.kind, class: e.live ? "live" : "" },
+    h("time", { text: when(e.at_ns) }), " ", h("strong", { text: e.kind }), " ",
+    e.did ? link(e.did) : "", " ", h("span", { class: "muted", text: JSON.stringify(data) }));
+}
+
+async function datasets(main) {
+  const input = h("input", { id: "subscribe-did", placeholder: "did:odf:fed01…", size: 70, required: true });
+  const alias = h("input", { id: "subscribe-alias", placeholder: "alias (optional)", size: 20 });
+  const form = h("form", { id: "subscribe-form" }, input, " ", alias, " ",
+    h("button", { id: "subscribe-btn", type: "submit", text: "Subscribe" }));
+  const progress = {};
+  const box = h("div", { id: "datasets-box" });
+  const count = h("p", { id: "datasets-count", class: "muted" });
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    try {
+      const p = { did: input.value.trim() };
+      if (alias.value.trim()) p.alias = alias.value.trim();
+      const r = await rpc("subscriptions.add", p);
+      flash("Subscribed to " + r.did, "ok");
+      input.value = ""; alias.value = "";
+      await refresh();
+    } catch (e) { flash("Subscribe failed: " + e.message, "error"); }
+  });
+  async function unsubscribe(did) {
+    try {
+      await rpc("subscriptions.remove", { did: did });
+      flash("Unsubscribed from " + did, "ok");
+      await refresh();
+    } catch (e) { flash("Unsubscribe failed: " + e.message, "error"); }
+  }
+  function row(d) {
+    const prog = progress[d.id] || "";
+    return h("tr", { "data-did": d.id },
+      h("td", {}, link(d.id, d.alias)),
+      h("td", {}, code(d.id, 14)),
+      h("td", { text: d.kind || "" }),
+      h("td", { text: d.owned ? "owned" : d.followed ? "followed" : "stored" }),
+      h("td", {}, code(d.head)),
+      h("td", { class: "num", text: d.blocks === null ? "" : d.blocks }),
+      h("td", { class: "num", text: d.records === null ? "" : d.records }),
+      h("td", { class: "verification", title: d.verification_detail || "" },
+        d.owned && !d.verification ? "" : badge(d.verification)),
+      h("td", { class: "progress", text: prog }),
+      h("td", { text: ago(d.changed_ns), title: when(d.changed_ns) }),
+      h("td", {}, d.followed ? h("button", { class: "unsubscribe", onclick: () => unsubscribe(d.id), text: "Unsubscribe" }) : ""));
+  }
+  async function refresh() {
+    const rows = await rpc("console.datasets");
+    count.textContent = rows.length + " datasets";
+    box.replaceChildren(table("datasets-table",
+      ["Alias", "DID", "Kind", "Role", "Head", "Blocks", "Records", "Verification", "Progress", "Last change", ""],
+      rows.map(row)));
+    ready();
+  }
+  main.replaceChildren(h("h1", { text: "Datasets" }), section("Follow a dataset", form), count, box);
+  await refresh();
+  const later = debounce(refresh, 300);
+  Live.on((ev) => {
+    if (ev.topic === "verify.progress") progress[ev.did] = `verifying: ${ev.phase} ${ev.done}/${ev.total}`;
+    else if (ev.topic === "verify.started") progress[ev.did] = "verifying…";
+    else if (ev.topic === "pull.started") progress[ev.did] = "pulling…";
+    else if (ev.topic === "verify.finished" || ev.topic === "pull.finished") delete progress[ev.did];
+    const cell = ev.did && box.querySelector(`tr[data-did="${CSS.escape(ev.did)}"] td.progress`);
+    if (cell) cell.textContent = progress[ev.did] || "";
+    if (["verify.finished", "head.accepted", "attestation", "dispute", "pull.finished"].includes(ev.topic)) later();
+  });
+}
+
+function lineageGraph(lin, self) {
+  // Layered layout: a node's column is its longest path from a source.
+  const depth = {};
+  const ins = {};
+  for (const [a, b] of lin.edges) (ins[b] = ins[b] || []).push(a);
+  function d(id, seen) {
+    if (depth[id] !== undefined) return depth[id];
+    if (seen.has(id)) return 0;
+    seen.add(id);
+    const v = Math.max(-1, ...(ins[id] || []).map((p) => d(p, seen))) + 1;
+    depth[id] = v;
+    return v;
+  }
+  lin.nodes.forEach((n) => d(n.id, new Set()));
+  const cols = {};
+  lin.nodes.forEach((n) => (cols[depth[n.id]] = cols[depth[n.id]] || []).push(n));
+  const ncol = Math.max(...Object.keys(cols).map(Number)) + 1;
+  const nrow = Math.max(...Object.values(cols).map((c) => c.length));
+  const BW = 170, BH = 36, GX = 70, GY = 18;
+  const W = ncol * (BW + GX), H = nrow * (BH + GY) + GY;
+  const svg = s("svg", { id: "lineage", class: "lineage", viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", "aria-label": "Lineage" });
+  const pos = {};
+  for (const [c, list] of Object.entries(cols)) {
+    list.forEach((n, i) => (pos[n.id] = [Number(c) * (BW + GX) + 10, GY + i * (BH + GY)]));
+  }
+  for (const [a, b] of lin.edges) {
+    const [ax, ay] = pos[a], [bx, by] = pos[b];
+    svg.append(s("path", { class: "edge", d: `M${ax + BW},${ay + BH / 2} C${ax + BW + GX / 2},${ay + BH / 2} ${bx - GX / 2},${by + BH / 2} ${bx},${by + BH / 2}` }));
+  }
+  for (const n of lin.nodes) {
+    const [x, y] = pos[n.id];
+    const g = s("a", { href: "/ui/dataset?id=" + encodeURIComponent(n.id), "data-did": n.id });
+    g.append(s("rect", { x: x, y: y, width: BW, height: BH, rx: 6, class: "node" + (n.id === self ? " self" : "") + (n.stored ? "" : " missing") }));
+    g.append(s("text", { x: x + 8, y: y + 15, class: "label", text: short(n.alias || n.id, 9) }));
+    g.append(s("text", { x: x + 8, y: y + 29, class: "tick", text: (n.kind || "not stored") }));
+    svg.append(g);
+  }
+  return svg;
+}
+
+function yamlLines(v, indent, out) {
+  const pad = "  ".repeat(indent);
+  if (Array.isArray(v)) {
+    for (const x of v) {
+      if (x !== null && typeof x === "object") { out.push(pad + "-"); yamlLines(x, indent + 1, out); }
+      else out.push(pad + "- " + JSON.stringify(x));
+    }
+  } else if (v !== null && typeof v === "object") {
+    for (const [k, x] of Object.entries(v)) {
+      if (x !== null && typeof x === "object") { out.push(pad + k + ":"); yamlLines(x, indent + 1, out); }
+      else out.push(pad + k + ": " + (typeof x === "string" ? x : JSON.stringify(x)));
+    }
+  }
+  return out;
+}
+
+function evidenceTable(d) {
+  const fields = ["logical_hash", "physical_hash", "offsets", "watermark_ns"];
+  const rows = fields.map((f) => {
+    const e = d.expected ? d.expected[f] : null, c = d.computed ? d.computed[f] : null;
+    const show = (v) => (v === null || v === undefined ? "—" : f === "watermark_ns" ? when(v) : Array.isArray(v) ? v.join("..") : v);
+    const differs = JSON.stringify(e) !== JSON.stringify(c);
+    return h("tr", { class: differs ? "differs" : "", "data-field": f },
+      h("th", { text: f }), h("td", { class: "expected" }, h("code", { text: show(e) })),
+      h("td", { class: "computed" }, h("code", { text: show(c) })));
+  });
+  return h("table", { class: "evidence" },
+    h("thead", {}, h("tr", {}, h("th", {}), h("th", { text: "expected (published)" }), h("th", { text: "computed (replayed)" }))),
+    h("tbody", {}, ...rows));
+}
+
+async function dataset(main) {
+  const id = new URLSearchParams(location.search).get("id");
+  if (!id) { main.replaceChildren(h("p", { text: "No dataset given." })); return; }
+  const progress = h("p", { id: "dataset-progress", class: "muted" });
+  async function act(label, fn) {
+    try { flash(label + "…", "info"); const r = await fn(); flash(label + ": " + r, "ok"); await refresh(); }
+    catch (e) { flash(label + " failed: " + e.message, "error"); }
+  }
+  async function refresh() {
+    const [d, log, atts, disps] = await Promise.all([
+      rpc("console.dataset", { ref: id }), rpc("dataset.log", { ref: id, limit: 100 }),
+      rpc("attestations.list", { did: id }), rpc("console.disputes", { did: id }),
+    ]);
+    let preview = { columns: [], rows: [] };
+    try { preview = await rpc("console.preview", { ref: id, limit: 20 }); } catch (e) { preview.error = e.message; }
+    const actions = h("div", { id: "actions" },
+      h("button", { id: "verify-btn", onclick: () => act("Verify", async () => { const r = await rpc("dataset.verify", { ref: id }); return r.ok ? "ok" : "problems: " + r.problems.join("; "); }), text: "Verify now" }),
+      d.owned ? h("button", { id: "publish-btn", onclick: () => act("Publish", async () => "queued as work item " + (await rpc("dataset.publish", { ref: id })).work_id), text: "Publish" }) : "",
+      !d.owned && d.followed ? h("button", { id: "unsubscribe-btn", onclick: () => act("Unsubscribe", async () => ((await rpc("subscriptions.remove", { did: id })).removed ? "removed" : "was not followed")), text: "Unsubscribe" }) : "",
+      !d.owned && !d.followed ? h("button", { id: "subscribe-btn", onclick: () => act("Subscribe", async () => "following " + (await rpc("subscriptions.add", { did: id })).did), text: "Subscribe" }) : "");
+    const summary = [
+      ["DID", d.id], ["Kind", d.kind], ["Role", d.owned ? "owned" : d.followed ? "followed" : "stored"],
+      ["Head", d.head], ["Accepted head", d.accepted_head || "—"], ["Blocks", d.blocks], ["Records", d.records],
+      ["Watermark", d.watermark_ns ? when(d.watermark_ns) : "—"],
+    ];
+    const slices = d.slices.map((x) => h("tr", {},
+      h("td", { class: "num", text: x.sequence }), h("td", { text: x.event }),
+      h("td", { class: "num", text: x.offsets[0] + ".." + x.offsets[1] }),
+      h("td", {}, code(x.logical_hash, 14)), h("td", {}, code(x.physical_hash, 14)),
+      h("td", { class: "num", text: x.size }), h("td", { text: when(x.system_time_ns) })));
+    const prev = preview.error ? h("p", { class: "error", text: preview.error })
+      : table("preview-table", preview.columns, preview.rows.map((r) => h("tr", {}, ...r.map((c) => h("td", { text: c === null ? "null" : c })))));
+    const attRows = atts.map((a) => h("tr", {}, h("td", {}, code(a.head)), h("td", {}, badge(a.verdict)),
+      h("td", {}, code(a.signer, 16)), h("td", { text: a.own ? "this node" : "peer" }), h("td", { text: when(a.at_ns) })));
+    const disputes = disps.map((x) => h("article", { class: "dispute", "data-block": x.block },
+      h("h3", {}, "Dispute of block ", code(x.block), " — ", h("span", { class: "kind", text: x.kind })),
+      h("p", {}, "By ", code(x.signer, 16), x.own ? " (this node)" : " (peer)", " at ", when(x.issued_at_ns || x.at_ns)),
+      h("p", { class: "detail", text: x.detail }),
+      evidenceTable(x)));
+    const blocks = log.map((b) => h("pre", { class: "block", "data-hash": b.hash },
+      `Block #${b.block.sequenceNumber}: ${b.hash}\n` + yamlLines(b.block, 0, []).join("\n")));
+    main.replaceChildren(
+      h("h1", {}, d.alias, " ", badge(d.verification)),
+      d.verification_detail ? h("details", { id: "verification-detail" }, h("summary", { text: "Why verification " + d.verification }), h("p", { class: "detail", text: d.verification_detail })) : "",
+      actions, progress,
+      h("dl", { class: "cards", id: "summary" }, ...summary.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { text: v === null ? "" : v })])),
+      section("Lineage", lineageGraph(d.lineage, d.id)),
+      section(`Attestations (${atts.length})`, table("attestations-table", ["Head", "Verdict", "Signer", "By", "When"], attRows)),
+      section(`Disputes (${disps.length})`, h("div", { id: "disputes" }, ...(disputes.length ? disputes : [h("p", { class: "muted", text: "none" })]))),
+      section(`Data slices (${d.slices.length})`, table("slices-table", ["Block", "Event", "Offsets", "Logical hash", "Physical hash", "Bytes", "System time"], slices)),
+      section("Preview: last rows of the newest slice" + (preview.offsets ? ` (offsets ${preview.offsets[0]}..${preview.offsets[1]})` : ""), prev),
+      section(`Metadata chain (${log.length} newest blocks, as kamu log)`, h("div", { id: "chain" }, ...blocks)));
+    ready();
+  }
+  await refresh();
+  const later = debounce(refresh, 300);
+  Live.on((ev) => {
+    if (ev.did !== id) return;
+    if (ev.topic === "verify.progress") progress.textContent = `Verifying: ${ev.phase} ${ev.done}/${ev.total}`;
+    else if (ev.topic === "verify.started") progress.textContent = "Verifying…";
+    else if (ev.topic === "pull.started") progress.textContent = "Pulling from " + ev.url + "…";
+    else if (ev.topic === "pull.finished") progress.textContent = "Pull " + ev.outcome;
+    else if (ev.topic === "verify.finished") progress.textContent = "Verification " + ev.outcome;
+    if (["verify.finished", "head.accepted", "attestation", "dispute", "pull.finished"].includes(ev.topic)) later();
+  });
+}
+
+async function peers(main) {
+  async function refresh() {
+    const p = await rpc("console.peers");
+    const rows = p.peers.map((x) => h("tr", { "data-peer": x.peer_id, class: x.graylisted ? "graylisted" : "" },
+      h("td", {}, code(x.peer_id, 12)), h("td", { text: x.connected ? "connected" : "—" }),
+      h("td", { class: "num", text: Number(x.score).toFixed(2) }), h("td", { text: x.graylisted ? "graylisted" : "" }),
+      h("td", {}, ...x.addrs.map((a) => h("div", {}, h("code", { text: a })))), h("td", { text: ago(x.last_seen_ns) })));
+    const pen = Object.entries(p.penalties).map(([r, n]) => h("tr", {}, h("td", { text: r }), h("td", { class: "num", text: n })));
+    main.replaceChildren(h("h1", { text: "Peers" }),
+      table("peers-table", ["Peer", "Connection", "Score", "Graylist (< " + p.graylist_threshold + ")", "Addresses", "Last seen"], rows),
+      section("Penalties by reason (all peers)", pen.length ? table("penalties-table", ["Reason", "Messages"], pen) : h("p", { class: "muted", text: "none" })));
+    ready();
+  }
+  await refresh();
+  const later = debounce(refresh, 500);
+  Live.on((ev) => { if (ev.topic.startsWith("peer.")) later(); });
+}
+
+async function work(main) {
+  const select = h("select", { id: "work-state" }, ...["", "pending", "claimed", "done", "failed"].map((v) => h("option", { value: v, text: v || "all states" })));
+  const box = h("div", {});
+  async function refresh() {
+    const params = select.value ? { state: select.value } : {};
+    const items = await rpc("work.list", params);
+    box.replaceChildren(table("work-table", ["Id", "Kind", "Dataset", "Head", "State", "Attempts", "Last error"],
+      items.map((w) => h("tr", { "data-id": w.id, "data-state": w.state },
+        h("td", { class: "num", text: w.id }), h("td", { text: w.kind }), h("td", {}, link(w.did)),
+        h("td", {}, code(w.head)), h("td", {}, h("span", { class: "badge state-" + w.state, text: w.state })),
+        h("td", { class: "num", text: w.attempts }), h("td", { class: "error", text: w.last_error || "" })))));
+    ready();
+  }
+  select.addEventListener("change", refresh);
+  main.replaceChildren(h("h1", { text: "Work items" }), h("p", {}, "Show ", select), box);
+  await refresh();
+  const later = debounce(refresh, 300);
+  Live.on((ev) => { if (ev.topic.startsWith("verify.") || ev.topic === "announce" || ev.topic === "dispute" || ev.topic === "attestation") later(); });
+}
+
+const PAGES = { overview, datasets, dataset, peers, work };
+
+document.addEventListener("DOMContentLoaded", async () => {
+  const name = location.pathname.replace(/^\/ui\/?/, "") || "overview";
+  document.body.dataset.page = name;
+  for (const a of document.querySelectorAll("nav a")) if (a.dataset.nav === name) a.classList.add("current");
+  Live.connect(1000);
+  const main = document.getElementById("main");
+  try {
+    await (PAGES[name] || overview)(main);
+    if (name === "overview") ready();
+  } catch (e) {
+    main.replaceChildren(h("p", { class: "error", id: "page-error", text: "Could not load this page: " + e.message }));
+  }
+});

@@ -1,0 +1,208 @@
+"""The node console's datasets page with 1,000 followed datasets, and the daemon's idle RSS.
+
+Inside a private loopback-only namespace (the script re-executes itself under ``unshare -rn``):
+
+1. a scratch publisher home creates N root datasets (default 1,000) and ingests one small CSV
+   into each, then signs a real head announcement for each with the dataset's own key;
+2. the datasets are copied into a fresh node home without their keys (as pulled copies are
+   stored), and the node's state gets, for each, a subscription, the accepted head (the signed
+   announcement) and a ``verified`` outcome: what a node following N datasets holds;
+3. the daemon starts (IPFS off, nothing else running), and after it settled its idle RSS is
+   read from ``/proc/<pid>/status`` (VmRSS) before any page is opened;
+4. headless chromium (Debian's, through Selenium) logs in through ``odf-node ui`` and loads
+   ``/ui/datasets`` R times (default 7): each load is timed from navigation start to the
+   moment the script has put every row into the table (``performance.now()`` read when
+   ``body[data-ready]`` is set), plus the ``console.datasets`` call alone from Python;
+5. prints medians, min/max, the RSS before and after the page loads, and the 1 s / 150 MB
+   budgets as ratios, as JSON.
+
+    .venv/bin/python tests/bench/bench_console.py [--datasets 1000] [--repeat 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+PAGE_BUDGET_S = 1.0
+RSS_BUDGET_MB = 150.0
+SNAPSHOT = """\
+kind: DatasetSnapshot
+version: 1
+content:
+  name: {name}
+  kind: Root
+  metadata:
+    - kind: AddPushSource
+      sourceName: default
+      read:
+        kind: Csv
+        header: true
+        schema: ["event_time TIMESTAMP", "value BIGINT"]
+      merge:
+        kind: Append
+    - kind: SetVocab
+      eventTimeColumn: event_time
+"""
+
+
+def rss_mb(pid: int) -> float:
+    """VmRSS of ``pid`` in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+def build_followed(n: int, work: Path, node_home: Path) -> None:
+    """N pulled, followed, verified datasets in ``node_home`` (see the module docstring)."""
+    from coordinator.identity import load_private_key
+    from coordinator.ingest.push import ingest
+    from coordinator.metadata.snapshot import snapshots_from_yaml
+    from node.home import NodeHome
+    from node.state import NodeState
+    from p2p.wire import FetchLocations, HeadAnnouncement, sign_message
+
+    pub = NodeHome(work / "publisher")
+    pub.init()
+    repo = pub.repository()
+    csv = work / "rows.csv"
+    csv.write_text("event_time,value\n2024-01-01T00:00:00Z,1\n2024-01-02T00:00:00Z,2\n")
+    text = "---\n".join(SNAPSHOT.format(name=f"followed-{i:04d}") for i in range(n))
+    handles = repo.create_from_snapshots(snapshots_from_yaml(text))
+    node = NodeHome(node_home)
+    node.init()
+    node_repo = node.repository()
+    announcements = []
+    for h in handles:
+        ds = repo.open(h.id.as_did_str())
+        ingest(ds, [csv])
+        st = ds.state()
+        assert st.head is not None
+        key = load_private_key(repo.key_path(h.id))
+        ann = HeadAnnouncement(
+            dataset=h.id,
+            head=st.head,
+            sequence=st.sequence_number,
+            prev_head=None,
+            epoch=0,
+            locations=FetchLocations((), ()),
+            issued_at_ns=time.time_ns(),
+            nonce=secrets.token_bytes(16),
+        )
+        announcements.append((h, st, sign_message(ann, key).envelope))
+        # A pulled copy: the dataset directory (blocks, refs, data, alias), no key.
+        shutil.copytree(h.root, node_repo.root / h.root.name)
+    with NodeState.open(node_home / "state.db", time.time_ns) as state:
+        for h, st, envelope in announcements:
+            did, head = h.id.as_did_str(), str(st.head)
+            state.subscribe(did, h.alias, "bench")
+            state.record_accepted_head(did, 0, st.sequence_number, head, None, envelope)
+            state.record_verification(did, head, "verified", "", 0.01)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from browser import start_chromium
+    from daemon_harness import NodeProcess
+
+    work = Path(tempfile.mkdtemp(prefix="odf-bench-console-"))
+    result: dict[str, Any] = {"datasets": args.datasets}
+    node = NodeProcess(work / "node", "node", config={"ipfs": {"mode": "none"}})
+    driver = None
+    try:
+        t0 = time.monotonic()
+        build_followed(args.datasets, work, node.home)
+        node.init()  # keeps the home, writes the test config (random ports, IPFS off)
+        result["setup_s"] = round(time.monotonic() - t0, 1)
+        node.launch()
+        node.wait_ready()
+        assert node.proc is not None
+        time.sleep(args.settle)
+        result["idle_rss_mb"] = round(rss_mb(node.proc.pid), 1)
+
+        calls = []
+        for _ in range(args.repeat):
+            c0 = time.perf_counter()
+            rows = node.call("console.datasets")
+            calls.append(time.perf_counter() - c0)
+        assert len(rows) == args.datasets, len(rows)
+        assert all(r["verification"] == "verified" and r["followed"] for r in rows)
+
+        driver = start_chromium(work / "profile")
+        login = node.call("console.login")["url"]
+        driver.get(login)
+        deadline = time.monotonic() + 30
+        while not driver.execute_script("return document.body.dataset.ready"):
+            if time.monotonic() > deadline:
+                raise RuntimeError("console did not log in")
+            time.sleep(0.05)
+        base = node.url.removesuffix("/rpc")
+        loads = []
+        for _ in range(args.repeat):
+            driver.get("about:blank")
+            driver.get(base + "/ui/datasets")
+            deadline = time.monotonic() + 30
+            while True:
+                took = driver.execute_script(
+                    "return document.body.dataset.ready ? performance.now() : null"
+                )
+                if took is not None:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError("datasets page did not render")
+                time.sleep(0.01)
+            n_rows = driver.execute_script(
+                "return document.querySelectorAll('#datasets-table tbody tr').length"
+            )
+            assert n_rows == args.datasets, n_rows
+            loads.append(took / 1000)
+        result["page_load_s"] = {
+            "median": round(statistics.median(loads), 3),
+            "min": round(min(loads), 3),
+            "max": round(max(loads), 3),
+            "runs": len(loads),
+        }
+        result["console_datasets_rpc_s"] = {
+            "median": round(statistics.median(calls), 3),
+            "max": round(max(calls), 3),
+        }
+        result["rss_after_pages_mb"] = round(rss_mb(node.proc.pid), 1)
+        result["page_load_vs_1s_budget"] = round(statistics.median(loads) / PAGE_BUDGET_S, 3)
+        result["idle_rss_vs_150mb_budget"] = round(result["idle_rss_mb"] / RSS_BUDGET_MB, 3)
+        return result
+    finally:
+        if driver is not None:
+            driver.quit()
+        node.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--datasets", type=int, default=1000)
+    p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--settle", type=float, default=15.0, help="seconds idle before reading RSS")
+    args = p.parse_args()
+    if os.environ.get("ODF_BENCH_IN_NETNS") != "1":
+        cmd = "ip link set lo up && exec " + " ".join([sys.executable, *sys.argv])
+        env = {**os.environ, "ODF_BENCH_IN_NETNS": "1"}
+        sys.exit(subprocess.call(["unshare", "-rn", "bash", "-c", cmd], env=env))
+    print(json.dumps(run(args), indent=2))
+
+
+if __name__ == "__main__":
+    main()
