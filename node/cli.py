@@ -202,10 +202,14 @@ def _use_cases(h: NodeHome, master: str = "local[*]", memory_limit: int = 0) -> 
     def engine() -> Any:
         if not engines:
             from node.engine_client import EngineClient
+            from node.engine_router import EngineRouter
 
+            memory = (memory_limit << 20) or None
             engines.append(
-                EngineClient(
-                    master=master, idle_timeout=0, memory_limit=(memory_limit << 20) or None
+                EngineRouter(
+                    lambda: EngineClient(master=master, idle_timeout=0, memory_limit=memory),
+                    idle_timeout=0,
+                    memory_limit=memory,
                 )
             )
         return engines[0]
@@ -419,7 +423,7 @@ def dataset_transform(
     home: HomeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run the next transform step of a derivative dataset on the Spark engine worker."""
+    """Run the next transform step of a derivative dataset on its engine (Spark or DataFusion)."""
     h = _home(home)
     ok, result = maybe_rpc(h.path, "dataset.transform", {"ref": ref})
     if not ok:
