@@ -1,4 +1,4 @@
-"""The node console's datasets page with 1,000 followed datasets, and the daemon's idle RSS.
+"""The node console's datasets page with 1,000 followed datasets, and the node's idle RSS.
 
 Inside a private loopback-only namespace (the script re-executes itself under ``unshare -rn``):
 
@@ -7,8 +7,9 @@ Inside a private loopback-only namespace (the script re-executes itself under ``
 2. the datasets are copied into a fresh node home without their keys (as pulled copies are
    stored), and the node's state gets, for each, a subscription, the accepted head (the signed
    announcement) and a ``verified`` outcome: what a node following N datasets holds;
-3. the daemon starts (IPFS off, nothing else running), and after it settled its idle RSS is
-   read from ``/proc/<pid>/status`` (VmRSS) before any page is opened;
+3. the daemon starts (IPFS off, nothing else running), and after it settled the idle RSS of the
+   daemon and of its libp2p process is read from ``/proc/<pid>/status`` (VmRSS) before any page
+   is opened (reported per process and as the total the budget applies to);
 4. headless chromium (Debian's, through Selenium) logs in through ``odf-node ui`` and loads
    ``/ui/datasets`` R times (default 7). Each load is timed by the page itself, from
    navigation start (``performance.now()`` origin) to ``console-painted``: the first frame
@@ -91,14 +92,6 @@ PHASES = {
 """Where one load's time goes: (from, to) marks of :data:`PAGE_MARKS` (``start`` = 0)."""
 
 
-def rss_mb(pid: int) -> float:
-    """VmRSS of ``pid`` in MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
-
-
 def build_followed(n: int, work: Path, node_home: Path) -> None:
     """N pulled, followed, verified datasets in ``node_home`` (see the module docstring)."""
     from coordinator.identity import load_private_key
@@ -148,7 +141,7 @@ def build_followed(n: int, work: Path, node_home: Path) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from browser import start_chromium
-    from daemon_harness import NodeProcess
+    from daemon_harness import NodeProcess, node_rss_mb
 
     work = Path(tempfile.mkdtemp(prefix="odf-bench-console-"))
     result: dict[str, Any] = {"datasets": args.datasets}
@@ -169,7 +162,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         node.wait_ready()
         assert node.proc is not None
         time.sleep(args.settle)
-        result["idle_rss_mb"] = round(rss_mb(node.proc.pid), 1)
+        # The daemon and its libp2p process together (both are the node; IPFS is off here).
+        idle = node_rss_mb(node.proc.pid)
+        result["idle_rss_mb"] = idle["total"]
+        result["idle_rss_mb_by_process"] = idle
 
         calls = []
         for _ in range(args.repeat):
@@ -224,7 +220,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "median": round(statistics.median(calls), 3),
             "max": round(max(calls), 3),
         }
-        result["rss_after_pages_mb"] = round(rss_mb(node.proc.pid), 1)
+        result["rss_after_pages_mb"] = node_rss_mb(node.proc.pid)["total"]
         result["page_load_vs_1s_budget"] = round(statistics.median(loads) / PAGE_BUDGET_S, 3)
         result["idle_rss_vs_150mb_budget"] = round(result["idle_rss_mb"] / RSS_BUDGET_MB, 3)
         return result
