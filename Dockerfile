@@ -23,9 +23,17 @@ COPY js js
 # The same pinned versions as `make setup` (constraints.txt), without the dev extras.
 RUN pip install --no-cache-dir -c constraints.txt . \
  && (cd js && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
+# One environment per pinned DataFusion release (the Makefile's DATAFUSION_VERSIONS;
+# docs/engines.md), found through ODF_ENGINES_DIR.
+RUN for v in 51.0.0 41.0.0; do \
+      python -m venv /opt/odf-node/engines/datafusion-$v \
+   && /opt/odf-node/engines/datafusion-$v/bin/pip install --no-cache-dir -c constraints.txt \
+        -r engine/requirements-datafusion.txt "datafusion==$v" || exit 1; \
+    done
 
 USER odf
 ENV ODF_NODE_HOME=/home/odf/.local/share/odf-node \
+    ODF_ENGINES_DIR=/opt/odf-node/engines \
     JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
     # A container is a real deployment: listen on all interfaces of its own network namespace.
     ODF_NODE_NETWORK_ISOLATION=open \

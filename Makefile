@@ -9,10 +9,15 @@ STAMP := $(VENV)/.installed
 # the test command always arranges one, and the node launchers refuse to start when any
 # interface other than lo is visible (socket.if_nameindex(); see node/ipfs/netguard.py).
 NETNS := unshare -rn bash -c
+# Pinned DataFusion releases (coordinator/transform/engines.py DATAFUSION_VERSIONS): one
+# virtual environment each, since two `datafusion` versions cannot share one environment.
+DATAFUSION_VERSIONS := 51.0.0 41.0.0
+ENGINES := $(VENV)/engines
+DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.installed)
 
-.PHONY: browser bench-console setup run test lint typecheck unit bench bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-decode fuzz p2p-vectors clean
+.PHONY: browser bench-console setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-decode fuzz p2p-vectors clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(DF_STAMPS)
 
 $(STAMP): pyproject.toml constraints.txt js/package-lock.json
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -23,6 +28,12 @@ $(STAMP): pyproject.toml constraints.txt js/package-lock.json
 	# The embedded IPFS node (js-ipfs 0.66.1), installed exactly as locked.
 	cd js && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	touch $(STAMP)
+
+# A DataFusion engine worker's environment: `datafusion==<version>` and what the worker imports.
+$(ENGINES)/datafusion-%/.installed: engine/requirements-datafusion.txt constraints.txt | $(STAMP)
+	test -x $(@D)/bin/python || $(PYTHON) -m venv $(@D)
+	$(@D)/bin/python -m pip install --quiet -c constraints.txt -r engine/requirements-datafusion.txt 'datafusion==$*'
+	touch $@
 
 # The node on its embedded defaults, in a loopback-only network namespace (the safe default of
 # [network] isolation = "loopback-only"). The CLI reaches it through <home>/rpc.sock from any
@@ -84,6 +95,10 @@ bench-pull: setup
 # Verify of a 100-block derivative history with the warm engine worker vs direct Spark SQL.
 bench-verify: setup
 	$(NETNS) 'ip link set lo up && exec $(BIN)/python tests/bench/bench_verify.py'
+
+# Replay of a 100-block DataFusion derivative vs direct DataFusion SQL and vs the Spark engine.
+bench-datafusion: setup
+	$(NETNS) 'ip link set lo up && exec $(BIN)/python tests/bench/bench_datafusion.py'
 
 # Simulator scale: 1,000 and 10,000 nodes x 1 h virtual, one process pinned to one core.
 bench-sim: setup

@@ -1,6 +1,9 @@
-"""The Spark engine worker: a long-lived process serving the ODF engine gRPC protocol.
+"""An engine worker: a long-lived process serving the ODF engine gRPC protocol.
 
-``python -m engine.worker --listen 127.0.0.1:2884`` (or ``--listen unix:/path/engine.sock``).
+``python -m engine.worker --listen 127.0.0.1:2884`` (or ``--listen unix:/path/engine.sock``)
+serves Spark; ``--engine datafusion`` serves the DataFusion release importable by the Python
+that runs it (the node starts one worker per pinned release, each from its own virtual
+environment; ``READY`` then also names the version).
 
 Service ``engine.Engine`` (``schemas/engine.proto``), both RPCs server-streaming, payloads are
 FlatBuffers in the single ``bytes flatbuffer = 1`` field of each protobuf message (encoded by
@@ -118,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     watch_lifeline()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--listen", default=DEFAULT_ADDRESS, help="host:port or unix:/path")
+    p.add_argument("--engine", default="spark", choices=("spark", "datafusion"))
     p.add_argument(
         "--master",
         default="local[*]",
@@ -127,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         "--conf", action="append", default=[], help="extra Spark setting key=value (repeatable)"
     )
     args = p.parse_args(argv)
+    if args.engine == "datafusion":
+        return _serve_datafusion(args.listen)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from engine.spark_engine import (
         CONNECT_REFUSAL,
@@ -165,6 +171,21 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
     except Exception:
         pass
+    return 0
+
+
+def _serve_datafusion(listen: str) -> int:
+    from engine.datafusion_engine import DataFusionEngine
+
+    engine = DataFusionEngine()
+    server = build_server(EngineServicer(engine), listen)
+    server.start()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"READY {listen} datafusion {engine.version}", flush=True)
+    stop.wait()
+    server.stop(grace=2).wait()
     return 0
 
 

@@ -203,15 +203,21 @@ def _use_cases(h: NodeHome, master: str = "local[*]", memory_limit: int = 0) -> 
         if not engines:
             from node.config import load_config
             from node.engine_client import EngineClient
+            from node.engine_router import EngineRouter
 
             # The home's config (and ODF_NODE_* variables): where a cluster reaches the driver.
             driver_host = load_config(h.path / "config.toml").engine.driver_host
+            memory = (memory_limit << 20) or None
             engines.append(
-                EngineClient(
-                    master=master,
+                EngineRouter(
+                    lambda: EngineClient(
+                        master=master,
+                        idle_timeout=0,
+                        memory_limit=memory,
+                        driver_host=driver_host,
+                    ),
                     idle_timeout=0,
-                    memory_limit=(memory_limit << 20) or None,
-                    driver_host=driver_host,
+                    memory_limit=memory,
                 )
             )
         return engines[0]
@@ -425,7 +431,7 @@ def dataset_transform(
     home: HomeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run the next transform step of a derivative dataset on the Spark engine worker."""
+    """Run the next transform step of a derivative dataset on its engine (Spark or DataFusion)."""
     h = _home(home)
     ok, result = maybe_rpc(h.path, "dataset.transform", {"ref": ref})
     if not ok:

@@ -1,4 +1,5 @@
-"""The coordinator's side of the Spark engine worker (``engine.worker``).
+"""The coordinator's side of one engine worker process (``engine.worker``: Spark, or one
+DataFusion release; :mod:`node.engine_router` holds one client per engine and release).
 
 :class:`EngineClient` implements the ``TransformEngine`` protocol of
 :mod:`coordinator.transform.verify` by talking the ODF engine gRPC protocol to a worker process
@@ -152,11 +153,12 @@ class _MemoryWatch:
 
 
 class EngineClient:
-    """A lazily started, idle-stopped, crash-restarted Spark engine worker."""
+    """A lazily started, idle-stopped, crash-restarted engine worker (Spark or DataFusion)."""
 
     def __init__(
         self,
         *,
+        engine: str = "spark",
         address: str | None = None,
         master: str = "local[*]",
         spark_conf: dict[str, str] | None = None,
@@ -184,6 +186,8 @@ class EngineClient:
                 "spark.driver.bindAddress": driver_host,
                 **(spark_conf or {}),
             }
+        self.engine = engine
+        """The worker's engine: ``spark`` or ``datafusion`` (the release ``python`` imports)."""
         self._tmp = Path(tempfile.mkdtemp(prefix="odf-engine-"))
         self.address = address or f"unix:{self._tmp / 'engine.sock'}"
         self.master = master
@@ -203,6 +207,8 @@ class EngineClient:
         """How many times a worker was started (tests and metrics)."""
         self._proc: subprocess.Popen[bytes] | None = None
         self._channel: Any = None
+        self._transform_rpc: Any = None
+        self._rpc_channel: Any = None
         self._lock = threading.RLock()
         self._idle: threading.Timer | None = None
         self._lifeline: Lifeline | None = None
@@ -221,17 +227,17 @@ class EngineClient:
 
     def _command(self) -> list[str]:
         cmd = [self.python, "-m", "engine.worker", "--listen", self.address]
-        cmd += ["--master", self.master]
-        for k, v in self.spark_conf.items():
-            cmd += ["--conf", f"{k}={v}"]
-        if self.isolate_network:
-            if not self.address.startswith("unix:"):
-                raise EngineUnavailable("an isolated worker must listen on a unix: socket")
-            cmd = ["unshare", "-rn", "sh", "-c", 'ip link set lo up 2>/dev/null; exec "$@"', "-"]
-            cmd += [self.python, "-m", "engine.worker", "--listen", self.address]
+        if self.engine == "spark":
             cmd += ["--master", self.master]
             for k, v in self.spark_conf.items():
                 cmd += ["--conf", f"{k}={v}"]
+        else:
+            cmd += ["--engine", self.engine]
+        if self.isolate_network:
+            if not self.address.startswith("unix:"):
+                raise EngineUnavailable("an isolated worker must listen on a unix: socket")
+            prefix = ["unshare", "-rn", "sh", "-c", 'ip link set lo up 2>/dev/null; exec "$@"', "-"]
+            cmd = prefix + cmd
         return cmd
 
     def start(self) -> None:
@@ -367,11 +373,14 @@ class EngineClient:
         import grpc
 
         assert self._channel is not None
-        rpc = self._channel.unary_stream(
-            "/engine.Engine/ExecuteTransform",
-            request_serializer=wrap_protobuf,
-            response_deserializer=unwrap_protobuf,
-        )
+        rpc = self._transform_rpc
+        if rpc is None or self._rpc_channel is not self._channel:
+            rpc = self._transform_rpc = self._channel.unary_stream(
+                "/engine.Engine/ExecuteTransform",
+                request_serializer=wrap_protobuf,
+                response_deserializer=unwrap_protobuf,
+            )
+            self._rpc_channel = self._channel
         for payload in rpc(encode_transform_request(req), timeout=self.request_timeout):
             resp = decode_transform_response(payload)
             if resp is not None:  # skip Progress, stop at the first final answer

@@ -67,6 +67,38 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def node_pids(pid: int) -> dict[str, int]:
+    """The node's own processes: the daemon and its libp2p process (``p2p.libp2p_child``).
+
+    The IPFS node and the engine worker are services the daemon runs, measured on their own.
+    """
+    out = {"daemon": pid}
+    for child in descendants(pid):
+        if b"p2p.libp2p_child" in _cmdline(child):
+            out["libp2p"] = child
+    return out
+
+
+def node_rss_mb(pid: int) -> dict[str, float]:
+    """VmRSS (MiB) of each of the node's own processes and their ``total``."""
+    out: dict[str, float] = {}
+    for name, p in node_pids(pid).items():
+        for line in Path(f"/proc/{p}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                out[name] = round(int(line.split()[1]) / 1024, 1)
+    out["total"] = round(sum(out.values()), 1)
+    return out
+
+
+def node_cpu_s(pid: int) -> float:
+    """CPU seconds used so far by the node's own processes together."""
+    total = 0.0
+    for p in node_pids(pid).values():
+        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 class NodeProcess:
     """One daemon process on its own home."""
 

@@ -59,7 +59,12 @@ def remember_chain_state(state: ChainState) -> None:
             _SHARED_STATES.popitem(last=False)
 
 
-def _known_chain_state(head: Multihash) -> ChainState | None:
+def known_chain_state(head: Multihash) -> ChainState | None:
+    """The validated chain state of ``head`` if this process already knows it, else None.
+
+    No file is read: a caller that has the head (e.g. from :meth:`DatasetRepository.catalog`)
+    gets the state without opening the dataset; a miss is answered by :meth:`Dataset.state`.
+    """
     with _SHARED_STATES_LOCK:
         state = _SHARED_STATES.get(head)
         if state is not None:
@@ -169,7 +174,7 @@ class Dataset:
             known = (
                 self._state_cache
                 if self._state_cache is not None and self._state_cache.head == h
-                else _known_chain_state(h)
+                else known_chain_state(h)
             )
             if known is not None:
                 base = known
@@ -272,4 +277,6 @@ __all__ = [
     "Dataset",
     "DatasetLayout",
     "InvalidBlock",
+    "known_chain_state",
+    "remember_chain_state",
 ]

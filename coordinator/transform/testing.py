@@ -89,6 +89,9 @@ def make_derivative(
     name: str,
     inputs: Sequence[tuple[Dataset, str]],
     queries: Sequence[tuple[str | None, str]],
+    *,
+    engine: str = "spark",
+    version: str | None = None,
 ) -> Dataset:
     """A derivative dataset whose ``SetTransform`` reads ``inputs`` (dataset, alias)."""
     ds = Dataset.create(root / name)
@@ -107,7 +110,8 @@ def make_derivative(
             m.SetTransform(
                 inputs=tuple(ins),
                 transform=m.TransformSql(
-                    engine="spark",
+                    engine=engine,
+                    version=version,
                     queries=tuple(m.SqlQueryStep(alias=a, query=q) for a, q in queries),
                 ),
             ),

@@ -10,6 +10,18 @@ hash** and the watermark are compared. The replay stops at the first mismatch.
 
 A mismatch of a query that cannot be replayed deterministically (aggregations, joins, windows,
 random or time functions…) is reported as *not reproducible* rather than as a forgery.
+
+**Engine versions.** An engine that runs several versions of one engine (``pinned_versions``,
+e.g. the node's router with DataFusion 51 and 41) gets each block once per candidate version
+(:func:`~coordinator.transform.engines.candidate_versions`: ``Transform.Sql.version``, else
+the release kamu shipped at the block's system time, then the others), the request's
+``Transform.Sql.version`` set to the candidate, until one reproduces the block; the report
+records which engine and version reproduced each block. When none does, a query with a
+version-sensitive construct (:func:`~coordinator.transform.engines.version_sensitivity`) is
+*inconclusive* (engine version unknown), never a mismatch; a query without one is a mismatch.
+
+The engine runs one block ahead: while block k's output is hashed and compared, block k+1's
+request (which depends only on the chain) is already on the engine.
 """
 
 from __future__ import annotations
@@ -18,6 +30,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
@@ -27,6 +40,12 @@ from coordinator.identity.dataset_id import DatasetId
 from coordinator.metadata import model as m
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
+from coordinator.transform.engines import (
+    DATAFUSION,
+    candidate_versions,
+    normalize_engine,
+    version_sensitivity,
+)
 from coordinator.transform.model import (
     TransformInvalidQuery,
     TransformRequest,
@@ -37,6 +56,7 @@ from coordinator.transform.plan import (
     ChainCache,
     OutputPaths,
     TransformError,
+    TransformPlan,
     build_event,
     clear_outputs,
     hash_output,
@@ -67,6 +87,19 @@ class Verdict(Enum):
     """A mismatch, but the query is not deterministic: no conclusion."""
     ERROR = "error"
     """The replay could not run (missing input, engine failure)."""
+    INCONCLUSIVE = "inconclusive"
+    """No pinned engine version reproduced a block of a version-sensitive query: the version
+    that produced it is unknown, so the mismatch proves nothing (never a dispute)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockEngine:
+    """Which engine and version reproduced one replayed block."""
+
+    block_hash: Multihash
+    sequence_number: int
+    engine: str
+    version: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,11 +133,38 @@ class ReplayReport:
     error: str | None = None
     error_block: Multihash | None = None
     nondeterministic_reasons: tuple[str, ...] = ()
+    version_sensitive_reasons: tuple[str, ...] = ()
+    block_engines: list[BlockEngine] = field(default_factory=list)
+    """Per replayed block, the engine and version that reproduced it."""
+    tried_versions: tuple[str, ...] = ()
+    """The versions tried on the block that none reproduced (inconclusive or mismatch)."""
 
     @property
     def ok(self) -> bool:
         """True if every transform was reproduced."""
         return self.verdict is Verdict.OK
+
+    def engines(self) -> dict[str, list[str]]:
+        """Engine -> the versions that reproduced blocks (newest-first order of first use)."""
+        out: dict[str, list[str]] = {}
+        for b in self.block_engines:
+            versions = out.setdefault(b.engine, [])
+            if b.version not in versions:
+                versions.append(b.version)
+        return out
+
+    def describe(self) -> str:
+        """One line for the verification record (empty when OK)."""
+        if self.verdict is Verdict.INCONCLUSIVE:
+            block = f" at block {self.mismatch.block_hash}" if self.mismatch else ""
+            return (
+                f"inconclusive: engine version unknown{block} (tried "
+                f"{', '.join(self.tried_versions)}; version-sensitive: "
+                f"{', '.join(self.version_sensitive_reasons)})"
+            )
+        if self.mismatch is not None:
+            return self.mismatch.describe()
+        return self.error or ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -118,6 +178,17 @@ class ReplayReport:
             "error": self.error,
             "error_block": str(self.error_block) if self.error_block else None,
             "nondeterministic_reasons": list(self.nondeterministic_reasons),
+            "version_sensitive_reasons": list(self.version_sensitive_reasons),
+            "tried_versions": list(self.tried_versions),
+            "engines": [
+                {
+                    "block_hash": str(b.block_hash),
+                    "sequence_number": b.sequence_number,
+                    "engine": b.engine,
+                    "version": b.version,
+                }
+                for b in self.block_engines
+            ],
             "mismatch": None
             if mm is None
             else {
@@ -228,6 +299,7 @@ def replay_transforms(
     *,
     work_dir: Path | None = None,
     listener: ReplayListener | None = None,
+    ahead: bool = True,
 ) -> ReplayReport:
     """Replay every ``ExecuteTransform`` of ``dataset``; see the module docstring.
 
@@ -237,6 +309,7 @@ def replay_transforms(
         engine: runs the requests.
         work_dir: scratch space for engine output (default: a temporary directory).
         listener: progress callback.
+        ahead: run the next block's engine request while judging the current one.
     """
     report = ReplayReport(head=dataset.head())
     cache = ChainCache()  # every block of every chain read once for the whole replay
@@ -257,56 +330,147 @@ def replay_transforms(
         report.nondeterministic_reasons = (
             tuple(precise(current.transform)) if callable(precise) else ()
         ) or nondeterminism_reasons(current.transform)
+    versions_of = getattr(engine, "pinned_versions", None)
+    engine_name = normalize_engine(current.transform.engine) if current is not None else ""
+    available: tuple[str, ...] = (
+        tuple(versions_of(engine_name)) if callable(versions_of) and current is not None else ()
+    )
+    if current is not None and engine_name == DATAFUSION:
+        report.version_sensitive_reasons = version_sensitivity(current.transform)
     own_dir = work_dir is None
     scratch = Path(tempfile.mkdtemp(prefix="odf-replay-")) if work_dir is None else work_dir
+    # One engine request in flight ahead of the block being judged: while the parent hashes and
+    # compares block k, the engine already runs block k+1 (its request depends only on the
+    # chain, never on block k's outcome). A speculative run is discarded if the replay stops.
+    # Interleaved A/B, 30 DataFusion blocks x 1,000 rows on the worker, 6 rounds at load ~12:
+    # median 24.7 ms/block ahead vs 32.3 serial (ahead faster in 5 of 6 rounds).
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="odf-replay")
+
+    def request_for(plan: TransformPlan, version: str | None) -> TransformRequest:
+        if version is None:
+            return plan.request
+        transform = replace(plan.request.transform, version=version)
+        return replace(plan.request, transform=transform)
+
+    def launch(k: int) -> _Launched:
+        _h, block, _ = todo[k]
+        paths = OutputPaths.under(scratch / f"{block.sequence_number}")
+        clear_outputs(paths)
+        assert current is not None
+        try:
+            plan = plan_replay(
+                dataset, inputs, block, paths=paths, set_transform=current, cache=cache
+            )
+        except TransformError as e:
+            return _Launched(paths=paths, error=str(e))
+        candidates: tuple[str | None, ...] = (None,)
+        if engine_name == DATAFUSION and available:
+            candidates = candidate_versions(current.transform, block.system_time, available)
+        first = pool.submit(engine.execute_transform, request_for(plan, candidates[0]))
+        return _Launched(paths=paths, plan=plan, candidates=candidates, first=first)
+
+    run_ahead = ahead
+    nxt: _Launched | None = launch(0) if todo else None
     try:
         for done, (h, block, _) in enumerate(todo, start=1):
-            paths = OutputPaths.under(scratch / f"{block.sequence_number}")
-            clear_outputs(paths)
+            cur = nxt if nxt is not None else launch(done - 1)
+            nxt = None
+            assert cur is not None
             published = block.event
             assert isinstance(published, m.ExecuteTransform)
-            try:
-                plan = plan_replay(
-                    dataset, inputs, block, paths=paths, set_transform=current, cache=cache
-                )
-            except TransformError as e:
-                report.verdict, report.error, report.error_block = Verdict.ERROR, str(e), h
+            if cur.plan is None or cur.first is None:
+                report.verdict, report.error, report.error_block = Verdict.ERROR, cur.error, h
                 return report
-            response = engine.execute_transform(plan.request)
-            if not isinstance(response, TransformSuccess):
-                kind = "invalid query" if isinstance(response, TransformInvalidQuery) else "error"
-                report.verdict = Verdict.ERROR
-                report.error = f"engine {kind}: {response.message}"
-                report.error_block = h
-                return report
-            try:
-                output = hash_output(plan, response)
-            except TransformError as e:
-                report.verdict, report.error, report.error_block = Verdict.ERROR, str(e), h
-                return report
-            replayed = normalize_replayed(published, build_event(plan, response, output))
+            plan, paths = cur.plan, cur.paths
+            response = cur.first.result()
+            if run_ahead:
+                nxt = launch(done) if done < len(todo) else None
+            first_error: str | None = None
+            first_mismatch: m.ExecuteTransform | None = None
+            reproduced: str | None = None
+            tried: list[str] = []
+            for attempt, version in enumerate(cur.candidates):
+                if version is not None:
+                    tried.append(version)
+                if attempt > 0:
+                    clear_outputs(paths)
+                    response = pool.submit(
+                        engine.execute_transform, request_for(plan, version)
+                    ).result()
+                if not isinstance(response, TransformSuccess):
+                    if first_error is None:
+                        kind = (
+                            "invalid query"
+                            if isinstance(response, TransformInvalidQuery)
+                            else "error"
+                        )
+                        at = f" (version {version})" if version else ""
+                        first_error = f"engine {kind}{at}: {response.message}"
+                    continue
+                try:
+                    output = hash_output(plan, response)
+                except TransformError as e:
+                    first_error = first_error or str(e)
+                    continue
+                replayed = normalize_replayed(published, build_event(plan, response, output))
+                if replayed == published:
+                    reproduced = version or (available[0] if available else "")
+                    break
+                if first_mismatch is None:
+                    first_mismatch = replayed
             shutil.rmtree(paths.new_data_path.parent, ignore_errors=True)
-            if replayed != published:
+            if reproduced is None:
+                report.tried_versions = tuple(tried)
+                if first_mismatch is None:
+                    report.verdict = Verdict.ERROR
+                    report.error = first_error or "engine failed"
+                    report.error_block = h
+                    return report
                 report.mismatch = ReplayMismatch(
                     block_hash=h,
                     sequence_number=block.sequence_number,
                     expected=published,
-                    actual=replayed,
-                    differences=_differences(published, replayed),
+                    actual=first_mismatch,
+                    differences=_differences(published, first_mismatch),
                 )
-                report.verdict = (
-                    Verdict.NOT_REPRODUCIBLE
-                    if report.nondeterministic_reasons
-                    else Verdict.MISMATCH
-                )
+                if report.version_sensitive_reasons:
+                    report.verdict = Verdict.INCONCLUSIVE
+                elif report.nondeterministic_reasons:
+                    report.verdict = Verdict.NOT_REPRODUCIBLE
+                else:
+                    report.verdict = Verdict.MISMATCH
                 return report
+            report.block_engines.append(
+                BlockEngine(
+                    block_hash=h,
+                    sequence_number=block.sequence_number,
+                    engine=engine_name,
+                    version=reproduced,
+                )
+            )
             report.blocks_replayed = done
             if listener is not None:
                 listener(done, len(todo), h)
     finally:
+        # A speculative run still going is waited for (an engine call cannot be interrupted)
+        # before its output directory goes.
+        pool.shutdown(wait=True, cancel_futures=True)
+        if nxt is not None:
+            shutil.rmtree(nxt.paths.new_data_path.parent, ignore_errors=True)
         if own_dir:
             shutil.rmtree(scratch, ignore_errors=True)
     return report
+
+
+@dataclass(slots=True, kw_only=True)
+class _Launched:
+    """A block whose first engine run was submitted (or whose planning failed)."""
+
+    paths: OutputPaths
+    plan: TransformPlan | None = None
+    candidates: tuple[str | None, ...] = (None,)
+    first: Future[TransformResponse] | None = None
+    error: str = ""
 
 
 def verify_dataset(
@@ -342,6 +506,7 @@ def verify_dataset(
 
 
 __all__ = [
+    "BlockEngine",
     "ReplayListener",
     "ReplayMismatch",
     "ReplayReport",

@@ -3,7 +3,8 @@
 Read-only use cases over the same ports as the rest of the application; the console's actions
 (subscribe, unsubscribe, verify, publish) are the ordinary RPC methods and their use cases. Each
 method answers one page in as few reads as possible: the datasets page of a node following
-1,000 datasets is one directory listing, the cached chain states, and three state reads.
+1,000 datasets is one listing of the datasets and of the keys, two small files per dataset
+(alias, head ref), the process's cached chain states, and three state reads.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.errors import OdfNodeError
+from coordinator.chain.validation import ChainState
+from coordinator.errors import InvalidMultihash, OdfNodeError
 from coordinator.identity import DatasetId
 from coordinator.metadata import model as m
-from coordinator.storage.dataset import Dataset
+from coordinator.multiformats import Multihash
+from coordinator.storage.dataset import Dataset, known_chain_state
 from coordinator.storage.repository import DatasetRepository
 from node.app.errors import InvalidArgument
 from node.app.metrics import NodeMetrics
@@ -96,19 +99,33 @@ class ConsoleQueries:
         self._gossip = gossip
         self._metrics = metrics
         self._graylist = graylist_threshold
+        self._states: dict[str, ChainState] = {}
 
     # ---- datasets
 
     def _read_local(self) -> list[_Local]:
         out = []
-        for h in self._repo.list():
+        # Head ref text -> state, kept from the previous read (only the heads seen in it): the
+        # page reloads with mostly unchanged heads, which then cost no parsing at all.
+        states: dict[str, ChainState] = {}
+        for c in self._repo.catalog():
+            h = c.handle
             did = h.id.as_did_str()
-            owned = self._repo.key_path(h.id).is_file()
+            ref = c.head_ref
             try:
-                st = Dataset(h.root, durable=False).state()
+                st = (self._states.get(ref) or self._known_state(ref)) if ref else None
+                if st is None:
+                    st = Dataset(h.root, durable=False).state()
             except OdfNodeError as e:
-                out.append(_Local(did, h.alias, None, None, None, None, None, owned, str(e)))
+                out.append(_Local(did, h.alias, None, None, None, None, None, c.owned, str(e)))
                 continue
+            # Remembered only under its own head (the ref may have moved since it was read).
+            if (
+                ref is not None
+                and st.head is not None
+                and (ref in self._states or str(st.head) == ref)
+            ):
+                states[ref] = st
             out.append(
                 _Local(
                     did,
@@ -118,11 +135,27 @@ class ConsoleQueries:
                     st.sequence_number + 1,
                     st.next_offset,
                     st.system_time.epoch_ns if st.system_time else None,
-                    owned,
+                    c.owned,
                     None,
                 )
             )
+        self._states = states
         return out
+
+    @staticmethod
+    def _known_state(head_ref: str | None) -> ChainState | None:
+        """The chain state of a head the process validated before (no file read), else None.
+
+        The daemon validated every head it stores when it pulled or opened it, so for a page
+        listing 1,000 datasets this is the common case; a miss (or a malformed ref, which
+        :meth:`Dataset.state` then reports) opens the dataset.
+        """
+        if head_ref is None:
+            return None
+        try:
+            return known_chain_state(Multihash.from_multibase(head_ref))
+        except InvalidMultihash:  # Dataset.state() reports it as the row's error
+            return None
 
     async def datasets(self) -> list[dict[str, Any]]:
         """Stored and followed datasets, one row each, sorted by alias.
@@ -130,10 +163,16 @@ class ConsoleQueries:
         A followed dataset not pulled yet has no head; ``verification`` is the outcome recorded
         for the accepted head (followed) or for the local head (owned, verified by hand).
         """
-        local = await asyncio.to_thread(self._read_local)
-        subs = {s.did: s for s in await self._state.subscriptions()}
-        accepted = {a.did: a for a in await self._state.accepted_heads()}
-        verified = {v.did: v for v in await self._state.verifications_of_heads()}
+        # The files are read in a worker thread while the state's reader thread answers.
+        local, sub_list, acc_list, ver_list = await asyncio.gather(
+            asyncio.to_thread(self._read_local),
+            self._state.subscriptions(),
+            self._state.accepted_heads(),
+            self._state.verifications_of_heads(),
+        )
+        subs = {s.did: s for s in sub_list}
+        accepted = {a.did: a for a in acc_list}
+        verified = {v.did: v for v in ver_list}
         rows: list[dict[str, Any]] = []
         seen: set[str] = set()
         for d in local:

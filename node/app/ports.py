@@ -309,7 +309,9 @@ class TransferPort(Protocol):
 
 
 class EnginePort(Protocol):
-    """The transform engine (the Spark worker): what the use cases ask of it beyond running."""
+    """The transform engines (the router over the Spark and DataFusion workers): what the use
+    cases ask of them beyond running. Optionally ``pinned_versions(engine)``: the releases of
+    an engine that can run here (the replay tries them; none installed: unverifiable)."""
 
     @property
     def running(self) -> bool:

@@ -9,9 +9,13 @@ measures. The work item finishes only after the attestation or dispute is stored
 so a crash before that re-runs the verification.
 
 Outcomes: ``verified``; ``failed`` (evidence -> dispute); ``nondeterministic`` (a mismatch of a
-query that is not deterministic: no conclusion, attested as unverifiable); ``unverifiable`` (a
-derivative whose engine this node cannot run, e.g. kamu's ``datafusion``, ``flink`` or
-``risingwave``: integrity checked, attested as unverifiable at once instead of retried).
+query that is not deterministic: no conclusion, attested as unverifiable); ``inconclusive`` (a
+DataFusion derivative that no pinned DataFusion release reproduced while its query is
+version-sensitive: "inconclusive: engine version unknown", attested as unverifiable, never a
+dispute); ``unverifiable`` (a derivative whose engine this node cannot run, kamu's ``flink``
+or ``risingwave``: integrity checked, attested as unverifiable at once instead of retried).
+Attestations name the engine and the versions that reproduced the blocks
+(``odf-node-datafusion`` / ``41.0.0+51.0.0``).
 A pending verify item always verifies the dataset's current head, so superseded heads of one
 dataset coalesce into one item.
 """
@@ -31,6 +35,7 @@ from coordinator.metadata import model as m
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
 from coordinator.storage.repository import DatasetRepository
+from coordinator.transform.engines import REPLAYABLE_ENGINES, SPARK_VERSION
 from coordinator.transform.verify import Verdict as ReplayVerdict
 from coordinator.transform.verify import VerificationReport, verify_dataset
 from coordinator.verify import verify_integrity
@@ -54,10 +59,10 @@ from p2p.wire import (
 log = logging.getLogger("odf_node.verify")
 
 ENGINE_NAME = "odf-node-spark"
-ENGINE_VERSION = "3.5"
+ENGINE_VERSION = SPARK_VERSION
 Spawn = Callable[[Coroutine[Any, Any, None]], "asyncio.Task[None]"]
 """Starts a supervised task on the node's task group."""
-REPLAY_ENGINES = frozenset({"spark"})
+REPLAY_ENGINES = REPLAYABLE_ENGINES
 """Transform engines this node can replay (``Transform.Sql.engine``, case-insensitive)."""
 
 
@@ -81,7 +86,7 @@ def unsupported_engine(chain: Any) -> str | None:
     if chain.dataset_kind != m.DatasetKind.DERIVATIVE or st is None:
         return None
     engine = str(st.transform.engine or "")
-    return None if engine.lower() in REPLAY_ENGINES else engine
+    return None if engine.strip().lower() in REPLAY_ENGINES else engine
 
 
 class VerifyPipeline:
@@ -148,6 +153,8 @@ class VerifyPipeline:
         if head is None:
             return
         engine_name = unsupported_engine(chain) if self._replay else None
+        if engine_name is None and self._replay:
+            engine_name = self._missing_engine(chain)
         inputs = {} if engine_name else await self._inputs(item.did, chain)
         await self._state.log_event("verify.start", item.did, {"head": head.to_multibase()})
         self._events.publish("verify.started", {"did": item.did, "head": head.to_multibase()})
@@ -209,6 +216,18 @@ class VerifyPipeline:
         finally:
             self._waiting.pop(key, None)
 
+    def _missing_engine(self, chain: Any) -> str | None:
+        """A replayable engine none of whose releases is installed here (e.g. a deployment
+        without the DataFusion environments): unverifiable at once, not retried for ever."""
+        st = chain.set_transform
+        if chain.dataset_kind != m.DatasetKind.DERIVATIVE or st is None:
+            return None
+        pinned = getattr(self._engine(), "pinned_versions", None)
+        engine = str(st.transform.engine or "")
+        if callable(pinned) and not pinned(engine):
+            return engine
+        return None
+
     async def _inputs(self, did: str, chain: Any) -> dict[DatasetId, Dataset]:
         inputs: dict[DatasetId, Dataset] = {}
         if not (
@@ -240,6 +259,8 @@ class VerifyPipeline:
             return "verified", ""
         problems = [*report.integrity.problems, *report.problems]
         detail = rp.mismatch.describe() if rp is not None and rp.mismatch else "; ".join(problems)
+        if rp is not None and rp.verdict is ReplayVerdict.INCONCLUSIVE:
+            return "inconclusive", rp.describe()
         if rp is not None and rp.verdict is ReplayVerdict.NOT_REPRODUCIBLE:
             return "nondeterministic", detail
         return "failed", detail
@@ -273,19 +294,20 @@ class VerifyPipeline:
         checks = Checks.METADATA_INTEGRITY | Checks.DATA_INTEGRITY
         if p.replayed:
             checks |= Checks.REPLAY
-        if p.outcome in ("unverifiable", "nondeterministic"):
+        if p.outcome in ("unverifiable", "nondeterministic", "inconclusive"):
             verdict = Verdict.UNVERIFIABLE
         elif p.replayed or p.kind == m.DatasetKind.ROOT:
             verdict = Verdict.VERIFIED
         else:
             verdict = Verdict.INTEGRITY_ONLY
+        engine_name, engine_version = attested_engine(p.report, p.outcome)
         att = Attestation(
             node=self._key.dataset_id(),
             dataset=p.did,
             head=p.head,
             verdict=verdict,
-            engine_name=ENGINE_NAME,
-            engine_version=ENGINE_VERSION,
+            engine_name=engine_name,
+            engine_version=engine_version,
             checks=checks,
             locations=locations,
             issued_at_ns=self._clock(),
@@ -380,6 +402,26 @@ class VerifyPipeline:
         await self.send_dispute(did, sm)
 
 
+def attested_engine(report: VerificationReport | None, outcome: str) -> tuple[str, str]:
+    """The attestation's engine name and version: what reproduced the blocks.
+
+    ``odf-node-<engine>`` and the versions that reproduced blocks joined by ``+`` (oldest
+    first: ``41.0.0+51.0.0``); ``unknown`` for an inconclusive replay; the Spark defaults when
+    nothing was replayed.
+    """
+    rp = report.replay if report is not None else None
+    if rp is None:
+        return ENGINE_NAME, ENGINE_VERSION
+    engines = rp.engines()
+    if outcome == "inconclusive":
+        return "odf-node-datafusion", "unknown"
+    if not engines:
+        return ENGINE_NAME, ENGINE_VERSION
+    name = next(iter(engines))
+    versions = sorted(engines[name], key=lambda v: [int(x) for x in v.split(".") if x.isdigit()])
+    return f"odf-node-{name}"[:64], "+".join(versions)[:64]
+
+
 def _evidence(e: m.ExecuteTransform) -> Evidence:
     nd = e.new_data
     wm = e.new_watermark
@@ -396,5 +438,6 @@ __all__ = [
     "ENGINE_VERSION",
     "REPLAY_ENGINES",
     "VerifyPipeline",
+    "attested_engine",
     "unsupported_engine",
 ]

@@ -265,18 +265,26 @@ class Daemon:
     # ---- engine
 
     def engine(self) -> Any:
-        """The engine client, created on first use: its modules (gRPC, pyarrow) and its worker
-        process (Spark) cost memory that an idle node should not pay."""
+        """The engine router, created on first use: its modules (gRPC, pyarrow) and its worker
+        processes (Spark, DataFusion per release) cost memory that an idle node should not
+        pay."""
         if self._engine is None:
             from node.engine_client import EngineClient
+            from node.engine_router import EngineRouter
 
             e = self.config.engine
-            self._engine = EngineClient(
-                master=e.spark_master,
+            memory = (e.memory_limit_mib << 20) or None
+            self._engine = EngineRouter(
+                lambda: EngineClient(
+                    master=e.spark_master,
+                    idle_timeout=float(e.idle_timeout_s),
+                    isolate_network=e.isolate_network,
+                    memory_limit=memory,
+                    driver_host=e.driver_host,
+                ),
                 idle_timeout=float(e.idle_timeout_s),
                 isolate_network=e.isolate_network,
-                memory_limit=(e.memory_limit_mib << 20) or None,
-                driver_host=e.driver_host,
+                memory_limit=memory,
             )
         return self._engine
 

@@ -158,11 +158,31 @@ _V3: tuple[str, ...] = (
     "ALTER TABLE verifications_v3 RENAME TO verifications",
 )
 
+# "inconclusive": a DataFusion derivative that no pinned DataFusion release reproduced while its
+# query is version-sensitive, so the release that produced it is unknown (never a dispute).
+_V4: tuple[str, ...] = (
+    """CREATE TABLE verifications_v4 (
+        did TEXT NOT NULL,
+        head TEXT NOT NULL,
+        outcome TEXT NOT NULL
+            CHECK (outcome IN ('verified', 'failed', 'nondeterministic', 'error',
+                               'unverifiable', 'inconclusive')),
+        detail TEXT NOT NULL,
+        engine_seconds REAL NOT NULL,
+        recorded_ns INTEGER NOT NULL,
+        PRIMARY KEY (did, head)
+    )""",
+    "INSERT INTO verifications_v4 SELECT * FROM verifications",
+    "DROP TABLE verifications",
+    "ALTER TABLE verifications_v4 RENAME TO verifications",
+)
+
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _V1),
     Migration(2, "indexes for claim and events by kind", _v2_indexes),
     Migration(3, "verification outcome 'unverifiable'", _V3),
+    Migration(4, "verification outcome 'inconclusive'", _V4),
 )
 LATEST_VERSION: int = MIGRATIONS[-1].version
 

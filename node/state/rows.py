@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-VerificationOutcome = Literal["verified", "failed", "nondeterministic", "error", "unverifiable"]
+VerificationOutcome = Literal[
+    "verified", "failed", "nondeterministic", "error", "unverifiable", "inconclusive"
+]
 WorkState = Literal["pending", "claimed", "done", "failed"]
 
 VERIFICATION_OUTCOMES: frozenset[str] = frozenset(
-    {"verified", "failed", "nondeterministic", "error", "unverifiable"}
+    {"verified", "failed", "nondeterministic", "error", "unverifiable", "inconclusive"}
 )
 WORK_STATES: frozenset[str] = frozenset({"pending", "claimed", "done", "failed"})
 

@@ -58,13 +58,6 @@ content:
 """
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def metrics(node: Any, prefix: tuple[str, ...]) -> dict[str, float]:
     url = node.call("node.status")["http_url"]
     with urllib.request.urlopen(f"{url}/metrics", timeout=30) as r:
@@ -78,7 +71,7 @@ def metrics(node: Any, prefix: tuple[str, ...]) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from daemon_harness import NodeProcess
+    from daemon_harness import NodeProcess, node_rss_mb
     from netns import require_loopback_only
 
     require_loopback_only()
@@ -122,7 +115,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             n = sum(1 for d in dids if rows.get(d) == heads[d])
             elapsed = time.monotonic() - t_last
             timeline.append((round(elapsed, 1), n))
-            peak_rss = max(peak_rss, rss_mb(sub.proc.pid))
+            peak_rss = max(peak_rss, node_rss_mb(sub.proc.pid)["total"])
             if at_head_60s is None and elapsed >= 60:
                 at_head_60s = n
             if n == len(dids):

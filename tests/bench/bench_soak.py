@@ -71,37 +71,18 @@ content:
 LOAD_GENERATOR_NICE = 10
 
 
-def node_pids(pid: int) -> list[int]:
-    """The daemon and its libp2p process (the node's gossip host runs in a child of its own)."""
-    out = [pid]
-    for children in Path(f"/proc/{pid}/task").glob("*/children"):
-        for child in children.read_text().split():
-            try:
-                cmd = Path(f"/proc/{child}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"p2p.libp2p_child" in cmd:
-                out.append(int(child))
-    return out
-
-
 def rss_mb(pid: int) -> float:
     """Resident memory of the daemon and its libp2p process together (MiB)."""
-    total = 0.0
-    for p in node_pids(pid):
-        for line in Path(f"/proc/{p}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                total += int(line.split()[1]) / 1024
-    return total
+    from daemon_harness import node_rss_mb
+
+    return node_rss_mb(pid)["total"]
 
 
 def cpu_s(pid: int) -> float:
     """CPU seconds of the daemon and its libp2p process together."""
-    total = 0.0
-    for p in node_pids(pid):
-        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+    from daemon_harness import node_cpu_s
+
+    return node_cpu_s(pid)
 
 
 def prometheus(url: str) -> dict[str, float]:
@@ -154,7 +135,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from daemon_harness import NodeProcess
+    from daemon_harness import NodeProcess, node_rss_mb
 
     from coordinator.identity import load_private_key
     from coordinator.metadata import model as m
@@ -205,6 +186,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         pid = node.proc.pid
         await asyncio.sleep(10)
         result["idle_rss_mb"] = round(rss_mb(pid), 1)
+        result["idle_rss_mb_by_process"] = node_rss_mb(pid)
         result["idle_engine_running"] = node.call("node.status")["engine"]["running"]
         # node.status (and rpc.ping, for comparison) timed from processes of their own, as a
         # CLI or the console calls the node; the in-process timing below shares this process's
@@ -234,8 +216,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         # From here on this process (the load generator: 25 publishers and the owners' HTTP
         # server, which in a real network run on other machines) yields the CPU to the daemon
         # and the probes; it still gets every cycle they leave idle.
-        os.nice(LOAD_GENERATOR_NICE)
-        result["load_generator_nice"] = LOAD_GENERATOR_NICE
+        os.nice(args.load_nice)
+        result["load_generator_nice"] = args.load_nice
 
         latest: dict[Any, bytes] = {}  # dataset -> its newest signed announcement
 
@@ -429,6 +411,13 @@ def main() -> None:
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--publishers", type=int, default=25)
     p.add_argument("--settle-minutes", type=float, default=5.0)
+    p.add_argument(
+        "--load-nice",
+        type=int,
+        default=LOAD_GENERATOR_NICE,
+        help="niceness of the load generator once the load starts (lower it when other\n"
+        "background jobs at nice 10 share the machine and the offered rate falls short)",
+    )
     args = p.parse_args()
     if os.environ.get("ODF_SOAK_IN_NETNS") != "1":
         cmd = "ip link set lo up && exec " + " ".join([sys.executable, *sys.argv])

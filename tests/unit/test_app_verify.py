@@ -112,7 +112,7 @@ def _create(node: Node, engine: str) -> DatasetId:
     return DatasetId.parse(created[1].id)
 
 
-@pytest.mark.parametrize("engine", ["datafusion", "flink", "risingwave"])
+@pytest.mark.parametrize("engine", ["flink", "risingwave"])
 def test_derivative_of_an_engine_we_cannot_run_is_attested_unverifiable_at_once(
     tmp_path: Path, engine: str
 ) -> None:
@@ -150,3 +150,81 @@ def test_superseded_heads_of_one_dataset_coalesce_into_one_pending_item(tmp_path
     state = cast(Any, node.state).sync
     assert len(state.work(state="pending", did=did.as_did_str())) == 1
     assert [e.kind for e in state.events(0, 100, "verify.coalesced")] == ["verify.coalesced"] * 4
+
+
+def _replay_report(verdict: Any, versions: list[str]) -> Any:
+    from coordinator.multiformats import Multihash
+    from coordinator.transform.verify import BlockEngine, ReplayReport, VerificationReport
+    from coordinator.verify import IntegrityReport
+
+    h = Multihash.from_multibase("f1620" + "ab" * 32)
+    rp = ReplayReport(verdict=verdict, tried_versions=("51.0.0", "41.0.0"))
+    rp.version_sensitive_reasons = ("function extract()",)
+    rp.block_engines = [
+        BlockEngine(block_hash=h, sequence_number=i, engine="datafusion", version=v)
+        for i, v in enumerate(versions)
+    ]
+    return VerificationReport(integrity=IntegrityReport(), replay=rp)
+
+
+def test_inconclusive_replay_is_recorded_and_attested_unverifiable(tmp_path: Path) -> None:
+    from coordinator.transform.verify import Verdict as ReplayVerdict
+    from node.app.verify import attested_engine
+
+    node = Node(tmp_path)
+    report = _replay_report(ReplayVerdict.INCONCLUSIVE, ["41.0.0"])
+    outcome, detail = node.verify._judge(report)
+    assert outcome == "inconclusive"  # not "failed": the core never disputes it
+    assert detail.startswith("inconclusive: engine version unknown")
+    assert "51.0.0, 41.0.0" in detail
+    assert attested_engine(report, outcome) == ("odf-node-datafusion", "unknown")
+
+
+def test_attestation_names_the_releases_that_reproduced_the_blocks(tmp_path: Path) -> None:
+    from coordinator.transform.verify import Verdict as ReplayVerdict
+    from node.app.verify import attested_engine
+
+    node = Node(tmp_path)
+    report = _replay_report(ReplayVerdict.OK, ["51.0.0", "41.0.0", "51.0.0"])
+    assert node.verify._judge(report) == ("verified", "")
+    assert attested_engine(report, "verified") == ("odf-node-datafusion", "41.0.0+51.0.0")
+    assert attested_engine(None, "unverifiable") == ("odf-node-spark", "3.5")
+
+
+class _NoReleases:
+    """An engine router with no DataFusion environment installed (runs nothing)."""
+
+    running = False
+    starts = 0
+
+    def pinned_versions(self, engine: str) -> tuple[str, ...]:
+        return ("3.5",) if engine == "spark" else ()
+
+    def execute_transform(self, request: Any) -> Any:
+        raise AssertionError("nothing may run")
+
+    def close(self) -> None:
+        pass
+
+
+def test_datafusion_without_an_installed_release_is_unverifiable_not_retried(
+    tmp_path: Path,
+) -> None:
+    node = Node(tmp_path)
+    node.verify._engine = _NoReleases  # type: ignore[assignment]
+    did = _create(node, "datafusion")
+    head = node.repo.open(did.as_did_str()).head()
+    assert head is not None
+
+    async def run() -> None:
+        await node.verify.queue(did, head, 1)
+        await node.run_pending()
+
+    asyncio.run(run())
+    state = cast(Any, node.state).sync
+    ver = state.verification(did.as_did_str(), head.to_multibase())
+    assert ver is not None and (ver.outcome, ver.detail) == (
+        "unverifiable",
+        "unverifiable: engine datafusion",
+    )
+    assert [w.state for w in state.work(did=did.as_did_str())] == ["done"]

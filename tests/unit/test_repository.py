@@ -9,7 +9,7 @@ import pytest
 from factories import T0
 
 from coordinator.errors import DatasetAlreadyExists, DatasetNotFound, InvalidSnapshot
-from coordinator.identity import generate_private_key, load_private_key
+from coordinator.identity import DatasetId, generate_private_key, load_private_key
 from coordinator.metadata import model as m
 from coordinator.metadata.snapshot import DatasetSnapshot
 from coordinator.storage.repository import DatasetRepository, normalize_transform
@@ -172,3 +172,23 @@ def test_alias_lookups_see_renames_and_deletes_by_other_instances(tmp_path: Path
     b.delete("renamed")
     with pytest.raises(DatasetNotFound):
         a.resolve("renamed")
+
+
+def test_catalog_matches_list_heads_and_keys(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    owned = repo.create_from_snapshot(ROOT)
+    # A pulled copy not written yet: empty chain, no key.
+    repo.create_empty(DatasetId.new_seeded_ed25519(b"\x07" * 32), "pulled")
+    (repo.root / ".staging-x").mkdir()  # hidden and non-DID entries are not datasets
+    (repo.root / "not-a-did").mkdir()
+    cat = repo.catalog()
+    assert [c.handle for c in cat] == repo.list()
+    by_alias = {c.handle.alias: c for c in cat}
+    assert by_alias["root"].owned and not by_alias["pulled"].owned
+    assert by_alias["root"].head_ref == str(repo.open("root").head())
+    assert by_alias["pulled"].head_ref is None
+    # A rename and a new head are seen on the next read (nothing is cached).
+    repo.rename("root", "renamed")
+    repo.key_path(owned.id).unlink()
+    again = {c.handle.alias: c for c in repo.catalog()}
+    assert set(again) == {"renamed", "pulled"} and not again["renamed"].owned

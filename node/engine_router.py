@@ -1,0 +1,157 @@
+"""Several engine workers behind one ``TransformEngine``: Spark, and DataFusion per release.
+
+A request goes to the worker of its transform's engine (``Transform.Sql.engine``). DataFusion
+requests also pick a release: the one ``Transform.Sql.version`` names (the replay sets it to
+each candidate in turn, see :mod:`coordinator.transform.verify`), else the newest pinned one
+(an owner's ``dataset transform``). Each worker is an :class:`~node.engine_client.EngineClient`
+started lazily and stopped when idle; a DataFusion worker runs on the Python of its own
+virtual environment (``<engines dir>/datafusion-<version>/bin/python``, created by
+``make setup``; ``ODF_ENGINES_DIR`` overrides the directory). A release whose environment is
+missing is simply not available.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from coordinator.transform.engines import (
+    DATAFUSION,
+    DATAFUSION_VERSIONS,
+    SPARK,
+    SPARK_VERSION,
+    datafusion_core,
+    normalize_engine,
+)
+from coordinator.transform.model import (
+    RawQueryRequest,
+    RawQueryResponse,
+    TransformInternalError,
+    TransformRequest,
+    TransformResponse,
+)
+from node.engine_client import PROJECT_ROOT, EngineClient
+
+ENGINES_DIR_ENV = "ODF_ENGINES_DIR"
+
+
+def engines_dir() -> Path:
+    """Where the per-release virtual environments live."""
+    raw = os.environ.get(ENGINES_DIR_ENV)
+    return Path(raw) if raw else PROJECT_ROOT / ".venv" / "engines"
+
+
+def datafusion_python(version: str, root: Path | None = None) -> Path:
+    """The Python of the DataFusion ``version`` environment."""
+    return (root or engines_dir()) / f"datafusion-{version}" / "bin" / "python"
+
+
+class EngineRouter:
+    """Dispatches requests by engine name and version; see the module docstring."""
+
+    def __init__(
+        self,
+        spark: Callable[[], EngineClient],
+        *,
+        root: Path | None = None,
+        idle_timeout: float = 300.0,
+        isolate_network: bool = False,
+        memory_limit: int | None = None,
+        versions: tuple[str, ...] = DATAFUSION_VERSIONS,
+    ) -> None:
+        self._make_spark = spark
+        self._spark: EngineClient | None = None
+        self._root = root or engines_dir()
+        self._idle = idle_timeout
+        self._isolate = isolate_network
+        self._memory = memory_limit
+        self._versions = tuple(v for v in versions if datafusion_python(v, self._root).is_file())
+        self._datafusion: dict[str, EngineClient] = {}
+        self._lock = threading.Lock()
+
+    # -- capabilities -----------------------------------------------------------------------
+
+    def pinned_versions(self, engine: str) -> tuple[str, ...]:
+        """The versions of ``engine`` this node can run now (newest first; empty: none)."""
+        name = normalize_engine(engine)
+        if name == SPARK:
+            return (SPARK_VERSION,)
+        if name == DATAFUSION:
+            return self._versions
+        return ()
+
+    # -- workers ----------------------------------------------------------------------------
+
+    def spark(self) -> EngineClient:
+        """The Spark worker's client (created on first use)."""
+        with self._lock:
+            if self._spark is None:
+                self._spark = self._make_spark()
+            return self._spark
+
+    def datafusion(self, version: str) -> EngineClient:
+        """The client of the DataFusion ``version`` worker (created on first use)."""
+        with self._lock:
+            client = self._datafusion.get(version)
+            if client is None:
+                client = self._datafusion[version] = EngineClient(
+                    engine=DATAFUSION,
+                    python=str(datafusion_python(version, self._root)),
+                    idle_timeout=self._idle,
+                    isolate_network=self._isolate,
+                    memory_limit=self._memory,
+                    start_timeout=60.0,
+                )
+            return client
+
+    def _clients(self) -> list[EngineClient]:
+        with self._lock:
+            return [c for c in (self._spark, *self._datafusion.values()) if c is not None]
+
+    @property
+    def running(self) -> bool:
+        """Whether any worker process is up."""
+        return any(c.running for c in self._clients())
+
+    @property
+    def starts(self) -> int:
+        """How many times workers were started, all engines together."""
+        return sum(c.starts for c in self._clients())
+
+    def stop(self) -> None:
+        """Stop every worker (they start again on demand)."""
+        for c in self._clients():
+            c.stop()
+
+    def close(self) -> None:
+        """Stop every worker and remove their scratch directories."""
+        for c in self._clients():
+            c.close()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def execute_transform(self, request: TransformRequest) -> TransformResponse:
+        """Run ``request`` on the worker of its engine (and DataFusion release)."""
+        name = normalize_engine(request.transform.engine)
+        if name == SPARK:
+            return self.spark().execute_transform(request)
+        if name == DATAFUSION:
+            if not self._versions:
+                return TransformInternalError(
+                    message="no DataFusion engine environment is installed (run make setup)"
+                )
+            wanted = datafusion_core(request.transform.version)
+            version = wanted if wanted in self._versions else self._versions[0]
+            return self.datafusion(version).execute_transform(request)
+        return TransformInternalError(
+            message=f"engine {request.transform.engine!r} is not available"
+        )
+
+    def execute_raw_query(self, request: RawQueryRequest) -> RawQueryResponse:
+        """Raw queries (ingest preprocessing) run on Spark, as before."""
+        return self.spark().execute_raw_query(request)
+
+
+__all__ = ["ENGINES_DIR_ENV", "EngineRouter", "datafusion_python", "engines_dir"]
