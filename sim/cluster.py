@@ -6,11 +6,11 @@ of the simulator's topology is dialled through a **userspace delay proxy** that 
 of bytes for the link's one-way latency in each direction, so the real cluster sees the same
 latency matrix the simulator samples for the same scenario and seed.
 
-Why a proxy and not per-node network namespaces with veth pairs and ``tc netem``: on this kernel
-``tc qdisc add dev lo root netem`` fails ("Specified qdisc kind is unknown": no ``sch_netem``),
-``ip link add type veth`` fails ("Unknown device type") and ``ip netns add`` cannot mount
-``/run/netns`` inside ``unshare -rn``; and the p2p network guard refuses to start a node that sees
-any interface other than ``lo``. So the whole cluster runs in one loopback-only namespace.
+Why a proxy and not per-node network namespaces with ``tc netem``: on this kernel ``tc qdisc add
+dev lo root netem`` fails ("Specified qdisc kind is unknown": no ``sch_netem``), so namespaces
+alone (``sim/netlab.py`` builds them, with veth pairs on a bridge inside a private mount and
+network namespace) could not delay links. The proxy gives every link its latency while the
+whole cluster runs in one loopback-only namespace.
 
 The owner publishes ``cluster.messages`` announcements at ``cluster.rate`` per second; delivery
 latency is publish -> validated (the node's ``candidate`` event, same-host clocks). The result
