@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -581,11 +582,22 @@ def _write_lock(h: NodeHome) -> Iterator[None]:
     try:
         lock.acquire_cli()
     except OdfNodeError as e:
+        if lock.holder().startswith("daemon") and os.environ.get(_REDIRECTED) is None:
+            # A daemon took the home after this command looked for one (typing a command right
+            # after `odf-node run &`): run the command again, which now goes to its RPC. Once.
+            print(f"a daemon is starting on {h.path}; sending the command to it", file=sys.stderr)
+            sys.stdout.flush()
+            os.environ[_REDIRECTED] = "1"
+            os.execv(sys.executable, [sys.executable, "-m", "node.cli", *sys.argv[1:]])
         _fail(str(e))
     try:
         yield
     finally:
         lock.release()
+
+
+_REDIRECTED = "ODF_CLI_REDIRECTED"
+"""Set when a command re-ran itself to reach a daemon that started meanwhile (at most once)."""
 
 
 def _register_transfer_commands() -> None:
