@@ -82,6 +82,10 @@ DATAFUSION_BATCH = 8
 rows takes the engine a few ms, as much as one gRPC call from Python; 8 makes the call's share
 small while a stop at a mismatch discards at most two batches of speculative work."""
 
+BATCH_INPUT_BYTES = 16 << 20
+"""A batch stops growing once its blocks' input files reach this size: for big slices the
+call's cost is negligible, and batching them would only keep more outputs on disk at once."""
+
 ReplayListener = Callable[[int, int, Multihash], None]
 """``listener(done, total, block_hash)`` — called after each replayed block."""
 
@@ -411,10 +415,15 @@ def replay_transforms(
     def launch(k0: int, n: int) -> list[_Launched]:
         """Plan blocks ``k0``… (``n``, up to a planning failure) and submit their runs."""
         out: list[_Launched] = []
+        input_bytes = 0
         for k in range(k0, min(k0 + n, len(todo))):
             out.append(plan_one(k))
-            if out[-1].plan is None:
+            planned = out[-1].plan
+            if planned is None:
                 break  # nothing after a block that cannot be planned is needed
+            input_bytes += sum(_size(f) for i in planned.request.query_inputs for f in i.data_paths)
+            if input_bytes >= BATCH_INPUT_BYTES:
+                break
         runnable = [x for x in out if x.plan is not None]
         if runnable:
             futures: list[Future[TransformResponse]] = [Future() for _ in runnable]
@@ -536,6 +545,13 @@ def replay_transforms(
             for k in range(min(slots, len(todo))):
                 shutil.rmtree(scratch / f"slot{k}", ignore_errors=True)
     return report
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _drop_outputs(paths: OutputPaths) -> None:

@@ -451,3 +451,16 @@ def test_replay_in_batches_stops_at_the_first_mismatch(tmp_path: Path) -> None:
     serial = replay_transforms(der, inputs_of(root), BatchingEngine(lie_at=5), ahead=False)
     assert serial.verdict is Verdict.MISMATCH and serial.mismatch is not None
     assert serial.mismatch.block_hash == report.mismatch.block_hash
+
+
+def test_replay_batches_stop_growing_at_the_input_size_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from coordinator.transform import verify
+
+    root, der = eleven_blocks(tmp_path)
+    monkeypatch.setattr(verify, "BATCH_INPUT_BYTES", 1)  # every block's input is bigger
+    eng = BatchingEngine()
+    report = replay_transforms(der, inputs_of(root), eng, batch=4)
+    assert report.ok and report.blocks_replayed == 11
+    assert eng.batches == [] and len(eng.requests) == 11  # one block per call
