@@ -22,9 +22,10 @@ version-sensitive construct (:func:`~coordinator.transform.engines.version_sensi
 
 The engine runs ahead: while block k's output is hashed and compared, the next requests (which
 depend only on the chain) are already on the engine. A DataFusion replay sends its blocks in
-batches of :data:`DATAFUSION_BATCH` (one round trip each, ``execute_transform_batch`` when the
-engine has it) with one batch ahead; other engines one block at a time, one block ahead. A
-speculative run is discarded when the replay stops.
+batches of up to :data:`DATAFUSION_BATCH` (one round trip each through
+``execute_transform_batch`` when the engine has it; growing from 1, shrinking towards the end,
+capped by :data:`BATCH_INPUT_BYTES`), two batches ahead; other engines one block at a time, one
+block ahead. Speculative runs are discarded when the replay stops.
 """
 
 from __future__ import annotations
