@@ -23,6 +23,7 @@ information schema off and no URL tables, so unknown names fail to plan.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -234,8 +235,12 @@ def scan(sql: str) -> list[Token]:
     return out
 
 
+@functools.lru_cache(maxsize=256)
 def check_text(sql: str) -> None:
     """The lexical screen (step 1 of the module docstring).
+
+    A pure function of the text: accepted texts are remembered (a replay checks the same
+    query once per block; a refusal raises, and raising is never cached).
 
     Raises:
         SandboxViolation: with the reason.
@@ -267,6 +272,8 @@ def check_text(sql: str) -> None:
 
 
 _SCAN = re.compile(r"^\s*TableScan: (.+?)(?: projection=.*)?$", re.M)
+_JOIN = re.compile(r"^[A-Za-z]+ Join:")
+_NODE_END = re.compile(r"[:\s]")
 _CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\(")
 _LITERAL = re.compile(r'(?:Large)?Utf8(?:View)?\("(?:[^"\\]|\\.)*"\)')
 
@@ -284,9 +291,9 @@ def check_plan(display: str, allowed_tables: Iterable[str]) -> None:
     allowed = set(allowed_tables)
     for ln in lines:
         head = ln.strip()
-        if re.match(r"^[A-Za-z]+ Join:", head):
+        if _JOIN.match(head):
             continue  # "Inner Join: …", "LeftSemi Join: …"
-        node = re.split(r"[:\s]", head, maxsplit=1)[0]
+        node = _NODE_END.split(head, maxsplit=1)[0]
         if node not in _QUERY_NODES:
             raise SandboxViolation(f"{node} is not allowed in a query")
     for name in _SCAN.findall(display):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from coordinator.transform.engines import (
@@ -132,11 +132,11 @@ class EngineRouter:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def execute_transform(self, request: TransformRequest) -> TransformResponse:
-        """Run ``request`` on the worker of its engine (and DataFusion release)."""
+    def _client_for(self, request: TransformRequest) -> EngineClient | TransformInternalError:
+        """The worker ``request`` goes to, or why there is none."""
         name = normalize_engine(request.transform.engine)
         if name == SPARK:
-            return self.spark().execute_transform(request)
+            return self.spark()
         if name == DATAFUSION:
             if not self._versions:
                 return TransformInternalError(
@@ -144,10 +144,36 @@ class EngineRouter:
                 )
             wanted = datafusion_core(request.transform.version)
             version = wanted if wanted in self._versions else self._versions[0]
-            return self.datafusion(version).execute_transform(request)
+            return self.datafusion(version)
         return TransformInternalError(
             message=f"engine {request.transform.engine!r} is not available"
         )
+
+    def execute_transform(self, request: TransformRequest) -> TransformResponse:
+        """Run ``request`` on the worker of its engine (and DataFusion release)."""
+        client = self._client_for(request)
+        if isinstance(client, TransformInternalError):
+            return client
+        return client.execute_transform(request)
+
+    def execute_transform_batch(
+        self, requests: Sequence[TransformRequest]
+    ) -> list[TransformResponse]:
+        """Run ``requests`` in order; consecutive requests for one worker go as one batch."""
+        out: list[TransformResponse] = []
+        i = 0
+        while i < len(requests):
+            client = self._client_for(requests[i])
+            if isinstance(client, TransformInternalError):
+                out.append(client)
+                i += 1
+                continue
+            j = i + 1
+            while j < len(requests) and self._client_for(requests[j]) is client:
+                j += 1
+            out.extend(client.execute_transform_batch(requests[i:j]))
+            i = j
+        return out
 
     def execute_raw_query(self, request: RawQueryRequest) -> RawQueryResponse:
         """Raw queries (ingest preprocessing) run on Spark, as before."""

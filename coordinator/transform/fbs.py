@@ -490,16 +490,44 @@ def wrap_protobuf(payload: bytes) -> bytes:
     return b"\x0a" + bytes(varint) + payload if payload else b""
 
 
+def wrap_protobuf_many(payloads: list[bytes]) -> bytes:
+    """``message X { repeated bytes flatbuffers = 1; }``: one field-1 entry per payload.
+
+    The envelope of odf-node's ``ExecuteTransformBatch`` extension (``engine/worker.py``).
+    """
+    out = bytearray()
+    for payload in payloads:
+        if not payload:
+            raise ValueError("an empty payload cannot travel in a batch")
+        out += wrap_protobuf(payload)
+    return bytes(out)
+
+
+def unwrap_protobuf_many(data: bytes) -> list[bytes]:
+    """Every ``flatbuffers`` entry (field 1) of a batch message, in order."""
+    return _fields(data, every=True)
+
+
 def unwrap_protobuf(data: bytes) -> bytes:
     """The ``flatbuffer`` field of a one-field engine message (unknown fields skipped)."""
-    pos, out = 0, b""
+    found = _fields(data, every=False)
+    return found[-1] if found else b""
+
+
+def _fields(data: bytes, *, every: bool) -> list[bytes]:
+    """Field 1 of a protobuf message: all occurrences, or (``every=False``) only the last."""
+    pos = 0
+    out: list[bytes] = []
     while pos < len(data):
         key, pos = _varint(data, pos)
         field, wire = key >> 3, key & 7
         if wire == 2:
             n, pos = _varint(data, pos)
             if field == 1:
-                out = data[pos : pos + n]
+                if every or not out:
+                    out.append(bytes(data[pos : pos + n]))
+                else:
+                    out[0] = bytes(data[pos : pos + n])
             pos += n
         elif wire == 0:
             _, pos = _varint(data, pos)
@@ -511,7 +539,7 @@ def unwrap_protobuf(data: bytes) -> bytes:
             raise DecodeError(f"unsupported protobuf wire type {wire}")
     if pos != len(data):
         raise DecodeError("truncated protobuf message")
-    return bytes(out)
+    return out
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -537,5 +565,7 @@ __all__ = [
     "encode_transform_request",
     "encode_transform_response",
     "unwrap_protobuf",
+    "unwrap_protobuf_many",
     "wrap_protobuf",
+    "wrap_protobuf_many",
 ]

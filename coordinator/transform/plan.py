@@ -415,8 +415,18 @@ class TransformOutput:
     new_checkpoint: m.Checkpoint | None
 
 
-def hash_output(plan: TransformPlan, response: TransformSuccess) -> TransformOutput:
+def hash_output(
+    plan: TransformPlan,
+    response: TransformSuccess,
+    *,
+    physical_from: m.DataSlice | None = None,
+) -> TransformOutput:
     """Hash the files the engine wrote for ``plan`` (logical + physical + size).
+
+    ``physical_from``: a replay's published slice, whose physical hash and size are taken
+    instead of computed, since kamu's comparison overwrites them with exactly these values
+    (:func:`~coordinator.transform.verify.normalize_replayed`): reading the file a second time
+    would change nothing.
 
     Raises:
         TransformEngineError: the response and the files disagree.
@@ -433,12 +443,21 @@ def hash_output(plan: TransformPlan, response: TransformSuccess) -> TransformOut
                 f"engine returned interval [{iv.start}, {iv.end}], expected to start at "
                 f"{req.next_offset}"
             )
-        new_data = m.DataSlice(
-            logical_hash=Multihash.from_multibase(logical_hash(data_path)),
-            physical_hash=Multihash.from_multibase(physical_hash(data_path)),
-            offset_interval=iv,
-            size=data_path.stat().st_size,
-        )
+        lh = Multihash.from_multibase(logical_hash(data_path))
+        if physical_from is not None:
+            new_data = m.DataSlice(
+                logical_hash=lh,
+                physical_hash=physical_from.physical_hash,
+                offset_interval=iv,
+                size=physical_from.size,
+            )
+        else:
+            new_data = m.DataSlice(
+                logical_hash=lh,
+                physical_hash=Multihash.from_multibase(physical_hash(data_path)),
+                offset_interval=iv,
+                size=data_path.stat().st_size,
+            )
     new_cp = None
     cp_path = req.new_checkpoint_path
     if cp_path.is_file():

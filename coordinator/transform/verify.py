@@ -20,8 +20,12 @@ records which engine and version reproduced each block. When none does, a query 
 version-sensitive construct (:func:`~coordinator.transform.engines.version_sensitivity`) is
 *inconclusive* (engine version unknown), never a mismatch; a query without one is a mismatch.
 
-The engine runs one block ahead: while block k's output is hashed and compared, block k+1's
-request (which depends only on the chain) is already on the engine.
+The engine runs ahead: while block k's output is hashed and compared, the next requests (which
+depend only on the chain) are already on the engine. A DataFusion replay sends its blocks in
+batches of up to :data:`DATAFUSION_BATCH` (one round trip each through
+``execute_transform_batch`` when the engine has it; growing from 1, shrinking towards the end,
+capped by :data:`BATCH_INPUT_BYTES`), two batches ahead; other engines one block at a time, one
+block ahead. Speculative runs are discarded when the replay stops.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -72,6 +77,15 @@ class TransformEngine(Protocol):
         """Run one request; failures are responses, not exceptions."""
         ...
 
+
+DATAFUSION_BATCH = 8
+"""Blocks per engine round trip in a DataFusion replay. A DataFusion block of a few thousand
+rows takes the engine a few ms, as much as one gRPC call from Python; 8 makes the call's share
+small while a stop at a mismatch discards at most two batches of speculative work."""
+
+BATCH_INPUT_BYTES = 16 << 20
+"""A batch stops growing once its blocks' input files reach this size: for big slices the
+call's cost is negligible, and batching them would only keep more outputs on disk at once."""
 
 ReplayListener = Callable[[int, int, Multihash], None]
 """``listener(done, total, block_hash)`` — called after each replayed block."""
@@ -300,6 +314,8 @@ def replay_transforms(
     work_dir: Path | None = None,
     listener: ReplayListener | None = None,
     ahead: bool = True,
+    batch: int | None = None,
+    batches_ahead: int = 2,
 ) -> ReplayReport:
     """Replay every ``ExecuteTransform`` of ``dataset``; see the module docstring.
 
@@ -309,7 +325,11 @@ def replay_transforms(
         engine: runs the requests.
         work_dir: scratch space for engine output (default: a temporary directory).
         listener: progress callback.
-        ahead: run the next block's engine request while judging the current one.
+        ahead: run the next blocks' engine requests while judging the current one.
+        batch: blocks per engine round trip (default: :data:`DATAFUSION_BATCH` for DataFusion,
+            else 1); only with ``ahead``.
+        batches_ahead: batches in flight beyond the one being judged, for an engine with
+            ``execute_transform_batch`` (others: one block ahead).
     """
     report = ReplayReport(head=dataset.head())
     cache = ChainCache()  # every block of every chain read once for the whole replay
@@ -339,12 +359,24 @@ def replay_transforms(
         report.version_sensitive_reasons = version_sensitivity(current.transform)
     own_dir = work_dir is None
     scratch = Path(tempfile.mkdtemp(prefix="odf-replay-")) if work_dir is None else work_dir
-    # One engine request in flight ahead of the block being judged: while the parent hashes and
-    # compares block k, the engine already runs block k+1 (its request depends only on the
-    # chain, never on block k's outcome). A speculative run is discarded if the replay stops.
+    # Engine requests in flight ahead of the block being judged: while the parent hashes and
+    # compares block k, the engine already runs the next blocks (their requests depend only on
+    # the chain, never on block k's outcome). Speculative runs are discarded if the replay stops.
     # Interleaved A/B, 30 DataFusion blocks x 1,000 rows on the worker, 6 rounds at load ~12:
-    # median 24.7 ms/block ahead vs 32.3 serial (ahead faster in 5 of 6 rounds).
+    # median 24.7 ms/block one block ahead vs 32.3 serial (ahead faster in 5 of 6 rounds).
+    # A batching engine (the node's workers) gets batches, two ahead: the second is already
+    # planned and queued while the engine runs the first, so the engine does not wait for the
+    # parent's planning between batches. One thread calls the engine: calls stay in order.
+    size = max(
+        1, batch if batch is not None else DATAFUSION_BATCH if engine_name == DATAFUSION else 1
+    )
+    run_batch = getattr(engine, "execute_transform_batch", None)
+    if not ahead:
+        size = 1
+    depth = max(1, batches_ahead) if size > 1 and callable(run_batch) else 1
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="odf-replay")
+    # Output directories are reused round-robin: at most depth + 1 batches are unconsumed.
+    slots = (depth + 1) * size + 1
 
     def request_for(plan: TransformPlan, version: str | None) -> TransformRequest:
         if version is None:
@@ -352,9 +384,9 @@ def replay_transforms(
         transform = replace(plan.request.transform, version=version)
         return replace(plan.request, transform=transform)
 
-    def launch(k: int) -> _Launched:
+    def plan_one(k: int) -> _Launched:
         _h, block, _ = todo[k]
-        paths = OutputPaths.under(scratch / f"{block.sequence_number}")
+        paths = OutputPaths.under(scratch / f"slot{k % slots}")
         clear_outputs(paths)
         assert current is not None
         try:
@@ -366,16 +398,69 @@ def replay_transforms(
         candidates: tuple[str | None, ...] = (None,)
         if engine_name == DATAFUSION and available:
             candidates = candidate_versions(current.transform, block.system_time, available)
-        first = pool.submit(engine.execute_transform, request_for(plan, candidates[0]))
-        return _Launched(paths=paths, plan=plan, candidates=candidates, first=first)
+        return _Launched(paths=paths, plan=plan, candidates=candidates)
 
-    run_ahead = ahead
-    nxt: _Launched | None = launch(0) if todo else None
+    def run(requests: list[TransformRequest], futures: list[Future[TransformResponse]]) -> None:
+        try:
+            if callable(run_batch) and len(requests) > 1:
+                for f, r in zip(futures, run_batch(requests), strict=True):
+                    f.set_result(r)
+            else:
+                for f, req in zip(futures, requests, strict=True):
+                    f.set_result(engine.execute_transform(req))
+        except BaseException as e:
+            for f in futures:
+                if not f.done():
+                    f.set_exception(e)
+
+    def launch(k0: int, n: int) -> list[_Launched]:
+        """Plan blocks ``k0``… (``n``, up to a planning failure) and submit their runs."""
+        out: list[_Launched] = []
+        input_bytes = 0
+        for k in range(k0, min(k0 + n, len(todo))):
+            out.append(plan_one(k))
+            planned = out[-1].plan
+            if planned is None:
+                break  # nothing after a block that cannot be planned is needed
+            input_bytes += sum(_size(f) for i in planned.request.query_inputs for f in i.data_paths)
+            if input_bytes >= BATCH_INPUT_BYTES:
+                break
+        runnable = [x for x in out if x.plan is not None]
+        if runnable:
+            futures: list[Future[TransformResponse]] = [Future() for _ in runnable]
+            requests = []
+            for x, f in zip(runnable, futures, strict=True):
+                assert x.plan is not None
+                x.first = f
+                requests.append(request_for(x.plan, x.candidates[0]))
+            pool.submit(run, requests, futures)
+        return out
+
+    pending: deque[_Launched] = deque()
+    launched = 0  # blocks planned so far
+    batches = 0  # batches launched so far
+    stopped = False  # a block could not be planned: launch nothing after it
+
+    def launch_next() -> None:
+        nonlocal launched, batches, stopped
+        if stopped or launched >= len(todo):
+            return
+        # Batches grow 1, 2, 4… up to ``size`` and shrink towards the end (at most half of
+        # what is left), so the engine starts at once and the parent's hashing of the last
+        # batch overlaps the engine's work on the ones after it.
+        n = min(size, 1 << min(batches, 16), max(1, (len(todo) - launched) // 2))
+        more = launch(launched, n)
+        batches += 1
+        launched += len(more)
+        stopped = any(x.plan is None for x in more)
+        pending.extend(more)
+
     try:
+        launch_next()
         for done, (h, block, _) in enumerate(todo, start=1):
-            cur = nxt if nxt is not None else launch(done - 1)
-            nxt = None
-            assert cur is not None
+            if not pending:
+                launch_next()
+            cur = pending.popleft()
             published = block.event
             assert isinstance(published, m.ExecuteTransform)
             if cur.plan is None or cur.first is None:
@@ -383,8 +468,8 @@ def replay_transforms(
                 return report
             plan, paths = cur.plan, cur.paths
             response = cur.first.result()
-            if run_ahead:
-                nxt = launch(done) if done < len(todo) else None
+            if ahead and len(pending) < depth * size:
+                launch_next()
             first_error: str | None = None
             first_mismatch: m.ExecuteTransform | None = None
             reproduced: str | None = None
@@ -408,7 +493,7 @@ def replay_transforms(
                         first_error = f"engine {kind}{at}: {response.message}"
                     continue
                 try:
-                    output = hash_output(plan, response)
+                    output = hash_output(plan, response, physical_from=published.new_data)
                 except TransformError as e:
                     first_error = first_error or str(e)
                     continue
@@ -418,7 +503,7 @@ def replay_transforms(
                     break
                 if first_mismatch is None:
                     first_mismatch = replayed
-            shutil.rmtree(paths.new_data_path.parent, ignore_errors=True)
+            _drop_outputs(paths)
             if reproduced is None:
                 report.tried_versions = tuple(tried)
                 if first_mismatch is None:
@@ -455,11 +540,30 @@ def replay_transforms(
         # A speculative run still going is waited for (an engine call cannot be interrupted)
         # before its output directory goes.
         pool.shutdown(wait=True, cancel_futures=True)
-        if nxt is not None:
-            shutil.rmtree(nxt.paths.new_data_path.parent, ignore_errors=True)
         if own_dir:
             shutil.rmtree(scratch, ignore_errors=True)
+        else:
+            for k in range(min(slots, len(todo))):
+                shutil.rmtree(scratch / f"slot{k}", ignore_errors=True)
     return report
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _drop_outputs(paths: OutputPaths) -> None:
+    """Remove a judged block's output files (its directory is reused by a later block)."""
+    for p in (paths.new_data_path, paths.new_checkpoint_path):
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass
+        except IsADirectoryError:
+            shutil.rmtree(p, ignore_errors=True)
 
 
 @dataclass(slots=True, kw_only=True)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -50,6 +51,7 @@ from coordinator.metadata import model as m  # noqa: E402
 from coordinator.metadata.timestamp import Timestamp  # noqa: E402
 from coordinator.multiformats import Multihash  # noqa: E402
 from coordinator.storage.dataset import Dataset  # noqa: E402
+from coordinator.transform.engines import NEWEST_DATAFUSION  # noqa: E402
 from coordinator.transform.plan import OutputPaths, plan_replay  # noqa: E402
 from coordinator.transform.run import run_transform  # noqa: E402
 from coordinator.transform.testing import (  # noqa: E402
@@ -97,10 +99,10 @@ def one(j):
                    compression="snappy", store_schema=False)
 for j in jobs:  # warm-up pass, untimed (the worker it is compared with is warm too)
     one(j)
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 for j in jobs:
     one(j)
-print(json.dumps({"seconds": time.perf_counter() - t0}))
+print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0}))
 """
 
 INPROCESS = r"""
@@ -148,13 +150,25 @@ def transforms(der: Dataset) -> list[tuple[Multihash, m.MetadataBlock]]:
     ]
 
 
-def verify_round(der: Dataset, inputs: Any, engine: Any, n: int) -> float:
-    """One full replay; seconds per block."""
-    t0 = time.perf_counter()
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) used so far by process ``pid``, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def verify_round(
+    der: Dataset, inputs: Any, engine: Any, n: int, worker: int | None = None
+) -> tuple[float, float]:
+    """One full replay: wall seconds per block, CPU seconds per block (this process and the
+    ``worker`` process together)."""
+    w0 = process_cpu(worker) if worker else 0.0
+    t0, c0 = time.perf_counter(), time.process_time()
     report = replay_transforms(der, inputs, engine)
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    if worker:
+        cpu += process_cpu(worker) - w0
     assert report.ok and report.blocks_replayed == n, report
-    return dt / n
+    return dt / n, cpu / n
 
 
 def direct_jobs(
@@ -185,8 +199,9 @@ def direct_jobs(
 
 def direct_round(
     jobs: list[dict[str, Any]], expected: dict[str, Multihash], scratch: Path
-) -> float:
-    """The direct pass in the DataFusion 51 environment; seconds per block (hashes checked)."""
+) -> tuple[float, float, float]:
+    """The direct pass in the DataFusion 51 environment, per block: wall seconds, hashing
+    seconds (outside the timing, as every output's hash is checked) and CPU seconds."""
     out = scratch / "direct"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -205,12 +220,13 @@ def direct_round(
         capture_output=True,
         text=True,
     )
-    seconds = json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
+    timed = json.loads(proc.stdout.strip().splitlines()[-1])
+    seconds, cpu = timed["seconds"], timed["cpu"]
     t0 = time.perf_counter()
     for name, lh in expected.items():
         assert logical_hash(out / name) == lh.to_multibase(), f"direct output differs at {name}"
     hashing = time.perf_counter() - t0
-    return float(seconds) / len(jobs), hashing / len(jobs)
+    return float(seconds) / len(jobs), hashing / len(jobs), float(cpu) / len(jobs)
 
 
 def inprocess_round(tmp: Path) -> float:
@@ -267,23 +283,30 @@ def main() -> None:
             ["verify-spark"] if args.spark_blocks else []
         )
         results: dict[str, list[float]] = {k: [] for k in [*passes, "direct+hash"]}
+        cpu: dict[str, list[float]] = {"verify-df": [], "direct-df": []}
         for r in range(args.rounds):
             order = passes[r % len(passes) :] + passes[: r % len(passes)]
             for name in order:
                 if name == "verify-df":
-                    results[name].append(verify_round(der, inputs, router, n))
+                    worker = router.datafusion(NEWEST_DATAFUSION).pid
+                    wall, used = verify_round(der, inputs, router, n, worker)
+                    results[name].append(wall)
+                    cpu[name].append(used)
                 elif name == "inproc-df":
                     results[name].append(inprocess_round(tmp))
                 elif name == "direct-df":
-                    sql, hashing = direct_round(jobs, expected, tmp)
+                    sql, hashing, used = direct_round(jobs, expected, tmp)
                     results[name].append(sql)
                     results["direct+hash"].append(sql + hashing)
+                    cpu[name].append(used)
                 else:
                     sn = len(transforms(sder))
-                    results[name].append(verify_round(sder, inputs, router, sn))
+                    results[name].append(verify_round(sder, inputs, router, sn)[0])
             print(
                 f"round {r + 1} (load {load()}): "
-                + ", ".join(f"{k} {v[-1] * 1000:.1f} ms/block" for k, v in results.items()),
+                + ", ".join(f"{k} {v[-1] * 1000:.1f} ms/block" for k, v in results.items())
+                + "; CPU "
+                + ", ".join(f"{k} {v[-1] * 1000:.1f}" for k, v in cpu.items()),
                 flush=True,
             )
         med = {k: statistics.median(v) for k, v in results.items()}
@@ -295,6 +318,14 @@ def main() -> None:
         )
         print(f"  inproc-df / direct-df = {med['inproc-df'] / med['direct-df']:.2f}x")
         print(f"  verify-df / direct+hash = {med['verify-df'] / med['direct+hash']:.2f}x")
+        # CPU time: the replay's two processes (node + worker) against the direct process.
+        # On a loaded machine the wall ratio also measures scheduling; this one only the work.
+        cmed = {k: statistics.median(v) for k, v in cpu.items()}
+        print(
+            f"  CPU per block: verify-df {cmed['verify-df'] * 1000:.2f} ms (node + worker), "
+            f"direct-df {cmed['direct-df'] * 1000:.2f} ms; "
+            f"ratio {cmed['verify-df'] / cmed['direct-df']:.2f}x"
+        )
         if "verify-spark" in med:
             print(f"  verify-spark / verify-df = {med['verify-spark'] / med['verify-df']:.2f}x")
     finally:

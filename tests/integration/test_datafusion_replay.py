@@ -5,28 +5,35 @@
   block stamped after kamu moved to 51 (found by trying the other release);
 * a forged block of a version-sensitive query is *inconclusive* (never a mismatch), of a
   version-insensitive one a *mismatch* (a dispute);
-* ``Transform.Sql.version`` picks the release first.
+* ``Transform.Sql.version`` picks the release first;
+* a batch of requests in one round trip (``ExecuteTransformBatch``) answers each like a single
+  request would, also across a worker crash (restart, retry of the unanswered requests) and
+  with a refused query in the middle.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from coordinator.data import logical_hash
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.storage.dataset import Dataset
 from coordinator.transform import OutputPaths, TransformSuccess, commit_transform
-from coordinator.transform.plan import clear_outputs, plan_transform
+from coordinator.transform.model import TransformInvalidQuery
+from coordinator.transform.plan import ChainCache, clear_outputs, plan_replay, plan_transform
 from coordinator.transform.run import run_transform
 from coordinator.transform.testing import Clock, inputs_of, make_derivative, make_root, push_csv
 from coordinator.transform.verify import Verdict, verify_dataset
+from engine.worker import CRASH_ENV
 from node.engine_client import EngineClient
-from node.engine_router import EngineRouter
+from node.engine_router import EngineRouter, datafusion_python
 
 pytestmark = pytest.mark.integration
 
@@ -167,3 +174,55 @@ def test_transform_version_is_tried_first(tmp_path: Path, routers: dict[str, Eng
     assert report.ok
     assert report.replay is not None
     assert [b.version for b in report.replay.block_engines] == ["41.0.0"]
+
+
+def test_a_batch_answers_each_request_across_a_crash_and_a_refusal(
+    tmp_path: Path, routers: dict[str, EngineRouter]
+) -> None:
+    root, der = chain(tmp_path, PLAIN)
+    published = [
+        step(root, der, tmp_path, routers["51.0.0"], csv, f"2026-02-0{k + 1}T00:00:00Z")
+        for k, csv in enumerate(CSV)
+    ]
+    cache = ChainCache()
+    blocks = [
+        b for _, b in reversed(list(der.iter_blocks())) if isinstance(b.event, m.ExecuteTransform)
+    ]
+    paths = [OutputPaths.under(tmp_path / f"r{k}") for k in range(len(blocks))]
+    for p in paths:
+        clear_outputs(p)
+    requests = [
+        plan_replay(der, inputs_of(root), b, paths=p, cache=cache).request
+        for b, p in zip(blocks, paths, strict=True)
+    ]
+    crash = tmp_path / "crash"
+    crash.write_text("1")  # the first request run by the worker kills it
+    client = EngineClient(
+        engine="datafusion",
+        python=str(datafusion_python("51.0.0")),
+        idle_timeout=0,
+        env={CRASH_ENV: str(crash)},
+    )
+    try:
+        answers = client.execute_transform_batch(requests)
+        assert client.starts == 2 and crash.read_text() == "0"  # crashed once, retried
+        assert all(isinstance(a, TransformSuccess) for a in answers)
+        for req, event in zip(requests, published, strict=True):
+            assert event.new_data is not None
+            assert logical_hash(req.new_data_path) == event.new_data.logical_hash.to_multibase()
+        # A refused query in the middle: that request alone fails, in its place.
+        bad_transform = replace(
+            requests[1].transform,
+            queries=(m.SqlQueryStep(query="SELECT now() AS t, event_time FROM cities"),),
+        )
+        mixed = [requests[0], replace(requests[1], transform=bad_transform), requests[2]]
+        answers = client.execute_transform_batch(mixed)
+        assert [type(a) for a in answers] == [
+            TransformSuccess,
+            TransformInvalidQuery,
+            TransformSuccess,
+        ]
+        assert "now" in answers[1].message  # type: ignore[union-attr]
+        assert client.starts == 2
+    finally:
+        client.close()

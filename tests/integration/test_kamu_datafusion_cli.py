@@ -3,7 +3,9 @@
 
 kamu's case: a root dataset ``root`` (CSV ``city STRING, population INT``, Snapshot merge on
 ``city``) and a derivative ``deriv`` with ``engine: datafusion`` and
-``SELECT op, event_time, city, population * 10 as population_x10 FROM root``.
+``SELECT op, event_time, city, cast(population * 10 as int) as population_x10 FROM root``
+(kamu's exact query: the cast makes ``population_x10`` INT32, as kamu expects; without it
+DataFusion types ``Int32 * 10`` as Int64).
 
 * round 1 (``A,10 B,20 C,30``): 4 blocks (Seed, SetTransform, SetDataSchema, ExecuteTransform),
   rows ``0..2`` op 0 with 100/200/300;
@@ -79,7 +81,7 @@ content:
               op,
               event_time,
               city,
-              population * 10 as population_x10
+              cast(population * 10 as int) as population_x10
           FROM root
 """
 KAMU_TYPES = [
@@ -88,11 +90,7 @@ KAMU_TYPES = [
     ("system_time", "INT64", "Timestamp(isAdjustedToUTC=true, timeUnit=milliseconds"),
     ("event_time", "INT64", "Timestamp(isAdjustedToUTC=true, timeUnit=milliseconds"),
     ("city", "BYTE_ARRAY", "String"),
-    # kamu's expectation says INT32 here. DataFusion 41 and 51 (PyPI, and the SQL planner
-    # they share with the engine images) type ``Int32 * 10`` as Int64: the literal is Int64
-    # and binary coercion widens. Not settled against kamu's image (no container runtime
-    # here); see docs/engines.md, "Known differences".
-    ("population_x10", "INT64", "None"),
+    ("population_x10", "INT32", "None"),  # the query's cast(... as int)
 ]
 
 

@@ -36,13 +36,15 @@ from coordinator.transform.fbs import (
     encode_transform_request,
     encode_transform_response,
     unwrap_protobuf,
+    unwrap_protobuf_many,
     wrap_protobuf,
+    wrap_protobuf_many,
 )
 from coordinator.transform.model import RawQueryRequest, RawQuerySuccess
 from coordinator.transform.plan import ChainCache, TransformPlanError, clear_outputs
 from coordinator.transform.run import InvalidTransformQuery, run_transform
 from coordinator.transform.testing import Clock, inputs_of, make_derivative, make_root, push_csv
-from coordinator.transform.verify import nondeterminism_reasons
+from coordinator.transform.verify import Verdict, nondeterminism_reasons, replay_transforms
 
 CSV1 = "event_time,city,population\n2020-01-01T00:00:00Z,A,1\n2020-01-02T00:00:00Z,B,2\n"
 CSV2 = "event_time,city,population\n2020-01-03T00:00:00Z,C,3\n"
@@ -269,6 +271,25 @@ def test_request_codec_round_trip(chain) -> None:
         assert decode_transform_request(unwrap_protobuf(data)) == req
 
 
+def test_batch_envelope_round_trip(chain) -> None:
+    tmp, clock, root, der = chain
+    eng = FakeEngine()
+    run_transform(der, inputs_of(root), eng, clock=clock)
+    push_csv(root, tmp / "in", CSV2, clock)
+    run_transform(der, inputs_of(root), eng, clock=clock)
+    payloads = [encode_transform_request(r) for r in eng.requests]
+    assert len(payloads) == 2
+    data = wrap_protobuf_many(payloads)
+    assert data == b"".join(wrap_protobuf(p) for p in payloads)
+    back = unwrap_protobuf_many(data)
+    assert [decode_transform_request(p) for p in back] == eng.requests
+    # A one-field reader of a repeated field keeps the last occurrence (protobuf's rule).
+    assert unwrap_protobuf(data) == payloads[-1]
+    assert unwrap_protobuf_many(b"") == []
+    with pytest.raises(ValueError):
+        wrap_protobuf_many([payloads[0], b""])
+
+
 @pytest.mark.parametrize(
     "resp",
     [
@@ -356,3 +377,90 @@ def test_codec_rejects_garbage() -> None:
             decode_transform_response(junk)
     with pytest.raises(DecodeError):
         unwrap_protobuf(b"\x0a\x05ab")
+
+
+class BatchingEngine(FakeEngine):
+    """FakeEngine with ``execute_transform_batch``; optionally wrong at one ``next_offset``."""
+
+    def __init__(self, lie_at: int | None = None) -> None:
+        super().__init__()
+        self.batches: list[int] = []
+        self.lie_at = lie_at
+
+    def execute_transform(self, req: TransformRequest) -> TransformSuccess:
+        resp = super().execute_transform(req)
+        if req.next_offset == self.lie_at:
+            t = pq.read_table(req.new_data_path)
+            pq.write_table(
+                t.set_column(4, "city", pa.array(["lie"] * t.num_rows)), req.new_data_path
+            )
+        return resp
+
+    def execute_transform_batch(self, reqs: list[TransformRequest]) -> list[TransformSuccess]:
+        self.batches.append(len(reqs))
+        return [self.execute_transform(r) for r in reqs]
+
+
+def eleven_blocks(tmp: Path) -> tuple[Dataset, Dataset]:
+    """A derivative of 11 ExecuteTransform blocks, block k holding the row at offset k."""
+    clock = Clock()
+    root = make_root(tmp, "root")
+    der = make_derivative(
+        tmp, "der", [(root, "cities")], [(None, "SELECT op, event_time, city FROM cities")]
+    )
+    for k in range(11):
+        push_csv(
+            root,
+            tmp / "in",
+            f"event_time,city,population\n2020-01-{k + 1:02d}T00:00:00Z,c{k},{k}\n",
+            clock,
+        )
+        assert run_transform(der, inputs_of(root), FakeEngine(), clock=clock) is not None
+    return root, der
+
+
+def test_replay_in_batches_checks_every_block_once(tmp_path: Path) -> None:
+    root, der = eleven_blocks(tmp_path)
+    eng = BatchingEngine()
+    report = replay_transforms(der, inputs_of(root), eng, batch=4)
+    assert report.ok and report.blocks_replayed == 11
+    # Batches of 1, 2, 4, 2, 1, 1: growing up to 4, shrinking towards the end (a batch of one
+    # goes as a single request); every block once, in order.
+    assert eng.batches == [2, 4, 2]
+    assert [r.next_offset for r in eng.requests] == list(range(11))
+    # One block at a time gives the same report.
+    serial = BatchingEngine()
+    again = replay_transforms(der, inputs_of(root), serial, ahead=False)
+    assert again.ok and again.blocks_replayed == 11 and serial.batches == []
+    assert again.block_engines == report.block_engines
+
+
+def test_replay_in_batches_stops_at_the_first_mismatch(tmp_path: Path) -> None:
+    root, der = eleven_blocks(tmp_path)
+    work = tmp_path / "scratch"
+    work.mkdir()
+    eng = BatchingEngine(lie_at=5)
+    report = replay_transforms(der, inputs_of(root), eng, work_dir=work, batch=4)
+    assert report.verdict is Verdict.MISMATCH and report.blocks_replayed == 5
+    assert report.mismatch is not None and report.mismatch.sequence_number == (
+        der.get_block(report.mismatch.block_hash).sequence_number
+    )
+    assert report.mismatch.actual.new_data is not None
+    assert report.mismatch.actual.new_data.offset_interval.start == 5
+    assert not any(work.iterdir())  # speculative outputs and slot directories removed
+    serial = replay_transforms(der, inputs_of(root), BatchingEngine(lie_at=5), ahead=False)
+    assert serial.verdict is Verdict.MISMATCH and serial.mismatch is not None
+    assert serial.mismatch.block_hash == report.mismatch.block_hash
+
+
+def test_replay_batches_stop_growing_at_the_input_size_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from coordinator.transform import verify
+
+    root, der = eleven_blocks(tmp_path)
+    monkeypatch.setattr(verify, "BATCH_INPUT_BYTES", 1)  # every block's input is bigger
+    eng = BatchingEngine()
+    report = replay_transforms(der, inputs_of(root), eng, batch=4)
+    assert report.ok and report.blocks_replayed == 11
+    assert eng.batches == [] and len(eng.requests) == 11  # one block per call
