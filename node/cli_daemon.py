@@ -267,12 +267,19 @@ def register(app: typer.Typer) -> None:
     def events(
         after: Annotated[int, typer.Option("--after", help="Only events after this id.")] = 0,
         limit: Annotated[int, typer.Option("--limit")] = 100,
+        kind: Annotated[
+            str | None,
+            typer.Option("--kind", help="Only events of this kind (e.g. head.repaired)."),
+        ] = None,
         home: HomeOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """The node's event log."""
+        params: dict[str, Any] = {"after_id": after, "limit": limit}
+        if kind:
+            params["kind"] = kind
         emit(
-            rpc_call(_path(home), "node.events", {"after_id": after, "limit": limit}),
+            rpc_call(_path(home), "node.events", params),
             as_json,
             ["id", "kind", "did", "data"],
         )

@@ -209,10 +209,15 @@ Event = (
 
 @dataclass(frozen=True, slots=True)
 class Accept:
-    """``message`` (from ``peer``) passed every check; announcements still await a fetch."""
+    """``message`` (from ``peer``) passed every check; announcements still await a fetch.
+
+    ``via_anti_entropy``: the message came in a reply to this node's anti-entropy request, not
+    over gossip: anti-entropy repaired something gossip had not delivered.
+    """
 
     peer: str
     message: WireMessage
+    via_anti_entropy: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -765,7 +770,7 @@ class ProtocolCore:
             self._on_announcement(peer, p, msg, now_ns, out, via_ae=via_ae)
         else:
             self._reward(p, now_ns)
-            out.append(Accept(peer, msg))
+            out.append(Accept(peer, msg, via_ae))
             if not via_ae:
                 out.append(Forward(msg.content_id, msg.envelope, peer))
 
@@ -834,7 +839,7 @@ class ProtocolCore:
             if st.proof is None:
                 st.proof = proof
         self._reward(p, now_ns)
-        out.append(Accept(peer, proof))
+        out.append(Accept(peer, proof, via_ae))
         if not via_ae:
             out.append(Forward(proof.content_id, proof.envelope, peer))
 
@@ -913,7 +918,7 @@ class ProtocolCore:
             return
         self._remember(st, sm)
         self._reward(p, now_ns)
-        out.append(Accept(peer, sm))
+        out.append(Accept(peer, sm, via_ae))
         if not via_ae:
             out.append(Forward(sm.content_id, sm.envelope, peer))
         if st.inflight is None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 
 from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
@@ -81,13 +80,6 @@ _AE_SLICE = 32
 """Anti-entropy reply entries the core checks per turn of the event loop."""
 
 
-@dataclass(slots=True)
-class ServiceLog:
-    """Decisions the service has seen, for metrics and tests."""
-
-    decisions: list[Decision] = field(default_factory=list)
-
-
 class GossipService:
     """Drives one :class:`ProtocolCore` over one transport; see the module docstring."""
 
@@ -119,7 +111,6 @@ class GossipService:
         self._validating: bytes | None = None
         self._timeout_s = request_timeout_s
         self._tasks: set[asyncio.Task[None]] = set()
-        self.log = ServiceLog()
         self._listeners: list[Callable[[Decision], None]] = []
         self._joined: set[str] = set()
         self._catch_up: set[DatasetId] = set()
@@ -246,7 +237,6 @@ class GossipService:
     def _apply(self, event: Event) -> list[Decision]:
         decisions = self.core.handle(event)
         for d in decisions:
-            self.log.decisions.append(d)
             for listener in self._listeners:
                 listener(d)
             execute(d, self)

@@ -48,6 +48,8 @@ SUBNET = ipaddress.IPv4Network("10.77.0.0/24")
 """The one private test subnet; it exists only inside the lab's namespaces."""
 BRIDGE = "odflab0"
 HOST_IFACE = "eth0"
+TCP_RETRIES2 = 3
+"""``net.ipv4.tcp_retries2`` in every host: retransmits before a connection is given up."""
 _HOST_BASE = 10
 
 
@@ -188,6 +190,12 @@ class NetLab:
                     f"ip -n {h} link set lo up",
                     f"ip -n {h} addr add {host_address(k)}/{SUBNET.prefixlen} dev {HOST_IFACE}",
                     f"ip -n {h} link set {HOST_IFACE} up",
+                    # A connection across a cut link dies after ~3 s of unanswered retransmits
+                    # (the kernel default, 15 retries, takes ~15 minutes): a test's short
+                    # partition then stands for a long outage, where gossip sent meanwhile is
+                    # lost with the connection and only anti-entropy can repair it.
+                    f"ip netns exec {h} sh -c "
+                    f"'echo {TCP_RETRIES2} > /proc/sys/net/ipv4/tcp_retries2'",
                 ]
             self._lab_sh(" && ".join(script))
             self._check_lab()
@@ -325,7 +333,11 @@ class NetLab:
     # ---- faults
 
     def link_down(self, k: int) -> None:
-        """Cut host ``k`` off the bridge (its own interface stays up: a partition)."""
+        """Cut host ``k`` off the bridge (its own interface stays up: a partition).
+
+        TCP connections through the cut die once they have had unanswered data for ~3 s
+        (:data:`TCP_RETRIES2`); idle ones survive until they next send.
+        """
         self._check_index(k)
         self._lab(["ip", "link", "set", f"veth{k}", "down"])
 

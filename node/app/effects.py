@@ -74,11 +74,13 @@ class NodeEffects:
                 await write()
             except Exception:  # one failed write must not stop the ones after it
                 log.exception("storing a gossip decision failed")
+            finally:
+                queue.task_done()
 
     async def flush(self) -> None:
-        """Wait until every queued write is done (tests and shutdown)."""
-        while self._queue is not None and not self._queue.empty():
-            await asyncio.sleep(0.01)
+        """Wait until every queued write is done, the one running included (tests, shutdown)."""
+        if self._queue is not None:
+            await self._queue.join()
 
     # ---- DecisionEffects
 
@@ -91,6 +93,13 @@ class NodeEffects:
         inner = msg.message
         if isinstance(inner, HeadAnnouncement):
             self._metrics.announcements.labels("candidate", "").inc()
+            if d.via_anti_entropy:
+                # Gossip never brought this head (a partition, a restart, a dropped message):
+                # worth an event, since it shows anti-entropy doing its repair job.
+                self._metrics.anti_entropy_repairs.inc()
+                did, head = inner.dataset.as_did_str(), inner.head.to_multibase()
+                data = {"head": head, "sequence": inner.sequence, "peer": d.peer}
+                self._later(lambda: self._log("head.repaired", did, data))
         elif isinstance(inner, Attestation):
             self._metrics.announcements.labels("attestation", "").inc()
             self._later(lambda: self._store_attestation(msg, inner))

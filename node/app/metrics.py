@@ -24,6 +24,11 @@ class NodeMetrics:
             ["outcome", "reason"],
             registry=r,
         )
+        self.anti_entropy_repairs = Counter(
+            "odf_anti_entropy_repairs",
+            "Announcements first learned from an anti-entropy reply (gossip never brought them)",
+            registry=r,
+        )
         self.pulls = Counter("odf_pulls", "Dataset pulls by outcome", ["outcome"], registry=r)
         self.pull_seconds = Histogram(
             "odf_pull_seconds",

@@ -153,6 +153,8 @@ def test_cli_talks_to_the_daemon_and_the_home_is_locked(node: NodeProcess) -> No
     assert [s["did"] for s in listed] == [did]
     r = cli("status", "--json")
     assert json.loads(r.stdout)["subscriptions"] == 1  # live status came over RPC
+    r = cli("events", "--kind", "subscribe", "--json")
+    assert [(e["kind"], e["did"]) for e in json.loads(r.stdout)] == [("subscribe", did)], r.stderr
     # A second daemon on the same home is refused with a clear message.
     r = cli("run")
     assert r.returncode == 1 and "in use" in r.stderr

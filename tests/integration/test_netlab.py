@@ -9,7 +9,7 @@ import sys
 import pytest
 from netns import require_loopback_only
 
-from sim.netlab import NetLab, check_outer_namespace, host_address, self_check
+from sim.netlab import TCP_RETRIES2, NetLab, check_outer_namespace, host_address, self_check
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -59,6 +59,9 @@ def test_guard_refuses_anything_but_a_lab_host() -> None:
         assert ok.returncode == 0 and ok.stdout.strip() == "ran", ok.stderr
         ip = lab.run(2, ["ip", "-4", "-o", "addr", "show", "dev", "eth0"])
         assert f"{host_address(2)}/24" in ip.stdout
+        # Connections across a cut link die in seconds, not the kernel's default ~15 minutes.
+        retries = lab.run(2, ["cat", "/proc/sys/net/ipv4/tcp_retries2"])
+        assert retries.stdout.strip() == str(TCP_RETRIES2), retries.stderr
         # A default route on host 1: refused.
         lab.lab_run(["ip", "-n", "h1", "route", "add", "default", "dev", "eth0"])
         refused = lab.run(1, ["true"])

@@ -245,6 +245,14 @@ def test_duplicates_after_reconnect_do_not_retrigger_fetch() -> None:
     assert reasons(ae) == ["duplicate", "already-accepted"]
 
 
+def test_accept_says_whether_anti_entropy_or_gossip_brought_the_message() -> None:
+    c = core()
+    gossiped = of(recv(c, ann(5)), Accept)
+    repaired = of(c.handle(AntiEntropyReceived("p2", (ann(6).envelope,), T0 + 1)), Accept)
+    assert [a.via_anti_entropy for a in gossiped] == [False]
+    assert [a.via_anti_entropy for a in repaired] == [True]
+
+
 def test_reannouncement_of_pending_head_does_not_duplicate_fetch() -> None:
     c = core()
     recv(c, ann(5))
