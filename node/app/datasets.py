@@ -32,7 +32,7 @@ from node.app.results import (
 
 if TYPE_CHECKING:
     # Ingest, transform and replay import pyarrow (and numpy): each use case imports them when it
-    # runs, so that an idle daemon never loads them (docs/performance.md, idle RSS).
+    # runs, so that an idle daemon never loads them (docs/resource-budget.md, idle RSS).
     from coordinator.ingest.linked import LinkedObjects
     from coordinator.ingest.push import IngestProgress
     from coordinator.verify import IntegrityReport
