@@ -47,7 +47,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from coordinator.errors import INVALID_INPUT, OdfNodeError
-from coordinator.ingest.writer import Vocab
+from coordinator.ingest.vocab import Vocab
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.transform.engines import DATAFUSION, datafusion_core, normalize_engine

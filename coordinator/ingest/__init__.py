@@ -14,6 +14,8 @@ Modules:
 * :mod:`~coordinator.ingest.push` -- the orchestration (:func:`ingest`).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from coordinator.errors import (
     BadInputData,
     BadInputSchema,
@@ -28,17 +30,30 @@ from coordinator.errors import (
     UnsupportedPreprocess,
     UnsupportedReadOption,
 )
-from coordinator.ingest.ddl import normalize_schema, parse_ddl
-from coordinator.ingest.linked import LinkedObjects, LinkedObjectsSummary
-from coordinator.ingest.push import (
-    IngestProgress,
-    IngestResult,
-    ingest,
-    resolve_push_source,
-    system_clock,
-)
-from coordinator.ingest.readers import read_batches, read_schema
-from coordinator.ingest.writer import Vocab
+
+if TYPE_CHECKING:
+    from coordinator.ingest.ddl import (
+        normalize_schema,
+        parse_ddl,
+    )
+    from coordinator.ingest.linked import (
+        LinkedObjects,
+        LinkedObjectsSummary,
+    )
+    from coordinator.ingest.push import (
+        IngestProgress,
+        IngestResult,
+        ingest,
+        resolve_push_source,
+        system_clock,
+    )
+    from coordinator.ingest.readers import (
+        read_batches,
+        read_schema,
+    )
+    from coordinator.ingest.vocab import (
+        Vocab,
+    )
 
 __all__ = [
     "BadInputData",
@@ -66,3 +81,33 @@ __all__ = [
     "resolve_push_source",
     "system_clock",
 ]
+
+# The submodules import pyarrow and numpy: they load when one of their names is first used, so
+# that importing a light submodule (e.g. the vocabulary) keeps an idle daemon small.
+_LAZY = {
+    "normalize_schema": "coordinator.ingest.ddl",
+    "parse_ddl": "coordinator.ingest.ddl",
+    "LinkedObjects": "coordinator.ingest.linked",
+    "LinkedObjectsSummary": "coordinator.ingest.linked",
+    "IngestProgress": "coordinator.ingest.push",
+    "IngestResult": "coordinator.ingest.push",
+    "ingest": "coordinator.ingest.push",
+    "resolve_push_source": "coordinator.ingest.push",
+    "system_clock": "coordinator.ingest.push",
+    "read_batches": "coordinator.ingest.readers",
+    "read_schema": "coordinator.ingest.readers",
+    "Vocab": "coordinator.ingest.vocab",
+}
+
+if not TYPE_CHECKING:  # mypy sees the imports above, and reports unknown names as usual
+
+    def __getattr__(name: str) -> Any:
+        """Import the submodule defining ``name`` on first use (PEP 562)."""
+        import importlib
+
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value

@@ -52,6 +52,7 @@ from coordinator.ingest.spool import (
     sort_keys,
     spill_runs,
 )
+from coordinator.ingest.vocab import Vocab
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.multiformats import Multicodec, Multihash
@@ -79,29 +80,6 @@ MS_UTC: Final = pa.timestamp("ms", tz="UTC")
 _NS_PER_MS: Final = 1_000_000
 _ROW_GROUP_ROWS: Final = 1 << 20  # DataFusion's default max row group size
 _ROW_GROUP_BYTES: Final = 64 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class Vocab:
-    """Names of the system columns (``SetVocab``, with ODF's defaults)."""
-
-    offset_column: str = "offset"
-    operation_type_column: str = "op"
-    system_time_column: str = "system_time"
-    event_time_column: str = "event_time"
-
-    @classmethod
-    def of(cls, event: m.SetVocab | None) -> Vocab:
-        """The vocabulary a ``SetVocab`` event defines (defaults for unset columns)."""
-        if event is None:
-            return cls()
-        d = cls()
-        return cls(
-            event.offset_column or d.offset_column,
-            event.operation_type_column or d.operation_type_column,
-            event.system_time_column or d.system_time_column,
-            event.event_time_column or d.event_time_column,
-        )
 
 
 # --------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from flatbuffers.table import Table
 
 from coordinator.errors import DecodeError
 from coordinator.identity.dataset_id import DatasetId
-from coordinator.ingest.writer import Vocab
+from coordinator.ingest.vocab import Vocab
 from coordinator.metadata import flatbuffers_serde as fbs
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coordinator.identity.dataset_id import DatasetId
-from coordinator.ingest.writer import Vocab
+from coordinator.ingest.vocab import Vocab
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from coordinator.data import kamu_parquet_schema, logical_hash, physical_hash
 from coordinator.errors import INVALID_INPUT, UNAVAILABLE, ConcurrentModification, OdfNodeError
 from coordinator.identity.dataset_id import DatasetId
-from coordinator.ingest.writer import Vocab, schema_event
+from coordinator.ingest.vocab import Vocab
+from coordinator.ingest.writer import schema_event
 from coordinator.metadata import model as m
 from coordinator.metadata.flatbuffers_serde import DEFAULT_BLOCK_VERSION, encode_block
 from coordinator.metadata.timestamp import Timestamp

@@ -12,19 +12,13 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.errors import OdfNodeError
 from coordinator.identity import DatasetId
-from coordinator.ingest.linked import LinkedObjects
-from coordinator.ingest.push import IngestProgress, ingest
 from coordinator.metadata.snapshot import snapshots_from_yaml
 from coordinator.metadata.yaml_serde import block_to_dict
 from coordinator.storage.repository import DatasetRepository
-from coordinator.transform.plan import resolve_inputs
-from coordinator.transform.run import run_transform
-from coordinator.transform.verify import verify_dataset
-from coordinator.verify import IntegrityReport
 from node.app.errors import InvalidArgument, NotOwner
 from node.app.ports import EnginePort, StatePort, TransferPort
 from node.app.results import (
@@ -35,6 +29,13 @@ from node.app.results import (
     TransformResult,
     VerifyResult,
 )
+
+if TYPE_CHECKING:
+    # Ingest, transform and replay import pyarrow (and numpy): each use case imports them when it
+    # runs, so that an idle daemon never loads them (docs/resource-budget.md, idle RSS).
+    from coordinator.ingest.linked import LinkedObjects
+    from coordinator.ingest.push import IngestProgress
+    from coordinator.verify import IntegrityReport
 
 OnCommit = Callable[[DatasetId], Awaitable[int | None]]
 """Called after a commit to an owned dataset; returns the publish work item id (daemon only)."""
@@ -140,6 +141,8 @@ class DatasetUseCases:
         progress: Callable[[IngestProgress], None] | None = None,
     ) -> IngestResult:
         """Push local files into a root dataset; then publish and announce it (daemon)."""
+        from coordinator.ingest.push import ingest  # pyarrow: keeps the idle daemon small
+
         check_input_files([*files, *(linked.objects if linked else ())])
         handle = self.repo.resolve(ref)
         did = handle.id
@@ -173,6 +176,8 @@ class DatasetUseCases:
 
     async def transform(self, ref: str, *, publish: bool = True) -> TransformResult:
         """Run the next transform step of a derivative on the engine; then publish it (daemon)."""
+        from coordinator.transform.plan import resolve_inputs  # pyarrow: keeps idle daemon small
+        from coordinator.transform.run import run_transform
         from node.home import system_clock
 
         handle = self.repo.resolve(ref)
@@ -205,6 +210,9 @@ class DatasetUseCases:
         self, ref: str, *, integrity: bool = False, listener: VerifyListener | None = None
     ) -> VerifyResult:
         """Verify a stored dataset now (integrity; replay for derivatives unless ``integrity``)."""
+        from coordinator.transform.plan import resolve_inputs  # pyarrow: keeps idle daemon small
+        from coordinator.transform.verify import verify_dataset
+
         handle = self.repo.resolve(ref)
         ds = self.repo.open(handle.id.as_did_str())
 

@@ -28,7 +28,7 @@ import secrets
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.identity import DatasetId, PrivateKey
 from coordinator.metadata import model as m
@@ -36,8 +36,6 @@ from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
 from coordinator.storage.repository import DatasetRepository
 from coordinator.transform.engines import REPLAYABLE_ENGINES, SPARK_VERSION
-from coordinator.transform.verify import Verdict as ReplayVerdict
-from coordinator.transform.verify import VerificationReport, verify_dataset
 from coordinator.verify import verify_integrity
 from node.app.errors import RetryLater
 from node.app.metrics import NodeMetrics
@@ -55,6 +53,9 @@ from p2p.wire import (
     Verdict,
     sign_message,
 )
+
+if TYPE_CHECKING:
+    from coordinator.transform.verify import VerificationReport
 
 log = logging.getLogger("odf_node.verify")
 
@@ -146,6 +147,10 @@ class VerifyPipeline:
 
     async def run(self, item: WorkItem) -> None:
         """Verify the dataset's current head, record the outcome, attest or dispute."""
+        # Replay imports pyarrow (via the transform planner): imported when a verification runs,
+        # so that an idle daemon never loads it.
+        from coordinator.transform.verify import VerificationReport, verify_dataset
+
         did = DatasetId.parse(item.did)
         ds = self._repo.open(item.did)
         chain = await asyncio.to_thread(ds.state)
@@ -250,6 +255,8 @@ class VerifyPipeline:
         return inputs
 
     def _judge(self, report: VerificationReport) -> tuple[VerificationOutcome, str]:
+        from coordinator.transform.verify import Verdict as ReplayVerdict  # see run()
+
         rp = report.replay
         if rp is not None and rp.verdict is ReplayVerdict.ERROR:
             # Usually a missing input slice or an engine failure: not a verdict on the data.

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from coordinator.identity import DatasetId
-from coordinator.ingest.writer import Vocab
+from coordinator.ingest.vocab import Vocab
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.transform.engines import DATAFUSION_VERSIONS
