@@ -196,8 +196,11 @@ class VerifyPipeline:
         await self._state.record_verification(
             item.did, head.to_multibase(), outcome, detail[:2000], seconds
         )
+        replayed = report.replay.blocks_replayed if report.replay is not None else 0
         await self._state.log_event(
-            "verify." + outcome, item.did, {"head": head.to_multibase(), "seconds": seconds}
+            "verify." + outcome,
+            item.did,
+            {"head": head.to_multibase(), "seconds": seconds, "blocks_replayed": replayed},
         )
         self._events.publish(
             "verify.finished", {"did": item.did, "head": head.to_multibase(), "outcome": outcome}
