@@ -228,6 +228,11 @@ class Libp2pTransport:
             heartbeat_interval=cfg.heartbeat_interval_s,
             spam_protection_enabled=False,
             eclipse_protection_enabled=False,
+            # On by default: about 30 s after start it rescales the heartbeat from its mesh
+            # "health", which with fewer than 6 mesh peers per topic means 30-60 s heartbeats, and
+            # the message cache then replays minutes-old messages to every peer that
+            # (re)subscribes (docs/libp2p.md, "Gossipsub settings").
+            adaptive_gossip_enabled=False,
             # Every message this node sends is also queued for each connected peer not (yet)
             # known in its topic, in case that peer's subscriptions are still arriving; the
             # queue is pruned, and a WARNING logged, per message and per such peer. With 25

@@ -323,13 +323,18 @@ class GossipService:
             pass  # no peers on the topic yet: anti-entropy carries it later
 
     async def _validate(self, peer: str, data: bytes) -> ValidationResult:
-        self._validating = content_id(data)
+        self._validating = cid = content_id(data)
         try:
             decisions = self._apply(MessageReceived(peer, data, self._clock()))
         finally:
             self._validating = None
-        if any(isinstance(d, Forward) for d in decisions):
+        # Only a Forward of *this* message accepts it: the same event can drain the sender's
+        # older, delayed messages (their Forwards are re-published by `forward`), and accepting
+        # on those would let gossipsub relay this one unchecked, e.g. malformed or forged.
+        if any(isinstance(d, Forward) and d.content_id == cid for d in decisions):
             return ValidationResult.ACCEPT
+        # Any Penalise here concerns the same sender (only its own backlog drains), so a
+        # REJECT blames the right peer even when the penalised message was an older one.
         if any(isinstance(d, Penalise) for d in decisions):
             return ValidationResult.REJECT
         return ValidationResult.IGNORE

@@ -18,7 +18,7 @@ from p2p.core import (
     RequestFetch,
 )
 from p2p.service import GossipService
-from p2p.transport import NODE_TOPIC, InMemoryNetwork, dataset_topic
+from p2p.transport import NODE_TOPIC, InMemoryNetwork, ValidationResult, dataset_topic
 from p2p.wire import (
     FetchLocations,
     HeadAnnouncement,
@@ -333,5 +333,29 @@ def test_anti_entropy_reply_is_applied_in_slices_that_yield_to_the_loop() -> Non
         assert len(set(turns)) == 3, "other tasks ran between the slices"
         assert all(late.core.accepted(k.dataset_id()) is not None for k in owners)
         await late.stop()
+
+    asyncio.run(run())
+
+
+def test_validator_accepts_only_when_the_message_itself_is_forwarded() -> None:
+    """A malformed message must not ride on the Forward of an older, delayed one."""
+
+    async def run() -> None:
+        now = [T0]
+        core = ProtocolCore(
+            CoreConfig(rate_burst=1, rate_per_s=1), random.Random(1), [DID]  # type: ignore[arg-type]
+        )
+
+        async def fetch(req: RequestFetch) -> bool:
+            return True
+
+        svc = GossipService(core, InMemoryNetwork().add("me"), lambda: now[0], fetch)
+        assert await svc._validate("p", ann(1, "h1")) is ValidationResult.ACCEPT
+        # No token left: the next head waits in the sender's backlog.
+        assert await svc._validate("p", ann(2, "h2")) is ValidationResult.IGNORE
+        now[0] += NS_PER_S  # one token again: the next event drains the backlog (h2 forwarded)
+        verdict = await svc._validate("p", b"\x00not an envelope")
+        assert verdict is ValidationResult.REJECT
+        await settle()
 
     asyncio.run(run())
