@@ -1,6 +1,8 @@
 """Derivative transforms: planning, engine protocol values and commit (no engine import)."""
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from coordinator.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from coordinator.transform.model import (
@@ -68,14 +70,4 @@ _LAZY = {
 }
 
 if not TYPE_CHECKING:  # mypy sees the imports above, and reports unknown names as usual
-
-    def __getattr__(name: str) -> Any:
-        """Import the submodule defining ``name`` on first use (PEP 562)."""
-        import importlib
-
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
+    __getattr__ = lazy_attributes(__name__, _LAZY, globals())
