@@ -23,6 +23,7 @@ import socket
 import sys
 from typing import Any
 
+from p2p import libp2p_unloaded
 from p2p.libp2p_host import Libp2pConfig, Libp2pTransport
 from p2p.libp2p_process import (
     ANSWER_TIMEOUT_S,
@@ -188,6 +189,8 @@ async def _main(fd: int) -> None:
 
 def main() -> None:
     """Entry point: ``python -m p2p.libp2p_child FD``."""
+    # Before anything imports libp2p: its subsystems odf-node never starts stay unloaded.
+    libp2p_unloaded.install()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(

@@ -8,16 +8,19 @@ whose version is above the newest known migration is refused with :class:`StateV
 
 Rules for adding a migration: never edit a released one; append a new one with the next version;
 SQL migrations are a tuple of single statements (not ``executescript``, which would commit the
-open transaction); callable migrations get the :class:`sqlite_utils.Database` and run inside the
-transaction (sqlite-utils nests its own writes as savepoints).
+open transaction); callable migrations get the ``sqlite3.Connection`` and run inside the
+transaction.
+
+Plain ``sqlite3`` here, not sqlite-utils: sqlite-utils imports numpy whenever it is installed,
+about 15 MB of RSS in an idle daemon (issue 15); ``NodeState.db`` still offers a sqlite-utils
+view of the file for inspection and tooling.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-
-from sqlite_utils import Database
 
 from node.state.errors import MigrationError, StateVersionTooNew
 
@@ -28,7 +31,7 @@ class Migration:
 
     version: int
     name: str
-    apply: Sequence[str] | Callable[[Database], None]
+    apply: Sequence[str] | Callable[[sqlite3.Connection], None]
 
 
 # Work item states: pending -> claimed -> done | pending (retry) | failed (gave up).
@@ -131,11 +134,11 @@ _V1: tuple[str, ...] = (
 )
 
 
-def _v2_indexes(db: Database) -> None:
+def _v2_indexes(conn: sqlite3.Connection) -> None:
     """Indexes for the two hot queries: ``claim`` (runnable pending items, oldest first) and
-    ``events(kind=...)``. Written with sqlite-utils to exercise the callable path."""
-    db.table("work").create_index(["state", "not_before_ns", "id"], index_name="work_runnable")
-    db.table("events").create_index(["kind", "id"], index_name="events_kind")
+    ``events(kind=...)``. A callable, so that the callable path is exercised."""
+    conn.execute("CREATE INDEX work_runnable ON work (state, not_before_ns, id)")
+    conn.execute("CREATE INDEX events_kind ON events (kind, id)")
 
 
 # SQLite cannot alter a CHECK constraint: the table is rebuilt with the wider one. An
@@ -187,14 +190,14 @@ MIGRATIONS: tuple[Migration, ...] = (
 LATEST_VERSION: int = MIGRATIONS[-1].version
 
 
-def schema_version(db: Database) -> int:
+def schema_version(conn: sqlite3.Connection) -> int:
     """The schema version stored in the database (``PRAGMA user_version``; 0 when empty)."""
-    row = db.conn.execute("PRAGMA user_version").fetchone()
+    row = conn.execute("PRAGMA user_version").fetchone()
     return int(row[0])
 
 
 def migrate(
-    db: Database,
+    conn: sqlite3.Connection,
     *,
     target: int | None = None,
     migrations: Sequence[Migration] = MIGRATIONS,
@@ -212,10 +215,9 @@ def migrate(
     goal = known if target is None else target
     if goal > known:
         raise ValueError(f"target version {goal} is above the newest migration {known}")
-    current = schema_version(db)
+    current = schema_version(conn)
     if current > known:
         raise StateVersionTooNew(current, known)
-    conn = db.conn
     for migration in migrations:
         if migration.version > goal:
             break
@@ -225,14 +227,14 @@ def migrate(
             continue
         conn.execute("BEGIN IMMEDIATE")
         try:
-            current = schema_version(db)
+            current = schema_version(conn)
             if current > known:
                 raise StateVersionTooNew(current, known)
             if migration.version <= current:
                 conn.execute("COMMIT")
                 continue
             if callable(migration.apply):
-                migration.apply(db)
+                migration.apply(conn)
             else:
                 for statement in migration.apply:
                     conn.execute(statement)
@@ -240,18 +242,18 @@ def migrate(
             conn.execute(f"PRAGMA user_version = {int(migration.version)}")
             conn.execute("COMMIT")
         except StateVersionTooNew:
-            _rollback(db)
+            _rollback(conn)
             raise
         except Exception as exc:
-            _rollback(db)
+            _rollback(conn)
             raise MigrationError(migration.version, migration.name, exc) from exc
-    return schema_version(db)
+    return schema_version(conn)
 
 
-def _rollback(db: Database) -> None:
+def _rollback(conn: sqlite3.Connection) -> None:
     """Roll back the open transaction, if the failure left one open."""
-    if db.conn.in_transaction:
-        db.conn.execute("ROLLBACK")
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
 
 
 def _check_ordered(migrations: Sequence[Migration]) -> None:

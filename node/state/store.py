@@ -25,9 +25,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, cast
-
-from sqlite_utils import Database
+from typing import TYPE_CHECKING, Any, cast
 
 from node.state.errors import InvalidStateValue, InvalidWorkTransition, WorkItemNotFound
 from node.state.migrations import migrate
@@ -46,6 +44,9 @@ from node.state.rows import (
     WorkItem,
     WorkState,
 )
+
+if TYPE_CHECKING:
+    from sqlite_utils import Database
 
 Clock = Callable[[], int]
 
@@ -66,9 +67,8 @@ class NodeState:
         self._conn = conn
         self._clock = clock
         self._batching = False
-        self._db = Database(conn)
         try:
-            migrate(self._db)
+            migrate(conn)
         except BaseException:
             conn.close()
             raise
@@ -101,9 +101,20 @@ class NodeState:
         return cls(conn, clock)
 
     @property
+    def conn(self) -> sqlite3.Connection:
+        """The underlying connection (read-only inspection, tests, tooling; same thread only)."""
+        return self._conn
+
+    @property
     def db(self) -> Database:
-        """The underlying sqlite-utils database (read-only inspection, tests, tooling)."""
-        return self._db
+        """A sqlite-utils view of the same connection (inspection, tests, tooling).
+
+        Imported here, not at module level: sqlite-utils imports numpy, which an idle daemon
+        does not otherwise load.
+        """
+        from sqlite_utils import Database
+
+        return Database(self._conn)
 
     def close(self) -> None:
         """Close the connection (a WAL checkpoint happens on last close)."""

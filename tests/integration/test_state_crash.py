@@ -59,7 +59,7 @@ CHILD = textwrap.dedent(
                     retry = time.time_ns() + backoff_ns(got.attempts, rand=rng.random)
                     s.fail(got.id, "transient", retry)
     else:
-        conn = s.db.conn
+        conn = s.conn
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("UPDATE work SET state = 'done' WHERE id = ?", (item.id,))
         for i in range(60):  # ~6 MB, above the page cache: pages spill into the WAL
@@ -126,7 +126,7 @@ def test_sigkill_while_busy_keeps_db_consistent(tmp_path: Path) -> None:
             again = s.claim(time.time_ns() + 10**12, kinds=["fetch"])
             assert again is not None and again.id == item_id and again.attempts == 2
             s.complete(item_id)
-            assert s.db.conn.execute("SELECT count(*) FROM events").fetchone()[0] > 0
+            assert s.conn.execute("SELECT count(*) FROM events").fetchone()[0] > 0
 
 
 def test_sigkill_inside_open_transaction_loses_only_that_transaction(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ def test_fresh_database_gets_every_table_and_the_latest_version(tmp_path: Path) 
     state = NodeState.open(tmp_path / "state.db", clock)
     try:
         assert LATEST_VERSION == len(MIGRATIONS) >= 2
-        assert schema_version(state.db) == LATEST_VERSION
+        assert schema_version(state.conn) == LATEST_VERSION
         assert set(state.db.table_names()) >= TABLES
         assert "work_runnable" in _indexes(state.db, "work")
         assert "events_kind" in _indexes(state.db, "events")
@@ -56,7 +56,7 @@ def test_fresh_database_gets_every_table_and_the_latest_version(tmp_path: Path) 
         state.close()
     # Reopening is a no-op: same version, nothing re-applied (re-running v1 would fail).
     again = NodeState.open(tmp_path / "state.db", clock)
-    assert schema_version(again.db) == LATEST_VERSION
+    assert schema_version(again.conn) == LATEST_VERSION
     again.close()
 
 
@@ -64,7 +64,7 @@ def test_v1_database_with_rows_upgrades_without_losing_them(tmp_path: Path) -> N
     path = tmp_path / "state.db"
     conn = sqlite3.connect(str(path), isolation_level=None)
     db = Database(conn)
-    assert migrate(db, target=1) == 1
+    assert migrate(db.conn, target=1) == 1
     assert "work_runnable" not in _indexes(db, "work")
     conn.execute(
         "INSERT INTO subscriptions VALUES (?, 'alias', NULL, 1, 1)",
@@ -85,7 +85,7 @@ def test_v1_database_with_rows_upgrades_without_losing_them(tmp_path: Path) -> N
 
     state = NodeState.open(path, clock)
     try:
-        assert schema_version(state.db) == LATEST_VERSION
+        assert schema_version(state.conn) == LATEST_VERSION
         assert "work_runnable" in _indexes(state.db, "work")
         sub = state.subscription(DID)
         assert sub is not None and sub.alias == "alias"
@@ -125,18 +125,18 @@ def test_newer_database_is_refused_and_left_untouched(tmp_path: Path) -> None:
 
 
 def test_failing_migration_rolls_back_entirely(tmp_path: Path) -> None:
-    def broken(db: Database) -> None:
-        db.execute("CREATE TABLE half_done (x INTEGER)")
-        db.execute("INSERT INTO half_done VALUES (1)")
+    def broken(conn: sqlite3.Connection) -> None:
+        conn.execute("CREATE TABLE half_done (x INTEGER)")
+        conn.execute("INSERT INTO half_done VALUES (1)")
         raise RuntimeError("disk says no")
 
     migrations = (MIGRATIONS[0], Migration(2, "broken", broken))
     conn = sqlite3.connect(str(tmp_path / "state.db"), isolation_level=None)
     db = Database(conn)
     with pytest.raises(MigrationError) as info:
-        migrate(db, migrations=migrations)
+        migrate(db.conn, migrations=migrations)
     assert info.value.version == 2
-    assert schema_version(db) == 1
+    assert schema_version(db.conn) == 1
     assert "half_done" not in db.table_names()
     assert not conn.in_transaction
     conn.close()
@@ -149,8 +149,8 @@ def test_sql_migration_failure_rolls_back_its_earlier_statements(tmp_path: Path)
     )
     db = Database(sqlite3.connect(str(tmp_path / "state.db"), isolation_level=None))
     with pytest.raises(MigrationError):
-        migrate(db, migrations=migrations)
-    assert schema_version(db) == 1
+        migrate(db.conn, migrations=migrations)
+    assert schema_version(db.conn) == 1
     assert "extra" not in db.table_names()
     db.close()
 
@@ -158,17 +158,17 @@ def test_sql_migration_failure_rolls_back_its_earlier_statements(tmp_path: Path)
 def test_migration_list_must_be_numbered_without_gaps(tmp_path: Path) -> None:
     db = Database(sqlite3.connect(str(tmp_path / "state.db"), isolation_level=None))
     with pytest.raises(ValueError, match=r"1\.\.n"):
-        migrate(db, migrations=(MIGRATIONS[0], Migration(3, "gap", ())))
+        migrate(db.conn, migrations=(MIGRATIONS[0], Migration(3, "gap", ())))
     with pytest.raises(ValueError, match="above the newest"):
-        migrate(db, target=LATEST_VERSION + 1)
-    assert schema_version(db) == 0
+        migrate(db.conn, target=LATEST_VERSION + 1)
+    assert schema_version(db.conn) == 0
     db.close()
 
 
 def test_v3_keeps_verifications_and_accepts_unverifiable(tmp_path: Path) -> None:
     db_path = tmp_path / "state.db"
     old = Database(sqlite3.connect(db_path, isolation_level=None))
-    migrate(old, target=2)
+    migrate(old.conn, target=2)
     old.conn.execute(
         "INSERT INTO verifications VALUES ('did:odf:fed01aa', 'f1620bb', 'verified', '', 1.5, 7)"
     )
@@ -177,7 +177,7 @@ def test_v3_keeps_verifications_and_accepts_unverifiable(tmp_path: Path) -> None
             "INSERT INTO verifications VALUES ('did:odf:fed01aa', 'f1620cc', 'unverifiable', "
             "'', 0, 8)"
         )
-    assert migrate(old) == LATEST_VERSION >= 3
+    assert migrate(old.conn) == LATEST_VERSION >= 3
     rows = old.conn.execute("SELECT did, head, outcome FROM verifications").fetchall()
     assert rows == [("did:odf:fed01aa", "f1620bb", "verified")]
     old.conn.execute(

@@ -57,7 +57,7 @@ def state(tmp_path: Path, clock: FakeClock) -> Iterator[NodeState]:
 
 
 def test_connection_settings(state: NodeState) -> None:
-    conn = state.db.conn
+    conn = state.conn
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
@@ -86,12 +86,12 @@ def test_second_connection_sees_committed_writes(tmp_path: Path, clock: FakeCloc
     with NodeState.open(path, clock) as daemon:
         daemon.enqueue("fetch", A, H1, {})
         # Opening an up-to-date DB takes no write lock, even while another writer holds one.
-        daemon.db.conn.execute("BEGIN IMMEDIATE")
+        daemon.conn.execute("BEGIN IMMEDIATE")
         try:
             with NodeState.open(path, clock) as reader:
                 assert reader.pending_count() == 1
         finally:
-            daemon.db.conn.execute("ROLLBACK")
+            daemon.conn.execute("ROLLBACK")
 
 
 def test_data_survives_reopen(tmp_path: Path, clock: FakeClock) -> None:
@@ -425,7 +425,7 @@ def test_failed_transaction_rolls_back(state: NodeState) -> None:
         c.execute("INSERT INTO events (ts_ns, kind, did, data) VALUES (1, 'x', NULL, '{}')")
         c.execute("INSERT INTO work (kind) VALUES ('broken')")  # NOT NULL violations
     assert state.events() == []
-    assert not state.db.conn.in_transaction
+    assert not state.conn.in_transaction
     assert state.pending_count() == 1
 
 
