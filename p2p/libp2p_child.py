@@ -87,6 +87,8 @@ class _Relay:
                 value = await t.request(args[0], args[1], args[2], args[3])
             elif name == "subscribe":
                 await self.subscribe(args[0])
+            elif name == "join":
+                await t.join(args[0])
             elif name == "set_validator":
                 self.set_validator(args[0])
             elif name == "set_request_handler":

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from p2p.errors import InvalidPeerAddress
+from p2p.limits import MAX_MESSAGE_SIZE
 from p2p.netguard import assert_loopback_multiaddr, assert_loopback_only
 from p2p.transport import (
     GossipMessage,
@@ -34,7 +35,6 @@ from p2p.transport import (
     ValidationResult,
     Validator,
 )
-from p2p.wire import MAX_MESSAGE_SIZE
 
 T = TypeVar("T")
 _LEN = struct.Struct(">I")
@@ -369,30 +369,16 @@ class Libp2pTransport:
 
     def subscribe(self, topic: str) -> AsyncIterator[GossipMessage]:
         """Join ``topic``; messages are pumped from trio into an asyncio queue."""
+        if topic in self._joins and topic not in self._queues:
+            raise TransportError(f"{topic} is joined without delivery; it cannot be subscribed")
         queue = self._queues.setdefault(topic, asyncio.Queue(10_000))
         loop = self._loop
         assert loop is not None
 
-        async def sub() -> None:
-            import trio
+        def deliver(gm: GossipMessage) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, gm)
 
-            # Joins are serialised and paced: py-libp2p 0.8.1 drops subscription announcements
-            # sent in a burst (measured: 1,000 joins at once -> the peer learned 2 topics;
-            # 20 ms apart -> all 1,000).
-            async with self._join_lock:
-                subscription = await self._pubsub.subscribe(topic)
-                await trio.sleep(self.config.join_interval_s)
-
-            async def pump() -> None:
-                while True:
-                    m = await subscription.get()
-                    source = _peer_str(m.from_id)
-                    gm = GossipMessage(topic, bytes(m.data), source)
-                    loop.call_soon_threadsafe(queue.put_nowait, gm)
-
-            self._nursery.start_soon(pump)
-
-        joined = self._run_in_trio(sub)
+        joined = self._run_in_trio(lambda: self._join_in_trio(topic, deliver))
         self._joins[topic] = joined
 
         async def iterate() -> AsyncIterator[GossipMessage]:
@@ -401,6 +387,40 @@ class Libp2pTransport:
                 yield await queue.get()
 
         return iterate()
+
+    async def join(self, topic: str) -> None:
+        """Join ``topic`` without delivery (see :meth:`GossipTransport.join`)."""
+        if topic in self._queues:
+            raise TransportError(f"{topic} is subscribed; it cannot also be joined")
+        joined = self._joins.get(topic)
+        if joined is None:
+            joined = self._joins[topic] = self._run_in_trio(lambda: self._join_in_trio(topic, None))
+        await asyncio.shield(joined)
+
+    async def _join_in_trio(
+        self, topic: str, deliver: Callable[[GossipMessage], None] | None
+    ) -> None:
+        """On the trio thread: join ``topic`` and drain its subscription into ``deliver``.
+
+        py-libp2p hands each subscribed topic's messages to a bounded channel and drops (with a
+        warning) what does not fit, so the channel is drained even when nothing is delivered.
+        """
+        import trio
+
+        # Joins are serialised and paced: py-libp2p 0.8.1 drops subscription announcements
+        # sent in a burst (measured: 1,000 joins at once -> the peer learned 2 topics;
+        # 20 ms apart -> all 1,000).
+        async with self._join_lock:
+            subscription = await self._pubsub.subscribe(topic)
+            await trio.sleep(self.config.join_interval_s)
+
+        async def pump() -> None:
+            while True:
+                m = await subscription.get()
+                if deliver is not None:
+                    deliver(GossipMessage(topic, bytes(m.data), _peer_str(m.from_id)))
+
+        self._nursery.start_soon(pump)
 
     async def wait_joined(self, topic: str) -> None:
         """Return once :meth:`subscribe` has joined ``topic`` (raises what the join raised)."""

@@ -11,7 +11,7 @@ Frames are ``u32 length || marshal(tuple)``; both ends run the same code, and ma
 only plain values (str, bytes, int, float, bool, None, tuples, lists, dicts). The parent sends
 
 * ``("start", config)`` once, then ``("call", id, name, args)`` for connect, publish, topic_peers,
-  request, subscribe, set_validator and set_request_handler;
+  request, subscribe, join, set_validator and set_request_handler;
 * ``("verdict", id, value)`` and ``("response", id, ok, payload)`` answering the child;
 
 and the child sends ``("ready", peer_id, addrs)``, ``("result", id, ok, value)``,
@@ -44,6 +44,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from p2p.errors import InvalidPeerAddress, NetworkNotIsolated
+from p2p.limits import MAX_MESSAGE_SIZE
 from p2p.netguard import assert_loopback_multiaddr, assert_loopback_only
 from p2p.transport import (
     GossipMessage,
@@ -52,7 +53,6 @@ from p2p.transport import (
     ValidationResult,
     Validator,
 )
-from p2p.wire import MAX_MESSAGE_SIZE
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +130,8 @@ class Libp2pProcessTransport:
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._queues: dict[str, asyncio.Queue[GossipMessage]] = {}
         self._joined: dict[str, asyncio.Future[None]] = {}
+        # Topics joined without delivery (``join``): no queue and no ``msg`` frames for them.
+        self._joined_only: dict[str, asyncio.Future[Any]] = {}
         self._validators: dict[str, Validator] = {}
         self._handlers: dict[str, RequestHandler] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -198,6 +200,8 @@ class Libp2pProcessTransport:
             self._send(("call", next(self._ids), "set_validator", (topic,)))
         for topic in self._queues:
             self._send(("call", next(self._ids), "subscribe", (topic,)))
+        for topic in self._joined_only:
+            self._send(("call", next(self._ids), "join", (topic,)))
 
     async def stop(self) -> None:
         """Stop the child (it closes its host first) and wait for it."""
@@ -367,6 +371,8 @@ class Libp2pProcessTransport:
 
     def subscribe(self, topic: str) -> AsyncIterator[GossipMessage]:
         """Join ``topic``; the child pumps its messages into this side's queue."""
+        if topic in self._joined_only:
+            raise TransportError(f"{topic} is joined without delivery; it cannot be subscribed")
         queue = self._queues.setdefault(topic, asyncio.Queue(10_000))
         joined = self._joined.get(topic)
         if joined is None:
@@ -378,6 +384,16 @@ class Libp2pProcessTransport:
                 yield await queue.get()
 
         return iterate()
+
+    async def join(self, topic: str) -> None:
+        """Join ``topic`` in the child without delivery: no ``msg`` frames, no queue."""
+        if topic in self._queues:
+            raise TransportError(f"{topic} is subscribed; it cannot also be joined")
+        joined = self._joined_only.get(topic)
+        if joined is None or (joined.done() and joined.exception() is not None):
+            # Recorded before the call: a child that dies first is given it on its restart.
+            joined = self._joined_only[topic] = asyncio.ensure_future(self._call("join", topic))
+        await asyncio.shield(joined)
 
     def set_validator(self, topic: str, validator: Validator) -> None:
         """Install an async validator (run in this process) for ``topic``."""

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable
 
 from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
@@ -51,7 +52,6 @@ from p2p.executor import DecisionEffects, NullEffects, execute
 from p2p.transport import (
     HEADS_PROTOCOL,
     NODE_TOPIC,
-    GossipMessage,
     GossipTransport,
     TransportError,
     ValidationResult,
@@ -78,6 +78,8 @@ cancelled fetch must leave the store as it was (or, once it has committed, finis
 
 _AE_SLICE = 32
 """Anti-entropy reply entries the core checks per turn of the event loop."""
+
+log = logging.getLogger(__name__)
 
 
 class GossipService:
@@ -151,7 +153,7 @@ class GossipService:
         for topic in self.topics():
             self._joined.add(topic)
             self.transport.set_validator(topic, self._validate)
-            self._spawn(self._drain(self.transport.subscribe(topic)))
+            self._spawn(self._join(topic))
         self._spawn(self._tick_loop())
 
     async def stop(self) -> None:
@@ -170,7 +172,7 @@ class GossipService:
         if topic not in self._joined:
             self._joined.add(topic)
             self.transport.set_validator(topic, self._validate)
-            self._spawn(self._drain(self.transport.subscribe(topic)))
+            self._spawn(self._join(topic))
         if not known:
             # Batched: following many datasets at once (an operator subscribing 1,000) asks each
             # peer once per batch, not once per dataset.
@@ -339,10 +341,13 @@ class GossipService:
             return ValidationResult.REJECT
         return ValidationResult.IGNORE
 
-    async def _drain(self, messages: AsyncIterator[GossipMessage]) -> None:
-        # Messages were fully handled by the validator; the subscription only has to be drained.
-        async for _ in messages:
-            pass
+    async def _join(self, topic: str) -> None:
+        # Joined without delivery: the validator (``_validate``) is where every message of the
+        # topic is handled, so nothing has to be queued or drained per topic.
+        try:
+            await self.transport.join(topic)
+        except TransportError as e:
+            log.warning("joining %s failed: %s", topic, e)
 
     def tick(self) -> None:
         """One timer tick now (the tick loop calls it; tests call it on a virtual clock)."""

@@ -32,6 +32,7 @@ from coordinator.errors import InvalidDatasetId, InvalidMultihash, SignatureErro
 from coordinator.identity import DatasetId, PrivateKey, verify_signature
 from coordinator.multiformats import Multicodec, Multihash
 from p2p.errors import InvalidEquivocationProof, WireDecodeError, WireEncodeError
+from p2p.limits import MAX_MESSAGE_SIZE
 
 MAGIC: Final = b"ODFP"
 WIRE_VERSION: Final = 1
@@ -40,8 +41,6 @@ SIGNATURE_LEN: Final = 64
 NONCE_LEN: Final = 16
 DID_LEN: Final = 34
 
-MAX_MESSAGE_SIZE: Final = 4096
-"""Hard cap on any envelope, including an EquivocationProof."""
 MAX_SIGNED_SIZE: Final = 2000
 """Hard cap on a signed envelope, so that a proof holding two of them fits ``MAX_MESSAGE_SIZE``."""
 MAX_LOCATIONS: Final = 4

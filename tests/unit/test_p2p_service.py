@@ -82,6 +82,7 @@ class Cluster:
     async def start(self) -> None:
         for s in self.services.values():
             await s.start()
+        await settle()  # the services join their topics in tasks of their own
 
     async def stop(self) -> None:
         for s in self.services.values():
@@ -343,7 +344,9 @@ def test_validator_accepts_only_when_the_message_itself_is_forwarded() -> None:
     async def run() -> None:
         now = [T0]
         core = ProtocolCore(
-            CoreConfig(rate_burst=1, rate_per_s=1), random.Random(1), [DID]  # type: ignore[arg-type]
+            CoreConfig(rate_burst=1, rate_per_s=1),
+            random.Random(1),
+            [DID],  # type: ignore[arg-type]
         )
 
         async def fetch(req: RequestFetch) -> bool:
@@ -359,3 +362,28 @@ def test_validator_accepts_only_when_the_message_itself_is_forwarded() -> None:
         await settle()
 
     asyncio.run(run())
+
+
+def test_in_memory_join_validates_and_forwards_but_delivers_nothing() -> None:
+    async def main() -> None:
+        net = InMemoryNetwork()
+        a, b, c = net.add("a"), net.add("b"), net.add("c")
+        net.link("a", "b")
+        net.link("b", "c")  # a line: a -> b -> c
+        seen: list[bytes] = []
+
+        async def validate(peer: str, data: bytes) -> ValidationResult:
+            seen.append(data)
+            return ValidationResult.REJECT if data == b"bad" else ValidationResult.ACCEPT
+
+        b.set_validator("t", validate)
+        await b.join("t")
+        at_c = c.subscribe("t")
+        await a.publish("t", b"bad")
+        await a.publish("t", b"good")
+        got = await asyncio.wait_for(at_c.__anext__(), 1)
+        assert got.data == b"good" and got.source == "b"
+        assert seen == [b"bad", b"good"]
+        assert "t" not in b._queues  # joined: nothing queued for delivery
+
+    asyncio.run(main())
