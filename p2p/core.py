@@ -46,8 +46,8 @@ from coordinator.errors import SignatureError
 from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
 from p2p.errors import InvalidEquivocationProof, WireDecodeError
+from p2p.limits import MAX_MESSAGE_SIZE
 from p2p.wire import (
-    MAX_MESSAGE_SIZE,
     EquivocationProof,
     FetchLocations,
     HeadAnnouncement,

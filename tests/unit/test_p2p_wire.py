@@ -13,8 +13,8 @@ from coordinator.identity import generate_private_key
 from coordinator.multiformats import Multicodec, Multihash
 from p2p import vectors
 from p2p.errors import InvalidEquivocationProof, WireDecodeError, WireEncodeError
+from p2p.limits import MAX_MESSAGE_SIZE
 from p2p.wire import (
-    MAX_MESSAGE_SIZE,
     MAX_SIGNED_SIZE,
     Attestation,
     Checks,
