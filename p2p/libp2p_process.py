@@ -131,7 +131,7 @@ class Libp2pProcessTransport:
         self._queues: dict[str, asyncio.Queue[GossipMessage]] = {}
         self._joined: dict[str, asyncio.Future[None]] = {}
         # Topics joined without delivery (``join``): no queue and no ``msg`` frames for them.
-        self._joined_only: dict[str, asyncio.Future[Any]] = {}
+        self._joined_only: set[str] = set()
         self._validators: dict[str, Validator] = {}
         self._handlers: dict[str, RequestHandler] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -389,11 +389,10 @@ class Libp2pProcessTransport:
         """Join ``topic`` in the child without delivery: no ``msg`` frames, no queue."""
         if topic in self._queues:
             raise TransportError(f"{topic} is subscribed; it cannot also be joined")
-        joined = self._joined_only.get(topic)
-        if joined is None or (joined.done() and joined.exception() is not None):
-            # Recorded before the call: a child that dies first is given it on its restart.
-            joined = self._joined_only[topic] = asyncio.ensure_future(self._call("join", topic))
-        await asyncio.shield(joined)
+        # Recorded before the call: a child that dies first is given it on its restart. Only
+        # the name is kept (no future per topic); joining again is cheap and changes nothing.
+        self._joined_only.add(topic)
+        await self._call("join", topic)
 
     def set_validator(self, topic: str, validator: Validator) -> None:
         """Install an async validator (run in this process) for ``topic``."""

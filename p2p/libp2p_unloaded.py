@@ -3,10 +3,11 @@
 ``import libp2p`` loads every subsystem at module level, whether a host uses it or not: mDNS
 discovery (``zeroconf``), UPnP port mapping (``miniupnpc``), the AutoTLS ACME client (``httpx``,
 ``requests`` and, through them, ``click``, ``rich`` and ``pygments``), the OSO observability
-providers (``requests``) and libp2p's own Prometheus metrics (``prometheus_client``). odf-node
-starts its host with all of them off (``p2p/libp2p_host.py``: no mDNS, no UPnP, no AutoTLS, no
-metrics; the network-safety rules forbid the first two), yet loading them costs the gossip
-process about 18 MB of RSS, an eighth of the node's idle budget (issue 15: 150 MB).
+providers (``requests``), libp2p's own Prometheus metrics (``prometheus_client``) and the
+Kademlia DHT (``libp2p.kad_dht``, with bitswap and records behind it). odf-node starts its host
+with all of them off (``p2p/libp2p_host.py``: no mDNS, no UPnP, no AutoTLS, no metrics, no DHT;
+the network-safety rules forbid mDNS, port mapping and routing), yet loading them costs the
+gossip process about 21 MB of RSS, a seventh of the node's idle budget (issue 15: 150 MB).
 
 :func:`install` puts a finder first on ``sys.meta_path`` that answers for exactly the packages
 in :data:`UNLOADED` with a placeholder module. libp2p's module-level ``from zeroconf import
@@ -38,6 +39,9 @@ UNLOADED: dict[str, str] = {
     "httpx": "the AutoTLS ACME client (enable_autotls=False)",
     "requests": "the AutoTLS ACME client and OSO observability providers (both off)",
     "prometheus_client": "libp2p's own Prometheus metrics (enable_metrics=False)",
+    # A subpackage: the circuit-relay transport imports it, and basic_host imports the relay
+    # package for a helper, but neither runs a DHT unless asked; no routing is the rule here.
+    "libp2p.kad_dht": "the Kademlia DHT (no routing: odf-node never starts one)",
 }
 
 
@@ -45,10 +49,10 @@ class Libp2pSubsystemUnloaded(P2PError):
     """Code in the gossip process tried to use a py-libp2p subsystem odf-node does not load."""
 
     def __init__(self, module: str, name: str) -> None:
-        top = module.split(".", 1)[0]
+        package = next((p for p in UNLOADED if module == p or module.startswith(p + ".")), module)
         super().__init__(
-            f"{module}.{name} is not loaded in odf-node's gossip process: {top} is only used by "
-            f"{UNLOADED.get(top, 'a subsystem odf-node does not run')}"
+            f"{module}.{name} is not loaded in odf-node's gossip process: {package} is only "
+            f"used by {UNLOADED.get(package, 'a subsystem odf-node does not run')}"
         )
         self.module = module
         self.name = name
@@ -99,7 +103,7 @@ class UnloadedFinder(importlib.abc.MetaPathFinder):
     def find_spec(
         self, fullname: str, path: Any = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname.split(".", 1)[0] not in UNLOADED:
+        if not any(fullname == name or fullname.startswith(name + ".") for name in UNLOADED):
             return None
         return importlib.machinery.ModuleSpec(fullname, _PlaceholderLoader(), is_package=True)
 
