@@ -142,13 +142,10 @@ def run(
     Protocol, /metrics) all run in this one process. The RPC address and token are written to
     <home>/rpc.cookie (mode 0600) for the CLI.
     """
-    import shutil
+    import subprocess
     import tempfile
 
     from node.config import ConfigError
-    from node.daemon.daemon import Daemon, install_signal_handlers
-    from node.daemon.lock import HomeLocked
-    from node.daemon.logs import setup_logging
 
     tmp: Path | None = None
     if ephemeral and home is None:
@@ -172,26 +169,29 @@ def run(
     put("node", "log_format", log_format)
     h = _home(home)
     try:
-        cfg = h.config(overrides)
+        h.config(overrides)  # a bad option or config file fails here, before the exec
     except ConfigError as e:
         _fail(str(e))
-    setup_logging(cfg.node.log_level, cfg.node.log_format)
-    daemon = Daemon(h, cfg, ephemeral=ephemeral)
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        install_signal_handlers(stop)
-        await daemon.run(stop)
-
-    try:
-        asyncio.run(main())
-    except (HomeLocked, ConfigError) as e:
-        _fail(str(e))
-    except OdfNodeError as e:
-        _fail(f"the node could not start: {e}")
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+    # The daemon runs as ``python -m node.daemon`` in this same process (exec: same PID, stdio
+    # and environment), without the CLI toolkit loaded (node/daemon/__main__.py).
+    argv = [
+        sys.executable,
+        # -X, -W, -O ... as this run was given (what multiprocessing uses for its children too)
+        *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
+        "-m",
+        "node.daemon",
+        "--home",
+        str(h.path),
+        "--overrides",
+        json.dumps(overrides),
+    ]
+    if ephemeral:
+        argv.append("--ephemeral")
+    if tmp is not None:
+        argv.append("--remove-home-on-exit")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, argv)
 
 
 def _use_cases(h: NodeHome, master: str = "local[*]", memory_limit: int = 0) -> Any:

@@ -15,9 +15,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# The daemon's start-up modules: the CLI, the composition root and what it starts lazily.
+# The daemon's start-up modules: its entry (``odf-node run`` parses its options, then execs
+# ``python -m node.daemon``), the composition root and what it starts lazily.
 DAEMON_MODULES = (
-    "node.cli",
+    "node.daemon.__main__",
     "node.daemon.daemon",
     "node.daemon.api",
     "node.daemon.rpc_api",
@@ -31,13 +32,15 @@ DAEMON_MODULES = (
 # numpy: the node state uses plain sqlite3 (sqlite-utils would import numpy) and the core loads
 # the flatbuffers runtime without its optional numpy support (coordinator/flatbuffers_runtime.py).
 HEAVY = ("pyarrow", "pyspark", "datafusion", "grpc", "pandas", "numpy", "sqlite_utils")
+# The CLI toolkit stays in the short-lived ``odf-node run`` process that execs the daemon.
+CLI_TOOLKIT = ("typer", "click", "rich")
 
 
 def _loaded(modules: tuple[str, ...]) -> list[str]:
     code = (
         "import importlib, json, sys\n"
         f"for m in {list(modules)!r}: importlib.import_module(m)\n"
-        f"print(json.dumps(sorted(m for m in {list(HEAVY)!r} if m in sys.modules)))\n"
+        f"print(json.dumps(sorted(m for m in {list(HEAVY + CLI_TOOLKIT)!r} if m in sys.modules)))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
@@ -52,6 +55,7 @@ def test_idle_daemon_imports_no_heavy_library() -> None:
 def test_the_check_sees_a_heavy_import() -> None:
     # The same probe does report them once a work-path module is imported.
     assert _loaded(("coordinator.ingest.push",)) == ["numpy", "pyarrow"]
+    assert _loaded(("node.cli",)) == ["rich", "typer"]
 
 
 def test_flatbuffers_runtime_without_numpy_writes_the_same_bytes() -> None:
