@@ -236,7 +236,8 @@ def main() -> None:
     p.add_argument("--datasets", type=int, default=1000)
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--prepared", help="directory keeping the prepared node home between runs")
-    p.add_argument("--settle", type=float, default=15.0, help="seconds idle before reading RSS")
+    # Joins are paced 20 ms apart (docs/libp2p.md): 1,000 topics take about 20 s to join.
+    p.add_argument("--settle", type=float, default=45.0, help="seconds idle before reading RSS")
     args = p.parse_args()
     if os.environ.get("ODF_BENCH_IN_NETNS") != "1":
         cmd = "ip link set lo up && exec " + " ".join([sys.executable, *sys.argv])
