@@ -1214,6 +1214,9 @@ def kamu_parquet_schema(path: str | os.PathLike[str]) -> pa.Schema:
     Differs from pyarrow's view in details that change the hash: e.g. arrow-rs keeps Parquet's
     units (``timestamp[ms]`` for data written as seconds), turns ``date32`` hinted as ``date64``
     into ``date64``, and honours the embedded ``ARROW:schema`` timezone only for equal units.
+    A top-level field is nullable as its Parquet repetition says (``REQUIRED`` -> NOT NULL), as
+    arrow-rs reads it (the hint gives types, not nullability): kamu records this schema in a
+    derivative's ``SetDataSchema``. The logical hash ignores nullability.
     """
     pf = pq.ParquetFile(path)
     return _kamu_schema(pf)
@@ -1227,7 +1230,9 @@ def _kamu_schema(pf: Any) -> pa.Schema:
     fields = []
     for i, field in enumerate(cpp):
         field_hint = hint.field(i).type if same_shape and hint is not None else None
-        fields.append(pa.field(field.name, _rs_type(field.type, field_hint, leaves)))
+        fields.append(
+            pa.field(field.name, _rs_type(field.type, field_hint, leaves), field.nullable)
+        )
     return pa.schema(fields)
 
 

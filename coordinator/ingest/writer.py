@@ -1,14 +1,23 @@
 """Write a data slice as kamu does: system columns, offsets, Parquet part, hashes, ``AddData``.
 
-Output layout (kamu-cli ``DataWriterDataFusion::with_system_columns``; nullability as in the
-files kamu v0.160-v0.180 write and assert in ``test_writer.rs``, where the ``SetDataSchema``
-and file schemas agree)::
+Output layout (kamu-cli ``DataWriterDataFusion::with_system_columns``; nullability as kamu
+writes it since v0.252.3 and asserts in ``test_writer.rs``, where the ``SetDataSchema`` and
+file schemas agree)::
 
-    offset       int64                   nullable   (row_number + prevOffset, kamu casts to Int64)
+    offset       int64                   NOT NULL   (row_number + prevOffset, kamu casts to Int64)
     op           int32                   NOT NULL   (RFC-015 operation type)
     system_time  timestamp[ms, tz=UTC]   NOT NULL   (ingest time, same in every row)
-    event_time   timestamp[ms, tz=UTC]   nullable   (or date32 if the data's event time is a DATE)
+    event_time   timestamp[ms, tz=UTC]   NOT NULL   (or date32 if the data's event time is a DATE)
     <data columns, in read order, as declared (top-level timestamps in ms/UTC)>
+
+kamu v0.160-v0.197 wrote ``offset`` and ``event_time`` as nullable (its DataFusion typed
+``row_number()`` and ``coalesce`` as nullable); by v0.252.2 ``offset`` was NOT NULL, and from
+v0.252.3 (kamu-cli c7a15a1a9, "Improve nullability handling") ``event_time``, always filled
+(``coalesce`` with the fallback event time). The logical hash ignores nullability, so hashes
+are the same either way; the schema matters to what a DataFusion derivative of the dataset
+declares (its query passes the input's nullability through: kamu's ``test_engine_transform.rs``
+expects ``REQUIRED`` ``event_time`` and data columns). An existing dataset whose
+``SetDataSchema`` says nullable accepts the NOT NULL slices (nullability is not compared).
 
 Column names follow the dataset's ``SetVocab``. A missing event time is filled with the
 fallback "source event time" (kamu: the ingest's system time for push sources). Offsets are
@@ -135,7 +144,7 @@ def staged_schema(new: pa.Schema, vocab: Vocab) -> pa.Schema:
         [
             pa.field(vocab.operation_type_column, OP_TYPE, nullable=False),
             pa.field(vocab.system_time_column, MS_UTC, nullable=False),
-            pa.field(vocab.event_time_column, et.type, nullable=True),
+            pa.field(vocab.event_time_column, et.type, nullable=False),
             *data,
         ]
     )
@@ -144,7 +153,7 @@ def staged_schema(new: pa.Schema, vocab: Vocab) -> pa.Schema:
 def output_schema(new: pa.Schema, vocab: Vocab) -> pa.Schema:
     """The slice schema (and ``SetDataSchema``) for merge input schema ``new``."""
     return pa.schema(
-        [pa.field(vocab.offset_column, pa.int64(), nullable=True), *staged_schema(new, vocab)]
+        [pa.field(vocab.offset_column, pa.int64(), nullable=False), *staged_schema(new, vocab)]
     )
 
 

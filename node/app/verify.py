@@ -197,10 +197,26 @@ class VerifyPipeline:
             item.did, head.to_multibase(), outcome, detail[:2000], seconds
         )
         replayed = report.replay.blocks_replayed if report.replay is not None else 0
+        # Per replayed block, the engine and release that reproduced it (the chain does not
+        # record a DataFusion release, so this is the node's finding, kept with the outcome).
+        engines = [
+            {
+                "block": b.block_hash.to_multibase(),
+                "sequence_number": b.sequence_number,
+                "engine": b.engine,
+                "version": b.version,
+            }
+            for b in (report.replay.block_engines if report.replay is not None else ())
+        ]
         await self._state.log_event(
             "verify." + outcome,
             item.did,
-            {"head": head.to_multibase(), "seconds": seconds, "blocks_replayed": replayed},
+            {
+                "head": head.to_multibase(),
+                "seconds": seconds,
+                "blocks_replayed": replayed,
+                "engines": engines,
+            },
         )
         self._events.publish(
             "verify.finished", {"did": item.did, "head": head.to_multibase(), "outcome": outcome}

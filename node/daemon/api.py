@@ -246,6 +246,7 @@ class NodeApi:
                 "signer": a.signer,
                 "own": a.own,
                 "at_ns": a.received_ns,
+                **_attested_engine(a.envelope),
             }
             for a in await self.app.state.attestations(did=did, head=head, limit=limit)
         ]
@@ -421,3 +422,18 @@ METHODS: tuple[MethodSpec, ...] = (
 )
 
 __all__ = ["METHODS", "InvalidArgument", "MethodSpec", "NodeApi", "Param"]
+
+
+def _attested_engine(envelope: bytes) -> dict[str, str]:
+    """The engine name and version an attestation signs (what reproduced the head)."""
+    from p2p.errors import WireDecodeError
+    from p2p.wire import Attestation, SignedMessage, decode_unverified
+
+    try:
+        signed = decode_unverified(envelope)
+    except WireDecodeError:  # stored envelopes were decoded and verified on receipt
+        return {}
+    msg = signed.message if isinstance(signed, SignedMessage) else None
+    if not isinstance(msg, Attestation):
+        return {}
+    return {"engine": msg.engine_name, "engine_version": msg.engine_version}

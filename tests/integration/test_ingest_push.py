@@ -112,10 +112,10 @@ def kamu_schema(*data: pa.Field, event_time: pa.DataType = MS_UTC) -> pa.Schema:
     """What kamu's writer produces (see writer.py's module docstring)."""
     return pa.schema(
         [
-            pa.field("offset", pa.int64(), nullable=True),
+            pa.field("offset", pa.int64(), nullable=False),
             pa.field("op", pa.int32(), nullable=False),
             pa.field("system_time", MS_UTC, nullable=False),
-            pa.field("event_time", event_time, nullable=True),
+            pa.field("event_time", event_time, nullable=False),
             *data,
         ]
     )
@@ -154,7 +154,7 @@ def test_append_csv_writes_kamus_slice(tmp_path: Path) -> None:
     expected = kamu_schema(pa.field("city", pa.string()), pa.field("population", pa.int64()))
     assert pq.read_schema(path).remove_metadata() == expected
     pf = pq.ParquetFile(path)
-    assert [pf.schema.column(i).max_definition_level for i in range(6)] == [1, 0, 0, 1, 1, 1]
+    assert [pf.schema.column(i).max_definition_level for i in range(6)] == [0, 0, 0, 0, 1, 1]
     assert pf.metadata.row_group(0).column(0).compression == "SNAPPY"
 
     # Rows sorted by event time, offsets from 0, one system time.

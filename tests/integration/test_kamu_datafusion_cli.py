@@ -1,8 +1,9 @@
 """kamu-cli's DataFusion transform test (``test_engine_transform.rs`` at kamu-cli f955323,
 ``test_transform_with_engine_datafusion``) through the odf-node CLI, as real processes.
 
-kamu's case: a root dataset ``root`` (CSV ``city STRING, population INT``, Snapshot merge on
-``city``) and a derivative ``deriv`` with ``engine: datafusion`` and
+kamu's case: a root dataset ``root`` (CSV ``city STRING, population INT``, both required:
+kamu's ``DataField::string``/``i32`` without ``.optional()``, here DDL ``NOT NULL``; Snapshot
+merge on ``city``) and a derivative ``deriv`` with ``engine: datafusion`` and
 ``SELECT op, event_time, city, cast(population * 10 as int) as population_x10 FROM root``
 (kamu's exact query: the cast makes ``population_x10`` INT32, as kamu expects; without it
 DataFusion types ``Int32 * 10`` as Int64).
@@ -10,7 +11,10 @@ DataFusion types ``Int32 * 10`` as Int64).
 * round 1 (``A,10 B,20 C,30``): 4 blocks (Seed, SetTransform, SetDataSchema, ExecuteTransform),
   rows ``0..2`` op 0 with 100/200/300;
 * round 2 (``A,10 C,35 D,40 E,50``): 5 blocks, rows ``3..7``: retract B, correct C 300 -> 350,
-  append D and E; column types as kamu expects;
+  append D and E;
+* in both rounds the data file's full Parquet schema is kamu's (``assert_schema_eq``): names,
+  physical and logical types and the ``REQUIRED`` repetition of every column, and the
+  derivative's ``SetDataSchema`` records the same fields and nullability;
 * ``dataset verify`` replays both blocks (recording the DataFusion release of each);
 * the last block rewritten with equivalent data in another encoding still verifies; rewritten
   with different data (kamu drops the first row) it is a mismatch, the dispute case.
@@ -37,6 +41,7 @@ import pytest
 
 from coordinator.data import logical_hash, physical_hash
 from coordinator.metadata import model as m
+from coordinator.metadata.arrow_schema import decode_arrow_schema
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import HEAD_REF, Dataset
@@ -59,7 +64,7 @@ content:
       read:
         kind: Csv
         header: true
-        schema: ["city STRING", "population INT"]
+        schema: ["city STRING NOT NULL", "population INT NOT NULL"]
       merge:
         kind: Snapshot
         primaryKey: [city]
@@ -84,14 +89,18 @@ content:
               cast(population * 10 as int) as population_x10
           FROM root
 """
-KAMU_TYPES = [
-    ("offset", "INT64", "None"),
-    ("op", "INT32", "None"),
-    ("system_time", "INT64", "Timestamp(isAdjustedToUTC=true, timeUnit=milliseconds"),
-    ("event_time", "INT64", "Timestamp(isAdjustedToUTC=true, timeUnit=milliseconds"),
-    ("city", "BYTE_ARRAY", "String"),
-    ("population_x10", "INT32", "None"),  # the query's cast(... as int)
-]
+# kamu's expected schema (the same in both rounds), as its test writes it.
+KAMU_SCHEMA = """\
+message arrow_schema {
+  REQUIRED INT64 offset;
+  REQUIRED INT32 op;
+  REQUIRED INT64 system_time (TIMESTAMP(MILLIS,true));
+  REQUIRED INT64 event_time (TIMESTAMP(MILLIS,true));
+  REQUIRED BYTE_ARRAY city (STRING);
+  REQUIRED INT32 population_x10;
+}
+"""
+_UNITS = {"milliseconds": "MILLIS", "microseconds": "MICROS", "nanoseconds": "NANOS"}
 
 
 def cli(home: Path, *args: str, ok: bool = True) -> Any:
@@ -125,13 +134,45 @@ def last_data(ds: Dataset) -> tuple[m.MetadataBlock, pa.Table, Path]:
     raise AssertionError("no data")
 
 
-def parquet_types(path: Path) -> list[tuple[str, str, str]]:
+def parquet_message(path: Path) -> str:
+    """The file's Parquet schema in arrow-rs's ``print_schema`` form, as kamu's test prints it."""
     schema = pq.ParquetFile(path).schema
-    out = []
+    lines = ["message arrow_schema {"]
     for i in range(len(schema)):
         c = schema.column(i)
-        out.append((c.name, c.physical_type, str(c.logical_type).split(", is_from")[0]))
-    return out
+        assert c.path == c.name and c.max_repetition_level == 0  # flat columns only
+        repetition = "REQUIRED" if c.max_definition_level == 0 else "OPTIONAL"
+        lt = json.loads(c.logical_type.to_json())
+        if lt["Type"] == "None":
+            logical = ""
+        elif lt["Type"] == "String":
+            logical = " (STRING)"
+        elif lt["Type"] == "Timestamp":
+            utc = str(lt["isAdjustedToUTC"]).lower()
+            logical = f" (TIMESTAMP({_UNITS[lt['timeUnit']]},{utc}))"
+        else:
+            raise AssertionError(f"logical type {lt} not rendered")
+        lines.append(f"  {repetition} {c.physical_type} {c.name}{logical};")
+    return "\n".join([*lines, "}"]) + "\n"
+
+
+def recorded_schema(ds: Dataset) -> list[tuple[str, str, bool]]:
+    """Fields of the derivative's ``SetDataSchema``: name, Arrow type, nullable."""
+    for _, b in ds.iter_blocks():
+        if isinstance(b.event, m.SetDataSchema):
+            schema = decode_arrow_schema(b.event.schema)
+            return [(f.name, str(f.type), f.nullable) for f in schema]
+    raise AssertionError("no SetDataSchema")
+
+
+KAMU_RECORDED = [
+    ("offset", "int64", False),
+    ("op", "int32", False),
+    ("system_time", "timestamp[ms, tz=UTC]", False),
+    ("event_time", "timestamp[ms, tz=UTC]", False),
+    ("city", "string", False),
+    ("population_x10", "int32", False),
+]
 
 
 def rewrite_last(ds: Dataset, tmp: Path, table: pa.Table, **write: Any) -> m.ExecuteTransform:
@@ -193,7 +234,8 @@ def test_kamu_datafusion_transform_case_through_the_cli(tmp_path: Path) -> None:
         }
         for i, (c, p) in enumerate([("A", 100), ("B", 200), ("C", 300)])
     ]
-    assert parquet_types(path) == KAMU_TYPES
+    assert parquet_message(path) == KAMU_SCHEMA
+    assert recorded_schema(deriv) == KAMU_RECORDED
     assert cli(home, "dataset", "transform", "deriv")[1]["up_to_date"] is True
 
     # -- round 2
@@ -213,7 +255,8 @@ def test_kamu_datafusion_transform_case_through_the_cli(tmp_path: Path) -> None:
         (6, 0, st2, t_root2, "D", 400),
         (7, 0, st2, t_root2, "E", 500),
     ]
-    assert parquet_types(path) == KAMU_TYPES
+    assert parquet_message(path) == KAMU_SCHEMA
+    assert recorded_schema(deriv) == KAMU_RECORDED  # written once, in round 1
 
     # -- replay verify passes, each block's engine release recorded
     code, result = cli(home, "dataset", "verify", "deriv")

@@ -39,10 +39,10 @@ def test_output_layout() -> None:
     assert new.names == ["city", "population", "event_time"]
     out = output_schema(new, V)
     assert [(f.name, str(f.type), f.nullable) for f in out] == [
-        ("offset", "int64", True),
+        ("offset", "int64", False),
         ("op", "int32", False),
         ("system_time", "timestamp[ms, tz=UTC]", False),
-        ("event_time", "timestamp[ms, tz=UTC]", True),
+        ("event_time", "timestamp[ms, tz=UTC]", False),
         ("city", "string", True),
         ("population", "int64", True),
     ]
