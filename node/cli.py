@@ -137,10 +137,10 @@ def run(
 ) -> None:
     """Run the node daemon in the foreground until SIGINT/SIGTERM.
 
-    Gossip (libp2p), the embedded IPFS node, the Spark engine (started on demand), the
-    subscription pipelines, the JSON-RPC control API and the HTTP surface (Simple Transfer
-    Protocol, /metrics) all run in this one process. The RPC address and token are written to
-    <home>/rpc.cookie (mode 0600) for the CLI.
+    The subscription pipelines, the JSON-RPC control API, the console and the HTTP surface
+    (Simple Transfer Protocol, /metrics) run in this process; gossip (libp2p), the embedded
+    IPFS node and the engine workers (started on demand) in child processes it owns. The RPC
+    address and token are written to <home>/rpc.cookie (mode 0600) for the CLI.
     """
     import subprocess
     import tempfile
