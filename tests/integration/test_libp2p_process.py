@@ -235,7 +235,11 @@ def test_a_topic_joined_without_delivery_is_validated_forwarded_and_rejoined_aft
             await b.publish("j", b"second")
             got = await _next(at_c, 15)
             assert got.data == b"second"  # type: ignore[attr-defined]
-            assert seen == [b"first", b"second"]
+            # The new child's seen cache starts empty: b or c may offer "first" again (IHAVE
+            # from their message cache), and a validates it again; the daemon's core is what
+            # ignores repeats.
+            assert seen[0] == b"first" and b"second" in seen[1:]
+            assert set(seen) == {b"first", b"second"}
         finally:
             await asyncio.gather(a.stop(), b.stop(), c.stop())
 
