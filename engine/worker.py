@@ -61,6 +61,7 @@ from coordinator.transform.frames import (
     TRANSFORM_BATCH,
     ConnectionLost,
     FrameError,
+    decode_request,
     read_frame,
     write_frame,
 )
@@ -143,7 +144,7 @@ def answer_batch(servicer: EngineServicer, payloads: list[bytes]) -> list[bytes]
     with servicer.lock:
         for payload in payloads:
             try:
-                req = decode_transform_request(payload)
+                req = decode_request(payload)
             except Exception as e:
                 resp: TransformResponse = TransformInternalError(message=f"bad request: {e}")
             else:

@@ -82,6 +82,7 @@ from coordinator.transform.frames import (
     ConnectionLost,
     FrameError,
     encode_frame,
+    encode_request,
     read_frame,
 )
 from coordinator.transform.model import (
@@ -811,7 +812,7 @@ class _Job:
 
     def __init__(self, requests: list[TransformRequest]) -> None:
         self.requests = requests
-        self.frame = encode_frame(TRANSFORM_BATCH, [encode_transform_request(r) for r in requests])
+        self.frame = encode_frame(TRANSFORM_BATCH, [encode_request(r) for r in requests])
         self.future: Future[list[TransformResponse]] = Future()
         self.attempts = 0
 

@@ -9,8 +9,8 @@ FlatBuffers in length-prefixed frames over a Unix socket 0.4 ms (``docs/engines.
 A **frame** is ``u32 length`` (little-endian, of what follows) then the body: ``u8 kind``,
 ``u32 count`` and ``count`` parts, each ``u32 length`` + bytes. Kinds:
 
-* :data:`TRANSFORM_BATCH` (node → worker): each part a ``TransformRequest`` flatbuffer, run in
-  order;
+* :data:`TRANSFORM_BATCH` (node → worker): each part a :class:`TransformRequest` as a pickle
+  (:func:`encode_request`), run in order;
 * :data:`TRANSFORM_ANSWERS` (worker → node): two parts per request, in order: the
   ``TransformResponseRoot`` flatbuffer (``Success`` / ``InvalidQuery`` / ``InternalError``, no
   ``Progress``), then the logical hash of the data file the worker wrote as binary multihash
@@ -20,14 +20,24 @@ A **frame** is ``u32 length`` (little-endian, of what follows) then the body: ``
 
 The node may send several frames before reading the answers (the worker answers them in
 order): the worker then never waits for the node between batches.
+
+Why pickles for requests: building and reading a request's flatbuffer in pure Python took
+0.31 + 0.24 ms, a pickle 0.07 + 0.08 ms (a throwaway measurement on the development machine), on
+blocks whose whole engine work is ~5 ms. Only the worker unpickles, and only what its parent
+node sends over a socket that only their user can reach (in the node's private scratch
+directory, mode 0600); the node never unpickles anything: answers, which come from the process
+that runs untrusted SQL, are flatbuffers and raw bytes. Both ends run the same source tree
+(the node starts ``python -m engine.worker`` from its own checkout), so the classes agree.
 """
 
 from __future__ import annotations
 
+import pickle
 import struct
 from typing import Final, Protocol
 
 from coordinator.errors import OdfNodeError
+from coordinator.transform.model import TransformRequest
 
 TRANSFORM_BATCH: Final = 1
 TRANSFORM_ANSWERS: Final = 2
@@ -110,6 +120,19 @@ def read_frame(sock: _Socket) -> tuple[int, list[bytes]]:
     return decode_body(_recv_exact(sock, n))
 
 
+def encode_request(request: TransformRequest) -> bytes:
+    """A request as a ``TRANSFORM_BATCH`` part (see the module docstring on pickles)."""
+    return pickle.dumps(request, protocol=5)
+
+
+def decode_request(part: bytes) -> TransformRequest:
+    """A ``TRANSFORM_BATCH`` part back as a request (the worker's side only)."""
+    request = pickle.loads(part)  # from the parent node only, see the module docstring
+    if not isinstance(request, TransformRequest):
+        raise FrameError(f"a batch part is a {type(request).__name__}, not a TransformRequest")
+    return request
+
+
 def write_frame(sock: _Socket, kind: int, parts: list[bytes]) -> None:
     """Send one frame."""
     sock.sendall(encode_frame(kind, parts))
@@ -123,7 +146,9 @@ __all__ = [
     "ConnectionLost",
     "FrameError",
     "decode_body",
+    "decode_request",
     "encode_frame",
+    "encode_request",
     "read_frame",
     "write_frame",
 ]
