@@ -69,14 +69,17 @@ def chain(tmp: Path, blocks: int) -> tuple[Dataset, Dataset, list[m.ExecuteTrans
     return root, der, events
 
 
-def replay_requests(tmp: Path, root: Dataset, der: Dataset) -> list[TransformRequest]:
+def replay_requests(
+    tmp: Path, root: Dataset, der: Dataset, prefix: str = "r"
+) -> list[TransformRequest]:
+    """The replay's requests, outputs under ``tmp/<prefix><k>``."""
     cache = ChainCache()
     blocks = [
         b for _, b in reversed(list(der.iter_blocks())) if isinstance(b.event, m.ExecuteTransform)
     ]
     out = []
     for k, b in enumerate(blocks):
-        paths = OutputPaths.under(tmp / f"r{k}")
+        paths = OutputPaths.under(tmp / f"{prefix}{k}")
         clear_outputs(paths)
         out.append(plan_replay(der, inputs_of(root), b, paths=paths, cache=cache).request)
     return out
@@ -114,10 +117,11 @@ def test_batches_in_flight_survive_a_worker_killed_mid_batch(tmp_path: Path) -> 
         pid = client.pid
         assert pid is not None and client.starts == 1
         # Three batches in flight at once, the worker killed while it runs the first.
-        futures = [client.submit_transform_batch(requests) for _ in range(3)]
+        batches = [replay_requests(tmp_path, root, der, f"b{i}-") for i in range(3)]
+        futures = [client.submit_transform_batch(b) for b in batches]
         os.kill(pid, signal.SIGKILL)
-        for f in futures:
-            assert_reproduced(requests, f.result(timeout=120), events)
+        for batch, f in zip(batches, futures, strict=True):
+            assert_reproduced(batch, f.result(timeout=120), events)
         assert client.starts == 2 and client.pid != pid
     finally:
         client.close()
@@ -130,9 +134,11 @@ def test_a_crash_inside_a_request_is_retried_once_then_fails_the_batch(tmp_path:
     crash.write_text("1")  # the first request the worker runs kills it (partial output left)
     client = frames_client(**{CRASH_ENV: str(crash)})
     try:
-        first, second = (client.submit_transform_batch(requests) for _ in range(2))
+        others = replay_requests(tmp_path, root, der, "s")
+        first = client.submit_transform_batch(requests)
+        second = client.submit_transform_batch(others)  # in flight behind the crash
         assert_reproduced(requests, first.result(timeout=120), events)
-        assert_reproduced(requests, second.result(timeout=120), events)
+        assert_reproduced(others, second.result(timeout=120), events)
         assert client.starts == 2 and crash.read_text() == "0"
         crash.write_text("2")  # the batch kills the worker, and its retry too
         answers = client.execute_transform_batch(requests)
