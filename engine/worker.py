@@ -23,8 +23,9 @@ hand: one length-delimited field needs no protobuf runtime):
 ``--protocol frames`` (DataFusion only; the node's own DataFusion workers run so) serves
 odf-node's framed protocol (:mod:`coordinator.transform.frames`) on the ``unix:`` socket
 instead of gRPC: batches of ``TransformRequest`` in, their answers out, in order, one connection
-at a time, with the logical hash of each output file the worker wrote (computed from the Arrow
-data it holds, so the node need not read the file back).
+at a time; with ``--hash-outputs`` each answer also carries the logical hash of the output file
+the worker wrote (computed from the Arrow data it holds, so the node need not read the file
+back).
 
 The SparkSession is created once, before the server starts listening (so "connectable" means
 "warm"), and every request runs in ``spark.newSession()``. Requests are served one at a time.
@@ -237,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--listen", default=DEFAULT_ADDRESS, help="host:port or unix:/path")
     p.add_argument("--engine", default="spark", choices=("spark", "datafusion"))
     p.add_argument(
+        "--hash-outputs",
+        action="store_true",
+        help="frames: answer with the logical hash of each output file, computed in memory",
+    )
+    p.add_argument(
         "--protocol",
         default="grpc",
         choices=("grpc", "frames"),
@@ -252,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     if args.engine == "datafusion":
-        return _serve_datafusion(args.listen, args.protocol)
+        return _serve_datafusion(args.listen, args.protocol, args.hash_outputs)
     if args.protocol != "grpc":
         p.error("--protocol frames is for --engine datafusion")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -296,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _serve_datafusion(listen: str, protocol: str) -> int:
+def _serve_datafusion(listen: str, protocol: str, hash_outputs: bool) -> int:
     from engine.datafusion_engine import DataFusionEngine
 
     stop = threading.Event()
@@ -305,7 +311,7 @@ def _serve_datafusion(listen: str, protocol: str) -> int:
     if protocol == "frames":
         if not listen.startswith("unix:"):
             raise SystemExit("--protocol frames needs a unix: socket")
-        engine = DataFusionEngine(hash_outputs=True)
+        engine = DataFusionEngine(hash_outputs=hash_outputs)
         listener = frames_listener(listen.removeprefix("unix:"))  # connectable from here on
         threading.Thread(
             target=serve_frames,

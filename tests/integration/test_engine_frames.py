@@ -1,13 +1,13 @@
 """The node's framed protocol to a real DataFusion 51 worker (``protocol="frames"``).
 
-* answers carry the logical hash of each output file, equal to the file's own hash and to the
-  published one;
+* with ``worker_hashes``, answers carry the logical hash of each output file, equal to the
+  file's own hash and to the published one;
 * several batches in flight: the worker killed (SIGKILL) mid-batch is restarted and every
   unanswered batch is sent again, each answered as if nothing happened; a crash inside a
   request (the worker's crash hook) likewise;
 * a batch that crashes the worker twice fails with an internal error, the next one runs;
-* a replay through the router still disputes a forged slice, with the evidence hashed from the
-  file.
+* a replay through the router with ``worker_hashes`` still disputes a forged slice, with the
+  evidence hashed from the file.
 """
 
 from __future__ import annotations
@@ -91,6 +91,7 @@ def frames_client(**env: str) -> EngineClient:
         python=str(datafusion_python("51.0.0")),
         idle_timeout=0,
         protocol="frames",
+        worker_hashes=True,
         env=env,
     )
 
@@ -153,7 +154,7 @@ def test_a_crash_inside_a_request_is_retried_once_then_fails_the_batch(tmp_path:
 
 def test_a_forged_slice_is_still_disputed_with_evidence_from_the_file(tmp_path: Path) -> None:
     root, der, _events = chain(tmp_path, 2)
-    router = EngineRouter(no_spark, idle_timeout=0, versions=("51.0.0",))
+    router = EngineRouter(no_spark, idle_timeout=0, versions=("51.0.0",), worker_hashes=True)
     try:
         # The next step run for real, one value changed before commit (hashes consistent).
         clock = Clock(Timestamp.parse("2026-02-03T00:00:00Z"))
