@@ -59,7 +59,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -268,6 +268,7 @@ class EngineClient:
         self._inflight: deque[_Job] = deque()
         self._head_since = 0.0
         self._busy_watch: _MemoryWatch | None = None
+        self._serial: ThreadPoolExecutor | None = None  # submitted gRPC batches
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -430,6 +431,9 @@ class EngineClient:
 
     def close(self) -> None:
         """Stop the worker and remove the client's scratch directory."""
+        serial, self._serial = self._serial, None
+        if serial is not None:
+            serial.shutdown(wait=True)
         self.stop()
         shutil.rmtree(self._tmp, ignore_errors=True)
 
@@ -624,11 +628,16 @@ class EngineClient:
     ) -> Future[list[TransformResponse]]:
         """Send ``requests`` as one batch now; the future gets one answer per request, in order.
 
-        Only with ``protocol="frames"``. Never fails with an exception: engine failures are
-        answers (``TransformInternalError``), as for :meth:`execute_transform`.
+        Never fails with an exception: engine failures are answers
+        (``TransformInternalError``), as for :meth:`execute_transform`. On gRPC the batch runs
+        on a background thread of this client (batches in submission order, one at a time).
         """
         if self.protocol != "frames":
-            raise ValueError("submit_transform_batch needs the framed protocol")
+            with self._lock:
+                if self._serial is None:
+                    self._serial = ThreadPoolExecutor(1, thread_name_prefix="odf-engine-call")
+                serial = self._serial
+            return serial.submit(self.execute_transform_batch, list(requests))
         job = _Job(list(requests))
         if not job.requests:
             job.future.set_result([])

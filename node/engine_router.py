@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 
 from coordinator.transform.engines import (
@@ -80,7 +80,6 @@ class EngineRouter:
         self._datafusion: dict[str, EngineClient] = {}
         self._worker_hashes = worker_hashes
         self._lock = threading.Lock()
-        self._serial: ThreadPoolExecutor | None = None  # runs batches of gRPC workers in order
 
     # -- capabilities -----------------------------------------------------------------------
 
@@ -142,10 +141,6 @@ class EngineRouter:
         """Stop every worker and remove their scratch directories."""
         for c in self._clients():
             c.close()
-        with self._lock:
-            serial, self._serial = self._serial, None
-        if serial is not None:
-            serial.shutdown(wait=True)
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -199,7 +194,7 @@ class EngineRouter:
 
         Consecutive requests for one worker go as one batch. A DataFusion worker gets them on
         the framed protocol at once (several batches may be in flight); a gRPC worker (Spark)
-        runs them on one background thread, in submission order.
+        gets them from a background thread of its client, in submission order.
         """
         parts: list[Future[list[TransformResponse]]] = []
         i = 0
@@ -212,19 +207,9 @@ class EngineRouter:
             j = i + 1
             while j < len(requests) and self._client_for(requests[j]) is client:
                 j += 1
-            group = list(requests[i:j])
-            if client.protocol == "frames":
-                parts.append(client.submit_transform_batch(group))
-            else:
-                parts.append(self._serial_pool().submit(client.execute_transform_batch, group))
+            parts.append(client.submit_transform_batch(requests[i:j]))
             i = j
         return _gather(parts)
-
-    def _serial_pool(self) -> ThreadPoolExecutor:
-        with self._lock:
-            if self._serial is None:
-                self._serial = ThreadPoolExecutor(max_workers=1, thread_name_prefix="odf-engine")
-            return self._serial
 
     def execute_raw_query(self, request: RawQueryRequest) -> RawQueryResponse:
         """Raw queries (ingest preprocessing) run on Spark, as before."""

@@ -6,6 +6,7 @@
   unanswered batch is sent again, each answered as if nothing happened; a crash inside a
   request (the worker's crash hook) likewise;
 * a batch that crashes the worker twice fails with an internal error, the next one runs;
+* a replay through a gRPC client (not the router's framed one) still verifies;
 * a replay through the router with ``worker_hashes`` still disputes a forged slice, with the
   evidence hashed from the file.
 """
@@ -185,3 +186,18 @@ def test_a_forged_slice_is_still_disputed_with_evidence_from_the_file(tmp_path: 
         assert any(d.startswith("new_data.logical_hash") for d in report.mismatch.differences)
     finally:
         router.close()
+
+
+def test_a_grpc_worker_still_replays_through_submitted_batches(tmp_path: Path) -> None:
+    """A DataFusion worker on kamu's gRPC protocol (not the router's): the replay submits its
+    batches to the client, which runs them on a background thread."""
+    root, der, _events = chain(tmp_path, 4)
+    client = EngineClient(
+        engine="datafusion", python=str(datafusion_python("51.0.0")), idle_timeout=0
+    )
+    try:
+        report = replay_transforms(der, inputs_of(root), client)
+        assert report.verdict is Verdict.OK and report.blocks_replayed == 4
+        assert client.protocol == "grpc" and client.starts == 1
+    finally:
+        client.close()
