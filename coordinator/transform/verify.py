@@ -25,7 +25,9 @@ depend only on the chain) are already on the engine. A DataFusion replay sends i
 batches of up to :data:`DATAFUSION_BATCH` (one round trip each through
 ``execute_transform_batch`` when the engine has it; growing from 1, shrinking towards the end,
 capped by :data:`BATCH_INPUT_BYTES`), two batches ahead; other engines one block at a time, one
-block ahead. Speculative runs are discarded when the replay stops.
+block ahead. An engine with ``submit_transform_batch`` (the node's router) gets each batch from
+the planning thread as soon as it is planned, so it can queue the next one while running the
+current one. Speculative runs are discarded when the replay stops.
 """
 
 from __future__ import annotations
