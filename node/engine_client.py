@@ -754,9 +754,16 @@ class EngineClient:
                     if not self._inflight:
                         raise FrameError("an answer nobody asked for")
                     answers = _decode_answers(parts, len(self._inflight[0].requests))
+                    watch = self._busy_watch
+                    if watch is not None:
+                        watch.sample()  # once more: memory taken since the last tick counts
+                        if watch.exceeded:
+                            done = self._recover("memory limit exceeded", deadline=False)
+                            break
                     job = self._inflight.popleft()
                     self._after_change()
                 job.future.set_result(answers)
+                continue
             except (ConnectionLost, FrameError, OSError) as e:
                 with self._lock:
                     if conn is not self._conn:
@@ -764,6 +771,7 @@ class EngineClient:
                     done = self._recover(str(e), deadline=False)
                 _complete(done)
                 return
+        _complete(done)  # the memory limit was exceeded (the loop's only break)
 
     def _recover(
         self, reason: str, *, deadline: bool

@@ -6,6 +6,7 @@
   unanswered batch is sent again, each answered as if nothing happened; a crash inside a
   request (the worker's crash hook) likewise;
 * a batch that crashes the worker twice fails with an internal error, the next one runs;
+* a batch over the memory limit fails with ``TransformMemoryExceeded`` and stops the worker;
 * a replay through a gRPC client (not the router's framed one) still verifies;
 * a replay through the router with ``worker_hashes`` still disputes a forged slice, with the
   evidence hashed from the file.
@@ -29,6 +30,7 @@ from coordinator.storage.dataset import Dataset
 from coordinator.transform import OutputPaths, TransformSuccess, commit_transform
 from coordinator.transform.model import (
     TransformInternalError,
+    TransformMemoryExceeded,
     TransformRequest,
     TransformResponse,
 )
@@ -199,5 +201,26 @@ def test_a_grpc_worker_still_replays_through_submitted_batches(tmp_path: Path) -
         report = replay_transforms(der, inputs_of(root), client)
         assert report.verdict is Verdict.OK and report.blocks_replayed == 4
         assert client.protocol == "grpc" and client.starts == 1
+    finally:
+        client.close()
+
+
+def test_a_batch_over_the_memory_limit_fails_typed_and_stops_the_worker(tmp_path: Path) -> None:
+    root, der, _events = chain(tmp_path, 2)
+    requests = replay_requests(tmp_path, root, der)
+    client = EngineClient(
+        engine="datafusion",
+        python=str(datafusion_python("51.0.0")),
+        idle_timeout=0,
+        protocol="frames",
+        memory_limit=1 << 20,  # far below any Python process: every batch exceeds it
+        memory_poll=0.05,
+    )
+    try:
+        answers = client.execute_transform_batch(requests)
+        assert all(isinstance(a, TransformMemoryExceeded) for a in answers), answers
+        assert answers[0].peak_bytes > 1 << 20  # type: ignore[union-attr]
+        assert not client.running and client.starts == 1  # stopped, not retried
+        assert not any(r.new_data_path.exists() for r in requests)
     finally:
         client.close()
