@@ -46,6 +46,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from coordinator.data.hashing import WrittenFileHasher
 from coordinator.errors import INVALID_INPUT, OdfNodeError
 from coordinator.ingest.vocab import Vocab
 from coordinator.metadata import model as m
@@ -87,9 +88,13 @@ def datafusion_version() -> str:
 class DataFusionEngine:
     """Executes :class:`TransformRequest` values on the importable DataFusion release."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, hash_outputs: bool = False) -> None:
+        """``hash_outputs``: put the logical hash of the written file in each
+        ``TransformSuccess`` (computed from the Arrow data in memory), for the node's framed
+        protocol."""
         import datafusion
 
+        self._hasher = WrittenFileHasher() if hash_outputs else None
         self._df = datafusion
         self.version = str(datafusion.__version__)
         self.checks = 0
@@ -213,8 +218,11 @@ class DataFusionEngine:
         table = _with_system_columns(
             table, vocab, req.system_time, req.next_offset, offset_nullable=self._offset_nullable
         )
+        lh = None
         if table.num_rows:
             _write(table, req.new_data_path)
+            if self._hasher is not None:
+                lh = self._hasher.hash(table, req.new_data_path)
         marks = [
             max(w.event_time for w in inp.explicit_watermarks)
             for inp in req.query_inputs
@@ -226,7 +234,9 @@ class DataFusionEngine:
             else None
         )
         return TransformSuccess(
-            new_offset_interval=interval, new_watermark=min(marks) if marks else None
+            new_offset_interval=interval,
+            new_watermark=min(marks) if marks else None,
+            logical_hash=lh,
         )
 
     @staticmethod

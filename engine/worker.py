@@ -20,6 +20,13 @@ hand: one length-delimited field needs no protobuf runtime):
   Python gRPC (~2-4 ms on the development machine, more than DataFusion's own work on a small
   block) is paid once per batch rather than once per block.
 
+``--protocol frames`` (DataFusion only; the node's own DataFusion workers run so) serves
+odf-node's framed protocol (:mod:`coordinator.transform.frames`) on the ``unix:`` socket
+instead of gRPC: batches of ``TransformRequest`` in, their answers out, in order, one connection
+at a time; with ``--hash-outputs`` each answer also carries the logical hash of the output file
+the worker wrote (computed from the Arrow data it holds, so the node need not read the file
+back).
+
 The SparkSession is created once, before the server starts listening (so "connectable" means
 "warm"), and every request runs in ``spark.newSession()``. Requests are served one at a time.
 ``READY <address>`` is printed on stdout once serving.
@@ -28,8 +35,10 @@ The SparkSession is created once, before the server starts listening (so "connec
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -47,7 +56,21 @@ from coordinator.transform.fbs import (
     wrap_protobuf,
     wrap_protobuf_many,
 )
-from coordinator.transform.model import TransformInternalError, TransformResponse
+from coordinator.transform.frames import (
+    PROTOCOL_ERROR,
+    TRANSFORM_ANSWERS,
+    TRANSFORM_BATCH,
+    ConnectionLost,
+    FrameError,
+    decode_request,
+    read_frame,
+    write_frame,
+)
+from coordinator.transform.model import (
+    TransformInternalError,
+    TransformResponse,
+    TransformSuccess,
+)
 from engine.lifeline import watch_lifeline
 
 SERVICE = "engine.Engine"
@@ -116,6 +139,66 @@ class EngineServicer:
         yield encode_raw_query_response(resp)
 
 
+def answer_batch(servicer: EngineServicer, payloads: list[bytes]) -> list[bytes]:
+    """The parts of a ``TRANSFORM_ANSWERS`` frame for one ``TRANSFORM_BATCH`` frame."""
+    out: list[bytes] = []
+    with servicer.lock:
+        for payload in payloads:
+            try:
+                req = decode_request(payload)
+            except Exception as e:
+                resp: TransformResponse = TransformInternalError(message=f"bad request: {e}")
+            else:
+                resp = servicer._run(req)
+            lh = resp.logical_hash if isinstance(resp, TransformSuccess) else None
+            out.append(encode_transform_response(resp))
+            out.append(bytes(lh.to_bytes()) if lh is not None else b"")
+    return out
+
+
+def frames_listener(path: str) -> socket.socket:
+    """A listening Unix socket at ``path`` (only this user may connect)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        server.bind(path)
+    finally:
+        os.umask(old)
+    server.listen(1)
+    return server
+
+
+def serve_frames(servicer: EngineServicer, server: socket.socket, stop: threading.Event) -> None:
+    """Serve the framed protocol on the listening ``server`` socket until ``stop`` (one
+    connection at a time: the node that started the worker is its only client)."""
+    server.settimeout(0.5)  # wake up to look at ``stop``
+    while not stop.is_set():
+        try:
+            conn, _ = server.accept()
+        except TimeoutError:
+            continue
+        with conn:
+            conn.settimeout(None)
+            while True:
+                try:
+                    kind, parts = read_frame(conn)
+                    if kind != TRANSFORM_BATCH:
+                        raise FrameError(f"unknown frame kind {kind}")
+                except ConnectionLost:
+                    break
+                except FrameError as e:
+                    with contextlib.suppress(OSError):
+                        write_frame(conn, PROTOCOL_ERROR, [str(e).encode()])
+                    break
+                try:
+                    write_frame(conn, TRANSFORM_ANSWERS, answer_batch(servicer, parts))
+                except OSError:
+                    break
+    server.close()
+
+
 def build_server(servicer: EngineServicer, address: str) -> Any:
     """A grpc server with the ``engine.Engine`` service bound to ``address``."""
     import grpc
@@ -155,6 +238,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--listen", default=DEFAULT_ADDRESS, help="host:port or unix:/path")
     p.add_argument("--engine", default="spark", choices=("spark", "datafusion"))
     p.add_argument(
+        "--hash-outputs",
+        action="store_true",
+        help="frames: answer with the logical hash of each output file, computed in memory",
+    )
+    p.add_argument(
+        "--protocol",
+        default="grpc",
+        choices=("grpc", "frames"),
+        help="frames: odf-node's framed protocol on a unix: socket (DataFusion only)",
+    )
+    p.add_argument(
         "--master",
         default="local[*]",
         help="spark.master (local[N], spark://…, k8s://…); sc:// (Spark Connect) is refused",
@@ -164,7 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     if args.engine == "datafusion":
-        return _serve_datafusion(args.listen)
+        return _serve_datafusion(args.listen, args.protocol, args.hash_outputs)
+    if args.protocol != "grpc":
+        p.error("--protocol frames is for --engine datafusion")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from engine.spark_engine import (
         CONNECT_REFUSAL,
@@ -206,15 +302,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _serve_datafusion(listen: str) -> int:
+def _serve_datafusion(listen: str, protocol: str, hash_outputs: bool) -> int:
     from engine.datafusion_engine import DataFusionEngine
 
-    engine = DataFusionEngine()
-    server = build_server(EngineServicer(engine), listen)
-    server.start()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    if protocol == "frames":
+        if not listen.startswith("unix:"):
+            raise SystemExit("--protocol frames needs a unix: socket")
+        engine = DataFusionEngine(hash_outputs=hash_outputs)
+        listener = frames_listener(listen.removeprefix("unix:"))  # connectable from here on
+        threading.Thread(
+            target=serve_frames,
+            args=(EngineServicer(engine), listener, stop),
+            name="frames",
+            daemon=True,
+        ).start()
+        print(f"READY {listen} datafusion {engine.version}", flush=True)
+        stop.wait()
+        return 0
+    engine = DataFusionEngine()
+    server = build_server(EngineServicer(engine), listen)
+    server.start()
     print(f"READY {listen} datafusion {engine.version}", flush=True)
     stop.wait()
     server.stop(grace=2).wait()

@@ -29,6 +29,17 @@ it owns:
   restart, retry, timeout (``request_timeout`` per request) and memory rules apply to the batch
   as a whole. A worker it does not own gets the requests one by one.
 
+* with ``protocol="frames"`` (the node's DataFusion workers) the client speaks odf-node's
+  framed protocol over the worker's Unix socket instead of gRPC
+  (:mod:`coordinator.transform.frames`). :meth:`EngineClient.submit_transform_batch` then
+  sends a batch at once and returns a future: several batches can be in flight, the worker
+  answers them in order and never waits for the node between them. A reader thread completes
+  the futures; when the worker dies it restarts it and sends every unanswered batch again, each
+  batch at most once more (its partial outputs removed first), as for gRPC requests. The
+  timeout counts from the moment a batch is the oldest unanswered one; the memory watchdog runs
+  while any batch is in flight and fails the oldest on excess. Optionally
+  (``worker_hashes``) the worker also returns the logical hash of each output file it wrote.
+
 It can also connect to an engine it does not own (``spawn=False``), e.g. kamu's
 ``engine-spark`` container or a worker started by hand.
 """
@@ -37,18 +48,24 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from coordinator.errors import UNAVAILABLE, OdfNodeError
+from coordinator.multiformats import Multihash
 from coordinator.transform.fbs import (
     decode_raw_query_response,
     decode_transform_response,
@@ -59,6 +76,15 @@ from coordinator.transform.fbs import (
     wrap_protobuf,
     wrap_protobuf_many,
 )
+from coordinator.transform.frames import (
+    TRANSFORM_ANSWERS,
+    TRANSFORM_BATCH,
+    ConnectionLost,
+    FrameError,
+    encode_frame,
+    encode_request,
+    read_frame,
+)
 from coordinator.transform.model import (
     RawQueryRequest,
     RawQueryResponse,
@@ -66,6 +92,7 @@ from coordinator.transform.model import (
     TransformMemoryExceeded,
     TransformRequest,
     TransformResponse,
+    TransformSuccess,
 )
 from node.lifeline import Lifeline
 
@@ -180,9 +207,20 @@ class EngineClient:
         python: str = sys.executable,
         env: dict[str, str] | None = None,
         driver_host: str = "",
+        protocol: str = "grpc",
+        worker_hashes: bool = False,
     ) -> None:
         """``driver_host``: the address the Spark driver (the worker) binds and a cluster's
-        executors connect back to ("" = 127.0.0.1, enough for ``local`` masters)."""
+        executors connect back to ("" = 127.0.0.1, enough for ``local`` masters).
+        ``protocol``: ``grpc`` (kamu's engine protocol) or ``frames`` (odf-node's own, for a
+        DataFusion worker this client spawns on a Unix socket). ``worker_hashes`` (frames
+        only): the worker returns the logical hash of each output file, computed in memory,
+        so a replay need not read the file back (less CPU in all, but on the worker, which is
+        a replay's bottleneck: see docs/engines.md)."""
+        if protocol not in ("grpc", "frames"):
+            raise ValueError(f"unknown engine protocol {protocol!r}")
+        if protocol == "frames" and (not spawn or engine != "datafusion"):
+            raise ValueError("the framed protocol is for DataFusion workers this client spawns")
         if driver_host and isolate_network:
             raise EngineUnavailable(
                 "a cluster driver host needs the network: isolate_network must be off"
@@ -198,6 +236,10 @@ class EngineClient:
         """The worker's engine: ``spark`` or ``datafusion`` (the release ``python`` imports)."""
         self._tmp = Path(tempfile.mkdtemp(prefix="odf-engine-"))
         self.address = address or f"unix:{self._tmp / 'engine.sock'}"
+        self.protocol = protocol
+        self.worker_hashes = worker_hashes
+        if protocol == "frames" and not self.address.startswith("unix:"):
+            raise ValueError("the framed protocol runs over a unix: socket")
         self.master = master
         self.spark_conf = dict(spark_conf or {})
         self.idle_timeout = idle_timeout
@@ -220,6 +262,13 @@ class EngineClient:
         self._lock = threading.RLock()
         self._idle: threading.Timer | None = None
         self._lifeline: Lifeline | None = None
+        # The framed protocol: the connection, its reader, the batches sent and not answered
+        # (oldest first), when the oldest became the oldest, the memory watch while busy.
+        self._conn: socket.socket | None = None
+        self._inflight: deque[_Job] = deque()
+        self._head_since = 0.0
+        self._busy_watch: _MemoryWatch | None = None
+        self._serial: ThreadPoolExecutor | None = None  # submitted gRPC batches
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -241,6 +290,10 @@ class EngineClient:
                 cmd += ["--conf", f"{k}={v}"]
         else:
             cmd += ["--engine", self.engine]
+            if self.protocol == "frames":
+                cmd += ["--protocol", "frames"]
+                if self.worker_hashes:
+                    cmd.append("--hash-outputs")
         if self.isolate_network:
             if not self.address.startswith("unix:"):
                 raise EngineUnavailable("an isolated worker must listen on a unix: socket")
@@ -254,6 +307,8 @@ class EngineClient:
 
         with self._lock:
             if self._channel is not None and (not self.spawn or self.running):
+                return
+            if self._conn is not None and self.running:
                 return
             self._teardown()
             if self.spawn:
@@ -279,6 +334,9 @@ class EngineClient:
                     self._lifeline.spawned()
                 self.starts += 1
                 self._wait_ready()
+            if self.protocol == "frames":
+                self._connect_frames()
+                return
             import grpc.experimental
 
             self._channel = grpc.insecure_channel(
@@ -335,6 +393,12 @@ class EngineClient:
         if self._channel is not None:
             self._channel.close()
             self._channel = None
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            # Wakes the reader thread, which sees that its connection is no longer current.
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
         proc, self._proc = self._proc, None
         lifeline, self._lifeline = self._lifeline, None
         if proc is not None and proc.poll() is None:
@@ -350,15 +414,26 @@ class EngineClient:
             proc.stdout.close()
 
     def stop(self) -> None:
-        """Stop the worker (it is started again by the next request)."""
+        """Stop the worker (it is started again by the next request). Batches still in flight
+        on the framed protocol are answered with an internal error."""
         with self._lock:
             if self._idle is not None:
                 self._idle.cancel()
                 self._idle = None
             self._teardown()
+            jobs = list(self._inflight)
+            self._inflight.clear()
+            self._set_busy(False)
+            for job in jobs:
+                _clear_all(job.requests)
+        for job in jobs:
+            job.fail(TransformInternalError(message="engine stopped"))
 
     def close(self) -> None:
         """Stop the worker and remove the client's scratch directory."""
+        serial, self._serial = self._serial, None
+        if serial is not None:
+            serial.shutdown(wait=True)
         self.stop()
         shutil.rmtree(self._tmp, ignore_errors=True)
 
@@ -379,6 +454,8 @@ class EngineClient:
     def _on_idle(self) -> None:
         if self._lock.acquire(blocking=False):
             try:
+                if self._inflight:
+                    return  # busy again since the timer fired
                 self._teardown()
             finally:
                 self._lock.release()
@@ -475,6 +552,8 @@ class EngineClient:
 
         Never raises for engine failures: they come back as ``TransformInternalError``.
         """
+        if self.protocol == "frames":
+            return self.submit_transform_batch([request]).result()[0]
         payload = encode_transform_request(request)  # before the lock: overlaps a running call
         result = self._attempts(lambda: _clear(request), lambda: self._call(payload))
         return result if not isinstance(result, _Failed) else result.response
@@ -489,6 +568,8 @@ class EngineClient:
         the batch call is every request's answer. A worker not spawned here (kamu's engine, or
         one started by hand) gets the requests one by one.
         """
+        if self.protocol == "frames":
+            return self.submit_transform_batch(requests).result()
         if not self.spawn or len(requests) <= 1:
             return [self.execute_transform(r) for r in requests]
         payloads = [encode_transform_request(r) for r in requests]
@@ -539,6 +620,255 @@ class EngineClient:
                 return _Failed(TransformInternalError(message=f"engine failed: {last_error}"))
             finally:
                 self._arm_idle()
+
+    # -- the framed protocol ----------------------------------------------------------------------
+
+    def submit_transform_batch(
+        self, requests: Sequence[TransformRequest]
+    ) -> Future[list[TransformResponse]]:
+        """Send ``requests`` as one batch now; the future gets one answer per request, in order.
+
+        Never fails with an exception: engine failures are answers
+        (``TransformInternalError``), as for :meth:`execute_transform`. On gRPC the batch runs
+        on a background thread of this client (batches in submission order, one at a time).
+        """
+        if self.protocol != "frames":
+            with self._lock:
+                if self._serial is None:
+                    self._serial = ThreadPoolExecutor(1, thread_name_prefix="odf-engine-call")
+                serial = self._serial
+            return serial.submit(self.execute_transform_batch, list(requests))
+        job = _Job(list(requests))
+        if not job.requests:
+            job.future.set_result([])
+            return job.future
+        with self._lock:
+            if self._idle is not None:
+                self._idle.cancel()
+                self._idle = None
+            _clear_all(job.requests)
+            if not self._inflight:
+                self._head_since = time.monotonic()
+            self._inflight.append(job)
+            try:
+                if self._conn is None or not self.running:
+                    self.start()  # connects and sends every batch in flight, this one included
+                else:
+                    self._send(job)
+            except EngineUnavailable as e:
+                self._inflight.remove(job)
+                self._after_change()
+                failure = TransformInternalError(message=f"engine failed: {e}")
+            else:
+                self._set_busy(True)
+                return job.future
+        job.fail(failure)
+        return job.future
+
+    def _send(self, job: _Job) -> None:
+        """Write ``job``'s frame; a broken connection is left to the reader to notice."""
+        assert self._conn is not None
+        try:
+            self._conn.sendall(job.frame)
+        except OSError:
+            pass
+
+    def _connect_frames(self) -> None:
+        """Connect to the worker's socket, start its reader, send the batches in flight."""
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(self.address.removeprefix("unix:"))
+        except OSError as e:
+            conn.close()
+            self._teardown()
+            raise EngineUnavailable(f"engine at {self.address} is not reachable: {e}") from None
+        self._conn = conn
+        threading.Thread(
+            target=self._read_answers, args=(conn,), name="engine-frames", daemon=True
+        ).start()
+        self._head_since = time.monotonic()
+        for job in self._inflight:
+            self._send(job)
+
+    def _set_busy(self, busy: bool) -> None:
+        """Run the memory watchdog exactly while batches are in flight (lock held)."""
+        if busy and self._busy_watch is None and self.memory_limit is not None:
+            pid = self.pid
+            if pid is not None:
+                self._busy_watch = _MemoryWatch(pid, self.memory_limit, self.memory_poll)
+                self._busy_watch.__enter__()
+        elif not busy and self._busy_watch is not None:
+            watch, self._busy_watch = self._busy_watch, None
+            watch._stop.set()  # no final sample: the work it watched is answered
+
+    def _after_change(self) -> None:
+        """Idle bookkeeping after the in-flight queue shrank (lock held)."""
+        if not self._inflight:
+            self._set_busy(False)
+            self._arm_idle()
+        else:
+            self._head_since = time.monotonic()
+
+    def _read_answers(self, conn: socket.socket) -> None:
+        """The reader thread of one connection: completes futures in order; on a broken
+        connection, a protocol error or a timeout, recovers (:meth:`_recover`)."""
+        while True:
+            with self._lock:
+                if conn is not self._conn:
+                    return
+                head = self._inflight[0] if self._inflight else None
+                wait = (
+                    max(
+                        0.0,
+                        self._head_since
+                        + self.request_timeout * len(head.requests)
+                        - time.monotonic(),
+                    )
+                    if head is not None
+                    else 1.0
+                )
+            try:
+                ready, _, _ = select.select([conn], [], [], wait)
+            except (OSError, ValueError):
+                ready = [conn]  # closed under us: the read below says how
+            if not ready:
+                with self._lock:
+                    if conn is not self._conn or not self._inflight:
+                        continue
+                    if time.monotonic() < self._head_since + self.request_timeout * len(
+                        self._inflight[0].requests
+                    ):
+                        continue
+                    done = self._recover("request timed out", deadline=True)
+                _complete(done)
+                return
+            try:
+                kind, parts = read_frame(conn)
+                if kind != TRANSFORM_ANSWERS:
+                    raise FrameError(
+                        parts[0].decode("utf-8", "replace") if parts else f"frame kind {kind}"
+                    )
+                with self._lock:
+                    if conn is not self._conn:
+                        return
+                    if not self._inflight:
+                        raise FrameError("an answer nobody asked for")
+                    answers = _decode_answers(parts, len(self._inflight[0].requests))
+                    watch = self._busy_watch
+                    if watch is not None:
+                        watch.sample()  # once more: memory taken since the last tick counts
+                        if watch.exceeded:
+                            done = self._recover("memory limit exceeded", deadline=False)
+                            break
+                    job = self._inflight.popleft()
+                    self._after_change()
+                job.future.set_result(answers)
+                continue
+            except (ConnectionLost, FrameError, OSError) as e:
+                with self._lock:
+                    if conn is not self._conn:
+                        return
+                    done = self._recover(str(e), deadline=False)
+                _complete(done)
+                return
+        _complete(done)  # the memory limit was exceeded (the loop's only break)
+
+    def _recover(
+        self, reason: str, *, deadline: bool
+    ) -> list[tuple[_Job, list[TransformResponse]]]:
+        """The worker died, broke the protocol or timed out (lock held): stop it, remove
+        every batch's partial outputs, restart and send again the batches not retried yet.
+        Returns the batches that end here, with their answers, for the caller to complete
+        outside the lock."""
+        watch = self._busy_watch
+        exceeded = watch is not None and watch.exceeded
+        self._set_busy(False)
+        self._teardown()
+        ended: list[tuple[_Job, list[TransformResponse]]] = []
+        for job in self._inflight:
+            _clear_all(job.requests)
+        if self._inflight and (exceeded or deadline):
+            # The oldest batch was the one running: it is not retried (the same work would
+            # exceed again), the others are.
+            head = self._inflight.popleft()
+            failure = (
+                watch.failure()
+                if exceeded and watch is not None
+                else TransformInternalError(message=f"engine failed: {reason}")
+            )
+            ended.append((head, [failure] * len(head.requests)))
+        retry: deque[_Job] = deque()
+        for job in self._inflight:
+            job.attempts += 1
+            if job.attempts > 1:
+                ended.append(
+                    (
+                        job,
+                        [TransformInternalError(message=f"engine failed: {reason}")]
+                        * len(job.requests),
+                    )
+                )
+            else:
+                retry.append(job)
+        self._inflight = retry
+        if retry:
+            try:
+                self.start()  # sends the retried batches
+                self._set_busy(True)
+            except EngineUnavailable as e:
+                for job in retry:
+                    ended.append(
+                        (
+                            job,
+                            [TransformInternalError(message=f"engine failed: {e}")]
+                            * len(job.requests),
+                        )
+                    )
+                self._inflight.clear()
+        self._after_change()
+        return ended
+
+
+class _Job:
+    """One batch on the framed protocol: its requests, frame and future, tries so far."""
+
+    __slots__ = ("attempts", "frame", "future", "requests")
+
+    def __init__(self, requests: list[TransformRequest]) -> None:
+        self.requests = requests
+        self.frame = encode_frame(TRANSFORM_BATCH, [encode_request(r) for r in requests])
+        self.future: Future[list[TransformResponse]] = Future()
+        self.attempts = 0
+
+    def fail(self, response: TransformResponse) -> None:
+        """Answer every request with ``response``."""
+        self.future.set_result([response] * len(self.requests))
+
+
+def _complete(done: list[tuple[_Job, list[TransformResponse]]]) -> None:
+    for job, answers in done:
+        job.future.set_result(answers)
+
+
+def _decode_answers(parts: list[bytes], n: int) -> list[TransformResponse]:
+    """The answers of a ``TRANSFORM_ANSWERS`` frame for a batch of ``n`` requests."""
+    if len(parts) != 2 * n:
+        raise FrameError(f"engine answered {len(parts) // 2} of {n} batched requests")
+    out: list[TransformResponse] = []
+    for i in range(n):
+        resp = decode_transform_response(parts[2 * i])
+        if resp is None:
+            raise FrameError("engine answered a batched request with Progress")
+        lh = parts[2 * i + 1]
+        if lh and isinstance(resp, TransformSuccess):
+            resp = replace(resp, logical_hash=Multihash.from_bytes(lh))
+        out.append(resp)
+    return out
+
+
+def _clear_all(requests: Sequence[TransformRequest]) -> None:
+    for r in requests:
+        _clear(r)
 
 
 class _Failed:

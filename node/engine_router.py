@@ -8,6 +8,11 @@ started lazily and stopped when idle; a DataFusion worker runs on the Python of 
 virtual environment (``<engines dir>/datafusion-<version>/bin/python``, created by
 ``make setup``; ``ODF_ENGINES_DIR`` overrides the directory). A release whose environment is
 missing is simply not available.
+
+The router starts its DataFusion workers on odf-node's framed protocol
+(:mod:`coordinator.transform.frames`) rather than gRPC, and offers
+:meth:`EngineRouter.submit_transform_batch` so that a replay keeps several batches in flight;
+the Spark worker (and any kamu engine) keeps kamu's gRPC protocol.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 
 from coordinator.transform.engines import (
@@ -60,7 +66,10 @@ class EngineRouter:
         isolate_network: bool = False,
         memory_limit: int | None = None,
         versions: tuple[str, ...] = DATAFUSION_VERSIONS,
+        worker_hashes: bool = False,
     ) -> None:
+        """``worker_hashes``: DataFusion workers return the logical hash of their outputs
+        (:class:`~node.engine_client.EngineClient`); off by default, see docs/engines.md."""
         self._make_spark = spark
         self._spark: EngineClient | None = None
         self._root = root or engines_dir()
@@ -69,6 +78,7 @@ class EngineRouter:
         self._memory = memory_limit
         self._versions = tuple(v for v in versions if datafusion_python(v, self._root).is_file())
         self._datafusion: dict[str, EngineClient] = {}
+        self._worker_hashes = worker_hashes
         self._lock = threading.Lock()
 
     # -- capabilities -----------------------------------------------------------------------
@@ -103,6 +113,8 @@ class EngineRouter:
                     isolate_network=self._isolate,
                     memory_limit=self._memory,
                     start_timeout=60.0,
+                    protocol="frames",
+                    worker_hashes=self._worker_hashes,
                 )
             return client
 
@@ -175,9 +187,66 @@ class EngineRouter:
             i = j
         return out
 
+    def submit_transform_batch(
+        self, requests: Sequence[TransformRequest]
+    ) -> Future[list[TransformResponse]]:
+        """Send ``requests`` now, without waiting; the future gets their answers in order.
+
+        Consecutive requests for one worker go as one batch. A DataFusion worker gets them on
+        the framed protocol at once (several batches may be in flight); a gRPC worker (Spark)
+        gets them from a background thread of its client, in submission order.
+        """
+        parts: list[Future[list[TransformResponse]]] = []
+        i = 0
+        while i < len(requests):
+            client = self._client_for(requests[i])
+            if isinstance(client, TransformInternalError):
+                parts.append(_done([client]))
+                i += 1
+                continue
+            j = i + 1
+            while j < len(requests) and self._client_for(requests[j]) is client:
+                j += 1
+            parts.append(client.submit_transform_batch(requests[i:j]))
+            i = j
+        return _gather(parts)
+
     def execute_raw_query(self, request: RawQueryRequest) -> RawQueryResponse:
         """Raw queries (ingest preprocessing) run on Spark, as before."""
         return self.spark().execute_raw_query(request)
+
+
+def _done(answers: list[TransformResponse]) -> Future[list[TransformResponse]]:
+    f: Future[list[TransformResponse]] = Future()
+    f.set_result(answers)
+    return f
+
+
+def _gather(parts: list[Future[list[TransformResponse]]]) -> Future[list[TransformResponse]]:
+    """One future for the concatenated answers of ``parts`` (in order)."""
+    if len(parts) == 1:
+        return parts[0]
+    out: Future[list[TransformResponse]] = Future()
+    lock = threading.Lock()
+    remaining = [len(parts)]
+
+    def one_done(_: Future[list[TransformResponse]]) -> None:
+        with lock:
+            remaining[0] -= 1
+            last = remaining[0] == 0
+        if not last:
+            return
+        failed = next((p.exception() for p in parts if p.exception() is not None), None)
+        if failed is not None:
+            out.set_exception(failed)
+        else:
+            out.set_result([a for p in parts for a in p.result()])
+
+    if not parts:
+        out.set_result([])
+    for p in parts:
+        p.add_done_callback(one_done)
+    return out
 
 
 __all__ = ["ENGINES_DIR_ENV", "EngineRouter", "datafusion_python", "engines_dir"]

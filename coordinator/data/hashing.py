@@ -78,6 +78,7 @@ __all__ = [
     "LOGICAL_HASH_BATCH_SIZE",
     "LogicalHasher",
     "UnreproducibleLogicalHash",
+    "WrittenFileHasher",
     "array_digest",
     "kamu_parquet_schema",
     "logical_hash",
@@ -1384,6 +1385,64 @@ def logical_hash(
         for batch in batches:
             hasher.update(batch)
         return hasher.finalize().to_multibase()
+
+
+class WrittenFileHasher:
+    """Logical hashes of Parquet files computed from the Arrow tables they were just written
+    from, without reading them back (an engine worker hashing its own output).
+
+    The hash must be the one of the *file* as kamu reads it, so the schema is the one arrow-rs
+    derives from the file's footer (:func:`kamu_parquet_schema`) and columns whose values that
+    reader would change are cast, as :func:`logical_hash` does for a file. Which schema a file
+    gets depends only on the table's Arrow schema and the writer's options, so it is read from
+    the first file written with each table schema and remembered: one instance per set of
+    writer options.
+
+    :meth:`hash` returns ``None`` (hash the file instead) when the result could depend on how
+    the file is read back: struct columns (kamu's 10,000-row read batches) and INT96
+    timestamps.
+    """
+
+    def __init__(self, max_schemas: int = 64) -> None:
+        self._schemas: dict[pa.Schema, tuple[pa.Schema, tuple[bool, ...]] | None] = {}
+        self._max = max_schemas
+
+    def _read_schema(
+        self, table: pa.Table, path: str | os.PathLike[str]
+    ) -> tuple[pa.Schema, tuple[bool, ...]] | None:
+        if table.schema in self._schemas:
+            return self._schemas[table.schema]
+        pf = pq.ParquetFile(path)
+        schema = _kamu_schema(pf)
+        found: tuple[pa.Schema, tuple[bool, ...]] | None = None
+        int96 = any(
+            pf.schema.column(i).physical_type == "INT96" for i in range(pf.metadata.num_columns)
+        )
+        if not (_has_struct(schema) or int96 or len(schema) != table.num_columns):
+            casts = tuple(
+                _needs_cast(schema.field(i).type, f.type) for i, f in enumerate(table.schema)
+            )
+            found = (schema, casts)
+        if len(self._schemas) >= self._max:
+            self._schemas.clear()
+        self._schemas[table.schema] = found
+        return found
+
+    def hash(self, table: pa.Table, path: str | os.PathLike[str]) -> Multihash | None:
+        """The logical hash of ``path``, just written from ``table`` (``None``: see above)."""
+        known = self._read_schema(table, path)
+        if known is None:
+            return None
+        schema, casts = known
+        columns = [
+            _unwrap(col).cast(schema.field(i).type) if cast else col
+            for i, (col, cast) in enumerate(zip(table.columns, casts, strict=True))
+        ]
+        with LogicalHasher(schema) as hasher:
+            for batch in pa.Table.from_arrays(columns, names=schema.names).to_batches():
+                if batch.num_rows:
+                    hasher.update(batch)
+            return hasher.finalize()
 
 
 def _prepend(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -15,6 +15,7 @@ from coordinator.identity.dataset_id import DatasetId
 from coordinator.ingest.vocab import Vocab
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
+from coordinator.multiformats import Multihash
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +62,10 @@ class TransformSuccess:
 
     new_offset_interval: m.OffsetInterval | None = None
     new_watermark: Timestamp | None = None
+    logical_hash: Multihash | None = None
+    """The logical hash of the output file, computed by the worker that wrote it from the data
+    it held (odf-node's framed protocol only; kamu's protocol has no such field, so it is never
+    encoded). ``None``: the caller hashes the file."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,7 +7,8 @@ times in kamu's DataFusion-51 era so the inferred release is tried first), one
 passes (order rotated per round, load average printed), seconds per block:
 
 * **verify, DataFusion worker**: ``replay_transforms`` over the N blocks through the node's
-  engine router (planning, gRPC, sandbox, the worker's transform, logical hash, comparison);
+  engine router (planning, the node's framed protocol, sandbox, the worker's transform, logical
+  hash, comparison);
 * **direct DataFusion SQL**: in a process of the same DataFusion 51 environment (all blocks
   once untimed to warm it, then timed), per block:
   a fresh ``SessionContext`` (one target partition), the slice file registered, the offset
