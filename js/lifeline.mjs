@@ -5,17 +5,23 @@
 // after SIGKILL), and this process kills itself at once, so a js-ipfs node never outlives the
 // daemon that started it. The reasons for a pipe rather than PR_SET_PDEATHSIG are in
 // engine/lifeline.py; node/lifeline.py is the daemon's side.
+//
+// The pipe is read through a net.Socket that is unref'ed: it must not keep the event loop
+// alive, or a js-ipfs node that stopped on SIGTERM would never exit (the daemon then waited its
+// 10 s and killed it on every shutdown).
 import fs from 'node:fs'
+import net from 'node:net'
 import { pathToFileURL } from 'node:url'
 
 const fd = Number.parseInt(process.env.ODF_LIFELINE_FD ?? '', 10)
 delete process.env.ODF_LIFELINE_FD
 if (Number.isInteger(fd) && fd > 2) {
-  const lifeline = fs.createReadStream(null, { fd, autoClose: true })
+  const lifeline = new net.Socket({ fd, readable: true, writable: false })
   const die = () => process.kill(process.pid, 'SIGKILL')
   lifeline.on('data', () => {})
   lifeline.on('end', die)
   lifeline.on('error', die)
+  lifeline.unref()
 }
 
 const cli = fs.realpathSync(process.argv[2])

@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 from daemon_harness import descendants
 
+from node.ipfs.embedded import EmbeddedIpfs
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -171,3 +173,15 @@ def test_embedded_ipfs_dies_with_the_node(tmp_path: Path) -> None:
     elapsed, left = _kill_parent_and_measure(parent)
     assert not _alive(ipfs) and not left, f"{left} outlived the killed parent"
     print(f"js-ipfs gone {elapsed:.2f} s after its parent was killed")
+
+
+def test_embedded_ipfs_exits_on_its_own_when_stopped(tmp_path: Path) -> None:
+    # The lifeline must not keep js-ipfs's event loop alive: on SIGTERM the node stops and its
+    # process exits by itself, rather than being SIGKILLed after stop()'s grace period.
+    node = EmbeddedIpfs(tmp_path / "ipfs", require_isolation=True)
+    node.start()
+    process = node.process
+    assert process is not None
+    node.stop()
+    assert process.returncode is not None
+    assert process.returncode != -signal.SIGKILL, "js-ipfs had to be killed"
