@@ -22,6 +22,28 @@ from node.rpc.cookie import cookie_path, read_cookie
 
 ROOT = Path(__file__).resolve().parents[1]
 
+CITIES_SNAPSHOT = """\
+kind: DatasetSnapshot
+version: 1
+content:
+  name: cities
+  kind: Root
+  metadata:
+    - kind: AddPushSource
+      sourceName: default
+      read:
+        kind: Csv
+        header: true
+        schema: ["event_time TIMESTAMP", "city STRING", "population BIGINT"]
+      merge:
+        kind: Append
+    - kind: SetVocab
+      eventTimeColumn: event_time
+---
+"""
+"""The root dataset the daemon tests publish (``cities``), ending with a document separator so
+that a test appends its derivative's snapshot."""
+
 TEST_CONFIG: dict[str, dict[str, Any]] = {
     "rpc": {"port": 0},
     "http": {"port": 0},

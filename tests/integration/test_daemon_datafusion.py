@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from daemon_harness import ROOT, NodeProcess, _cmdline, descendants
+from daemon_harness import CITIES_SNAPSHOT, ROOT, NodeProcess, _cmdline, descendants
 from netns import require_loopback_only
 
 from coordinator.transform.engines import DATAFUSION_VERSIONS
@@ -32,24 +32,9 @@ from coordinator.transform.engines import DATAFUSION_VERSIONS
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 NEWEST = DATAFUSION_VERSIONS[0]
-SNAPSHOTS = """\
-kind: DatasetSnapshot
-version: 1
-content:
-  name: cities
-  kind: Root
-  metadata:
-    - kind: AddPushSource
-      sourceName: default
-      read:
-        kind: Csv
-        header: true
-        schema: ["event_time TIMESTAMP", "city STRING", "population BIGINT"]
-      merge:
-        kind: Append
-    - kind: SetVocab
-      eventTimeColumn: event_time
----
+SNAPSHOTS = (
+    CITIES_SNAPSHOT
+    + """\
 kind: DatasetSnapshot
 version: 1
 content:
@@ -66,6 +51,7 @@ content:
           SELECT op, event_time, city, population * 2 AS pop2
           FROM cities WHERE population > 100
 """
+)
 CSV1 = (
     "event_time,city,population\n"
     "2020-01-01T00:00:00Z,A,1000\n2020-01-02T00:00:00Z,B,2000\n2020-01-03T00:00:00Z,C,30\n"

@@ -17,29 +17,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from daemon_harness import NodeProcess
+from daemon_harness import CITIES_SNAPSHOT, NodeProcess
 from netns import require_loopback_only
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 
-SNAPSHOTS = """\
-kind: DatasetSnapshot
-version: 1
-content:
-  name: cities
-  kind: Root
-  metadata:
-    - kind: AddPushSource
-      sourceName: default
-      read:
-        kind: Csv
-        header: true
-        schema: ["event_time TIMESTAMP", "city STRING", "population BIGINT"]
-      merge:
-        kind: Append
-    - kind: SetVocab
-      eventTimeColumn: event_time
----
+SNAPSHOTS = (
+    CITIES_SNAPSHOT
+    + """\
 kind: DatasetSnapshot
 version: 1
 content:
@@ -57,6 +42,7 @@ content:
             query: SELECT * FROM cities WHERE population > 100
           - query: SELECT op, event_time, city, population * 2 AS pop2 FROM big
 """
+)
 CSV1 = (
     "event_time,city,population\n"
     "2020-01-01T00:00:00Z,A,1000\n2020-01-02T00:00:00Z,B,2000\n2020-01-03T00:00:00Z,C,30\n"
