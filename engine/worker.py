@@ -23,9 +23,9 @@ hand: one length-delimited field needs no protobuf runtime):
 ``--protocol frames`` (DataFusion only; the node's own DataFusion workers run so) serves
 odf-node's framed protocol (:mod:`coordinator.transform.frames`) on the ``unix:`` socket
 instead of gRPC: batches of ``TransformRequest`` in, their answers out, in order, one connection
-at a time; with ``--hash-outputs`` each answer also carries the logical hash of the output file
-the worker wrote (computed from the Arrow data it holds, so the node need not read the file
-back).
+at a time. A replay's request names the logical hash it must reproduce; the answer then
+carries the hash of the output computed from the Arrow data the worker holds, and the worker
+writes the output file only when that hash differs (so the node reads nothing back).
 
 The SparkSession is created once, before the server starts listening (so "connectable" means
 "warm"), and every request runs in ``spark.newSession()``. Requests are served one at a time.
@@ -238,11 +238,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--listen", default=DEFAULT_ADDRESS, help="host:port or unix:/path")
     p.add_argument("--engine", default="spark", choices=("spark", "datafusion"))
     p.add_argument(
-        "--hash-outputs",
-        action="store_true",
-        help="frames: answer with the logical hash of each output file, computed in memory",
-    )
-    p.add_argument(
         "--protocol",
         default="grpc",
         choices=("grpc", "frames"),
@@ -258,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     if args.engine == "datafusion":
-        return _serve_datafusion(args.listen, args.protocol, args.hash_outputs)
+        return _serve_datafusion(args.listen, args.protocol)
     if args.protocol != "grpc":
         p.error("--protocol frames is for --engine datafusion")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -302,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _serve_datafusion(listen: str, protocol: str, hash_outputs: bool) -> int:
+def _serve_datafusion(listen: str, protocol: str) -> int:
     from engine.datafusion_engine import DataFusionEngine
 
     stop = threading.Event()
@@ -311,7 +306,7 @@ def _serve_datafusion(listen: str, protocol: str, hash_outputs: bool) -> int:
     if protocol == "frames":
         if not listen.startswith("unix:"):
             raise SystemExit("--protocol frames needs a unix: socket")
-        engine = DataFusionEngine(hash_outputs=hash_outputs)
+        engine = DataFusionEngine()
         listener = frames_listener(listen.removeprefix("unix:"))  # connectable from here on
         threading.Thread(
             target=serve_frames,

@@ -37,8 +37,9 @@ it owns:
   the futures; when the worker dies it restarts it and sends every unanswered batch again, each
   batch at most once more (its partial outputs removed first), as for gRPC requests. The
   timeout counts from the moment a batch is the oldest unanswered one; the memory watchdog runs
-  while any batch is in flight and fails the oldest on excess. Optionally
-  (``worker_hashes``) the worker also returns the logical hash of each output file it wrote.
+  while any batch is in flight and fails the oldest on excess. For a replay's request the
+  worker also returns the logical hash of the output, computed in memory, and writes the file
+  only when it differs from the published one.
 
 It can also connect to an engine it does not own (``spawn=False``), e.g. kamu's
 ``engine-spark`` container or a worker started by hand.
@@ -208,15 +209,11 @@ class EngineClient:
         env: dict[str, str] | None = None,
         driver_host: str = "",
         protocol: str = "grpc",
-        worker_hashes: bool = False,
     ) -> None:
         """``driver_host``: the address the Spark driver (the worker) binds and a cluster's
         executors connect back to ("" = 127.0.0.1, enough for ``local`` masters).
         ``protocol``: ``grpc`` (kamu's engine protocol) or ``frames`` (odf-node's own, for a
-        DataFusion worker this client spawns on a Unix socket). ``worker_hashes`` (frames
-        only): the worker returns the logical hash of each output file, computed in memory,
-        so a replay need not read the file back (less CPU in all, but on the worker, which is
-        a replay's bottleneck: see docs/engines.md)."""
+        DataFusion worker this client spawns on a Unix socket)."""
         if protocol not in ("grpc", "frames"):
             raise ValueError(f"unknown engine protocol {protocol!r}")
         if protocol == "frames" and (not spawn or engine != "datafusion"):
@@ -237,7 +234,6 @@ class EngineClient:
         self._tmp = Path(tempfile.mkdtemp(prefix="odf-engine-"))
         self.address = address or f"unix:{self._tmp / 'engine.sock'}"
         self.protocol = protocol
-        self.worker_hashes = worker_hashes
         if protocol == "frames" and not self.address.startswith("unix:"):
             raise ValueError("the framed protocol runs over a unix: socket")
         self.master = master
@@ -292,8 +288,6 @@ class EngineClient:
             cmd += ["--engine", self.engine]
             if self.protocol == "frames":
                 cmd += ["--protocol", "frames"]
-                if self.worker_hashes:
-                    cmd.append("--hash-outputs")
         if self.isolate_network:
             if not self.address.startswith("unix:"):
                 raise EngineUnavailable("an isolated worker must listen on a unix: socket")

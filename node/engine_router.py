@@ -66,10 +66,8 @@ class EngineRouter:
         isolate_network: bool = False,
         memory_limit: int | None = None,
         versions: tuple[str, ...] = DATAFUSION_VERSIONS,
-        worker_hashes: bool = False,
     ) -> None:
-        """``worker_hashes``: DataFusion workers return the logical hash of their outputs
-        (:class:`~node.engine_client.EngineClient`); off by default, see docs/engines.md."""
+        """``versions``: the pinned DataFusion releases to use (those installed)."""
         self._make_spark = spark
         self._spark: EngineClient | None = None
         self._root = root or engines_dir()
@@ -78,7 +76,6 @@ class EngineRouter:
         self._memory = memory_limit
         self._versions = tuple(v for v in versions if datafusion_python(v, self._root).is_file())
         self._datafusion: dict[str, EngineClient] = {}
-        self._worker_hashes = worker_hashes
         self._lock = threading.Lock()
 
     # -- capabilities -----------------------------------------------------------------------
@@ -114,7 +111,6 @@ class EngineRouter:
                     memory_limit=self._memory,
                     start_timeout=60.0,
                     protocol="frames",
-                    worker_hashes=self._worker_hashes,
                 )
             return client
 

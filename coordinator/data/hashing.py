@@ -59,7 +59,7 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum, auto
@@ -1394,25 +1394,42 @@ class WrittenFileHasher:
     The hash must be the one of the *file* as kamu reads it, so the schema is the one arrow-rs
     derives from the file's footer (:func:`kamu_parquet_schema`) and columns whose values that
     reader would change are cast, as :func:`logical_hash` does for a file. Which schema a file
-    gets depends only on the table's Arrow schema and the writer's options, so it is read from
-    the first file written with each table schema and remembered: one instance per set of
-    writer options.
+    gets depends only on the table's Arrow schema and the writer's options, so it is read once
+    per table schema and remembered: from the file just written, or, when the caller has not
+    written one (a replay that writes its output only if it differs from the published one),
+    from an empty file that ``write`` produces in memory. One instance per set of writer
+    options; ``write(table, sink)`` must be the writer of the files whose hash is asked.
 
     :meth:`hash` returns ``None`` (hash the file instead) when the result could depend on how
     the file is read back: struct columns (kamu's 10,000-row read batches) and INT96
     timestamps.
     """
 
-    def __init__(self, max_schemas: int = 64) -> None:
+    def __init__(
+        self,
+        max_schemas: int = 64,
+        *,
+        write: Callable[[pa.Table, Any], None] | None = None,
+    ) -> None:
         self._schemas: dict[pa.Schema, tuple[pa.Schema, tuple[bool, ...]] | None] = {}
         self._max = max_schemas
+        self._write = write
 
     def _read_schema(
-        self, table: pa.Table, path: str | os.PathLike[str]
+        self, table: pa.Table, path: str | os.PathLike[str] | None
     ) -> tuple[pa.Schema, tuple[bool, ...]] | None:
         if table.schema in self._schemas:
             return self._schemas[table.schema]
-        pf = pq.ParquetFile(path)
+        if path is None:
+            if self._write is None:
+                raise ValueError("no file written and no writer to probe the file schema with")
+            # The footer's schema depends on the Arrow schema and the writer options only, so
+            # an empty table written the same way has the footer of the real file.
+            sink = pa.BufferOutputStream()
+            self._write(table.schema.empty_table(), sink)
+            pf = pq.ParquetFile(pa.BufferReader(sink.getvalue()))
+        else:
+            pf = pq.ParquetFile(path)
         schema = _kamu_schema(pf)
         found: tuple[pa.Schema, tuple[bool, ...]] | None = None
         int96 = any(
@@ -1428,8 +1445,9 @@ class WrittenFileHasher:
         self._schemas[table.schema] = found
         return found
 
-    def hash(self, table: pa.Table, path: str | os.PathLike[str]) -> Multihash | None:
-        """The logical hash of ``path``, just written from ``table`` (``None``: see above)."""
+    def hash(self, table: pa.Table, path: str | os.PathLike[str] | None = None) -> Multihash | None:
+        """The logical hash of ``path``, just written from ``table``, or (``path`` omitted) of
+        the file ``write`` would make of ``table`` (``None``: see above)."""
         known = self._read_schema(table, path)
         if known is None:
             return None

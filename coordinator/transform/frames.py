@@ -13,8 +13,9 @@ A **frame** is ``u32 length`` (little-endian, of what follows) then the body: ``
   (:func:`encode_request`), run in order;
 * :data:`TRANSFORM_ANSWERS` (worker → node): two parts per request, in order: the
   ``TransformResponseRoot`` flatbuffer (``Success`` / ``InvalidQuery`` / ``InternalError``, no
-  ``Progress``), then the logical hash of the data file the worker wrote as binary multihash
-  (empty when it wrote none or could not hash it);
+  ``Progress``), then the logical hash of the output as binary multihash, computed in memory
+  for a request that names the hash it expects (empty otherwise, and when the worker could not
+  hash it); the worker writes the output file unless that hash equals the expected one;
 * :data:`PROTOCOL_ERROR` (worker → node): one part, a UTF-8 message (a frame it could not
   read); the worker closes the connection after it.
 

@@ -54,6 +54,11 @@ class TransformRequest:
     prev_checkpoint_path: Path | None
     new_checkpoint_path: Path
     new_data_path: Path
+    expected_logical_hash: Multihash | None = None
+    """A replay's published logical hash (odf-node's own engines only; kamu's protocol has no
+    such field, so it is never encoded). An engine that can hash its output in memory may then
+    skip writing a file whose hash equals it and answer with the hash instead
+    (:attr:`TransformSuccess.logical_hash`); ``None``: always write the output."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,9 +68,11 @@ class TransformSuccess:
     new_offset_interval: m.OffsetInterval | None = None
     new_watermark: Timestamp | None = None
     logical_hash: Multihash | None = None
-    """The logical hash of the output file, computed by the worker that wrote it from the data
-    it held (odf-node's framed protocol only; kamu's protocol has no such field, so it is never
-    encoded). ``None``: the caller hashes the file."""
+    """The logical hash of the output, computed by the engine from the data it held, for a
+    request with an ``expected_logical_hash`` (odf-node's own engines only; never encoded in
+    kamu's protocol). Equal to the expectation: no file was written. Different: the file was
+    written, and the caller judges by the file's own hash. ``None``: the caller hashes the
+    file."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

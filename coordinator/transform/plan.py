@@ -397,6 +397,7 @@ def plan_replay(
             ),
             new_checkpoint_path=paths.new_checkpoint_path,
             new_data_path=paths.new_data_path,
+            expected_logical_hash=e.new_data.logical_hash if e.new_data is not None else None,
         ),
         query_inputs=e.query_inputs,
         prev_checkpoint=_prev_checkpoint(dataset, e.prev_checkpoint, cache),
@@ -437,7 +438,11 @@ def hash_output(
     new_data = None
     data_path = req.new_data_path
     if response.new_offset_interval is not None:
-        if not data_path.is_file():
+        # A replay's engine that hashed its output to the published hash wrote no file.
+        unwritten = (
+            physical_from is not None and response.logical_hash == physical_from.logical_hash
+        )
+        if not unwritten and not data_path.is_file():
             raise TransformEngineError("engine reported data but wrote no data file")
         iv = response.new_offset_interval
         if iv.start != req.next_offset or iv.end < iv.start:
@@ -446,7 +451,7 @@ def hash_output(
                 f"{req.next_offset}"
             )
         if physical_from is not None and response.logical_hash is not None:
-            # A replay on the node's own worker: the worker hashed the data it wrote. (A
+            # A replay on the node's own worker: the worker hashed its output in memory. (A
             # mismatch is confirmed from the file, see coordinator.transform.verify.)
             lh = response.logical_hash
         else:

@@ -1,15 +1,17 @@
 """The node's framed protocol to a real DataFusion 51 worker (``protocol="frames"``).
 
-* with ``worker_hashes``, answers carry the logical hash of each output file, equal to the
-  file's own hash and to the published one;
+* a replay's requests name the published logical hash: answers carry the hash of the output
+  computed in memory, equal to the published one, and no file is written; a request expecting
+  another hash gets the file and the file's own hash; one expecting none gets the file only
+  (DataFusion 51 and 41);
 * several batches in flight: the worker killed (SIGKILL) mid-batch is restarted and every
   unanswered batch is sent again, each answered as if nothing happened; a crash inside a
   request (the worker's crash hook) likewise;
 * a batch that crashes the worker twice fails with an internal error, the next one runs;
 * a batch over the memory limit fails with ``TransformMemoryExceeded`` and stops the worker;
 * a replay through a gRPC client (not the router's framed one) still verifies;
-* a replay through the router with ``worker_hashes`` still disputes a forged slice, with the
-  evidence hashed from the file.
+* a replay through the router still disputes a forged slice, with the evidence hashed from the
+  file.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import pytest
 from coordinator.data import logical_hash
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
+from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
 from coordinator.transform import OutputPaths, TransformSuccess, commit_transform
 from coordinator.transform.model import (
@@ -94,7 +97,6 @@ def frames_client(**env: str) -> EngineClient:
         python=str(datafusion_python("51.0.0")),
         idle_timeout=0,
         protocol="frames",
-        worker_hashes=True,
         env=env,
     )
 
@@ -108,8 +110,11 @@ def assert_reproduced(
     for req, answer, event in zip(requests, answers, events, strict=True):
         assert isinstance(answer, TransformSuccess), answer
         assert event.new_data is not None and answer.logical_hash is not None
+        assert req.expected_logical_hash == event.new_data.logical_hash
+        # The in-memory hash equals the one the node computed from the owner's file, so the
+        # replay's output was not written.
         assert answer.logical_hash == event.new_data.logical_hash
-        assert logical_hash(req.new_data_path) == answer.logical_hash.to_multibase()
+        assert not req.new_data_path.exists()
 
 
 def test_batches_in_flight_survive_a_worker_killed_mid_batch(tmp_path: Path) -> None:
@@ -157,7 +162,7 @@ def test_a_crash_inside_a_request_is_retried_once_then_fails_the_batch(tmp_path:
 
 def test_a_forged_slice_is_still_disputed_with_evidence_from_the_file(tmp_path: Path) -> None:
     root, der, _events = chain(tmp_path, 2)
-    router = EngineRouter(no_spark, idle_timeout=0, versions=("51.0.0",), worker_hashes=True)
+    router = EngineRouter(no_spark, idle_timeout=0, versions=("51.0.0",))
     try:
         # The next step run for real, one value changed before commit (hashes consistent).
         clock = Clock(Timestamp.parse("2026-02-03T00:00:00Z"))
@@ -169,9 +174,8 @@ def test_a_forged_slice_is_still_disputed_with_evidence_from_the_file(tmp_path: 
         assert plan is not None
         clear_outputs(paths)
         resp = router.execute_transform(plan.request)
-        assert isinstance(resp, TransformSuccess) and resp.logical_hash is not None
-        honest = resp.logical_hash
-        assert logical_hash(paths.new_data_path) == honest.to_multibase()
+        assert isinstance(resp, TransformSuccess) and resp.logical_hash is None  # no expectation
+        honest = Multihash.from_multibase(logical_hash(paths.new_data_path))
         t = pq.read_table(paths.new_data_path)
         i = t.schema.get_field_index("city")
         pq.write_table(
@@ -222,5 +226,48 @@ def test_a_batch_over_the_memory_limit_fails_typed_and_stops_the_worker(tmp_path
         assert answers[0].peak_bytes > 1 << 20  # type: ignore[union-attr]
         assert not client.running and client.starts == 1  # stopped, not retried
         assert not any(r.new_data_path.exists() for r in requests)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("version", ["51.0.0", "41.0.0"])
+def test_a_replay_output_is_written_only_when_its_hash_differs(
+    tmp_path: Path, version: str
+) -> None:
+    root, der, events = chain(tmp_path, 3)
+    client = EngineClient(
+        engine="datafusion",
+        python=str(datafusion_python(version)),
+        idle_timeout=0,
+        protocol="frames",
+    )
+    try:
+        expecting = replay_requests(tmp_path, root, der, "e")
+        assert_reproduced(expecting, client.execute_transform_batch(expecting), events)
+
+        # Expecting another hash (a forged block): the file is written, the answer carries the
+        # in-memory hash, and that is the hash of the file.
+        wrong = events[0].new_data
+        assert wrong is not None
+        others = [
+            replace(r, expected_logical_hash=wrong.logical_hash)
+            for r in replay_requests(tmp_path, root, der, "w")[1:]
+        ]
+        answers = client.execute_transform_batch(others)
+        for req, answer, event in zip(others, answers, events[1:], strict=True):
+            assert isinstance(answer, TransformSuccess) and event.new_data is not None
+            assert answer.logical_hash == event.new_data.logical_hash != wrong.logical_hash
+            assert logical_hash(req.new_data_path) == answer.logical_hash.to_multibase()
+
+        # Expecting nothing (an owner's transform): the file, and no hash.
+        plain = [
+            replace(r, expected_logical_hash=None)
+            for r in replay_requests(tmp_path, root, der, "n")
+        ]
+        answers = client.execute_transform_batch(plain)
+        for req, answer, event in zip(plain, answers, events, strict=True):
+            assert isinstance(answer, TransformSuccess) and answer.logical_hash is None
+            assert event.new_data is not None
+            assert logical_hash(req.new_data_path) == event.new_data.logical_hash.to_multibase()
     finally:
         client.close()

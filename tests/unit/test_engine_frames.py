@@ -9,6 +9,7 @@ import struct
 import threading
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -111,7 +112,7 @@ def test_a_request_round_trips_and_nothing_else_is_accepted(tmp_path: Path) -> N
 # -- the worker's hash of what it wrote ----------------------------------------------------
 
 
-def write(table: pa.Table, path: Path) -> None:
+def write(table: pa.Table, path: Any) -> None:
     """The DataFusion worker's writer options (engine/datafusion_engine.py ``_write``)."""
     pq.write_table(
         table,
@@ -175,6 +176,23 @@ def test_the_in_memory_hash_is_the_hash_of_the_file(tmp_path: Path, name: str) -
     write(other, path)
     assert lh2 is not None and lh2.to_multibase() == logical_hash(path)
     assert lh2 != lh
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+def test_the_in_memory_hash_of_an_unwritten_file_is_the_hash_of_the_file(
+    tmp_path: Path, name: str
+) -> None:
+    """A replay that writes nothing: the footer schema comes from an empty file in memory."""
+    table = TABLES[name]
+    lh = WrittenFileHasher(write=write).hash(table)
+    path = tmp_path / "out.parquet"
+    write(table, path)
+    assert lh is not None and lh.to_multibase() == logical_hash(path)
+
+
+def test_without_a_file_or_a_writer_the_hasher_refuses() -> None:
+    with pytest.raises(ValueError, match="no writer"):
+        WrittenFileHasher().hash(TABLES[next(iter(TABLES))])
 
 
 def test_struct_columns_are_left_to_the_file_hash(tmp_path: Path) -> None:
