@@ -24,9 +24,8 @@ kamu-engine-datafusion's ``src/engine.rs`` (0.8.1 on DataFusion 41, 0.9.0 on Dat
 * **output**: one snappy parquet file (data pages v1, dictionary encoding). Strings of
   DataFusion 51 come out as string views; they are written as plain strings (arrow-digest
   hashes both alike, and kamu strips the view encoding from the schema it records). Nothing is
-  written for an empty result. A replay's request names the logical hash it must reproduce
-  (``expected_logical_hash``): the output is then hashed in memory, and written only if it
-  differs (the caller judges a mismatch by the file, see ``docs/engines.md``);
+  written for an empty result. A request with ``arrow_output`` (a replay) gets an Arrow IPC
+  file instead, which its caller hashes (``coordinator/transform/output.py``);
 * **watermark**: the minimum over inputs of each input's latest explicit watermark in this
   request (inputs without one skipped; none at all: no watermark). **No checkpoint.**
 
@@ -46,9 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from coordinator.data.hashing import WrittenFileHasher
 from coordinator.errors import INVALID_INPUT, OdfNodeError
 from coordinator.ingest.vocab import Vocab
 from coordinator.metadata import model as m
@@ -63,6 +60,11 @@ from coordinator.transform.model import (
     TransformRequest,
     TransformResponse,
     TransformSuccess,
+)
+from coordinator.transform.output import (
+    arrow_output_path,
+    write_arrow_output,
+    write_parquet_output,
 )
 from engine.datafusion_sandbox import SandboxViolation, check_plan, check_text
 
@@ -94,7 +96,6 @@ class DataFusionEngine:
         """Import the release and build the session configuration once."""
         import datafusion
 
-        self._hasher = WrittenFileHasher(write=_write_parquet)
         self._df = datafusion
         self.version = str(datafusion.__version__)
         self.checks = 0
@@ -218,15 +219,10 @@ class DataFusionEngine:
         table = _with_system_columns(
             table, vocab, req.system_time, req.next_offset, offset_nullable=self._offset_nullable
         )
-        lh = None
         if table.num_rows:
-            expected = req.expected_logical_hash
-            if expected is not None:
-                # A replay: the hash is all it compares, so a file that would be thrown away
-                # is not written (~20 % of a small block's work). A different hash (or none:
-                # a type only the file can tell) gets the file, which the caller then hashes.
-                lh = self._hasher.hash(table)
-            if lh is None or lh != expected:
+            if req.arrow_output:
+                write_arrow_output(table, arrow_output_path(req.new_data_path))
+            else:
                 _write(table, req.new_data_path)
         marks = [
             max(w.event_time for w in inp.explicit_watermarks)
@@ -241,7 +237,7 @@ class DataFusionEngine:
         return TransformSuccess(
             new_offset_interval=interval,
             new_watermark=min(marks) if marks else None,
-            logical_hash=lh,
+            arrow_output=req.arrow_output and table.num_rows > 0,
         )
 
     @staticmethod
@@ -430,19 +426,7 @@ def _write(table: pa.Table, target: Path) -> None:
     """One snappy parquet file, data pages v1, dictionaries on, no embedded Arrow schema."""
     # Written in place: the engine's owner removes a partial file of a failed request.
     target.parent.mkdir(parents=True, exist_ok=True)
-    _write_parquet(table, target)
-
-
-def _write_parquet(table: pa.Table, sink: Any) -> None:
-    """The writer options of :func:`_write`, to a path or an Arrow output stream."""
-    pq.write_table(
-        table,
-        sink,
-        compression="snappy",
-        data_page_version="1.0",
-        use_dictionary=True,
-        store_schema=False,
-    )
+    write_parquet_output(table, target)
 
 
 __all__ = ["DataFusionEngine", "InvalidQuery", "datafusion_version"]

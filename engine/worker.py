@@ -23,9 +23,9 @@ hand: one length-delimited field needs no protobuf runtime):
 ``--protocol frames`` (DataFusion only; the node's own DataFusion workers run so) serves
 odf-node's framed protocol (:mod:`coordinator.transform.frames`) on the ``unix:`` socket
 instead of gRPC: batches of ``TransformRequest`` in, their answers out, in order, one connection
-at a time. A replay's request names the logical hash it must reproduce; the answer then
-carries the hash of the output computed from the Arrow data the worker holds, and the worker
-writes the output file only when that hash differs (so the node reads nothing back).
+at a time. A replay's request asks for its output as an Arrow IPC file rather than Parquet
+(``arrow_output``; the node hashes it, see ``coordinator/transform/output.py``), and the
+answer says which the worker wrote.
 
 The SparkSession is created once, before the server starts listening (so "connectable" means
 "warm"), and every request runs in ``spark.newSession()``. Requests are served one at a time.
@@ -57,6 +57,7 @@ from coordinator.transform.fbs import (
     wrap_protobuf_many,
 )
 from coordinator.transform.frames import (
+    ARROW_OUTPUT,
     PROTOCOL_ERROR,
     TRANSFORM_ANSWERS,
     TRANSFORM_BATCH,
@@ -150,9 +151,9 @@ def answer_batch(servicer: EngineServicer, payloads: list[bytes]) -> list[bytes]
                 resp: TransformResponse = TransformInternalError(message=f"bad request: {e}")
             else:
                 resp = servicer._run(req)
-            lh = resp.logical_hash if isinstance(resp, TransformSuccess) else None
+            arrow = isinstance(resp, TransformSuccess) and resp.arrow_output
             out.append(encode_transform_response(resp))
-            out.append(bytes(lh.to_bytes()) if lh is not None else b"")
+            out.append(ARROW_OUTPUT if arrow else b"")
     return out
 
 

@@ -66,7 +66,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from coordinator.errors import UNAVAILABLE, OdfNodeError
-from coordinator.multiformats import Multihash
 from coordinator.transform.fbs import (
     decode_raw_query_response,
     decode_transform_response,
@@ -78,6 +77,7 @@ from coordinator.transform.fbs import (
     wrap_protobuf_many,
 )
 from coordinator.transform.frames import (
+    ARROW_OUTPUT,
     TRANSFORM_ANSWERS,
     TRANSFORM_BATCH,
     ConnectionLost,
@@ -95,6 +95,7 @@ from coordinator.transform.model import (
     TransformResponse,
     TransformSuccess,
 )
+from coordinator.transform.output import remove_outputs
 from node.lifeline import Lifeline
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -853,9 +854,11 @@ def _decode_answers(parts: list[bytes], n: int) -> list[TransformResponse]:
         resp = decode_transform_response(parts[2 * i])
         if resp is None:
             raise FrameError("engine answered a batched request with Progress")
-        lh = parts[2 * i + 1]
-        if lh and isinstance(resp, TransformSuccess):
-            resp = replace(resp, logical_hash=Multihash.from_bytes(lh))
+        form = parts[2 * i + 1]
+        if form == ARROW_OUTPUT and isinstance(resp, TransformSuccess):
+            resp = replace(resp, arrow_output=True)
+        elif form:
+            raise FrameError(f"engine answered with an unknown output form {form[:32]!r}")
         out.append(resp)
     return out
 
@@ -886,11 +889,7 @@ def _clear_path(p: Path) -> None:
 
 
 def _clear(req: TransformRequest) -> None:
-    for p in (req.new_data_path, req.new_checkpoint_path):
-        if p.is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            p.unlink(missing_ok=True)
+    remove_outputs(req.new_data_path, req.new_checkpoint_path)
 
 
 __all__ = ["EngineClient", "EngineUnavailable", "process_tree_rss"]

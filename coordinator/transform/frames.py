@@ -13,9 +13,9 @@ A **frame** is ``u32 length`` (little-endian, of what follows) then the body: ``
   (:func:`encode_request`), run in order;
 * :data:`TRANSFORM_ANSWERS` (worker → node): two parts per request, in order: the
   ``TransformResponseRoot`` flatbuffer (``Success`` / ``InvalidQuery`` / ``InternalError``, no
-  ``Progress``), then the logical hash of the output as binary multihash, computed in memory
-  for a request that names the hash it expects (empty otherwise, and when the worker could not
-  hash it); the worker writes the output file unless that hash equals the expected one;
+  ``Progress``), then the form of the output: :data:`ARROW_OUTPUT` when the data is the Arrow
+  IPC file the request asked for (``TransformRequest.arrow_output``), empty when it is the
+  Parquet file at ``new_data_path`` (or there is none);
 * :data:`PROTOCOL_ERROR` (worker → node): one part, a UTF-8 message (a frame it could not
   read); the worker closes the connection after it.
 
@@ -43,6 +43,8 @@ from coordinator.transform.model import TransformRequest
 TRANSFORM_BATCH: Final = 1
 TRANSFORM_ANSWERS: Final = 2
 PROTOCOL_ERROR: Final = 3
+ARROW_OUTPUT: Final = b"arrow-ipc"
+"""An answer's second part when the output is an Arrow IPC file (see the module docstring)."""
 
 MAX_FRAME: Final = 256 << 20
 """Largest frame either side accepts (a batch of requests is a few KiB per request)."""
@@ -140,6 +142,7 @@ def write_frame(sock: _Socket, kind: int, parts: list[bytes]) -> None:
 
 
 __all__ = [
+    "ARROW_OUTPUT",
     "MAX_FRAME",
     "PROTOCOL_ERROR",
     "TRANSFORM_ANSWERS",

@@ -15,7 +15,6 @@ from coordinator.identity.dataset_id import DatasetId
 from coordinator.ingest.vocab import Vocab
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
-from coordinator.multiformats import Multihash
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,11 +53,12 @@ class TransformRequest:
     prev_checkpoint_path: Path | None
     new_checkpoint_path: Path
     new_data_path: Path
-    expected_logical_hash: Multihash | None = None
-    """A replay's published logical hash (odf-node's own engines only; kamu's protocol has no
-    such field, so it is never encoded). An engine that can hash its output in memory may then
-    skip writing a file whose hash equals it and answer with the hash instead
-    (:attr:`TransformSuccess.logical_hash`); ``None``: always write the output."""
+    arrow_output: bool = False
+    """The caller would rather have the data as an Arrow IPC file at
+    ``coordinator.transform.output.arrow_output_path(new_data_path)`` than as Parquet (a
+    replay, which only hashes it; see :mod:`coordinator.transform.output`). odf-node's own
+    engines only; kamu's protocol has no such field, so it is never encoded and kamu's engines
+    write Parquet as always."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,12 +67,9 @@ class TransformSuccess:
 
     new_offset_interval: m.OffsetInterval | None = None
     new_watermark: Timestamp | None = None
-    logical_hash: Multihash | None = None
-    """The logical hash of the output, computed by the engine from the data it held, for a
-    request with an ``expected_logical_hash`` (odf-node's own engines only; never encoded in
-    kamu's protocol). Equal to the expectation: no file was written. Different: the file was
-    written, and the caller judges by the file's own hash. ``None``: the caller hashes the
-    file."""
+    arrow_output: bool = False
+    """The data (if any) is the Arrow IPC file asked for with ``TransformRequest.arrow_output``
+    rather than the Parquet file at ``new_data_path``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -17,7 +17,6 @@ dataset's head has not moved since planning.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,13 @@ from coordinator.transform.model import (
     TransformRequestInput,
     TransformSuccess,
     Watermark,
+)
+from coordinator.transform.output import (
+    arrow_output_path,
+    hash_arrow_output,
+    read_arrow_output,
+    remove_outputs,
+    write_parquet_output,
 )
 
 
@@ -397,7 +403,7 @@ def plan_replay(
             ),
             new_checkpoint_path=paths.new_checkpoint_path,
             new_data_path=paths.new_data_path,
-            expected_logical_hash=e.new_data.logical_hash if e.new_data is not None else None,
+            arrow_output=True,  # only hashed, see coordinator.transform.output
         ),
         query_inputs=e.query_inputs,
         prev_checkpoint=_prev_checkpoint(dataset, e.prev_checkpoint, cache),
@@ -426,10 +432,14 @@ def hash_output(
     """Hash the files the engine wrote for ``plan`` (logical + physical + size).
 
     ``physical_from``: a replay's published slice, whose physical hash and size are taken
-    instead of computed (and the logical hash is the one the engine reported, if it did),
-    since kamu's comparison overwrites them with exactly these values
+    instead of computed, since kamu's comparison overwrites them with exactly these values
     (:func:`~coordinator.transform.verify.normalize_replayed`): reading the file a second time
     would change nothing.
+
+    An engine that left its data as an Arrow IPC file (``response.arrow_output``, asked for by
+    a replay) has it hashed in memory; unless that hash is the published one, the Parquet file
+    is written from the same data and its own hash is the result (see
+    :mod:`coordinator.transform.output`).
 
     Raises:
         TransformEngineError: the response and the files disagree.
@@ -438,23 +448,18 @@ def hash_output(
     new_data = None
     data_path = req.new_data_path
     if response.new_offset_interval is not None:
-        # A replay's engine that hashed its output to the published hash wrote no file.
-        unwritten = (
-            physical_from is not None and response.logical_hash == physical_from.logical_hash
-        )
-        if not unwritten and not data_path.is_file():
-            raise TransformEngineError("engine reported data but wrote no data file")
         iv = response.new_offset_interval
         if iv.start != req.next_offset or iv.end < iv.start:
             raise TransformEngineError(
                 f"engine returned interval [{iv.start}, {iv.end}], expected to start at "
                 f"{req.next_offset}"
             )
-        if physical_from is not None and response.logical_hash is not None:
-            # A replay on the node's own worker: the worker hashed its output in memory. (A
-            # mismatch is confirmed from the file, see coordinator.transform.verify.)
-            lh = response.logical_hash
-        else:
+        lh: Multihash | None = None
+        if response.arrow_output:
+            lh = _hash_arrow(req, iv, physical_from)
+        elif not data_path.is_file():
+            raise TransformEngineError("engine reported data but wrote no data file")
+        if lh is None:
             lh = Multihash.from_multibase(logical_hash(data_path))
         if physical_from is not None:
             new_data = m.DataSlice(
@@ -478,6 +483,30 @@ def hash_output(
             size=cp_path.stat().st_size,
         )
     return TransformOutput(new_data=new_data, new_checkpoint=new_cp)
+
+
+def _hash_arrow(
+    req: TransformRequest, iv: m.OffsetInterval, physical_from: m.DataSlice | None
+) -> Multihash | None:
+    """The logical hash of an Arrow IPC output if it is the published one; otherwise (or when
+    only a file can tell) ``None``, with the Parquet file written at ``new_data_path``."""
+    path = arrow_output_path(req.new_data_path)
+    if not path.is_file():
+        raise TransformEngineError("engine reported data but wrote no data file")
+    try:
+        table = read_arrow_output(path)
+    except Exception as e:  # pyarrow's errors: the engine's file is not Arrow IPC
+        raise TransformEngineError(f"engine wrote an unreadable Arrow file: {e}") from e
+    if table.num_rows != iv.end - iv.start + 1:
+        raise TransformEngineError(
+            f"engine reported {iv.end - iv.start + 1} records and wrote {table.num_rows}"
+        )
+    if physical_from is not None:
+        lh = hash_arrow_output(table)
+        if lh is not None and lh == physical_from.logical_hash:
+            return lh
+    write_parquet_output(table, req.new_data_path)
+    return None
 
 
 def build_event(
@@ -579,11 +608,7 @@ def commit_transform(
 
 def clear_outputs(paths: OutputPaths) -> None:
     """Remove output files left by a previous (failed) engine run."""
-    for p in (paths.new_data_path, paths.new_checkpoint_path):
-        if p.is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            p.unlink(missing_ok=True)
+    remove_outputs(paths.new_data_path, paths.new_checkpoint_path)
     paths.new_data_path.parent.mkdir(parents=True, exist_ok=True)
     paths.new_checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
 

@@ -60,6 +60,7 @@ from coordinator.transform.model import (
     TransformResponse,
     TransformSuccess,
 )
+from coordinator.transform.output import remove_outputs
 from coordinator.transform.plan import (
     ChainCache,
     OutputPaths,
@@ -524,17 +525,6 @@ def replay_transforms(
                     first_error = first_error or str(e)
                     continue
                 replayed = normalize_replayed(published, build_event(plan, response, output))
-                if replayed != published and response.logical_hash is not None:
-                    # The worker's own hash of its output disagrees: judge by the file it
-                    # wrote, as kamu would, so a mismatch (and its evidence) never rests on
-                    # the in-memory shortcut.
-                    response = replace(response, logical_hash=None)
-                    try:
-                        output = hash_output(plan, response, physical_from=published.new_data)
-                    except TransformError as e:
-                        first_error = first_error or str(e)
-                        continue
-                    replayed = normalize_replayed(published, build_event(plan, response, output))
                 if replayed == published:
                     reproduced = version or (available[0] if available else "")
                     break
@@ -597,13 +587,7 @@ def _size(path: Path) -> int:
 
 def _drop_outputs(paths: OutputPaths) -> None:
     """Remove a judged block's output files (its directory is reused by a later block)."""
-    for p in (paths.new_data_path, paths.new_checkpoint_path):
-        try:
-            p.unlink()
-        except FileNotFoundError:
-            pass
-        except IsADirectoryError:
-            shutil.rmtree(p, ignore_errors=True)
+    remove_outputs(paths.new_data_path, paths.new_checkpoint_path)
 
 
 @dataclass(slots=True, kw_only=True)

@@ -1,9 +1,8 @@
 """The node's framed protocol to a real DataFusion 51 worker (``protocol="frames"``).
 
-* a replay's requests name the published logical hash: answers carry the hash of the output
-  computed in memory, equal to the published one, and no file is written; a request expecting
-  another hash gets the file and the file's own hash; one expecting none gets the file only
-  (DataFusion 51 and 41);
+* a replay's requests ask for Arrow IPC output: the worker writes no Parquet file, and the
+  node's in-memory hash of the Arrow file is the published hash (the one of the owner's Parquet
+  file); a request without the flag gets Parquet (DataFusion 51 and 41);
 * several batches in flight: the worker killed (SIGKILL) mid-batch is restarted and every
   unanswered batch is sent again, each answered as if nothing happened; a crash inside a
   request (the worker's crash hook) likewise;
@@ -36,6 +35,12 @@ from coordinator.transform.model import (
     TransformMemoryExceeded,
     TransformRequest,
     TransformResponse,
+)
+from coordinator.transform.output import (
+    arrow_output_path,
+    hash_arrow_output,
+    read_arrow_output,
+    write_parquet_output,
 )
 from coordinator.transform.plan import ChainCache, clear_outputs, plan_replay, plan_transform
 from coordinator.transform.run import run_transform
@@ -109,12 +114,11 @@ def assert_reproduced(
     assert len(answers) == len(requests) == len(events)
     for req, answer, event in zip(requests, answers, events, strict=True):
         assert isinstance(answer, TransformSuccess), answer
-        assert event.new_data is not None and answer.logical_hash is not None
-        assert req.expected_logical_hash == event.new_data.logical_hash
-        # The in-memory hash equals the one the node computed from the owner's file, so the
-        # replay's output was not written.
-        assert answer.logical_hash == event.new_data.logical_hash
-        assert not req.new_data_path.exists()
+        assert req.arrow_output and answer.arrow_output and event.new_data is not None
+        assert not req.new_data_path.exists()  # no Parquet file
+        table = read_arrow_output(arrow_output_path(req.new_data_path))
+        # The same hash as the node computed from the owner's Parquet file.
+        assert hash_arrow_output(table) == event.new_data.logical_hash
 
 
 def test_batches_in_flight_survive_a_worker_killed_mid_batch(tmp_path: Path) -> None:
@@ -174,14 +178,14 @@ def test_a_forged_slice_is_still_disputed_with_evidence_from_the_file(tmp_path: 
         assert plan is not None
         clear_outputs(paths)
         resp = router.execute_transform(plan.request)
-        assert isinstance(resp, TransformSuccess) and resp.logical_hash is None  # no expectation
+        assert isinstance(resp, TransformSuccess) and not resp.arrow_output  # an owner's run
         honest = Multihash.from_multibase(logical_hash(paths.new_data_path))
         t = pq.read_table(paths.new_data_path)
         i = t.schema.get_field_index("city")
         pq.write_table(
             t.set_column(i, "city", pa.array(["FORGED"] * t.num_rows)), paths.new_data_path
         )
-        assert commit_transform(der, plan, replace(resp, logical_hash=None)).new_head is not None
+        assert commit_transform(der, plan, resp).new_head is not None
         forged_head = der.head()
 
         report = replay_transforms(der, inputs_of(root), router)
@@ -231,7 +235,7 @@ def test_a_batch_over_the_memory_limit_fails_typed_and_stops_the_worker(tmp_path
 
 
 @pytest.mark.parametrize("version", ["51.0.0", "41.0.0"])
-def test_a_replay_output_is_written_only_when_its_hash_differs(
+def test_a_replay_gets_arrow_output_hashed_as_the_parquet_file(
     tmp_path: Path, version: str
 ) -> None:
     root, der, events = chain(tmp_path, 3)
@@ -242,31 +246,22 @@ def test_a_replay_output_is_written_only_when_its_hash_differs(
         protocol="frames",
     )
     try:
-        expecting = replay_requests(tmp_path, root, der, "e")
-        assert_reproduced(expecting, client.execute_transform_batch(expecting), events)
+        arrow = replay_requests(tmp_path, root, der, "a")
+        assert_reproduced(arrow, client.execute_transform_batch(arrow), events)
+        for k, req in enumerate(arrow):
+            # The Parquet file the node writes from it (a mismatch's evidence) hashes alike.
+            table = read_arrow_output(arrow_output_path(req.new_data_path))
+            write_parquet_output(table, tmp_path / f"evidence{k}")
+            new_data = events[k].new_data
+            assert new_data is not None
+            assert logical_hash(tmp_path / f"evidence{k}") == new_data.logical_hash.to_multibase()
 
-        # Expecting another hash (a forged block): the file is written, the answer carries the
-        # in-memory hash, and that is the hash of the file.
-        wrong = events[0].new_data
-        assert wrong is not None
-        others = [
-            replace(r, expected_logical_hash=wrong.logical_hash)
-            for r in replay_requests(tmp_path, root, der, "w")[1:]
-        ]
-        answers = client.execute_transform_batch(others)
-        for req, answer, event in zip(others, answers, events[1:], strict=True):
-            assert isinstance(answer, TransformSuccess) and event.new_data is not None
-            assert answer.logical_hash == event.new_data.logical_hash != wrong.logical_hash
-            assert logical_hash(req.new_data_path) == answer.logical_hash.to_multibase()
-
-        # Expecting nothing (an owner's transform): the file, and no hash.
-        plain = [
-            replace(r, expected_logical_hash=None)
-            for r in replay_requests(tmp_path, root, der, "n")
-        ]
+        # Without the flag (an owner's run, kamu's protocol): Parquet, as always.
+        plain = [replace(r, arrow_output=False) for r in replay_requests(tmp_path, root, der, "p")]
         answers = client.execute_transform_batch(plain)
         for req, answer, event in zip(plain, answers, events, strict=True):
-            assert isinstance(answer, TransformSuccess) and answer.logical_hash is None
+            assert isinstance(answer, TransformSuccess) and not answer.arrow_output
+            assert not arrow_output_path(req.new_data_path).exists()
             assert event.new_data is not None
             assert logical_hash(req.new_data_path) == event.new_data.logical_hash.to_multibase()
     finally:

@@ -6,12 +6,14 @@ planner's intervals, the commit's event and its atomicity are checked without a 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from coordinator.data import logical_hash
 from coordinator.errors import ChainRuleViolation, ConcurrentModification
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
@@ -41,7 +43,14 @@ from coordinator.transform.fbs import (
     wrap_protobuf_many,
 )
 from coordinator.transform.model import RawQueryRequest, RawQuerySuccess
-from coordinator.transform.plan import ChainCache, TransformPlanError, clear_outputs
+from coordinator.transform.output import arrow_output_path, write_arrow_output
+from coordinator.transform.plan import (
+    ChainCache,
+    TransformEngineError,
+    TransformPlanError,
+    clear_outputs,
+    hash_output,
+)
 from coordinator.transform.run import InvalidTransformQuery, run_transform
 from coordinator.transform.testing import Clock, inputs_of, make_derivative, make_root, push_csv
 from coordinator.transform.verify import Verdict, nondeterminism_reasons, replay_transforms
@@ -53,8 +62,12 @@ CSV2 = "event_time,city,population\n2020-01-03T00:00:00Z,C,3\n"
 class FakeEngine:
     """Copies the input rows in the offset interval (a SELECT * map), like Spark would."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, arrow: bool = False, forge: bool = False) -> None:
+        """``arrow``: honour ``arrow_output`` as odf-node's DataFusion worker does;
+        ``forge``: a different city in every row (a replay then mismatches)."""
         self.requests: list[TransformRequest] = []
+        self.arrow = arrow
+        self.forge = forge
 
     def execute_transform(self, req: TransformRequest) -> TransformSuccess:
         self.requests.append(req)
@@ -79,15 +92,20 @@ class FakeEngine:
                 "event_time": pa.array(
                     [r["event_time"] for r in rows], pa.timestamp("ms", tz="UTC")
                 ),
-                "city": [r["city"] for r in rows],
+                "city": [("forged-" if self.forge else "") + r["city"] for r in rows],
             }
         )
-        pq.write_table(out, req.new_data_path)
+        arrow = self.arrow and req.arrow_output
+        if arrow:
+            write_arrow_output(out, arrow_output_path(req.new_data_path))
+        else:
+            pq.write_table(out, req.new_data_path)
         return TransformSuccess(
             new_offset_interval=m.OffsetInterval(
                 start=req.next_offset, end=req.next_offset + len(rows) - 1
             ),
             new_watermark=wm,
+            arrow_output=arrow,
         )
 
 
@@ -464,3 +482,73 @@ def test_replay_batches_stop_growing_at_the_input_size_cap(
     report = replay_transforms(der, inputs_of(root), eng, batch=4)
     assert report.ok and report.blocks_replayed == 11
     assert eng.batches == [] and len(eng.requests) == 11  # one block per call
+
+
+def _replayed(chain, engine: FakeEngine):
+    """The first ExecuteTransform of the chain replayed on ``engine``: plan, published
+    event, response."""
+    tmp, clock, root, der = chain
+    run_transform(der, inputs_of(root), FakeEngine(), clock=clock)
+    (block,) = [b for _, b in der.iter_blocks() if isinstance(b.event, m.ExecuteTransform)]
+    paths = OutputPaths.under(tmp / "replay")
+    clear_outputs(paths)
+    plan = plan_replay(der, inputs_of(root), block, paths=paths)
+    assert plan.request.arrow_output  # a replay asks for Arrow output
+    resp = engine.execute_transform(plan.request)
+    assert isinstance(resp, TransformSuccess) and resp.arrow_output
+    assert isinstance(block.event, m.ExecuteTransform) and block.event.new_data is not None
+    return plan, block.event.new_data, resp
+
+
+def test_an_arrow_output_with_the_published_hash_needs_no_parquet_file(chain) -> None:
+    plan, published, resp = _replayed(chain, FakeEngine(arrow=True))
+    out = hash_output(plan, resp, physical_from=published)
+    assert out.new_data is not None and out.new_data.logical_hash == published.logical_hash
+    assert not plan.request.new_data_path.exists()
+
+
+def test_an_arrow_output_that_differs_is_judged_by_the_parquet_file_written_from_it(
+    chain,
+) -> None:
+    plan, published, resp = _replayed(chain, FakeEngine(arrow=True, forge=True))
+    out = hash_output(plan, resp, physical_from=published)
+    assert out.new_data is not None and out.new_data.logical_hash != published.logical_hash
+    written = plan.request.new_data_path
+    assert out.new_data.logical_hash.to_multibase() == logical_hash(written)
+    assert pq.read_table(written).column("city").to_pylist()[0].startswith("forged-")
+
+
+def test_an_arrow_output_that_lies_about_its_rows_or_is_not_arrow_is_an_engine_error(
+    chain,
+) -> None:
+    plan, published, resp = _replayed(chain, FakeEngine(arrow=True))
+    assert resp.new_offset_interval is not None
+    more = replace(
+        resp,
+        new_offset_interval=replace(resp.new_offset_interval, end=resp.new_offset_interval.end + 1),
+    )
+    with pytest.raises(TransformEngineError, match="reported 3 records and wrote 2"):
+        hash_output(plan, more, physical_from=published)
+    arrow_output_path(plan.request.new_data_path).write_bytes(b"not an arrow file")
+    with pytest.raises(TransformEngineError, match="unreadable Arrow file"):
+        hash_output(plan, resp, physical_from=published)
+    arrow_output_path(plan.request.new_data_path).unlink()
+    with pytest.raises(TransformEngineError, match="wrote no data file"):
+        hash_output(plan, resp, physical_from=published)
+
+
+def test_a_replay_on_an_arrow_engine_verifies_and_disputes(chain) -> None:
+    tmp, clock, root, der = chain
+    run_transform(der, inputs_of(root), FakeEngine(), clock=clock)
+    push_csv(root, tmp / "in", CSV2, clock)
+    run_transform(der, inputs_of(root), FakeEngine(), clock=clock)
+    honest = FakeEngine(arrow=True)
+    report = replay_transforms(der, inputs_of(root), honest, work_dir=tmp / "r1")
+    assert report.verdict is Verdict.OK and report.blocks_replayed == 2
+    assert all(r.arrow_output for r in honest.requests)
+    assert not any((tmp / "r1").rglob("*"))  # nothing left behind
+    report = replay_transforms(
+        der, inputs_of(root), FakeEngine(arrow=True, forge=True), work_dir=tmp / "r2"
+    )
+    assert report.verdict is Verdict.MISMATCH and report.mismatch is not None
+    assert any(d.startswith("new_data.logical_hash") for d in report.mismatch.differences)
