@@ -7,18 +7,23 @@ times in kamu's DataFusion-51 era so the inferred release is tried first), one
 passes (order rotated per round, load average printed), seconds per block:
 
 * **verify, DataFusion worker**: ``replay_transforms`` over the N blocks through the node's
-  engine router (planning, the node's framed protocol, sandbox, the worker's transform, logical
-  hash, comparison);
+  engine router (planning, the node's framed protocol, sandbox, the worker's transform and its
+  Arrow IPC output, the node's logical hash of it, comparison);
 * **direct DataFusion SQL**: in a process of the same DataFusion 51 environment (all blocks
   once untimed to warm it, then timed), per block:
-  a fresh ``SessionContext`` (one target partition), the slice file registered, the offset
+  a fresh ``SessionContext`` (one target partition; its configuration built once, as the
+  engine's), the slice file registered, the offset
   filter, the two queries, the system columns added and one parquet file written. No sandbox,
   protocol, hashing or comparison. Every direct output's logical hash is checked against the
   published one (outside the timing);
 * **verify, in process** (decomposition): the same ``replay_transforms`` in one process of the
-  DataFusion 51 environment with the engine class called directly (no gRPC, no FlatBuffers);
+  DataFusion 51 environment with the engine class called directly (no framed protocol, no
+  second process: the hashing and the engine take turns);
 * **direct + hash**: the direct pass plus the logical hash of its outputs (what any verifier
   must compute to compare with the published block), timed in this process;
+* **direct - write**: the direct pass without the time it spent writing its Parquet files (a
+  replay on the node's workers writes none: the worker leaves each output as an Arrow IPC file
+  and the node hashes it, see ``coordinator/transform/output.py``);
 * **verify, Spark worker**: ``replay_transforms`` of the Spark derivative (same queries, one
   block per push of the first ``--spark-blocks`` pushes: Spark costs ~1 s per block warm) on
   the warm Spark worker.
@@ -78,9 +83,11 @@ import numpy as np, pyarrow as pa, pyarrow.parquet as pq, datafusion
 jobs = json.load(open(sys.argv[1]))
 queries = json.loads(sys.argv[2])
 out_dir = sys.argv[3]
+# Built once, as the engine does (a fresh session per block from it).
+cfg = (datafusion.SessionConfig().with_target_partitions(1)
+       .set("datafusion.sql_parser.enable_ident_normalization", "false"))
+writing = [0.0]
 def one(j):
-    cfg = (datafusion.SessionConfig().with_target_partitions(1)
-           .set("datafusion.sql_parser.enable_ident_normalization", "false"))
     ctx = datafusion.SessionContext(cfg)
     ctx.register_parquet("raw", j["path"], file_extension="")
     ctx.sql(f'CREATE VIEW cities AS SELECT * FROM raw WHERE "offset" >= {j["start"]} '
@@ -96,14 +103,18 @@ def one(j):
     cols = [pa.array(np.arange(j["next_offset"], j["next_offset"] + n, dtype=np.int64)),
             t.column("op"), st] + [t.column(c) for c in t.schema.names if c != "op"]
     names = ["offset", "op", "system_time"] + [c for c in t.schema.names if c != "op"]
+    w0 = time.perf_counter()
     pq.write_table(pa.table(cols, names=names), os.path.join(out_dir, j["name"]),
                    compression="snappy", store_schema=False)
+    writing[0] += time.perf_counter() - w0
 for j in jobs:  # warm-up pass, untimed (the worker it is compared with is warm too)
     one(j)
+writing[0] = 0.0
 t0, c0 = time.perf_counter(), time.process_time()
 for j in jobs:
     one(j)
-print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0}))
+print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0,
+                  "writing": writing[0]}))
 """
 
 INPROCESS = r"""
@@ -200,9 +211,10 @@ def direct_jobs(
 
 def direct_round(
     jobs: list[dict[str, Any]], expected: dict[str, Multihash], scratch: Path
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float, float]:
     """The direct pass in the DataFusion 51 environment, per block: wall seconds, hashing
-    seconds (outside the timing, as every output's hash is checked) and CPU seconds."""
+    seconds (outside the timing, as every output's hash is checked), CPU seconds and the
+    seconds of the wall time spent writing Parquet."""
     out = scratch / "direct"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -222,12 +234,13 @@ def direct_round(
         text=True,
     )
     timed = json.loads(proc.stdout.strip().splitlines()[-1])
-    seconds, cpu = timed["seconds"], timed["cpu"]
+    seconds, cpu, writing = timed["seconds"], timed["cpu"], timed["writing"]
     t0 = time.perf_counter()
     for name, lh in expected.items():
         assert logical_hash(out / name) == lh.to_multibase(), f"direct output differs at {name}"
     hashing = time.perf_counter() - t0
-    return float(seconds) / len(jobs), hashing / len(jobs), float(cpu) / len(jobs)
+    n = len(jobs)
+    return float(seconds) / n, hashing / n, float(cpu) / n, float(writing) / n
 
 
 def inprocess_round(tmp: Path) -> float:
@@ -283,7 +296,7 @@ def main() -> None:
         passes = ["verify-df", "inproc-df", "direct-df"] + (
             ["verify-spark"] if args.spark_blocks else []
         )
-        results: dict[str, list[float]] = {k: [] for k in [*passes, "direct+hash"]}
+        results: dict[str, list[float]] = {k: [] for k in [*passes, "direct+hash", "direct-write"]}
         cpu: dict[str, list[float]] = {"verify-df": [], "direct-df": []}
         for r in range(args.rounds):
             order = passes[r % len(passes) :] + passes[: r % len(passes)]
@@ -296,9 +309,10 @@ def main() -> None:
                 elif name == "inproc-df":
                     results[name].append(inprocess_round(tmp))
                 elif name == "direct-df":
-                    sql, hashing, used = direct_round(jobs, expected, tmp)
+                    sql, hashing, used, writing = direct_round(jobs, expected, tmp)
                     results[name].append(sql)
                     results["direct+hash"].append(sql + hashing)
+                    results["direct-write"].append(sql - writing)
                     cpu[name].append(used)
                 else:
                     sn = len(transforms(sder))
@@ -319,6 +333,13 @@ def main() -> None:
         )
         print(f"  inproc-df / direct-df = {med['inproc-df'] / med['direct-df']:.2f}x")
         print(f"  verify-df / direct+hash = {med['verify-df'] / med['direct+hash']:.2f}x")
+        print(f"  verify-df / direct-write = {med['verify-df'] / med['direct-write']:.2f}x")
+        ratios = [v / d for v, d in zip(results["verify-df"], results["direct-df"], strict=True)]
+        print(
+            "  verify-df / direct-df per round: "
+            + ", ".join(f"{r:.2f}" for r in ratios)
+            + f" (median {statistics.median(ratios):.2f}x)"
+        )
         # CPU time: the replay's two processes (node + worker) against the direct process.
         # On a loaded machine the wall ratio also measures scheduling; this one only the work.
         cmed = {k: statistics.median(v) for k, v in cpu.items()}
