@@ -25,7 +25,8 @@ kamu-engine-datafusion's ``src/engine.rs`` (0.8.1 on DataFusion 41, 0.9.0 on Dat
   DataFusion 51 come out as string views; they are written as plain strings (arrow-digest
   hashes both alike, and kamu strips the view encoding from the schema it records). Nothing is
   written for an empty result. A request with ``arrow_output`` (a replay) gets an Arrow IPC
-  file instead, which its caller hashes (``coordinator/transform/output.py``);
+  file instead, which its caller hashes, unless the output is larger than
+  ``ARROW_OUTPUT_MAX_BYTES`` (``coordinator/transform/output.py``);
 * **watermark**: the minimum over inputs of each input's latest explicit watermark in this
   request (inputs without one skipped; none at all: no watermark). **No checkpoint.**
 
@@ -62,6 +63,7 @@ from coordinator.transform.model import (
     TransformSuccess,
 )
 from coordinator.transform.output import (
+    ARROW_OUTPUT_MAX_BYTES,
     arrow_output_path,
     write_arrow_output,
     write_parquet_output,
@@ -92,10 +94,13 @@ def datafusion_version() -> str:
 class DataFusionEngine:
     """Executes :class:`TransformRequest` values on the importable DataFusion release."""
 
-    def __init__(self) -> None:
-        """Import the release and build the session configuration once."""
+    def __init__(self, *, arrow_max_bytes: int = ARROW_OUTPUT_MAX_BYTES) -> None:
+        """Import the release and build the session configuration once. ``arrow_max_bytes``:
+        the largest output a request with ``arrow_output`` gets as Arrow IPC (see
+        :data:`~coordinator.transform.output.ARROW_OUTPUT_MAX_BYTES`)."""
         import datafusion
 
+        self.arrow_max_bytes = arrow_max_bytes
         self._df = datafusion
         self.version = str(datafusion.__version__)
         self.checks = 0
@@ -219,11 +224,11 @@ class DataFusionEngine:
         table = _with_system_columns(
             table, vocab, req.system_time, req.next_offset, offset_nullable=self._offset_nullable
         )
-        if table.num_rows:
-            if req.arrow_output:
-                write_arrow_output(table, arrow_output_path(req.new_data_path))
-            else:
-                _write(table, req.new_data_path)
+        arrow = req.arrow_output and table.num_rows > 0 and table.nbytes <= self.arrow_max_bytes
+        if arrow:
+            write_arrow_output(table, arrow_output_path(req.new_data_path))
+        elif table.num_rows:
+            _write(table, req.new_data_path)
         marks = [
             max(w.event_time for w in inp.explicit_watermarks)
             for inp in req.query_inputs
@@ -237,7 +242,7 @@ class DataFusionEngine:
         return TransformSuccess(
             new_offset_interval=interval,
             new_watermark=min(marks) if marks else None,
-            arrow_output=req.arrow_output and table.num_rows > 0,
+            arrow_output=arrow,
         )
 
     @staticmethod

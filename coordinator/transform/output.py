@@ -28,6 +28,11 @@ if TYPE_CHECKING:
     from coordinator.multiformats import Multihash
 
 ARROW_SUFFIX = ".arrow"
+ARROW_OUTPUT_MAX_BYTES = 64 << 20
+"""Outputs larger than this (Arrow's in-memory size) are written as Parquet even when a replay
+asks for Arrow: an IPC file is uncompressed, so it would take several times the scratch space
+of the Parquet file, and the node hashes a Parquet file batch by batch in bounded memory rather
+than as one table."""
 
 
 def arrow_output_path(new_data_path: Path) -> Path:
@@ -102,6 +107,7 @@ def remove_outputs(*paths: Path) -> None:
 
 
 __all__ = [
+    "ARROW_OUTPUT_MAX_BYTES",
     "ARROW_SUFFIX",
     "arrow_output_path",
     "hash_arrow_output",

@@ -16,7 +16,9 @@
 from __future__ import annotations
 
 import os
+import pickle
 import signal
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -266,3 +268,31 @@ def test_a_replay_gets_arrow_output_hashed_as_the_parquet_file(
             assert logical_hash(req.new_data_path) == event.new_data.logical_hash.to_multibase()
     finally:
         client.close()
+
+
+RUN_IN_PROCESS = r"""
+import pickle, sys
+from engine.datafusion_engine import DataFusionEngine
+engine = DataFusionEngine(arrow_max_bytes=int(sys.argv[2]))
+for req in pickle.load(open(sys.argv[1], "rb")):
+    print(engine.execute_transform(req).arrow_output)
+"""
+
+
+def test_an_output_over_the_arrow_limit_is_written_as_parquet(tmp_path: Path) -> None:
+    root, der, events = chain(tmp_path, 2)
+    requests = replay_requests(tmp_path, root, der)
+    batch = tmp_path / "requests.pickle"
+    batch.write_bytes(pickle.dumps(requests))
+    run = subprocess.run(
+        [str(datafusion_python("51.0.0")), "-c", RUN_IN_PROCESS, str(batch), "100"],
+        cwd=Path(__file__).resolve().parents[2],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert run.stdout.split() == ["False", "False"]  # 3 rows are more than 100 bytes
+    for req, event in zip(requests, events, strict=True):
+        assert req.arrow_output and not arrow_output_path(req.new_data_path).exists()
+        assert event.new_data is not None
+        assert logical_hash(req.new_data_path) == event.new_data.logical_hash.to_multibase()
