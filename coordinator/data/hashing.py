@@ -1388,8 +1388,9 @@ def logical_hash(
 
 
 class WrittenFileHasher:
-    """Logical hashes of Parquet files computed from the Arrow tables they were just written
-    from, without reading them back (an engine worker hashing its own output).
+    """Logical hashes of Parquet files computed from the Arrow tables they are (or would be)
+    written from, without reading them back (a replay hashing an engine's Arrow output, see
+    ``coordinator/transform/output.py``).
 
     The hash must be the one of the *file* as kamu reads it, so the schema is the one arrow-rs
     derives from the file's footer (:func:`kamu_parquet_schema`) and columns whose values that
