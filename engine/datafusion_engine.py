@@ -104,10 +104,13 @@ class DataFusionEngine:
         self._df = datafusion
         self.version = str(datafusion.__version__)
         self.checks = 0
-        """Query steps the sandbox checked (tests)."""
+        """Query plans the sandbox checked (tests)."""
+        self._accepted: set[tuple[frozenset[str], tuple[tuple[str | None, str], ...]]] = set()
+        """Steps whose plan the sandbox accepted: the input aliases, then the alias and text of
+        the step and of every step before it (see :meth:`_run_steps`)."""
         # Built once: a SessionContext takes its own copy of the configuration (a view made in
-        # one context is not seen by the next, checked on 41 and 51), and building the
-        # configuration costs ~1 ms, a fifth of a small block's work.
+        # one context is not seen by the next, checked on 41 and 51); building it costs ~0.07
+        # ms on 51 (0.01 on 41), measured on the development machine.
         self._config = (
             datafusion.SessionConfig()
             .with_information_schema(False)
@@ -165,7 +168,7 @@ class DataFusionEngine:
             raw = self._register_files(ctx, scratch / "input", req.input_data_paths)
             allowed.add(raw)
             ctx.sql(f"CREATE VIEW {_quote('input')} AS SELECT * FROM {_quote(raw)}")
-            self._run_steps(ctx, req.transform, allowed)
+            self._run_steps(ctx, req.transform, allowed, frozenset({"input"}))
             table = self._collect(ctx)
             table = _normalize(table, Vocab())
             _write(table, req.output_data_path)
@@ -216,7 +219,7 @@ class DataFusionEngine:
                 f"WHERE {where}"
             )
             allowed |= {inp.query_alias, raw}
-        self._run_steps(ctx, t, allowed)
+        self._run_steps(ctx, t, allowed, frozenset(i.query_alias for i in req.query_inputs))
         table = self._collect(ctx)
         vocab = req.vocab
         table = _normalize(table, vocab)
@@ -267,13 +270,29 @@ class DataFusionEngine:
         ctx.register_parquet(name, str(folder), file_extension="")
         return name
 
-    def _run_steps(self, ctx: Any, transform: m.TransformSql, allowed: set[str]) -> None:
+    def _run_steps(
+        self, ctx: Any, transform: m.TransformSql, allowed: set[str], inputs: frozenset[str]
+    ) -> None:
+        steps: tuple[tuple[str | None, str], ...] = ()
         for step in transform.queries or ():
             name = step.alias if step.alias is not None else "__output__"
             check_text(step.query)
             df = ctx.sql_with_options(step.query, self._options())
-            check_plan(df.logical_plan().display_indent(), allowed)
-            self.checks += 1
+            # What a plan scans and calls follows from the steps and the names they can see:
+            # the input views (ours, the same filter over each request's slice files, under a
+            # random raw-table name no text can know) and the earlier steps, each accepted
+            # before it became a view. The column types can change between blocks, but no
+            # coercion adds a scan or a denied function. So a step accepted once with the same
+            # inputs and the same earlier steps is accepted again without printing and checking
+            # its plan (~0.1 ms a step, measured on the development machine).
+            steps += ((step.alias, step.query),)
+            key = (inputs, steps)
+            if key not in self._accepted:
+                check_plan(df.logical_plan().display_indent(), allowed)
+                self.checks += 1
+                if len(self._accepted) >= 1024:
+                    self._accepted.clear()
+                self._accepted.add(key)
             register = getattr(ctx, "register_view", None)
             if register is not None:
                 register(name, df)
