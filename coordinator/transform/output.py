@@ -100,10 +100,15 @@ def remove_outputs(*paths: Path) -> None:
     including the Arrow IPC file next to a data path."""
     for p in paths:
         for q in (p, arrow_output_path(p)):
-            if q.is_dir():
+            # Unlink first: one system call for the usual case (a file, or nothing).
+            try:
+                q.unlink()
+            except FileNotFoundError:
+                pass
+            except (IsADirectoryError, PermissionError):  # PermissionError: BSD's EPERM
+                if not q.is_dir():
+                    raise
                 shutil.rmtree(q, ignore_errors=True)
-            else:
-                q.unlink(missing_ok=True)
 
 
 __all__ = [

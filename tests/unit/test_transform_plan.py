@@ -15,6 +15,8 @@ import pytest
 
 from coordinator.data import logical_hash
 from coordinator.errors import ChainRuleViolation, ConcurrentModification
+from coordinator.identity.dataset_id import DatasetId
+from coordinator.ingest.vocab import Vocab
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.storage.dataset import Dataset
@@ -49,10 +51,18 @@ from coordinator.transform.plan import (
     TransformEngineError,
     TransformPlanError,
     clear_outputs,
+    dataset_vocab,
     hash_output,
 )
 from coordinator.transform.run import InvalidTransformQuery, run_transform
-from coordinator.transform.testing import Clock, inputs_of, make_derivative, make_root, push_csv
+from coordinator.transform.testing import (
+    Clock,
+    append_events,
+    inputs_of,
+    make_derivative,
+    make_root,
+    push_csv,
+)
 from coordinator.transform.verify import Verdict, nondeterminism_reasons, replay_transforms
 
 CSV1 = "event_time,city,population\n2020-01-01T00:00:00Z,A,1\n2020-01-02T00:00:00Z,B,2\n"
@@ -552,3 +562,25 @@ def test_a_replay_on_an_arrow_engine_verifies_and_disputes(chain) -> None:
     )
     assert report.verdict is Verdict.MISMATCH and report.mismatch is not None
     assert any(d.startswith("new_data.logical_hash") for d in report.mismatch.differences)
+
+
+def test_the_chain_cache_vocabulary_is_the_newest_set_vocab_at_each_head(tmp_path: Path) -> None:
+    ds = Dataset.create(tmp_path / "v")
+    t = Timestamp.parse("2024-01-01T00:00:00Z")
+    seed = m.Seed(dataset_id=DatasetId.new_seeded_ed25519(b"v"), dataset_kind=m.DatasetKind.ROOT)
+    heads = [append_events(ds, [seed], t)]
+    heads.append(append_events(ds, [m.SetInfo(description="no vocabulary change")], t))
+    heads.append(append_events(ds, [m.SetVocab(offset_column="o")], t))
+    heads.append(append_events(ds, [m.SetInfo(description="still o")], t))
+    heads.append(append_events(ds, [m.SetVocab(event_time_column="when")], t))
+    heads.append(append_events(ds, [m.SetInfo(description="still when")], t))
+    expected = [dataset_vocab(ds, h) for h in heads]
+    assert expected[0] == expected[1] == Vocab()
+    assert expected[2] == expected[3] == Vocab(offset_column="o")
+    assert expected[4] == expected[5] == Vocab(event_time_column="when")
+    # Any order of questions: the memo filled by one walk answers the others alike.
+    for order in (range(6), reversed(range(6)), [3, 0, 5, 1, 4, 2]):
+        cache = ChainCache()
+        for k in order:
+            assert cache.vocab(ds, heads[k]) == expected[k]
+    assert ChainCache().vocab(ds) == expected[5]  # no head: the dataset's head
