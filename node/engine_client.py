@@ -252,6 +252,8 @@ class EngineClient:
         self.env = dict(env or {})
         self.starts = 0
         """How many times a worker was started (tests and metrics)."""
+        self.batches_submitted = 0
+        """Batches given to :meth:`submit_transform_batch` (tests and metrics)."""
         self._proc: subprocess.Popen[bytes] | None = None
         self._channel: Any = None
         self._transform_rpc: dict[str, Any] = {}
@@ -278,6 +280,17 @@ class EngineClient:
     def pid(self) -> int | None:
         """The worker's pid, if running."""
         return self._proc.pid if self.running and self._proc is not None else None
+
+    @property
+    def ready(self) -> bool:
+        """Whether a framed worker of ours is up and connected (a batch sent now does not wait
+        for a start)."""
+        return self._conn is not None and self.running
+
+    @property
+    def requests_in_flight(self) -> int:
+        """Requests sent on the framed protocol and not answered yet."""
+        return sum(len(job.requests) for job in list(self._inflight))
 
     def _command(self) -> list[str]:
         cmd = [self.python, "-m", "engine.worker", "--listen", self.address]
@@ -633,6 +646,7 @@ class EngineClient:
                     self._serial = ThreadPoolExecutor(1, thread_name_prefix="odf-engine-call")
                 serial = self._serial
             return serial.submit(self.execute_transform_batch, list(requests))
+        self.batches_submitted += 1
         job = _Job(list(requests))
         if not job.requests:
             job.future.set_result([])

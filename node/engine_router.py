@@ -13,6 +13,16 @@ The router starts its DataFusion workers on odf-node's framed protocol
 (:mod:`coordinator.transform.frames`) rather than gRPC, and offers
 :meth:`EngineRouter.submit_transform_batch` so that a replay keeps several batches in flight;
 the Spark worker (and any kamu engine) keeps kamu's gRPC protocol.
+
+**Several workers per release for long replays.** A DataFusion worker runs one request at a
+time on one core (``target_partitions = 1``, as kamu, for its row order), and a replay's node
+side waits for it most of the time. So a release may have up to ``datafusion_workers`` workers
+(default: two on a machine with two cores or more): single requests (an owner's transform, a
+replay's retry on another release) go to the first; a submitted batch goes to the ready worker
+with the fewest requests in flight. Another worker is started, in the background, only when
+every ready one already has :data:`GROW_AT_REQUESTS` requests in flight (a replay with that
+much work queued; a start costs ~0.6 s, about 120 small blocks): a short replay never starts
+one. Each worker has its own idle timeout and memory limit.
 """
 
 from __future__ import annotations
@@ -41,6 +51,9 @@ from coordinator.transform.model import (
 from node.engine_client import PROJECT_ROOT, EngineClient
 
 ENGINES_DIR_ENV = "ODF_ENGINES_DIR"
+GROW_AT_REQUESTS = 8
+"""Requests in flight on every ready DataFusion worker of a release before another is started
+(see the module docstring)."""
 
 
 def engines_dir() -> Path:
@@ -66,8 +79,11 @@ class EngineRouter:
         isolate_network: bool = False,
         memory_limit: int | None = None,
         versions: tuple[str, ...] = DATAFUSION_VERSIONS,
+        datafusion_workers: int | None = None,
     ) -> None:
-        """``versions``: the pinned DataFusion releases to use (those installed)."""
+        """``versions``: the pinned DataFusion releases to use (those installed).
+        ``datafusion_workers``: the most workers per release (``None``: two if the machine
+        has two cores or more, else one)."""
         self._make_spark = spark
         self._spark: EngineClient | None = None
         self._root = root or engines_dir()
@@ -75,7 +91,10 @@ class EngineRouter:
         self._isolate = isolate_network
         self._memory = memory_limit
         self._versions = tuple(v for v in versions if datafusion_python(v, self._root).is_file())
-        self._datafusion: dict[str, EngineClient] = {}
+        self._datafusion: dict[str, list[EngineClient]] = {}
+        self._pool_size = max(
+            1, datafusion_workers if datafusion_workers is not None else min(2, os.cpu_count() or 1)
+        )
         self._lock = threading.Lock()
 
     # -- capabilities -----------------------------------------------------------------------
@@ -99,24 +118,66 @@ class EngineRouter:
             return self._spark
 
     def datafusion(self, version: str) -> EngineClient:
-        """The client of the DataFusion ``version`` worker (created on first use)."""
+        """The client of the first DataFusion ``version`` worker (created on first use)."""
         with self._lock:
-            client = self._datafusion.get(version)
-            if client is None:
-                client = self._datafusion[version] = EngineClient(
-                    engine=DATAFUSION,
-                    python=str(datafusion_python(version, self._root)),
-                    idle_timeout=self._idle,
-                    isolate_network=self._isolate,
-                    memory_limit=self._memory,
-                    start_timeout=60.0,
-                    protocol="frames",
-                )
-            return client
+            pool = self._datafusion.get(version)
+            if not pool:
+                pool = self._datafusion[version] = [self._new_datafusion(version)]
+            return pool[0]
+
+    def datafusion_pool(self, version: str) -> list[EngineClient]:
+        """The clients of every DataFusion ``version`` worker (tests, benchmarks)."""
+        self.datafusion(version)
+        with self._lock:
+            return list(self._datafusion[version])
+
+    def _new_datafusion(self, version: str) -> EngineClient:
+        return EngineClient(
+            engine=DATAFUSION,
+            python=str(datafusion_python(version, self._root)),
+            idle_timeout=self._idle,
+            isolate_network=self._isolate,
+            memory_limit=self._memory,
+            start_timeout=60.0,
+            protocol="frames",
+        )
+
+    def _for_batch(self, version: str) -> EngineClient:
+        """The DataFusion ``version`` worker a submitted batch goes to (see the module
+        docstring); may start another one in the background."""
+        first = self.datafusion(version)
+        if self._pool_size == 1:
+            return first
+        with self._lock:
+            pool = self._datafusion[version]
+            ready = [c for c in pool if c.ready]
+            if not ready:
+                return first  # it starts on this batch, as a single worker would
+            target = min(ready, key=lambda c: c.requests_in_flight)
+            busy = target.requests_in_flight >= GROW_AT_REQUESTS
+            if busy and len(pool) < self._pool_size and all(c.ready for c in pool):
+                extra = self._new_datafusion(version)
+                pool.append(extra)
+                threading.Thread(
+                    target=self._warm, args=(version, extra), name="odf-engine-warm", daemon=True
+                ).start()
+            return target
+
+    def _warm(self, version: str, client: EngineClient) -> None:
+        """Start ``client``; one that cannot start leaves the pool."""
+        try:
+            client.start()
+        except Exception:
+            with self._lock:
+                pool = self._datafusion.get(version, [])
+                if client in pool:
+                    pool.remove(client)
+            client.close()
 
     def _clients(self) -> list[EngineClient]:
         with self._lock:
-            return [c for c in (self._spark, *self._datafusion.values()) if c is not None]
+            pools = [c for pool in self._datafusion.values() for c in pool]
+            return [c for c in (self._spark, *pools) if c is not None]
 
     @property
     def running(self) -> bool:
@@ -140,22 +201,28 @@ class EngineRouter:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def _client_for(self, request: TransformRequest) -> EngineClient | TransformInternalError:
-        """The worker ``request`` goes to, or why there is none."""
+    def _target(self, request: TransformRequest) -> str | TransformInternalError:
+        """``spark``, the DataFusion release ``request`` runs on, or why there is none."""
         name = normalize_engine(request.transform.engine)
         if name == SPARK:
-            return self.spark()
+            return SPARK
         if name == DATAFUSION:
             if not self._versions:
                 return TransformInternalError(
                     message="no DataFusion engine environment is installed (run make setup)"
                 )
             wanted = datafusion_core(request.transform.version)
-            version = wanted if wanted in self._versions else self._versions[0]
-            return self.datafusion(version)
+            return wanted if wanted in self._versions else self._versions[0]
         return TransformInternalError(
             message=f"engine {request.transform.engine!r} is not available"
         )
+
+    def _client_for(self, request: TransformRequest) -> EngineClient | TransformInternalError:
+        """The worker ``request`` goes to alone, or why there is none."""
+        target = self._target(request)
+        if isinstance(target, TransformInternalError):
+            return target
+        return self.spark() if target == SPARK else self.datafusion(target)
 
     def execute_transform(self, request: TransformRequest) -> TransformResponse:
         """Run ``request`` on the worker of its engine (and DataFusion release)."""
@@ -195,14 +262,15 @@ class EngineRouter:
         parts: list[Future[list[TransformResponse]]] = []
         i = 0
         while i < len(requests):
-            client = self._client_for(requests[i])
-            if isinstance(client, TransformInternalError):
-                parts.append(_done([client]))
+            target = self._target(requests[i])
+            if isinstance(target, TransformInternalError):
+                parts.append(_done([target]))
                 i += 1
                 continue
             j = i + 1
-            while j < len(requests) and self._client_for(requests[j]) is client:
+            while j < len(requests) and self._target(requests[j]) == target:
                 j += 1
+            client = self.spark() if target == SPARK else self._for_batch(target)
             parts.append(client.submit_transform_batch(requests[i:j]))
             i = j
         return _gather(parts)

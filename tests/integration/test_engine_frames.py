@@ -19,6 +19,7 @@ import os
 import pickle
 import signal
 import subprocess
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -296,3 +297,53 @@ def test_an_output_over_the_arrow_limit_is_written_as_parquet(tmp_path: Path) ->
         assert req.arrow_output and not arrow_output_path(req.new_data_path).exists()
         assert event.new_data is not None
         assert logical_hash(req.new_data_path) == event.new_data.logical_hash.to_multibase()
+
+
+def test_a_long_replay_grows_a_second_worker_and_spreads_batches(tmp_path: Path) -> None:
+    root, der, events = chain(tmp_path, 12)
+    router = EngineRouter(no_spark, idle_timeout=0, versions=("51.0.0",), datafusion_workers=2)
+    try:
+        first_batch = replay_requests(tmp_path, root, der, "a")[:8]
+        f1 = router.submit_transform_batch(first_batch)  # starts the first worker
+        (first,) = router.datafusion_pool("51.0.0")
+        # A second batch while the first worker holds 8 requests: it still goes to the first
+        # worker, and a second one starts in the background.
+        second_batch = replay_requests(tmp_path, root, der, "b")[:8]
+        f2 = router.submit_transform_batch(second_batch)
+        assert_reproduced(first_batch, f1.result(timeout=120), events[:8])
+        assert_reproduced(second_batch, f2.result(timeout=120), events[:8])
+        pool = router.datafusion_pool("51.0.0")
+        assert len(pool) == 2 and pool[0] is first and first.batches_submitted == 2
+        deadline = time.monotonic() + 60
+        while not pool[1].ready:
+            assert time.monotonic() < deadline, "the second worker never came up"
+            time.sleep(0.05)
+        # Both ready and idle: batches go to the one with fewer requests in flight.
+        batches = [replay_requests(tmp_path, root, der, f"c{i}-") for i in range(4)]
+        futures = [router.submit_transform_batch(b) for b in batches]
+        for b, f in zip(batches, futures, strict=True):
+            assert_reproduced(b, f.result(timeout=120), events)
+        assert pool[1].batches_submitted >= 1 and first.batches_submitted >= 3
+        assert pool[0].pid is not None and pool[1].pid is not None
+        assert pool[0].pid != pool[1].pid  # two worker processes
+        # A whole replay over the pool.
+        report = replay_transforms(der, inputs_of(root), router)
+        assert report.verdict is Verdict.OK and report.blocks_replayed == 12
+    finally:
+        router.close()
+
+
+def test_a_short_replay_or_one_worker_never_starts_another(tmp_path: Path) -> None:
+    root, der, _events = chain(tmp_path, 4)
+    router = EngineRouter(no_spark, idle_timeout=0, versions=("51.0.0",), datafusion_workers=2)
+    single = EngineRouter(no_spark, idle_timeout=0, versions=("51.0.0",), datafusion_workers=1)
+    try:
+        assert replay_transforms(der, inputs_of(root), router).verdict is Verdict.OK
+        assert len(router.datafusion_pool("51.0.0")) == 1  # never 8 requests in flight
+        batches = [replay_requests(tmp_path, root, der, f"s{i}-") for i in range(4)]
+        for f in [single.submit_transform_batch(b) for b in batches]:
+            f.result(timeout=120)
+        assert len(single.datafusion_pool("51.0.0")) == 1
+    finally:
+        router.close()
+        single.close()
