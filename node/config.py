@@ -109,6 +109,7 @@ class EngineSection:
     isolate_network: bool
     memory_limit_mib: int
     driver_host: str
+    datafusion_workers: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +270,8 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError(f"metadata.block_version: {cfg.metadata.block_version} is not 2 or 3")
     if cfg.engine.idle_timeout_s < 0 or cfg.engine.memory_limit_mib < 0:
         raise ConfigError("engine.idle_timeout_s and engine.memory_limit_mib must be >= 0")
+    if cfg.engine.datafusion_workers < 0:
+        raise ConfigError("engine.datafusion_workers must be >= 0 (0: automatic)")
     if cfg.transfer.deadline_base_s <= 0 or cfg.transfer.min_rate_bytes_per_s <= 0:
         raise ConfigError("transfer.deadline_base_s and transfer.min_rate_bytes_per_s must be > 0")
     networks = []

@@ -285,6 +285,7 @@ class Daemon:
                 idle_timeout=float(e.idle_timeout_s),
                 isolate_network=e.isolate_network,
                 memory_limit=memory,
+                datafusion_workers=e.datafusion_workers or None,
             )
         return self._engine
 
