@@ -31,7 +31,8 @@ passes (order rotated per round, load average printed), seconds per block:
 Headline: verify DataFusion / direct DataFusion (target <= 1.3x), and Spark / DataFusion.
 
 Usage: ``python tests/bench/bench_datafusion.py [--blocks 100] [--rows 1000] [--rounds 3]
-[--spark-blocks 20]`` (``make bench-datafusion`` runs it in a loopback-only namespace).
+[--spark-blocks 20] [--datafusion-workers N]`` (``make bench-datafusion`` runs it in a
+loopback-only namespace).
 """
 
 from __future__ import annotations
@@ -262,11 +263,19 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=1000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--spark-blocks", type=int, default=20, help="0: no Spark comparison")
+    p.add_argument(
+        "--datafusion-workers",
+        type=int,
+        default=None,
+        help="most DataFusion workers per release (default: the node's, two on two cores)",
+    )
     args = p.parse_args()
     n = args.blocks
     tmp = Path(tempfile.mkdtemp(prefix="odf-bench-df-"))
     spark_client = EngineClient(master="local[2]", idle_timeout=0)
-    router = EngineRouter(lambda: spark_client, idle_timeout=0)
+    router = EngineRouter(
+        lambda: spark_client, idle_timeout=0, datafusion_workers=args.datafusion_workers
+    )
     try:
         clock = Clock(START)
         root = make_root(tmp, "root")
