@@ -96,6 +96,7 @@ class EngineRouter:
             1, datafusion_workers if datafusion_workers is not None else min(2, os.cpu_count() or 1)
         )
         self._lock = threading.Lock()
+        self._warming: set[EngineClient] = set()  # being started in the background
 
     # -- capabilities -----------------------------------------------------------------------
 
@@ -154,13 +155,21 @@ class EngineRouter:
             if not ready:
                 return first  # it starts on this batch, as a single worker would
             target = min(ready, key=lambda c: c.requests_in_flight)
-            busy = target.requests_in_flight >= GROW_AT_REQUESTS
-            if busy and len(pool) < self._pool_size and all(c.ready for c in pool):
-                extra = self._new_datafusion(version)
-                pool.append(extra)
-                threading.Thread(
-                    target=self._warm, args=(version, extra), name="odf-engine-warm", daemon=True
-                ).start()
+            if target.requests_in_flight >= GROW_AT_REQUESTS and not self._warming:
+                # A worker of the pool that stopped (idle, or the router stopped) starts again;
+                # else a new one, up to the pool size.
+                extra = next((c for c in pool if not c.ready), None)
+                if extra is None and len(pool) < self._pool_size:
+                    extra = self._new_datafusion(version)
+                    pool.append(extra)
+                if extra is not None:
+                    self._warming.add(extra)
+                    threading.Thread(
+                        target=self._warm,
+                        args=(version, extra),
+                        name="odf-engine-warm",
+                        daemon=True,
+                    ).start()
             return target
 
     def _warm(self, version: str, client: EngineClient) -> None:
@@ -170,9 +179,12 @@ class EngineRouter:
         except Exception:
             with self._lock:
                 pool = self._datafusion.get(version, [])
-                if client in pool:
+                if client in pool[1:]:  # the first stays: single requests go to it
                     pool.remove(client)
             client.close()
+        finally:
+            with self._lock:
+                self._warming.discard(client)
 
     def _clients(self) -> list[EngineClient]:
         with self._lock:

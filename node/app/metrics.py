@@ -75,9 +75,7 @@ class NodeMetrics:
         )
 
         # (at_ns, {family: {outcome: running total}}): what the console's rate charts draw.
-        self.history: deque[tuple[int, dict[str, dict[str, float]]]] = deque(
-            maxlen=HISTORY_SAMPLES
-        )
+        self.history: deque[tuple[int, dict[str, dict[str, float]]]] = deque(maxlen=HISTORY_SAMPLES)
 
     def totals(self) -> dict[str, dict[str, float]]:
         """Running totals by outcome of announcements, verifications and pulls."""

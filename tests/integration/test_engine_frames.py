@@ -304,12 +304,12 @@ def test_a_long_replay_grows_a_second_worker_and_spreads_batches(tmp_path: Path)
     router = EngineRouter(no_spark, idle_timeout=0, versions=("51.0.0",), datafusion_workers=2)
     try:
         first_batch = replay_requests(tmp_path, root, der, "a")[:8]
-        f1 = router.submit_transform_batch(first_batch)  # starts the first worker
-        (first,) = router.datafusion_pool("51.0.0")
-        # A second batch while the first worker holds 8 requests: it still goes to the first
-        # worker, and a second one starts in the background.
         second_batch = replay_requests(tmp_path, root, der, "b")[:8]
+        f1 = router.submit_transform_batch(first_batch)  # starts the first worker
+        # A second batch while the first worker holds 8 requests (it has just got them): it
+        # still goes to the first worker, and a second one starts in the background.
         f2 = router.submit_transform_batch(second_batch)
+        first = router.datafusion_pool("51.0.0")[0]
         assert_reproduced(first_batch, f1.result(timeout=120), events[:8])
         assert_reproduced(second_batch, f2.result(timeout=120), events[:8])
         pool = router.datafusion_pool("51.0.0")
@@ -329,6 +329,18 @@ def test_a_long_replay_grows_a_second_worker_and_spreads_batches(tmp_path: Path)
         # A whole replay over the pool.
         report = replay_transforms(der, inputs_of(root), router)
         assert report.verdict is Verdict.OK and report.blocks_replayed == 12
+        # Stopped (as idle workers are), the pool grows back the same way.
+        router.stop()
+        assert not any(c.running for c in pool)
+        again = [replay_requests(tmp_path, root, der, f"d{i}-") for i in range(2)]
+        futures = [router.submit_transform_batch(b) for b in again]
+        for b, f in zip(again, futures, strict=True):
+            assert_reproduced(b, f.result(timeout=120), events)
+        deadline = time.monotonic() + 60
+        while not pool[1].ready:
+            assert time.monotonic() < deadline, "the second worker never came back"
+            time.sleep(0.05)
+        assert router.datafusion_pool("51.0.0") == pool and pool[1].starts == 2
     finally:
         router.close()
 
