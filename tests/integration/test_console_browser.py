@@ -25,29 +25,14 @@ from typing import Any
 
 import pytest
 from browser import SCREENSHOTS, start_chromium
-from daemon_harness import ROOT, NodeProcess
+from daemon_harness import CITIES_SNAPSHOT, ROOT, NodeProcess
 from netns import require_loopback_only
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
-SNAPSHOTS = """\
-kind: DatasetSnapshot
-version: 1
-content:
-  name: cities
-  kind: Root
-  metadata:
-    - kind: AddPushSource
-      sourceName: default
-      read:
-        kind: Csv
-        header: true
-        schema: ["event_time TIMESTAMP", "city STRING", "population BIGINT"]
-      merge:
-        kind: Append
-    - kind: SetVocab
-      eventTimeColumn: event_time
----
+SNAPSHOTS = (
+    CITIES_SNAPSHOT
+    + """\
 kind: DatasetSnapshot
 version: 1
 content:
@@ -65,6 +50,7 @@ content:
               SELECT op, event_time, city, population * 2 AS pop2 FROM cities
               WHERE population > 100
 """
+)
 LOCAL_SNAPSHOT = """\
 kind: DatasetSnapshot
 version: 1

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_harness import ROOT
+from daemon_harness import CITIES_SNAPSHOT, ROOT
 from multihost import HostNode, lab_network, open_config, stop_all
 from netns import require_loopback_only
 
@@ -32,24 +32,9 @@ from sim.netlab import SUBNET
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
-SNAPSHOTS = """\
-kind: DatasetSnapshot
-version: 1
-content:
-  name: cities
-  kind: Root
-  metadata:
-    - kind: AddPushSource
-      sourceName: default
-      read:
-        kind: Csv
-        header: true
-        schema: ["event_time TIMESTAMP", "city STRING", "population BIGINT"]
-      merge:
-        kind: Append
-    - kind: SetVocab
-      eventTimeColumn: event_time
----
+SNAPSHOTS = (
+    CITIES_SNAPSHOT
+    + """\
 kind: DatasetSnapshot
 version: 1
 content:
@@ -67,6 +52,7 @@ content:
             query: SELECT * FROM cities WHERE population > 100
           - query: SELECT op, event_time, city, population * 2 AS pop2 FROM big
 """
+)
 CSV1 = (
     "event_time,city,population\n"
     "2020-01-01T00:00:00Z,A,1000\n2020-01-02T00:00:00Z,B,2000\n2020-01-03T00:00:00Z,C,30\n"

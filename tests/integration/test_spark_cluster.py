@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pyspark
 import pytest
-from daemon_harness import ROOT, descendants
+from daemon_harness import CITIES_SNAPSHOT, ROOT, descendants
 from multihost import lab_network
 from netns import require_loopback_only
 
@@ -37,24 +37,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 MASTER_HOST, WORKER_HOSTS, DRIVER_HOST = 2, (2, 3), 1
-SNAPSHOTS = """\
-kind: DatasetSnapshot
-version: 1
-content:
-  name: cities
-  kind: Root
-  metadata:
-    - kind: AddPushSource
-      sourceName: default
-      read:
-        kind: Csv
-        header: true
-        schema: ["event_time TIMESTAMP", "city STRING", "population BIGINT"]
-      merge:
-        kind: Append
-    - kind: SetVocab
-      eventTimeColumn: event_time
----
+SNAPSHOTS = (
+    CITIES_SNAPSHOT
+    + """\
 kind: DatasetSnapshot
 version: 1
 content:
@@ -72,6 +57,7 @@ content:
               SELECT op, event_time, city, population * 2 AS pop2
               FROM cities WHERE population > 100
 """
+)
 CSV = (
     "event_time,city,population\n"
     "2020-01-01T00:00:00Z,A,1000\n2020-01-02T00:00:00Z,B,2000\n2020-01-03T00:00:00Z,C,30\n"
