@@ -195,6 +195,26 @@ class NodeProcess:
             time.sleep(every)
         raise AssertionError(f"{self.name}: timed out waiting for {what}\n{self.tail()}")
 
+    def create_and_transform(
+        self, snapshots: str, csv: Path, derivative: str = "big-cities"
+    ) -> tuple[dict[str, str], str]:
+        """As an owner: create the datasets of ``snapshots``, ingest ``csv`` into ``cities``,
+        transform ``derivative`` and wait until the queued publications are done. Returns the
+        DIDs by alias and the derivative's new head."""
+        created = self.call("dataset.create", snapshot_yaml=snapshots)
+        self.call("dataset.ingest", ref="cities", files=[str(csv)])
+        tr = self.call("dataset.transform", ref=derivative)
+        assert tr["up_to_date"] is False
+        self.wait_for(
+            "publications",
+            lambda: (
+                not self.call("work.list", state="pending")
+                and not self.call("work.list", state="claimed")
+            ),
+        )
+        assert not self.call("work.list", state="failed")
+        return {c["alias"]: c["id"] for c in created}, str(tr["new_head"])
+
     def kill(self) -> None:
         """SIGKILL the daemon (children it started are ended after it, by PID)."""
         assert self.proc is not None

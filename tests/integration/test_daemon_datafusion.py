@@ -129,23 +129,10 @@ def test_subscriber_verifies_datafusion_derivative_then_disputes_forgery(
     sub.call("ipfs.connect", multiaddr=st["ipfs"]["addresses"][0])
 
     # Owner: create, ingest, transform on DataFusion; publication and announcement are queued.
-    created = owner.call("dataset.create", snapshot_yaml=SNAPSHOTS)
-    ids = {c["alias"]: c["id"] for c in created}
-    root_id, der_id = ids["cities"], ids["big-cities"]
     csv = tmp_path / "c1.csv"
     csv.write_text(CSV1)
-    owner.call("dataset.ingest", ref="cities", files=[str(csv)])
-    tr = owner.call("dataset.transform", ref="big-cities")
-    assert tr["up_to_date"] is False
-    der_head = tr["new_head"]
-    owner.wait_for(
-        "publications",
-        lambda: (
-            not owner.call("work.list", state="pending")
-            and not owner.call("work.list", state="claimed")
-        ),
-    )
-    assert not owner.call("work.list", state="failed")
+    ids, der_head = owner.create_and_transform(SNAPSHOTS, csv)
+    root_id, der_id = ids["cities"], ids["big-cities"]
 
     # Subscriber: follows the derivative by DID through the CLI (its daemon's RPC).
     proc = subprocess.run(

@@ -108,23 +108,10 @@ def test_owner_subscribers_attest_then_dispute_forgery(
     sub2.call("peers.connect", multiaddr=sub1.call("node.status")["p2p"]["listen_addrs"][0])
 
     # Owner: create, ingest, transform; publication and announcement are queued automatically.
-    created = owner.call("dataset.create", snapshot_yaml=SNAPSHOTS)
-    ids = {c["alias"]: c["id"] for c in created}
-    root_id, der_id = ids["cities"], ids["big-cities"]
     csv = tmp_path / "c1.csv"
     csv.write_text(CSV1)
-    owner.call("dataset.ingest", ref="cities", files=[str(csv)])
-    tr = owner.call("dataset.transform", ref="big-cities")
-    assert tr["up_to_date"] is False
-    der_head = tr["new_head"]
-    owner.wait_for(
-        "publications",
-        lambda: (
-            not owner.call("work.list", state="pending")
-            and not owner.call("work.list", state="claimed")
-        ),
-    )
-    assert not owner.call("work.list", state="failed")
+    ids, der_head = owner.create_and_transform(SNAPSHOTS, csv)
+    root_id, der_id = ids["cities"], ids["big-cities"]
 
     # Subscribers follow the derivative only; its input is pulled recursively.
     for s in (sub1, sub2):
