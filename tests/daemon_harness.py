@@ -53,6 +53,38 @@ TEST_CONFIG: dict[str, dict[str, Any]] = {
 }
 
 
+def forge_next_step(
+    owner_home: Path, alias: str, scratch: Path, engine: Any, *, expect_rows: int | None = None
+) -> str:
+    """Act as a malicious owner: run the real transform of ``alias`` on ``engine`` (an engine
+    client), set every ``pop2`` of its output to 123456 and commit it. Returns the new head."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from coordinator.transform import OutputPaths, TransformSuccess, commit_transform
+    from coordinator.transform.plan import clear_outputs, plan_transform, resolve_inputs
+    from node.home import NodeHome, system_clock
+
+    repo = NodeHome(owner_home).repository()
+    der = repo.open(alias)
+    inputs = resolve_inputs(der, repo.open)
+    paths = OutputPaths.under(scratch)
+    plan = plan_transform(der, inputs, system_time=system_clock(), paths=paths)
+    assert plan is not None
+    clear_outputs(paths)
+    resp = engine.execute_transform(plan.request)
+    assert isinstance(resp, TransformSuccess), resp
+    table = pq.read_table(paths.new_data_path)
+    if expect_rows is not None:
+        assert table.num_rows == expect_rows
+    i = table.schema.get_field_index("pop2")
+    forged = pa.array([123_456] * table.num_rows, pa.int64())
+    pq.write_table(table.set_column(i, table.schema.field(i), forged), paths.new_data_path)
+    result = commit_transform(der, plan, resp)
+    assert result.new_head is not None
+    return str(result.new_head)
+
+
 def _toml(config: dict[str, dict[str, Any]]) -> str:
     lines = []
     for section, values in config.items():

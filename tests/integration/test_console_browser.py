@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from browser import SCREENSHOTS, start_chromium
-from daemon_harness import CITIES_SNAPSHOT, ROOT, NodeProcess
+from daemon_harness import CITIES_SNAPSHOT, ROOT, NodeProcess, forge_next_step
 from netns import require_loopback_only
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -424,35 +424,6 @@ def test_subscribe_from_the_page_turns_verified_live(
     _shot(browser, "05-datasets-verified")
 
 
-def _forge_next_step(owner_home: Path, alias: str, scratch: Path) -> str:
-    """Act as a malicious owner: run the real transform, then tamper with its output."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from coordinator.transform import OutputPaths, TransformSuccess, commit_transform
-    from coordinator.transform.plan import clear_outputs, plan_transform, resolve_inputs
-    from node.engine_client import EngineClient
-    from node.home import NodeHome, system_clock
-
-    repo = NodeHome(owner_home).repository()
-    der = repo.open(alias)
-    inputs = resolve_inputs(der, repo.open)
-    paths = OutputPaths.under(scratch)
-    plan = plan_transform(der, inputs, system_time=system_clock(), paths=paths)
-    assert plan is not None
-    clear_outputs(paths)
-    with EngineClient(master="local[1]", idle_timeout=0) as engine:
-        resp = engine.execute_transform(plan.request)
-    assert isinstance(resp, TransformSuccess), resp
-    table = pq.read_table(paths.new_data_path)
-    i = table.schema.get_field_index("pop2")
-    table = table.set_column(i, "pop2", pa.array([123_456] * table.num_rows, pa.int64()))
-    pq.write_table(table, paths.new_data_path)
-    result = commit_transform(der, plan, resp)
-    assert result.new_head is not None
-    return str(result.new_head)
-
-
 def test_dispute_with_evidence_after_a_forged_block(
     nodes: dict[str, NodeProcess], browser: Any, tmp_path: Path
 ) -> None:
@@ -462,7 +433,10 @@ def test_dispute_with_evidence_after_a_forged_block(
     csv.write_text(CSV2)
     owner.call("dataset.ingest", ref="cities", files=[str(csv)])
     _own_published(owner)
-    forged = _forge_next_step(owner.home, "big-cities", tmp_path / "forge")
+    from node.engine_client import EngineClient
+
+    with EngineClient(master="local[1]", idle_timeout=0) as engine:
+        forged = forge_next_step(owner.home, "big-cities", tmp_path / "forge", engine)
     owner.call("dataset.publish", ref="big-cities")
 
     _open_page(browser, _base(node) + "/ui/dataset?id=" + der, "dataset")

@@ -21,10 +21,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from daemon_harness import CITIES_SNAPSHOT, ROOT, NodeProcess, _cmdline, descendants
+from daemon_harness import (
+    CITIES_SNAPSHOT,
+    ROOT,
+    NodeProcess,
+    _cmdline,
+    descendants,
+    forge_next_step,
+)
 from netns import require_loopback_only
 
 from coordinator.transform.engines import DATAFUSION_VERSIONS
@@ -91,35 +96,6 @@ def _engine_workers(node: NodeProcess) -> list[list[str]]:
     return out
 
 
-def _forge_next_step(owner_home: Path, alias: str, scratch: Path) -> str:
-    """Act as a malicious owner: run the real DataFusion transform, then tamper with its output."""
-    from coordinator.transform import OutputPaths, TransformSuccess, commit_transform
-    from coordinator.transform.plan import clear_outputs, plan_transform, resolve_inputs
-    from node.engine_client import EngineClient
-    from node.engine_router import datafusion_python
-    from node.home import NodeHome, system_clock
-
-    repo = NodeHome(owner_home).repository()
-    der = repo.open(alias)
-    inputs = resolve_inputs(der, repo.open)
-    paths = OutputPaths.under(scratch)
-    plan = plan_transform(der, inputs, system_time=system_clock(), paths=paths)
-    assert plan is not None
-    clear_outputs(paths)
-    python = str(datafusion_python(NEWEST))
-    with EngineClient(engine="datafusion", python=python, idle_timeout=0) as engine:
-        resp = engine.execute_transform(plan.request)
-    assert isinstance(resp, TransformSuccess), resp
-    table = pq.read_table(paths.new_data_path)
-    assert table.num_rows == 1  # D (E is filtered out)
-    i = table.schema.get_field_index("pop2")
-    table = table.set_column(i, table.schema.field(i), pa.array([123_456], pa.int64()))
-    pq.write_table(table, paths.new_data_path)
-    result = commit_transform(der, plan, resp)
-    assert result.new_head is not None
-    return str(result.new_head)
-
-
 def test_subscriber_verifies_datafusion_derivative_then_disputes_forgery(
     nodes: dict[str, NodeProcess], tmp_path: Path
 ) -> None:
@@ -171,7 +147,15 @@ def test_subscriber_verifies_datafusion_derivative_then_disputes_forgery(
     csv2 = tmp_path / "c2.csv"
     csv2.write_text(CSV2)
     owner.call("dataset.ingest", ref="cities", files=[str(csv2)])
-    forged_head = _forge_next_step(owner.home, "big-cities", tmp_path / "forge")
+    from node.engine_client import EngineClient
+    from node.engine_router import datafusion_python
+
+    python = str(datafusion_python(NEWEST))
+    with EngineClient(engine="datafusion", python=python, idle_timeout=0) as engine:
+        # D (E is filtered out)
+        forged_head = forge_next_step(
+            owner.home, "big-cities", tmp_path / "forge", engine, expect_rows=1
+        )
     owner.call("dataset.publish", ref="big-cities")
 
     disputes = sub.wait_for(

@@ -14,10 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from daemon_harness import CITIES_SNAPSHOT, NodeProcess
+from daemon_harness import CITIES_SNAPSHOT, NodeProcess, forge_next_step
 from netns import require_loopback_only
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
@@ -69,32 +67,6 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, NodePr
 
 def _own(items: list[dict[str, Any]], **match: Any) -> list[dict[str, Any]]:
     return [i for i in items if i["own"] and all(i.get(k) == v for k, v in match.items())]
-
-
-def _forge_next_step(owner_home: Path, alias: str, scratch: Path) -> str:
-    """Act as a malicious owner: run the real transform, then tamper with its output."""
-    from coordinator.transform import OutputPaths, TransformSuccess, commit_transform
-    from coordinator.transform.plan import clear_outputs, plan_transform, resolve_inputs
-    from node.engine_client import EngineClient
-    from node.home import NodeHome, system_clock
-
-    repo = NodeHome(owner_home).repository()
-    der = repo.open(alias)
-    inputs = resolve_inputs(der, repo.open)
-    paths = OutputPaths.under(scratch)
-    plan = plan_transform(der, inputs, system_time=system_clock(), paths=paths)
-    assert plan is not None
-    clear_outputs(paths)
-    with EngineClient(master="local[1]", idle_timeout=0) as engine:
-        resp = engine.execute_transform(plan.request)
-    assert isinstance(resp, TransformSuccess), resp
-    table = pq.read_table(paths.new_data_path)
-    i = table.schema.get_field_index("pop2")
-    table = table.set_column(i, "pop2", pa.array([123_456] * table.num_rows, pa.int64()))
-    pq.write_table(table, paths.new_data_path)
-    result = commit_transform(der, plan, resp)
-    assert result.new_head is not None
-    return str(result.new_head)
 
 
 def test_owner_subscribers_attest_then_dispute_forgery(
@@ -160,7 +132,10 @@ def test_owner_subscribers_attest_then_dispute_forgery(
     csv2 = tmp_path / "c2.csv"
     csv2.write_text(CSV2)
     owner.call("dataset.ingest", ref="cities", files=[str(csv2)])
-    forged_head = _forge_next_step(owner.home, "big-cities", tmp_path / "forge")
+    from node.engine_client import EngineClient
+
+    with EngineClient(master="local[1]", idle_timeout=0) as engine:
+        forged_head = forge_next_step(owner.home, "big-cities", tmp_path / "forge", engine)
     owner.call("dataset.publish", ref="big-cities")
 
     # Kill sub1 in the middle of verifying the forged head.
