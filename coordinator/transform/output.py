@@ -95,20 +95,19 @@ def hash_arrow_output(table: pa.Table) -> Multihash | None:
     return result
 
 
-def remove_outputs(*paths: Path) -> None:
-    """Remove what an engine may have left at these output paths (files or directories),
-    including the Arrow IPC file next to a data path."""
-    for p in paths:
-        for q in (p, arrow_output_path(p)):
-            # Unlink first: one system call for the usual case (a file, or nothing).
-            try:
-                q.unlink()
-            except FileNotFoundError:
-                pass
-            except (IsADirectoryError, PermissionError):  # PermissionError: BSD's EPERM
-                if not q.is_dir():
-                    raise
-                shutil.rmtree(q, ignore_errors=True)
+def remove_outputs(new_data_path: Path, new_checkpoint_path: Path) -> None:
+    """Remove what an engine may have left for one step (files or directories): the data, the
+    Arrow IPC file next to it, the checkpoint."""
+    for q in (new_data_path, arrow_output_path(new_data_path), new_checkpoint_path):
+        # Unlink first: one system call for the usual case (a file, or nothing).
+        try:
+            q.unlink()
+        except FileNotFoundError:
+            pass
+        except (IsADirectoryError, PermissionError):  # PermissionError: BSD's EPERM
+            if not q.is_dir():
+                raise
+            shutil.rmtree(q, ignore_errors=True)
 
 
 __all__ = [
