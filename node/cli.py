@@ -242,18 +242,23 @@ def _offline(h: NodeHome, run: Any, *, write: bool, **engine: Any) -> Any:
 
 @dataset_app.command("create")
 def dataset_create(
-    snapshot: Annotated[Path, typer.Argument(help="DatasetSnapshot YAML file (may hold several).")],
+    snapshot: Annotated[
+        Path,
+        typer.Argument(help="DatasetSnapshot YAML file (may hold several); - for standard input."),
+    ],
     home: HomeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create datasets from a DatasetSnapshot YAML file (kamu's format): all or none."""
+    from node.app.datasets import read_snapshot_file
+
     h = _home(home)
     try:
-        # Bounded read: a pipe (``<(...)``) is fine, ``/dev/zero`` must not fill the memory.
-        with snapshot.open("rb") as f:
-            data = f.read(MAX_YAML_SIZE + 1)
-    except OSError as e:
-        _fail(f"cannot read {snapshot}: {e.strerror}")
+        # Bounded read of a regular file (or '-': standard input); a FIFO, device or directory
+        # is refused without blocking on it.
+        data = read_snapshot_file(snapshot, MAX_YAML_SIZE)
+    except OdfNodeError as e:
+        _fail(str(e))
     try:
         text = yaml_text(data)
     except OdfNodeError as e:

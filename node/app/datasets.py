@@ -9,6 +9,9 @@ reads) runs in worker threads; commits to one dataset are serialised by :class:`
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -67,6 +70,47 @@ def check_input_files(files: Sequence[Path]) -> None:
             raise InvalidArgument(f"input file not found: {shown}")
         if not regular:
             raise InvalidArgument(f"input is not a regular file: {shown}")
+
+
+def read_snapshot_file(path: Path, limit: int) -> bytes:
+    """The bytes of a DatasetSnapshot file, at most ``limit + 1`` of them (the caller refuses more).
+
+    The file must be a regular file. It is opened with ``O_NONBLOCK`` and checked with ``fstat``
+    on the open descriptor, so a FIFO with no writer cannot block the command forever (a plain
+    ``open`` waits for a writer) and a file swapped for a FIFO between a check and the open is
+    still refused. ``-`` reads standard input instead, bounded the same way, for piping YAML.
+    """
+    if str(path) == "-":
+        return sys.stdin.buffer.read(limit + 1)
+    shown = str(path)[:200]
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except (OSError, ValueError) as e:
+        why = e.strerror if isinstance(e, OSError) else str(e)  # strerror: no path echo
+        raise InvalidArgument(f"cannot read {shown}: {why}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise InvalidArgument(
+            f"snapshot file {shown} is {_file_kind(mode)}; "
+            "give a regular file, or '-' to read standard input"
+        )
+    with os.fdopen(fd, "rb") as f:
+        os.set_blocking(fd, True)
+        try:
+            return f.read(limit + 1)
+        except OSError as e:
+            raise InvalidArgument(f"cannot read {shown}: {e.strerror}") from None
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
 
 
 class DatasetUseCases:

@@ -167,3 +167,43 @@ def test_ingest_linked_objects_from_cli(tmp_path: Path) -> None:
     assert add_data["extra"] == {
         "opendatafabric.org/linkedObjects": {"numObjectsNaive": 1, "sizeNaive": 20}
     }
+
+
+def test_create_refuses_a_fifo_a_directory_and_a_device_without_blocking(tmp_path: Path) -> None:
+    """A snapshot must be a regular file: a FIFO with no writer used to block ``create`` forever."""
+    import os
+    import threading
+
+    home = tmp_path / "home"
+    assert run(home, "init")[0] == 0
+    fifo = tmp_path / "snap.fifo"
+    os.mkfifo(fifo)
+    outcomes: dict[str, tuple[int, str]] = {}
+
+    def attempt() -> None:
+        for name, path in (("fifo", fifo), ("dir", tmp_path), ("device", Path("/dev/zero"))):
+            outcomes[name] = run(home, "dataset", "create", str(path))
+
+    worker = threading.Thread(target=attempt, daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    if worker.is_alive():  # unblock the old behaviour so the test fails instead of hanging
+        with open(fifo, "wb"):
+            pass
+        worker.join(timeout=5)
+        raise AssertionError("dataset create blocked on a FIFO")
+    for name, kind in (("fifo", "a FIFO"), ("dir", "a directory"), ("device", "a device")):
+        code, text = outcomes[name]
+        assert code == 1, (name, text)
+        assert f"is {kind}" in text and "regular file" in text, text
+    assert json.loads(run(home, "dataset", "list", "--json")[1]) == []
+
+
+def test_create_reads_standard_input_with_a_dash(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert run(home, "init")[0] == 0
+    result = CliRunner().invoke(
+        app, ["dataset", "create", "-", "--json", "--home", str(home)], input=SNAPSHOTS
+    )
+    assert result.exit_code == 0, result.output
+    assert [c["alias"] for c in json.loads(result.output)] == ["cities", "big-cities"]
