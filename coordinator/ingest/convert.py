@@ -36,9 +36,11 @@ _NS_UTC: Final = pa.timestamp("ns", tz="UTC")
 _MS_UTC: Final = pa.timestamp("ms", tz="UTC")
 #: Accepted shape of a timestamp string under the default ``rfc3339`` format (arrow-rs
 #: ``string_to_datetime``: ``HH:MM:SS[.fraction]`` or ``HHMMSS``; the zone may follow a space).
+#: A zone offset is strict: hours 00-23, minutes 00-59 (RFC 3339; chrono refuses the rest too).
 RFC3339_PATTERN: Final = (
     r"^(?P<date>\d{4}-\d{2}-\d{2})"
-    r"(?:[Tt ](?P<time>\d{2}:\d{2}:\d{2}(?:\.\d+)?|\d{6}) *(?P<tz>[Zz]|[+-]\d{2}(?::?\d{2})?)?)?$"
+    r"(?:[Tt ](?P<time>\d{2}:\d{2}:\d{2}(?:\.\d+)?|\d{6}) *"
+    r"(?P<tz>[Zz]|[+-](?:[01]\d|2[0-3])(?::?[0-5]\d)?)?)?$"
 )
 
 

@@ -20,7 +20,7 @@ _NS_PER_DAY: Final = 86_400 * _NS_PER_S
 _EPOCH_ORDINAL: Final = dt.date(1970, 1, 1).toordinal()
 _RFC3339: Final = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"
-    r"(Z|z|[+-]\d{2}:\d{2})$",
+    r"(Z|z|[+-](?:[01]\d|2[0-3]):[0-5]\d)$",
     re.ASCII,
 )
 
@@ -68,7 +68,7 @@ class Timestamp:
 
     @classmethod
     def parse(cls, text: str) -> Timestamp:
-        """Parse RFC 3339 (any offset; fractional seconds up to nanoseconds)."""
+        """Parse RFC 3339 (offsets -23:59 to +23:59; fractional seconds up to nanoseconds)."""
         m = _RFC3339.match(text)
         if not m:
             raise DecodeError(f"invalid RFC 3339 timestamp: {text!r}")

@@ -300,6 +300,13 @@ def test_parse_timestamps_rfc3339_forms() -> None:
         "1500-01-01",
         "now",
         "",
+        # RFC 3339 offsets are hours 00-23 and minutes 00-59, in every zone form.
+        "2020-01-01T00:00:00+25:00",
+        "2020-01-01T00:00:00-24:00",
+        "2020-01-01T00:00:00+23:60",
+        "2020-01-01T00:00:00+2500",
+        "2020-01-01T00:00:00+99",
+        "2020-01-01 00:00:00 +24",
     ],
 )
 def test_parse_timestamps_rejects(bad: str) -> None:
@@ -318,3 +325,10 @@ def test_csv_bad_boolean_and_decimal(tmp_path: Path) -> None:
     with pytest.raises(BadInputData) as e:
         rows(m.ReadStepCsv(schema=("x DECIMAL(10,2)", "b BOOLEAN")), p2)
     assert (e.value.column, e.value.row) == ("x", 2)
+
+
+def test_parse_timestamps_extreme_valid_offsets() -> None:
+    values = ["2020-01-01T00:00:00+23:59", "2020-01-01T00:00:00-2359", "2020-01-01T00:00:00Z"]
+    got = parse_timestamps(pa.array(values)).cast(pa.int64()).to_pylist()
+    day, span = 1577836800000, (23 * 60 + 59) * 60_000
+    assert got == [day - span, day + span, day]
