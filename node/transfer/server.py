@@ -26,6 +26,18 @@ def _dataset(request: web.Request) -> Dataset:
         raise web.HTTPNotFound(text="dataset not found\n") from e
 
 
+def _empty_suffix_range(value: str) -> bool:
+    """Whether a ``Range`` header asks for a zero-length suffix (``bytes=-0``, ``bytes=-000``)."""
+    unit, _, spec = value.strip().partition("=")
+    suffix = spec.strip()
+    return (
+        unit.strip().lower() == "bytes"
+        and suffix[:1] == "-"
+        and suffix[1:].strip("0") == ""
+        and (len(suffix) > 1)
+    )
+
+
 async def _head(request: web.Request) -> web.StreamResponse:
     ds = _dataset(request)
     path = ds.layout.refs_dir / HEAD_REF
@@ -45,6 +57,12 @@ async def _object(request: web.Request) -> web.StreamResponse:
     path = repo.path_of(h)
     if not path.is_file():
         raise web.HTTPNotFound(text="object not found\n")
+    if _empty_suffix_range(request.headers.get("Range", "")):
+        # aiohttp reads ``bytes=-0`` as "from offset 0" and answers 206 with the whole body;
+        # a zero-length suffix selects nothing, so it is unsatisfiable (RFC 9110, 14.1.1).
+        raise web.HTTPRequestRangeNotSatisfiable(
+            headers={"Content-Range": f"bytes */{path.stat().st_size}"}
+        )
     return web.FileResponse(path, headers={"Content-Type": "application/octet-stream"})
 
 

@@ -58,6 +58,19 @@ def test_serves_layout_paths_only(hosted: DatasetRepository) -> None:
                 assert (await get("/nosuch/refs/head"))[0] == 404
                 async with s.put(f"{base}/alpha/data/{part}", data=b"x") as r:
                     assert r.status == 405
+                whole = ds.data.get_bytes(part)
+                for rng, status, body in (
+                    ("bytes=0-3", 206, whole[:4]),
+                    ("bytes=-4", 206, whole[-4:]),
+                    ("bytes=-0", 416, None),
+                    ("bytes=-000", 416, None),
+                ):
+                    async with s.get(f"{base}/alpha/data/{part}", headers={"Range": rng}) as r:
+                        assert r.status == status, rng
+                        if body is not None:
+                            assert await r.read() == body, rng
+                        else:
+                            assert r.headers["Content-Range"] == f"bytes */{len(whole)}"
         finally:
             await runner.cleanup()
 
