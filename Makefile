@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Tests that start IPFS or libp2p nodes must run in a loopback-only network namespace;
 # the test command always arranges one, and the node launchers refuse to start when any
-# interface other than lo is visible (socket.if_nameindex(); see node/ipfs/netguard.py).
+# interface other than lo is visible (socket.if_nameindex() and /proc/self/net/dev; see p2p/netguard.py).
 NETNS := unshare -rn bash -c
 # Pinned DataFusion releases (coordinator/transform/engines.py DATAFUSION_VERSIONS): one
 # virtual environment each, since two `datafusion` versions cannot share one environment.

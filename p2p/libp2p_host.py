@@ -168,7 +168,7 @@ class Libp2pTransport:
             NetworkNotIsolated: a non-loopback interface exists or an address is not loopback.
         """
         if self.config.loopback_only:
-            assert_loopback_only()
+            assert_loopback_only("the libp2p host")
             assert_loopback_multiaddr(
                 f"/ip4/{self.config.listen_host}/tcp/{self.config.listen_port}"
             )

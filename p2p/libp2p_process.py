@@ -156,7 +156,7 @@ class Libp2pProcessTransport:
         cfg = self.config
         if cfg.loopback_only:
             # Checked here as well as in the child, so the error names the daemon's own view.
-            assert_loopback_only()
+            assert_loopback_only("the libp2p host")
             assert_loopback_multiaddr(f"/ip4/{cfg.listen_host}/tcp/{cfg.listen_port}")
             for addr in cfg.bootstrap:
                 assert_loopback_multiaddr(addr)

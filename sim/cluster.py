@@ -131,7 +131,7 @@ async def run_cluster(sc: Scenario, seed: int | None = None) -> dict[str, Any]:
     Raises:
         NetworkNotIsolated: not inside a loopback-only network namespace.
     """
-    assert_loopback_only()
+    assert_loopback_only("a simulated cluster")
     sim = Simulator(sc, seed)  # the same topology, link latencies and owner key
     n_total = sc.nodes
     owner = sim.owner_keys[0]

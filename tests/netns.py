@@ -1,8 +1,8 @@
 """Loopback-only guard and fixtures for tests that start IPFS or libp2p nodes.
 
 Every fixture or launcher that starts a node calls :func:`require_loopback_only` first: it
-refuses to start when any network interface other than ``lo`` exists (see ``/sys/class/net``),
-so no test can ever send traffic off the machine. Run such tests as::
+refuses to start when any network interface other than ``lo`` exists (the node's own guard,
+:mod:`p2p.netguard`), so no test can ever send traffic off the machine. Run such tests as::
 
     unshare -rn bash -c 'ip link set lo up; .venv/bin/pytest tests/integration'
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from node.ipfs.embedded import EmbeddedIpfs, js_dir
-from node.ipfs.netguard import NetworkNotIsolated, non_loopback_interfaces, require_loopback_only
+from p2p.netguard import NetworkNotIsolated, assert_loopback_only, non_loopback_interfaces
 
 __all__ = [
     "NetworkNotIsolated",
@@ -27,6 +27,11 @@ __all__ = [
     "require_loopback_only",
     "start_ipfs",
 ]
+
+
+def require_loopback_only() -> None:
+    """Fail unless ``lo`` is the only network interface (raises :class:`NetworkNotIsolated`)."""
+    assert_loopback_only("a test node")
 
 
 def start_ipfs(*repos: Path) -> list[EmbeddedIpfs]:

@@ -3,7 +3,7 @@
 * :mod:`node.ipfs.client` -- :class:`IpfsClient` (kubo ``/api/v0`` subset that js-ipfs accepts
   too) and :class:`GatewayReader` (read-only, plain HTTP gateway).
 * :mod:`node.ipfs.embedded` -- start/stop a loopback-only js-ipfs daemon from ``js/``.
-* :mod:`node.ipfs.netguard` -- refuse to start a node outside a loopback-only network namespace.
+* the embedded node starts only where ``lo`` is the only interface (:mod:`p2p.netguard`).
 """
 
 from node.ipfs.client import GatewayReader, IpfsClient, IpfsError, IpfsReader

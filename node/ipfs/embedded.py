@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from node.ipfs.netguard import require_loopback_only
 from node.lifeline import Lifeline
+from p2p.netguard import assert_loopback_only
 
 # js-ipfs needs ~10-20 s to start on an idle 2-core machine and over 60 s under heavy load
 # (measured in a full CI run next to three daemons and their JVMs); waiting longer is harmless.
@@ -172,7 +172,7 @@ class EmbeddedIpfs:
     def launch(self) -> None:
         """Start the daemon process without waiting (see :meth:`wait_ready`)."""
         if self.require_isolation:
-            require_loopback_only()
+            assert_loopback_only("the embedded IPFS node")
         if self.process is not None:
             raise RuntimeError("daemon already started")
         if not self._bin().exists():

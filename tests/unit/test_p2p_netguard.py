@@ -1,4 +1,5 @@
-"""The libp2p host refuses to start outside a loopback-only network namespace."""
+"""The one network guard: the libp2p host, the embedded IPFS node and test fixtures refuse to
+start outside a loopback-only network namespace."""
 
 from __future__ import annotations
 
@@ -7,13 +8,20 @@ import socket
 
 import pytest
 
+from node.ipfs.embedded import EmbeddedIpfs, loopback_config
 from p2p import netguard
 from p2p.errors import NetworkNotIsolated
 from p2p.libp2p_host import Libp2pConfig, Libp2pTransport
 
 
+def _only(names: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both interface sources report ``names``."""
+    monkeypatch.setattr(socket, "if_nameindex", lambda: list(enumerate(names, 1)))
+    monkeypatch.setattr(netguard, "_proc_interfaces", lambda _p: set(names))
+
+
 def test_refuses_when_other_interfaces_exist(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(socket, "if_nameindex", lambda: [(1, "lo"), (2, "eth0")])
+    _only(["lo", "eth0"], monkeypatch)
     assert netguard.non_loopback_interfaces() == ["eth0"]
     with pytest.raises(NetworkNotIsolated, match="eth0"):
         netguard.assert_loopback_only()
@@ -24,8 +32,52 @@ def test_refuses_when_other_interfaces_exist(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_loopback_only_passes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(socket, "if_nameindex", lambda: [(1, "lo")])
+    _only(["lo"], monkeypatch)
     netguard.assert_loopback_only()
+
+
+def test_an_interface_only_one_source_shows_is_still_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(socket, "if_nameindex", lambda: [(1, "lo")])
+    monkeypatch.setattr(netguard, "_proc_interfaces", lambda _p: {"lo", "veth0"})
+    with pytest.raises(NetworkNotIsolated, match="veth0"):
+        netguard.assert_loopback_only("the embedded IPFS node")
+
+
+def test_no_source_at_all_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_a: object) -> object:
+        raise OSError("no netlink")
+
+    monkeypatch.setattr(socket, "if_nameindex", broken)
+    monkeypatch.setattr(netguard, "_proc_interfaces", broken)
+    monkeypatch.setattr(netguard, "_SYS_NET", netguard.Path("/nonexistent-sysfs"))
+    with pytest.raises(NetworkNotIsolated, match="cannot list"):
+        netguard.assert_loopback_only()
+
+
+def test_embedded_ipfs_launcher_is_guarded(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    _only(["lo", "wlan0"], monkeypatch)
+    node = EmbeddedIpfs(tmp_path / "repo")  # type: ignore[operator]
+    with pytest.raises(NetworkNotIsolated, match="embedded IPFS node"):
+        node.start()
+    assert node.process is None
+
+
+def test_loopback_ipfs_config() -> None:
+    cfg: dict[str, object] = {"Addresses": {"Swarm": ["/ip4/0.0.0.0/tcp/4002"]}, "Bootstrap": ["x"]}
+    loopback_config(cfg, 1, 2, 3, 4)
+    addrs = cfg["Addresses"]
+    assert isinstance(addrs, dict)
+    for v in addrs.values():
+        for a in v if isinstance(v, list) else [v]:
+            assert a.startswith("/ip4/127.0.0.1/")
+    assert cfg["Bootstrap"] == []
+    assert cfg["Routing"] == {"Type": "none"}
+    assert cfg["Discovery"]["MDNS"]["Enabled"] is False  # type: ignore[index]
+    assert cfg["Swarm"]["DisableNatPortMap"] is True  # type: ignore[index]
 
 
 @pytest.mark.parametrize(
@@ -49,7 +101,7 @@ def test_loopback_multiaddr_is_allowed() -> None:
 
 
 def test_non_loopback_bootstrap_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(socket, "if_nameindex", lambda: [(1, "lo")])
+    _only(["lo"], monkeypatch)
     cfg = Libp2pConfig(node_seed=b"\x05" * 32, bootstrap=("/ip4/192.168.1.1/tcp/1/p2p/x",))
     with pytest.raises(NetworkNotIsolated):
         asyncio.run(Libp2pTransport(cfg).start())
