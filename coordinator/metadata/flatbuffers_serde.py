@@ -342,7 +342,12 @@ def _vector_of_offsets(b: flatbuffers.Builder, offsets: Sequence[int]) -> int:
     return int(b.EndVector())
 
 
-def _prepend_timestamp(b: flatbuffers.Builder, slot: int, ts: Timestamp, version: int) -> None:
+def prepend_timestamp(b: flatbuffers.Builder, slot: int, ts: Timestamp, version: int) -> None:
+    """Write ``ts`` as the inline ``Timestamp`` struct of field ``slot`` of the open table.
+
+    Shared with the engine protocol's messages (:mod:`coordinator.transform.fbs`), which embed
+    ODF timestamps exactly as metadata blocks of ``version`` do.
+    """
     # v2 pushes the struct unaligned (kamu patched flatc's alignment() out to keep hashes
     # stable); v3 uses the schema's natural 4-byte alignment.
     year, ordinal, seconds, nanos = ts.to_parts()
@@ -358,10 +363,15 @@ def _encode_union(
     code = _UNION_CODE.get(type(value))
     if code is None or type(value) not in UNIONS[union]:
         raise EncodeError(f"{type(value).__name__} is not a member of union {union}")
-    return code, _encode_table(b, value, version)
+    return code, encode_table(b, value, version)
 
 
-def _encode_table(b: flatbuffers.Builder, obj: object, version: int) -> int:
+def encode_table(b: flatbuffers.Builder, obj: object, version: int) -> int:
+    """Encode the ODF metadata table ``obj`` (a :data:`SPECS` dataclass) into ``b``; its offset.
+
+    Raises:
+        EncodeError: ``obj`` is not an ODF metadata table, or a required field is missing.
+    """
     spec = SPECS.get(type(obj))
     if spec is None:
         raise EncodeError(f"cannot encode {type(obj).__name__}: not an ODF metadata table")
@@ -385,9 +395,9 @@ def _encode_table(b: flatbuffers.Builder, obj: object, version: int) -> int:
         elif k is _K.STRS:
             children[f.slot] = _vector_of_offsets(b, [b.CreateString(s) for s in v])
         elif k is _K.TABLE:
-            children[f.slot] = _encode_table(b, v, version)
+            children[f.slot] = encode_table(b, v, version)
         elif k is _K.TABLES:
-            children[f.slot] = _vector_of_offsets(b, [_encode_table(b, x, version) for x in v])
+            children[f.slot] = _vector_of_offsets(b, [encode_table(b, x, version) for x in v])
         elif k is _K.UNION:
             children[f.slot] = _encode_union(b, v, f.arg, version)
         elif k is _K.PREP_VEC:
@@ -422,7 +432,7 @@ def _encode_table(b: flatbuffers.Builder, obj: object, version: int) -> int:
         elif k is _K.ENUM_OPT:
             b.PrependInt32Slot(f.slot, int(f.arg(v)), None)
         elif k is _K.TS:
-            _prepend_timestamp(b, f.slot, v, version)
+            prepend_timestamp(b, f.slot, v, version)
     return int(b.EndObject())
 
 
@@ -433,7 +443,7 @@ def encode_block_content(block: m.MetadataBlock, version: int = DEFAULT_BLOCK_VE
     if not isinstance(block, m.MetadataBlock):
         raise EncodeError(f"expected MetadataBlock, got {type(block).__name__}")
     b = flatbuffers.Builder(1024)
-    b.Finish(_encode_table(b, block, version))
+    b.Finish(encode_table(b, block, version))
     return bytes(b.Output())
 
 
@@ -799,5 +809,7 @@ __all__ = [
     "decode_table",
     "encode_block",
     "encode_block_content",
+    "encode_table",
     "new_budget",
+    "prepend_timestamp",
 ]

@@ -89,8 +89,8 @@ def _interval(b: flatbuffers.Builder, iv: m.OffsetInterval) -> int:
 
 def _watermark(b: flatbuffers.Builder, w: Watermark) -> int:
     b.StartObject(2)
-    fbs._prepend_timestamp(b, 0, w.system_time, _TS_VERSION)
-    fbs._prepend_timestamp(b, 1, w.event_time, _TS_VERSION)
+    fbs.prepend_timestamp(b, 0, w.system_time, _TS_VERSION)
+    fbs.prepend_timestamp(b, 1, w.event_time, _TS_VERSION)
     return int(b.EndObject())
 
 
@@ -123,7 +123,7 @@ def encode_transform_request(req: TransformRequest) -> bytes:
     did = b.CreateByteVector(req.dataset_id.to_bytes())
     alias = b.CreateString(req.dataset_alias)
     vocab = _vocab(b, req.vocab)
-    transform = fbs._encode_table(b, req.transform, _TS_VERSION)
+    transform = fbs.encode_table(b, req.transform, _TS_VERSION)
     inputs = _tables(b, [_request_input(b, i) for i in req.query_inputs])
     prev_cp = (
         b.CreateString(str(req.prev_checkpoint_path))
@@ -135,7 +135,7 @@ def encode_transform_request(req: TransformRequest) -> bytes:
     b.StartObject(11)
     b.PrependUOffsetTRelativeSlot(0, did, 0)
     b.PrependUOffsetTRelativeSlot(1, alias, 0)
-    fbs._prepend_timestamp(b, 2, req.system_time, _TS_VERSION)
+    fbs.prepend_timestamp(b, 2, req.system_time, _TS_VERSION)
     b.PrependUOffsetTRelativeSlot(3, vocab, 0)
     b.PrependUint8Slot(4, 1, 0)  # Transform union: TransformSql
     b.PrependUOffsetTRelativeSlot(5, transform, 0)
@@ -189,7 +189,7 @@ def encode_transform_response(resp: TransformResponse | None) -> bytes:
         if iv is not None:
             b.PrependUOffsetTRelativeSlot(0, iv, 0)
         if resp.new_watermark is not None:
-            fbs._prepend_timestamp(b, 1, resp.new_watermark, _TS_VERSION)
+            fbs.prepend_timestamp(b, 1, resp.new_watermark, _TS_VERSION)
         code, value = _RESP_SUCCESS, b.EndObject()
     else:
         code, value = _encode_error(b, resp)
@@ -400,7 +400,7 @@ def encode_raw_query_request(req: RawQueryRequest) -> bytes:
     """The ``RawQueryRequest`` flatbuffer."""
     b = flatbuffers.Builder(512)
     paths = _strings(b, [str(p) for p in req.input_data_paths])
-    transform = fbs._encode_table(b, req.transform, _TS_VERSION)
+    transform = fbs.encode_table(b, req.transform, _TS_VERSION)
     out = b.CreateString(str(req.output_data_path))
     b.StartObject(4)
     b.PrependUOffsetTRelativeSlot(0, paths, 0)
