@@ -123,8 +123,8 @@ class DatasetUseCases:
         transfer: pulls (``None`` where pulling is not offered).
         on_commit: queues publication after a commit to an owned dataset (daemon only).
         locks: per-dataset commit locks shared with the node's pulls.
-        clock: ns since the Unix epoch (system time of new blocks comes from the coordinator's
-            own clock, as kamu does).
+
+    New blocks take their system time from the repository's injected clock (``repo.clock``).
     """
 
     def __init__(
@@ -222,7 +222,6 @@ class DatasetUseCases:
         """Run the next transform step of a derivative on the engine; then publish it (daemon)."""
         from coordinator.transform.plan import resolve_inputs  # pyarrow: keeps idle daemon small
         from coordinator.transform.run import run_transform
-        from node.home import system_clock
 
         handle = self.repo.resolve(ref)
         did = handle.id
@@ -231,7 +230,7 @@ class DatasetUseCases:
             inputs = await asyncio.to_thread(resolve_inputs, ds, self.repo.open)
             engine = self._engine()
             result = await asyncio.to_thread(
-                run_transform, ds, inputs, engine, clock=system_clock, alias=handle.alias
+                run_transform, ds, inputs, engine, clock=self.repo.clock, alias=handle.alias
             )
         if result is None or result.new_head is None:
             return TransformResult(id=did.as_did_str(), alias=handle.alias, up_to_date=True)

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
-from node.state.rows import (
+from node.app.rows import (
     AcceptedHead,
     Attestation,
     Dispute,

@@ -17,7 +17,7 @@ from coordinator.multiformats import Multihash
 from coordinator.storage.repository import DatasetRepository
 from node.app.errors import NotOwner
 from node.app.ports import Clock, EventSink, GossipPort, IpfsPort, StatePort
-from node.state.rows import WorkItem
+from node.app.rows import WorkItem
 from p2p.wire import FetchLocations, HeadAnnouncement, sign_message
 
 log = logging.getLogger("odf_node.publish")

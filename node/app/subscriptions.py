@@ -13,7 +13,7 @@ from coordinator.identity import DatasetId
 from coordinator.storage.repository import validate_alias
 from node.app.errors import InvalidArgument, Unavailable
 from node.app.ports import GossipPort, IpfsPort, StatePort
-from node.state.rows import Subscription
+from node.app.rows import Subscription
 
 
 def parse_did(text: str) -> DatasetId:

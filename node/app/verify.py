@@ -40,7 +40,7 @@ from coordinator.verify import verify_integrity
 from node.app.errors import RetryLater
 from node.app.metrics import NodeMetrics
 from node.app.ports import Clock, EnginePort, EventSink, GossipPort, IpfsPort, StatePort
-from node.state.rows import VerificationOutcome, WorkItem
+from node.app.rows import VerificationOutcome, WorkItem
 from p2p.core import PublishAttestation, PublishDispute
 from p2p.wire import (
     Attestation,

@@ -15,10 +15,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from node.app.backoff import backoff_ns
 from node.app.errors import RetryLater
 from node.app.ports import Clock, StatePort
-from node.state.backoff import backoff_ns
-from node.state.rows import WorkItem
+from node.app.rows import WorkItem
 
 log = logging.getLogger("odf_node.work")
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from node.app import Application
 from node.app.errors import InvalidArgument
+from node.app.rows import WorkState
 from node.app.subscriptions import parse_did
-from node.state.rows import WorkState
 
 _STR = {"type": "string"}
 _INT = {"type": "integer", "minimum": 0}

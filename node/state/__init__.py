@@ -7,17 +7,8 @@ restart. Entry point: :class:`NodeState` (``NodeState.open(path, clock)``).
 
 from __future__ import annotations
 
-from node.state.backoff import backoff_ns
-from node.state.errors import (
-    InvalidStateValue,
-    InvalidWorkTransition,
-    MigrationError,
-    StateError,
-    StateVersionTooNew,
-    WorkItemNotFound,
-)
-from node.state.migrations import LATEST_VERSION, MIGRATIONS, Migration, migrate, schema_version
-from node.state.rows import (
+from node.app.backoff import backoff_ns
+from node.app.rows import (
     AcceptedHead,
     Attestation,
     Dispute,
@@ -30,6 +21,15 @@ from node.state.rows import (
     WorkItem,
     WorkState,
 )
+from node.state.errors import (
+    InvalidStateValue,
+    InvalidWorkTransition,
+    MigrationError,
+    StateError,
+    StateVersionTooNew,
+    WorkItemNotFound,
+)
+from node.state.migrations import LATEST_VERSION, MIGRATIONS, Migration, migrate, schema_version
 from node.state.store import NodeState, content_id
 
 __all__ = [

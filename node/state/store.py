@@ -27,9 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from node.state.errors import InvalidStateValue, InvalidWorkTransition, WorkItemNotFound
-from node.state.migrations import migrate
-from node.state.rows import (
+from node.app.rows import (
     VERIFICATION_OUTCOMES,
     WORK_STATES,
     AcceptedHead,
@@ -44,6 +42,8 @@ from node.state.rows import (
     WorkItem,
     WorkState,
 )
+from node.state.errors import InvalidStateValue, InvalidWorkTransition, WorkItemNotFound
+from node.state.migrations import migrate
 
 if TYPE_CHECKING:
     from sqlite_utils import Database
@@ -630,7 +630,7 @@ class NodeState:
 
     def fail(self, item_id: int, error: str, retry_at_ns: int | None) -> WorkItem:
         """Record a failed attempt of a claimed item: back to pending, runnable from
-        ``retry_at_ns`` (see :func:`node.state.backoff.backoff_ns`), or, with None, give up
+        ``retry_at_ns`` (see :func:`node.app.backoff.backoff_ns`), or, with None, give up
         (state ``failed``)."""
         target: WorkState = "failed" if retry_at_ns is None else "pending"
         return self._transition(item_id, "fail", target, error, retry_at_ns)

@@ -1,4 +1,7 @@
-"""Typed, immutable rows returned by :class:`node.state.store.NodeState`.
+"""Typed, immutable rows of the node's state: the application layer's own types.
+
+The ports (:mod:`node.app.ports`) speak in them; the SQLite adapter
+(:class:`node.state.store.NodeState`) returns them.
 
 Times are integers, nanoseconds since the Unix epoch, from the injected clock. DIDs are
 ``did:odf:...`` strings, heads multibase multihash strings (``f1620...``), envelopes raw bytes.
