@@ -6,6 +6,7 @@ from typing import Any
 
 from coordinator.storage.dataset import Dataset
 from node.app.errors import Unavailable
+from node.app.jsontypes import JsonObject
 
 
 class IpfsAdapter:
@@ -20,7 +21,7 @@ class IpfsAdapter:
         """The RPC endpoint."""
         return self._api_url
 
-    def info(self) -> dict[str, Any] | None:
+    def info(self) -> JsonObject | None:
         """Peer id, addresses, API and mode."""
         return self._info or None
 
@@ -49,7 +50,7 @@ class NoIpfs:
         """None: IPFS is off."""
         return None
 
-    def info(self) -> dict[str, Any] | None:
+    def info(self) -> JsonObject | None:
         """None."""
         return None
 

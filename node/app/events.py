@@ -12,6 +12,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from node.app.jsontypes import JsonFields
+
 log = logging.getLogger("odf_node.events")
 
 Listener = Callable[[str, dict[str, Any]], None]
@@ -30,15 +32,15 @@ class EventBus:
         with contextlib.suppress(RuntimeError):
             self._loop = asyncio.get_running_loop()
 
-    def publish(self, topic: str, payload: dict[str, Any]) -> None:
-        """Deliver an event (from the event loop thread)."""
+    def publish(self, topic: str, payload: JsonFields) -> None:
+        """Deliver an event (from the event loop thread); each listener gets its own copy."""
         for listener in list(self._listeners):
             try:
-                listener(topic, payload)
+                listener(topic, dict(payload))
             except Exception:  # a broken listener must not break the pipeline
                 log.exception("event listener failed on %s", topic)
 
-    def publish_threadsafe(self, topic: str, payload: dict[str, Any]) -> None:
+    def publish_threadsafe(self, topic: str, payload: JsonFields) -> None:
         """Deliver an event from a worker thread (verification progress)."""
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self.publish, topic, payload)

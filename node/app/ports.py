@@ -11,11 +11,13 @@ pure" checks it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
+from coordinator.transform.model import TransformRequest, TransformResponse
+from node.app.jsontypes import JsonFields, JsonObject
 from node.app.rows import (
     AcceptedHead,
     Attestation,
@@ -149,7 +151,7 @@ class StatePort(Protocol):
         """Known peers."""
         ...
 
-    async def log_event(self, kind: str, did: str | None, data: dict[str, Any]) -> int:
+    async def log_event(self, kind: str, did: str | None, data: JsonFields) -> int:
         """Append to the event log; the event id."""
         ...
 
@@ -172,7 +174,7 @@ class StatePort(Protocol):
         kind: str,
         did: str,
         head: str | None,
-        payload: dict[str, Any],
+        payload: JsonFields,
         *,
         dedupe: bool = True,
         not_before_ns: int | None = None,
@@ -287,7 +289,7 @@ class IpfsPort(Protocol):
         """The RPC endpoint, or None when IPFS is off."""
         ...
 
-    def info(self) -> dict[str, Any] | None:
+    def info(self) -> JsonObject | None:
         """Peer id, addresses, API and mode (for status)."""
         ...
 
@@ -303,7 +305,7 @@ class IpfsPort(Protocol):
 class TransferPort(Protocol):
     """Pulls over the ODF transfer protocols (IPFS, HTTP, local paths)."""
 
-    async def pull(self, url: str, *, alias: str | None, force: bool = False) -> dict[str, Any]:
+    async def pull(self, url: str, *, alias: str | None, force: bool = False) -> JsonObject:
         """Pull ``url`` into the repository; the pull summary (JSON-friendly)."""
         ...
 
@@ -323,7 +325,7 @@ class EnginePort(Protocol):
         """How many times the worker was started."""
         ...
 
-    def execute_transform(self, request: Any) -> Any:
+    def execute_transform(self, request: TransformRequest) -> TransformResponse:
         """Run one ODF transform request (blocking: call it from a worker thread)."""
         ...
 
@@ -335,11 +337,11 @@ class EnginePort(Protocol):
 class EventSink(Protocol):
     """Live events for the RPC WebSocket stream and the console."""
 
-    def publish(self, topic: str, payload: dict[str, Any]) -> None:
+    def publish(self, topic: str, payload: JsonFields) -> None:
         """Publish from the event loop."""
         ...
 
-    def publish_threadsafe(self, topic: str, payload: dict[str, Any]) -> None:
+    def publish_threadsafe(self, topic: str, payload: JsonFields) -> None:
         """Publish from a worker thread."""
         ...
 

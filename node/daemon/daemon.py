@@ -502,7 +502,7 @@ class Daemon:
         return PeerRecord(
             peer_id=str(self._transport.peer_id),
             gossip=tuple(self._advertised_gossip_addrs()),
-            ipfs=tuple(str(a) for a in ipfs.get("addresses", [])),
+            ipfs=tuple(str(a) for a in _as_list(ipfs.get("addresses"))),
             http=http,
         )
 
@@ -659,3 +659,8 @@ def install_signal_handlers(stop: asyncio.Event) -> None:
 
 
 __all__ = ["Daemon", "install_signal_handlers"]
+
+
+def _as_list(value: object) -> list[object]:
+    """``value`` if it is a JSON array, else empty (a status field that is absent or malformed)."""
+    return value if isinstance(value, list) else []
