@@ -1,455 +1,61 @@
-"""The sans-IO gossip protocol core: events in, decisions out.
-
-:class:`ProtocolCore` holds all the rules that decide what to do with a gossip message and has no
-sockets, threads, event loops or clock reads. Every event carries the driver's current time
-(``now_ns``), randomness comes from an injected :class:`Rng`, and the result of each event is a
-list of :data:`Decision` values for the driver to carry out. The libp2p daemon and the
-discrete-event simulator drive the same object.
-
-Rules (``docs/p2p-wire-format.md`` §Processing rules):
-
-1. a peer with a score below the graylist threshold is ignored; every message costs the sender a
-   token from its token bucket. A message that finds the bucket empty is *delayed*, not dropped:
-   it waits in the peer's bounded backlog (announcements of one dataset coalesce to the newest)
-   and is processed when tokens refill. Only a peer whose backlog overflows is penalised as a
-   flooder, so a fast honest owner is slowed down, never blamed, and nothing it sends is lost;
-2. size cap, then de-duplication by content id in an expiring, bounded seen-cache (a known-bad
-   message is penalised again without re-checking it);
-3. strict decode, then the signature by the required signer (the dataset key for announcements,
-   so the DID always equals the signer);
-4. ``issued_at`` no further in the future than the skew bound; gossip older than
-   ``max_message_age_ns`` is ignored (anti-entropy replies are exempt: the sequence rules make
-   replays harmless there);
-5. announcements: epoch and sequence monotonic per DID; two owner-signed announcements with the same
-   DID, epoch and sequence and different heads produce an :class:`EquivocationProof`; a newer head
-   is forwarded at once but *accepted* only after the driver reports that its chain was fetched
-   and descends from the last accepted head of the same epoch (a higher epoch is an owner-signed
-   rewrite and needs no ancestry);
-6. a fetch that fails or is abandoned (timeout) is retried with exponential backoff while its
-   head is still the newest known; an anti-entropy reply carrying a known but unaccepted head
-   restarts an idle dataset's fetch at once;
-7. peer scores decay exponentially towards zero.
-
-Gossip mapping for a libp2p validator: :class:`Forward` -> ACCEPT, :class:`Penalise` -> REJECT,
-otherwise IGNORE.
-"""
+"""The rules: :class:`ProtocolCore`, events in, decisions out (see :mod:`p2p.core`)."""
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Final, Protocol
 
 from coordinator.errors import SignatureError
 from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
+from p2p.core.config import NS_PER_S, CoreConfig, Rng
+from p2p.core.decisions import (
+    AbandonFetch,
+    Accept,
+    Decision,
+    DisconnectPeer,
+    EmitEquivocationProof,
+    Forward,
+    HeadAccepted,
+    Ignore,
+    Penalise,
+    PublishAttestation,
+    PublishDispute,
+    RejectHead,
+    RequestAntiEntropy,
+    RequestFetch,
+)
+from p2p.core.events import (
+    AntiEntropyReceived,
+    Event,
+    FetchCompleted,
+    FetchFailed,
+    MessageReceived,
+    PeerConnected,
+    PeerDisconnected,
+    Tick,
+    VerificationCompleted,
+)
+from p2p.core.state import (
+    DatasetState,
+    Delayed,
+    FetchState,
+    PeerState,
+    SeenCache,
+    announcement_of,
+    order_of,
+    supersede,
+)
 from p2p.errors import InvalidEquivocationProof, WireDecodeError
-from p2p.limits import MAX_MESSAGE_SIZE
 from p2p.wire import (
     EquivocationProof,
-    FetchLocations,
     HeadAnnouncement,
     SignedMessage,
-    WireMessage,
     content_id,
     decode_unverified,
     verify_equivocation_proof,
 )
-
-NS_PER_S: Final = 1_000_000_000
-
-
-class Rng(Protocol):
-    """The randomness the core needs; :class:`random.Random` satisfies it."""
-
-    def random(self) -> float:
-        """A float in ``[0, 1)``."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class CoreConfig:
-    """Tunables of the protocol core. Times are in nanoseconds, scores are unitless."""
-
-    max_message_size: int = MAX_MESSAGE_SIZE
-    max_clock_skew_ns: int = 30 * NS_PER_S
-    max_message_age_ns: int = 5 * 60 * NS_PER_S
-    seen_ttl_ns: int = 10 * 60 * NS_PER_S
-    seen_capacity: int = 65_536
-    rate_burst: float = 100.0
-    rate_per_s: float = 20.0
-    backlog_bytes_per_peer: int = 1 << 20
-    backlog_bytes_total: int = 32 << 20
-    score_half_life_ns: int = 5 * 60 * NS_PER_S
-    score_cap: float = 50.0
-    graylist_threshold: float = -100.0
-    reward_first_delivery: float = 1.0
-    penalty_flood: float = 5.0
-    penalty_oversized: float = 50.0
-    penalty_malformed: float = 20.0
-    penalty_bad_signature: float = 50.0
-    penalty_future: float = 5.0
-    penalty_invalid_proof: float = 50.0
-    fetch_timeout_ns: int = 120 * NS_PER_S
-    fetch_retry_base_ns: int = 2 * NS_PER_S
-    fetch_retry_max_ns: int = 60 * NS_PER_S
-    anti_entropy_interval_ns: int = 60 * NS_PER_S
-    max_anti_entropy_entries: int = 256
-    history_per_dataset: int = 64
-    max_peers: int = 4096
-    max_known_proofs: int = 4096
-
-    def __post_init__(self) -> None:
-        if self.seen_ttl_ns < self.max_message_age_ns + self.max_clock_skew_ns:
-            raise ValueError("seen_ttl_ns must cover max_message_age_ns + max_clock_skew_ns")
-        if self.rate_burst < 1 or self.rate_per_s <= 0 or self.seen_capacity < 1:
-            raise ValueError("rate_burst >= 1, rate_per_s > 0 and seen_capacity >= 1 required")
-        if self.backlog_bytes_per_peer < self.max_message_size:
-            raise ValueError("backlog_bytes_per_peer must hold at least one message")
-        if not 0 < self.fetch_retry_base_ns <= self.fetch_retry_max_ns:
-            raise ValueError("0 < fetch_retry_base_ns <= fetch_retry_max_ns required")
-
-
-# --------------------------------------------------------------------------------------------
-# Events
-
-
-@dataclass(frozen=True, slots=True)
-class MessageReceived:
-    """Gossip bytes ``data`` arrived from ``peer``."""
-
-    peer: str
-    data: bytes
-    now_ns: int
-
-
-@dataclass(frozen=True, slots=True)
-class AntiEntropyReceived:
-    """A peer answered an anti-entropy request with its latest signed heads (envelopes)."""
-
-    peer: str
-    envelopes: tuple[bytes, ...]
-    now_ns: int
-
-
-@dataclass(frozen=True, slots=True)
-class FetchCompleted:
-    """The driver fetched the chain of ``head`` (every hash checked).
-
-    ``ancestry_ok`` is true when the chain is valid, its head has the announced sequence number
-    and, if the fetch had a ``base``, the chain descends from ``base``.
-    """
-
-    dataset: DatasetId
-    head: Multihash
-    ancestry_ok: bool
-    now_ns: int
-
-
-@dataclass(frozen=True, slots=True)
-class FetchFailed:
-    """The driver could not fetch ``head`` (unreachable, timed out, hash mismatch...)."""
-
-    dataset: DatasetId
-    head: Multihash
-    reason: str
-    now_ns: int
-
-
-@dataclass(frozen=True, slots=True)
-class VerificationCompleted:
-    """Local verification of an accepted head finished; ``ok`` is the replay/integrity result."""
-
-    dataset: DatasetId
-    head: Multihash
-    ok: bool
-    now_ns: int
-
-
-@dataclass(frozen=True, slots=True)
-class PeerConnected:
-    """A connection to ``peer`` was established."""
-
-    peer: str
-    now_ns: int
-
-
-@dataclass(frozen=True, slots=True)
-class PeerDisconnected:
-    """The connection to ``peer`` was closed."""
-
-    peer: str
-    now_ns: int
-
-
-@dataclass(frozen=True, slots=True)
-class Tick:
-    """A timer tick (the driver sends one every second or so)."""
-
-    now_ns: int
-
-
-Event = (
-    MessageReceived
-    | AntiEntropyReceived
-    | FetchCompleted
-    | FetchFailed
-    | VerificationCompleted
-    | PeerConnected
-    | PeerDisconnected
-    | Tick
-)
-
-
-# --------------------------------------------------------------------------------------------
-# Decisions
-
-
-@dataclass(frozen=True, slots=True)
-class Accept:
-    """``message`` (from ``peer``) passed every check; announcements still await a fetch.
-
-    ``via_anti_entropy``: the message came in a reply to this node's anti-entropy request, not
-    over gossip: anti-entropy repaired something gossip had not delivered.
-    """
-
-    peer: str
-    message: WireMessage
-    via_anti_entropy: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Ignore:
-    """Drop the message without blame. ``reason`` is a stable short identifier."""
-
-    peer: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Penalise:
-    """``peer`` misbehaved: lower its score by ``amount`` (already applied in the core)."""
-
-    peer: str
-    reason: str
-    amount: float
-
-
-@dataclass(frozen=True, slots=True)
-class Forward:
-    """Propagate ``envelope`` to other peers (never back to ``source``)."""
-
-    content_id: bytes
-    envelope: bytes
-    source: str
-
-
-@dataclass(frozen=True, slots=True)
-class RequestFetch:
-    """Fetch the chain of ``head`` and report :class:`FetchCompleted` or :class:`FetchFailed`.
-
-    ``base`` is the last accepted head of the same epoch the chain must descend from (``None``
-    for a first head or an owner-signed epoch bump).
-    """
-
-    dataset: DatasetId
-    head: Multihash
-    sequence: int
-    epoch: int
-    base: Multihash | None
-    locations: FetchLocations
-
-
-@dataclass(frozen=True, slots=True)
-class AbandonFetch:
-    """Stop a fetch the core no longer waits for (it timed out)."""
-
-    dataset: DatasetId
-    head: Multihash
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class HeadAccepted:
-    """``announcement`` is now the accepted head of its dataset; persist and verify it."""
-
-    dataset: DatasetId
-    head: Multihash
-    sequence: int
-    epoch: int
-    announcement: SignedMessage
-
-
-@dataclass(frozen=True, slots=True)
-class RejectHead:
-    """An owner-signed head failed its ancestry check; the driver may publish a dispute."""
-
-    dataset: DatasetId
-    head: Multihash
-    reason: str
-    announcement: SignedMessage
-
-
-@dataclass(frozen=True, slots=True)
-class EmitEquivocationProof:
-    """Publish ``proof`` (the owner of ``dataset`` signed a fork) on the node-level topic."""
-
-    dataset: DatasetId
-    proof: EquivocationProof
-
-
-@dataclass(frozen=True, slots=True)
-class RequestAntiEntropy:
-    """Ask ``peer`` for its latest signed heads of ``datasets`` (``/odf/heads/1.0.0``)."""
-
-    peer: str
-    datasets: tuple[DatasetId, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class DisconnectPeer:
-    """``peer``'s score fell below the graylist threshold."""
-
-    peer: str
-    score: float
-
-
-@dataclass(frozen=True, slots=True)
-class PublishAttestation:
-    """Sign and publish an attestation for a head this node verified."""
-
-    dataset: DatasetId
-    head: Multihash
-
-
-@dataclass(frozen=True, slots=True)
-class PublishDispute:
-    """Sign and publish a dispute (with the driver's evidence) for a head that failed."""
-
-    dataset: DatasetId
-    head: Multihash
-
-
-Decision = (
-    Accept
-    | Ignore
-    | Penalise
-    | Forward
-    | RequestFetch
-    | AbandonFetch
-    | HeadAccepted
-    | RejectHead
-    | EmitEquivocationProof
-    | RequestAntiEntropy
-    | DisconnectPeer
-    | PublishAttestation
-    | PublishDispute
-)
-
-
-# --------------------------------------------------------------------------------------------
-# State
-
-
-@dataclass(slots=True)
-class _Delayed:
-    data: bytes
-    received_ns: int
-    order: tuple[int, int]
-
-
-@dataclass(slots=True)
-class _Peer:
-    tokens: float
-    refilled_ns: int
-    score: float = 0.0
-    scored_ns: int = 0
-    connected: bool = False
-    graylisted: bool = False
-    # Messages that arrived with the token bucket empty, oldest first. Keyed by dataset for
-    # announcements (a newer head replaces an older one of the same dataset) and by content id
-    # for everything else.
-    backlog: OrderedDict[bytes, _Delayed] = field(default_factory=OrderedDict)
-    backlog_bytes: int = 0
-
-
-@dataclass(slots=True)
-class _Fetch:
-    announcement: SignedMessage
-    started_ns: int
-
-
-@dataclass(slots=True)
-class _Dataset:
-    accepted: SignedMessage | None = None
-    inflight: _Fetch | None = None
-    queued: SignedMessage | None = None
-    history: OrderedDict[tuple[int, int], SignedMessage] = field(default_factory=OrderedDict)
-    rejected: OrderedDict[bytes, None] = field(default_factory=OrderedDict)
-    proof: EquivocationProof | None = None
-    proved_slots: OrderedDict[tuple[int, int], None] = field(default_factory=OrderedDict)
-    # A head whose fetch failed or was abandoned, to fetch again at ``retry_at_ns``.
-    retry: SignedMessage | None = None
-    retry_at_ns: int = 0
-    attempts: int = 0
-
-
-def _supersede(out: list[Decision]) -> None:
-    """A candidate head leaves the fetch queue without a fetch of its own: a newer head of its
-    dataset replaced it (or was accepted first). Its outcome, so none ends without one."""
-    out.append(Ignore("", "superseded"))
-
-
-def _ann(sm: SignedMessage) -> HeadAnnouncement:
-    msg = sm.message
-    assert isinstance(msg, HeadAnnouncement)
-    return msg
-
-
-def _order(sm: SignedMessage) -> tuple[int, int]:
-    a = _ann(sm)
-    return (a.epoch, a.sequence)
-
-
-class SeenCache:
-    """Content ids seen recently, with expiry and a hard capacity (oldest evicted first).
-
-    Each entry remembers whether the message was bad (``reason``) so a re-sent bad message can
-    be penalised again without re-checking it.
-    """
-
-    def __init__(self, ttl_ns: int, capacity: int) -> None:
-        """Entries live ``ttl_ns``; at most ``capacity`` entries are kept."""
-        self._ttl = ttl_ns
-        self._cap = capacity
-        self._entries: OrderedDict[bytes, tuple[int, str | None]] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, cid: bytes, now_ns: int) -> tuple[bool, str | None]:
-        """``(seen, bad_reason)`` for ``cid``."""
-        entry = self._entries.get(cid)
-        if entry is None or entry[0] <= now_ns:
-            return (False, None)
-        return (True, entry[1])
-
-    def add(self, cid: bytes, now_ns: int, bad_reason: str | None = None) -> None:
-        """Remember ``cid`` until ``now_ns + ttl``."""
-        self._entries.pop(cid, None)
-        self._entries[cid] = (now_ns + self._ttl, bad_reason)
-        while len(self._entries) > self._cap:
-            self._entries.popitem(last=False)
-
-    def expire(self, now_ns: int) -> None:
-        """Drop expired entries (insertion order is expiry order for a monotonic clock)."""
-        while self._entries:
-            cid, (expiry, _) = next(iter(self._entries.items()))
-            if expiry > now_ns:
-                break
-            del self._entries[cid]
 
 
 class ProtocolCore:
@@ -467,8 +73,8 @@ class ProtocolCore:
         self.config = config
         self._rng = rng
         self._seen = SeenCache(config.seen_ttl_ns, config.seen_capacity)
-        self._peers: OrderedDict[str, _Peer] = OrderedDict()
-        self._datasets: dict[DatasetId, _Dataset] = {}
+        self._peers: OrderedDict[str, PeerState] = OrderedDict()
+        self._datasets: dict[DatasetId, DatasetState] = {}
         self._known_proofs: OrderedDict[bytes, None] = OrderedDict()
         self._next_anti_entropy_ns: int | None = None
         self._backlog_bytes = 0
@@ -479,7 +85,7 @@ class ProtocolCore:
 
     def subscribe(self, did: DatasetId) -> None:
         """Follow ``did`` (idempotent)."""
-        self._datasets.setdefault(did, _Dataset())
+        self._datasets.setdefault(did, DatasetState())
 
     def unsubscribe(self, did: DatasetId) -> None:
         """Stop following ``did`` and forget its state."""
@@ -509,7 +115,7 @@ class ProtocolCore:
         if not isinstance(sm, SignedMessage) or not isinstance(sm.message, HeadAnnouncement):
             raise WireDecodeError("unexpected-kind", "not a head announcement")
         sm.verify()
-        st = self._datasets.setdefault(sm.message.dataset, _Dataset())
+        st = self._datasets.setdefault(sm.message.dataset, DatasetState())
         st.accepted = sm
         self._remember(st, sm)
 
@@ -565,7 +171,7 @@ class ProtocolCore:
                 if (
                     st is not None
                     and st.accepted is not None
-                    and _ann(st.accepted).head == (event.head)
+                    and announcement_of(st.accepted).head == (event.head)
                 ):
                     if event.ok:
                         out.append(PublishAttestation(event.dataset, event.head))
@@ -585,10 +191,10 @@ class ProtocolCore:
 
     # ---- peers
 
-    def _peer(self, peer: str, now_ns: int) -> _Peer:
+    def _peer(self, peer: str, now_ns: int) -> PeerState:
         p = self._peers.get(peer)
         if p is None:
-            p = _Peer(tokens=self.config.rate_burst, refilled_ns=now_ns, scored_ns=now_ns)
+            p = PeerState(tokens=self.config.rate_burst, refilled_ns=now_ns, scored_ns=now_ns)
             self._peers[peer] = p
             self._evict_peers()
         else:
@@ -602,7 +208,7 @@ class ProtocolCore:
                 victim = next(iter(self._peers))
             self._backlog_bytes -= self._peers.pop(victim).backlog_bytes
 
-    def _decay(self, p: _Peer, now_ns: int) -> None:
+    def _decay(self, p: PeerState, now_ns: int) -> None:
         dt = now_ns - p.scored_ns
         if dt > 0:
             p.score *= math.pow(0.5, dt / self.config.score_half_life_ns)
@@ -610,7 +216,7 @@ class ProtocolCore:
         if p.graylisted and p.score >= self.config.graylist_threshold / 2:
             p.graylisted = False
 
-    def _take_token(self, p: _Peer, now_ns: int) -> bool:
+    def _take_token(self, p: PeerState, now_ns: int) -> bool:
         cfg = self.config
         dt = max(0, now_ns - p.refilled_ns)
         p.tokens = min(cfg.rate_burst, p.tokens + dt * cfg.rate_per_s / NS_PER_S)
@@ -621,7 +227,7 @@ class ProtocolCore:
         return False
 
     def _penalise(
-        self, peer: str, p: _Peer, reason: str, amount: float, now_ns: int, out: list[Decision]
+        self, peer: str, p: PeerState, reason: str, amount: float, now_ns: int, out: list[Decision]
     ) -> None:
         self._decay(p, now_ns)
         p.score -= amount
@@ -631,7 +237,7 @@ class ProtocolCore:
             p.graylisted = True
             out.append(DisconnectPeer(peer, p.score))
 
-    def _reward(self, p: _Peer, now_ns: int) -> None:
+    def _reward(self, p: PeerState, now_ns: int) -> None:
         self._decay(p, now_ns)
         p.score = min(self.config.score_cap, p.score + self.config.reward_first_delivery)
 
@@ -654,7 +260,9 @@ class ProtocolCore:
         self._delay(peer, p, data, now_ns, out)
         self._drain(peer, p, now_ns, out)
 
-    def _delay(self, peer: str, p: _Peer, data: bytes, now_ns: int, out: list[Decision]) -> None:
+    def _delay(
+        self, peer: str, p: PeerState, data: bytes, now_ns: int, out: list[Decision]
+    ) -> None:
         """Park a message that found the sender's bucket empty (only cheap checks run here)."""
         cfg = self.config
         if len(data) > cfg.max_message_size:
@@ -697,18 +305,18 @@ class ProtocolCore:
         if self._backlog_bytes + len(data) > cfg.backlog_bytes_total:
             out.append(Ignore(peer, "backlog-full"))
             return
-        p.backlog[key] = _Delayed(data, now_ns, order)
+        p.backlog[key] = Delayed(data, now_ns, order)
         p.backlog_bytes += len(data)
         self._backlog_bytes += len(data)
         out.append(Ignore(peer, "delayed"))
 
-    def _unqueue(self, p: _Peer, key: bytes) -> _Delayed:
+    def _unqueue(self, p: PeerState, key: bytes) -> Delayed:
         d = p.backlog.pop(key)
         p.backlog_bytes -= len(d.data)
         self._backlog_bytes -= len(d.data)
         return d
 
-    def _drain(self, peer: str, p: _Peer, now_ns: int, out: list[Decision]) -> None:
+    def _drain(self, peer: str, p: PeerState, now_ns: int, out: list[Decision]) -> None:
         """Process delayed messages of ``peer`` in arrival order while it has tokens."""
         while p.backlog and not p.graylisted and self._take_token(p, now_ns):
             d = self._unqueue(p, next(iter(p.backlog)))
@@ -717,7 +325,7 @@ class ProtocolCore:
     def _process(
         self,
         peer: str,
-        p: _Peer,
+        p: PeerState,
         data: bytes,
         received_ns: int,
         now_ns: int,
@@ -793,7 +401,7 @@ class ProtocolCore:
                     known is not None
                     and known is newest
                     and known.message == a
-                    and (st.accepted is None or _order(known) > _order(st.accepted))
+                    and (st.accepted is None or order_of(known) > order_of(st.accepted))
                     and a.head.digest not in st.rejected
                 ):
                     self._start_fetch(st, known, now_ns, out)
@@ -813,7 +421,7 @@ class ProtocolCore:
     def _on_proof(
         self,
         peer: str,
-        p: _Peer,
+        p: PeerState,
         proof: EquivocationProof,
         now_ns: int,
         out: list[Decision],
@@ -835,7 +443,7 @@ class ProtocolCore:
             self._known_proofs.popitem(last=False)
         st = self._datasets.get(did)
         if st is not None:
-            st.proved_slots[_order(proof.first)] = None
+            st.proved_slots[order_of(proof.first)] = None
             if st.proof is None:
                 st.proof = proof
         self._reward(p, now_ns)
@@ -843,17 +451,22 @@ class ProtocolCore:
         if not via_ae:
             out.append(Forward(proof.content_id, proof.envelope, peer))
 
-    def _remember(self, st: _Dataset, sm: SignedMessage) -> None:
-        key = _order(sm)
+    def _remember(self, st: DatasetState, sm: SignedMessage) -> None:
+        key = order_of(sm)
         st.history.setdefault(key, sm)
         st.history.move_to_end(key)
         while len(st.history) > self.config.history_per_dataset:
             st.history.popitem(last=False)
 
     def _equivocation(
-        self, did: DatasetId, st: _Dataset, a: SignedMessage, b: SignedMessage, out: list[Decision]
+        self,
+        did: DatasetId,
+        st: DatasetState,
+        a: SignedMessage,
+        b: SignedMessage,
+        out: list[Decision],
     ) -> None:
-        slot = _order(a)
+        slot = order_of(a)
         if slot in st.proved_slots:
             return  # one proof per (epoch, sequence) is enough; re-signed copies add nothing
         st.proved_slots[slot] = None
@@ -870,21 +483,21 @@ class ProtocolCore:
     def _on_announcement(
         self,
         peer: str,
-        p: _Peer,
+        p: PeerState,
         sm: SignedMessage,
         now_ns: int,
         out: list[Decision],
         *,
         via_ae: bool,
     ) -> None:
-        a = _ann(sm)
+        a = announcement_of(sm)
         st = self._datasets.get(a.dataset)
         if st is None:
             out.append(Ignore(peer, "not-subscribed"))
             return
         key = (a.epoch, a.sequence)
         prior = st.history.get(key)
-        if prior is not None and _ann(prior).head != a.head:
+        if prior is not None and announcement_of(prior).head != a.head:
             self._equivocation(a.dataset, st, prior, sm, out)
             out.append(Ignore(peer, "equivocation"))
             return
@@ -892,7 +505,7 @@ class ProtocolCore:
             out.append(Ignore(peer, "rejected-head"))
             return
         if st.accepted is not None:
-            acc = _ann(st.accepted)
+            acc = announcement_of(st.accepted)
             if a.epoch < acc.epoch:
                 out.append(Ignore(peer, "stale-epoch"))
                 return
@@ -909,7 +522,7 @@ class ProtocolCore:
             # outcome is the first message's); else the outcome of the fetch it restarts.
             if st.inflight is not None or st.queued is not None:
                 out.append(Ignore(peer, "already-pending"))
-            elif st.retry is not None and _order(st.retry) > _order(prior):
+            elif st.retry is not None and order_of(st.retry) > order_of(prior):
                 out.append(Ignore(peer, "superseded"))  # a newer head waits for its retry
             else:
                 if st.retry is prior:
@@ -922,42 +535,42 @@ class ProtocolCore:
         if not via_ae:
             out.append(Forward(sm.content_id, sm.envelope, peer))
         if st.inflight is None:
-            if st.retry is not None and _order(st.retry) > _order(sm):
-                _supersede(out)  # a newer head waits for its retry; this one is not fetched
+            if st.retry is not None and order_of(st.retry) > order_of(sm):
+                supersede(out)  # a newer head waits for its retry; this one is not fetched
             else:
                 self._start_fetch(st, sm, now_ns, out)
-        elif _order(sm) > _order(st.inflight.announcement) and (
-            st.queued is None or _order(sm) > _order(st.queued)
+        elif order_of(sm) > order_of(st.inflight.announcement) and (
+            st.queued is None or order_of(sm) > order_of(st.queued)
         ):
             if st.queued is not None:
-                _supersede(out)
+                supersede(out)
             st.queued = sm
         else:
-            _supersede(out)  # a newer head of this dataset is already being fetched or queued
+            supersede(out)  # a newer head of this dataset is already being fetched or queued
 
     # ---- fetching
 
     def _start_fetch(
-        self, st: _Dataset, sm: SignedMessage, now_ns: int, out: list[Decision]
+        self, st: DatasetState, sm: SignedMessage, now_ns: int, out: list[Decision]
     ) -> None:
-        a = _ann(sm)
+        a = announcement_of(sm)
         base: Multihash | None = None
-        if st.accepted is not None and _ann(st.accepted).epoch == a.epoch:
-            base = _ann(st.accepted).head
-        st.inflight = _Fetch(sm, now_ns)
-        if st.retry is not None and _order(st.retry) < _order(sm):
+        if st.accepted is not None and announcement_of(st.accepted).epoch == a.epoch:
+            base = announcement_of(st.accepted).head
+        st.inflight = FetchState(sm, now_ns)
+        if st.retry is not None and order_of(st.retry) < order_of(sm):
             st.retry, st.attempts = None, 0
-            _supersede(out)
+            supersede(out)
         elif st.retry is sm:
             st.retry = None
         out.append(RequestFetch(a.dataset, a.head, a.sequence, a.epoch, base, a.locations))
 
-    def _start_next(self, st: _Dataset, now_ns: int, out: list[Decision]) -> None:
+    def _start_next(self, st: DatasetState, now_ns: int, out: list[Decision]) -> None:
         nxt, st.queued = st.queued, None
         if nxt is None:
             return
-        if st.accepted is not None and _order(nxt) <= _order(st.accepted):
-            _supersede(out)
+        if st.accepted is not None and order_of(nxt) <= order_of(st.accepted):
+            supersede(out)
             return
         self._start_fetch(st, nxt, now_ns, out)
 
@@ -966,12 +579,12 @@ class ProtocolCore:
         if st is None:
             out.append(Ignore("", "unexpected-fetch"))
             return
-        if st.inflight is None or _ann(st.inflight.announcement).head != ev.head:
+        if st.inflight is None or announcement_of(st.inflight.announcement).head != ev.head:
             self._on_late_fetch(st, ev, out)
             return
         sm = st.inflight.announcement
         st.inflight = None
-        a = _ann(sm)
+        a = announcement_of(sm)
         st.attempts = 0
         if ev.ancestry_ok:
             st.accepted = sm
@@ -983,21 +596,24 @@ class ProtocolCore:
             out.append(RejectHead(a.dataset, a.head, "not-descendant", sm))
         self._start_next(st, ev.now_ns, out)
 
-    def _on_late_fetch(self, st: _Dataset, ev: FetchCompleted, out: list[Decision]) -> None:
+    def _on_late_fetch(self, st: DatasetState, ev: FetchCompleted, out: list[Decision]) -> None:
         """A fetch completed after the core abandoned it (its commit could not be undone).
 
         The driver's store now holds the chain, so a valid late chain that is still newer than
         the accepted head is accepted: a head must never be committed but left unaccepted.
         """
-        late = next((sm for sm in reversed(st.history.values()) if _ann(sm).head == ev.head), None)
+        late = next(
+            (sm for sm in reversed(st.history.values()) if announcement_of(sm).head == ev.head),
+            None,
+        )
         if late is None or not ev.ancestry_ok:
             out.append(Ignore("", "unexpected-fetch"))
             return
-        if st.accepted is not None and _order(late) <= _order(st.accepted):
+        if st.accepted is not None and order_of(late) <= order_of(st.accepted):
             out.append(Ignore("", "unexpected-fetch"))
             return
-        a = _ann(late)
-        if st.accepted is not None and _ann(st.accepted).epoch != a.epoch:
+        a = announcement_of(late)
+        if st.accepted is not None and announcement_of(st.accepted).epoch != a.epoch:
             # Ancestry was checked against the base of the fetch's own request; an epoch change
             # since then means that base is no longer the accepted head.
             out.append(Ignore("", "unexpected-fetch"))
@@ -1009,7 +625,11 @@ class ProtocolCore:
         self, did: DatasetId, head: Multihash, now_ns: int, out: list[Decision]
     ) -> None:
         st = self._datasets.get(did)
-        if st is None or st.inflight is None or _ann(st.inflight.announcement).head != head:
+        if (
+            st is None
+            or st.inflight is None
+            or announcement_of(st.inflight.announcement).head != head
+        ):
             out.append(Ignore("", "unexpected-fetch"))
             return
         sm = st.inflight.announcement
@@ -1018,7 +638,7 @@ class ProtocolCore:
         self._start_next(st, now_ns, out)
 
     def _retry_later(
-        self, st: _Dataset, sm: SignedMessage, now_ns: int, out: list[Decision]
+        self, st: DatasetState, sm: SignedMessage, now_ns: int, out: list[Decision]
     ) -> None:
         """Schedule another fetch of ``sm`` unless something newer is already queued.
 
@@ -1026,11 +646,11 @@ class ProtocolCore:
         in [0.5, 1.5), and never gives up: the head stays the newest the node knows, and an
         announcement or anti-entropy reply of anything newer replaces it.
         """
-        if st.queued is not None or (st.retry is not None and _order(st.retry) > _order(sm)):
-            _supersede(out)
+        if st.queued is not None or (st.retry is not None and order_of(st.retry) > order_of(sm)):
+            supersede(out)
             return
         if st.retry is not None and st.retry is not sm:
-            _supersede(out)  # the older head waiting for its retry
+            supersede(out)  # the older head waiting for its retry
         cfg = self.config
         st.attempts += 1
         delay = min(cfg.fetch_retry_max_ns, cfg.fetch_retry_base_ns << min(st.attempts - 1, 32))
@@ -1045,7 +665,7 @@ class ProtocolCore:
         for st in self._datasets.values():
             f = st.inflight
             if f is not None and now_ns - f.started_ns >= cfg.fetch_timeout_ns:
-                a = _ann(f.announcement)
+                a = announcement_of(f.announcement)
                 st.inflight = None
                 out.append(AbandonFetch(a.dataset, a.head, "timeout"))
                 self._retry_later(st, f.announcement, now_ns, out)
@@ -1057,10 +677,10 @@ class ProtocolCore:
                 and now_ns >= st.retry_at_ns
             ):
                 retry, st.retry = st.retry, None
-                if st.accepted is None or _order(retry) > _order(st.accepted):
+                if st.accepted is None or order_of(retry) > order_of(st.accepted):
                     self._start_fetch(st, retry, now_ns, out)
                 else:
-                    _supersede(out)
+                    supersede(out)
         for peer, p in list(self._peers.items()):
             if p.backlog:
                 self._decay(p, now_ns)

@@ -1,0 +1,112 @@
+"""The protocol core's per-peer and per-dataset state, and its seen-cache.
+
+Plain mutable records owned by one :class:`~p2p.core.protocol.ProtocolCore`; nothing here
+decides anything.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from p2p.core.decisions import Decision, Ignore
+from p2p.wire import EquivocationProof, HeadAnnouncement, SignedMessage
+
+
+@dataclass(slots=True)
+class Delayed:
+    data: bytes
+    received_ns: int
+    order: tuple[int, int]
+
+
+@dataclass(slots=True)
+class PeerState:
+    tokens: float
+    refilled_ns: int
+    score: float = 0.0
+    scored_ns: int = 0
+    connected: bool = False
+    graylisted: bool = False
+    # Messages that arrived with the token bucket empty, oldest first. Keyed by dataset for
+    # announcements (a newer head replaces an older one of the same dataset) and by content id
+    # for everything else.
+    backlog: OrderedDict[bytes, Delayed] = field(default_factory=OrderedDict)
+    backlog_bytes: int = 0
+
+
+@dataclass(slots=True)
+class FetchState:
+    announcement: SignedMessage
+    started_ns: int
+
+
+@dataclass(slots=True)
+class DatasetState:
+    accepted: SignedMessage | None = None
+    inflight: FetchState | None = None
+    queued: SignedMessage | None = None
+    history: OrderedDict[tuple[int, int], SignedMessage] = field(default_factory=OrderedDict)
+    rejected: OrderedDict[bytes, None] = field(default_factory=OrderedDict)
+    proof: EquivocationProof | None = None
+    proved_slots: OrderedDict[tuple[int, int], None] = field(default_factory=OrderedDict)
+    # A head whose fetch failed or was abandoned, to fetch again at ``retry_at_ns``.
+    retry: SignedMessage | None = None
+    retry_at_ns: int = 0
+    attempts: int = 0
+
+
+def supersede(out: list[Decision]) -> None:
+    """A candidate head leaves the fetch queue without a fetch of its own: a newer head of its
+    dataset replaced it (or was accepted first). Its outcome, so none ends without one."""
+    out.append(Ignore("", "superseded"))
+
+
+def announcement_of(sm: SignedMessage) -> HeadAnnouncement:
+    msg = sm.message
+    assert isinstance(msg, HeadAnnouncement)
+    return msg
+
+
+def order_of(sm: SignedMessage) -> tuple[int, int]:
+    a = announcement_of(sm)
+    return (a.epoch, a.sequence)
+
+
+class SeenCache:
+    """Content ids seen recently, with expiry and a hard capacity (oldest evicted first).
+
+    Each entry remembers whether the message was bad (``reason``) so a re-sent bad message can
+    be penalised again without re-checking it.
+    """
+
+    def __init__(self, ttl_ns: int, capacity: int) -> None:
+        """Entries live ``ttl_ns``; at most ``capacity`` entries are kept."""
+        self._ttl = ttl_ns
+        self._cap = capacity
+        self._entries: OrderedDict[bytes, tuple[int, str | None]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, cid: bytes, now_ns: int) -> tuple[bool, str | None]:
+        """``(seen, bad_reason)`` for ``cid``."""
+        entry = self._entries.get(cid)
+        if entry is None or entry[0] <= now_ns:
+            return (False, None)
+        return (True, entry[1])
+
+    def add(self, cid: bytes, now_ns: int, bad_reason: str | None = None) -> None:
+        """Remember ``cid`` until ``now_ns + ttl``."""
+        self._entries.pop(cid, None)
+        self._entries[cid] = (now_ns + self._ttl, bad_reason)
+        while len(self._entries) > self._cap:
+            self._entries.popitem(last=False)
+
+    def expire(self, now_ns: int) -> None:
+        """Drop expired entries (insertion order is expiry order for a monotonic clock)."""
+        while self._entries:
+            cid, (expiry, _) = next(iter(self._entries.items()))
+            if expiry > now_ns:
+                break
+            del self._entries[cid]
