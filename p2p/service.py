@@ -143,9 +143,18 @@ class GossipService:
         """Fetch tasks in flight (for status and metrics)."""
         return len(self._fetches)
 
-    def verification_completed(self, dataset: DatasetId, head: Multihash, ok: bool) -> None:
-        """Report a finished verification; the core decides to attest or dispute (or neither)."""
-        self._apply(VerificationCompleted(dataset, head, ok, self._clock()))
+    def verification_completed(
+        self, dataset: DatasetId, head: Multihash, ok: bool
+    ) -> PublishAttestation | PublishDispute | None:
+        """Report a finished verification; the core's verdict: attest, dispute, or neither.
+
+        The decisions also go through the executor like every other; the verdict is returned
+        because only the caller holds the report an attestation or a dispute is made of.
+        """
+        for d in self._apply(VerificationCompleted(dataset, head, ok, self._clock())):
+            if isinstance(d, PublishAttestation | PublishDispute):
+                return d
+        return None
 
     def topics(self) -> list[str]:
         """Topics this node joins: one per followed dataset plus the node topic."""

@@ -7,8 +7,8 @@ from typing import Any
 
 from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
+from node.app.ports import VerificationVerdict
 from p2p.core import PublishAttestation, PublishDispute
-from p2p.executor import DecisionEffects
 from p2p.service import GossipService
 from p2p.transport import dataset_topic
 from p2p.wire import decode_unverified
@@ -79,9 +79,11 @@ class GossipAdapter:
         """Install our own signed announcement as the accepted head."""
         self.service.core.restore_accepted(envelope)
 
-    def verification_completed(self, did: DatasetId, head: Multihash, ok: bool) -> None:
-        """The core decides attest or dispute; its decision comes back through the executor."""
-        self.service.verification_completed(did, head, ok)
+    def verification_completed(
+        self, did: DatasetId, head: Multihash, ok: bool
+    ) -> VerificationVerdict:
+        """The core's verdict on a finished verification (also seen by the executor)."""
+        return self.service.verification_completed(did, head, ok)
 
     def fetches_running(self) -> int:
         """Pulls in flight for the core."""
@@ -91,12 +93,9 @@ class GossipAdapter:
 class NoGossip:
     """The gossip port of a node with ``[p2p] enabled = false``.
 
-    There is no protocol core to consult, so a finished verification goes straight to the
-    node's attest / dispute effects (the head verified is the only head this node knows).
+    There is no protocol core to consult: the head verified is the only head this node knows,
+    so the verdict follows from the outcome alone (attest what verified, dispute what failed).
     """
-
-    def __init__(self, effects: DecisionEffects | None = None) -> None:
-        self.effects = effects
 
     @property
     def enabled(self) -> bool:
@@ -136,14 +135,11 @@ class NoGossip:
     def accept_own(self, envelope: bytes) -> None:
         """No core."""
 
-    def verification_completed(self, did: DatasetId, head: Multihash, ok: bool) -> None:
-        """Attest or dispute directly."""
-        if self.effects is None:
-            return
-        if ok:
-            self.effects.attest(PublishAttestation(did, head))
-        else:
-            self.effects.dispute(PublishDispute(did, head))
+    def verification_completed(
+        self, did: DatasetId, head: Multihash, ok: bool
+    ) -> VerificationVerdict:
+        """Attest what verified, dispute what failed (no newer head can supersede it here)."""
+        return PublishAttestation(did, head) if ok else PublishDispute(did, head)
 
     def fetches_running(self) -> int:
         """Zero."""

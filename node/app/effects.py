@@ -2,8 +2,9 @@
 
 :class:`NodeEffects` implements :class:`p2p.executor.DecisionEffects`: it stores what the core
 accepted (attestations, disputes, equivocation proofs, accepted heads), queues verification of
-accepted heads and disputes of rejected ones, counts every outcome in the metrics, and turns
-``PublishAttestation`` / ``PublishDispute`` into signed messages through the verify pipeline.
+accepted heads and disputes of rejected ones and counts every outcome in the metrics.
+``PublishAttestation`` / ``PublishDispute`` are carried out by the verify pipeline, which
+receives them as the verdict of the verification it reported.
 Effects are synchronous (the executor calls them inline); their state writes run as tasks on the
 node's task group, in order, so a burst of decisions never blocks the loop.
 """
@@ -204,12 +205,12 @@ class NodeEffects:
         self._later(lambda: self._log("peer.graylisted", None, {"peer": d.peer, "score": d.score}))
 
     def attest(self, d: PublishAttestation) -> None:
-        """The verify pipeline signs and publishes it."""
-        self._verify.attest(d, self._spawn)
+        """Nothing here: the verify pipeline that reported the verification receives this
+        verdict from :meth:`~node.app.ports.GossipPort.verification_completed` and signs and
+        publishes it with the report it holds."""
 
     def dispute(self, d: PublishDispute) -> None:
-        """The verify pipeline signs and publishes it."""
-        self._verify.dispute(d, self._spawn)
+        """Nothing here, as for :meth:`attest`: the verify pipeline publishes the dispute."""
 
 
 __all__ = ["NodeEffects"]

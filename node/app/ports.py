@@ -31,6 +31,7 @@ from node.app.rows import (
     WorkItem,
     WorkState,
 )
+from p2p.core import PublishAttestation, PublishDispute
 
 Clock = Callable[[], int]
 """Nanoseconds since the Unix epoch (``time.time_ns`` in production, virtual in tests)."""
@@ -272,13 +273,21 @@ class GossipPort(Protocol):
         """Install an announcement this node signed as the accepted head in the core."""
         ...
 
-    def verification_completed(self, did: DatasetId, head: Multihash, ok: bool) -> None:
-        """Report a finished verification to the core (it decides attest or dispute)."""
+    def verification_completed(
+        self, did: DatasetId, head: Multihash, ok: bool
+    ) -> VerificationVerdict:
+        """Report a finished verification to the core; its verdict (see
+        :data:`VerificationVerdict`), which the caller carries out."""
         ...
 
     def fetches_running(self) -> int:
         """Pulls in flight on behalf of the core."""
         ...
+
+
+VerificationVerdict = PublishAttestation | PublishDispute | None
+"""What the protocol core decided about a finished verification: attest it, dispute it, or
+nothing (``None``: the head is no longer the accepted one, a newer head superseded it)."""
 
 
 class IpfsPort(Protocol):
@@ -354,4 +363,5 @@ __all__ = [
     "IpfsPort",
     "StatePort",
     "TransferPort",
+    "VerificationVerdict",
 ]

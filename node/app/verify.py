@@ -3,10 +3,11 @@
 ``HeadAccepted`` (from the protocol core) -> :meth:`VerifyPipeline.queue` -> work "verify" ->
 integrity, then replay of every transform on the engine -> the outcome is recorded and
 reported to the core as ``VerificationCompleted`` -> the core decides (``PublishAttestation`` /
-``PublishDispute``, or nothing when the head is no longer the accepted one) -> the effects
-:meth:`attest` / :meth:`dispute` sign and publish — the same decision path the simulator
-measures. The work item finishes only after the attestation or dispute is stored and published,
-so a crash before that re-runs the verification.
+``PublishDispute``, or nothing when the head is no longer the accepted one), and the port
+returns that verdict -> the pipeline signs and publishes what it says, with the report it
+holds — the same decision the simulator measures, with no table of verifications waiting for
+a decision. The work item finishes only after the attestation or dispute is stored and
+published, so a crash before that re-runs the verification.
 
 Outcomes: ``verified``; ``failed`` (evidence -> dispute); ``nondeterministic`` (a mismatch of a
 query that is not deterministic: no conclusion, attested as unverifiable); ``inconclusive`` (a
@@ -27,8 +28,8 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, assert_never
 
 from coordinator.identity import DatasetId, PrivateKey
 from coordinator.metadata import model as m
@@ -67,9 +68,9 @@ REPLAY_ENGINES = REPLAYABLE_ENGINES
 """Transform engines this node can replay (``Transform.Sql.engine``, case-insensitive)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Outcome:
-    """A finished verification waiting for the core's decision (and then its publication)."""
+    """A finished verification: what its attestation is made of."""
 
     did: DatasetId
     head: Multihash
@@ -78,7 +79,6 @@ class _Outcome:
     replayed: bool
     kind: m.DatasetKind | None
     dataset: Dataset
-    task: asyncio.Task[None] | None = field(default=None)
 
 
 def unsupported_engine(chain: Any) -> str | None:
@@ -123,7 +123,6 @@ class VerifyPipeline:
         self._republish = republish
         self._http_urls = http_urls
         self._kick = kick
-        self._waiting: dict[tuple[DatasetId, Multihash], _Outcome] = {}
         # Computed once: base58-encoding the key on every attestation showed in loop profiles.
         self._node_id = self._key.dataset_id().as_did_key()
 
@@ -221,7 +220,7 @@ class VerifyPipeline:
         self._events.publish(
             "verify.finished", {"did": item.did, "head": head.to_multibase(), "outcome": outcome}
         )
-        pending = _Outcome(
+        finished = _Outcome(
             did,
             head,
             outcome,
@@ -230,15 +229,17 @@ class VerifyPipeline:
             kind=chain.dataset_kind,
             dataset=ds,
         )
-        key = (did, head)
-        self._waiting[key] = pending
-        try:
-            # The core decides: an attestation, a dispute, or nothing (head superseded).
-            self._gossip.verification_completed(did, head, outcome != "failed")
-            if pending.task is not None:
-                await pending.task
-        finally:
-            self._waiting.pop(key, None)
+        # The core decides: an attestation, a dispute, or nothing (head superseded).
+        verdict = self._gossip.verification_completed(did, head, outcome != "failed")
+        match verdict:
+            case PublishAttestation():
+                await self._attest(finished)
+            case PublishDispute():
+                await self._dispute_from_report(did, head, report)
+            case None:
+                pass
+            case _:
+                assert_never(verdict)
 
     def _missing_engine(self, chain: Any) -> str | None:
         """A replayable engine none of whose releases is installed here (e.g. a deployment
@@ -291,23 +292,7 @@ class VerifyPipeline:
             return "nondeterministic", detail
         return "failed", detail
 
-    # ---- effects of the core's decisions (called synchronously by the executor)
-
-    def attest(
-        self, d: PublishAttestation, spawn: Callable[[Coroutine[Any, Any, None]], Any]
-    ) -> None:
-        """Sign and publish the attestation of a verification this node finished."""
-        pending = self._waiting.get((d.dataset, d.head))
-        if pending is None:
-            return  # not ours to attest (e.g. reported by an earlier run)
-        pending.task = spawn(self._attest(pending))
-
-    def dispute(self, d: PublishDispute, spawn: Spawn) -> None:
-        """Sign and publish the dispute of a verification that failed here."""
-        pending = self._waiting.get((d.dataset, d.head))
-        if pending is None or pending.report is None:
-            return
-        pending.task = spawn(self._dispute_from_report(pending.did, pending.head, pending.report))
+    # ---- carrying out the core's verdict
 
     async def _attest(self, p: _Outcome) -> None:
         locations = FetchLocations()

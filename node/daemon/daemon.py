@@ -372,7 +372,7 @@ class Daemon:
         self.effects = NodeEffects(
             self.state, verify, self.events, self.metrics, self._spawn, self.owns, work.kick
         )
-        self.gossip = NoGossip(self.effects)
+        self.gossip = NoGossip()
         self.fetcher = ChainFetcher(
             self.repo,
             self.state,

@@ -14,10 +14,9 @@ from node.adapters.gossip import NoGossip
 from node.adapters.ipfs import NoIpfs
 from node.adapters.state import InlineState
 from node.app.datasets import DatasetUseCases
-from node.app.effects import NodeEffects
 from node.app.events import EventBus
 from node.app.metrics import NodeMetrics
-from node.app.ports import StatePort
+from node.app.ports import GossipPort, StatePort, VerificationVerdict
 from node.app.verify import VerifyPipeline
 from node.app.work import RetryPolicy, WorkRunner
 from node.state.store import NodeState
@@ -59,13 +58,13 @@ content:
 class Node:
     """The verify pipeline wired as the daemon wires it, over in-memory twins."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, gossip: GossipPort | None = None) -> None:
         self.repo = pull_repo(root)
         self.state = cast(StatePort, InlineState(NodeState.in_memory(lambda: T0)))
         self.engine_requests = 0
         self.tasks: set[asyncio.Task[None]] = set()
         self.work = WorkRunner(self.state, lambda: T0, RetryPolicy(), random.Random(1).random)
-        gossip = NoGossip()
+        gossip = gossip or NoGossip()
         self.verify = VerifyPipeline(
             self.repo,
             self.state,
@@ -80,15 +79,6 @@ class Node:
             republish=True,
             http_urls=lambda did: (),
             kick=self.work.kick,
-        )
-        gossip.effects = NodeEffects(
-            self.state,
-            self.verify,
-            EventBus(),
-            NodeMetrics(),
-            self._spawn,
-            lambda did: False,
-            self.work.kick,
         )
         self.work.handle("verify", self.verify.run)
 
@@ -227,4 +217,37 @@ def test_datafusion_without_an_installed_release_is_unverifiable_not_retried(
         "unverifiable",
         "unverifiable: engine datafusion",
     )
+    assert [w.state for w in state.work(did=did.as_did_str())] == ["done"]
+
+
+class SupersededGossip(NoGossip):
+    """A core that had accepted a newer head by the time the verification finished."""
+
+    def __init__(self) -> None:
+        self.reported: list[tuple[DatasetId, bool]] = []
+
+    def verification_completed(self, did: DatasetId, head: Any, ok: bool) -> VerificationVerdict:
+        self.reported.append((did, ok))
+        return None
+
+
+def test_a_verdict_of_none_publishes_nothing_and_the_item_still_finishes(tmp_path: Path) -> None:
+    """The pipeline carries out the verdict the port returns: a superseded head is recorded
+    as verified here but neither attested nor disputed."""
+    gossip = SupersededGossip()
+    node = Node(tmp_path, gossip)
+    did = _create(node, "flink")
+    head = node.repo.open(did.as_did_str()).head()
+    assert head is not None
+
+    async def run() -> None:
+        await node.verify.queue(did, head, 1)
+        await node.run_pending()
+
+    asyncio.run(run())
+    state = cast(Any, node.state).sync
+    assert gossip.reported == [(did, True)]
+    assert state.verification(did.as_did_str(), head.to_multibase()).outcome == "unverifiable"
+    assert state.attestations(did=did.as_did_str()) == []
+    assert state.disputes(did=did.as_did_str()) == []
     assert [w.state for w in state.work(did=did.as_did_str())] == ["done"]
