@@ -11,6 +11,7 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from p2p.errors import InvalidPeerAddress
 from p2p.transport import TransportError
 
 Connect = Callable[[str], Awaitable[str]]
@@ -26,7 +27,9 @@ def peer_id_of(multiaddr: str) -> str:
     """
     _head, sep, peer = multiaddr.rpartition("/p2p/")
     if not sep or not peer or "/" in peer:
-        raise ValueError(f"bootstrap address needs a /p2p/<peer id> suffix: {multiaddr!r}")
+        raise InvalidPeerAddress(
+            f"bootstrap address needs a /p2p/<peer id> suffix: {multiaddr!r} ([p2p] bootstrap)"
+        )
     return peer
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
+from node.app.errors import Unavailable
 from node.app.ports import VerificationVerdict
 from p2p.core import PublishAttestation, PublishDispute
 from p2p.service import GossipService
@@ -120,7 +121,7 @@ class NoGossip:
 
     async def connect(self, multiaddr: str) -> str:
         """Refused (the use case checks :attr:`enabled` first)."""
-        raise RuntimeError("gossip is disabled")
+        raise Unavailable("gossip is disabled on this node: set [p2p] enabled = true")
 
     async def follow(self, did: DatasetId) -> None:
         """Nothing to join."""

@@ -104,7 +104,7 @@ class SubscriptionUseCases:
     async def connect_peer(self, multiaddr: str) -> str:
         """Dial a gossip peer (remembered and redialled after a restart); its peer id."""
         if not self._gossip.enabled:
-            raise Unavailable("gossip is disabled on this node")
+            raise Unavailable("gossip is disabled on this node: set [p2p] enabled = true")
         peer = await self._gossip.connect(multiaddr)
         await self._state.upsert_peer(peer, [multiaddr], None, True)
         return peer

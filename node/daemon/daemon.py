@@ -36,6 +36,7 @@ from node.app import Application, NodeInfo
 from node.app.console import ConsoleQueries
 from node.app.datasets import CommitLocks, DatasetUseCases
 from node.app.effects import NodeEffects
+from node.app.errors import InvalidArgument
 from node.app.events import EventBus
 from node.app.fetch import ChainFetcher
 from node.app.metrics import NodeMetrics
@@ -509,7 +510,10 @@ class Daemon:
     async def _discovered_ipfs(self, multiaddr: str) -> None:
         """Connect the IPFS node to a provider's (only loopback ones in loopback-only mode)."""
         if self.config.network.loopback_only and not multiaddr.startswith("/ip4/127."):
-            raise ValueError(f"refusing non-loopback IPFS address {multiaddr!r} (loopback-only)")
+            raise InvalidArgument(
+                f"refusing non-loopback IPFS address {multiaddr!r}: "
+                "[network] isolation is 'loopback-only'"
+            )
         if self.ipfs.api_url is None:
             return
         await asyncio.wait_for(self.ipfs.connect(multiaddr), 15)

@@ -21,8 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from node.ipfs.client import IpfsError
 from node.lifeline import Lifeline
 from p2p.netguard import assert_loopback_only
+
+
+class IpfsStartError(IpfsError):
+    """The embedded IPFS node could not be started; the message says what to change."""
+
 
 # js-ipfs needs ~10-20 s to start on an idle 2-core machine and over 60 s under heavy load
 # (measured in a full CI run next to three daemons and their JVMs); waiting longer is harmless.
@@ -176,7 +182,10 @@ class EmbeddedIpfs:
         if self.process is not None:
             raise RuntimeError("daemon already started")
         if not self._bin().exists():
-            raise RuntimeError(f"js-ipfs is not installed in {self.js}: run `npm ci` there")
+            raise IpfsStartError(
+                f"js-ipfs is not installed in {self.js}: run `make setup` (or `npm ci` in js/), "
+                "or set [ipfs] mode = \"external\" (a kubo RPC URL) or \"none\""
+            )
         self.init()
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
         # Started through js/lifeline.mjs with a lifeline (node/lifeline.py): the IPFS node dies
@@ -203,7 +212,7 @@ class EmbeddedIpfs:
             log.close()
 
     def wait_ready(self, timeout: float = _READY_TIMEOUT_S) -> None:
-        """Wait until the API answers; stop the daemon and raise RuntimeError otherwise."""
+        """Wait until the API answers; else stop the daemon and raise :class:`IpfsStartError`."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process is None:
@@ -211,12 +220,15 @@ class EmbeddedIpfs:
             if self.process.poll() is not None:
                 out = self.log_path.read_text(errors="replace")[-2000:]
                 self.process = None
-                raise RuntimeError(f"js-ipfs daemon exited during start-up:\n{out}")
+                raise IpfsStartError(f"js-ipfs daemon exited during start-up:\n{out}")
             if self._api_ready():
                 return
             time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"js-ipfs daemon not ready after {timeout:.0f} s")
+        raise IpfsStartError(
+            f"js-ipfs daemon not ready after {timeout:.0f} s (a loaded machine: start again, or "
+            "set [ipfs] mode = \"none\")"
+        )
 
     def _api_ready(self) -> bool:
         req = urllib.request.Request(f"{self.api_url}/api/v0/id", method="POST")

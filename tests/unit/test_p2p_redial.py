@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from p2p.errors import InvalidPeerAddress
 from p2p.redial import Redialer, peer_id_of
 from p2p.transport import TransportError
 
@@ -17,7 +18,7 @@ B = "/ip4/127.0.0.1/tcp/4002/p2p/12D3KooWB"
 
 def test_peer_id_of() -> None:
     assert peer_id_of(A) == "12D3KooWA"
-    with pytest.raises(ValueError, match="/p2p/"):
+    with pytest.raises(InvalidPeerAddress, match="/p2p/"):
         peer_id_of("/ip4/127.0.0.1/tcp/4001")
 
 
