@@ -1,10 +1,13 @@
-"""The import graph: no cycles between the project's modules (function-level imports included).
+"""The import graph: no cycles between the project's modules (function-level imports included),
+and no module reaching into another module's private names.
 
 import-linter checks the layer and purity contracts (``pyproject.toml``); a cycle inside a layer
 is what it cannot see, and an import hidden inside a function is still an import.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import grimp
 
@@ -78,3 +81,58 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     graph.add_import(importer="a.y", imported="a.z")
     graph.add_import(importer="a.z", imported="a.x")
     assert _cycles(graph) == [["a.x", "a.y", "a.z"]]
+
+
+def _private_reaches(root: Path) -> list[str]:
+    """``module._name`` uses and ``from module import _name`` across the project's modules."""
+    import ast
+
+    found: list[str] = []
+    for pkg in PACKAGES:
+        for f in sorted((root / pkg).rglob("*.py")):
+            tree = ast.parse(f.read_text())
+            modules: dict[str, str] = {}
+            for n in ast.walk(tree):
+                if isinstance(n, ast.Import):
+                    for a in n.names:
+                        modules[a.asname or a.name.split(".")[0]] = a.name
+                elif isinstance(n, ast.ImportFrom) and n.module:
+                    for a in n.names:
+                        if _private(a.name) and n.module.split(".")[0] in PACKAGES:
+                            found.append(f"{f.relative_to(root)}:{n.lineno} imports {a.name}")
+                        modules.setdefault(a.asname or a.name, f"{n.module}.{a.name}")
+            for n in ast.walk(tree):
+                if (
+                    isinstance(n, ast.Attribute)
+                    and isinstance(n.value, ast.Name)
+                    and _private(n.attr)
+                    and modules.get(n.value.id, "").split(".")[0] in PACKAGES
+                ):
+                    found.append(f"{f.relative_to(root)}:{n.lineno} uses {n.value.id}.{n.attr}")
+    return found
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_module_reaches_into_another_modules_private_names() -> None:
+    """A private name is private to its module: another module calling it is a seam to close
+    (make it public and documented, or move the caller)."""
+    root = Path(__file__).resolve().parents[2]
+    assert _private_reaches(root) == []
+
+
+def test_the_private_reach_finder_finds_one(tmp_path: Path) -> None:
+    (tmp_path / "node").mkdir()
+    (tmp_path / "node" / "a.py").write_text(
+        "from coordinator.metadata import flatbuffers_serde as fbs\n"
+        "from coordinator.x import _hidden\n"
+        "fbs._encode_table(1)\n"
+    )
+    for pkg in PACKAGES:
+        (tmp_path / pkg).mkdir(exist_ok=True)
+    assert _private_reaches(tmp_path) == [
+        "node/a.py:2 imports _hidden",
+        "node/a.py:3 uses fbs._encode_table",
+    ]
