@@ -10,12 +10,22 @@ is handed to ``spark.sql``:
    (including CTE bodies and subqueries) must be a single-part name of a registered view or of
    a CTE; multi-part names (``parquet.`/etc```, ``spark_catalog.db.t``, ``global_temp.v``) are
    refused. Functions are checked by name (``reflect``, ``java_method``, ``try_reflect``,
-   ``input_file_name``…).
+   ``input_file_name``, the XML functions ``xpath*``, the identity functions
+   ``current_user``/``user``/``version``…). Partitioning hints (``REPARTITION``,
+   ``COALESCE``, ``REPARTITION_BY_RANGE``, ``REBALANCE``) may ask for at most
+   :data:`MAX_HINT_PARTITIONS` partitions.
 2. **Analyse** the parsed plan and walk the analysed plan: every expression is checked by
-   *class* (reflection, UDFs of any kind, script transformation), every leaf relation must be
-   a registered view (``View`` nodes are not entered) or a harmless in-memory leaf.
+   *class* (reflection, UDFs of any kind, script transformation, ``XPath*``, ``CurrentUser``,
+   ``SparkVersion``), every leaf relation must be a registered view (``View`` nodes are not
+   entered) or a harmless in-memory leaf, and every repartitioning node
+   (``Repartition``, ``RepartitionByExpression``, ``RebalancePartitions``) asks for at most
+   :data:`MAX_HINT_PARTITIONS` partitions.
 
-Only then is the query executed. The session also runs with ``spark.sql.runSQLOnFiles=false``.
+Only then is the query executed. The session also runs with ``spark.sql.runSQLOnFiles=false``
+and ``spark.sql.variable.substitute=false`` (no ``${env:…}``/``${system:…}`` in the text), and
+its JVM with external DTD/schema access disabled (:data:`engine.spark_engine.XML_JAVA_OPTIONS`),
+in case an XML function ever got past these checks. See ``docs/spark-engine.md`` ("Sandbox
+facts").
 """
 
 from __future__ import annotations
@@ -38,9 +48,36 @@ DENIED_FUNCTIONS = frozenset(
         "current_catalog",
         "current_database",
         "current_schema",
+        # XML parsing: the JDK parser behind xpath_* fetches external DTDs (file:, http:)
+        "xpath",
+        "xpath_boolean",
+        "xpath_double",
+        "xpath_float",
+        "xpath_int",
+        "xpath_long",
+        "xpath_number",
+        "xpath_short",
+        "xpath_string",
+        "from_xml",  # Spark 4 (not in the pinned 3.5): refused should the pin move
+        "schema_of_xml",
+        "to_xml",
+        # facts about the verifier: its OS user, its Spark build
+        "current_user",
+        "user",
+        "session_user",
+        "version",
     }
 )
-"""Functions refused by name (reflection; functions that disclose local paths/catalogs)."""
+"""Functions refused by name: reflection; functions that disclose local paths, catalogs, the
+verifier's user or build; XML parsing (external entities and DTDs)."""
+
+MAX_HINT_PARTITIONS = 64
+"""The most partitions a query may ask for (``/*+ REPARTITION(n) */``, ``COALESCE(n)``,
+``REPARTITION_BY_RANGE(n)``, ``REBALANCE(n)``). Every partition is a task: ``REPARTITION(100000)``
+over a one-row input ran for more than 8 minutes. The engine itself uses one partition per
+input and ``spark.sql.shuffle.partitions = 4``; 64 leaves room for any honest hint."""
+_PARTITION_HINTS = frozenset({"repartition", "coalesce", "repartition_by_range", "rebalance"})
+_REPARTITION_PLANS = ("Repartition", "RepartitionByExpression", "RebalancePartitions")
 
 _DENIED_EXPR_CLASSES = (
     "CallMethodViaReflection",
@@ -58,7 +95,14 @@ _DENIED_EXPR_CLASSES = (
     "InputFileName",
     "InputFileBlockStart",
     "InputFileBlockLength",
+    "CurrentUser",
+    "SparkVersion",
+    "XmlToStructs",
+    "SchemaOfXml",
+    "StructsToXml",
 )
+_DENIED_EXPR_PREFIXES = ("XPath",)
+"""``XPathList``, ``XPathString``, ``XPathBoolean``… (one class per ``xpath_*`` function)."""
 _DENIED_PLAN_CLASSES = (
     "ScriptTransformation",
     "InsertIntoStatement",
@@ -107,6 +151,7 @@ class _Walker:
         self._unresolved_with = cls(f"{_PKG}.plans.logical.UnresolvedWith")
         self._unresolved_relation = cls(f"{_PKG}.analysis.UnresolvedRelation")
         self._unresolved_function = cls(f"{_PKG}.analysis.UnresolvedFunction")
+        self._unresolved_hint = cls(f"{_PKG}.plans.logical.UnresolvedHint")
         self._view = cls(f"{_PKG}.plans.logical.View")
         self._leaf = cls(f"{_PKG}.plans.logical.LeafNode")
 
@@ -186,6 +231,8 @@ def check_query(spark: Any, sql: str, views: set[str], *, ctes_ok: bool = True) 
         name = _simple_name(node)
         if walker.is_command(node) or name in _DENIED_PLAN_CLASSES:
             raise SandboxViolation(f"{name} is not allowed in a query")
+        if walker._unresolved_hint.isInstance(node):
+            _check_hint(str(node.name()), list(_seq(node.parameters())))
         if walker._unresolved_relation.isInstance(node):
             parts = _multipart(node.multipartIdentifier())
             if len(parts) != 1:
@@ -221,11 +268,42 @@ def check_query(spark: Any, sql: str, views: set[str], *, ctes_ok: bool = True) 
             continue
         if walker._leaf.isInstance(node) and name not in _HARMLESS_LEAVES:
             raise SandboxViolation(f"relation {name} is not an input of the transform")
+        if name in _REPARTITION_PLANS and int(node.numPartitions()) > MAX_HINT_PARTITIONS:
+            raise SandboxViolation(
+                f"{name} into {int(node.numPartitions())} partitions is not allowed (at most "
+                f"{MAX_HINT_PARTITIONS})"
+            )
         for expr in _seq(node.expressions()):
             for ex in walker.expressions(expr):
                 ename = _simple_name(ex)
-                if ename in _DENIED_EXPR_CLASSES or "UDF" in ename:
+                if (
+                    ename in _DENIED_EXPR_CLASSES
+                    or ename.startswith(_DENIED_EXPR_PREFIXES)
+                    or "UDF" in ename
+                ):
                     raise SandboxViolation(f"expression {ename} is not allowed")
+
+
+def _check_hint(name: str, parameters: list[Any]) -> None:
+    """Refuse a partitioning hint that asks for more than :data:`MAX_HINT_PARTITIONS`.
+
+    The parser keeps a hint's numeric parameter as a Java ``Integer`` (or a literal expression);
+    column parameters are expressions and do not count.
+    """
+    if name.lower() not in _PARTITION_HINTS:
+        return
+    for p in parameters:
+        value: Any = p
+        if not isinstance(value, int) and hasattr(value, "value"):
+            try:
+                value = value.value()  # a Literal
+            except Exception:
+                continue
+        if isinstance(value, int) and not isinstance(value, bool) and value > MAX_HINT_PARTITIONS:
+            raise SandboxViolation(
+                f"hint {name.upper()}({value}) is not allowed: at most {MAX_HINT_PARTITIONS} "
+                "partitions"
+            )
 
 
 class VerdictCache:
@@ -356,6 +434,7 @@ def _java_message(e: Exception) -> str:
 
 __all__ = [
     "DENIED_FUNCTIONS",
+    "MAX_HINT_PARTITIONS",
     "SandboxViolation",
     "VerdictCache",
     "check_query",

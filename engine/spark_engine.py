@@ -44,6 +44,24 @@ from coordinator.transform.model import (
 )
 from engine.sandbox import SandboxViolation, VerdictCache, nondeterminism
 
+XML_JAVA_OPTIONS = (
+    "-Djavax.xml.accessExternalDTD= "
+    "-Djavax.xml.accessExternalSchema= "
+    "-Djavax.xml.accessExternalStylesheet= "
+    "-Djdk.xml.entityExpansionLimit=2000 "
+    "-Djdk.xml.totalEntitySizeLimit=1000000"
+)
+"""JVM system properties of the engine's driver and executors: the JDK's XML parsers (the
+``DocumentBuilderFactory`` behind Spark's ``xpath_*`` functions) may open no external DTD,
+schema or stylesheet, over any protocol (``file:``, ``http:``, ``jar:``…), and expand few
+entities. The sandbox refuses the XML functions; this holds should one get past it. Measured
+with JDK 17 and Spark 3.5: without ``accessExternalDTD=`` (empty: no protocol allowed) a
+``<!DOCTYPE a SYSTEM "file:///…">`` or ``"http://…"`` is read and its entities returned;
+with it the parse fails before the file is opened or the connection made. External general and
+parameter entities are already off in Spark's own parser (``UDFXPathUtil``); the entity limits
+bound an internal "billion laughs" expansion."""
+_JAVA_OPTION_KEYS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+
 SPARK_DEFAULTS: dict[str, str] = {
     # kamu-engine-spark image/spark-defaults.conf
     "spark.sql.ansi.enabled": "true",
@@ -53,6 +71,11 @@ SPARK_DEFAULTS: dict[str, str] = {
     "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
     # sandbox and loopback-only operation
     "spark.sql.runSQLOnFiles": "false",
+    # `${env:HOME}`, `${system:user.name}`, `${spark.app.id}` in a query's text would be replaced
+    # by the verifier's values before the sandbox parses it
+    "spark.sql.variable.substitute": "false",
+    "spark.driver.extraJavaOptions": XML_JAVA_OPTIONS,
+    "spark.executor.extraJavaOptions": XML_JAVA_OPTIONS,
     "spark.ui.enabled": "false",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
@@ -75,6 +98,7 @@ SESSION_SQL_CONF = (
     "spark.sql.parquet.outputTimestampType",
     "spark.sql.legacy.timeParserPolicy",
     "spark.sql.runSQLOnFiles",
+    "spark.sql.variable.substitute",
 )
 
 
@@ -118,7 +142,13 @@ def create_spark_session(master: str = "local[*]", extra: dict[str, str] | None 
             builder = builder.config(k, v)
         return builder.getOrCreate()
     builder = builder.master(master)
-    for k, v in {**SPARK_DEFAULTS, **(extra or {})}.items():
+    extra = extra or {}
+    conf = {**SPARK_DEFAULTS, **extra}
+    for k in _JAVA_OPTION_KEYS:
+        if extra.get(k):
+            # The operator's options come after ours (a later -D wins: their choice).
+            conf[k] = f"{XML_JAVA_OPTIONS} {extra[k]}"
+    for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -405,6 +435,7 @@ __all__ = [
     "CONNECT_REFUSAL",
     "SESSION_SQL_CONF",
     "SPARK_DEFAULTS",
+    "XML_JAVA_OPTIONS",
     "SandboxUnavailable",
     "SparkEngine",
     "create_spark_session",

@@ -206,8 +206,11 @@ def _use_cases(h: NodeHome, master: str = "local[*]", memory_limit: int = 0) -> 
             from node.engine_client import EngineClient
             from node.engine_router import EngineRouter
 
-            # The home's config (and ODF_NODE_* variables): where a cluster reaches the driver.
-            driver_host = load_config(h.path / "config.toml").engine.driver_host
+            # The home's config (and ODF_NODE_* variables): where a cluster reaches the driver,
+            # the per-request CPU-time budget.
+            engine_cfg = load_config(h.path / "config.toml").engine
+            driver_host = engine_cfg.driver_host
+            cpu = engine_cfg.cpu_limit_s or None
             memory = (memory_limit << 20) or None
             engines.append(
                 EngineRouter(
@@ -215,10 +218,12 @@ def _use_cases(h: NodeHome, master: str = "local[*]", memory_limit: int = 0) -> 
                         master=master,
                         idle_timeout=0,
                         memory_limit=memory,
+                        cpu_limit=cpu,
                         driver_host=driver_host,
                     ),
                     idle_timeout=0,
                     memory_limit=memory,
+                    cpu_limit=cpu,
                 )
             )
         return engines[0]

@@ -108,6 +108,7 @@ class EngineSection:
     idle_timeout_s: int
     isolate_network: bool
     memory_limit_mib: int
+    cpu_limit_s: float
     driver_host: str
     datafusion_workers: int
 
@@ -270,6 +271,8 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError(f"metadata.block_version: {cfg.metadata.block_version} is not 2 or 3")
     if cfg.engine.idle_timeout_s < 0 or cfg.engine.memory_limit_mib < 0:
         raise ConfigError("engine.idle_timeout_s and engine.memory_limit_mib must be >= 0")
+    if cfg.engine.cpu_limit_s < 0:
+        raise ConfigError("engine.cpu_limit_s must be >= 0 (0: no CPU-time budget)")
     if cfg.engine.datafusion_workers < 0:
         raise ConfigError("engine.datafusion_workers must be >= 0 (0: automatic)")
     if cfg.transfer.deadline_base_s <= 0 or cfg.transfer.min_rate_bytes_per_s <= 0:

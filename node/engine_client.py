@@ -87,8 +87,10 @@ from coordinator.transform.frames import (
     read_frame,
 )
 from coordinator.transform.model import (
+    CPU_LIMIT_SETTING,
     RawQueryRequest,
     RawQueryResponse,
+    TransformCpuExceeded,
     TransformInternalError,
     TransformMemoryExceeded,
     TransformRequest,
@@ -111,9 +113,19 @@ class EngineUnavailable(OdfNodeError):
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def process_tree_rss(pid: int) -> int:
-    """Resident bytes of ``pid`` and all its descendants, read from ``/proc`` (0 if gone)."""
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def process_tree_usage(pid: int) -> tuple[int, float]:
+    """Resident bytes and CPU seconds of ``pid`` and all its descendants, read from ``/proc``
+    (``(0, 0.0)`` if gone).
+
+    CPU time is user + system time of every live process of the tree (all its threads: a JVM's
+    compiler and GC threads count) plus that of the descendants they already waited for
+    (``cutime``/``cstime``), so a helper process that burnt CPU and exited still counts.
+    """
     children: dict[int, list[int]] = {}
+    stats: dict[int, list[bytes]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -124,67 +136,148 @@ def process_tree_rss(pid: int) -> int:
             continue
         # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
         fields = stat.rsplit(b")", 1)[-1].split()
-        if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    total = 0
+        if len(fields) > 14:
+            child = int(entry.name)
+            children.setdefault(int(fields[1]), []).append(child)
+            stats[child] = fields
+    rss = 0
+    ticks = 0
     stack = [pid]
     while stack:
         p = stack.pop()
         try:
             with open(f"/proc/{p}/statm", "rb") as f:
-                total += int(f.read().split()[1]) * _PAGE
+                rss += int(f.read().split()[1]) * _PAGE
         except (OSError, IndexError, ValueError):
             pass
+        own = stats.get(p)
+        if own is not None:
+            # utime, stime, cutime, cstime: fields 14-17 of stat(5), 11-14 after the comm
+            ticks += sum(int(x) for x in own[11:15])
         stack.extend(children.get(p, ()))
-    return total
+    return rss, ticks / _TICK
 
 
-class _MemoryWatch:
-    """Samples a worker's tree RSS during one request; kills its process group over the limit."""
+def process_tree_rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and all its descendants, read from ``/proc`` (0 if gone)."""
+    return process_tree_usage(pid)[0]
 
-    def __init__(self, pid: int, limit: int, poll: float) -> None:
+
+def process_tree_cpu(pid: int) -> float:
+    """CPU seconds used by ``pid`` and all its descendants (see :func:`process_tree_usage`)."""
+    return process_tree_usage(pid)[1]
+
+
+class _ResourceWatch:
+    """Samples a worker's tree RSS and CPU time during a request; kills its process group when
+    the memory limit or the CPU budget is exceeded.
+
+    The CPU budget counts from a baseline: the tree's CPU time when the watch starts (its
+    thread's first sample), or, on
+    the framed protocol, when the next batch becomes the oldest in flight (:meth:`rebase`, to
+    the latest sample; taken when the previous batch's answer arrived, so at most a poll
+    interval's CPU is charged to the wrong batch).
+    """
+
+    def __init__(
+        self,
+        pid: int,
+        limit: int | None,
+        poll: float,
+        *,
+        cpu_limit: float | None = None,
+        requests: int = 1,
+    ) -> None:
         self.pid = pid
         self.limit = limit
+        """Bytes of tree RSS (None: unbounded)."""
+        self.cpu_limit = cpu_limit
+        """CPU seconds per request (None: unbounded)."""
         self.poll = poll
         self.peak = 0
         self.exceeded = False
+        self.cpu_exceeded = False
+        """The budget, not the memory limit, was exceeded."""
+        self.requests = requests
+        self.cpu_used = 0.0
+        self._cpu_now = 0.0
+        self._cpu_base: float | None = None  # set by the first sample
+        self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="engine-memory-watch", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="engine-resource-watch", daemon=True)
 
-    def __enter__(self) -> _MemoryWatch:
+    def __enter__(self) -> _ResourceWatch:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.sample()  # once more: memory taken since the last tick still counts
+        self.sample()  # once more: memory and CPU taken since the last tick still count
+
+    def rebase(self, requests: int) -> None:
+        """Count the CPU budget of ``requests`` requests from the latest sample on."""
+        with self._lock:
+            if self._cpu_base is not None:
+                self._cpu_base = self._cpu_now
+            self.requests = requests
 
     def sample(self) -> None:
         """Measure now; on excess, kill the worker's process group (it leads its session)."""
-        if self.exceeded:
-            return
-        rss = process_tree_rss(self.pid)
-        self.peak = max(self.peak, rss)
-        if rss > self.limit:
-            self.exceeded = True
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except OSError:
-                pass
+        with self._lock:
+            if self.exceeded:
+                return
+            rss, cpu = process_tree_usage(self.pid)
+            self.peak = max(self.peak, rss)
+            if cpu > 0:  # 0: the tree is gone (a restart rebases with a new watch)
+                self._cpu_now = cpu
+            if self._cpu_base is None:
+                self._cpu_base = self._cpu_now
+            used = self._cpu_now - self._cpu_base
+            if self.limit is not None and rss > self.limit:
+                self.exceeded = True
+            elif self.cpu_limit is not None and used > self.cpu_limit * self.requests:
+                self.exceeded = self.cpu_exceeded = True
+                self.cpu_used = used
+            else:
+                return
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
 
     def _run(self) -> None:
+        if self.cpu_limit is not None:
+            # The CPU baseline, taken here rather than by the caller: a /proc walk costs
+            # ~3.5 ms, as much as a small DataFusion block, and the request need not wait.
+            self.sample()
         while not self._stop.wait(self.poll):
             self.sample()
 
-    def failure(self) -> TransformMemoryExceeded:
-        """The typed response for an exceeded limit."""
+    def stop(self) -> None:
+        """Stop sampling (no final sample)."""
+        self._stop.set()
+
+    def failure(self) -> TransformInternalError:
+        """The typed response for an exceeded limit or budget."""
+        if self.cpu_exceeded and self.cpu_limit is not None:
+            budget = self.cpu_limit * self.requests
+            per = f" ({self.requests} requests)" if self.requests > 1 else ""
+            return TransformCpuExceeded(
+                message=(
+                    f"engine exceeded its CPU-time budget: {self.cpu_used:.1f} s of CPU, budget "
+                    f"{budget:g} s{per}; the worker was stopped (raise {CPU_LIMIT_SETTING} "
+                    "if this work is legitimate)"
+                ),
+                limit_seconds=budget,
+                used_seconds=self.cpu_used,
+            )
         return TransformMemoryExceeded(
             message=(
                 f"engine exceeded its memory limit: {self.peak >> 20} MiB resident, limit "
-                f"{self.limit >> 20} MiB; the worker was stopped"
+                f"{(self.limit or 0) >> 20} MiB; the worker was stopped"
             ),
-            limit_bytes=self.limit,
+            limit_bytes=self.limit or 0,
             peak_bytes=self.peak,
         )
 
@@ -204,6 +297,8 @@ class EngineClient:
         request_timeout: float = 3600.0,
         memory_limit: int | None = None,
         memory_poll: float = 0.2,
+        cpu_limit: float | None = None,
+        cpu_poll: float = 0.5,
         spawn: bool = True,
         isolate_network: bool = False,
         python: str = sys.executable,
@@ -246,6 +341,10 @@ class EngineClient:
         """Bytes of resident memory the worker's process tree may use (None: unbounded).
         Enforced only for workers this client spawned."""
         self.memory_poll = memory_poll
+        self.cpu_limit = cpu_limit
+        """CPU seconds the worker's process tree may use per request (None: unbounded; a batch
+        of n requests gets n times it). Enforced only for workers this client spawned."""
+        self.cpu_poll = cpu_poll
         self.spawn = spawn
         self.isolate_network = isolate_network
         self.python = python
@@ -266,7 +365,7 @@ class EngineClient:
         self._conn: socket.socket | None = None
         self._inflight: deque[_Job] = deque()
         self._head_since = 0.0
-        self._busy_watch: _MemoryWatch | None = None
+        self._busy_watch: _ResourceWatch | None = None
         self._serial: ThreadPoolExecutor | None = None  # submitted gRPC batches
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -384,11 +483,16 @@ class EngineClient:
         pid = self.pid
         return process_tree_rss(pid) if pid is not None else 0
 
-    def _watch(self) -> _MemoryWatch | None:
+    def _watch(self, requests: int = 1) -> _ResourceWatch | None:
+        """A watch over the running worker for ``requests`` requests (None: nothing to watch)."""
         pid = self.pid
-        if self.memory_limit is None or pid is None:
+        if (self.memory_limit is None and self.cpu_limit is None) or pid is None:
             return None
-        return _MemoryWatch(pid, self.memory_limit, self.memory_poll)
+        # CPU budgets are seconds to minutes: a coarser poll than memory's costs nothing.
+        poll = self.memory_poll if self.memory_limit is not None else self.cpu_poll
+        return _ResourceWatch(
+            pid, self.memory_limit, poll, cpu_limit=self.cpu_limit, requests=requests
+        )
 
     def log_tail(self, n: int = 4000) -> str:
         """The end of the worker's stderr log."""
@@ -535,7 +639,7 @@ class EngineClient:
                 last_error = ""
                 for attempt in range(2):
                     _clear_path(request.output_data_path)
-                    watch: _MemoryWatch | None = None
+                    watch: _ResourceWatch | None = None
                     try:
                         self.start()
                         watch = self._watch()
@@ -563,7 +667,7 @@ class EngineClient:
         if self.protocol == "frames":
             return self.submit_transform_batch([request]).result()[0]
         payload = encode_transform_request(request)  # before the lock: overlaps a running call
-        result = self._attempts(lambda: _clear(request), lambda: self._call(payload))
+        result = self._attempts(lambda: _clear(request), lambda: self._call(payload), 1)
         return result if not isinstance(result, _Failed) else result.response
 
     def execute_transform_batch(
@@ -586,11 +690,14 @@ class EngineClient:
             for r in requests:
                 _clear(r)
 
-        result = self._attempts(clear, lambda: self._call_batch(payloads))
+        result = self._attempts(clear, lambda: self._call_batch(payloads), len(payloads))
         return result if not isinstance(result, _Failed) else [result.response] * len(requests)
 
-    def _attempts(self, clear: Callable[[], None], call: Callable[[], _R]) -> _R | _Failed:
-        """``call`` on a started worker; on a crash: teardown, ``clear``, restart, retry once."""
+    def _attempts(
+        self, clear: Callable[[], None], call: Callable[[], _R], requests: int
+    ) -> _R | _Failed:
+        """``call`` (of ``requests`` requests) on a started worker; on a crash: teardown,
+        ``clear``, restart, retry once. Over the memory limit or the CPU budget: no retry."""
         import grpc
 
         with self._lock:
@@ -600,15 +707,15 @@ class EngineClient:
                 last_error = ""
                 for attempt in range(2):
                     clear()
-                    watch: _MemoryWatch | None = None
+                    watch: _ResourceWatch | None = None
                     try:
                         self.start()
-                        watch = self._watch()
+                        watch = self._watch(requests)
                         with watch or _nothing():
                             resp = call()
                         if watch is None or not watch.exceeded:
                             return resp
-                        raise EngineUnavailable("memory limit exceeded")
+                        raise EngineUnavailable("resource limit exceeded")
                     except (grpc.RpcError, EngineUnavailable) as e:
                         if watch is not None and watch.exceeded:
                             self._teardown()
@@ -700,15 +807,16 @@ class EngineClient:
             self._send(job)
 
     def _set_busy(self, busy: bool) -> None:
-        """Run the memory watchdog exactly while batches are in flight (lock held)."""
-        if busy and self._busy_watch is None and self.memory_limit is not None:
-            pid = self.pid
-            if pid is not None:
-                self._busy_watch = _MemoryWatch(pid, self.memory_limit, self.memory_poll)
+        """Run the resource watchdog exactly while batches are in flight (lock held); its CPU
+        budget is the oldest batch's."""
+        if busy and self._busy_watch is None:
+            head = len(self._inflight[0].requests) if self._inflight else 1
+            self._busy_watch = self._watch(head)
+            if self._busy_watch is not None:
                 self._busy_watch.__enter__()
         elif not busy and self._busy_watch is not None:
             watch, self._busy_watch = self._busy_watch, None
-            watch._stop.set()  # no final sample: the work it watched is answered
+            watch.stop()  # no final sample: the work it watched is answered
 
     def _after_change(self) -> None:
         """Idle bookkeeping after the in-flight queue shrank (lock held)."""
@@ -717,6 +825,8 @@ class EngineClient:
             self._arm_idle()
         else:
             self._head_since = time.monotonic()
+            if self._busy_watch is not None:  # the CPU budget is the new oldest batch's
+                self._busy_watch.rebase(len(self._inflight[0].requests))
 
     def _read_answers(self, conn: socket.socket) -> None:
         """The reader thread of one connection: completes futures in order; on a broken
@@ -765,9 +875,13 @@ class EngineClient:
                     answers = _decode_answers(parts, len(self._inflight[0].requests))
                     watch = self._busy_watch
                     if watch is not None:
-                        watch.sample()  # once more: memory taken since the last tick counts
+                        if self.memory_limit is not None:
+                            # Once more: memory taken since the last tick counts. Not for the
+                            # CPU budget alone: a /proc walk costs ~3.5 ms, a small replay
+                            # block ~25 ms, and a poll interval's CPU is noise in a budget.
+                            watch.sample()
                         if watch.exceeded:
-                            done = self._recover("memory limit exceeded", deadline=False)
+                            done = self._recover("resource limit exceeded", deadline=False)
                             break
                     job = self._inflight.popleft()
                     self._after_change()

@@ -78,18 +78,21 @@ class EngineRouter:
         idle_timeout: float = 300.0,
         isolate_network: bool = False,
         memory_limit: int | None = None,
+        cpu_limit: float | None = None,
         versions: tuple[str, ...] = DATAFUSION_VERSIONS,
         datafusion_workers: int | None = None,
     ) -> None:
         """``versions``: the pinned DataFusion releases to use (those installed).
         ``datafusion_workers``: the most workers per release (``None``: two if the machine
-        has two cores or more, else one)."""
+        has two cores or more, else one). ``memory_limit``, ``cpu_limit``: the per-request
+        bounds of every DataFusion worker (see :class:`~node.engine_client.EngineClient`)."""
         self._make_spark = spark
         self._spark: EngineClient | None = None
         self._root = root or engines_dir()
         self._idle = idle_timeout
         self._isolate = isolate_network
         self._memory = memory_limit
+        self._cpu = cpu_limit
         self._versions = tuple(v for v in versions if datafusion_python(v, self._root).is_file())
         self._datafusion: dict[str, list[EngineClient]] = {}
         self._pool_size = max(
@@ -139,6 +142,7 @@ class EngineRouter:
             idle_timeout=self._idle,
             isolate_network=self._isolate,
             memory_limit=self._memory,
+            cpu_limit=self._cpu,
             start_timeout=60.0,
             protocol="frames",
         )

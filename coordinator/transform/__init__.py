@@ -6,6 +6,7 @@ from coordinator.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from coordinator.transform.model import (
+        TransformCpuExceeded,
         TransformInternalError,
         TransformInvalidQuery,
         TransformMemoryExceeded,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CommitResult",
     "OutputPaths",
+    "TransformCpuExceeded",
     "TransformEngineError",
     "TransformError",
     "TransformInternalError",
@@ -50,6 +52,7 @@ __all__ = [
 # The planner imports pyarrow: it loads when one of its names is first used, so that importing
 # a light submodule (e.g. the engine table) keeps an idle daemon small.
 _LAZY = {
+    "TransformCpuExceeded": "coordinator.transform.model",
     "TransformInternalError": "coordinator.transform.model",
     "TransformInvalidQuery": "coordinator.transform.model",
     "TransformMemoryExceeded": "coordinator.transform.model",

@@ -100,6 +100,23 @@ class TransformMemoryExceeded(TransformInternalError):
     peak_bytes: int
 
 
+CPU_LIMIT_SETTING = "engine.cpu_limit_s"
+"""The configuration setting of the per-request CPU-time budget (named in the error)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransformCpuExceeded(TransformInternalError):
+    """The engine used more CPU time on the request than its budget and was stopped.
+
+    Produced by the engine's owner (``node.engine_client.EngineClient``), never sent over the
+    wire, like :class:`TransformMemoryExceeded`. The budget is per request (a batch of ``n``
+    requests gets ``n`` times it); the message names :data:`CPU_LIMIT_SETTING`.
+    """
+
+    limit_seconds: float
+    used_seconds: float
+
+
 TransformResponse = TransformSuccess | TransformInvalidQuery | TransformInternalError
 
 
@@ -126,9 +143,11 @@ RawQueryResponse = RawQuerySuccess | TransformInvalidQuery | TransformInternalEr
 
 
 __all__ = [
+    "CPU_LIMIT_SETTING",
     "RawQueryRequest",
     "RawQueryResponse",
     "RawQuerySuccess",
+    "TransformCpuExceeded",
     "TransformInternalError",
     "TransformInvalidQuery",
     "TransformMemoryExceeded",

@@ -12,6 +12,7 @@ from coordinator.identity.dataset_id import DatasetId
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.storage.dataset import Dataset
 from coordinator.transform.model import (
+    TransformCpuExceeded,
     TransformInvalidQuery,
     TransformMemoryExceeded,
     TransformSuccess,
@@ -42,6 +43,16 @@ class EngineMemoryExceeded(TransformEngineError):
         self.peak_bytes = peak_bytes
 
 
+class EngineCpuExceeded(TransformEngineError):
+    """The engine used more CPU time than its per-request budget (``engine.cpu_limit_s``);
+    it was stopped, nothing committed."""
+
+    def __init__(self, message: str, *, limit_seconds: float, used_seconds: float) -> None:
+        super().__init__(message)
+        self.limit_seconds = limit_seconds
+        self.used_seconds = used_seconds
+
+
 def run_transform(
     dataset: Dataset,
     inputs: Mapping[DatasetId, Dataset],
@@ -57,6 +68,7 @@ def run_transform(
         TransformPlanError: the dataset cannot be transformed.
         InvalidTransformQuery: the engine refused the query; nothing was committed.
         EngineMemoryExceeded: the engine went over its memory limit; nothing was committed.
+        EngineCpuExceeded: the engine went over its CPU-time budget; nothing was committed.
         TransformEngineError: the engine failed; nothing was committed.
         ConcurrentModification: the head moved meanwhile; nothing was committed.
     """
@@ -77,6 +89,12 @@ def run_transform(
                 limit_bytes=response.limit_bytes,
                 peak_bytes=response.peak_bytes,
             )
+        if isinstance(response, TransformCpuExceeded):
+            raise EngineCpuExceeded(
+                response.message,
+                limit_seconds=response.limit_seconds,
+                used_seconds=response.used_seconds,
+            )
         if not isinstance(response, TransformSuccess):
             raise TransformEngineError(f"engine failed: {response.message}")
         return commit_transform(dataset, plan, response)
@@ -85,4 +103,4 @@ def run_transform(
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-__all__ = ["EngineMemoryExceeded", "InvalidTransformQuery", "run_transform"]
+__all__ = ["EngineCpuExceeded", "EngineMemoryExceeded", "InvalidTransformQuery", "run_transform"]

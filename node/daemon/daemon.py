@@ -275,17 +275,20 @@ class Daemon:
 
             e = self.config.engine
             memory = (e.memory_limit_mib << 20) or None
+            cpu = e.cpu_limit_s or None
             self._engine = EngineRouter(
                 lambda: EngineClient(
                     master=e.spark_master,
                     idle_timeout=float(e.idle_timeout_s),
                     isolate_network=e.isolate_network,
                     memory_limit=memory,
+                    cpu_limit=cpu,
                     driver_host=e.driver_host,
                 ),
                 idle_timeout=float(e.idle_timeout_s),
                 isolate_network=e.isolate_network,
                 memory_limit=memory,
+                cpu_limit=cpu,
                 datafusion_workers=e.datafusion_workers or None,
             )
         return self._engine

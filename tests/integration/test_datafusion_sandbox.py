@@ -9,10 +9,7 @@ watch works and that a legitimate query runs.
 
 from __future__ import annotations
 
-import ctypes
-import os
 import socket
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,10 +23,9 @@ from coordinator.transform.model import TransformInvalidQuery, TransformSuccess
 from node.engine_client import EngineClient
 from node.engine_router import datafusion_python
 from tests.golden.test_datafusion_engine import request
+from tests.inotify import Inotify
 
 pytestmark = pytest.mark.integration
-
-IN_ALL_EVENTS = 0xFFF
 
 HOSTILE = [
     # DDL / DML / statements
@@ -82,38 +78,28 @@ HOSTILE = [
     "WITH x AS (SELECT now() AS n) SELECT event_time, n FROM foo, x",
     "SELECT event_time, to_timestamp(now()) AS t FROM foo",
     "SELECT event_time, version() AS v FROM foo",
+    # facts about the verifier
+    "SELECT event_time, current_user AS u FROM foo",
+    "SELECT event_time, CURRENT_USER AS u FROM foo",
+    "SELECT event_time, session_user AS u FROM foo",
+    "SELECT event_time, current_role AS u FROM foo",
+    "SELECT event_time, current_catalog AS u FROM foo",
+    "SELECT event_time, user() AS u FROM foo",
+    "SELECT event_time, current_user() AS u FROM foo",
+    "SELECT event_time FROM foo WHERE version() LIKE '%'",
+    # XML functions (none exists in the pinned releases; refused by name)
+    "SELECT event_time, xpath_string('<!DOCTYPE a SYSTEM \"{url}\"><a>&ext;</a>', 'a') AS x "
+    "FROM foo",
+    'SELECT event_time, xpath_string(\'<!DOCTYPE a SYSTEM "file://{canary}/secret.csv">'
+    "<a>&ext;</a>', 'a') AS x FROM foo",
+    "SELECT event_time, XPATH(city, 'a') AS x FROM foo",
+    "SELECT event_time, xpath_int(city, 'a') AS x FROM foo",
+    "SELECT event_time, from_xml(city, 'a INT') AS x FROM foo",
+    "SELECT event_time, schema_of_xml(city) AS x FROM foo",
     # kamu's JSON extension
     "SELECT event_time, json_get_str(city, 'a') AS j FROM foo",
     "SELECT event_time, JSON_LENGTH(city) AS j FROM foo",
 ]
-
-
-class Inotify:
-    """Every inotify event on the watched paths (via libc; sees all processes)."""
-
-    def __init__(self, *paths: Path) -> None:
-        self.libc = ctypes.CDLL(None, use_errno=True)
-        self.fd = self.libc.inotify_init1(os.O_NONBLOCK)
-        assert self.fd >= 0
-        for p in paths:
-            assert self.libc.inotify_add_watch(self.fd, str(p).encode(), IN_ALL_EVENTS) >= 0
-
-    def events(self) -> list[tuple[int, str]]:
-        out: list[tuple[int, str]] = []
-        while True:
-            try:
-                buf = os.read(self.fd, 65536)
-            except BlockingIOError:
-                return out
-            i = 0
-            while i < len(buf):
-                _wd, mask, _cookie, length = struct.unpack_from("iIII", buf, i)
-                name = buf[i + 16 : i + 16 + length].rstrip(b"\0").decode()
-                out.append((mask, name))
-                i += 16 + length
-
-    def close(self) -> None:
-        os.close(self.fd)
 
 
 @pytest.fixture(scope="module", params=DATAFUSION_VERSIONS)
@@ -193,3 +179,15 @@ def test_hostile_query_is_refused_without_file_or_network_access(
     assert watch.events() == [], sql
     assert _connections(listener) == 0, sql
     assert sorted(p.name for p in d.iterdir()) == ["data.parquet", "secret.csv"]
+
+
+def test_partition_hint_comments_are_ignored(tmp_path: Path, engine: EngineClient) -> None:
+    """DataFusion has no partitioning hints: ``/*+ REPARTITION(100000) */`` is a comment, the
+    query runs at once on the engine's single partition (Spark's sandbox refuses the hint)."""
+    import time
+
+    hint = "SELECT /*+ REPARTITION(100000) */ event_time, city, population FROM foo"
+    t0 = time.monotonic()
+    resp = engine.execute_transform(request(tmp_path / "hint", queries=[(None, hint)]))
+    assert isinstance(resp, TransformSuccess), resp
+    assert time.monotonic() - t0 < 10

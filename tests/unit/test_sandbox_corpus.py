@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,53 @@ HOSTILE: list[tuple[str, str]] = [
     ("CREATE DATABASE evil", "only SELECT"),
     ("SELECT 1; SELECT 2", "cannot parse"),
     ("SELECT * FROM cities; DROP VIEW cities", "cannot parse"),
+    # XML functions: the JDK parser behind them reads external DTDs (file:, http:)
+    (
+        f"SELECT xpath_string('<!DOCTYPE a SYSTEM \"http://{NET}/e.dtd\"><a>&ext;</a>', 'a')",
+        "xpath",
+    ),
+    (
+        'SELECT event_time, xpath_string(\'<!DOCTYPE a SYSTEM "file:///etc/hostname">'
+        "<a>&ext;</a>', 'a') AS h FROM cities",
+        "xpath_string",
+    ),
+    ("SELECT XPATH('<a><b>1</b></a>', 'a/b/text()') AS x", "xpath"),
+    ("SELECT event_time, xpath_int(city, 'a') AS n FROM cities", "xpath_int"),
+    ("SELECT event_time FROM cities WHERE xpath_boolean(city, 'a')", "xpath_boolean"),
+    ("SELECT xpath_long('<a>1</a>', 'a'), xpath_short('<a>1</a>', 'a')", "xpath_"),
+    ("SELECT xpath_float('<a>1</a>', 'a') + xpath_double('<a>1</a>', 'a')", "xpath_"),
+    ("SELECT xpath_number('<a>1</a>', 'a') AS n", "xpath_number"),
+    ("SELECT transform(array(city), x -> xpath_string(x, 'a')) AS t FROM cities", "xpath_string"),
+    ("WITH x AS (SELECT xpath_long('<a>1</a>', 'a') AS n) SELECT * FROM x", "xpath_long"),
+    (
+        "SELECT * FROM cities WHERE EXISTS (SELECT xpath_double('<a>1</a>', 'a') AS d)",
+        "xpath_double",
+    ),
+    ("SELECT IDENTIFIER('xpath_string')('<a>1</a>', 'a') AS x", "XPathString"),
+    ("SELECT IDENTIFIER('XPATH')('<a>1</a>', 'a') AS x", "XPathList"),
+    ("SELECT from_xml('<a>1</a>', 'a INT') AS x", "from_xml"),
+    ("SELECT schema_of_xml('<a>1</a>') AS x", "schema_of_xml"),
+    # partitioning hints: every partition is a task
+    ("SELECT /*+ REPARTITION(100000) */ * FROM cities", "REPARTITION(100000)"),
+    ("SELECT /*+ repartition(100000) */ * FROM cities", "REPARTITION(100000)"),
+    ("SELECT /*+ COALESCE(100000) */ * FROM cities", "COALESCE(100000)"),
+    ("SELECT /*+ REPARTITION_BY_RANGE(100000, city) */ * FROM cities", "REPARTITION_BY_RANGE"),
+    ("SELECT /*+ REBALANCE(100000) */ * FROM cities", "REBALANCE(100000)"),
+    ("SELECT /*+ REPARTITION(65, city) */ * FROM cities", "REPARTITION(65)"),
+    ("SELECT /*+ BROADCAST(cities), REPARTITION(1000) */ * FROM cities", "REPARTITION(1000)"),
+    ("SELECT * FROM (SELECT /*+ REPARTITION(100000) */ * FROM cities) t", "REPARTITION(100000)"),
+    ("WITH x AS (SELECT /*+ REBALANCE(500, city) */ * FROM cities) SELECT * FROM x", "REBALANCE"),
+    # facts about the verifier: its OS user, its Spark build
+    ("SELECT event_time, current_user() AS u FROM cities", "current_user"),
+    ("SELECT event_time, CURRENT_USER() AS u FROM cities", "current_user"),
+    ("SELECT event_time, user() AS u FROM cities", "user"),
+    ("SELECT event_time, session_user() AS u FROM cities", "session_user"),
+    ("SELECT event_time, version() AS v FROM cities", "version"),
+    ("SELECT event_time, current_user AS u FROM cities", "CurrentUser"),
+    ("SELECT event_time, IDENTIFIER('current_user')() AS u FROM cities", "CurrentUser"),
+    ("SELECT event_time, IDENTIFIER('version')() AS v FROM cities", "SparkVersion"),
+    ("SELECT * FROM cities WHERE current_user() = 'root'", "current_user"),
+    ("SELECT event_time, current_catalog() AS c FROM cities", "current_catalog"),
 ]
 
 
@@ -216,6 +264,11 @@ def test_hostile_queries_are_refused(setup: Any, spark: Any) -> None:
         "SELECT event_time, city FROM cities"
         " WHERE city IN (SELECT city FROM cities WHERE population > 100)",
         "SELECT event_time, city, CAST(population AS DOUBLE) / 3 AS p FROM `cities`",
+        "SELECT /*+ REPARTITION(4) */ op, event_time, city FROM cities",
+        "SELECT /*+ COALESCE(1) */ op, event_time, city FROM cities",
+        "SELECT /*+ REPARTITION(64, city) */ op, event_time, city FROM cities",
+        "SELECT /*+ BROADCAST(cities) */ op, event_time, city FROM cities",
+        "SELECT op, event_time, city FROM cities DISTRIBUTE BY city",
     ],
 )
 def test_legitimate_queries_run(setup: Any, spark: Any, query: str) -> None:
@@ -245,3 +298,145 @@ def test_verdict_cache_keeps_only_accepted_queries_per_schema(setup: Any, spark:
     )
     assert isinstance(run(setup, spark, good, engine, other), TransformSuccess)
     assert (engine.sandbox.hits, engine.sandbox.misses) == (1, 8)
+
+
+def run_with_output(setup: Any, spark: Any, query: str) -> tuple[Any, Path]:
+    """:func:`run`, also giving the path the output parquet file is written to."""
+    from engine.spark_engine import SparkEngine
+
+    tmp, root, clock = setup
+    name = f"d{clock().epoch_ns}"
+    der = make_derivative(tmp, name, [(root, "cities")], [(None, query)])
+    paths = OutputPaths.under(tmp / name / "work")
+    plan = plan_transform(der, inputs_of(root), system_time=clock(), paths=paths)
+    assert plan is not None
+    clear_outputs(paths)
+    return SparkEngine(spark).execute_transform(plan.request), plan.request.new_data_path
+
+
+class _DtdServer:
+    """A loopback HTTP server that serves a DTD defining ``&ext;`` and counts connections."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.connections = 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def setup(self) -> None:
+                outer.connections += 1
+                super().setup()
+
+            def do_GET(self) -> None:
+                body = b'<!ENTITY ext "LEAKED-OVER-HTTP">'
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_xml_entities_forced_past_the_sandbox_open_no_file_and_no_connection(
+    setup: Any, spark: Any, tmp_path: Path
+) -> None:
+    """The engine's JVM refuses external DTDs even when the sandbox is bypassed.
+
+    The queries run straight through ``spark.sql`` in the engine's session (the sandbox never
+    sees them): the file DTD must not be opened (inotify sees any open or read, by any
+    process) and the HTTP DTD server must get no connection. A positive control in the same
+    JVM, with the property cleared, shows that the same queries do read the file and fetch the
+    DTD, so the witnesses work. With the sandbox on, both are refused with its typed error.
+    """
+    from engine.sandbox import SandboxViolation, check_query
+    from tests.inotify import IN_ACCESS, IN_OPEN, Inotify
+
+    system = spark._jvm.java.lang.System
+    assert system.getProperty("javax.xml.accessExternalDTD") == ""  # the engine's JVM options
+    dtd = tmp_path / "e.dtd"
+    dtd.write_text('<!ENTITY ext "LEAKED-FROM-FILE">')
+    server = _DtdServer()
+    watch = Inotify(tmp_path)
+    queries = {
+        "file": f"SELECT xpath_string('<!DOCTYPE a SYSTEM \"file://{dtd}\"><a>&ext;</a>', 'a')",
+        "http": (
+            "SELECT xpath_string('<!DOCTYPE a SYSTEM "
+            f"\"http://127.0.0.1:{server.port}/e.dtd\"><a>&ext;</a>', 'a')"
+        ),
+    }
+
+    def direct(sql: str) -> Any:
+        try:
+            return spark.sql(sql).collect()[0][0]
+        except Exception as e:
+            return e
+
+    def opened() -> bool:
+        return any(
+            mask & (IN_OPEN | IN_ACCESS) and name == "e.dtd" for mask, name in watch.events()
+        )
+
+    try:
+        for kind, sql in queries.items():
+            with pytest.raises(SandboxViolation, match="xpath_string"):
+                check_query(spark, sql, {"cities"})
+            out = direct(sql)
+            assert isinstance(out, Exception), (kind, out)
+            assert "LEAKED" not in str(out)
+        assert not opened()
+        assert server.connections == 0
+        # Positive control: without the property the JDK parser reads both DTDs.
+        system.clearProperty("javax.xml.accessExternalDTD")
+        try:
+            assert direct(queries["file"]) == "LEAKED-FROM-FILE"
+            assert opened()
+            assert direct(queries["http"]) == "LEAKED-OVER-HTTP"
+            assert server.connections == 1
+        finally:
+            system.setProperty("javax.xml.accessExternalDTD", "")
+    finally:
+        watch.close()
+        server.close()
+
+
+def test_huge_partition_hint_is_refused_quickly(setup: Any, spark: Any) -> None:
+    """``REPARTITION(100000)`` over a one-row input ran for more than 8 minutes; refused at
+    the check now, before any task exists."""
+    from engine.sandbox import MAX_HINT_PARTITIONS
+
+    query = "SELECT /*+ REPARTITION(100000) */ op, event_time, city FROM cities"
+    t0 = time.monotonic()
+    resp = run(setup, spark, query)
+    elapsed = time.monotonic() - t0
+    assert isinstance(resp, TransformInvalidQuery)
+    assert f"at most {MAX_HINT_PARTITIONS}" in resp.message
+    assert elapsed < 10, elapsed
+
+
+def test_variables_in_the_text_are_not_substituted(setup: Any, spark: Any) -> None:
+    """``${env:HOME}`` / ``${system:user.name}`` stay text: Spark would otherwise put the
+    verifier's home directory and user into the data before the sandbox parsed the query."""
+    import pyarrow.parquet as pq
+
+    query = (
+        "SELECT op, event_time, '${env:HOME}' AS h, '${system:user.name}' AS u, "
+        "'${spark.app.name}' AS s FROM cities"
+    )
+    resp, out = run_with_output(setup, spark, query)
+    assert isinstance(resp, TransformSuccess), resp
+    table = pq.read_table(out).to_pydict()
+    assert set(table["h"]) == {"${env:HOME}"}
+    assert set(table["u"]) == {"${system:user.name}"}
+    assert set(table["s"]) == {"${spark.app.name}"}
