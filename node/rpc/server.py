@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import itertools
 import json
 import logging
 import math
@@ -410,7 +409,9 @@ class RpcServer:
         """Answer one JSON-RPC payload (single or batch); ``None`` when nothing is due."""
         if client is not None:
             allowed = client.allowed
-        # A large body takes tens of milliseconds to scan and decode: not on the event loop.
+        # A large body takes tens of milliseconds to scan and decode. The worker thread does not
+        # free the event loop for that time (``re`` and ``json`` hold the GIL); what bounds the
+        # pause is that every step is linear in the body (docs/rpc.md, "Security").
         if len(body) > _PARSE_INLINE_BYTES:
             payload, problem = await asyncio.to_thread(parse_json_body, body)
         else:
@@ -579,20 +580,48 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_BRACKET_STEP: Final = {"[": 1, "{": 1, "]": -1, "}": -1}
+# The nesting check runs on request bodies from any client, so every pattern here is linear in
+# the body: possessive quantifiers (``*+``) never give back what they consumed, hence no
+# backtracking at all. A string literal is skipped from its opening quote to its closing quote,
+# or to the end of the body when it is unterminated (the decoder refuses that body anyway): the
+# pattern matches at every ``"``, so no quote is ever rescanned. (The former pattern
+# ``"(?:[^"\\]|\\.)*"`` failed on an unterminated string and was retried from each later
+# quote: quadratic, a 40 KB body of escaped quotes held the event loop for 9 s.)
+_JSON_STRING = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"?', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]++")
 
 
-def _nesting_depth(text: str) -> int:
-    """The deepest array/object nesting in ``text`` (brackets inside strings ignored).
+def _within_depth(limit: int) -> re.Pattern[str]:
+    """A pattern over brackets only: top-level groups whose brackets are at most ``limit`` deep.
 
-    Computed without recursion, since the JSON decoder would raise ``RecursionError`` on input
-    nested thousands deep: string literals and everything but brackets are removed by regular
-    expressions, then the running depth is folded in C (``accumulate``), fast on a full body.
+    Group ``k`` is ``[`` then groups of level ``k - 1`` then ``]`` (or the end of the text: a
+    truncated body is not *deep*, only invalid). The innermost level admits no ``[``, so a match
+    stops exactly at the top-level group holding a bracket ``limit + 1`` deep, or at a ``]`` that
+    closes nothing; the bracket kinds are not paired (the decoder checks that).
+    """
+    pattern = ""
+    for _ in range(limit):
+        pattern = rf"(?:[\[{{]{pattern}(?:[\]}}]|\Z))*+"
+    return re.compile(pattern)
+
+
+_WITHIN_MAX_DEPTH: Final = _within_depth(MAX_JSON_DEPTH)
+
+
+def nested_too_deep(text: str) -> bool:
+    """Whether some array/object in ``text`` is nested deeper than :data:`MAX_JSON_DEPTH`.
+
+    Exact for valid JSON (brackets inside strings do not count); on other text it may answer
+    either way, the decoder refuses it anyway. Computed without recursion and in time linear in
+    ``text`` (the JSON decoder itself would raise ``RecursionError`` thousands of levels deep):
+    string literals and then everything but brackets are removed, and one match of
+    :data:`_WITHIN_MAX_DEPTH` walks the brackets in C.
     """
     brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
-    return max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
+    match = _WITHIN_MAX_DEPTH.match(brackets)
+    assert match is not None  # the pattern matches the empty prefix
+    end = match.end()
+    return end < len(brackets) and brackets[end] in "[{"
 
 
 def parse_json_body(body: bytes) -> tuple[Any, str | None]:
@@ -608,7 +637,7 @@ def parse_json_body(body: bytes) -> tuple[Any, str | None]:
         return None, "the body is not UTF-8"
     # Counting brackets is cheap and excludes ordinary requests from the full scan.
     opened = text.count("[") + text.count("{")
-    if opened > MAX_JSON_DEPTH and _nesting_depth(text) > MAX_JSON_DEPTH:
+    if opened > MAX_JSON_DEPTH and nested_too_deep(text):
         return None, f"nested deeper than {MAX_JSON_DEPTH} levels"
     try:
         return json.loads(text, parse_constant=_refuse_constant), None
@@ -656,5 +685,6 @@ __all__ = [
     "RPC_PATH",
     "WS_PATH",
     "RpcServer",
+    "nested_too_deep",
     "parse_json_body",
 ]
