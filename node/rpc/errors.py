@@ -95,6 +95,28 @@ class RpcError(OdfNodeError):
         return obj
 
 
+class TooManyTopics(RpcError):
+    """``rpc.subscribe`` would give one WebSocket more topics than the server's limit (-32602).
+
+    The call is refused whole (nothing is added); ``data`` names the limit, the socket's count
+    and how many new topics the call asked for.
+    """
+
+    def __init__(self, limit: int, have: int, adding: int) -> None:
+        super().__init__(
+            INVALID_PARAMS,
+            f"a WebSocket may subscribe to at most {limit} topics: it has {have}, "
+            f"the call adds {adding}",
+            {
+                "type": "TooManyTopics",
+                "param": "topics",
+                "limit": limit,
+                "subscribed": have,
+                "adding": adding,
+            },
+        )
+
+
 # Foreign (non-OdfNodeError) exception types that still deserve a specific code, e.g. a library
 # error a handler lets through on purpose. Deliberate errors never need an entry: they carry
 # their kind in ``rpc_code``.
@@ -181,6 +203,7 @@ __all__ = [
     "UNAVAILABLE",
     "VERIFICATION_FAILED",
     "RpcError",
+    "TooManyTopics",
     "code_for",
     "error_object",
     "error_response",

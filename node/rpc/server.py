@@ -41,6 +41,7 @@ from node.rpc.errors import (
     PAYLOAD_TOO_LARGE,
     UNAUTHORIZED,
     RpcError,
+    TooManyTopics,
     error_object,
     error_response,
 )
@@ -60,6 +61,15 @@ _PARSE_INLINE_BYTES: Final = 65536
 _ALWAYS_ALLOWED: Final = frozenset({"rpc.ping", "rpc.subscribe", "rpc.unsubscribe"})
 MAX_JSON_DEPTH: Final = 64
 """Deepest nesting of arrays/objects a request may have (no method takes more than a few)."""
+MAX_WS_TOPICS: Final = 64
+"""Default limit of topics one WebSocket may subscribe to (the console uses 12): the set is kept
+per socket and checked on every event, so a client must not grow it without bound."""
+MAX_TOPIC_LENGTH: Final = 128
+"""Longest topic name ``rpc.subscribe``/``rpc.unsubscribe`` accept, in characters."""
+_TOPICS_SCHEMA: Final = {
+    "type": "array",
+    "items": {"type": "string", "minLength": 1, "maxLength": MAX_TOPIC_LENGTH},
+}
 
 
 @dataclass(eq=False)
@@ -84,6 +94,7 @@ class RpcServer:
     taken literally); ``allowed_origins`` lists full origins such as ``"http://localhost:3000"``.
     ``ws_queue_size`` bounds each WebSocket client's pending messages: a client that falls that
     far behind is disconnected (close code 4000) rather than slowing the daemon.
+    ``max_ws_topics`` bounds the topics of each WebSocket (:class:`TooManyTopics` beyond it).
     """
 
     def __init__(
@@ -101,6 +112,7 @@ class RpcServer:
         version: str = "0.1.0",
         unix_path: Path | None = None,
         idle_timeout_s: float = 10.0,
+        max_ws_topics: int = MAX_WS_TOPICS,
     ) -> None:
         if not token:
             raise ValueError("an RPC token is required")
@@ -113,6 +125,7 @@ class RpcServer:
         self._extra_hosts = tuple(h.lower() for h in (allowed_hosts or ()))
         self._origins = frozenset(o.lower().rstrip("/") for o in allowed_origins)
         self._ws_queue_size = ws_queue_size
+        self._max_ws_topics = max_ws_topics
         # Also served on a Unix socket (mode 0600): it reaches a daemon running in another
         # network namespace (`make run` isolates the node with `unshare -rn`).
         self._unix_path = unix_path
@@ -135,26 +148,52 @@ class RpcServer:
             result={"type": "object", "required": ["openrpc", "info", "methods"]},
             _builtin=True,
         )
+        # The answers say what changed and how many topics the socket has: echoing the whole
+        # set made every call's reply as large as everything subscribed so far.
         self._builtins.add(
             "rpc.subscribe",
             self._subscribe_stub,
             params=[
                 Param(
                     "topics",
-                    {"type": "array", "items": {"type": "string", "minLength": 1}},
-                    description="Event topics to receive as `event` notifications",
+                    _TOPICS_SCHEMA,
+                    description=(
+                        "Event topics to receive as `event` notifications (at most "
+                        f"{MAX_WS_TOPICS} per socket by default, each at most "
+                        f"{MAX_TOPIC_LENGTH} characters)"
+                    ),
                 )
             ],
-            result={"type": "array", "items": {"type": "string"}},
-            summary="WebSocket only: receive `event` notifications for these topics",
+            result={
+                "type": "object",
+                "required": ["added", "count"],
+                "properties": {
+                    "added": {"type": "array", "items": {"type": "string"}},
+                    "count": {"type": "integer", "minimum": 0},
+                },
+            },
+            summary=(
+                "WebSocket only: receive `event` notifications for these topics; answers the "
+                "topics newly added and how many the socket now has"
+            ),
             _builtin=True,
         )
         self._builtins.add(
             "rpc.unsubscribe",
             self._subscribe_stub,
-            params=[Param("topics", {"type": "array", "items": {"type": "string"}})],
-            result={"type": "array", "items": {"type": "string"}},
-            summary="WebSocket only: stop receiving these topics",
+            params=[Param("topics", _TOPICS_SCHEMA)],
+            result={
+                "type": "object",
+                "required": ["removed", "count"],
+                "properties": {
+                    "removed": {"type": "array", "items": {"type": "string"}},
+                    "count": {"type": "integer", "minimum": 0},
+                },
+            },
+            summary=(
+                "WebSocket only: stop receiving these topics; answers the topics removed and "
+                "how many the socket still has"
+            ),
             _builtin=True,
         )
 
@@ -489,11 +528,15 @@ class RpcServer:
             spec = self._builtins.get(method)
             assert spec is not None
             topics = set(spec.bind(params)["topics"])
-            if method == "rpc.subscribe":
-                client.topics |= topics
-            else:
-                client.topics -= topics
-            return sorted(client.topics)
+            if method == "rpc.unsubscribe":
+                removed = topics & client.topics
+                client.topics -= removed
+                return {"removed": sorted(removed), "count": len(client.topics)}
+            added = topics - client.topics
+            if len(client.topics) + len(added) > self._max_ws_topics:
+                raise TooManyTopics(self._max_ws_topics, len(client.topics), len(added))
+            client.topics |= added
+            return {"added": sorted(added), "count": len(client.topics)}
         spec = self._lookup(method)
         kwargs = spec.bind(params)
         result = await spec.handler(**kwargs)
@@ -530,7 +573,7 @@ class RpcServer:
             )
         return openrpc_document(merged, title="odf-node JSON-RPC", version=self._version)
 
-    async def _subscribe_stub(self, topics: list[str]) -> list[str]:
+    async def _subscribe_stub(self, topics: list[str]) -> dict[str, Any]:
         # Dispatch handles the subscription methods itself (they need the client).
         raise RpcError(INVALID_PARAMS, "unreachable")  # pragma: no cover
 
@@ -682,6 +725,8 @@ __all__ = [
     "EVENT_METHOD",
     "INTERNAL_ERROR",
     "MAX_JSON_DEPTH",
+    "MAX_TOPIC_LENGTH",
+    "MAX_WS_TOPICS",
     "RPC_PATH",
     "WS_PATH",
     "RpcServer",
