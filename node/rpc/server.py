@@ -623,14 +623,10 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-# The nesting check runs on request bodies from any client, so every pattern here is linear in
-# the body: possessive quantifiers (``*+``) never give back what they consumed, hence no
-# backtracking at all. A string literal is skipped from its opening quote to its closing quote,
-# or to the end of the body when it is unterminated (the decoder refuses that body anyway): the
-# pattern matches at every ``"``, so no quote is ever rescanned. (The former pattern
-# ``"(?:[^"\\]|\\.)*"`` failed on an unterminated string and was retried from each later
-# quote: quadratic, a 40 KB body of escaped quotes held the event loop for 9 s.)
-_JSON_STRING = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"?', re.DOTALL)
+# The nesting check runs on request bodies from any client, so it must be linear in the body and
+# must not backtrack. (The former pattern ``"(?:[^"\\]|\\.)*"`` failed on an unterminated string
+# and was retried from each later quote: quadratic, a 40 KB body of escaped quotes held the event
+# loop for 9 s.) Strings are found without any regex: see :func:`nested_too_deep`.
 _NOT_BRACKET = re.compile(r"[^\[\]{}]++")
 
 
@@ -655,12 +651,17 @@ def nested_too_deep(text: str) -> bool:
     """Whether some array/object in ``text`` is nested deeper than :data:`MAX_JSON_DEPTH`.
 
     Exact for valid JSON (brackets inside strings do not count); on other text it may answer
-    either way, the decoder refuses it anyway. Computed without recursion and in time linear in
-    ``text`` (the JSON decoder itself would raise ``RecursionError`` thousands of levels deep):
-    string literals and then everything but brackets are removed, and one match of
-    :data:`_WITHIN_MAX_DEPTH` walks the brackets in C.
+    either way, the decoder refuses it anyway. Without recursion (the JSON decoder itself would
+    raise ``RecursionError`` thousands of levels deep) and in C, in time linear in ``text``: in
+    valid JSON a backslash only occurs in a string and starts a two-character escape, so removing
+    the ``\\\\`` pairs and then the ``\\"`` pairs leaves strings with no quote inside; splitting
+    on ``"`` then puts the strings' contents at the odd places (an unterminated string runs to
+    the end). What is left outside is reduced to its brackets, and one match of
+    :data:`_WITHIN_MAX_DEPTH` walks them.
     """
-    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    unescaped = text.replace("\\\\", "").replace('\\"', "")
+    outside = "".join(unescaped.split('"')[::2])
+    brackets = _NOT_BRACKET.sub("", outside)
     match = _WITHIN_MAX_DEPTH.match(brackets)
     assert match is not None  # the pattern matches the empty prefix
     end = match.end()

@@ -135,16 +135,6 @@ def cases(
 REGISTRY: list[Case] = [
     # ---- RPC bodies (node/rpc/server.py): HTTP POST, WebSocket, the console's /ui/rpc
     *cases(
-        "node.rpc.server:_JSON_STRING",
-        server._JSON_STRING,
-        sub,
-        RPC_BODY,
-        escaped_quotes=lambda n: rep('\\"', n, '"'),
-        backslashes=lambda n: rep("\\", n, '"'),
-        quotes=lambda n: rep('"', n),
-        quote_escape=lambda n: rep('"\\', n),
-    ),
-    *cases(
         "node.rpc.server:_NOT_BRACKET",
         server._NOT_BRACKET,
         sub,
