@@ -303,7 +303,7 @@ REGISTRY: list[Case] = [
         engines._BLOCK_COMMENT,
         sub,
         BLOCK,
-        unclosed_openers=lambda n: rep("/*", n),
+        unclosed_openers=lambda n: rep("/*a", n),
         stars=lambda n: rep("*", n, "/*"),
     ),
     *cases(
@@ -577,17 +577,6 @@ def test_no_method_schema_has_a_pattern() -> None:
     assert _patterns_in(schemas) == []
 
 
-def test_the_budget_catches_the_former_body_scanner() -> None:
-    """The test's own check: the pattern issue 26 found fails at the first rung or two."""
-    former = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-    with pytest.raises(AssertionError, match="super-linear"):
-        assert_linear(
-            "former _JSON_STRING",
-            RPC_BODY,
-            lambda size: cpu_seconds(lambda: former.sub("", rep('\\"', size, '"'))),
-        )
-
-
 def _tokens(p: re.Pattern[str], text: str) -> object:
     """What ``ddl._tokenize`` makes of ``text`` with ``p``: the tokens, and where it stops."""
     out, pos = [], 0
@@ -693,3 +682,40 @@ def test_rewritten_patterns_give_the_former_results(
             assert current(text) == former(text), (what, text)
             checked += 1
     assert length >= 6
+
+
+def _former_dollar_scan(text: str) -> None:
+    """The former DataFusion lexer's dollar tags: ``re.match`` on a slice ``sql[i:]`` each."""
+    i = 0
+    while i < len(text):
+        m = re.match(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$", text[i:]) if text[i] == "$" else None
+        i += len(m.group()) * 2 if m is not None else 1
+
+
+FORMER_QUADRATIC: list[tuple[str, Callable[[str], object], Callable[[int], str]]] = [
+    # (what, how the code applied the former pattern, its adversarial input)
+    (
+        "server._JSON_STRING",
+        lambda t: re.sub(r'"(?:[^"\\]|\\.)*"', "", t, flags=re.DOTALL),
+        lambda n: rep('\\"', n, '"'),
+    ),
+    ("verify literal", lambda t: _OLD_SQL_LITERAL.sub("''", t), lambda n: rep("\\'", n, "'")),
+    ("engines comment", lambda t: _OLD_BLOCK_COMMENT.sub(" ", t), lambda n: rep("/*a", n)),
+    ("engines._FUNCTION_CALL", _OLD_FUNCTION_CALL.findall, lambda n: rep("a", n)),
+    ("datafusion_sandbox._CALL", _OLD_CALL.findall, lambda n: rep("a", n)),
+    ("datafusion_sandbox._SCAN", _OLD_SCAN.findall, lambda n: rep("\n", n)),
+    ("datafusion_sandbox dollar tags", _former_dollar_scan, lambda n: rep("$", n)),
+]
+"""Each pattern replaced for issue 26, as the code applied it, on the input that made it
+super-linear."""
+
+
+@pytest.mark.parametrize(
+    ("what", "apply", "inputs"), FORMER_QUADRATIC, ids=[f[0] for f in FORMER_QUADRATIC]
+)
+def test_the_budget_catches_each_former_pattern(
+    what: str, apply: Callable[[str], object], inputs: Callable[[int], str]
+) -> None:
+    """The test's own check: each pattern fixed here fails the budget at a small size."""
+    with pytest.raises(AssertionError, match="super-linear"):
+        assert_linear(what, BLOCK, lambda size: cpu_seconds(lambda: apply(inputs(size))))
