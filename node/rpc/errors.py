@@ -99,20 +99,21 @@ class TooManyTopics(RpcError):
     """``rpc.subscribe`` would give one WebSocket more topics than the server's limit (-32602).
 
     The call is refused whole (nothing is added); ``data`` names the limit, the socket's count
-    and how many new topics the call asked for.
+    and how many topics the call asked for that the socket lacks (a call of more topics than
+    the limit is refused by its length: ``requested`` is then its length).
     """
 
-    def __init__(self, limit: int, have: int, adding: int) -> None:
+    def __init__(self, limit: int, have: int, requested: int) -> None:
         super().__init__(
             INVALID_PARAMS,
             f"a WebSocket may subscribe to at most {limit} topics: it has {have}, "
-            f"the call adds {adding}",
+            f"the call asks for {requested} more",
             {
                 "type": "TooManyTopics",
                 "param": "topics",
                 "limit": limit,
                 "subscribed": have,
-                "adding": adding,
+                "requested": requested,
             },
         )
 

@@ -527,6 +527,14 @@ class RpcServer:
                 raise RpcError(METHOD_NOT_FOUND, f"{method} is only available over {WS_PATH}")
             spec = self._builtins.get(method)
             assert spec is not None
+            given = params.get("topics") if isinstance(params, dict) else params and params[0]
+            if (
+                method == "rpc.subscribe"
+                and isinstance(given, list)
+                and len(given) > self._max_ws_topics
+            ):
+                # Refused before each item is validated: a flood costs its decoding only.
+                raise TooManyTopics(self._max_ws_topics, len(client.topics), len(given))
             topics = set(spec.bind(params)["topics"])
             if method == "rpc.unsubscribe":
                 removed = topics & client.topics
