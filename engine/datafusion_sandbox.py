@@ -162,6 +162,11 @@ def _lex_error(msg: str) -> SandboxViolation:
     return SandboxViolation(f"cannot parse the query: {msg}")
 
 
+# Matched in place (``match(sql, i)``): a slice ``sql[i:]`` per ``$`` copied the rest of the
+# query each time, quadratic in a query of dollar signs.
+_DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*+)?\$")
+
+
 def scan(sql: str) -> list[Token]:
     """Tokenise ``sql`` (comments dropped; words lower-cased; quoted names unquoted).
 
@@ -224,7 +229,7 @@ def scan(sql: str) -> list[Token]:
             out.append(Token("quoted", "".join(buf)))
             i = j + 1
         elif c == "$":
-            m = re.match(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$", sql[i:])
+            m = _DOLLAR_TAG.match(sql, i)
             if m is None:
                 out.append(Token("punct", c))
                 i += 1
@@ -289,11 +294,15 @@ def check_text(sql: str) -> None:
             raise SandboxViolation("SELECT INTO is not allowed in a query")
 
 
-_SCAN = re.compile(r"^\s*TableScan: (.+?)(?: projection=.*)?$", re.M)
+# The plan of a stranger's query holds its names and literals: each pattern is linear in it
+# (tests/unit/test_regex_audit.py). Indentation is matched within its line (``\s*`` after
+# ``^`` ran across every following blank line, from each of them), and a name from the start of
+# its word only (retrying from every letter of a long word was quadratic).
+_SCAN = re.compile(r"^[^\S\n]*+TableScan: (.+?)(?: projection=.*)?$", re.M)
 _JOIN = re.compile(r"^[A-Za-z]+ Join:")
 _NODE_END = re.compile(r"[:\s]")
-_CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\(")
-_LITERAL = re.compile(r'(?:Large)?Utf8(?:View)?\("(?:[^"\\]|\\.)*"\)')
+_CALL = re.compile(r"(?<![A-Za-z0-9_])[0-9]*+([A-Za-z_][A-Za-z0-9_]*+)\(")
+_LITERAL = re.compile(r'(?:Large)?Utf8(?:View)?\("(?:[^"\\]++|\\.)*"\)')
 
 
 def check_plan(display: str, allowed_tables: Iterable[str]) -> None:

@@ -151,7 +151,11 @@ STABLE_FUNCTIONS = frozenset(
 """Functions a DataFusion query may call without becoming *version-sensitive*. String
 functions whose output moved from Utf8 to Utf8View are here: arrow-digest hashes both alike."""
 
-_FUNCTION_CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+# Patterns over SQL from a stranger's block (up to the 16 MiB block limit): each is linear in the
+# text (tests/unit/test_regex_audit.py). A name is matched from the start of its word only (the
+# lookbehind; leading digits skipped): retrying from every letter of a long word with no ``(``
+# after it was quadratic.
+_FUNCTION_CALL = re.compile(r"(?<![A-Za-z0-9_])[0-9]*+([A-Za-z_][A-Za-z0-9_]*+)\s*+\(")
 _KEYWORDS_NOT_FUNCTIONS = frozenset(
     {
         "select",
@@ -185,13 +189,32 @@ _KEYWORDS_NOT_FUNCTIONS = frozenset(
 _STRING_CASTS = re.compile(
     r"(?:\bas\s+(?:varchar|string|text|char)\b|::\s*(?:varchar|string|text|char)\b)"
 )
+_EXTRACT_CALL = re.compile(r"\bextract\s*\(")
+_ORDER_SENSITIVE = tuple(
+    (re.compile(pattern), why)
+    for pattern, why in (
+        (r"\bjoin\b", "join (output order)"),
+        (r"\bgroup\s+by\b", "aggregation (output order)"),
+        (r"\bdistinct\b", "DISTINCT (output order)"),
+        (r"\b(?:union|intersect|except)\b", "set operation (output order)"),
+        (r"\border\s+by\b", "sort (tie order)"),
+    )
+)
+_LINE_COMMENT = re.compile(r"--[^\n]*")
+# A comment that is never closed is matched to the end of the text and kept (the former
+# ``/\*.*?\*/`` left it too, but only after failing there and retrying from every later ``/*``:
+# quadratic).
+_BLOCK_COMMENT = re.compile(r"/\*.*?(?:(\*/)|\Z)", re.S)
+# A run of ordinary characters is one possessive step: what it consumed is never given back
+# (giving it back could not end the literal anyway).
+_STRING_LITERAL = re.compile(r"'(?:[^']++|'')*'")
 
 
 def _strip_literals(sql: str) -> str:
     """``sql`` lower-cased with string literals and comments blanked (quoted names kept)."""
-    text = re.sub(r"--[^\n]*", " ", sql)
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
-    text = re.sub(r"'(?:[^']|'')*'", "''", text)
+    text = _LINE_COMMENT.sub(" ", sql)
+    text = _BLOCK_COMMENT.sub(lambda c: " " if c.group(1) else c.group(), text)
+    text = _STRING_LITERAL.sub("''", text)
     return text.lower()
 
 
@@ -214,18 +237,12 @@ def version_sensitivity(transform: m.TransformSql) -> tuple[str, ...]:
         for fn in _FUNCTION_CALL.findall(text):
             if fn not in STABLE_FUNCTIONS and fn not in _KEYWORDS_NOT_FUNCTIONS:
                 add(f"function {fn}()")
-        if re.search(r"\bextract\s*\(", text):
+        if _EXTRACT_CALL.search(text):
             add("function extract()")
         if _STRING_CASTS.search(text):
             add("cast to string")
-        for pattern, why in (
-            (r"\bjoin\b", "join (output order)"),
-            (r"\bgroup\s+by\b", "aggregation (output order)"),
-            (r"\bdistinct\b", "DISTINCT (output order)"),
-            (r"\b(?:union|intersect|except)\b", "set operation (output order)"),
-            (r"\border\s+by\b", "sort (tie order)"),
-        ):
-            if re.search(pattern, text):
+        for pattern, why in _ORDER_SENSITIVE:
+            if pattern.search(text):
                 add(why)
     return tuple(reasons)
 

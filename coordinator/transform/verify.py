@@ -248,6 +248,18 @@ _NONDETERMINISTIC_PATTERNS: tuple[tuple[str, str], ...] = (
 )
 
 
+_NONDETERMINISTIC = tuple((re.compile(p), why) for p, why in _NONDETERMINISTIC_PATTERNS)
+# A quoted literal, ``\``-escapes inside. One that is never closed is matched to the end of the
+# text and kept: the former ``'(?:[^'\\]|\\.)*'`` left it too, but only after failing there and
+# retrying from each later quote, quadratic in a stranger's query of escaped quotes. Possessive
+# quantifiers never backtrack.
+_SQL_LITERAL = re.compile(r"'[^'\\]*+(?:\\.[^'\\]*+)*+(')?")
+
+
+def _blank_literal(literal: re.Match[str]) -> str:
+    return "''" if literal.group(1) else literal.group()
+
+
 def nondeterminism_reasons(transform: m.TransformSql) -> tuple[str, ...]:
     """Why ``transform`` may not be replayable deterministically (empty: plain map/filter).
 
@@ -258,9 +270,9 @@ def nondeterminism_reasons(transform: m.TransformSql) -> tuple[str, ...]:
     """
     reasons: list[str] = []
     for step in transform.queries or ():
-        text = re.sub(r"'(?:[^'\\]|\\.)*'", "''", step.query.lower())
-        for pattern, reason in _NONDETERMINISTIC_PATTERNS:
-            if re.search(pattern, text) and reason not in reasons:
+        text = _SQL_LITERAL.sub(_blank_literal, step.query.lower())
+        for pattern, reason in _NONDETERMINISTIC:
+            if pattern.search(text) and reason not in reasons:
                 reasons.append(reason)
     return tuple(reasons)
 

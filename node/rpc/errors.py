@@ -95,6 +95,29 @@ class RpcError(OdfNodeError):
         return obj
 
 
+class TooManyTopics(RpcError):
+    """``rpc.subscribe`` would give one WebSocket more topics than the server's limit (-32602).
+
+    The call is refused whole (nothing is added); ``data`` names the limit, the socket's count
+    and how many topics the call asked for that the socket lacks (a call of more topics than
+    the limit is refused by its length: ``requested`` is then its length).
+    """
+
+    def __init__(self, limit: int, have: int, requested: int) -> None:
+        super().__init__(
+            INVALID_PARAMS,
+            f"a WebSocket may subscribe to at most {limit} topics: it has {have}, "
+            f"the call asks for {requested} more",
+            {
+                "type": "TooManyTopics",
+                "param": "topics",
+                "limit": limit,
+                "subscribed": have,
+                "requested": requested,
+            },
+        )
+
+
 # Foreign (non-OdfNodeError) exception types that still deserve a specific code, e.g. a library
 # error a handler lets through on purpose. Deliberate errors never need an entry: they carry
 # their kind in ``rpc_code``.
@@ -181,6 +204,7 @@ __all__ = [
     "UNAVAILABLE",
     "VERIFICATION_FAILED",
     "RpcError",
+    "TooManyTopics",
     "code_for",
     "error_object",
     "error_response",

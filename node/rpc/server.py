@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import itertools
 import json
 import logging
 import math
@@ -42,6 +41,7 @@ from node.rpc.errors import (
     PAYLOAD_TOO_LARGE,
     UNAUTHORIZED,
     RpcError,
+    TooManyTopics,
     error_object,
     error_response,
 )
@@ -61,6 +61,15 @@ _PARSE_INLINE_BYTES: Final = 65536
 _ALWAYS_ALLOWED: Final = frozenset({"rpc.ping", "rpc.subscribe", "rpc.unsubscribe"})
 MAX_JSON_DEPTH: Final = 64
 """Deepest nesting of arrays/objects a request may have (no method takes more than a few)."""
+MAX_WS_TOPICS: Final = 64
+"""Default limit of topics one WebSocket may subscribe to (the console uses 12): the set is kept
+per socket and checked on every event, so a client must not grow it without bound."""
+MAX_TOPIC_LENGTH: Final = 128
+"""Longest topic name ``rpc.subscribe``/``rpc.unsubscribe`` accept, in characters."""
+_TOPICS_SCHEMA: Final = {
+    "type": "array",
+    "items": {"type": "string", "minLength": 1, "maxLength": MAX_TOPIC_LENGTH},
+}
 
 
 @dataclass(eq=False)
@@ -85,6 +94,7 @@ class RpcServer:
     taken literally); ``allowed_origins`` lists full origins such as ``"http://localhost:3000"``.
     ``ws_queue_size`` bounds each WebSocket client's pending messages: a client that falls that
     far behind is disconnected (close code 4000) rather than slowing the daemon.
+    ``max_ws_topics`` bounds the topics of each WebSocket (:class:`TooManyTopics` beyond it).
     """
 
     def __init__(
@@ -102,6 +112,7 @@ class RpcServer:
         version: str = "0.1.0",
         unix_path: Path | None = None,
         idle_timeout_s: float = 10.0,
+        max_ws_topics: int = MAX_WS_TOPICS,
     ) -> None:
         if not token:
             raise ValueError("an RPC token is required")
@@ -114,6 +125,7 @@ class RpcServer:
         self._extra_hosts = tuple(h.lower() for h in (allowed_hosts or ()))
         self._origins = frozenset(o.lower().rstrip("/") for o in allowed_origins)
         self._ws_queue_size = ws_queue_size
+        self._max_ws_topics = max_ws_topics
         # Also served on a Unix socket (mode 0600): it reaches a daemon running in another
         # network namespace (`make run` isolates the node with `unshare -rn`).
         self._unix_path = unix_path
@@ -136,26 +148,52 @@ class RpcServer:
             result={"type": "object", "required": ["openrpc", "info", "methods"]},
             _builtin=True,
         )
+        # The answers say what changed and how many topics the socket has: echoing the whole
+        # set made every call's reply as large as everything subscribed so far.
         self._builtins.add(
             "rpc.subscribe",
             self._subscribe_stub,
             params=[
                 Param(
                     "topics",
-                    {"type": "array", "items": {"type": "string", "minLength": 1}},
-                    description="Event topics to receive as `event` notifications",
+                    _TOPICS_SCHEMA,
+                    description=(
+                        "Event topics to receive as `event` notifications (at most "
+                        f"{MAX_WS_TOPICS} per socket by default, each at most "
+                        f"{MAX_TOPIC_LENGTH} characters)"
+                    ),
                 )
             ],
-            result={"type": "array", "items": {"type": "string"}},
-            summary="WebSocket only: receive `event` notifications for these topics",
+            result={
+                "type": "object",
+                "required": ["added", "count"],
+                "properties": {
+                    "added": {"type": "array", "items": {"type": "string"}},
+                    "count": {"type": "integer", "minimum": 0},
+                },
+            },
+            summary=(
+                "WebSocket only: receive `event` notifications for these topics; answers the "
+                "topics newly added and how many the socket now has"
+            ),
             _builtin=True,
         )
         self._builtins.add(
             "rpc.unsubscribe",
             self._subscribe_stub,
-            params=[Param("topics", {"type": "array", "items": {"type": "string"}})],
-            result={"type": "array", "items": {"type": "string"}},
-            summary="WebSocket only: stop receiving these topics",
+            params=[Param("topics", _TOPICS_SCHEMA)],
+            result={
+                "type": "object",
+                "required": ["removed", "count"],
+                "properties": {
+                    "removed": {"type": "array", "items": {"type": "string"}},
+                    "count": {"type": "integer", "minimum": 0},
+                },
+            },
+            summary=(
+                "WebSocket only: stop receiving these topics; answers the topics removed and "
+                "how many the socket still has"
+            ),
             _builtin=True,
         )
 
@@ -410,7 +448,9 @@ class RpcServer:
         """Answer one JSON-RPC payload (single or batch); ``None`` when nothing is due."""
         if client is not None:
             allowed = client.allowed
-        # A large body takes tens of milliseconds to scan and decode: not on the event loop.
+        # A large body takes tens of milliseconds to scan and decode. The worker thread does not
+        # free the event loop for that time (``re`` and ``json`` hold the GIL); what bounds the
+        # pause is that every step is linear in the body (docs/rpc.md, "Security").
         if len(body) > _PARSE_INLINE_BYTES:
             payload, problem = await asyncio.to_thread(parse_json_body, body)
         else:
@@ -487,12 +527,24 @@ class RpcServer:
                 raise RpcError(METHOD_NOT_FOUND, f"{method} is only available over {WS_PATH}")
             spec = self._builtins.get(method)
             assert spec is not None
+            given = params.get("topics") if isinstance(params, dict) else params and params[0]
+            if (
+                method == "rpc.subscribe"
+                and isinstance(given, list)
+                and len(given) > self._max_ws_topics
+            ):
+                # Refused before each item is validated: a flood costs its decoding only.
+                raise TooManyTopics(self._max_ws_topics, len(client.topics), len(given))
             topics = set(spec.bind(params)["topics"])
-            if method == "rpc.subscribe":
-                client.topics |= topics
-            else:
-                client.topics -= topics
-            return sorted(client.topics)
+            if method == "rpc.unsubscribe":
+                removed = topics & client.topics
+                client.topics -= removed
+                return {"removed": sorted(removed), "count": len(client.topics)}
+            added = topics - client.topics
+            if len(client.topics) + len(added) > self._max_ws_topics:
+                raise TooManyTopics(self._max_ws_topics, len(client.topics), len(added))
+            client.topics |= added
+            return {"added": sorted(added), "count": len(client.topics)}
         spec = self._lookup(method)
         kwargs = spec.bind(params)
         result = await spec.handler(**kwargs)
@@ -529,7 +581,7 @@ class RpcServer:
             )
         return openrpc_document(merged, title="odf-node JSON-RPC", version=self._version)
 
-    async def _subscribe_stub(self, topics: list[str]) -> list[str]:
+    async def _subscribe_stub(self, topics: list[str]) -> dict[str, Any]:
         # Dispatch handles the subscription methods itself (they need the client).
         raise RpcError(INVALID_PARAMS, "unreachable")  # pragma: no cover
 
@@ -579,20 +631,49 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_BRACKET_STEP: Final = {"[": 1, "{": 1, "]": -1, "}": -1}
+# The nesting check runs on request bodies from any client, so it must be linear in the body and
+# must not backtrack. (The former pattern ``"(?:[^"\\]|\\.)*"`` failed on an unterminated string
+# and was retried from each later quote: quadratic, a 40 KB body of escaped quotes held the event
+# loop for 9 s.) Strings are found without any regex: see :func:`nested_too_deep`.
+_NOT_BRACKET = re.compile(r"[^\[\]{}]++")
 
 
-def _nesting_depth(text: str) -> int:
-    """The deepest array/object nesting in ``text`` (brackets inside strings ignored).
+def _within_depth(limit: int) -> re.Pattern[str]:
+    """A pattern over brackets only: top-level groups whose brackets are at most ``limit`` deep.
 
-    Computed without recursion, since the JSON decoder would raise ``RecursionError`` on input
-    nested thousands deep: string literals and everything but brackets are removed by regular
-    expressions, then the running depth is folded in C (``accumulate``), fast on a full body.
+    Group ``k`` is ``[`` then groups of level ``k - 1`` then ``]`` (or the end of the text: a
+    truncated body is not *deep*, only invalid). The innermost level admits no ``[``, so a match
+    stops exactly at the top-level group holding a bracket ``limit + 1`` deep, or at a ``]`` that
+    closes nothing; the bracket kinds are not paired (the decoder checks that).
     """
-    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
-    return max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
+    pattern = ""
+    for _ in range(limit):
+        pattern = rf"(?:[\[{{]{pattern}(?:[\]}}]|\Z))*+"
+    return re.compile(pattern)
+
+
+_WITHIN_MAX_DEPTH: Final = _within_depth(MAX_JSON_DEPTH)
+
+
+def nested_too_deep(text: str) -> bool:
+    """Whether some array/object in ``text`` is nested deeper than :data:`MAX_JSON_DEPTH`.
+
+    Exact for valid JSON (brackets inside strings do not count); on other text it may answer
+    either way, the decoder refuses it anyway. Without recursion (the JSON decoder itself would
+    raise ``RecursionError`` thousands of levels deep) and in C, in time linear in ``text``: in
+    valid JSON a backslash only occurs in a string and starts a two-character escape, so removing
+    the ``\\\\`` pairs and then the ``\\"`` pairs leaves strings with no quote inside; splitting
+    on ``"`` then puts the strings' contents at the odd places (an unterminated string runs to
+    the end). What is left outside is reduced to its brackets, and one match of
+    :data:`_WITHIN_MAX_DEPTH` walks them.
+    """
+    unescaped = text.replace("\\\\", "").replace('\\"', "")
+    outside = "".join(unescaped.split('"')[::2])
+    brackets = _NOT_BRACKET.sub("", outside)
+    match = _WITHIN_MAX_DEPTH.match(brackets)
+    assert match is not None  # the pattern matches the empty prefix
+    end = match.end()
+    return end < len(brackets) and brackets[end] in "[{"
 
 
 def parse_json_body(body: bytes) -> tuple[Any, str | None]:
@@ -608,7 +689,7 @@ def parse_json_body(body: bytes) -> tuple[Any, str | None]:
         return None, "the body is not UTF-8"
     # Counting brackets is cheap and excludes ordinary requests from the full scan.
     opened = text.count("[") + text.count("{")
-    if opened > MAX_JSON_DEPTH and _nesting_depth(text) > MAX_JSON_DEPTH:
+    if opened > MAX_JSON_DEPTH and nested_too_deep(text):
         return None, f"nested deeper than {MAX_JSON_DEPTH} levels"
     try:
         return json.loads(text, parse_constant=_refuse_constant), None
@@ -653,8 +734,11 @@ __all__ = [
     "EVENT_METHOD",
     "INTERNAL_ERROR",
     "MAX_JSON_DEPTH",
+    "MAX_TOPIC_LENGTH",
+    "MAX_WS_TOPICS",
     "RPC_PATH",
     "WS_PATH",
     "RpcServer",
+    "nested_too_deep",
     "parse_json_body",
 ]

@@ -21,6 +21,15 @@ IPFS off, empty bootstrap, everything bound to 127.0.0.1):
    * ``yaml``: ``dataset.create`` with ``[`` x 30,000, ``{a: `` x 30,000, a billion-laughs alias
      snapshot, and a two-document snapshot whose second document is invalid (the first must not
      be left behind);
+   * ``bodies-64k``, ``bodies-1m``: the adversarial bodies of the nesting scan
+     (``tests/hostile_bodies.py``, issue 26: unterminated strings of escaped quotes, backslash
+     runs, brackets in strings, 2^20 opening brackets, ...) at 64 KiB and at 1 MiB minus one byte
+     (the largest every transport admits), each over HTTP POST, the WebSocket and the console's
+     ``/ui/rpc`` (session from ``console.login``); the detail line gives each transport's slowest
+     answer;
+   * ``ws-topics``: the topic flood of issue 26 on one WebSocket, 30 ``rpc.subscribe`` messages of
+     70,000 topics each (refused whole past the 64-topic limit), then the socket's own topics
+     again; the detail line gives the largest reply and the daemon's RSS before and after;
    * ``half-open``: 200 TCP connections on the RPC port and 200 on the HTTP port, half silent and
      half with a partial request head, held until the daemon closes them (or 30 s);
    * ``pull``: ``dataset.pull`` from a hostile HTTP server run by this script: an honest control,
@@ -46,7 +55,8 @@ Exit status 1 if the daemon died or was restarted (the latency verdict is printe
 it depends on the machine). Runs in about 3-4 minutes (the trickling source alone holds a pull for
 ``[transfer] deadline_base_s``, 60 s by default).
 
-Usage: .venv/bin/python tests/bench/bench_hostile.py
+Usage: .venv/bin/python tests/bench/bench_hostile.py [--only bodies,topics]
+(``--only`` runs some of: rpc, bodies, topics, half-open, pull, gossip; all by default.)
 """
 
 from __future__ import annotations
@@ -210,8 +220,14 @@ def pct(values: list[float], q: float) -> float:
 # ---------------------------------------------------------------- RPC helpers
 
 
-def post(url: str, token: str, body: bytes, timeout: float = 90.0) -> tuple[int, bytes]:
-    """One POST on a fresh connection; (HTTP status, body)."""
+def post(
+    url: str,
+    token: str,
+    body: bytes,
+    timeout: float = 90.0,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, bytes]:
+    """One POST on a fresh connection (``headers`` instead of the token's); (status, body)."""
     u = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=timeout)
     try:
@@ -219,12 +235,56 @@ def post(url: str, token: str, body: bytes, timeout: float = 90.0) -> tuple[int,
             "POST",
             u.path or "/",
             body,
-            {"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+            headers or {"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         )
         r = conn.getresponse()
         return r.status, r.read()
     finally:
         conn.close()
+
+
+async def ws_exchange(
+    url: str, token: str, bodies: list[bytes], timeout: float = 90.0
+) -> list[tuple[str, str]]:
+    """Send each body on one WebSocket and read its answer: ``(outcome, answer text)`` each."""
+    import aiohttp
+
+    ws_url = url.replace("http://", "ws://") + "/ws"
+    out: list[tuple[str, str]] = []
+    async with (
+        aiohttp.ClientSession() as s,
+        s.ws_connect(ws_url, headers={"Authorization": f"Bearer {token}"}) as ws,
+    ):
+        for body in bodies:
+            await ws.send_str(body.decode())
+            msg = await ws.receive(timeout=timeout)
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                out.append((f"ws closed {msg.data}", ""))
+                break
+            out.append((classify(200, msg.data.encode())[0], msg.data))
+    return out
+
+
+def console_session(node: Any) -> tuple[str, dict[str, str]]:
+    """The console's ``/ui/rpc`` URL and the headers of a page's call (a fresh session)."""
+    base = node.url.removesuffix("/rpc")
+    token = node.call("console.login")["url"].split("#", 1)[1]
+    u = urllib.parse.urlsplit(base)
+    conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=30)
+    try:
+        conn.request(
+            "POST",
+            "/ui/session",
+            json.dumps({"token": token}).encode(),
+            {"Content-Type": "application/json", "Origin": base},
+        )
+        r = conn.getresponse()
+        r.read()
+        cookie = (r.getheader("Set-Cookie") or "").split(";", 1)[0]
+    finally:
+        conn.close()
+    headers = {"Cookie": cookie, "Origin": base, "Content-Type": "application/json"}
+    return base + "/ui/rpc", headers
 
 
 def _refuse_constant(name: str) -> Any:
@@ -471,10 +531,19 @@ class Bench:
             time.sleep(3)
             self.end(baseline)
 
-            self.rpc_groups(node)
-            self.half_open(node, status)
-            publisher = self.pull_group(node, server, work)
-            asyncio.run(self.gossip_group(node, server, publisher, status))
+            only = set(self.args.only.split(",")) if self.args.only else None
+            if only is None or "rpc" in only:
+                self.rpc_groups(node)
+            if only is None or "bodies" in only:
+                self.body_groups(node)
+            if only is None or "topics" in only:
+                self.topic_group(node, pid)
+            if only is None or "half-open" in only:
+                self.half_open(node, status)
+            if only is None or "pull" in only or "gossip" in only:
+                publisher = self.pull_group(node, server, work)
+                if only is None or "gossip" in only:
+                    asyncio.run(self.gossip_group(node, server, publisher, status))
 
             time.sleep(1)
             sampler.stop_event.set()
@@ -571,6 +640,64 @@ class Bench:
             "first document of the invalid pair left behind: "
             + ("YES (not all-or-none)" if "first-of-two" in names else "no")
         )
+        self.end(g)
+
+    def body_groups(self, node: Any) -> None:
+        from hostile_bodies import SHAPES, adversarial_body
+
+        url, token = node.url, node.token
+        ui_url, ui_headers = console_session(node)
+        for label, size in (("bodies-64k", 64 << 10), ("bodies-1m", (1 << 20) - 1)):
+            g = self.begin(label)
+            slowest: dict[str, float] = {}
+            for shape in sorted(SHAPES):
+                body = adversarial_body(shape, size)
+                for transport, send in (
+                    ("http", lambda b=body: classify(*post(url, token, b))),
+                    ("ws", lambda b=body: asyncio.run(ws_exchange(url, token, [b]))[0]),
+                    ("ui", lambda b=body: classify(*post(ui_url, "", b, headers=ui_headers))),
+                ):
+                    out, msg, took = guarded(send)
+                    g.inputs += 1
+                    g.outcomes[out] += 1
+                    slowest[transport] = max(slowest.get(transport, 0.0), took)
+                    if out.startswith(("INTERNAL", "timeout", "connection", "script", "http 5")):
+                        g.details.append(f"{transport} {shape}: {out} ({took:.1f} s) {msg}")
+            g.details.append(
+                "slowest answer: "
+                + ", ".join(f"{t} {v * 1000:.0f} ms" for t, v in sorted(slowest.items()))
+            )
+            self.end(g)
+
+    def topic_group(self, node: Any, pid: int) -> None:
+        g = self.begin("ws-topics")
+        rss_before = proc_status(pid, "VmRSS")
+        own = [f"topic.{i}" for i in range(8)]
+        messages = [own] + [[f"f{r}.{i}" for i in range(70_000)] for r in range(30)] + [own]
+        bodies = [
+            json.dumps(
+                {"jsonrpc": "2.0", "id": i, "method": "rpc.subscribe", "params": {"topics": t}}
+            ).encode()
+            for i, t in enumerate(messages)
+        ]
+        results, msg, took = guarded(
+            lambda: ("ok", json.dumps(asyncio.run(ws_exchange(node.url, node.token, bodies))))
+        )
+        if results != "ok":
+            g.inputs += len(bodies)
+            g.outcomes[results] += 1
+            g.details.append(f"{results} ({took:.1f} s) {msg}")
+        else:
+            largest = 0
+            for out, text in json.loads(msg):
+                g.inputs += 1
+                g.outcomes[out] += 1
+                largest = max(largest, len(text))
+            g.details.append(
+                f"{len(bodies)} messages ({sum(map(len, bodies)) / 1e6:.0f} MB) in {took:.1f} s; "
+                f"largest reply {largest} bytes; daemon RSS {rss_before:.0f} MiB before, "
+                f"{proc_status(pid, 'VmRSS'):.0f} MiB after"
+            )
         self.end(g)
 
     def half_open(self, node: Any, status: dict[str, Any]) -> None:
@@ -896,6 +1023,9 @@ def main() -> None:
     p.add_argument("--pull-timeout", type=float, default=150.0, help="per dataset.pull")
     p.add_argument("--gossip-wait", type=float, default=100.0, help="for fetches to settle")
     p.add_argument("--keep", action="store_true", help="keep the work directory (daemon log)")
+    p.add_argument(
+        "--only", default="", help="comma list of: rpc, bodies, topics, half-open, pull, gossip"
+    )
     args = p.parse_args()
     if os.environ.get("ODF_HOSTILE_IN_NETNS") != "1":
         cmd = "ip link set lo up && exec " + " ".join([sys.executable, *sys.argv])

@@ -3,7 +3,10 @@
 One daemon (IPFS off, gossip on) runs for the module. Every method ``rpc.discover`` lists is
 called with generated parameters: well-typed values, wrong types, hostile strings (lone
 surrogates, NUL, huge, paths of devices and FIFOs, odd URL schemes), integers beyond 64 bits,
-deep nesting. Raw bodies are fuzzed too (random bytes, UTF-16, ``NaN`` ids, deep arrays).
+deep nesting. Raw bodies are fuzzed too (random bytes, UTF-16, ``NaN`` ids, deep arrays), and
+the adversarial bodies of the nesting scan (``tests/hostile_bodies.py``, issue 26: unterminated
+strings of escaped quotes and the like, up to 64 KiB here) over POST and the WebSocket, each
+answered within a loose time bound.
 
 Every answer must be a JSON-RPC response whose error, if any, is a *typed* error — never
 ``-32603`` (internal error, reserved for bugs) — and after every call ``node.status`` must still
@@ -14,6 +17,7 @@ is printed; the figure the resource budget promises (250 ms) is measured by
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import urllib.error
@@ -22,9 +26,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from daemon_harness import NodeProcess
 from fuzz_profile import fuzz
+from hostile_bodies import SHAPES, adversarial_bodies, adversarial_body
 from hypothesis import given
 from hypothesis import strategies as st
 from netns import require_loopback_only
@@ -238,6 +244,44 @@ def test_raw_bodies_get_a_json_rpc_answer(daemon: NodeProcess, body: bytes) -> N
         for r in replies:
             if "error" in r:
                 assert r["error"]["code"] != INTERNAL_ERROR, (body[:100], r)
+    still_alive(daemon)
+
+
+@fuzz(60)
+@given(adversarial_bodies(max_size=65_536))
+def test_adversarial_bodies_are_answered_quickly(daemon: NodeProcess, body: bytes) -> None:
+    """The former scanner took 40 s for 64 KiB of escaped quotes; now milliseconds. The bound is
+    loose (a busy machine); ``tests/integration/test_daemon_hostile_bodies.py`` holds the
+    100 ms one at 1 MiB."""
+    t0 = time.perf_counter()
+    status, raw = raw_post(daemon, body)
+    took = time.perf_counter() - t0
+    assert status == 200, (status, body[:100], raw[:300])
+    replies = json.loads(raw)
+    for r in replies if isinstance(replies, list) else [replies]:
+        if "error" in r:
+            assert r["error"]["code"] != INTERNAL_ERROR, (body[:100], r)
+    assert took < 1.0, (took, body[:100])
+    still_alive(daemon)
+
+
+def test_adversarial_bodies_over_the_websocket(daemon: NodeProcess) -> None:
+    """Every shape at 64 KiB on one socket: answered in order, and the socket stays usable."""
+
+    async def go() -> None:
+        ws_url = daemon.url.replace("http://", "ws://") + "/ws"
+        headers = {"Authorization": f"Bearer {daemon.token}"}
+        async with aiohttp.ClientSession() as s, s.ws_connect(ws_url, headers=headers) as ws:
+            for shape in sorted(SHAPES):
+                t0 = time.perf_counter()
+                await ws.send_str(adversarial_body(shape, 65_536).decode())
+                reply = json.loads((await ws.receive(timeout=30)).data)
+                assert time.perf_counter() - t0 < 1.0, shape
+                assert reply["error"]["code"] != INTERNAL_ERROR, (shape, reply)
+            await ws.send_str('{"jsonrpc": "2.0", "id": 7, "method": "rpc.ping"}')
+            assert json.loads((await ws.receive(timeout=30)).data)["result"] == "pong"
+
+    asyncio.run(go())
     still_alive(daemon)
 
 

@@ -22,7 +22,13 @@ import pytest
 
 from node.rpc.errors import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, UNAUTHORIZED
 from node.rpc.registry import Param, RpcRegistry
-from node.rpc.server import MAX_JSON_DEPTH, RpcServer, parse_json_body
+from node.rpc.server import (
+    MAX_JSON_DEPTH,
+    MAX_TOPIC_LENGTH,
+    MAX_WS_TOPICS,
+    RpcServer,
+    parse_json_body,
+)
 
 TOKEN = "t0ken-" + "cd" * 29
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -240,3 +246,85 @@ def test_half_open_and_trickling_connections_are_closed() -> None:
         assert all(t < 5.0 for t in times), times
 
     run(go, idle_timeout_s=1.0)
+
+
+async def _ws_call(ws: aiohttp.ClientWebSocketResponse, method: str, topics: Any) -> Any:
+    await ws.send_json({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"topics": topics}})
+    msg = await ws.receive(timeout=10)
+    assert msg.type == aiohttp.WSMsgType.TEXT, msg
+    return len(msg.data), json.loads(msg.data)
+
+
+def test_topics_per_websocket_are_limited_and_a_refusal_adds_nothing() -> None:
+    """Issue 26: 30 messages of 70,000 topics each grew one socket's set (and each reply) without
+    bound. Now a socket has at most ``max_ws_topics``; a call that would pass it is refused
+    whole with a typed error naming the limit."""
+
+    async def go(server: RpcServer) -> None:
+        ws_url = server.url.replace("http://", "ws://") + "/ws"
+        async with aiohttp.ClientSession() as s, s.ws_connect(ws_url, headers=AUTH) as ws:
+            _, r = await _ws_call(ws, "rpc.subscribe", ["t0", "t1", "t2", "t3", "t4"])
+            assert r["result"] == {"added": ["t0", "t1", "t2", "t3", "t4"], "count": 5}
+            _, r = await _ws_call(ws, "rpc.subscribe", ["t3", "t4", "t5", "t6", "t7"])
+            assert r["result"] == {"added": ["t5", "t6", "t7"], "count": 8}
+            _, r = await _ws_call(ws, "rpc.subscribe", ["t0", "t8"])
+            assert r["error"]["code"] == INVALID_PARAMS
+            assert r["error"]["data"] == {
+                "type": "TooManyTopics",
+                "param": "topics",
+                "limit": 8,
+                "subscribed": 8,
+                "requested": 1,
+            }
+            assert "at most 8 topics" in r["error"]["message"]
+            assert await server.notify("t8", {}) == 0  # refused whole: t8 was not added
+            _, r = await _ws_call(ws, "rpc.subscribe", ["t0"])  # already there: no growth
+            assert r["result"] == {"added": [], "count": 8}
+            _, r = await _ws_call(ws, "rpc.unsubscribe", ["t0", "t1", "nope"])
+            assert r["result"] == {"removed": ["t0", "t1"], "count": 6}
+            _, r = await _ws_call(ws, "rpc.subscribe", ["t8", "t9"])
+            assert r["result"] == {"added": ["t8", "t9"], "count": 8}
+            assert await server.notify("t8", {}) == 1
+
+    run(go, max_ws_topics=8)
+
+
+@pytest.mark.parametrize(
+    ("method", "topic"), [("rpc.subscribe", "x" * 129), ("rpc.unsubscribe", "y" * 100_000)]
+)
+def test_topic_names_are_limited_in_length(method: str, topic: str) -> None:
+    async def go(server: RpcServer) -> None:
+        ws_url = server.url.replace("http://", "ws://") + "/ws"
+        async with aiohttp.ClientSession() as s, s.ws_connect(ws_url, headers=AUTH) as ws:
+            _, r = await _ws_call(ws, method, [topic])
+            assert r["error"]["code"] == INVALID_PARAMS
+            assert r["error"]["data"]["param"].startswith("topics")
+            _, r = await _ws_call(ws, "rpc.subscribe", ["x" * MAX_TOPIC_LENGTH])
+            assert r["result"] == {"added": ["x" * MAX_TOPIC_LENGTH], "count": 1}
+
+    run(go)
+
+
+def test_a_topic_flood_gets_small_answers_and_holds_nothing() -> None:
+    """The issue's flood (70,000 topics per message) at the default limit: each answer is a
+    short error, the socket keeps the topics it had, and re-subscribing answers only changes."""
+
+    async def go(server: RpcServer) -> None:
+        ws_url = server.url.replace("http://", "ws://") + "/ws"
+        first = [f"topic.{i}" for i in range(MAX_WS_TOPICS)]
+        async with aiohttp.ClientSession() as s, s.ws_connect(ws_url, headers=AUTH) as ws:
+            size, r = await _ws_call(ws, "rpc.subscribe", first)
+            assert r["result"]["count"] == MAX_WS_TOPICS
+            for round_ in range(5):
+                flood = [f"f{round_}.{i}" for i in range(70_000)]  # about 700 KB
+                size, r = await _ws_call(ws, "rpc.subscribe", flood)
+                assert r["error"]["data"]["type"] == "TooManyTopics"
+                assert r["error"]["data"]["requested"] == 70_000
+                assert size < 400, size
+                size, r = await _ws_call(ws, "rpc.subscribe", first)
+                assert r["result"] == {"added": [], "count": MAX_WS_TOPICS}
+                assert size < 100, size
+            (client,) = server._clients
+            assert client.topics == set(first)
+
+    run(go)

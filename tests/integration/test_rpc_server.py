@@ -475,10 +475,16 @@ def test_websocket_auth_and_subscribe() -> None:
                 assert code(await ws.receive_json(timeout=5)) == -32700
                 await ws.send_json(req("rpc.subscribe", {"topics": "x"}, rid=6))
                 assert code(await ws.receive_json(timeout=5)) == -32602
-                await ws.send_json(req("rpc.subscribe", {"topics": ["a", "b"]}, rid=7))
-                assert (await ws.receive_json(timeout=5))["result"] == ["a", "b"]
-                await ws.send_json(req("rpc.unsubscribe", {"topics": ["b"]}, rid=8))
-                assert (await ws.receive_json(timeout=5))["result"] == ["a"]
+                await ws.send_json(req("rpc.subscribe", {"topics": ["b", "a"]}, rid=7))
+                assert (await ws.receive_json(timeout=5))["result"] == {
+                    "added": ["a", "b"],
+                    "count": 2,
+                }
+                await ws.send_json(req("rpc.unsubscribe", {"topics": ["b", "z"]}, rid=8))
+                assert (await ws.receive_json(timeout=5))["result"] == {
+                    "removed": ["b"],
+                    "count": 1,
+                }
                 assert await server.notify("b", {"n": 0}) == 0
                 assert await server.notify("a", {"n": 1}) == 1
                 assert await ws.receive_json(timeout=5) == {
