@@ -97,11 +97,11 @@ def test_oversized_body_is_refused(node: NodeProcess) -> None:
 
 
 def test_openrpc_document_lists_every_method(node: NodeProcess) -> None:
-    from node.daemon.api import METHODS
+    from node.commands.catalog import COMMANDS
 
     doc = node.call("rpc.discover")
     names = {m["name"] for m in doc["methods"]}
-    assert {m.name for m in METHODS} <= names
+    assert {c.name for c in COMMANDS} <= names
     sub = next(m for m in doc["methods"] if m["name"] == "subscriptions.add")
     assert [p["name"] for p in sub["params"]] == ["did", "alias"]
 
