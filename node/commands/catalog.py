@@ -14,8 +14,10 @@ from coordinator.errors import OdfNodeError
 from node.app import Application
 from node.app.errors import InvalidArgument
 from node.app.results import (
+    AttestationRow,
     CreatedDataset,
     DatasetRow,
+    DisputeRow,
     EquivocationRow,
     EventRow,
     IngestResult,
@@ -45,6 +47,8 @@ from node.commands.spec import (
     Context,
     Output,
     Param,
+    array_of,
+    object_of,
 )
 
 # ---- parameters used by several commands
@@ -220,14 +224,14 @@ async def _attestations(
     did: str | None = None,
     head: str | None = None,
     limit: int = 100,
-) -> list[Any]:
-    return list(await app.queries.attestations(did, head, limit))
+) -> list[AttestationRow]:
+    return await app.queries.attestations(did, head, limit)
 
 
 async def _disputes(
     app: Application, ctx: Context, did: str | None = None, limit: int = 100
-) -> list[Any]:
-    return list(await app.queries.disputes(did, limit))
+) -> list[DisputeRow]:
+    return await app.queries.disputes(did, limit)
 
 
 async def _equivocations(
@@ -437,6 +441,7 @@ COMMANDS: tuple[Command, ...] = (
         _status,
         cli=("status",),
         doc="Without a daemon: what the home stores, the live fields null.",
+        result=object_of(NodeStatus),
     ),
     Command("node.config", "The effective configuration.", _config),
     Command(
@@ -451,7 +456,7 @@ COMMANDS: tuple[Command, ...] = (
             ),
         ),
         cli=("events",),
-        result=ARRAY,
+        result=array_of(EventRow),
         columns=("id", "kind", "did", "data"),
     ),
     Command(
@@ -459,7 +464,7 @@ COMMANDS: tuple[Command, ...] = (
         "Gossip peers the node knows, with scores.",
         _peers,
         cli=("peers",),
-        result=ARRAY,
+        result=array_of(PeerRow),
         columns=("peer_id", "connected", "score", "last_seen_ns"),
     ),
     Command(
@@ -471,6 +476,7 @@ COMMANDS: tuple[Command, ...] = (
         daemon_only=True,
         alternate=("--ipfs", "Connect the IPFS node.", "ipfs.connect"),
         parity=_NEEDS_PEER,
+        result=object_of(PeerConnected),
     ),
     Command(
         "ipfs.connect",
@@ -478,6 +484,7 @@ COMMANDS: tuple[Command, ...] = (
         _ipfs_connect,
         (Param("multiaddr", STR, True),),
         daemon_only=True,
+        result=object_of(IpfsConnected),
     ),
     Command(
         "subscriptions.add",
@@ -489,6 +496,7 @@ COMMANDS: tuple[Command, ...] = (
         ),
         cli=("subscribe",),
         write=True,
+        result=object_of(SubscriptionRow),
     ),
     Command(
         "subscriptions.remove",
@@ -497,20 +505,21 @@ COMMANDS: tuple[Command, ...] = (
         (Param("did", STR, True, "did:odf:… to stop following.", Cli("argument")),),
         cli=("unsubscribe",),
         write=True,
+        result=object_of(Unsubscribed),
     ),
     Command(
         "subscriptions.list",
         "Followed datasets, their accepted heads and verification outcomes.",
         _subscriptions,
         cli=("subscriptions",),
-        result=ARRAY,
+        result=array_of(SubscriptionRow),
     ),
     Command(
         "dataset.list",
         "List datasets with their head, kind and number of blocks.",
         _dataset_list,
         cli=("dataset", "list"),
-        result=ARRAY,
+        result=array_of(DatasetRow),
         render=_render_list,
     ),
     Command(
@@ -527,7 +536,7 @@ COMMANDS: tuple[Command, ...] = (
             ),
         ),
         cli=("dataset", "create"),
-        result=ARRAY,
+        result=array_of(CreatedDataset),
         render=_render_created,
         write=True,
     ),
@@ -568,6 +577,7 @@ COMMANDS: tuple[Command, ...] = (
         write=True,
         progress="bytes",
         prepare=_prepare_ingest,
+        result=object_of(IngestResult),
     ),
     Command(
         "dataset.transform",
@@ -582,6 +592,7 @@ COMMANDS: tuple[Command, ...] = (
         doc="Spark or DataFusion, as the dataset's transform names.",
         render=_render_transform,
         write=True,
+        result=object_of(TransformResult),
     ),
     Command(
         "dataset.verify",
@@ -595,6 +606,11 @@ COMMANDS: tuple[Command, ...] = (
         cli=("dataset", "verify"),
         doc="Exit status 2 when the dataset fails verification.",
         render=_render_verify,
+        # The integrity report's counts sit at top level beside these (VerifyResult.to_json).
+        result={
+            "type": "object",
+            "required": ["id", "alias", "ok", "seconds", "replay", "problems"],
+        },
         progress="phases",
         exit_code=lambda value: 0 if value["ok"] else 2,
     ),
@@ -631,6 +647,7 @@ COMMANDS: tuple[Command, ...] = (
         render=_render_publish,
         prepare=_prepare_publish,
         parity=_NEEDS_IPFS,
+        result=object_of(PublishResult),
     ),
     Command(
         "dataset.pull",
@@ -641,7 +658,7 @@ COMMANDS: tuple[Command, ...] = (
                 "url",
                 STR,
                 True,
-                "ipfs://CID[/path], ipns://…, http(s)://… or a path.",
+                "ipfs://CID, ipfs://CID/path, ipns://…, http(s)://… or a path.",
                 Cli("argument"),
             ),
             Param(
@@ -668,6 +685,7 @@ COMMANDS: tuple[Command, ...] = (
         cli=("dataset", "pull"),
         render=_render_pull,
         write=True,
+        result=object_of(PullResult),
     ),
     Command(
         "dataset.log",
@@ -684,7 +702,7 @@ COMMANDS: tuple[Command, ...] = (
             ),
         ),
         cli=("dataset", "log"),
-        result=ARRAY,
+        result=array_of(LogEntry),
         render=_render_log,
         prepare=_check_log_format,
         in_process="a read of the repository, safe beside a daemon; without --limit it shows "
@@ -705,7 +723,7 @@ COMMANDS: tuple[Command, ...] = (
             Param("did", STR, False),
         ),
         cli=("work",),
-        result=ARRAY,
+        result=array_of(WorkRow),
         columns=("id", "kind", "did", "state", "attempts", "last_error"),
     ),
     Command(
@@ -714,7 +732,7 @@ COMMANDS: tuple[Command, ...] = (
         _attestations,
         (_did_filter(), Param("head", STR, False), Param("limit", LIMIT, False)),
         cli=("attestations",),
-        result=ARRAY,
+        result=array_of(AttestationRow),
         columns=("did", "head", "verdict", "signer", "own"),
     ),
     Command(
@@ -723,7 +741,7 @@ COMMANDS: tuple[Command, ...] = (
         _disputes,
         (_did_filter(), Param("limit", LIMIT, False)),
         cli=("disputes",),
-        result=ARRAY,
+        result=array_of(DisputeRow),
         columns=("did", "block", "kind", "signer", "own", "detail"),
     ),
     Command(
@@ -732,7 +750,7 @@ COMMANDS: tuple[Command, ...] = (
         _equivocations,
         (_did_filter(),),
         cli=("equivocations",),
-        result=ARRAY,
+        result=array_of(EquivocationRow),
     ),
     Command("console.datasets", "Stored and followed datasets.", _console_datasets, result=ARRAY),
     Command(

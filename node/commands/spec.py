@@ -19,7 +19,7 @@ This module imports no CLI toolkit and no adapter: the daemon loads it at start-
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Protocol
 
 from node.app import Application
@@ -34,6 +34,17 @@ STRS: Schema = {"type": "array", "items": {"type": "string"}}
 LIMIT: Schema = {"type": "integer", "minimum": 1, "maximum": 1000}
 OBJECT: Schema = {"type": "object"}
 ARRAY: Schema = {"type": "array"}
+
+
+def object_of(result: type) -> Schema:
+    """The JSON schema of a typed result (a dataclass): an object with its fields."""
+    return {"type": "object", "required": [f.name for f in fields(result)]}
+
+
+def array_of(result: type) -> Schema:
+    """The JSON schema of a list of typed results."""
+    return {"type": "array", "items": object_of(result)}
+
 
 Role = Literal["use_case", "offline", "cli"]
 """Where a parameter goes: the use case (and the RPC method), the offline composition root
@@ -188,6 +199,8 @@ __all__ = [
     "Param",
     "Renderer",
     "Runner",
+    "array_of",
+    "object_of",
     "run_command",
     "to_json",
 ]

@@ -11,6 +11,7 @@ event bus feeds the WebSocket ``event`` notifications.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,11 @@ def _handler(command: Command, app: Application) -> Any:
     async def handler(**params: Any) -> Any:
         return await run_command(command, app, params)
 
+    # The use case's own keywords (after ``app`` and the context): the registry checks at
+    # registration that every declared param is one of them and that optional ones have
+    # defaults, so a declaration and its use case cannot drift apart.
+    keywords = list(inspect.signature(command.run).parameters.values())[2:]
+    handler.__signature__ = inspect.Signature(keywords)  # type: ignore[attr-defined]
     return handler
 
 
