@@ -532,7 +532,7 @@ COMMANDS: tuple[Command, ...] = (
                 STR,
                 True,
                 "DatasetSnapshot YAML file (may hold several); - for standard input.",
-                Cli("argument", type=Path, to_wire=_read_snapshot),
+                Cli("argument", type=Path, to_wire=_read_snapshot, metavar="SNAPSHOT"),
             ),
         ),
         cli=("dataset", "create"),

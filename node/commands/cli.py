@@ -107,7 +107,7 @@ def _parameter(p: Param) -> inspect.Parameter:
     c = p.cli
     info: Any
     if c.kind == "argument":
-        info = typer.Argument(help=p.help)
+        info = typer.Argument(help=p.help, metavar=c.metavar)
     else:
         flags = c.flags or ("--" + p.name.replace("_", "-"),)
         info = typer.Option(*flags, help=p.help, envvar=c.envvar)

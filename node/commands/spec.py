@@ -58,7 +58,8 @@ class Cli:
 
     ``flags``: an option's names (default ``--<name-with-dashes>``); ``type``: its Python type
     there (default: from the schema); ``to_wire``: turns the CLI value into the JSON value
-    (e.g. a ``Path`` into an absolute path string; may raise an ``OdfNodeError``).
+    (e.g. a ``Path`` into an absolute path string; may raise an ``OdfNodeError``); ``metavar``:
+    the name the help shows (default: the parameter's).
     """
 
     kind: Literal["argument", "option"] = "option"
@@ -67,6 +68,7 @@ class Cli:
     default: Any = None
     envvar: str | None = None
     to_wire: Callable[[Any], Any] | None = None
+    metavar: str | None = None
 
 
 @dataclass(frozen=True)

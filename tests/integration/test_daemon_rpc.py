@@ -165,6 +165,48 @@ def test_cli_talks_to_the_daemon_and_the_home_is_locked(node: NodeProcess) -> No
     assert e.value.code == -32010
 
 
+def test_cli_ingests_linked_objects_through_the_daemon(node: NodeProcess, tmp_path: Path) -> None:
+    """--link-column / --object reach the daemon's dataset.ingest (they once forced the offline
+    path, which the daemon's lock then refused)."""
+    from coordinator.multiformats import Multihash
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ODF_NODE_")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "node.cli", *args, "--home", str(node.home), "--json"],
+            check=False,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=120,
+        )
+
+    snap = tmp_path / "photos.yaml"
+    snap.write_text(
+        "kind: DatasetSnapshot\nversion: 1\ncontent:\n  name: photos\n  kind: Root\n"
+        "  metadata:\n    - kind: AddPushSource\n      sourceName: default\n"
+        "      read: {kind: NdJson, schema: ['name STRING', 'image STRING']}\n"
+        "      merge: {kind: Append}\n"
+    )
+    obj = tmp_path / "cat.jpg"
+    obj.write_bytes(b"\xff\xd8 not really a jpeg")
+    h = Multihash.sha3_256(obj.read_bytes()).to_multibase()
+    rows = tmp_path / "rows.ndjson"
+    rows.write_text(f'{{"name": "cat", "image": "{h}"}}\n')
+    assert cli("dataset", "create", str(snap)).returncode == 0
+    r = cli("dataset", "ingest", "photos", str(rows), "--link-column", "image")
+    assert r.returncode == 1 and h in r.stderr, r.stderr  # the object is missing: refused
+    r = cli(
+        "dataset", "ingest", "photos", str(rows), "--link-column", "image", "--object", str(obj)
+    )
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert result["linked_objects"] == {"num_objects_naive": 1, "size_naive": 20}
+    assert isinstance(result["publish_work_id"], int)  # the daemon ran it: it queues publication
+
+
 def test_sigterm_stops_cleanly_and_removes_the_cookie(tmp_path: Path) -> None:
     n = NodeProcess(tmp_path / "home", "stopper", config=FAST)
     n.init()
