@@ -15,7 +15,7 @@ import json
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -26,6 +26,9 @@ from node.commands.catalog import BY_NAME, COMMANDS
 from node.commands.dispatch import dispatch
 from node.commands.spec import Command, Context, Param
 from node.compose import OfflineOptions, default_home
+
+if TYPE_CHECKING:
+    from coordinator.ingest.push import IngestProgress
 
 out = Console(emoji=False, highlight=False, soft_wrap=True)
 err = Console(stderr=True, emoji=False, highlight=False, soft_wrap=True)
@@ -225,7 +228,7 @@ def _progress(command: Command, params: dict[str, Any], as_json: bool) -> Iterat
         task = bar.add_task("ingest", total=total)
         done: dict[int, int] = {}
 
-        def on_bytes(p: Any) -> None:
+        def on_bytes(p: IngestProgress) -> None:
             done[p.file_index] = p.bytes_read
             name = p.file.name if p.file is not None else ""
             bar.update(task, completed=sum(done.values()), description=f"{p.stage} {name}")

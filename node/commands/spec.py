@@ -20,9 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from node.app import Application
+
+if TYPE_CHECKING:
+    from coordinator.ingest.push import IngestProgress  # pyarrow: not at the daemon's start
 
 Schema = Mapping[str, Any]
 """A JSON schema of the subset ``node/rpc/schema.py`` validates."""
@@ -87,8 +90,8 @@ class Param:
 class Context:
     """What the caller lends a use case while it runs (progress reporting)."""
 
-    ingest_progress: Callable[[Any], None] | None = None
-    """``ingest_progress(IngestProgress)``: bytes read per file (the offline progress bar)."""
+    ingest_progress: Callable[[IngestProgress], None] | None = None
+    """Bytes read per file (the offline progress bar)."""
     verify_listener: Callable[[str, int, int], None] | None = None
     """``listener(phase, done, total)`` from a worker thread (the offline progress bar)."""
 
