@@ -34,6 +34,14 @@ class IpfsAdapter:
             result = await publish_dataset(client, dataset)
         return result.cid
 
+    async def publish_ipns(self, cid: str, key: str) -> str:
+        """``name publish /ipfs/<cid>`` under ``key``; the IPNS name."""
+        from node.ipfs.client import IpfsClient
+
+        async with IpfsClient(self._api_url) as client:
+            name: str = await client.name_publish(f"/ipfs/{cid}", key=key)
+        return name
+
     async def connect(self, multiaddr: str) -> None:
         """Swarm-connect."""
         from node.ipfs.client import IpfsClient
@@ -55,6 +63,10 @@ class NoIpfs:
         return None
 
     async def publish_dataset(self, dataset: Dataset) -> str:
+        """Refused."""
+        raise Unavailable("IPFS is disabled on this node")
+
+    async def publish_ipns(self, cid: str, key: str) -> str:
         """Refused."""
         raise Unavailable("IPFS is disabled on this node")
 

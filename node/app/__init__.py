@@ -2,17 +2,20 @@
 
 Read the daemon top down:
 
-1. ``node/daemon/daemon.py`` — the composition root: builds the adapters, wires them into an
-   :class:`Application`, starts and stops the services in order.
-2. ``node/app/`` (this package) — use cases: datasets (create, ingest, transform, verify, pull,
+1. The composition roots: ``node/daemon/daemon.py`` builds the adapters, wires them into an
+   :class:`Application`, starts and stops the services in order; ``node/compose.py`` builds the
+   same :class:`Application` over a home without gossip or IPFS (the CLI without a daemon).
+2. ``node/commands/`` — every user-facing command declared once (parameters, use case, typed
+   result, rendering); the CLI and the JSON-RPC methods are generated from the declarations.
+3. ``node/app/`` (this package) — use cases: datasets (create, ingest, transform, verify, pull,
    log, list), subscriptions, the owner's publish pipeline, the subscriber's verify pipeline,
    the work runner and its retry policy, the node's part of every protocol-core decision.
-3. ``node/app/ports.py`` — the typed async ports the use cases need (state, gossip, IPFS,
+4. ``node/app/ports.py`` — the typed async ports the use cases need (state, gossip, IPFS,
    transfer, engine, events, clock).
-4. ``node/adapters/`` and the infrastructure packages — SQLite state with its own writer
+5. ``node/adapters/`` and the infrastructure packages — SQLite state with its own writer
    thread (``node/state``), the libp2p gossip service (``p2p``), js-ipfs/kubo
    (``node/ipfs``), pulls (``node/transfer``), the Spark engine worker (``node/engine_client``),
-   and the driving adapters: JSON-RPC methods (``node/daemon/api.py``) and the CLI.
+   and the JSON-RPC server (``node/rpc``).
 
 The application layer imports no network, database or engine library (aiohttp, libp2p, trio,
 sqlite3, grpc, pyspark): an import-linter contract enforces it.
@@ -20,6 +23,7 @@ sqlite3, grpc, pyspark): an import-linter contract enforces it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +33,8 @@ from node.app.datasets import CommitLocks, DatasetUseCases
 from node.app.metrics import NodeMetrics
 from node.app.ports import Clock, EnginePort, EventSink, GossipPort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
+from node.app.queries import NodeQueries
+from node.app.results import NodeStatus
 from node.app.subscriptions import SubscriptionUseCases
 from node.app.verify import VerifyPipeline
 from node.app.work import WorkRunner
@@ -41,6 +47,9 @@ class NodeInfo:
     node_id: str
     home: str
     spark_master: str
+    block_version: int = 2
+    live: bool = True
+    """False for the Application the CLI builds without a daemon (nothing runs)."""
     started_at_ns: int = 0
     rpc_url: str | None = None
     http_url: str | None = None
@@ -57,7 +66,7 @@ class Application:
     state: StatePort
     gossip: GossipPort
     ipfs: IpfsPort
-    engine: Any  # () -> EnginePort | None: the engine, if it was ever started
+    engine: Callable[[], EnginePort | None]  # the engine, if it was ever started
     metrics: NodeMetrics
     locks: CommitLocks
     datasets: DatasetUseCases
@@ -68,8 +77,13 @@ class Application:
     console: ConsoleQueries | None = None
     events: EventSink | None = None
 
-    async def status(self) -> dict[str, Any]:
-        """Identity, uptime, addresses, counts and queue depths."""
+    @property
+    def queries(self) -> NodeQueries:
+        """Read models over the state: peers, events, work items, trust evidence."""
+        return NodeQueries(self.state)
+
+    async def status(self) -> NodeStatus:
+        """Identity, uptime, addresses, counts and queue depths (``None``: not running)."""
         engine: EnginePort | None = self.engine()
         st = self.state
         info = self.info
@@ -80,29 +94,34 @@ class Application:
         # hand-over to another thread on a busy machine.
         subscriptions, pending = await st.status_counts()
         datasets = self.repo.count()
-        return {
-            "node_id": info.node_id,
-            "home": info.home,
-            "uptime_s": round((now - info.started_at_ns) / 1e9, 3) if info.started_at_ns else 0,
-            "rpc_url": info.rpc_url,
-            "http_url": info.http_url,
-            "p2p": {
+        return NodeStatus(
+            node_id=info.node_id,
+            home=info.home,
+            block_version=info.block_version,
+            uptime_s=(
+                round((now - info.started_at_ns) / 1e9, 3)
+                if info.started_at_ns
+                else (0.0 if info.live else None)
+            ),
+            rpc_url=info.rpc_url,
+            http_url=info.http_url,
+            p2p={
                 "peer_id": self.gossip.peer_id(),
-                "listen_addrs": self.gossip.listen_addrs(),
+                "listen_addrs": list(self.gossip.listen_addrs()),
                 "peers": self.gossip.peer_count(),
                 "fetches_running": self.gossip.fetches_running(),
             },
-            "ipfs": self.ipfs.info(),
-            "engine": {
+            ipfs=self.ipfs.info(),
+            engine={
                 "running": bool(engine and engine.running),
                 "starts": engine.starts if engine else 0,
                 "spark_master": info.spark_master,
             },
-            "datasets": datasets,
-            "subscriptions": subscriptions,
-            "work": {k: pending.get(k, 0) for k in ("verify", "publish", "dispute")},
-            "running_work": len(self.work.running),
-        }
+            datasets=datasets,
+            subscriptions=subscriptions,
+            work={k: pending.get(k, 0) for k in ("verify", "publish", "dispute")},
+            running_work=len(self.work.running),
+        )
 
 
 __all__ = ["Application", "NodeInfo"]

@@ -306,6 +306,10 @@ class IpfsPort(Protocol):
         """Add a dataset as kamu does (no ``info/``), pin it; the root CID."""
         ...
 
+    async def publish_ipns(self, cid: str, key: str) -> str:
+        """Point the IPNS name of ``key`` (a key name, ``self``: the node's) at ``cid``."""
+        ...
+
     async def connect(self, multiaddr: str) -> None:
         """Swarm-connect to another IPFS node."""
         ...

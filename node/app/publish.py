@@ -17,6 +17,7 @@ from coordinator.multiformats import Multihash
 from coordinator.storage.repository import DatasetRepository
 from node.app.errors import NotOwner
 from node.app.ports import Clock, EventSink, GossipPort, IpfsPort, StatePort
+from node.app.results import PublishResult
 from node.app.rows import WorkItem
 from p2p.wire import FetchLocations, HeadAnnouncement, sign_message
 
@@ -64,6 +65,28 @@ class PublishPipeline:
         )
         self._kick()
         return item
+
+    async def publish(self, ref: str, *, ipns_key: str | None, now: bool) -> PublishResult:
+        """``dataset publish``: queue the publication and announcement of an owned dataset, or
+        with ``now`` (no daemon to run the queue, or an IPNS name asked for) add any stored
+        dataset to IPFS at once, pinned, optionally under the IPNS name of ``ipns_key``."""
+        handle = self._repo.resolve(ref)
+        did = handle.id.as_did_str()
+        if not now and ipns_key is None:
+            item = await self.queue(handle.id)
+            return PublishResult(id=did, alias=handle.alias, head=item.head, work_id=item.id)
+        ds = self._repo.open(did)
+        head = await asyncio.to_thread(ds.head)
+        cid = await self._ipfs.publish_dataset(ds)
+        name = await self._ipfs.publish_ipns(cid, ipns_key) if ipns_key else None
+        return PublishResult(
+            id=did,
+            alias=handle.alias,
+            head=str(head) if head else None,
+            cid=cid,
+            url=f"ipfs://{cid}",
+            ipns=name,
+        )
 
     async def queue_id(self, did: DatasetId) -> int | None:
         """:meth:`queue`, returning the work item id (the ``on_commit`` hook of the use cases)."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from node.app.jsontypes import JsonObject
+
 
 class _Json:
     """``to_json``: the dataclass's fields as a JSON-friendly dict."""
@@ -108,20 +110,201 @@ class LogEntry(_Json):
 
 
 @dataclass(frozen=True)
-class PublishQueued(_Json):
-    """``dataset publish`` on a daemon: the queued work item."""
+class PublishResult(_Json):
+    """``dataset publish``: a daemon queues the publication (``work_id``) and announces the head
+    when the work item runs; without a daemon, or for an IPNS name, the dataset is added to IPFS
+    at once (``cid``, ``url``, ``ipns``). What a context does not do is ``None``."""
 
     id: str
-    work_id: int
+    alias: str
     head: str | None
+    work_id: int | None = None
+    cid: str | None = None
+    url: str | None = None
+    ipns: str | None = None
+
+
+@dataclass(frozen=True)
+class PullResult(_Json):
+    """``dataset pull``: how the local head compares with the source's and what was fetched."""
+
+    alias: str
+    id: str
+    comparison: str
+    old_head: str | None
+    new_head: str | None
+    created: bool
+    forced: bool
+    new_blocks: int
+    objects_downloaded: int
+    bytes_downloaded: int
+
+    @classmethod
+    def from_summary(cls, summary: JsonObject) -> PullResult:
+        """From the transfer port's pull summary (its keys are these fields)."""
+        return cls(**{k: summary.get(k) for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class SubscriptionRow(_Json):
+    """``subscriptions``: a followed dataset, its accepted head and verification outcome."""
+
+    did: str
+    alias: str | None
+    since_ns: int
+    accepted_head: str | None = None
+    sequence: int | None = None
+    verification: str | None = None
+    verification_detail: str | None = None
+
+
+@dataclass(frozen=True)
+class Unsubscribed(_Json):
+    """``unsubscribe``: whether the dataset was followed."""
+
+    did: str
+    removed: bool
+
+
+@dataclass(frozen=True)
+class PeerRow(_Json):
+    """``peers``: a gossip peer the node knows."""
+
+    peer_id: str
+    connected: bool
+    score: float
+    addrs: list[str]
+    last_seen_ns: int
+
+
+@dataclass(frozen=True)
+class PeerConnected(_Json):
+    """``connect``: the gossip peer dialled."""
+
+    peer_id: str
+
+
+@dataclass(frozen=True)
+class IpfsConnected(_Json):
+    """``connect --ipfs``: the IPFS node connected to."""
+
+    connected: str
+
+
+@dataclass(frozen=True)
+class EventRow(_Json):
+    """``events``: one entry of the event log."""
+
+    id: int
+    at_ns: int
+    kind: str
+    did: str | None
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class WorkRow(_Json):
+    """``work``: a pipeline work item and its state."""
+
+    id: int
+    kind: str
+    did: str
+    head: str | None
+    state: str
+    attempts: int
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class AttestationRow(_Json):
+    """``attestations``: a signed verdict on a head, ours (``own``) or received.
+
+    ``engine`` and ``engine_version``: what reproduced the head, as the attestation signs it
+    (``None`` when the stored envelope does not carry them).
+    """
+
+    did: str
+    head: str
+    verdict: str
+    signer: str
+    own: bool
+    at_ns: int
+    engine: str | None = None
+    engine_version: str | None = None
+
+
+@dataclass(frozen=True)
+class DisputeRow(_Json):
+    """``disputes``: a signed dispute of a block, ours (``own``) or received."""
+
+    did: str
+    block: str
+    kind: str
+    signer: str
+    own: bool
+    detail: str
+    at_ns: int
+
+
+@dataclass(frozen=True)
+class EquivocationRow(_Json):
+    """``equivocations``: a proof that a dataset's key signed two heads for one position."""
+
+    did: str
+    content_id: str
+    at_ns: int
+
+
+@dataclass(frozen=True)
+class NodeStatus(_Json):
+    """``status``: identity, what the node stores and, with a daemon, what it runs.
+
+    Without a daemon the live fields say so: ``uptime_s``, ``rpc_url``, ``http_url`` and
+    ``ipfs`` are ``None``, ``p2p`` has no peer id, the engine is not running.
+    """
+
+    node_id: str
+    home: str
+    block_version: int
+    uptime_s: float | None
+    rpc_url: str | None
+    http_url: str | None
+    p2p: JsonObject
+    ipfs: JsonObject | None
+    engine: JsonObject
+    datasets: int
+    subscriptions: int
+    work: dict[str, int]
+    running_work: int
+
+
+@dataclass(frozen=True)
+class ConsoleLogin(_Json):
+    """``ui``: a one-time URL that logs a browser into the node console."""
+
+    url: str
+    expires_in_s: float
 
 
 __all__ = [
+    "AttestationRow",
+    "ConsoleLogin",
     "CreatedDataset",
     "DatasetRow",
+    "DisputeRow",
+    "EquivocationRow",
+    "EventRow",
     "IngestResult",
+    "IpfsConnected",
     "LogEntry",
-    "PublishQueued",
+    "NodeStatus",
+    "PeerConnected",
+    "PeerRow",
+    "PublishResult",
+    "PullResult",
+    "SubscriptionRow",
     "TransformResult",
+    "Unsubscribed",
     "VerifyResult",
+    "WorkRow",
 ]

@@ -6,13 +6,13 @@ for its head; from there the protocol core drives fetch -> accept -> verify -> a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
 
 from coordinator.identity import DatasetId
 from coordinator.storage.repository import validate_alias
 from node.app.errors import InvalidArgument, Unavailable
 from node.app.ports import GossipPort, IpfsPort, StatePort
+from node.app.results import SubscriptionRow, Unsubscribed
 from node.app.rows import Subscription
 
 
@@ -22,23 +22,6 @@ def parse_did(text: str) -> DatasetId:
         return DatasetId.parse(text)
     except Exception as e:
         raise InvalidArgument(f"not a dataset DID: {text!r}") from e
-
-
-@dataclass(frozen=True)
-class SubscriptionRow:
-    """``subscriptions``: a followed dataset, its accepted head and verification outcome."""
-
-    did: str
-    alias: str | None
-    since_ns: int
-    accepted_head: str | None = None
-    sequence: int | None = None
-    verification: str | None = None
-    verification_detail: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-friendly form."""
-        return dict(self.__dict__)
 
 
 def _row(sub: Subscription) -> SubscriptionRow:
@@ -53,7 +36,7 @@ class SubscriptionUseCases:
         state: StatePort,
         gossip: GossipPort,
         ipfs: IpfsPort,
-        owns: Any,
+        owns: Callable[[DatasetId], bool],
         *,
         loopback_only: bool,
     ) -> None:
@@ -75,12 +58,12 @@ class SubscriptionUseCases:
         await self._gossip.follow(dataset)
         return _row(sub)
 
-    async def unsubscribe(self, did: str) -> dict[str, Any]:
+    async def unsubscribe(self, did: str) -> Unsubscribed:
         """Stop following a dataset (its local copy is kept)."""
         dataset = parse_did(did)
         removed = await self._state.unsubscribe(dataset.as_did_str())
         self._gossip.unfollow(dataset)
-        return {"did": dataset.as_did_str(), "removed": removed}
+        return Unsubscribed(did=dataset.as_did_str(), removed=removed)
 
     async def subscriptions(self) -> list[SubscriptionRow]:
         """Followed datasets with their accepted head and last verification."""

@@ -1,4 +1,8 @@
-"""Binds :class:`~node.daemon.api.NodeApi` to the JSON-RPC server and writes the cookie.
+"""Binds the commands (``node/commands/catalog.py``) to the JSON-RPC server; writes the cookie.
+
+Every declared command is one RPC method: its use case on the daemon's
+:class:`~node.app.Application`, its params validated against the declared schemas, its
+result the typed result's JSON (what the CLI prints without a daemon too).
 
 Errors get their JSON-RPC codes in :mod:`node.rpc.errors` (from each class's ``rpc_code``); the
 event bus feeds the WebSocket ``event`` notifications.
@@ -7,6 +11,7 @@ event bus feeds the WebSocket ``event`` notifications.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,10 +19,11 @@ from typing import Any
 
 from node.app import Application
 from node.app.events import EventBus
+from node.commands.catalog import COMMANDS
+from node.commands.spec import Command, run_command
 from node.config import RpcSection
 from node.console.sessions import ConsoleSessions
 from node.console.web import UI, ConsoleWeb
-from node.daemon.api import METHODS, NodeApi
 from node.rpc.cookie import new_token, remove_cookie, write_cookie
 from node.rpc.registry import Param, RpcRegistry
 from node.rpc.server import RpcServer
@@ -25,18 +31,30 @@ from node.rpc.server import RpcServer
 log = logging.getLogger("odf_node.rpc")
 
 
-def build_registry(api: NodeApi) -> RpcRegistry:
-    """Every :data:`~node.daemon.api.METHODS` entry registered against ``api``."""
+def build_registry(app: Application) -> RpcRegistry:
+    """Every declared command registered as an RPC method running on ``app``."""
     registry = RpcRegistry()
-    for spec in METHODS:
+    for command in COMMANDS:
         registry.add(
-            spec.name,
-            getattr(api, spec.attr),
-            params=[Param(p.name, p.schema, p.required, p.description) for p in spec.params],
-            result=spec.result,
-            summary=spec.summary,
+            command.name,
+            _handler(command, app),
+            params=[Param(p.name, p.schema, p.required, p.help) for p in command.rpc_params],
+            result=command.result,
+            summary=command.summary,
         )
     return registry
+
+
+def _handler(command: Command, app: Application) -> Any:
+    async def handler(**params: Any) -> Any:
+        return await run_command(command, app, params)
+
+    # The use case's own keywords (after ``app`` and the context): the registry checks at
+    # registration that every declared param is one of them and that optional ones have
+    # defaults, so a declaration and its use case cannot drift apart.
+    keywords = list(inspect.signature(command.run).parameters.values())[2:]
+    handler.__signature__ = inspect.Signature(keywords)  # type: ignore[attr-defined]
+    return handler
 
 
 @dataclass
@@ -57,7 +75,7 @@ async def start_rpc(
 ) -> RpcHandle:
     """Start the RPC server for ``app`` and publish its URL and token in the home's cookie."""
     token = new_token()
-    registry = build_registry(NodeApi(app))
+    registry = build_registry(app)
     sessions = ConsoleSessions(app.clock)
     server = RpcServer(
         registry,

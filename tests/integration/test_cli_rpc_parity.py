@@ -1,8 +1,11 @@
-"""Every dataset command returns the same JSON shape offline and through a running daemon.
+"""Every data-printing command returns the same JSON keys offline and through a running daemon.
 
 The same CLI command lines run against two homes: one with no daemon (the CLI runs the use
-cases itself) and one whose daemon is running (the CLI forwards to its JSON-RPC methods, which
-run the same use cases). The key sets of the results must be identical at every level.
+cases itself, on the offline Application) and one whose daemon is running (the CLI forwards to
+its JSON-RPC methods, which run the same use cases). The key sets of the results must be
+identical at every level. The test enumerates the declarations (``node/commands/catalog.py``):
+a command with a CLI path is either run here or declares why it cannot be compared
+(``Command.parity``), and then its documented offline behaviour is checked instead.
 """
 
 from __future__ import annotations
@@ -10,13 +13,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from daemon_harness import ROOT, NodeProcess
-from netns import require_loopback_only
+from netns import ipfs_node, require_loopback_only  # noqa: F401 - pytest fixture
+
+from coordinator.multiformats import Multihash
+from node.app.results import PublishResult
+from node.commands.catalog import COMMANDS
+from node.ipfs.embedded import EmbeddedIpfs
+from node.state import NodeState
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -53,17 +63,23 @@ content:
 
 
 def shape(value: Any) -> Any:
-    """The structure of a JSON value: dict keys (recursively), list element shapes, types."""
+    """The structure of a JSON value: dict keys (recursively), list element shapes.
+
+    Every element of a list of objects must have the first one's keys (rows are homogeneous);
+    a list of plain values (empty or not) is just a list.
+    """
     if isinstance(value, dict):
         return {k: shape(v) for k, v in sorted(value.items())}
     if isinstance(value, list):
-        shapes = [shape(v) for v in value]
-        return [shapes[0]] if shapes else []
+        shapes = [shape(v) for v in value if isinstance(v, dict | list)]
+        keys = {tuple(sorted(s)) for s in shapes if isinstance(s, dict)}
+        assert len(keys) <= 1, f"rows with different keys: {keys}"
+        return [shapes[0]] if shapes else "list"
     return "value"
 
 
-def cli(home: Path, *args: str) -> Any:
-    proc = subprocess.run(
+def run_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "node.cli", *args, "--home", str(home), "--json"],
         check=False,
         cwd=ROOT,
@@ -71,8 +87,32 @@ def cli(home: Path, *args: str) -> Any:
         text=True,
         timeout=600,
     )
+
+
+def cli(home: Path, *args: str) -> Any:
+    proc = run_cli(home, *args)
     assert proc.returncode in (0, 2), proc.stderr + proc.stdout
     return json.loads(proc.stdout)
+
+
+DID = "did:odf:fed01" + "ab" * 32
+FOLLOWED = "did:odf:fed01" + "cd" * 32
+HEAD = Multihash.sha3_256(b"a head").to_multibase()
+SIGNER = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK"
+
+
+def seed_state(home: Path) -> None:
+    """The same evidence in both homes' state (before the daemon starts), so that no list a
+    command prints is empty on either side: a list of nothing has no keys to compare."""
+    with NodeState.open(home / "state.db", time.time_ns) as s:
+        s.upsert_peer("12D3KooWParity", ["/ip4/127.0.0.1/tcp/9/p2p/12D3KooWParity"], 1.5)
+        s.add_attestation(DID, HEAD, "verified", SIGNER, b"attestation envelope", False)
+        s.add_dispute(DID, HEAD, "replay-mismatch", SIGNER, b"dispute envelope", False, "x")
+        s.add_equivocation_proof(DID, b"equivocation proof")
+        item = s.enqueue("verify", DID, HEAD, {})
+        claimed = s.claim(time.time_ns())
+        assert claimed is not None and claimed.id == item.id
+        s.complete(item.id)  # done: the daemon never runs it
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +126,10 @@ def homes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Node
         cwd=ROOT,
         capture_output=True,
     )
+    seed_state(offline)
     daemon = NodeProcess(base / "daemon", "daemon", config={"ipfs": {"mode": "none"}})
     daemon.init()
+    seed_state(daemon.home)
     daemon.launch()
     try:
         daemon.wait_ready()
@@ -96,8 +138,10 @@ def homes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Node
         daemon.stop()
 
 
-def test_every_dataset_command_has_one_json_shape(
-    homes: tuple[Path, NodeProcess], tmp_path: Path
+def test_every_command_has_one_json_shape(
+    homes: tuple[Path, NodeProcess],
+    ipfs_node: EmbeddedIpfs,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     offline, daemon = homes
     snap = tmp_path / "s.yaml"
@@ -106,26 +150,51 @@ def test_every_dataset_command_has_one_json_shape(
     csv.write_text(
         "event_time,city,population\n2020-01-01T00:00:00Z,A,100\n2020-01-02T00:00:00Z,B,5\n"
     )
-    commands: list[tuple[str, ...]] = [
-        ("dataset", "create", str(snap)),
-        ("dataset", "ingest", "cities", str(csv)),
-        ("dataset", "transform", "big"),
-        ("dataset", "verify", "big"),
-        ("dataset", "verify", "cities", "--integrity"),
-        ("dataset", "list"),
+    # In order: later commands read what earlier ones made.
+    runs: list[tuple[str, tuple[str, ...]]] = [
+        ("dataset.create", ("dataset", "create", str(snap))),
+        ("dataset.ingest", ("dataset", "ingest", "cities", str(csv))),
+        ("dataset.transform", ("dataset", "transform", "big")),
+        ("dataset.verify", ("dataset", "verify", "big")),
+        ("dataset.verify", ("dataset", "verify", "cities", "--integrity")),
+        ("dataset.list", ("dataset", "list")),
+        ("dataset.log", ("dataset", "log", "cities")),
+        ("subscriptions.add", ("subscribe", FOLLOWED, "--alias", "followed")),
+        ("subscriptions.add", ("subscribe", DID)),
+        ("subscriptions.remove", ("unsubscribe", DID)),
+        ("subscriptions.list", ("subscriptions",)),
+        ("node.status", ("status",)),
+        ("node.events", ("events", "--kind", "dataset.create")),
+        ("peers.list", ("peers",)),
+        ("work.list", ("work", "--state", "done")),
+        ("attestations.list", ("attestations", DID)),
+        ("disputes.list", ("disputes",)),
+        ("equivocations.list", ("equivocations",)),
     ]
+    data_printing = {c.name for c in COMMANDS if c.cli is not None}
+    documented = {c.name for c in COMMANDS if c.cli is not None and c.parity is not None}
+    covered = {name for name, _ in runs} | {"dataset.pull"}  # the pull runs below
+    assert covered == data_printing - documented, "a command escapes the parity test"
+    assert documented == {"peers.connect", "dataset.publish"}
+
     results: dict[str, dict[tuple[str, ...], Any]] = {"offline": {}, "daemon": {}}
-    for cmd in commands:
+    for _name, cmd in runs:
         results["offline"][cmd] = cli(offline, *cmd)
         results["daemon"][cmd] = cli(daemon.home, *cmd)
     # A pull from the other home's dataset directory (a local path source).
-    src = offline / "datasets"
-    did = results["offline"][commands[0]][0]["id"]
-    pull = ("dataset", "pull", str(src / did.removeprefix("did:odf:")), "--as", "copy")
+    did = results["offline"][runs[0][1]][0]["id"]
+    pull = (
+        "dataset",
+        "pull",
+        str(offline / "datasets" / did.removeprefix("did:odf:")),
+        "--as",
+        "copy",
+    )
     results["offline"][pull] = cli(tmp_path / "h2", *pull)
     results["daemon"][pull] = cli(daemon.home, *pull)
-    for cmd in [*commands, pull]:
+    for cmd in [*(c for _, c in runs), pull]:
         a, b = results["offline"][cmd], results["daemon"][cmd]
+        assert a != [] and b != [], (cmd, "nothing to compare")
         assert shape(a) == shape(b), (cmd, a, b)
     # The daemon's results are the RPC methods' results (the CLI only forwards them).
     rows = daemon.call("dataset.list")
@@ -134,3 +203,21 @@ def test_every_dataset_command_has_one_json_shape(
     assert transform["up_to_date"] is False and transform["new_blocks"]
     assert isinstance(transform["publish_work_id"], int)  # a daemon queues publication
     assert results["offline"][("dataset", "transform", "big")]["publish_work_id"] is None
+    status = results["offline"][("status",)]
+    assert status["uptime_s"] is None and status["datasets"] == 2  # offline: nothing runs
+    assert results["daemon"][("status",)]["uptime_s"] >= 0
+
+    # dataset publish: one result type; a daemon queues it, offline it goes to IPFS at once.
+    queued = cli(daemon.home, "dataset", "publish", "cities")
+    published = cli(offline, "dataset", "publish", "cities", "--ipfs-api", ipfs_node.api_url)
+    fields = set(PublishResult.__dataclass_fields__)
+    assert set(queued) == set(published) == fields
+    assert isinstance(queued["work_id"], int) and queued["cid"] is None
+    assert published["work_id"] is None and published["url"] == f"ipfs://{published['cid']}"
+    # connect needs the daemon (it dials a peer): offline, one clear line naming `odf-node run`.
+    for args in (
+        ("connect", "/ip4/127.0.0.1/tcp/9/p2p/12D3KooWParity"),
+        ("connect", "--ipfs", "/ip4/127.0.0.1/tcp/9"),
+    ):
+        proc = run_cli(offline, *args)
+        assert proc.returncode == 1 and "odf-node run" in proc.stderr, proc.stderr

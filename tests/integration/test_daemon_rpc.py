@@ -97,11 +97,11 @@ def test_oversized_body_is_refused(node: NodeProcess) -> None:
 
 
 def test_openrpc_document_lists_every_method(node: NodeProcess) -> None:
-    from node.daemon.api import METHODS
+    from node.commands.catalog import COMMANDS
 
     doc = node.call("rpc.discover")
     names = {m["name"] for m in doc["methods"]}
-    assert {m.name for m in METHODS} <= names
+    assert {c.name for c in COMMANDS} <= names
     sub = next(m for m in doc["methods"] if m["name"] == "subscriptions.add")
     assert [p["name"] for p in sub["params"]] == ["did", "alias"]
 
@@ -163,6 +163,48 @@ def test_cli_talks_to_the_daemon_and_the_home_is_locked(node: NodeProcess) -> No
     with pytest.raises(RpcCallError) as e:
         call_sync(node.url, "f" * 64, "node.status", None, 5)
     assert e.value.code == -32010
+
+
+def test_cli_ingests_linked_objects_through_the_daemon(node: NodeProcess, tmp_path: Path) -> None:
+    """--link-column / --object reach the daemon's dataset.ingest (they once forced the offline
+    path, which the daemon's lock then refused)."""
+    from coordinator.multiformats import Multihash
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ODF_NODE_")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "node.cli", *args, "--home", str(node.home), "--json"],
+            check=False,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=120,
+        )
+
+    snap = tmp_path / "photos.yaml"
+    snap.write_text(
+        "kind: DatasetSnapshot\nversion: 1\ncontent:\n  name: photos\n  kind: Root\n"
+        "  metadata:\n    - kind: AddPushSource\n      sourceName: default\n"
+        "      read: {kind: NdJson, schema: ['name STRING', 'image STRING']}\n"
+        "      merge: {kind: Append}\n"
+    )
+    obj = tmp_path / "cat.jpg"
+    obj.write_bytes(b"\xff\xd8 not really a jpeg")
+    h = Multihash.sha3_256(obj.read_bytes()).to_multibase()
+    rows = tmp_path / "rows.ndjson"
+    rows.write_text(f'{{"name": "cat", "image": "{h}"}}\n')
+    assert cli("dataset", "create", str(snap)).returncode == 0
+    r = cli("dataset", "ingest", "photos", str(rows), "--link-column", "image")
+    assert r.returncode == 1 and h in r.stderr, r.stderr  # the object is missing: refused
+    r = cli(
+        "dataset", "ingest", "photos", str(rows), "--link-column", "image", "--object", str(obj)
+    )
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert result["linked_objects"] == {"num_objects_naive": 1, "size_naive": 20}
+    assert isinstance(result["publish_work_id"], int)  # the daemon ran it: it queues publication
 
 
 def test_sigterm_stops_cleanly_and_removes_the_cookie(tmp_path: Path) -> None:

@@ -100,17 +100,11 @@ def test_cli_publish_and_pull(
     tmp_path: Path,
     ipfs_pair: tuple[EmbeddedIpfs, EmbeddedIpfs],  # noqa: F811
 ) -> None:
-    import typer
-
-    from node.cli import dataset_pull
+    from node.cli import dataset_app as app  # dataset pull, dataset publish, ...
     from node.home import NodeHome
-    from node.transfer.cli import dataset_publish
 
     a, b = ipfs_pair
     asyncio.run(_connect(a, b))
-    app = typer.Typer()
-    app.command("pull")(dataset_pull)
-    app.command("publish")(dataset_publish)
     owner = NodeHome(tmp_path / "home-a")
     owner.init()
     probe = build_dataset(tmp_path / "probe", 3, 1000)

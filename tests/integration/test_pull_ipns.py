@@ -22,11 +22,10 @@ from typer.testing import CliRunner
 
 from coordinator.identity.dataset_id import DatasetId
 from coordinator.verify import verify_integrity
-from node.cli import dataset_pull
+from node.cli import dataset_app
 from node.home import NodeHome
 from node.ipfs.client import IpfsClient, IpfsError
 from node.ipfs.embedded import EmbeddedIpfs
-from node.transfer.cli import dataset_publish
 from node.transfer.errors import SourceUnavailable
 from node.transfer.publish import publish_dataset
 from node.transfer.pull import HeadComparison, PullOptions, pull_url
@@ -37,10 +36,7 @@ OPTS = PullOptions(attempts=2, backoff_s=0.05, durable=False)
 
 
 def _app() -> typer.Typer:
-    app = typer.Typer()
-    app.command("pull")(dataset_pull)
-    app.command("publish")(dataset_publish)
-    return app
+    return dataset_app  # dataset pull, dataset publish, ...
 
 
 def _owner(tmp: Path) -> NodeHome:

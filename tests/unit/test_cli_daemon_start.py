@@ -12,9 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-import typer
 
-from node.cli_daemon import daemon_endpoint
+from node.compose import DaemonUnreachable, daemon_endpoint
 from node.daemon.lock import HomeLock
 from node.rpc.cookie import write_cookie
 
@@ -52,5 +51,5 @@ def test_a_daemon_that_stops_while_starting_is_reported(tmp_path: Path) -> None:
     lock = HomeLock(tmp_path)
     lock.acquire_daemon()
     threading.Timer(0.3, lock.release).start()
-    with pytest.raises(typer.Exit):
+    with pytest.raises(DaemonUnreachable, match="did not open its RPC"):
         daemon_endpoint(tmp_path)

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DAEMON_MODULES = (
     "node.daemon.__main__",
     "node.daemon.daemon",
-    "node.daemon.api",
+    "node.commands.catalog",
     "node.daemon.rpc_api",
     "node.daemon.logs",
     "node.rpc.server",

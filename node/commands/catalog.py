@@ -1,0 +1,790 @@
+"""Every user-facing command of the node, declared once (see ``node/commands/spec.py``).
+
+Adding a command: write its use case in ``node/app`` (typed result in ``node/app/results.py``),
+then one :class:`~node.commands.spec.Command` here; ``docs/commands.md`` walks through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from coordinator.errors import OdfNodeError
+from node.app import Application
+from node.app.errors import InvalidArgument
+from node.app.results import (
+    AttestationRow,
+    CreatedDataset,
+    DatasetRow,
+    DisputeRow,
+    EquivocationRow,
+    EventRow,
+    IngestResult,
+    IpfsConnected,
+    LogEntry,
+    NodeStatus,
+    PeerConnected,
+    PeerRow,
+    PublishResult,
+    PullResult,
+    SubscriptionRow,
+    TransformResult,
+    Unsubscribed,
+    VerifyResult,
+    WorkRow,
+)
+from node.app.rows import WorkState
+from node.commands.spec import (
+    ARRAY,
+    BOOL,
+    INT,
+    LIMIT,
+    STR,
+    STRS,
+    Cli,
+    Command,
+    Context,
+    Output,
+    Param,
+    array_of,
+    object_of,
+)
+
+# ---- parameters used by several commands
+
+
+def _ref(help: str = "Dataset alias or did:odf.") -> Param:
+    return Param("ref", STR, True, help, Cli("argument"))
+
+
+def _did_filter() -> Param:
+    return Param("did", STR, False, "Only this dataset.", Cli("argument"))
+
+
+def _paths(values: list[Path] | None) -> list[str] | None:
+    """Input paths as absolute strings: the daemon resolves them in its own directory."""
+    return [str(Path(v).resolve()) for v in values] if values else None
+
+
+_ENGINE = (
+    Param(
+        "spark_master",
+        help="spark.master of the engine worker (local[N], spark://…; sc:// is refused).",
+        cli=Cli(default="local[*]", type=str),
+        role="offline",
+    ),
+    Param(
+        "engine_memory_limit",
+        help="Memory bound of the engine request, MiB (0 = none).",
+        cli=Cli(default=0, type=int),
+        role="offline",
+    ),
+)
+
+
+# ---- node
+
+
+async def _status(app: Application, ctx: Context) -> NodeStatus:
+    return await app.status()
+
+
+async def _config(app: Application, ctx: Context) -> dict[str, Any]:
+    return dict(app.info.config)
+
+
+async def _events(
+    app: Application, ctx: Context, after_id: int = 0, limit: int = 100, kind: str | None = None
+) -> list[EventRow]:
+    return await app.queries.events(after_id, limit, kind)
+
+
+async def _peers(app: Application, ctx: Context) -> list[PeerRow]:
+    return await app.queries.peers()
+
+
+async def _peers_connect(app: Application, ctx: Context, multiaddr: str) -> PeerConnected:
+    return PeerConnected(peer_id=await app.subscriptions.connect_peer(multiaddr))
+
+
+async def _ipfs_connect(app: Application, ctx: Context, multiaddr: str) -> IpfsConnected:
+    await app.subscriptions.connect_ipfs(multiaddr)
+    return IpfsConnected(connected=multiaddr)
+
+
+# ---- subscriptions
+
+
+async def _subscribe(
+    app: Application, ctx: Context, did: str, alias: str | None = None
+) -> SubscriptionRow:
+    return await app.subscriptions.subscribe(did, alias)
+
+
+async def _unsubscribe(app: Application, ctx: Context, did: str) -> Unsubscribed:
+    return await app.subscriptions.unsubscribe(did)
+
+
+async def _subscriptions(app: Application, ctx: Context) -> list[SubscriptionRow]:
+    return await app.subscriptions.subscriptions()
+
+
+# ---- datasets
+
+
+async def _dataset_list(app: Application, ctx: Context) -> list[DatasetRow]:
+    return await app.datasets.list()
+
+
+async def _dataset_create(
+    app: Application, ctx: Context, snapshot_yaml: str
+) -> list[CreatedDataset]:
+    return await app.datasets.create(snapshot_yaml)
+
+
+async def _dataset_ingest(
+    app: Application,
+    ctx: Context,
+    ref: str,
+    files: list[str],
+    source: str | None = None,
+    publish: bool = True,
+    link_columns: list[str] | None = None,
+    objects: list[str] | None = None,
+) -> IngestResult:
+    linked = None
+    if objects and not link_columns:
+        raise InvalidArgument("--object needs at least one --link-column")
+    if link_columns:
+        from coordinator.ingest.linked import LinkedObjects  # pyarrow: at the point of use
+
+        linked = LinkedObjects(tuple(link_columns), tuple(Path(o) for o in objects or ()))
+    return await app.datasets.ingest(
+        ref,
+        [Path(f) for f in files],
+        source=source,
+        linked=linked,
+        publish=publish,
+        progress=ctx.ingest_progress,
+    )
+
+
+async def _dataset_transform(
+    app: Application, ctx: Context, ref: str, publish: bool = True
+) -> TransformResult:
+    return await app.datasets.transform(ref, publish=publish)
+
+
+async def _dataset_verify(
+    app: Application, ctx: Context, ref: str, integrity: bool = False
+) -> VerifyResult:
+    listener = ctx.verify_listener
+    events = app.events
+    if listener is None and events is not None:
+        # On a daemon, progress goes to the event stream (``verify.progress``, ``manual``).
+        did = app.repo.resolve(ref).id.as_did_str()
+
+        def listener(phase: str, done: int, total: int) -> None:
+            events.publish_threadsafe(
+                "verify.progress",
+                {"did": did, "phase": phase, "done": done, "total": total, "manual": True},
+            )
+
+    return await app.datasets.verify(ref, integrity=integrity, listener=listener)
+
+
+async def _dataset_publish(
+    app: Application, ctx: Context, ref: str, ipns_key: str | None = None
+) -> PublishResult:
+    return await app.publish.publish(ref, ipns_key=ipns_key, now=not app.info.live)
+
+
+async def _dataset_pull(
+    app: Application, ctx: Context, url: str, alias: str | None = None, force: bool = False
+) -> PullResult:
+    return PullResult.from_summary(await app.datasets.pull(url, alias=alias, force=force))
+
+
+async def _dataset_log(
+    app: Application, ctx: Context, ref: str, limit: int | None = 50
+) -> list[LogEntry]:
+    return await app.datasets.log(ref, limit)
+
+
+async def _work(
+    app: Application, ctx: Context, state: WorkState | None = None, did: str | None = None
+) -> list[WorkRow]:
+    return await app.queries.work(state, did)
+
+
+async def _attestations(
+    app: Application,
+    ctx: Context,
+    did: str | None = None,
+    head: str | None = None,
+    limit: int = 100,
+) -> list[AttestationRow]:
+    return await app.queries.attestations(did, head, limit)
+
+
+async def _disputes(
+    app: Application, ctx: Context, did: str | None = None, limit: int = 100
+) -> list[DisputeRow]:
+    return await app.queries.disputes(did, limit)
+
+
+async def _equivocations(
+    app: Application, ctx: Context, did: str | None = None
+) -> list[EquivocationRow]:
+    return await app.queries.equivocations(did)
+
+
+# ---- the console's read models (RPC only: the console's pages call them)
+
+
+def _console(app: Application) -> Any:
+    if app.console is None:
+        raise InvalidArgument("the console queries are not available on this node")
+    return app.console
+
+
+async def _console_datasets(app: Application, ctx: Context) -> Any:
+    return await _console(app).datasets()
+
+
+async def _console_dataset(app: Application, ctx: Context, ref: str) -> Any:
+    return await _console(app).dataset(ref)
+
+
+async def _console_preview(app: Application, ctx: Context, ref: str, limit: int = 20) -> Any:
+    return await _console(app).preview(ref, limit)
+
+
+async def _console_disputes(
+    app: Application, ctx: Context, did: str | None = None, limit: int = 100
+) -> Any:
+    return await _console(app).disputes(did, limit)
+
+
+async def _console_peers(app: Application, ctx: Context) -> Any:
+    return await _console(app).peers()
+
+
+async def _console_events(app: Application, ctx: Context, limit: int = 50) -> Any:
+    return await _console(app).recent_events(limit)
+
+
+async def _console_charts(app: Application, ctx: Context) -> Any:
+    return await _console(app).charts()
+
+
+# ---- CLI-side preparation
+
+
+def _read_snapshot(path: Path) -> str:
+    """The snapshot file's text (bounded; ``-``: standard input); a FIFO is never waited on."""
+    from coordinator.metadata.yaml_serde import MAX_YAML_SIZE, yaml_text
+    from node.app.datasets import read_snapshot_file
+
+    data = read_snapshot_file(Path(path), MAX_YAML_SIZE)
+    try:
+        return yaml_text(data)
+    except OdfNodeError as e:
+        raise InvalidArgument(f"{path}: {e}") from None
+
+
+def _prepare_ingest(values: dict[str, Any]) -> dict[str, Any]:
+    from node.app.datasets import check_input_files
+
+    if values.get("objects") and not values.get("link_columns"):
+        raise InvalidArgument("--object needs at least one --link-column")
+    check_input_files([Path(f) for f in [*values["files"], *(values.get("objects") or [])]])
+    return values
+
+
+def _prepare_publish(values: dict[str, Any]) -> dict[str, Any]:
+    if values.pop("ipns", False) and values.get("ipns_key") is None:
+        values["ipns_key"] = "self"
+    return values
+
+
+# ---- renderings
+
+
+def _render_created(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    for c in value:
+        out.print(f"created [bold]{c['alias']}[/] {c['id']}")
+
+
+def _render_ingest(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    if value["up_to_date"]:
+        out.print("dataset is up to date: nothing to commit")
+    else:
+        out.print(
+            f"committed {len(value['new_blocks'])} block(s), {value['records']} record(s); "
+            f"head {value['new_head']}"
+        )
+
+
+def _render_list(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    rows = []
+    for r in value:
+        if r.get("error"):
+            rows.append([r["alias"], "[red]damaged[/]", "", "", r["error"][:40], r["id"]])
+        else:
+            head = r["head"][-8:] if r["head"] else "-"
+            rows.append([r["alias"], r["kind"], str(r["blocks"]), str(r["records"]), head, r["id"]])
+    out.table(["alias", "kind", "blocks", "records", "head", "id"], rows)
+
+
+def _render_log(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    from coordinator.metadata.yaml_serde import KIND_METADATA_BLOCK, write_manifest
+
+    fmt = opts.get("output_format", "table")
+    if fmt == "yaml":
+        for e in value:
+            out.raw(f"# Block: {e['hash']}\n{write_manifest(KIND_METADATA_BLOCK, 2, e['block'])}")
+    elif fmt == "table":
+        out.table(
+            ["seq", "hash", "system time", "event"],
+            [
+                [
+                    str(e["block"]["sequenceNumber"]),
+                    _short(e["hash"]),
+                    str(e["block"]["systemTime"]),
+                    str(e["block"]["event"]["kind"]),
+                ]
+                for e in value
+            ],
+        )
+
+
+def _short(multihash: str) -> str:
+    from coordinator.multiformats import Multihash
+
+    return Multihash.from_multibase(multihash).short()
+
+
+def _check_log_format(values: dict[str, Any]) -> dict[str, Any]:
+    fmt = values.get("output_format", "table")
+    if fmt not in ("yaml", "json", "table"):
+        raise InvalidArgument(f"unknown output format {fmt!r} (yaml, json, table)")
+    return values
+
+
+def _render_transform(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    if value["up_to_date"]:
+        out.print("Up to date")
+    else:
+        out.print(f"Committed {len(value['new_blocks'])} block(s), head {value['new_head']}")
+
+
+def _render_verify(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    for p in value["problems"]:
+        out.error(f"[red]✗[/] {p}")
+    replay = value["replay"]
+    if replay is not None and replay["mismatch"] is not None:
+        mm = replay["mismatch"]
+        out.error(
+            f"[red]✗[/] at block {mm['block_hash']} (#{mm['sequence_number']}): "
+            + "; ".join(mm["differences"])
+        )
+    elif replay is not None and replay["error"]:
+        out.error(f"[red]✗[/] replay error: {replay['error']}")
+    verdict = "[green]OK[/]" if value["ok"] else "[red]FAILED[/]"
+    replayed = (
+        f", {replay['blocks_replayed']}/{replay['blocks_total']} transforms replayed"
+        f" ({replay['verdict']})"
+        if replay is not None
+        else ""
+    )
+    out.print(
+        f"{verdict}: {value['blocks_checked']} blocks, {value['data_files_checked']} data "
+        f"files, {value['checkpoints_checked']} checkpoints checked{replayed}"
+    )
+
+
+def _render_pull(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    if value["comparison"] == "equal":
+        out.print(f"{value['alias']}: up to date")
+    elif value["comparison"] == "local-ahead":
+        out.print(f"{value['alias']}: local copy is ahead of the source; nothing pulled")
+    else:
+        verb = "created" if value["created"] else ("replaced" if value["forced"] else "updated")
+        out.print(
+            f"{value['alias']}: {verb}, {value['new_blocks']} new block(s), "
+            f"{value['objects_downloaded']} object(s) downloaded; head {value['new_head']}"
+        )
+
+
+def _render_publish(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    if value["cid"] is not None:
+        out.print(value["url"] + (f"  (ipns://{value['ipns']})" if value["ipns"] else ""))
+    else:
+        out.print(
+            f"{value['alias']}: publication queued as work item {value['work_id']} "
+            f"(head {value['head']})"
+        )
+
+
+_NEEDS_IPFS = (
+    "publishing without a daemon needs a reachable IPFS RPC API; "
+    "tests/integration/test_ipfs_pull.py publishes and pulls through one"
+)
+_NEEDS_PEER = "needs the daemon (dials a peer): offline it fails naming `odf-node run`"
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "node.status",
+        "Identity, uptime, addresses, counts and queue depths.",
+        _status,
+        cli=("status",),
+        doc="Without a daemon: what the home stores, the live fields null.",
+        result=object_of(NodeStatus),
+    ),
+    Command("node.config", "The effective configuration.", _config),
+    Command(
+        "node.events",
+        "The event log, oldest first.",
+        _events,
+        (
+            Param("after_id", INT, False, "Only events after this id.", Cli(flags=("--after",))),
+            Param("limit", LIMIT, False, "At most this many events.", Cli(type=int, default=100)),
+            Param(
+                "kind", STR, False, "Only events of this kind (e.g. head.repaired).", Cli(type=str)
+            ),
+        ),
+        cli=("events",),
+        result=array_of(EventRow),
+        columns=("id", "kind", "did", "data"),
+    ),
+    Command(
+        "peers.list",
+        "Gossip peers the node knows, with scores.",
+        _peers,
+        cli=("peers",),
+        result=array_of(PeerRow),
+        columns=("peer_id", "connected", "score", "last_seen_ns"),
+    ),
+    Command(
+        "peers.connect",
+        "Dial a gossip peer (or, with --ipfs, connect the node's IPFS to another).",
+        _peers_connect,
+        (Param("multiaddr", STR, True, "/ip4/…/tcp/…/p2p/<peer id>", Cli("argument")),),
+        cli=("connect",),
+        daemon_only=True,
+        alternate=("--ipfs", "Connect the IPFS node.", "ipfs.connect"),
+        parity=_NEEDS_PEER,
+        result=object_of(PeerConnected),
+    ),
+    Command(
+        "ipfs.connect",
+        "Swarm-connect the node's IPFS.",
+        _ipfs_connect,
+        (Param("multiaddr", STR, True),),
+        daemon_only=True,
+        result=object_of(IpfsConnected),
+    ),
+    Command(
+        "subscriptions.add",
+        "Follow a remote dataset: pull, verify, republish and attest each new head.",
+        _subscribe,
+        (
+            Param("did", STR, True, "did:odf:… of the dataset to follow.", Cli("argument")),
+            Param("alias", STR, False, "Local name.", Cli(type=str)),
+        ),
+        cli=("subscribe",),
+        write=True,
+        result=object_of(SubscriptionRow),
+    ),
+    Command(
+        "subscriptions.remove",
+        "Stop following a dataset (its local copy is kept).",
+        _unsubscribe,
+        (Param("did", STR, True, "did:odf:… to stop following.", Cli("argument")),),
+        cli=("unsubscribe",),
+        write=True,
+        result=object_of(Unsubscribed),
+    ),
+    Command(
+        "subscriptions.list",
+        "Followed datasets, their accepted heads and verification outcomes.",
+        _subscriptions,
+        cli=("subscriptions",),
+        result=array_of(SubscriptionRow),
+    ),
+    Command(
+        "dataset.list",
+        "List datasets with their head, kind and number of blocks.",
+        _dataset_list,
+        cli=("dataset", "list"),
+        result=array_of(DatasetRow),
+        render=_render_list,
+    ),
+    Command(
+        "dataset.create",
+        "Create datasets from a DatasetSnapshot YAML file (kamu's format): all or none.",
+        _dataset_create,
+        (
+            Param(
+                "snapshot_yaml",
+                STR,
+                True,
+                "DatasetSnapshot YAML file (may hold several); - for standard input.",
+                Cli("argument", type=Path, to_wire=_read_snapshot, metavar="SNAPSHOT"),
+            ),
+        ),
+        cli=("dataset", "create"),
+        result=array_of(CreatedDataset),
+        render=_render_created,
+        write=True,
+    ),
+    Command(
+        "dataset.ingest",
+        "Push files into a root dataset through its push source (one AddData per file).",
+        _dataset_ingest,
+        (
+            Param("ref", STR, True, "Root dataset alias or did:odf.", Cli("argument")),
+            Param(
+                "files",
+                STRS,
+                True,
+                "Input files (CSV, NDJSON, JSON, Parquet).",
+                Cli("argument", type=list[Path], to_wire=_paths),
+            ),
+            Param("source", STR, False, "Push source name (if several).", Cli(type=str)),
+            Param("publish", BOOL, False, "Publish and announce an owned dataset afterwards."),
+            Param(
+                "link_columns",
+                STRS,
+                False,
+                "A String column whose values are multihashes of linked objects (RFC-017).",
+                Cli(flags=("--link-column",), type=list[str]),
+            ),
+            Param(
+                "objects",
+                STRS,
+                False,
+                "A linked object file to store under data/<multihash> (RFC-017).",
+                Cli(flags=("--object",), type=list[Path], to_wire=_paths),
+            ),
+        ),
+        cli=("dataset", "ingest"),
+        doc="With --link-column, every non-null value of those columns must name an object "
+        "supplied with --object (or stored earlier); the ingest is refused otherwise.",
+        render=_render_ingest,
+        write=True,
+        progress="bytes",
+        prepare=_prepare_ingest,
+        result=object_of(IngestResult),
+    ),
+    Command(
+        "dataset.transform",
+        "Run the next transform step of a derivative dataset on its engine.",
+        _dataset_transform,
+        (
+            Param("ref", STR, True, "Derivative dataset alias or did:odf.", Cli("argument")),
+            Param("publish", BOOL, False, "Publish and announce an owned dataset afterwards."),
+            *_ENGINE,
+        ),
+        cli=("dataset", "transform"),
+        doc="Spark or DataFusion, as the dataset's transform names.",
+        render=_render_transform,
+        write=True,
+        result=object_of(TransformResult),
+    ),
+    Command(
+        "dataset.verify",
+        "Check integrity (hashes, chain rules, data files); for derivatives also replay.",
+        _dataset_verify,
+        (
+            _ref(),
+            Param("integrity", BOOL, False, "Check hashes only (no transform replay).", Cli()),
+            *_ENGINE,
+        ),
+        cli=("dataset", "verify"),
+        doc="Exit status 2 when the dataset fails verification.",
+        render=_render_verify,
+        # The integrity report's counts sit at top level beside these (VerifyResult.to_json).
+        result={
+            "type": "object",
+            "required": ["id", "alias", "ok", "seconds", "replay", "problems"],
+        },
+        progress="phases",
+        exit_code=lambda value: 0 if value["ok"] else 2,
+    ),
+    Command(
+        "dataset.publish",
+        "Publish a dataset to IPFS and announce it.",
+        _dataset_publish,
+        (
+            _ref(),
+            Param(
+                "ipns_key",
+                STR,
+                False,
+                "Also publish IPNS under this key name.",
+                Cli(type=str),
+            ),
+            Param(
+                "ipns",
+                help="Also publish IPNS under the node's own key (self).",
+                cli=Cli(type=bool, default=False),
+                role="cli",
+            ),
+            Param(
+                "ipfs_api",
+                help="kubo-compatible RPC API, e.g. http://127.0.0.1:5001 (without a daemon).",
+                cli=Cli(type=str, default="http://127.0.0.1:5001", envvar="ODF_NODE_IPFS_API"),
+                role="offline",
+            ),
+        ),
+        cli=("dataset", "publish"),
+        doc="With a daemon: queue the publication and a signed head announcement of an owned "
+        "dataset. Without one (or with an IPNS name): add it to IPFS as kamu does (without "
+        "info/), pin it and print the root CID.",
+        render=_render_publish,
+        prepare=_prepare_publish,
+        parity=_NEEDS_IPFS,
+        result=object_of(PublishResult),
+    ),
+    Command(
+        "dataset.pull",
+        "Pull a dataset, verifying every block, data part and checkpoint before committing.",
+        _dataset_pull,
+        (
+            Param(
+                "url",
+                STR,
+                True,
+                "ipfs://CID, ipfs://CID/path, ipns://…, http(s)://… or a path.",
+                Cli("argument"),
+            ),
+            Param(
+                "alias",
+                STR,
+                False,
+                "Local name (default: the URL's last segment).",
+                Cli(flags=("--as",), type=str),
+            ),
+            Param("force", BOOL, False, "Replace the local chain if it has diverged.", Cli()),
+            Param(
+                "ipfs_api",
+                help="IPFS RPC API URL (kubo; without a daemon).",
+                cli=Cli(type=str, envvar="ODF_IPFS_API"),
+                role="offline",
+            ),
+            Param(
+                "ipfs_gateway",
+                help="IPFS HTTP gateway URL (without a daemon).",
+                cli=Cli(type=str, envvar="ODF_IPFS_GATEWAY"),
+                role="offline",
+            ),
+        ),
+        cli=("dataset", "pull"),
+        render=_render_pull,
+        write=True,
+        result=object_of(PullResult),
+    ),
+    Command(
+        "dataset.log",
+        "Show a dataset's metadata blocks, newest first (like `kamu log`).",
+        _dataset_log,
+        (
+            _ref(),
+            Param("limit", LIMIT, False, "Show at most this many blocks.", Cli(type=int)),
+            Param(
+                "output_format",
+                help="yaml | json | table",
+                cli=Cli(flags=("--output-format", "-o"), type=str, default="table"),
+                role="cli",
+            ),
+        ),
+        cli=("dataset", "log"),
+        result=array_of(LogEntry),
+        render=_render_log,
+        prepare=_check_log_format,
+        in_process="a read of the repository, safe beside a daemon; without --limit it shows "
+        "the whole chain, more than one RPC reply carries (limit <= 1000)",
+    ),
+    Command(
+        "work.list",
+        "Pipeline work items (verify, publish, dispute) and their states.",
+        _work,
+        (
+            Param(
+                "state",
+                {"type": "string", "enum": ["pending", "claimed", "done", "failed"]},
+                False,
+                "pending, claimed, done, failed.",
+                Cli(type=str),
+            ),
+            Param("did", STR, False),
+        ),
+        cli=("work",),
+        result=array_of(WorkRow),
+        columns=("id", "kind", "did", "state", "attempts", "last_error"),
+    ),
+    Command(
+        "attestations.list",
+        "Attestations received and made (newest first).",
+        _attestations,
+        (_did_filter(), Param("head", STR, False), Param("limit", LIMIT, False)),
+        cli=("attestations",),
+        result=array_of(AttestationRow),
+        columns=("did", "head", "verdict", "signer", "own"),
+    ),
+    Command(
+        "disputes.list",
+        "Disputes received and made (newest first).",
+        _disputes,
+        (_did_filter(), Param("limit", LIMIT, False)),
+        cli=("disputes",),
+        result=array_of(DisputeRow),
+        columns=("did", "block", "kind", "signer", "own", "detail"),
+    ),
+    Command(
+        "equivocations.list",
+        "Equivocation proofs: a dataset's key signed two heads for one position.",
+        _equivocations,
+        (_did_filter(),),
+        cli=("equivocations",),
+        result=array_of(EquivocationRow),
+    ),
+    Command("console.datasets", "Stored and followed datasets.", _console_datasets, result=ARRAY),
+    Command(
+        "console.dataset", "One dataset in detail.", _console_dataset, (Param("ref", STR, True),)
+    ),
+    Command(
+        "console.preview",
+        "Last rows of the newest data slice.",
+        _console_preview,
+        (
+            Param("ref", STR, True),
+            Param("limit", {"type": "integer", "minimum": 1, "maximum": 100}, False),
+        ),
+    ),
+    Command(
+        "console.disputes",
+        "Disputes with their evidence.",
+        _console_disputes,
+        (Param("did", STR, False), Param("limit", LIMIT, False)),
+        result=ARRAY,
+    ),
+    Command("console.peers", "Peers, scores, graylist, penalties.", _console_peers),
+    Command(
+        "console.events",
+        "The newest events.",
+        _console_events,
+        (Param("limit", LIMIT, False),),
+        result=ARRAY,
+    ),
+    Command("console.charts", "Data of the console's charts.", _console_charts),
+)
+"""Every command, in the order ``rpc.discover`` and ``odf-node --help`` list them."""
+
+BY_NAME: dict[str, Command] = {c.name: c for c in COMMANDS}
+
+
+__all__ = ["BY_NAME", "COMMANDS"]
