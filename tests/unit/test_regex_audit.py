@@ -567,13 +567,13 @@ def _patterns_in(schema: Any) -> list[str]:
 
 def test_no_method_schema_has_a_pattern() -> None:
     """``validate`` would run a method's ``pattern`` on the client's string (see TRUSTED)."""
-    from node.daemon.api import METHODS
+    from node.commands.catalog import COMMANDS
 
     rpc = RpcServer(server.RpcRegistry(), token="t")
-    schemas: list[Any] = [p.schema for m in METHODS for p in m.params]
-    schemas += [m.result for m in METHODS]
+    schemas: list[Any] = [p.schema for c in COMMANDS for p in c.params]
+    schemas += [c.result for c in COMMANDS]
     schemas += [p.schema for spec in rpc._builtins for p in spec.params]
-    assert sum(1 for _ in METHODS) > 20
+    assert sum(1 for _ in COMMANDS) > 20
     assert _patterns_in(schemas) == []
 
 
