@@ -35,11 +35,12 @@ the previous state (like kamu's in-memory join).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, ParamSpec, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -294,6 +295,28 @@ def _check_merge(merge: m.MergeStrategy, new: pa.Schema) -> None:
             )
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _returns_memory(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Hand Arrow's freed memory back to the system when ``fn`` returns or raises.
+
+    Arrow's allocator (mimalloc) keeps freed pages for reuse, so a long-running daemon held
+    on to the peak of its largest ingest (615 MB after a 1 GiB file) until the next one.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            pa.default_memory_pool().release_unused()
+
+    return wrapper
+
+
+@_returns_memory
 def ingest(
     dataset: Dataset,
     files: Sequence[Path],

@@ -87,7 +87,7 @@ __all__ = [
 
 #: Data per batch: Arrow bytes for CSV (coalesced from 1 MiB blocks), input bytes for
 #: NDJSON / JSON chunks.
-DEFAULT_BLOCK_BYTES: Final = 8 << 20
+DEFAULT_BLOCK_BYTES: Final = 4 << 20
 _PARQUET_BATCH_ROWS: Final = 128 * 1024
 # Arrow's streaming CSV reader holds a few dozen blocks in flight (peak memory is ~35x the
 # block size), so it reads small blocks which are then coalesced to ``block_bytes``.
@@ -102,7 +102,7 @@ MAX_CSV_RECORD_BYTES: Final = 4 << 20
 #: Largest NDJSON line, or element of a JSON document's array (one record), that is read; a
 #: longer one is refused as soon as that many bytes are read without its end. Arrow's JSON
 #: parser takes several times the record's size (numbers are kept as text, then converted).
-MAX_JSON_RECORD_BYTES: Final = 16 << 20
+MAX_JSON_RECORD_BYTES: Final = 8 << 20
 # Records up to this size are decoded by Python's json to explain why Arrow refused a chunk.
 _PY_DIAGNOSE_BYTES: Final = 1 << 20
 _JSON_READ_BYTES: Final = 2 << 20
