@@ -144,7 +144,7 @@ def main() -> None:
     p.add_argument("--order", choices=("sorted", "shuffled"), default="sorted")
     p.add_argument("--merge", choices=("append", "ledger", "snapshot"), default="append")
     p.add_argument("--block-bytes", type=int, default=4 << 20)
-    p.add_argument("--run-bytes", type=int, default=64 << 20)
+    p.add_argument("--run-bytes", type=int, default=32 << 20)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--generate", type=Path, help=argparse.SUPPRESS)

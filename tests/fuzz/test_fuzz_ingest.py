@@ -9,10 +9,6 @@ memory that does not follow the input's size and time linear in its size and its
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -100,7 +96,6 @@ def test_json_like_input_is_records_or_a_typed_error(read: m.ReadStep, data: byt
 # faster than the input (a quadratic step would take 9x the time for 3x the input).
 
 _BENCH = Path(__file__).parents[1] / "bench" / "bench_ingest_hostile.py"
-_ROOT = Path(__file__).parents[2]
 _SMALL, _LARGE = 24 << 20, 72 << 20
 _MIB = 1 << 20
 
@@ -111,19 +106,6 @@ def _bench() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _ingest_in_child(spec: dict[str, Any]) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, str(_BENCH), "--child", json.dumps(spec)],
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(_ROOT)},
-        timeout=120,
-    )
-    report: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return report
 
 
 @pytest.mark.parametrize(
@@ -152,7 +134,7 @@ def test_huge_input_takes_bounded_memory_and_linear_time(case: str, tmp_path: Pa
             "input": str(path),
             "dataset": str(tmp_path / f"ds-{size}"),
         }
-        reports.append(_ingest_in_child(spec))
+        reports.append(bench.run_child(spec))
         path.unlink()
     small, large = reports
     for r in reports:
@@ -175,7 +157,7 @@ def test_wide_input_takes_time_linear_in_its_columns(tmp_path: Path) -> None:
             "input": str(path),
             "dataset": str(tmp_path / f"ds-{n}"),
         }
-        report = _ingest_in_child(spec)
+        report = bench.run_child(spec)
         assert report["outcome"] == "ok: 1 records", report
         assert report["peak_extra_mib"] <= 256, report
         seconds[n] = report["seconds"]
