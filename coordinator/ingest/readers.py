@@ -276,27 +276,37 @@ def _check_not_null(batch: pa.RecordBatch, schema: pa.Schema, row_base: int, pat
             )
 
 
-class _CountingFile(io.RawIOBase):
-    """A read-only file that reports how many bytes were consumed."""
+class _NativeInput:
+    """An input file as an Arrow native file, for Arrow's streaming CSV reader.
+
+    Arrow reads ahead on threads of its own. Given a Python file object, those threads call
+    into Python, and the blocks they read hold Python objects that they release later: an
+    Arrow thread taking the GIL while the interpreter exits is killed inside C++, which
+    aborted the process ("terminate called without an active exception") after an abandoned
+    read (an error, a re-read with larger blocks). A native file keeps Python out of them.
+    The file is checked and opened by :func:`_open_input`; Arrow opens the same file again
+    through ``/proc/self/fd`` (no race with a rename).
+    """
 
     def __init__(self, path: Path, on_bytes: ByteProgress | None) -> None:
         self._f: io.BufferedReader = _open_input(path)
         self._on_bytes = on_bytes
-        self.consumed = 0
+        try:
+            self.arrow = pa.OSFile(f"/proc/self/fd/{self._f.fileno()}", "rb")
+        except BaseException:
+            self._f.close()
+            raise
 
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        n = int(self._f.readinto(buffer))
-        self.consumed += n
+    def report(self) -> None:
+        """Report how far Arrow has read (its read-ahead included)."""
         if self._on_bytes is not None:
-            self._on_bytes(self.consumed)
-        return n
+            self._on_bytes(self.arrow.tell())
 
     def close(self) -> None:
-        self._f.close()
-        super().close()
+        try:
+            self.arrow.close()
+        finally:
+            self._f.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -404,11 +414,12 @@ class _CsvReader:
 
     def _open(
         self, all_text: bool, on_bytes: ByteProgress | None, arrow_block: int
-    ) -> tuple[Any, _CountingFile]:
-        f = _CountingFile(self.path, on_bytes)
+    ) -> tuple[Any, _NativeInput]:
+        f = _NativeInput(self.path, on_bytes)
         try:
             ro, po, co = self._options(all_text, arrow_block)
-            return pacsv.open_csv(f, read_options=ro, parse_options=po, convert_options=co), f
+            reader = pacsv.open_csv(f.arrow, read_options=ro, parse_options=po, convert_options=co)
+            return reader, f
         except BaseException:
             f.close()
             raise
@@ -468,6 +479,7 @@ class _CsvReader:
                     break
                 except pa.ArrowInvalid as e:
                     raise self._failure(e, parsed, arrow_block) from e
+                f.report()
                 start = parsed
                 parsed += batch.num_rows
                 if parsed <= skip:
