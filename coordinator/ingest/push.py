@@ -86,6 +86,7 @@ from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
 
 __all__ = [
+    "MAX_SNAPSHOT_BYTES",
     "PREPROCESS_UNSUPPORTED",
     "IngestProgress",
     "IngestResult",
@@ -234,6 +235,7 @@ def _merged_stream(
     new: pa.Schema,
     prior: Sequence[Path],
     vocab: Vocab,
+    snapshot_bytes: int = 0,
 ) -> tuple[Iterator[pa.Table], bool]:
     """The merge strategy applied to the batches: (merged tables, sort by event time?)."""
     op = vocab.operation_type_column
@@ -255,7 +257,17 @@ def _merged_stream(
     compare = list(merge.compare_columns) if merge.compare_columns is not None else None
 
     def snapshot() -> Iterator[pa.Table]:
-        tables = [_with_event_time(b, new) for b in batches]
+        tables = []
+        size = 0
+        for b in batches:
+            size += b.nbytes
+            if size > snapshot_bytes:
+                raise MergeError(
+                    f"a Snapshot merge holds the whole new snapshot in memory, and this one is "
+                    f"larger than {snapshot_bytes:,} bytes of Arrow data (the ingest's "
+                    "snapshot_bytes, default push.MAX_SNAPSHOT_BYTES)"
+                )
+            tables.append(_with_event_time(b, new))
         snap = pa.concat_tables(tables) if tables else new.empty_table()
         snap = snap.cast(new)
         state = None
@@ -295,6 +307,11 @@ def _check_merge(merge: m.MergeStrategy, new: pa.Schema) -> None:
             )
 
 
+#: Largest new snapshot (Arrow bytes of the file read) a Snapshot merge takes: the merge joins
+#: the whole snapshot with the previous state in memory (about five times the data at its
+#: peak), so a larger one is refused with a ``MergeError`` instead of growing without bound.
+MAX_SNAPSHOT_BYTES: Final = 40 << 20
+
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -329,6 +346,7 @@ def ingest(
     linked_objects: LinkedObjects | None = None,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     run_bytes: int = DEFAULT_RUN_BYTES,
+    snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
 ) -> IngestResult:
     """Push ``files`` into ``dataset`` through its push source; see the module docstring.
 
@@ -345,6 +363,7 @@ def ingest(
         linked_objects: ObjectLink columns and the object files supplied (RFC-017).
         block_bytes: input bytes per read batch.
         run_bytes: memory per sorted run if the event time needs an external sort.
+        snapshot_bytes: the largest new snapshot (Arrow bytes) a Snapshot merge takes.
 
     Raises:
         PushSourceNotFound, UnsupportedPreprocess, UnsupportedReadOption, InvalidDdlSchema,
@@ -410,7 +429,9 @@ def ingest(
                 batches = read_batches(
                     source.read, path, block_bytes=block_bytes, on_bytes=on_bytes
                 )
-                merged, by_event_time = _merged_stream(source.merge, batches, new, prior, vocab)
+                merged, by_event_time = _merged_stream(
+                    source.merge, batches, new, prior, vocab, snapshot_bytes
+                )
                 staged_tables = (
                     stage_batch(
                         t, staged, vocab, system_time=system_time, fallback_event_time=fallback
