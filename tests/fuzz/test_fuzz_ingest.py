@@ -92,11 +92,11 @@ def test_json_like_input_is_records_or_a_typed_error(read: m.ReadStep, data: byt
 # is ingested (the real ``ingest``, Append) at two sizes, each in a fresh child process that
 # reports its own peak RSS (``ru_maxrss``) over its RSS before the ingest. Comparing the two
 # sizes of one run keeps the assertions independent of the machine's speed: memory must not
-# follow the input (it fills its fixed buffers by about 24 MiB of input) and time must not grow
+# follow the input (it fills its fixed buffers by about 48 MiB of input) and time must not grow
 # faster than the input (a quadratic step would take 9x the time for 3x the input).
 
 _BENCH = Path(__file__).parents[1] / "bench" / "bench_ingest_hostile.py"
-_SMALL, _LARGE = 24 << 20, 72 << 20
+_SMALL, _LARGE = 48 << 20, 144 << 20
 _MIB = 1 << 20
 
 
