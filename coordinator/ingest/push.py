@@ -29,7 +29,8 @@ if another writer moved the head in between, the commit fails with
 
 Memory: Append reads, stages and writes batch by batch (an out-of-order event time falls back
 to an external sort); Ledger also holds the previous keys; Snapshot holds the new snapshot and
-the previous state (like kamu's in-memory join).
+the previous state (like kamu's in-memory join), so a new snapshot over ``snapshot_bytes``
+(:data:`MAX_SNAPSHOT_BYTES`) is refused. Limits and figures: ``docs/resource-budget.md``.
 """
 
 from __future__ import annotations
