@@ -286,7 +286,7 @@ def test_json_document_raw_control_character_in_a_string_is_refused(tmp_path: Pa
 
 def test_error_messages_quote_at_most_an_excerpt_of_the_input(tmp_path: Path) -> None:
     big = "9" * (2 << 20) + "x"
-    cases = [
+    cases: list[tuple[m.ReadStep, str, int]] = [
         (CSV, f"a,1\nb,{big}\n", 2),
         (m.ReadStepNdJson(schema=SCHEMA), f'{{"city": "a"}}\n{{"population": "{big}"}}\n', 2),
         (m.ReadStepJson(schema=SCHEMA), f'[{{"city": "a"}}, {{"population": "{big}"}}]', 2),
