@@ -15,7 +15,7 @@ DATAFUSION_VERSIONS := 51.0.0 41.0.0
 ENGINES := $(VENV)/engines
 DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.installed)
 
-.PHONY: browser bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-decode fuzz p2p-vectors clean
+.PHONY: browser bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-decode fuzz p2p-vectors clean
 
 setup: $(STAMP) $(DF_STAMPS)
 
@@ -84,6 +84,11 @@ bench-hash: setup
 
 bench-ingest: setup
 	$(BIN)/python tests/bench/bench_ingest.py
+
+# Hostile ingest inputs at 1 GiB (sparse, one line, one string, many rows), the column curve
+# (1,250 ... 20,000 columns) and dataset.ingest in a real daemon (loopback-only namespace).
+bench-ingest-hostile: setup
+	$(BIN)/python tests/bench/bench_ingest_hostile.py --daemon
 
 # Starts 20 real libp2p node processes; isolates itself in a loopback-only namespace.
 bench-gossip: setup

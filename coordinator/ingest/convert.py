@@ -23,12 +23,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = [
+    "MAX_SHOWN_CHARS",
     "RFC3339_PATTERN",
     "ConversionFailure",
     "cast_column",
+    "clip",
     "first_failure",
     "parse_dates",
     "parse_timestamps",
+    "shown",
 ]
 
 _NS: Final = pa.timestamp("ns")
@@ -42,6 +45,23 @@ RFC3339_PATTERN: Final = (
     r"(?:[Tt ](?P<time>\d{2}:\d{2}:\d{2}(?:\.\d+)?|\d{6}) *"
     r"(?P<tz>[Zz]|[+-](?:[01]\d|2[0-3])(?::?[0-5]\d)?)?)?$"
 )
+
+
+#: Longest excerpt of an input value (or of a message quoting one) that an error carries: a
+#: value may be megabytes long, and errors are logged and sent back over RPC.
+MAX_SHOWN_CHARS: Final = 200
+
+
+def clip(text: str) -> str:
+    """``text``, cut to :data:`MAX_SHOWN_CHARS` (saying how long it was)."""
+    if len(text) <= MAX_SHOWN_CHARS:
+        return text
+    return f"{text[:MAX_SHOWN_CHARS]}... ({len(text):,} characters)"
+
+
+def shown(value: object) -> str:
+    """The ``repr`` of an input value for an error message, clipped (:func:`clip`)."""
+    return clip(repr(value))
 
 
 class ConversionFailure(Exception):
@@ -98,7 +118,7 @@ def cast_column(arr: pa.Array, target: pa.DataType) -> pa.Array:
             raise ConversionFailure(0, None, message) from e
         value = arr[index].as_py()
         raise ConversionFailure(
-            index, value, f"cannot convert {value!r} to {target}: {message}"
+            index, value, f"cannot convert {shown(value)} to {target}: {clip(message)}"
         ) from e
 
 
@@ -142,7 +162,7 @@ def parse_timestamps(arr: pa.Array, fmt: str | None = None) -> pa.Array:
         if index is not None:
             value = arr[index].as_py()
             raise ConversionFailure(
-                index, value, f"cannot parse {value!r} as a timestamp with format {fmt!r}"
+                index, value, f"cannot parse {shown(value)} as a timestamp with format {fmt!r}"
             )
         if ns.type.tz is None:
             ns = pc.assume_timezone(ns, "UTC")
@@ -151,7 +171,9 @@ def parse_timestamps(arr: pa.Array, fmt: str | None = None) -> pa.Array:
     if not pc.all(matches, min_count=0).as_py():  # nulls are skipped
         index = int(np.flatnonzero(pc.fill_null(pc.invert(matches), False).to_numpy(False))[0])
         value = arr[index].as_py()
-        raise ConversionFailure(index, value, f"cannot parse {value!r} as an RFC 3339 timestamp")
+        raise ConversionFailure(
+            index, value, f"cannot parse {shown(value)} as an RFC 3339 timestamp"
+        )
     # Fast paths: Arrow's ISO 8601 cast when every value has a zone, or none has one.
     for target in (_NS_UTC, _NS):
         try:
@@ -188,7 +210,7 @@ def _parse_mixed(arr: pa.Array) -> pa.Array:
         index = 0 if index is None else index
         value = arr[index].as_py()
         raise ConversionFailure(
-            index, value, f"{value!r} is not a valid timestamp (or is out of range)"
+            index, value, f"{shown(value)} is not a valid timestamp (or is out of range)"
         ) from None
     offset = _offset_ns(pc.struct_field(parts, "tz"))
     epoch_ns = pc.subtract(pc.cast(naive, pa.int64()), offset)
@@ -218,7 +240,7 @@ def parse_dates(arr: pa.Array, fmt: str | None = None) -> pa.Array:
         if index is not None:
             value = arr[index].as_py()
             raise ConversionFailure(
-                index, value, f"cannot parse {value!r} as a date with format {fmt!r}"
+                index, value, f"cannot parse {shown(value)} as a date with format {fmt!r}"
             )
         return pc.cast(ts, pa.date32())
     return cast_column(arr, pa.date32())

@@ -87,7 +87,8 @@ def check_primary_key(schema: pa.Schema, primary_key: Sequence[str], what: str =
     """Raise :class:`MergeError` unless every primary-key column is in ``schema``."""
     if not primary_key:
         raise MergeError("the merge strategy's primary key is empty")
-    missing = [c for c in primary_key if c not in schema.names]
+    names = set(schema.names)
+    missing = [c for c in primary_key if c not in names]
     if missing:
         raise MergeError(
             f"primary key column(s) {', '.join(missing)} not found in the {what} "
@@ -326,7 +327,9 @@ def merge_snapshot(
     if prev_state is None:
         return prepend_op(new, Op.APPEND, op_column)
     check_primary_key(prev_state.schema, primary_key, "previous data")
-    missing = [c for c in new.column_names if c not in prev_state.column_names]
+    # Sets, built once: a list per test made wide inputs quadratic in the number of columns.
+    previous = set(prev_state.column_names)
+    missing = [c for c in new.column_names if c not in previous]
     if missing:
         raise MergeError(
             f"column(s) {', '.join(missing)} are not in the previous data (schema evolution is "
@@ -340,12 +343,14 @@ def merge_snapshot(
     o = old.take(li)  # null index -> null row
     n = new.take(ri)
     if compare_columns is not None:
-        unknown = [c for c in compare_columns if c not in new.column_names]
+        present = set(new.column_names)
+        unknown = [c for c in compare_columns if c not in present]
         if unknown:
             raise MergeError(f"compare column(s) {', '.join(unknown)} not found in the data")
         compared = list(compare_columns)
     else:
-        compared = [c for c in new.column_names if c not in primary_key]
+        keys = set(primary_key)
+        compared = [c for c in new.column_names if c not in keys]
     changed = pa.array(np.zeros(len(li), dtype=bool))
     for c in compared:
         d = distinct_from(o.column(c), n.column(c))

@@ -29,17 +29,19 @@ if another writer moved the head in between, the commit fails with
 
 Memory: Append reads, stages and writes batch by batch (an out-of-order event time falls back
 to an external sort); Ledger also holds the previous keys; Snapshot holds the new snapshot and
-the previous state (like kamu's in-memory join).
+the previous state (like kamu's in-memory join), so a new snapshot over ``snapshot_bytes``
+(:data:`MAX_SNAPSHOT_BYTES`) is refused. Limits and figures: ``docs/resource-budget.md``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, ParamSpec, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -85,6 +87,7 @@ from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
 
 __all__ = [
+    "MAX_SNAPSHOT_BYTES",
     "PREPROCESS_UNSUPPORTED",
     "IngestProgress",
     "IngestResult",
@@ -209,8 +212,11 @@ def _existing_schema(dataset: Dataset, info: PushSourceInfo) -> pa.Schema | None
 
 def _with_event_time(batch: pa.RecordBatch | pa.Table, new: pa.Schema) -> pa.Table:
     table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+    # A set, built once: ``column_names`` is a new list on every call, and testing it for
+    # every field made wide inputs quadratic (5,000 columns: 7 s).
+    present = set(table.column_names)
     for f in new:
-        if f.name not in table.column_names:
+        if f.name not in present:
             table = table.append_column(f, pa.nulls(table.num_rows, f.type))
     return table
 
@@ -230,6 +236,7 @@ def _merged_stream(
     new: pa.Schema,
     prior: Sequence[Path],
     vocab: Vocab,
+    snapshot_bytes: int = 0,
 ) -> tuple[Iterator[pa.Table], bool]:
     """The merge strategy applied to the batches: (merged tables, sort by event time?)."""
     op = vocab.operation_type_column
@@ -251,7 +258,17 @@ def _merged_stream(
     compare = list(merge.compare_columns) if merge.compare_columns is not None else None
 
     def snapshot() -> Iterator[pa.Table]:
-        tables = [_with_event_time(b, new) for b in batches]
+        tables = []
+        size = 0
+        for b in batches:
+            size += b.nbytes
+            if size > snapshot_bytes:
+                raise MergeError(
+                    f"a Snapshot merge holds the whole new snapshot in memory, and this one is "
+                    f"larger than {snapshot_bytes:,} bytes of Arrow data (the ingest's "
+                    "snapshot_bytes, default push.MAX_SNAPSHOT_BYTES)"
+                )
+            tables.append(_with_event_time(b, new))
         snap = pa.concat_tables(tables) if tables else new.empty_table()
         snap = snap.cast(new)
         state = None
@@ -283,13 +300,41 @@ def _check_merge(merge: m.MergeStrategy, new: pa.Schema) -> None:
     if isinstance(merge, m.MergeStrategyLedger | m.MergeStrategySnapshot):
         mg.check_primary_key(new, merge.primary_key)
     if isinstance(merge, m.MergeStrategySnapshot) and merge.compare_columns is not None:
-        missing = [c for c in merge.compare_columns if c not in new.names]
+        names = set(new.names)
+        missing = [c for c in merge.compare_columns if c not in names]
         if missing or not merge.compare_columns:
             raise MergeError(
                 f"compare column(s) {', '.join(missing) or '(none)'} not found in the data"
             )
 
 
+#: Largest new snapshot (Arrow bytes of the file read) a Snapshot merge takes: the merge joins
+#: the whole snapshot with the previous state in memory (about five times the data at its
+#: peak), so a larger one is refused with a ``MergeError`` instead of growing without bound.
+MAX_SNAPSHOT_BYTES: Final = 40 << 20
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _returns_memory(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Hand Arrow's freed memory back to the system when ``fn`` returns or raises.
+
+    Arrow's allocator (mimalloc) keeps freed pages for reuse, so a long-running daemon held
+    on to the peak of its largest ingest (615 MB after a 1 GiB file) until the next one.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            pa.default_memory_pool().release_unused()
+
+    return wrapper
+
+
+@_returns_memory
 def ingest(
     dataset: Dataset,
     files: Sequence[Path],
@@ -302,6 +347,7 @@ def ingest(
     linked_objects: LinkedObjects | None = None,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     run_bytes: int = DEFAULT_RUN_BYTES,
+    snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
 ) -> IngestResult:
     """Push ``files`` into ``dataset`` through its push source; see the module docstring.
 
@@ -318,6 +364,7 @@ def ingest(
         linked_objects: ObjectLink columns and the object files supplied (RFC-017).
         block_bytes: input bytes per read batch.
         run_bytes: memory per sorted run if the event time needs an external sort.
+        snapshot_bytes: the largest new snapshot (Arrow bytes) a Snapshot merge takes.
 
     Raises:
         PushSourceNotFound, UnsupportedPreprocess, UnsupportedReadOption, InvalidDdlSchema,
@@ -383,7 +430,9 @@ def ingest(
                 batches = read_batches(
                     source.read, path, block_bytes=block_bytes, on_bytes=on_bytes
                 )
-                merged, by_event_time = _merged_stream(source.merge, batches, new, prior, vocab)
+                merged, by_event_time = _merged_stream(
+                    source.merge, batches, new, prior, vocab, snapshot_bytes
+                )
                 staged_tables = (
                     stage_batch(
                         t, staged, vocab, system_time=system_time, fallback_event_time=fallback

@@ -18,7 +18,8 @@ Semantics follow kamu-cli v0.153 (``kamu-ingest-datafusion`` readers, arrow-rs p
 * **NDJSON**: one object per line, fields matched by name, unknown fields ignored, missing
   fields null, blank lines skipped.
 * **JSON**: a document whose root (or the value at the dot-separated ``subPath``) is an array
-  of objects; elements are streamed out of the document, never loading it whole.
+  of objects; elements are streamed out of the document as NDJSON text, never loading it
+  whole (see :class:`_JsonArrayScanner`).
 * **Parquet**: columns matched by name and cast to the declared types.
 
 A value that does not fit its column raises :class:`~coordinator.errors.BadInputData`
@@ -32,9 +33,14 @@ without bound (limits: ``docs/resource-budget.md``):
   on the opened descriptor (opened non-blocking, so opening a FIFO cannot wait for a writer);
 * a CSV record may be up to :data:`MAX_CSV_RECORD_BYTES`: Arrow cannot split a record across
   its parse blocks, so a file with a record larger than a block is re-read with larger blocks;
-* JSON values are decoded by Python's ``json`` where the node inspects them itself (the
-  elements of a JSON document, and the records of a failing NDJSON chunk): values nested
-  deeper than the interpreter's recursion limit (about 1,000 levels) are refused;
+* an NDJSON line or an element of a JSON document's array may be up to
+  :data:`MAX_JSON_RECORD_BYTES`; a longer one is refused once that many bytes are read, so a
+  file without a newline (or a gigantic string) is never held whole; JSON text is parsed by
+  Arrow in pieces of about 2 MiB (Arrow takes about ten times the text);
+* JSON records are parsed by Arrow (iteratively, no nesting limit); Python's ``json`` only
+  decodes the records of a failing chunk up to 1 MiB, to explain the failure (a value nested
+  deeper than the interpreter's recursion limit, about 1,000 levels, is then blamed), and the
+  keys on the way to a JSON document's ``subPath``;
 * text must be UTF-8, including at the very end of the file (a truncated sequence).
 """
 
@@ -59,13 +65,21 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from coordinator.errors import BadInputData, UnsupportedReadOption
-from coordinator.ingest.convert import ConversionFailure, cast_column, parse_dates, parse_timestamps
+from coordinator.ingest.convert import (
+    ConversionFailure,
+    cast_column,
+    clip,
+    parse_dates,
+    parse_timestamps,
+    shown,
+)
 from coordinator.ingest.ddl import normalize_schema, parse_ddl
 from coordinator.metadata import model as m
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
     "MAX_CSV_RECORD_BYTES",
+    "MAX_JSON_RECORD_BYTES",
     "ByteProgress",
     "read_batches",
     "read_schema",
@@ -73,17 +87,28 @@ __all__ = [
 
 #: Data per batch: Arrow bytes for CSV (coalesced from 1 MiB blocks), input bytes for
 #: NDJSON / JSON chunks.
-DEFAULT_BLOCK_BYTES: Final = 8 << 20
+DEFAULT_BLOCK_BYTES: Final = 4 << 20
 _PARQUET_BATCH_ROWS: Final = 128 * 1024
 # Arrow's streaming CSV reader holds a few dozen blocks in flight (peak memory is ~35x the
 # block size), so it reads small blocks which are then coalesced to ``block_bytes``.
 _CSV_ARROW_BLOCK: Final = 1 << 20
 #: Largest CSV record (one row, all of its fields, in bytes) that is always ingested. Arrow
 #: reads a record spanning two parse blocks but not three, so a record that does not fit makes
-#: the file be re-read with blocks 4x larger, up to this size (Arrow's peak memory is a few
-#: times the block: about 300 MiB at 64 MiB); a record Arrow still cannot read is refused.
-MAX_CSV_RECORD_BYTES: Final = 64 << 20
-_JSON_READ_CHARS: Final = 8 << 20
+#: the file be re-read with blocks 4x larger, up to this size; a record Arrow still cannot read
+#: is refused. Arrow reads up to 32 blocks ahead of the parser whatever the input, so its peak
+#: memory is about 35x the block: 4 MiB blocks keep it near 150 MiB (64 MiB blocks took
+#: 2.2 GB on a 1 GiB file without a newline).
+MAX_CSV_RECORD_BYTES: Final = 4 << 20
+#: Largest NDJSON line, or element of a JSON document's array (one record), that is read; a
+#: longer one is refused as soon as that many bytes are read without its end. Arrow's JSON
+#: parser takes several times the record's size (numbers are kept as text, then converted).
+MAX_JSON_RECORD_BYTES: Final = 8 << 20
+# Records up to this size are decoded by Python's json to explain why Arrow refused a chunk.
+_PY_DIAGNOSE_BYTES: Final = 1 << 20
+_JSON_READ_BYTES: Final = 2 << 20
+# Input text per Arrow JSON parse: Arrow takes about ten times the text of small records
+# (58 MiB for 8 MiB of ``{"city":"a"}`` lines), so JSON is parsed in smaller pieces than CSV.
+_JSON_CHUNK_BYTES: Final = 2 << 20
 _TOO_DEEP: Final = (
     "JSON value nested too deeply (more than the interpreter's recursion limit, ~1,000 levels)"
 )
@@ -177,11 +202,16 @@ def read_batches(
         return _CsvReader(read, path, schema, block_bytes, on_bytes).batches()
     if isinstance(read, m.ReadStepNdJson):
         return _ndjson_batches(
-            _ndjson_chunks(path, block_bytes, on_bytes), schema, _Formats.of(read), str(path)
+            _ndjson_chunks(path, min(block_bytes, _JSON_CHUNK_BYTES), on_bytes),
+            schema,
+            _Formats.of(read),
+            str(path),
         )
     if isinstance(read, m.ReadStepJson):
         return _ndjson_batches(
-            _json_document_chunks(path, read.sub_path, block_bytes, on_bytes),
+            _json_document_chunks(
+                path, read.sub_path, min(block_bytes, _JSON_CHUNK_BYTES), on_bytes
+            ),
             schema,
             _Formats.of(read),
             str(path),
@@ -246,27 +276,37 @@ def _check_not_null(batch: pa.RecordBatch, schema: pa.Schema, row_base: int, pat
             )
 
 
-class _CountingFile(io.RawIOBase):
-    """A read-only file that reports how many bytes were consumed."""
+class _NativeInput:
+    """An input file as an Arrow native file, for Arrow's streaming CSV reader.
+
+    Arrow reads ahead on threads of its own. Given a Python file object, those threads call
+    into Python, and the blocks they read hold Python objects that they release later: an
+    Arrow thread taking the GIL while the interpreter exits is killed inside C++, which
+    aborted the process ("terminate called without an active exception") after an abandoned
+    read (an error, a re-read with larger blocks). A native file keeps Python out of them.
+    The file is checked and opened by :func:`_open_input`; Arrow opens the same file again
+    through ``/proc/self/fd`` (no race with a rename).
+    """
 
     def __init__(self, path: Path, on_bytes: ByteProgress | None) -> None:
         self._f: io.BufferedReader = _open_input(path)
         self._on_bytes = on_bytes
-        self.consumed = 0
+        try:
+            self.arrow = pa.OSFile(f"/proc/self/fd/{self._f.fileno()}", "rb")
+        except BaseException:
+            self._f.close()
+            raise
 
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        n = int(self._f.readinto(buffer))
-        self.consumed += n
+    def report(self) -> None:
+        """Report how far Arrow has read (its read-ahead included)."""
         if self._on_bytes is not None:
-            self._on_bytes(self.consumed)
-        return n
+            self._on_bytes(self.arrow.tell())
 
     def close(self) -> None:
-        self._f.close()
-        super().close()
+        try:
+            self.arrow.close()
+        finally:
+            self._f.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -302,7 +342,7 @@ def _check_booleans(text: pa.Array) -> None:
     if pc.any(bad).as_py():
         index = pc.index(bad, True).as_py()
         value = text[index].as_py()
-        raise ConversionFailure(index, value, f"cannot convert {value!r} to bool")
+        raise ConversionFailure(index, value, f"cannot convert {shown(value)} to bool")
 
 
 class _RecordTooLarge(Exception):
@@ -374,11 +414,12 @@ class _CsvReader:
 
     def _open(
         self, all_text: bool, on_bytes: ByteProgress | None, arrow_block: int
-    ) -> tuple[Any, _CountingFile]:
-        f = _CountingFile(self.path, on_bytes)
+    ) -> tuple[Any, _NativeInput]:
+        f = _NativeInput(self.path, on_bytes)
         try:
             ro, po, co = self._options(all_text, arrow_block)
-            return pacsv.open_csv(f, read_options=ro, parse_options=po, convert_options=co), f
+            reader = pacsv.open_csv(f.arrow, read_options=ro, parse_options=po, convert_options=co)
+            return reader, f
         except BaseException:
             f.close()
             raise
@@ -406,7 +447,7 @@ class _CsvReader:
                 if arrow_block >= MAX_CSV_RECORD_BYTES:
                     raise BadInputData(
                         f"a CSV record is larger than {MAX_CSV_RECORD_BYTES} bytes, "
-                        "the most a record may hold",
+                        "the most a record may hold (readers.MAX_CSV_RECORD_BYTES)",
                         path=str(self.path),
                         row=e.row,
                     ) from None
@@ -438,6 +479,7 @@ class _CsvReader:
                     break
                 except pa.ArrowInvalid as e:
                     raise self._failure(e, parsed, arrow_block) from e
+                f.report()
                 start = parsed
                 parsed += batch.num_rows
                 if parsed <= skip:
@@ -524,7 +566,7 @@ class _CsvReader:
                 rows += batch.num_rows
         finally:
             f.close()
-        return BadInputData(f"cannot read CSV: {error}", path=path, row=rows_ok + 1)
+        return BadInputData(f"cannot read CSV: {clip(str(error))}", path=path, row=rows_ok + 1)
 
     def _diagnose_structure(self, error: pa.ArrowInvalid) -> BadInputData:
         """Find a record with the wrong number of fields using Python's csv module."""
@@ -534,11 +576,24 @@ class _CsvReader:
         # must be diagnosed (the limit is process-wide, so it is only ever raised).
         if pycsv.field_size_limit() < MAX_CSV_RECORD_BYTES:
             pycsv.field_size_limit(MAX_CSV_RECORD_BYTES)
+        fed = 0  # characters handed to the csv module since its last record
+
+        def bounded_lines(f: io.TextIOWrapper) -> Iterator[str]:
+            # The csv module reads whole lines, and a record may span lines: both are cut off
+            # at the record limit, so a file with no newline is never read whole.
+            nonlocal fed
+            while line := f.readline(MAX_CSV_RECORD_BYTES + 1):
+                fed += len(line)
+                if fed > MAX_CSV_RECORD_BYTES:
+                    raise _RecordTooLarge(record + 1)
+                yield line
+
+        record = 0
         with io.TextIOWrapper(
             _open_input(self.path), newline="", encoding="utf-8", errors="replace"
         ) as f:
             reader = pycsv.reader(
-                f,
+                bounded_lines(f),
                 delimiter=self.delimiter or ",",
                 quotechar=self.quote,
                 escapechar=self.escape,
@@ -546,11 +601,12 @@ class _CsvReader:
                 quoting=pycsv.QUOTE_MINIMAL if self.quote else pycsv.QUOTE_NONE,
                 strict=False,
             )
-            record = 0
             try:
                 if self.header:
                     next(reader, None)
+                    fed = 0
                 for fields in reader:
+                    fed = 0
                     if not fields:
                         continue
                     record += 1
@@ -563,8 +619,15 @@ class _CsvReader:
                             line=reader.line_num,
                         )
             except pycsv.Error as e:  # e.g. a field over the limit set above
-                return BadInputData(f"cannot read CSV: {e}", path=path, row=record + 1)
-        return BadInputData(f"cannot read CSV: {error}", path=path)
+                return BadInputData(f"cannot read CSV: {clip(str(e))}", path=path, row=record + 1)
+            except _RecordTooLarge as e:
+                return BadInputData(
+                    f"a CSV record is larger than {MAX_CSV_RECORD_BYTES} bytes, the most a "
+                    "record may hold (readers.MAX_CSV_RECORD_BYTES)",
+                    path=path,
+                    row=e.row,
+                )
+        return BadInputData(f"cannot read CSV: {clip(str(error))}", path=path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -574,67 +637,115 @@ class _CsvReader:
 
 @dataclass(frozen=True, slots=True)
 class _JsonChunk:
-    """NDJSON text: ``first_record`` is the 1-based number of its first record;
-    ``first_line`` the file line of its first line (None for JSON documents)."""
+    """NDJSON text (whole lines): ``first_line`` is the file line of its first line (None for
+    the elements of a JSON document, one per line). Record numbers are counted by the caller
+    from the rows Arrow parses (it skips blank lines, as the record numbering does), so the
+    chunker never splits a chunk into lines."""
 
     data: bytes
-    first_record: int
-    num_records: int
     first_line: int | None
+
+
+def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """``(index, line)`` for each line of ``data`` (one line at a time, not a list)."""
+    start = 0
+    index = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        if end < 0:
+            end = len(data)
+        yield index, data[start:end]
+        start = end + 1
+        index += 1
 
 
 def _count_records(data: bytes) -> int:
     # Non-blank lines; whitespace-only lines are skipped by the parser as well.
-    return sum(1 for line in data.split(b"\n") if line.strip())
+    return sum(1 for _, line in _lines(data) if line.strip())
+
+
+def _record_too_large(what: str, path: Path, line: int | None) -> BadInputData:
+    return BadInputData(
+        f"{what} is larger than {MAX_JSON_RECORD_BYTES} bytes, the most a record may hold "
+        "(readers.MAX_JSON_RECORD_BYTES)",
+        path=str(path),
+        line=line,
+    )
 
 
 def _ndjson_chunks(
     path: Path, block_bytes: int, on_bytes: ByteProgress | None
 ) -> Iterator[_JsonChunk]:
-    record = 1
+    """Whole lines, about ``block_bytes`` at a time; a line may be up to
+    :data:`MAX_JSON_RECORD_BYTES` (a longer one is refused as soon as it is that long, so a
+    file with no newline is never held whole)."""
     line = 1
     consumed = 0
     with _open_input(path) as f:
-        rest = b""
+        # The unfinished last line, as a list of pieces: joined once, when its newline comes.
+        partial: list[bytes] = []
+        partial_size = 0
         while True:
             block = f.read(block_bytes)
             consumed += len(block)
-            data = rest + block
-            if block:
-                cut = data.rfind(b"\n")
-                if cut < 0:
-                    rest = data
-                    continue
-                data, rest = data[: cut + 1], data[cut + 1 :]
-            else:
-                rest = b""
+            if not block:
+                data = b"".join(partial)
+                if data.strip():
+                    yield _JsonChunk(data + b"\n", line)
+                if on_bytes is not None:
+                    on_bytes(consumed)
+                return
+            first = block.find(b"\n")
+            if partial_size + (len(block) if first < 0 else first) > MAX_JSON_RECORD_BYTES:
+                raise _record_too_large("an NDJSON line", path, line)
+            if first < 0:
+                partial.append(block)
+                partial_size += len(block)
+                continue
+            cut = block.rfind(b"\n")
+            partial.append(block[: cut + 1])
+            data = b"".join(partial)
+            partial = [block[cut + 1 :]]
+            partial_size = len(block) - cut - 1
             if data.strip():
-                n = _count_records(data)
-                yield _JsonChunk(data, record, n, line)
-                record += n
+                yield _JsonChunk(data, line)
             line += data.count(b"\n")
             if on_bytes is not None:
-                on_bytes(consumed - len(rest))
-            if not block:
-                return
+                on_bytes(consumed - partial_size)
 
 
 def _json_document_chunks(
     path: Path, sub_path: str | None, block_bytes: int, on_bytes: ByteProgress | None
 ) -> Iterator[_JsonChunk]:
-    pending: list[str] = []
+    pending: list[bytes] = []
     size = 0
-    record = 1
     scanner = _JsonArrayScanner(path, sub_path, on_bytes)
     for element in scanner.elements():
         pending.append(element)
         size += len(element)
         if size >= block_bytes:
-            yield _JsonChunk(("\n".join(pending) + "\n").encode(), record, len(pending), None)
-            record += len(pending)
+            yield _JsonChunk(b"\n".join(pending) + b"\n", None)
             pending, size = [], 0
     if pending:
-        yield _JsonChunk(("\n".join(pending) + "\n").encode(), record, len(pending), None)
+        yield _JsonChunk(b"\n".join(pending) + b"\n", None)
+
+
+# What may follow the opening quote of a JSON string before its end: anything but a quote, a
+# backslash or a control character (JSON forbids them raw), and backslash escapes. Possessive
+# quantifiers: the match is linear (never backtracks), whatever the input.
+_STRING_BODY_PATTERN: Final = rb'[^"\\\x00-\x1f]*+(?:\\[^\x00-\x1f][^"\\\x00-\x1f]*+)*+'
+_STRING_BODY: Final = re.compile(_STRING_BODY_PATTERN)
+# An object holding no array or object (the usual record), with the separator after it: a run
+# of them is delimited by one match and split by one ``findall``, at C speed.
+_FLAT_OBJECT: Final = rb'\{(?:[^"\[\]{}]++|"' + _STRING_BODY_PATTERN + rb'")*+\}'
+_FLAT_RUN: Final = re.compile(rb"(?:" + _FLAT_OBJECT + rb"[ \t\n\r]*+,[ \t\n\r]*+)*+")
+_FLAT: Final = re.compile(_FLAT_OBJECT)
+# Bytes between structural characters (numbers, literals, commas, colons, whitespace).
+_PLAIN: Final = re.compile(rb'[^"\[\]{}]*+')
+_SCALAR: Final = re.compile(rb'[^ \t\n\r,\]}\[{"]*+')
+_WS: Final = re.compile(rb"[ \t\n\r]*+")
+_NEWLINES: Final = re.compile(rb"[\r\n]")
+_SCALAR_TYPES: Final = {ord("["): "list", ord('"'): "str", ord("t"): "bool", ord("f"): "bool"}
 
 
 class _JsonArrayScanner:
@@ -642,71 +753,135 @@ class _JsonArrayScanner:
 
     Mirrors kamu's ``ReaderJson``: ``sub_path`` is split on ``.``; a missing key (or a null)
     is "Sub-path not found", a non-array value "Sub-path does not specify an array".
-    """
 
-    _WS: Final = re.compile(r"[ \t\n\r]*")
-    _NEWLINES: Final = re.compile(r"[\r\n]+")
+    The document is scanned as bytes, never decoded whole: values are delimited by tracking
+    strings and brackets (linear, resumable across reads), an element is handed out as text
+    for Arrow to parse, values skipped on the way to ``sub_path`` are dropped as they are
+    scanned (so they may be of any size), and an element larger than
+    :data:`MAX_JSON_RECORD_BYTES` is refused. Memory is therefore bounded by the read size
+    plus one element, whatever the document. Strings and brackets are checked; the rest of a
+    skipped value's grammar is not (the elements themselves are parsed by Arrow).
+    """
 
     def __init__(self, path: Path, sub_path: str | None, on_bytes: ByteProgress | None) -> None:
         self.path = path
         self.keys = sub_path.split(".") if sub_path else []
         self.on_bytes = on_bytes
-        self.decoder = json.JSONDecoder()
-        self.text = ""
+        self.buf = b""
         self.pos = 0
         self.eof = False
         self._f: BinaryIO | None = None
         self._utf8 = codecs.getincrementaldecoder("utf-8")()
         self._consumed = 0
 
-    def _fill(self) -> bool:
+    def _fill(self, keep_from: int | None = None) -> bool:
+        """Read more input; bytes before ``keep_from`` (default ``pos``) are dropped and
+        offsets shift accordingly (``pos`` stays valid). False at the end of the file."""
         assert self._f is not None
         if self.eof:
             return False
-        raw = self._f.read(_JSON_READ_CHARS)
+        raw = self._f.read(_JSON_READ_BYTES)
         self._consumed += len(raw)
         if self.on_bytes is not None:
             self.on_bytes(self._consumed)
         if not raw:
             self.eof = True
         try:
-            # final: a multi-byte sequence cut off by the end of the file is an error too
-            tail = self._utf8.decode(raw, final=not raw)
+            # final: a multi-byte sequence cut off by the end of the file is an error too.
+            # The decoded text is only checked, not kept: the scan works on the bytes.
+            self._utf8.decode(raw, final=not raw)
         except UnicodeDecodeError as e:
             at = self._consumed - len(raw) + e.start - len(self._utf8.getstate()[0])
             raise BadInputData(
                 f"invalid UTF-8 near byte offset {max(at, 0)}: {e.reason}", path=str(self.path)
             ) from None
-        self.text = self.text[self.pos :] + tail
-        self.pos = 0
-        return bool(raw) or bool(tail)
+        start = self.pos if keep_from is None else keep_from
+        self.buf = self.buf[start:] + raw
+        self.pos -= start
+        return bool(raw)
 
     def _skip_ws(self) -> str:
         while True:
-            m = self._WS.match(self.text, self.pos)
+            m = _WS.match(self.buf, self.pos)
             assert m is not None
             self.pos = m.end()
-            if self.pos < len(self.text):
-                return self.text[self.pos]
+            if self.pos < len(self.buf):
+                return chr(self.buf[self.pos])
             if not self._fill():
                 return ""
 
-    def _value(self) -> tuple[Any, int]:
-        """Decode the value at ``pos``; returns it and its end (``pos`` is not moved)."""
+    def _more(self, i: int, start: int, keep: bool) -> tuple[int, int]:
+        """Read on in the middle of a value scanned from ``start``, now at ``i``: returns the
+        two offsets in the new buffer (what lies before ``start`` -- or, when the value is not
+        kept, before ``i`` -- is dropped)."""
+        keep_from = start if keep else i
+        if not self._fill(keep_from):
+            raise self._malformed("unexpected end of document")
+        return i - keep_from, (start - keep_from if keep else 0)
+
+    def _scan_value(self, keep: bool) -> int:
+        """Find the end of the value at ``pos``; returns its end offset.
+
+        With ``keep``, ``pos`` stays at the value's start and the value stays in the buffer
+        (refused beyond :data:`MAX_JSON_RECORD_BYTES`); without, what was scanned is dropped
+        as the scan goes on (``pos`` is then meaningless until the caller sets it to the
+        end), so a skipped value may be of any size. Each byte is looked at once.
+        """
+        start = i = self.pos
+        closers: list[int] = []  # the closing brackets expected, innermost last
+        in_string = in_scalar = False
         while True:
-            try:
-                value, end = self.decoder.raw_decode(self.text, self.pos)
-            except RecursionError:
-                raise self._malformed(_TOO_DEEP) from None
-            except json.JSONDecodeError as e:
-                if self.eof:
-                    raise self._malformed(e.msg) from None
-                self._fill()
+            if keep and i - start > MAX_JSON_RECORD_BYTES:
+                raise _record_too_large("a JSON array element", self.path, None)
+            buf = self.buf
+            if in_string:
+                m = _STRING_BODY.match(buf, i)
+                assert m is not None
+                i = m.end()
+                # The body stops at the closing quote, a control character, or the end of the
+                # buffer -- possibly between a backslash and the character it escapes.
+                if not self.eof and (i == len(buf) or (i == len(buf) - 1 and buf[i] == 0x5C)):
+                    i, start = self._more(i, start, keep)
+                    continue
+                if i >= len(buf):
+                    raise self._malformed("unexpected end of document")
+                if buf[i] != 0x22:
+                    raise self._malformed("control character in a string")
+                in_string = False
+                i += 1
+                if not closers:
+                    return i
                 continue
-            if end >= len(self.text) and not self.eof:
-                self._fill()  # a number may continue in the next chunk
+            if i >= len(buf):
+                i, start = self._more(i, start, keep)
                 continue
-            return value, end
+            c = buf[i]
+            if c == 0x22:  # '"'
+                in_string = True
+                i += 1
+            elif c in (0x5B, 0x7B):  # '[' '{'
+                closers.append(c + 2)  # ']' '}'
+                i += 1
+            elif c in (0x5D, 0x7D):
+                if not closers or closers.pop() != c:
+                    raise self._malformed(f"unexpected {chr(c)!r}")
+                i += 1
+                if not closers:
+                    return i
+            elif closers:
+                m = _PLAIN.match(buf, i)
+                assert m is not None
+                i = m.end()
+            else:  # a scalar at the top: up to a structural character or whitespace
+                m = _SCALAR.match(buf, i)
+                assert m is not None
+                if m.end() == len(buf) and not self.eof:
+                    in_scalar = True  # it may go on in the next read
+                    i, start = self._more(m.end(), start, keep)
+                    continue
+                if m.end() == i and not in_scalar:
+                    raise self._malformed("expected a value")
+                return m.end()
 
     def _malformed(self, message: str) -> BadInputData:
         return BadInputData(f"malformed JSON document: {message}", path=str(self.path))
@@ -724,6 +899,15 @@ class _JsonArrayScanner:
             raise self._malformed(f"expected {ch!r}")
         self.pos += 1
 
+    def _key(self) -> str:
+        end = self._scan_value(keep=True)
+        try:
+            name = json.loads(self.buf[self.pos : end])
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise self._malformed(f"invalid object key: {e}") from None
+        self.pos = end
+        return str(name)
+
     def _descend(self) -> None:
         for depth, key in enumerate(self.keys):
             if self._skip_ws() != "{":
@@ -735,14 +919,12 @@ class _JsonArrayScanner:
                     raise self._not_found(depth)
                 if c != '"':
                     raise self._malformed("expected an object key")
-                name, end = self._value()
-                self.pos = end
+                name = self._key()
                 self._expect(":")
                 if name == key:
                     break
                 self._skip_ws()
-                _, end = self._value()
-                self.pos = end
+                self.pos = self._scan_value(keep=False)
                 c = self._skip_ws()
                 if c == ",":
                     self.pos += 1
@@ -758,18 +940,20 @@ class _JsonArrayScanner:
         while True:
             if not self.keys and self._skip_ws() != "":
                 raise self._malformed("trailing characters after the array")
-            self.text, self.pos = "", 0
+            self.pos = len(self.buf)
             if not self._fill():
                 return
 
-    def elements(self) -> Iterator[str]:
+    def elements(self) -> Iterator[bytes]:
+        """The array's elements as NDJSON: each a JSON object on one line (newlines outside
+        strings -- the only place JSON allows them -- become spaces), several per piece."""
         with _open_input(self.path) as f:
             self._f = f
             self._fill()
             self._descend()
             c = self._skip_ws()
             if c != "[":
-                if c == "n" and self.text.startswith("null", self.pos):
+                if c == "n" and self.buf.startswith(b"null", self.pos):
                     raise self._not_found(len(self.keys) - 1)
                 raise BadInputData(
                     f"Sub-path does not specify an array: {self._where()}", path=str(self.path)
@@ -781,17 +965,34 @@ class _JsonArrayScanner:
                 self._finish()
                 return
             while True:
-                if self._skip_ws() == "":
+                c = self._skip_ws()
+                if c == "":
                     raise self._malformed("unexpected end of document")
-                value, end = self._value()
+                if c == "{":
+                    # a run of at most one read: its pieces are then split out as a list
+                    end = self.pos + _JSON_READ_BYTES
+                    run = _FLAT_RUN.match(self.buf, self.pos, end)
+                    assert run is not None
+                    if run.end() > self.pos:
+                        # the run's elements, found again (the separators are skipped)
+                        text = _NEWLINES.sub(b" ", self.buf[self.pos : run.end()])
+                        objects = _FLAT.findall(text)
+                        index += len(objects)
+                        self.pos = run.end()
+                        yield b"\n".join(objects)
+                        continue
                 index += 1
-                if not isinstance(value, dict):
+                if c != "{":
+                    kind = _SCALAR_TYPES.get(ord(c))
+                    if kind is None:
+                        kind = "NoneType" if c == "n" else "number"
                     raise BadInputData(
-                        f"array elements must be JSON objects, got {type(value).__name__}",
+                        f"array elements must be JSON objects, got {kind}",
                         path=str(self.path),
                         row=index,
                     )
-                yield self._NEWLINES.sub(" ", self.text[self.pos : end])
+                end = self._scan_value(keep=True)
+                yield _NEWLINES.sub(b" ", self.buf[self.pos : end])
                 self.pos = end
                 c = self._skip_ws()
                 if c == ",":
@@ -817,15 +1018,16 @@ def _ndjson_batches(
     parse_options = pajson.ParseOptions(
         explicit_schema=json_schema, unexpected_field_behavior="ignore"
     )
+    first = 1  # record number of the chunk's first record
     for chunk in chunks:
-        _check_utf8(chunk, path)
+        _check_utf8(chunk, first, path)
         read_options = pajson.ReadOptions(use_threads=True, block_size=len(chunk.data) + 1)
         try:
             table = pajson.read_json(
                 io.BytesIO(chunk.data), read_options=read_options, parse_options=parse_options
             )
         except pa.ArrowInvalid as e:
-            raise _diagnose_json(chunk, schema, formats, path, e) from e
+            raise _diagnose_json(chunk, first, schema, parse_options, path, e) from e
         columns = []
         for i, field in enumerate(schema):
             col = table.column(i).combine_chunks()
@@ -837,7 +1039,7 @@ def _ndjson_batches(
                         else parse_dates(col)
                     )
                 except ConversionFailure as e:
-                    row = chunk.first_record + e.index
+                    row = first + e.index
                     raise BadInputData(
                         e.message,
                         path=path,
@@ -848,7 +1050,7 @@ def _ndjson_batches(
             columns.append(col)
         batch = pa.RecordBatch.from_arrays(columns, schema=schema)
         try:
-            _check_not_null(batch, schema, chunk.first_record - 1, path)
+            _check_not_null(batch, schema, first - 1, path)
         except BadInputData as e:
             assert e.row is not None
             raise BadInputData(
@@ -856,13 +1058,14 @@ def _ndjson_batches(
                 path=path,
                 column=e.column,
                 row=e.row,
-                line=_line_of(chunk, e.row - chunk.first_record),
+                line=_line_of(chunk, e.row - first),
             ) from None
+        first += batch.num_rows
         if batch.num_rows:
             yield batch
 
 
-def _check_utf8(chunk: _JsonChunk, path: str) -> None:
+def _check_utf8(chunk: _JsonChunk, first: int, path: str) -> None:
     """Refuse text that is not UTF-8: Arrow's JSON reader copies string bytes unchecked."""
     try:
         chunk.data.decode("utf-8")
@@ -876,7 +1079,7 @@ def _check_utf8(chunk: _JsonChunk, path: str) -> None:
         raise BadInputData(
             f"invalid UTF-8: {e.reason}",
             path=path,
-            row=chunk.first_record + _count_records(chunk.data[:start]),
+            row=first + _count_records(chunk.data[:start]),
             line=line,
         ) from None
 
@@ -886,7 +1089,7 @@ def _line_of(chunk: _JsonChunk, index: int) -> int | None:
     if chunk.first_line is None:
         return None
     seen = 0
-    for i, line in enumerate(chunk.data.split(b"\n")):
+    for i, line in _lines(chunk.data):
         if line.strip():
             if seen == index:
                 return chunk.first_line + i
@@ -935,21 +1138,51 @@ def _json_value_error(value: Any, typ: pa.DataType) -> str | None:
         return None
     if ok:
         return None
-    return f"expected {typ}, got JSON {type(value).__name__} {json.dumps(value)[:80]}"
+    return f"expected {typ}, got JSON {type(value).__name__} {clip(json.dumps(value))}"
+
+
+def _arrow_rejects(raw: bytes, parse_options: pajson.ParseOptions) -> str | None:
+    """Arrow's complaint about one NDJSON record (None if it reads it)."""
+    read_options = pajson.ReadOptions(use_threads=False, block_size=len(raw) + 2)
+    try:
+        pajson.read_json(
+            io.BytesIO(raw + b"\n"), read_options=read_options, parse_options=parse_options
+        )
+    except pa.ArrowInvalid as e:
+        return str(e)
+    return None
 
 
 def _diagnose_json(
-    chunk: _JsonChunk, schema: pa.Schema, formats: _Formats, path: str, error: Exception
+    chunk: _JsonChunk,
+    first: int,
+    schema: pa.Schema,
+    parse_options: pajson.ParseOptions,
+    path: str,
+    error: Exception,
 ) -> BadInputData:
-    record = chunk.first_record - 1
+    """Find the record of a chunk Arrow could not read, and say what is wrong with it.
+
+    Records up to :data:`_PY_DIAGNOSE_BYTES` are decoded by Python's ``json`` for a precise
+    message; a larger one is only re-read alone by Arrow: decoded into Python objects, a JSON
+    text can take 20 times its size (``[{},{},...]``), and records may be large.
+    """
+    record = first - 1
     # A record too deep for Python's json may be fine for Arrow (which parses iteratively):
     # it is blamed only if no other record explains the failure.
     too_deep: BadInputData | None = None
-    for i, raw in enumerate(chunk.data.split(b"\n")):
+    for i, raw in _lines(chunk.data):
         if not raw.strip():
             continue
         record += 1
         line = chunk.first_line + i if chunk.first_line is not None else None
+        if len(raw) > _PY_DIAGNOSE_BYTES:
+            problem = _arrow_rejects(raw, parse_options)
+            if problem is not None:
+                return BadInputData(
+                    f"cannot read JSON record: {clip(problem)}", path=path, row=record, line=line
+                )
+            continue
         try:
             obj = json.loads(raw)
         except RecursionError:
@@ -957,7 +1190,7 @@ def _diagnose_json(
                 too_deep = BadInputData(_TOO_DEEP, path=path, row=record, line=line)
             continue
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            return BadInputData(f"invalid JSON: {e}", path=path, row=record, line=line)
+            return BadInputData(f"invalid JSON: {clip(str(e))}", path=path, row=record, line=line)
         if not isinstance(obj, dict):
             return BadInputData(
                 f"expected a JSON object, got {type(obj).__name__}",
@@ -971,8 +1204,7 @@ def _diagnose_json(
                 return BadInputData(problem, path=path, column=field.name, row=record, line=line)
     if too_deep is not None:
         return too_deep
-    first, last = chunk.first_record, chunk.first_record + chunk.num_records - 1
-    return BadInputData(f"cannot read JSON records {first}-{last}: {error}", path=path)
+    return BadInputData(f"cannot read JSON records {first}-{record}: {clip(str(error))}", path=path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -993,7 +1225,7 @@ def _parquet_file_batches(
     try:
         pf = pq.ParquetFile(source)
     except (pa.ArrowInvalid, OSError) as e:
-        raise BadInputData(f"not a valid Parquet file: {e}", path=str(path)) from None
+        raise BadInputData(f"not a valid Parquet file: {clip(str(e))}", path=str(path)) from None
     present = set(pf.schema_arrow.names)
     for name in schema.names:
         if name not in present:

@@ -44,8 +44,8 @@ __all__ = [
 ]
 
 #: Arrow bytes per in-memory sorted run.
-DEFAULT_RUN_BYTES: Final = 64 << 20
-_RUN_BATCH_ROWS: Final = 64 * 1024
+DEFAULT_RUN_BYTES: Final = 32 << 20
+_RUN_BATCH_ROWS: Final = 8 * 1024
 _INT64_MIN: Final = np.iinfo(np.int64).min
 
 KeyArray = npt.NDArray[np.int64]

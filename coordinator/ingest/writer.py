@@ -88,7 +88,7 @@ __all__ = [
 MS_UTC: Final = pa.timestamp("ms", tz="UTC")
 _NS_PER_MS: Final = 1_000_000
 _ROW_GROUP_ROWS: Final = 1 << 20  # DataFusion's default max row group size
-_ROW_GROUP_BYTES: Final = 64 << 20
+_ROW_GROUP_BYTES: Final = 16 << 20
 
 
 # --------------------------------------------------------------------------------------------

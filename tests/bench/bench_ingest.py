@@ -12,7 +12,9 @@ imports and the ingest), plus the RSS just before the ingest started.
 
 ``--order shuffled`` shuffles the event times within the file (forcing the external sort);
 ``--merge ledger`` / ``snapshot`` use those strategies with ``id`` as the primary key
-(Snapshot holds the whole snapshot in memory by design, so its RSS grows with the file).
+(Snapshot holds the whole snapshot in memory by design: a file over ``--snapshot-bytes`` of
+Arrow data, default ``push.MAX_SNAPSHOT_BYTES``, is refused; the generator writes at least
+1M rows, about 80 MB, so pass a larger value to measure it).
 
 Usage: .venv/bin/python tests/bench/bench_ingest.py [--size BYTES] [--order sorted|shuffled]
        [--merge append|ledger|snapshot] [--block-bytes N] [--run-bytes N] [--json]
@@ -78,7 +80,9 @@ def generate_csv(path: Path, size: int, order: str, seed: int = 1) -> tuple[int,
         return rows, f.tell()
 
 
-def child(directory: Path, merge: str, block_bytes: int, run_bytes: int) -> None:
+def child(
+    directory: Path, merge: str, block_bytes: int, run_bytes: int, snapshot_bytes: int
+) -> None:
     """Create the dataset, ingest ``input.csv`` and print a JSON report."""
     from coordinator.identity import DatasetId
     from coordinator.ingest import ingest
@@ -120,6 +124,7 @@ def child(directory: Path, merge: str, block_bytes: int, run_bytes: int) -> None
         clock=lambda: t0,
         block_bytes=block_bytes,
         run_bytes=run_bytes,
+        snapshot_bytes=snapshot_bytes,
     )
     elapsed = time.perf_counter() - start
     (s,) = res.slices
@@ -143,14 +148,20 @@ def main() -> None:
     p.add_argument("--size", type=int, default=1 << 30, help="CSV size in bytes (default 1 GiB)")
     p.add_argument("--order", choices=("sorted", "shuffled"), default="sorted")
     p.add_argument("--merge", choices=("append", "ledger", "snapshot"), default="append")
-    p.add_argument("--block-bytes", type=int, default=8 << 20)
-    p.add_argument("--run-bytes", type=int, default=64 << 20)
+    p.add_argument("--block-bytes", type=int, default=4 << 20)
+    p.add_argument("--run-bytes", type=int, default=32 << 20)
+    p.add_argument(
+        "--snapshot-bytes",
+        type=int,
+        default=40 << 20,
+        help="largest snapshot a Snapshot merge takes (push.MAX_SNAPSHOT_BYTES)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--generate", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child is not None:
-        child(args.child, args.merge, args.block_bytes, args.run_bytes)
+        child(args.child, args.merge, args.block_bytes, args.run_bytes, args.snapshot_bytes)
         return
     if args.generate is not None:
         print(json.dumps(generate_csv(args.generate, args.size, args.order)))
@@ -191,6 +202,8 @@ def main() -> None:
                 str(args.block_bytes),
                 "--run-bytes",
                 str(args.run_bytes),
+                "--snapshot-bytes",
+                str(args.snapshot_bytes),
             ],
             check=True,
             capture_output=True,

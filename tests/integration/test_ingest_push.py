@@ -29,6 +29,7 @@ from coordinator.ingest import (
     IngestError,
     IngestProgress,
     LinkedObjects,
+    MergeError,
     PushSourceNotFound,
     UnsupportedPreprocess,
     ingest,
@@ -666,3 +667,19 @@ def test_unstorable_column_type(tmp_path: Path) -> None:
     ds = make_dataset(tmp_path, csv_source(m.MergeStrategyAppend(), ("i INTERVAL",)))
     with pytest.raises(IngestError, match="cannot be stored in Parquet"):
         ingest(ds, [write(tmp_path, "a.csv", "h\n1\n")], clock=lambda: T1)
+
+
+def test_snapshot_larger_than_the_limit_is_refused(tmp_path: Path) -> None:
+    # The Snapshot merge holds the whole new snapshot in memory: past ``snapshot_bytes`` it
+    # is a MergeError naming the setting, nothing is written or committed.
+    ds = make_dataset(
+        tmp_path, csv_source(m.MergeStrategySnapshot(primary_key=("city",)), CITY_POP)
+    )
+    head = ds.state().head
+    text = "city,population\n" + "".join(f"c{i},{i}\n" for i in range(5000))
+    f = write(tmp_path, "big.csv", text)
+    with pytest.raises(MergeError, match="snapshot_bytes"):
+        ingest(ds, [f], clock=lambda: T1, block_bytes=4096, snapshot_bytes=16 << 10)
+    assert ds.state().head == head
+    assert not any(ds.layout.data_dir.glob("*"))
+    assert ingest(ds, [f], clock=lambda: T1, block_bytes=4096).num_records == 5000
