@@ -54,9 +54,9 @@ YAML = MAX_YAML_SIZE
 """A snapshot (4 MiB): dataset names, aliases, scalars, timestamps, DDL written in YAML."""
 BLOCK = PullOptions().max_block_size
 """A block pulled from a stranger (16 MiB): SQL queries, their plans, DDL schemas."""
-JSON_WINDOW = readers._JSON_READ_CHARS
-"""What the streaming JSON reader holds at once (8 Mi characters); a larger element only grows
-the text the same linear patterns walk."""
+JSON_WINDOW = readers.MAX_JSON_RECORD_BYTES + readers._JSON_READ_BYTES
+"""What the streaming JSON scanner holds at once: an element of up to ``MAX_JSON_RECORD_BYTES``
+(8 MiB; a larger one is refused) and one read (2 MiB)."""
 HEADER = 8190
 """aiohttp's ``max_field_size`` (``aiohttp/http_parser.py``): one request header line."""
 
@@ -94,6 +94,25 @@ def match(p: re.Pattern[str], text: str) -> object:
 
 def fullmatch(p: re.Pattern[str], text: str) -> object:
     return p.fullmatch(text)
+
+
+# The ingest scanner's patterns are bytes patterns: the same inputs, one byte per character.
+def bmatch(p: re.Pattern[bytes], text: str) -> object:
+    return p.match(text.encode("latin-1"))
+
+
+def bfindall(p: re.Pattern[bytes], text: str) -> object:
+    return p.findall(text.encode("latin-1"))
+
+
+def flat_objects(p: re.Pattern[bytes], text: str) -> object:
+    data = text.encode("latin-1")
+    run = readers._FLAT_RUN.match(data)
+    return p.findall(data[: run.end()] if run is not None else b"")
+
+
+def bsub(p: re.Pattern[bytes], text: str) -> object:
+    return p.sub(b" ", text.encode("latin-1"))
 
 
 @dataclass(frozen=True)
@@ -244,18 +263,61 @@ REGISTRY: list[Case] = [
         doubled_quotes=lambda n: rep('""', n, '"', "x"),
         unclosed_backtick=lambda n: rep("``", n, "`"),
     ),
-    # ---- ingested JSON documents (coordinator/ingest/readers.py)
+    # ---- ingested JSON documents (coordinator/ingest/readers.py), scanned as bytes
     *cases(
-        "coordinator.ingest.readers:_JsonArrayScanner._WS",
-        readers._JsonArrayScanner._WS,
-        match,
+        "coordinator.ingest.readers:_STRING_BODY",
+        readers._STRING_BODY,
+        bmatch,
+        JSON_WINDOW,
+        unclosed=lambda n: rep("a", n),
+        escapes=lambda n: rep('\\"', n),
+        escape_at_end=lambda n: rep("a\\a", n, "", "\\"),
+    ),
+    *cases(
+        "coordinator.ingest.readers:_FLAT_RUN",
+        readers._FLAT_RUN,
+        bmatch,
+        JSON_WINDOW,
+        objects_then_unclosed=lambda n: rep('{"a":"x"} , ', n, "", "{"),
+        unclosed_object=lambda n: rep("a", n, "{"),
+        unclosed_string=lambda n: rep('\\"', n, '{"'),
+    ),
+    # Applied only to the run ``_FLAT_RUN`` matched (whole flat objects and commas), as the
+    # scanner applies it: on arbitrary bytes it is quadratic (``{"\"`` repeated).
+    *cases(
+        "coordinator.ingest.readers:_FLAT",
+        readers._FLAT,
+        flat_objects,
+        JSON_WINDOW,
+        braces=lambda n: rep("{", n),
+        objects=lambda n: rep('{"a":"\\"{x", "b":1}, ', n),
+        unclosed_strings=lambda n: rep('{"\\"', n),
+    ),
+    *cases(
+        "coordinator.ingest.readers:_PLAIN",
+        readers._PLAIN,
+        bmatch,
+        JSON_WINDOW,
+        plain=lambda n: rep("a1, ", n, "", "{"),
+    ),
+    *cases(
+        "coordinator.ingest.readers:_SCALAR",
+        readers._SCALAR,
+        bmatch,
+        JSON_WINDOW,
+        digits=lambda n: rep("1", n, "", "]"),
+    ),
+    *cases(
+        "coordinator.ingest.readers:_WS",
+        readers._WS,
+        bmatch,
         JSON_WINDOW,
         blanks=lambda n: rep(" \t\r\n", n, "", "x"),
     ),
     *cases(
-        "coordinator.ingest.readers:_JsonArrayScanner._NEWLINES",
-        readers._JsonArrayScanner._NEWLINES,
-        sub,
+        "coordinator.ingest.readers:_NEWLINES",
+        readers._NEWLINES,
+        bsub,
         JSON_WINDOW,
         newlines=lambda n: rep("\r\n", n),
         split=lambda n: rep("\na", n),
