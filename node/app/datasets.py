@@ -103,6 +103,27 @@ def read_snapshot_file(path: Path, limit: int) -> bytes:
             raise InvalidArgument(f"cannot read {shown}: {e.strerror}") from None
 
 
+def _import_data_stack() -> None:
+    """Import the modules that load pyarrow (ingest, transform planning, replay)."""
+    import coordinator.ingest.linked
+    import coordinator.ingest.push
+    import coordinator.transform.plan
+    import coordinator.transform.run
+    import coordinator.transform.verify  # noqa: F401
+
+
+async def load_data_stack() -> None:
+    """Import pyarrow and the data modules in a worker thread, once.
+
+    The daemon does not load them while idle (docs/resource-budget.md), so the first ingest,
+    transform or verification imports them: about 0.2 s of module initialisation that, on the
+    event loop, held every RPC answer for as long. After this, the use cases' own local imports
+    are look-ups in ``sys.modules``.
+    """
+    if "coordinator.transform.verify" not in sys.modules:
+        await asyncio.to_thread(_import_data_stack)
+
+
 def _file_kind(mode: int) -> str:
     if stat.S_ISFIFO(mode):
         return "a FIFO"
@@ -185,9 +206,10 @@ class DatasetUseCases:
         progress: Callable[[IngestProgress], None] | None = None,
     ) -> IngestResult:
         """Push local files into a root dataset; then publish and announce it (daemon)."""
+        check_input_files([*files, *(linked.objects if linked else ())])
+        await load_data_stack()
         from coordinator.ingest.push import ingest  # pyarrow: keeps the idle daemon small
 
-        check_input_files([*files, *(linked.objects if linked else ())])
         handle = self.repo.resolve(ref)
         did = handle.id
         async with self.locks.of(did):
@@ -220,6 +242,7 @@ class DatasetUseCases:
 
     async def transform(self, ref: str, *, publish: bool = True) -> TransformResult:
         """Run the next transform step of a derivative on the engine; then publish it (daemon)."""
+        await load_data_stack()
         from coordinator.transform.plan import resolve_inputs  # pyarrow: keeps idle daemon small
         from coordinator.transform.run import run_transform
 
@@ -253,6 +276,7 @@ class DatasetUseCases:
         self, ref: str, *, integrity: bool = False, listener: VerifyListener | None = None
     ) -> VerifyResult:
         """Verify a stored dataset now (integrity; replay for derivatives unless ``integrity``)."""
+        await load_data_stack()
         from coordinator.transform.plan import resolve_inputs  # pyarrow: keeps idle daemon small
         from coordinator.transform.verify import verify_dataset
 

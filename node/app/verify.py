@@ -38,6 +38,7 @@ from coordinator.storage.dataset import Dataset
 from coordinator.storage.repository import DatasetRepository
 from coordinator.transform.engines import REPLAYABLE_ENGINES, SPARK_VERSION
 from coordinator.verify import verify_integrity
+from node.app.datasets import load_data_stack
 from node.app.errors import RetryLater
 from node.app.metrics import NodeMetrics
 from node.app.ports import Clock, EnginePort, EventSink, GossipPort, IpfsPort, StatePort
@@ -148,6 +149,7 @@ class VerifyPipeline:
         """Verify the dataset's current head, record the outcome, attest or dispute."""
         # Replay imports pyarrow (via the transform planner): imported when a verification runs,
         # so that an idle daemon never loads it.
+        await load_data_stack()
         from coordinator.transform.verify import VerificationReport, verify_dataset
 
         did = DatasetId.parse(item.did)

@@ -12,6 +12,7 @@ from typing import Any
 
 from coordinator.errors import OdfNodeError
 from node.app import Application
+from node.app.datasets import load_data_stack
 from node.app.errors import InvalidArgument
 from node.app.results import (
     AttestationRow,
@@ -157,7 +158,8 @@ async def _dataset_ingest(
     if objects and not link_columns:
         raise InvalidArgument("--object needs at least one --link-column")
     if link_columns:
-        from coordinator.ingest.linked import LinkedObjects  # pyarrow: at the point of use
+        await load_data_stack()  # pyarrow, imported off the event loop
+        from coordinator.ingest.linked import LinkedObjects
 
         linked = LinkedObjects(tuple(link_columns), tuple(Path(o) for o in objects or ()))
     return await app.datasets.ingest(
