@@ -426,6 +426,8 @@ class TrustPolicy:
         if h.seen_ns is not None:
             return []
         h.seen_ns = ev.now_ns
+        if h.local in (Outcome.VERIFIED, Outcome.FAILED):
+            return []  # the node's own verdict came first and is final
         out: list[TrustDecision] = []
         c = self.config
         blocked = self._trusted_dispute(h)
@@ -435,6 +437,8 @@ class TrustPolicy:
             )
             out += self._replay(key, h, ReplayReason.DISPUTE)
             return out
+        if h.local is Outcome.UNVERIFIABLE:
+            return self._evaluate(key, h)  # own replay already tried: only a quorum can trust
         match c.policy:
             case Policy.VERIFY_ALL:
                 reason: ReplayReason | None = ReplayReason.POLICY

@@ -357,3 +357,16 @@ def test_memory_is_bounded() -> None:
         Replay(DS, Multihash.sha3_256(i.to_bytes(4, "big")), ReplayReason.FALLBACK)
         for i in range(92, 100)
     ]
+
+
+def test_an_own_verdict_before_the_head_is_seen_stays_final() -> None:
+    p = policy(Policy.VERIFY_ALL, can_replay=False)
+    p.handle(LocalVerdict(DS, H, Outcome.VERIFIED, 0))
+    assert p.handle(seen()) == []
+    assert p.status(DS, H).state is TrustState.TRUSTED
+    q = policy(Policy.QUORUM, k=2)
+    q.handle(LocalVerdict(DS, H, Outcome.UNVERIFIABLE, 0))
+    assert q.handle(seen()) == []  # no replay: it was tried; no fallback either
+    assert q.handle(Tick(10_000 * NS)) == []
+    q.handle(att(A))
+    assert q.handle(att(B)) == [Trusted(DS, H, TrustedBy.QUORUM, (A, B))]
