@@ -89,9 +89,9 @@ class Workload:
 
 @dataclass(slots=True)
 class Policy:
-    """The trust policy of honest non-attester nodes."""
+    """The trust policy of honest non-attester nodes (decided by :mod:`p2p.trust`)."""
 
-    name: str = "verify-all"  # verify-all | sample | reputation
+    name: str = "verify-all"  # verify-all | quorum | sample | reputation
     p: float = 0.1
     k: int = 3
     min_score: float = 0.0
@@ -101,6 +101,12 @@ class Policy:
     penalty: float = 10.0
     fallback_verify_s: float = 600.0
     """A pending head with too few attestations is verified locally after this long."""
+    trusted: str = "any"
+    """Whose attestations count for ``quorum`` / ``sample``: ``"attesters"`` (a closed set: the
+    honest public attesters plus ``trusted_colluders``) or ``"any"`` (every signer, ``sample``
+    only: the model of a network where any identity counts)."""
+    trusted_colluders: int = 0
+    """Malicious false-attesting nodes inside the trusted set (``trusted = "attesters"``)."""
 
 
 @dataclass(slots=True)
@@ -181,8 +187,15 @@ class Scenario:
             raise ScenarioError("spoof_owners + equivocating_owners exceed workload.datasets")
         if not 0.0 <= a.malicious_fraction < 1.0:
             raise ScenarioError("adversary.malicious_fraction must be in [0, 1)")
-        if self.policy.name not in ("verify-all", "sample", "reputation"):
-            raise ScenarioError(f"unknown policy {self.policy.name!r}")
+        pol = self.policy
+        if pol.name not in ("verify-all", "quorum", "sample", "reputation"):
+            raise ScenarioError(f"unknown policy {pol.name!r}")
+        if pol.trusted not in ("any", "attesters"):
+            raise ScenarioError(f"policy.trusted must be 'any' or 'attesters', not {pol.trusted!r}")
+        if pol.name == "quorum" and pol.trusted != "attesters":
+            raise ScenarioError("policy.name = 'quorum' needs policy.trusted = 'attesters'")
+        if pol.trusted_colluders < 0:
+            raise ScenarioError("policy.trusted_colluders must be >= 0")
         if self.latency.model not in ("constant", "uniform", "lognormal", "matrix"):
             raise ScenarioError(f"unknown latency model {self.latency.model!r}")
         if self.latency.model == "matrix" and not self.latency.matrix:

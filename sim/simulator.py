@@ -14,9 +14,9 @@ Around the core it models what the daemon gets from elsewhere:
 * **fetch and verification** by cost: a fetch takes a round trip to the owner plus the transfer,
   a verification takes engine seconds per slice on the node's single engine; outcomes come from
   ground truth (which heads carry spoofed derivative data);
-* **trust policies** (driver-level): verify everything; verify with probability ``p`` else trust
-  after ``k`` attestations by distinct attesters whose local reputation is ``>= min_score``;
-  reputation-weighted attestations.
+* **trust policies**: decided by the same module the daemon uses (:mod:`p2p.trust`), one
+  :class:`~p2p.trust.TrustPolicy` per honest node: verify everything; a ``k``-of-N quorum of a
+  closed trusted set; verify with probability ``p`` else quorum; reputation-weighted attestations.
 
 Timers are batched (one global tick and one heartbeat loop over the nodes that need them) so
 1,000 nodes x 1 hour fits a minute of wall time. Randomness comes from one seeded
@@ -33,10 +33,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 from coordinator.identity import PrivateKey, generate_private_key
 from coordinator.multiformats import Multicodec, Multihash
+from p2p import trust
 from p2p.core import (
     AbandonFetch,
     Accept,
@@ -77,7 +78,7 @@ from p2p.wire import (
     content_id,
     sign_message,
 )
-from sim.scenario import Scenario
+from sim.scenario import Scenario, ScenarioError
 
 NS: Final = 1_000_000_000
 T0_NS: Final = 1_763_700_000 * NS
@@ -136,16 +137,14 @@ class SimNode:
     engine_free_ns: int = 0
     engine_s: float = 0.0
     bytes_sent: int = 0
-    # trust state, keyed by head id
+    # outcomes, keyed by head id (the trust decisions themselves are made by `policy`)
     got: dict[int, None] = field(default_factory=dict)
     accepted: dict[int, int] = field(default_factory=dict)
     verifying: dict[int, None] = field(default_factory=dict)
     trusted: dict[int, int] = field(default_factory=dict)
     detected: dict[int, int] = field(default_factory=dict)
-    pending: dict[int, int] = field(default_factory=dict)
-    attestations: dict[int, list[int]] = field(default_factory=dict)
-    disputed: dict[int, None] = field(default_factory=dict)
-    reputation: dict[int, float] = field(default_factory=dict)
+    policy: trust.TrustPolicy | None = None
+    """The node's trust policy (honest nodes only; attesters run ``verify-all``)."""
     silent_from_ns: int = -1
 
 
@@ -253,6 +252,7 @@ class Simulator:
         for n in self.nodes:
             if n.role == MALICIOUS and adv.false_attest:
                 self._key_for(n)
+        self._build_trust()
         self.replayers: list[int] = [
             n.idx for n in self.nodes if n.role == MALICIOUS and n.idx >= wl.datasets
         ][: adv.replayers]
@@ -288,6 +288,47 @@ class Simulator:
             self._at(adv.replay_interval_s * (1 + rng.random()), self._replay, r)
         if adv.sybils > 0:
             self._at(adv.sybil_at_s, self._sybil_flood)
+
+    def _build_trust(self) -> None:
+        """Give every honest node its :class:`~p2p.trust.TrustPolicy` (no random draws here)."""
+        pol = self.sc.policy
+        self.trusted_set: frozenset[Any] = frozenset()
+        if pol.trusted == "attesters":
+            honest = [n.idx for n in self.nodes if n.attester]
+            colluders = [
+                n.idx
+                for n in self.nodes
+                if n.role == MALICIOUS and n.key is not None and n.idx >= self.sc.workload.datasets
+            ][: pol.trusted_colluders]
+            if len(colluders) < pol.trusted_colluders:
+                raise ScenarioError(
+                    f"policy.trusted_colluders = {pol.trusted_colluders} but only "
+                    f"{len(colluders)} false-attesting malicious nodes exist"
+                )
+            self.trusted_set = frozenset(
+                self._key_for(self.nodes[i]).dataset_id() for i in honest + colluders
+            )
+        try:
+            cfg = trust.TrustConfig(
+                policy=trust.Policy(pol.name),
+                k=pol.k,
+                trusted_attesters=self.trusted_set,
+                p=pol.p,
+                fallback_verify_s=pol.fallback_verify_s,
+                min_score=pol.min_score,
+                base_weight=pol.base_weight,
+                threshold=pol.threshold,
+                reward=pol.reward,
+                penalty=pol.penalty,
+                any_attester=pol.trusted == "any",
+            )
+        except trust.TrustConfigError as e:
+            raise ScenarioError(f"policy: {e}") from e
+        # Public attesters verify every head (and publish what they find).
+        attester_cfg = trust.TrustConfig(policy=trust.Policy.VERIFY_ALL)
+        for n in self.nodes:
+            if n.role == HONEST:
+                n.policy = trust.TrustPolicy(attester_cfg if n.attester else cfg, n.rng)
 
     def _lat_sample(self, a: int, b: int) -> int:
         lat, rng = self.sc.latency, self.rng
@@ -568,22 +609,17 @@ class Simulator:
             self._eq_detected(n, msg)
             return
         m = msg.message
+        if n.policy is None:
+            return
         if isinstance(m, Attestation):
-            hid = self.head_by_digest.get(m.head.digest, -1)
-            att = self.did_to_node.get(m.node.to_bytes(), -1)
-            if hid < 0 or att < 0 or m.verdict != Verdict.VERIFIED:
-                return
-            lst = n.attestations.setdefault(hid, [])
-            if att not in lst:
-                lst.append(att)
-            if hid in n.pending:
-                self._check_attestations(n, hid)
+            ev: trust.TrustEvent = trust.AttestationSeen(
+                m.dataset, m.head, m.node, m.verdict, self.now
+            )
         elif isinstance(m, Dispute):
-            hid = self.head_by_digest.get(m.block.digest, -1)
-            if hid >= 0:
-                n.disputed[hid] = None
-                if hid in n.accepted and n.role == HONEST:
-                    self._verify(n, hid)
+            ev = trust.DisputeSeen(m.dataset, m.block, m.node, msg.content_id.hex(), self.now)
+        else:
+            return
+        self._trust_decisions(n, n.policy.handle(ev))
 
     def _eq_detected(self, n: SimNode, proof: EquivocationProof) -> None:
         ann = proof.first.message
@@ -649,33 +685,29 @@ class Simulator:
             if spoofed and self.sc.adversary.false_attest and n.key is not None:
                 self._attest(n, d.dataset, d.head)
             return
-        if n.role != HONEST:
+        if n.policy is None:
             return
-        pol = self.sc.policy
-        if n.attester or pol.name == "verify-all" or hid in n.disputed or n.rng.random() < pol.p:
-            self._verify(n, hid)
-        else:
-            n.pending[hid] = self.now
-            self._check_attestations(n, hid)
-            if hid in n.pending:
-                self._at(pol.fallback_verify_s, self._fallback, n.idx, hid)
+        self._trust_decisions(n, n.policy.handle(trust.HeadSeen(d.dataset, d.head, self.now)))
+        if n.policy.status(d.dataset, d.head).state is trust.TrustState.PENDING:
+            # wake the policy when this head's fallback is due (exactly then, not a tick later)
+            self._at(self.sc.policy.fallback_verify_s, self._fallback, n.idx)
 
-    def _fallback(self, i: int, hid: int) -> None:
+    def _fallback(self, i: int) -> None:
         n = self.nodes[i]
-        if hid in n.pending:
-            self._verify(n, hid)
+        if n.policy is not None:
+            self._trust_decisions(n, n.policy.handle(trust.Tick(self.now)))
 
-    def _check_attestations(self, n: SimNode, hid: int) -> None:
-        pol = self.sc.policy
-        atts = n.attestations.get(hid, [])
-        if pol.name == "sample":
-            ok = sum(1 for a in atts if n.reputation.get(a, 0.0) >= pol.min_score) >= pol.k
-        else:
-            w = sum(max(0.0, pol.base_weight + n.reputation.get(a, 0.0)) for a in atts)
-            ok = w >= pol.threshold
-        if ok:
-            del n.pending[hid]
-            self._trust(n, hid)
+    def _trust_decisions(self, n: SimNode, decisions: list[trust.TrustDecision]) -> None:
+        for dec in decisions:
+            match dec:
+                case trust.Replay():
+                    self._verify(n, self.head_by_digest[dec.head.digest])
+                case trust.Trusted():
+                    self._trust(n, self.head_by_digest[dec.head.digest])
+                case trust.Distrusted():
+                    pass  # detection is timed by the node's own replay (_verified)
+                case _:
+                    assert_never(dec)
 
     def _trust(self, n: SimNode, hid: int) -> None:
         if hid not in n.trusted and hid not in n.detected:
@@ -698,18 +730,17 @@ class Simulator:
     def _verified(self, i: int, hid: int) -> None:
         n = self.nodes[i]
         h = self.heads[hid]
-        n.pending.pop(hid, None)
-        pol = self.sc.policy
-        for a in n.attestations.get(hid, []):
-            delta = pol.reward if h.good else -pol.penalty
-            n.reputation[a] = n.reputation.get(a, 0.0) + delta
-        if h.good:
-            self._trust(n, hid)
-        elif hid not in n.detected:
+        did, mh = self.dids[h.dataset], self._head_hash(hid)
+        if n.policy is not None:
+            outcome = trust.Outcome.VERIFIED if h.good else trust.Outcome.FAILED
+            self._trust_decisions(
+                n, n.policy.handle(trust.LocalVerdict(did, mh, outcome, self.now))
+            )
+        if not h.good and hid not in n.detected:
             n.detected[hid] = self.now
         self._apply(
             n,
-            VerificationCompleted(self.dids[h.dataset], self._head_hash(hid), h.good, self.now),
+            VerificationCompleted(did, mh, h.good, self.now),
         )
 
     def _head_hash(self, hid: int) -> Multihash:
@@ -986,7 +1017,6 @@ class Simulator:
                 "good_heads_published": len(good_heads),
             }
         return out
-
 
 
 class _SimEffects:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sim.scenario import Scenario, from_dict
+from sim.scenario import Scenario, ScenarioError, from_dict
 from sim.simulator import Simulator, run
 
 
@@ -126,3 +126,42 @@ def test_nodes_that_go_silent_do_not_stop_delivery_to_honest_nodes() -> None:
     res = run(small(adversary={"silent_fraction": 0.3, "silent_at_s": 60}))
     assert res["honest_nodes"] == 21  # the 9 silent ones are not counted as honest
     assert res["delivery_ratio"] == 1.0
+
+
+QUORUM_ADVERSARY = {"malicious_fraction": 0.3, "spoof_owners": 1, "spoof_fraction": 1.0}
+
+
+def quorum(colluders: int) -> Scenario:
+    """3-of-N quorum over the 6 honest public attesters plus ``colluders`` false attesters."""
+    return small(
+        workload={"attester_fraction": 0.2},
+        adversary=QUORUM_ADVERSARY,
+        policy={
+            "name": "quorum",
+            "k": 3,
+            "trusted": "attesters",
+            "trusted_colluders": colluders,
+        },
+    )
+
+
+def test_quorum_with_fewer_colluders_than_k_in_the_trusted_set_is_never_fooled() -> None:
+    for seed in range(1, 11):
+        res = run(quorum(colluders=2), seed=seed)
+        assert res["bad_head_receipts"] > 0, seed  # spoofed heads did reach honest nodes
+        assert res["bad_heads_trusted"] == 0, (seed, res["bad_heads_trusted"])
+        # and the quorum still trusts the honest owner's heads without replaying them all
+        assert res["trusted_heads"] > res["honest_nodes"], seed
+
+
+def test_quorum_is_fooled_once_k_colluders_are_inside_the_trusted_set() -> None:
+    # The counterpart of the test above: the guarantee is exactly "fewer than k inside".
+    fooled = [run(quorum(colluders=3), seed=seed)["bad_heads_trusted"] for seed in (1, 2, 3)]
+    assert all(f > 0 for f in fooled), fooled
+
+
+def test_quorum_needs_a_closed_trusted_set() -> None:
+    with pytest.raises(ScenarioError, match="trusted"):
+        from_dict({"policy": {"name": "quorum"}})
+    with pytest.raises(ScenarioError, match="trusted_colluders"):
+        Simulator(small(policy={"name": "quorum", "trusted": "attesters", "trusted_colluders": 5}))

@@ -1,0 +1,625 @@
+"""Trust policies: when a node trusts a head it did not (or not yet) replay itself.
+
+Pure and sans-IO like :mod:`p2p.core`: a driver (the daemon later, the simulator now,
+``sim/simulator.py``) feeds :class:`TrustPolicy` the events a node sees for its heads — the head
+was accepted (:class:`HeadSeen`), the node's own verdict (:class:`LocalVerdict`), signed
+attestations and disputes from peers (:class:`AttestationSeen`, :class:`DisputeSeen`) and time
+(:class:`Tick`) — and carries out the decisions it answers (:class:`Replay`, :class:`Trusted`,
+:class:`Distrusted`). :meth:`TrustPolicy.status` answers a head's trust state at any time.
+Time is injected as ``now_ns`` and randomness as an :class:`~p2p.core.Rng`, so the same inputs
+always give the same decisions.
+
+Policies (``docs/trust.md`` has the full semantics and the settings as ``[trust]`` names them):
+
+* ``verify-all``: trusted only by the node's own replay (today's behaviour);
+* ``quorum``: trusted once ``k`` VERIFIED attestations of that exact head come from distinct
+  attesters of ``trusted_attesters``;
+* ``sample``: replay with probability ``p`` (drawn once per head), otherwise ``quorum``;
+* ``reputation``: trusted once the attesters' weights ``max(0, base_weight + reputation)`` sum
+  to ``threshold`` (replaying with probability ``p`` first, as ``sample`` does).
+
+A node's own verdict is final: its replay beats any number of attestations or disputes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final, assert_never
+
+from coordinator.errors import INVALID_INPUT, OdfNodeError
+from coordinator.identity import DatasetId
+from coordinator.multiformats import Multihash
+from p2p.core.config import NS_PER_S, Rng
+from p2p.errors import P2PError
+from p2p.wire import Verdict
+
+# --------------------------------------------------------------------------- configuration
+
+
+class TrustConfigError(P2PError):
+    """A trust setting is invalid; ``setting`` names it as the config file does (``[trust] k``)."""
+
+    rpc_code = INVALID_INPUT
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(f"[trust] {setting}: {message}")
+        self.setting = f"[trust] {setting}"
+
+
+class Policy(enum.StrEnum):
+    """The trust policies (their names in ``[trust] policy``)."""
+
+    VERIFY_ALL = "verify-all"
+    QUORUM = "quorum"
+    SAMPLE = "sample"
+    REPUTATION = "reputation"
+
+
+MAX_HEADS: Final = 4096
+"""Heads tracked per node by default; the oldest is forgotten first (bounds memory)."""
+MAX_RECORDED_PER_HEAD: Final = 1024
+"""Attestations (and, separately, disputes) kept per head; later ones from new signers drop."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrustConfig:
+    """A node's trust policy and its settings, validated at construction.
+
+    ``can_replay`` says whether the node has an engine (``[pipeline] replay``): a node that
+    cannot replay never gets a :class:`Replay` decision. ``any_attester`` makes ``sample`` count
+    every signer (the simulator's model of an unconfigured network, kept to measure what a
+    closed trusted set buys); it is refused with ``quorum`` and is not a ``[trust]`` setting.
+
+    Raises:
+        TrustConfigError: a setting is out of range or inconsistent with the policy.
+    """
+
+    policy: Policy = Policy.VERIFY_ALL
+    k: int = 3
+    trusted_attesters: frozenset[DatasetId] = frozenset()
+    p: float = 0.1
+    fallback_verify_s: float = 600.0
+    can_replay: bool = True
+    min_score: float = 0.0
+    base_weight: float = 0.2
+    threshold: float = 3.0
+    reward: float = 1.0
+    penalty: float = 10.0
+    any_attester: bool = False
+    max_heads: int = MAX_HEADS
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.policy, Policy):
+            raise TrustConfigError("policy", f"unknown policy {self.policy!r}")
+        if self.k < 1:
+            raise TrustConfigError("k", f"must be >= 1, got {self.k}")
+        if not 0.0 <= self.p <= 1.0:
+            raise TrustConfigError("p", f"must be in [0, 1], got {self.p}")
+        if not self.fallback_verify_s > 0:
+            raise TrustConfigError("fallback_verify_s", "must be > 0")
+        if self.policy is Policy.QUORUM and self.any_attester:
+            raise TrustConfigError("trusted_attesters", "quorum never counts just anyone")
+        if self.policy in (Policy.QUORUM, Policy.SAMPLE) and not self.any_attester:
+            if not self.trusted_attesters:
+                raise TrustConfigError(
+                    "trusted_attesters",
+                    f"policy {self.policy.value!r} needs at least k node ids (an empty list "
+                    "trusts nobody, it does not mean anyone)",
+                )
+            if self.k > len(self.trusted_attesters):
+                raise TrustConfigError(
+                    "k",
+                    f"{self.k} exceeds the {len(self.trusted_attesters)} trusted attesters: "
+                    "no quorum could ever be reached",
+                )
+        if self.policy is Policy.REPUTATION and not self.threshold > 0:
+            raise TrustConfigError("threshold", "must be > 0")
+        if self.base_weight < 0 or self.reward < 0 or self.penalty < 0:
+            raise TrustConfigError("base_weight", "base_weight, reward and penalty must be >= 0")
+        if self.max_heads < 1:
+            raise TrustConfigError("max_heads", "must be >= 1")
+
+    @classmethod
+    def from_settings(cls, table: Mapping[str, object], *, can_replay: bool) -> TrustConfig:
+        """Build a config from a ``[trust]`` table (TOML values; attesters as ``did:key:…``).
+
+        Raises:
+            TrustConfigError: an unknown key, a wrong type, an unparsable node id or a bad value.
+        """
+        known = {"policy", "k", "trusted_attesters", "p", "fallback_verify_s", "min_score"}
+        known |= {"base_weight", "threshold", "reward", "penalty"}
+        for key in table:
+            if key not in known:
+                raise TrustConfigError(key, "unknown setting")
+        name = table.get("policy", Policy.VERIFY_ALL.value)
+        try:
+            policy = Policy(str(name))
+        except ValueError:
+            choices = ", ".join(p.value for p in Policy)
+            raise TrustConfigError("policy", f"unknown policy {name!r} ({choices})") from None
+        k = table.get("k", 3)
+        if not isinstance(k, int) or isinstance(k, bool):
+            raise TrustConfigError("k", "must be an integer")
+        defaults = cls()
+        keys = ("p", "fallback_verify_s", "min_score", "base_weight", "threshold", "reward")
+        nums = {
+            key: _number(key, table[key]) if key in table else float(getattr(defaults, key))
+            for key in (*keys, "penalty")
+        }
+        return cls(
+            policy=policy,
+            k=k,
+            trusted_attesters=parse_attesters(table.get("trusted_attesters", [])),
+            p=nums["p"],
+            fallback_verify_s=nums["fallback_verify_s"],
+            can_replay=can_replay,
+            min_score=nums["min_score"],
+            base_weight=nums["base_weight"],
+            threshold=nums["threshold"],
+            reward=nums["reward"],
+            penalty=nums["penalty"],
+        )
+
+
+def _number(key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TrustConfigError(key, "must be a number")
+    return float(value)
+
+
+def parse_attesters(value: object) -> frozenset[DatasetId]:
+    """Node ids (``did:key:z6Mk…`` as ``odf-node status`` prints them, or ``did:odf:…``).
+
+    Raises:
+        TrustConfigError: not a list of strings, or a string is not a node id.
+    """
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise TrustConfigError("trusted_attesters", "must be a list of node ids")
+    out: set[DatasetId] = set()
+    for text in value:
+        try:
+            out.add(DatasetId.parse(text))
+        except OdfNodeError as e:
+            raise TrustConfigError("trusted_attesters", f"{text!r} is not a node id: {e}") from e
+    return frozenset(out)
+
+
+# --------------------------------------------------------------------------- events
+
+
+class Outcome(enum.StrEnum):
+    """The node's own verdict on a head."""
+
+    VERIFIED = "verified"
+    FAILED = "failed"
+    UNVERIFIABLE = "unverifiable"
+
+
+@dataclass(frozen=True, slots=True)
+class HeadSeen:
+    """The node accepted ``head`` (fetched, integrity checked): its trust clock starts."""
+
+    dataset: DatasetId
+    head: Multihash
+    now_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class LocalVerdict:
+    """The node's own replay of ``head`` finished; ``evidence`` references a failure's proof."""
+
+    dataset: DatasetId
+    head: Multihash
+    outcome: Outcome
+    now_ns: int
+    evidence: str = "local replay"
+
+
+@dataclass(frozen=True, slots=True)
+class AttestationSeen:
+    """A signed attestation by ``attester`` of ``head`` (signature already checked)."""
+
+    dataset: DatasetId
+    head: Multihash
+    attester: DatasetId
+    verdict: Verdict
+    now_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class DisputeSeen:
+    """A signed dispute by ``attester`` of ``head``; ``evidence`` references it (content id)."""
+
+    dataset: DatasetId
+    head: Multihash
+    attester: DatasetId
+    evidence: str
+    now_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time passed (pending heads may have waited longer than ``fallback_verify_s``)."""
+
+    now_ns: int
+
+
+TrustEvent = HeadSeen | LocalVerdict | AttestationSeen | DisputeSeen | Tick
+
+
+# --------------------------------------------------------------------------- decisions and answers
+
+
+class TrustState(enum.StrEnum):
+    """A head's trust state."""
+
+    PENDING = "pending"
+    TRUSTED = "trusted"
+    DISPUTED = "disputed"
+    UNVERIFIABLE = "unverifiable"
+
+
+class TrustedBy(enum.StrEnum):
+    """What made a head trusted."""
+
+    LOCAL = "local"
+    QUORUM = "quorum"
+
+
+class ReplayReason(enum.StrEnum):
+    """Why the node should replay a head itself."""
+
+    POLICY = "policy"
+    """``verify-all``: every head."""
+    SAMPLE = "sample"
+    """The once-per-head draw with probability ``p`` came up."""
+    DISPUTE = "dispute"
+    """A trusted attester disputed it."""
+    FALLBACK = "fallback"
+    """It stayed pending longer than ``fallback_verify_s``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """Replay ``head`` locally and report a :class:`LocalVerdict`."""
+
+    dataset: DatasetId
+    head: Multihash
+    reason: ReplayReason
+
+
+@dataclass(frozen=True, slots=True)
+class Trusted:
+    """``head`` became trusted ``by`` the node's replay or a quorum of ``attesters``."""
+
+    dataset: DatasetId
+    head: Multihash
+    by: TrustedBy
+    attesters: tuple[DatasetId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Distrusted:
+    """``head`` became ``state`` (disputed or unverifiable); ``disputer`` is None when local."""
+
+    dataset: DatasetId
+    head: Multihash
+    state: TrustState
+    evidence: str
+    disputer: DatasetId | None
+
+
+TrustDecision = Replay | Trusted | Distrusted
+
+
+@dataclass(frozen=True, slots=True)
+class HeadTrust:
+    """A head's trust state as a node answers it.
+
+    ``attesters``: who made it trusted by quorum (empty otherwise); ``evidence``: what disputed
+    it (a dispute's reference or the local replay's); ``disputed_by``: every signer that disputed
+    it, trusted or not (recorded and shown, never enough alone to block unless trusted).
+    """
+
+    state: TrustState
+    by: TrustedBy | None = None
+    attesters: tuple[DatasetId, ...] = ()
+    evidence: str | None = None
+    disputed_by: tuple[DatasetId, ...] = ()
+
+
+_UNKNOWN: Final = HeadTrust(TrustState.PENDING)
+
+
+@dataclass(slots=True)
+class _Head:
+    seen_ns: int | None = None
+    state: TrustState = TrustState.PENDING
+    by: TrustedBy | None = None
+    attesters: tuple[DatasetId, ...] = ()
+    evidence: str | None = None
+    disputer: DatasetId | None = None
+    local: Outcome | None = None
+    replaying: ReplayReason | None = None
+    verified_by: dict[DatasetId, None] = field(default_factory=dict)
+    disputes: dict[DatasetId, str] = field(default_factory=dict)
+
+
+_Key = tuple[DatasetId, Multihash]
+
+
+# --------------------------------------------------------------------------- the policy
+
+
+class TrustPolicy:
+    """One node's trust decisions over all its heads (see the module docstring)."""
+
+    def __init__(self, config: TrustConfig, rng: Rng) -> None:
+        """A policy with ``config``; ``rng`` draws the ``sample`` decisions."""
+        self.config = config
+        self._rng = rng
+        self._fallback_ns = int(config.fallback_verify_s * NS_PER_S)
+        self._heads: dict[_Key, _Head] = {}
+        self._pending: dict[_Key, int] = {}  # seen, pending, no replay asked: seen_ns
+        self._reputation: dict[DatasetId, float] = {}
+
+    # ----------------------------------------------------------------- queries
+
+    def status(self, dataset: DatasetId, head: Multihash) -> HeadTrust:
+        """The trust state of ``head`` (pending when never heard of)."""
+        h = self._heads.get((dataset, head))
+        if h is None:
+            return _UNKNOWN
+        return HeadTrust(h.state, h.by, h.attesters, h.evidence, tuple(h.disputes))
+
+    def reputation(self, attester: DatasetId) -> float:
+        """``attester``'s local reputation (moved only by this node's own replays)."""
+        return self._reputation.get(attester, 0.0)
+
+    def is_trusted_attester(self, attester: DatasetId) -> bool:
+        """Whether ``attester``'s attestations count and its disputes block, right now."""
+        c = self.config
+        match c.policy:
+            case Policy.VERIFY_ALL:
+                return attester in c.trusted_attesters
+            case Policy.QUORUM | Policy.SAMPLE:
+                listed = c.any_attester or attester in c.trusted_attesters
+                return listed and self.reputation(attester) >= c.min_score
+            case Policy.REPUTATION:
+                return self._weight(attester) > 0
+            case _:
+                assert_never(c.policy)
+
+    # ----------------------------------------------------------------- events
+
+    def handle(self, event: TrustEvent) -> list[TrustDecision]:
+        """Feed one event; return the decisions to carry out, in order."""
+        match event:
+            case HeadSeen():
+                return self._on_seen(event)
+            case LocalVerdict():
+                return self._on_local(event)
+            case AttestationSeen():
+                return self._on_attestation(event)
+            case DisputeSeen():
+                return self._on_dispute(event)
+            case Tick():
+                return self._on_tick(event.now_ns)
+            case _:
+                assert_never(event)
+
+    def _head(self, key: _Key) -> _Head:
+        h = self._heads.get(key)
+        if h is None:
+            h = self._heads[key] = _Head()
+            if len(self._heads) > self.config.max_heads:
+                old = next(iter(self._heads))
+                del self._heads[old]
+                self._pending.pop(old, None)
+        return h
+
+    def _on_seen(self, ev: HeadSeen) -> list[TrustDecision]:
+        key = (ev.dataset, ev.head)
+        h = self._head(key)
+        if h.seen_ns is not None:
+            return []
+        h.seen_ns = ev.now_ns
+        if h.local in (Outcome.VERIFIED, Outcome.FAILED):
+            return []  # the node's own verdict came first and is final
+        out: list[TrustDecision] = []
+        c = self.config
+        blocked = self._trusted_dispute(h)
+        if blocked is not None:
+            out += self._set(
+                key, h, TrustState.DISPUTED, evidence=h.disputes[blocked], disputer=blocked
+            )
+            out += self._replay(key, h, ReplayReason.DISPUTE)
+            return out
+        if h.local is Outcome.UNVERIFIABLE:
+            return self._evaluate(key, h)  # own replay already tried: only a quorum can trust
+        match c.policy:
+            case Policy.VERIFY_ALL:
+                reason: ReplayReason | None = ReplayReason.POLICY
+            case Policy.QUORUM:
+                reason = None
+            case Policy.SAMPLE | Policy.REPUTATION:
+                # One draw per head, and only on a node that can act on it.
+                sampled = c.can_replay and self._rng.random() < c.p
+                reason = ReplayReason.SAMPLE if sampled else None
+            case _:
+                assert_never(c.policy)
+        if reason is not None and c.can_replay:
+            return self._replay(key, h, reason)
+        if c.policy is Policy.VERIFY_ALL:
+            # verify-all on a node with no engine: nothing will ever trust this head.
+            return self._set(key, h, TrustState.UNVERIFIABLE, evidence="cannot replay")
+        self._pending[key] = ev.now_ns
+        return self._evaluate(key, h)
+
+    def _on_local(self, ev: LocalVerdict) -> list[TrustDecision]:
+        key = (ev.dataset, ev.head)
+        h = self._head(key)
+        if h.local in (Outcome.VERIFIED, Outcome.FAILED):
+            return []  # the first definitive verdict is final
+        h.local = ev.outcome
+        h.replaying = None
+        self._pending.pop(key, None)
+        c = self.config
+        match ev.outcome:
+            case Outcome.VERIFIED:
+                for a in h.verified_by:
+                    self._reputation[a] = self.reputation(a) + c.reward
+                return self._set(key, h, TrustState.TRUSTED, by=TrustedBy.LOCAL)
+            case Outcome.FAILED:
+                for a in h.verified_by:
+                    self._reputation[a] = self.reputation(a) - c.penalty
+                return self._set(key, h, TrustState.DISPUTED, evidence=ev.evidence)
+            case Outcome.UNVERIFIABLE:
+                if h.state is TrustState.TRUSTED:
+                    return []  # a quorum already trusted it; the failed attempt changes nothing
+                out = self._evaluate(key, h)
+                if h.state is TrustState.PENDING:
+                    out += self._set(key, h, TrustState.UNVERIFIABLE, evidence=ev.evidence)
+                return out
+            case _:
+                assert_never(ev.outcome)
+
+    def _on_attestation(self, ev: AttestationSeen) -> list[TrustDecision]:
+        if ev.verdict is not Verdict.VERIFIED:
+            return []  # integrity-only or unverifiable attestations never count
+        c = self.config
+        closed = c.policy in (Policy.QUORUM, Policy.SAMPLE) and not c.any_attester
+        if closed and ev.attester not in c.trusted_attesters:
+            return []  # never counts: not worth the memory
+        key = (ev.dataset, ev.head)
+        h = self._head(key)
+        if ev.attester in h.verified_by or len(h.verified_by) >= MAX_RECORDED_PER_HEAD:
+            return []
+        h.verified_by[ev.attester] = None
+        return self._evaluate(key, h)
+
+    def _on_dispute(self, ev: DisputeSeen) -> list[TrustDecision]:
+        key = (ev.dataset, ev.head)
+        h = self._head(key)
+        if ev.attester in h.disputes or len(h.disputes) >= MAX_RECORDED_PER_HEAD:
+            return []
+        h.disputes[ev.attester] = ev.evidence
+        if h.local is not None and h.local is not Outcome.UNVERIFIABLE:
+            return []  # the node's own replay already decided
+        if h.seen_ns is None or not self.is_trusted_attester(ev.attester):
+            return []  # recorded; acted on when the head is seen, or never (untrusted)
+        out: list[TrustDecision] = []
+        if h.state is not TrustState.DISPUTED:
+            out += self._set(
+                key, h, TrustState.DISPUTED, evidence=ev.evidence, disputer=ev.attester
+            )
+        self._pending.pop(key, None)
+        out += self._replay(key, h, ReplayReason.DISPUTE)
+        return out
+
+    def _on_tick(self, now_ns: int) -> list[TrustDecision]:
+        if not self.config.can_replay:
+            return []
+        due = [k for k, t in self._pending.items() if now_ns - t >= self._fallback_ns]
+        out: list[TrustDecision] = []
+        for key in due:
+            del self._pending[key]
+            out += self._replay(key, self._heads[key], ReplayReason.FALLBACK)
+        return out
+
+    # ----------------------------------------------------------------- transitions
+
+    def _weight(self, attester: DatasetId) -> float:
+        return max(0.0, self.config.base_weight + self.reputation(attester))
+
+    def _trusted_dispute(self, h: _Head) -> DatasetId | None:
+        for a in h.disputes:
+            if self.is_trusted_attester(a):
+                return a
+        return None
+
+    def _quorum(self, h: _Head) -> tuple[DatasetId, ...] | None:
+        """The attesters that make ``h`` trusted by quorum, or None."""
+        c = self.config
+        match c.policy:
+            case Policy.VERIFY_ALL:
+                return None
+            case Policy.QUORUM | Policy.SAMPLE:
+                counted = tuple(a for a in h.verified_by if self.is_trusted_attester(a))
+                return counted if len(counted) >= c.k else None
+            case Policy.REPUTATION:
+                weights = [(a, self._weight(a)) for a in h.verified_by]
+                if sum(w for _, w in weights) >= c.threshold:
+                    return tuple(a for a, w in weights if w > 0)
+                return None
+            case _:
+                assert_never(c.policy)
+
+    def _evaluate(self, key: _Key, h: _Head) -> list[TrustDecision]:
+        """Trust a seen head by quorum when nothing forbids it."""
+        if h.seen_ns is None or h.state in (TrustState.TRUSTED, TrustState.DISPUTED):
+            return []
+        if h.local is not None and h.local is not Outcome.UNVERIFIABLE:
+            return []
+        if h.replaying in (ReplayReason.POLICY, ReplayReason.SAMPLE, ReplayReason.DISPUTE):
+            return []  # the node chose to check this head itself: wait for its verdict
+        quorum = self._quorum(h)
+        if quorum is None:
+            return []
+        self._pending.pop(key, None)
+        return self._set(key, h, TrustState.TRUSTED, by=TrustedBy.QUORUM, attesters=quorum)
+
+    def _replay(self, key: _Key, h: _Head, reason: ReplayReason) -> list[TrustDecision]:
+        if not self.config.can_replay or h.replaying is not None or h.local is not None:
+            return []
+        h.replaying = reason
+        return [Replay(key[0], key[1], reason)]
+
+    def _set(
+        self,
+        key: _Key,
+        h: _Head,
+        state: TrustState,
+        *,
+        by: TrustedBy | None = None,
+        attesters: Iterable[DatasetId] = (),
+        evidence: str | None = None,
+        disputer: DatasetId | None = None,
+    ) -> list[TrustDecision]:
+        h.state, h.by, h.attesters = state, by, tuple(attesters)
+        h.evidence, h.disputer = evidence, disputer
+        match state:
+            case TrustState.TRUSTED:
+                assert by is not None
+                return [Trusted(key[0], key[1], by, h.attesters)]
+            case TrustState.DISPUTED | TrustState.UNVERIFIABLE:
+                return [Distrusted(key[0], key[1], state, evidence or "", disputer)]
+            case TrustState.PENDING:
+                return []
+            case _:
+                assert_never(state)
+
+
+__all__ = [
+    "AttestationSeen",
+    "DisputeSeen",
+    "Distrusted",
+    "HeadSeen",
+    "HeadTrust",
+    "LocalVerdict",
+    "Outcome",
+    "Policy",
+    "Replay",
+    "ReplayReason",
+    "Tick",
+    "TrustConfig",
+    "TrustConfigError",
+    "TrustDecision",
+    "TrustEvent",
+    "TrustPolicy",
+    "TrustState",
+    "TrustedBy",
+    "parse_attesters",
+]
