@@ -7,12 +7,14 @@ daemon itself refuses otherwise). Only processes started here are ever signalled
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -214,6 +216,29 @@ class NodeProcess:
     def call(self, method: str, timeout: float = 300.0, **params: Any) -> Any:
         """One JSON-RPC call."""
         return call_sync(self.url, self.token, method, params or None, timeout)
+
+    def console_headers(self, timeout: float = 30.0) -> dict[str, str]:
+        """Headers of a console page's ``POST /ui/rpc`` on a fresh session: ``console.login``'s
+        one-time token redeemed at ``/ui/session`` for the session cookie."""
+        base = self.url.removesuffix("/rpc")
+        token = self.call("console.login")["url"].split("#", 1)[1]
+        u = urllib.parse.urlsplit(base)
+        conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=timeout)
+        try:
+            conn.request(
+                "POST",
+                "/ui/session",
+                json.dumps({"token": token}).encode(),
+                {"Content-Type": "application/json", "Origin": base},
+            )
+            r = conn.getresponse()
+            r.read()
+            if r.status != 200:
+                raise AssertionError(f"{self.name}: /ui/session answered {r.status}")
+            cookie = (r.getheader("Set-Cookie") or "").split(";", 1)[0]
+        finally:
+            conn.close()
+        return {"Cookie": cookie, "Origin": base, "Content-Type": "application/json"}
 
     def wait_for(
         self, what: str, probe: Callable[[], Any], timeout: float = 300.0, every: float = 0.5

@@ -265,28 +265,6 @@ async def ws_exchange(
     return out
 
 
-def console_session(node: Any) -> tuple[str, dict[str, str]]:
-    """The console's ``/ui/rpc`` URL and the headers of a page's call (a fresh session)."""
-    base = node.url.removesuffix("/rpc")
-    token = node.call("console.login")["url"].split("#", 1)[1]
-    u = urllib.parse.urlsplit(base)
-    conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=30)
-    try:
-        conn.request(
-            "POST",
-            "/ui/session",
-            json.dumps({"token": token}).encode(),
-            {"Content-Type": "application/json", "Origin": base},
-        )
-        r = conn.getresponse()
-        r.read()
-        cookie = (r.getheader("Set-Cookie") or "").split(";", 1)[0]
-    finally:
-        conn.close()
-    headers = {"Cookie": cookie, "Origin": base, "Content-Type": "application/json"}
-    return base + "/ui/rpc", headers
-
-
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"non-standard JSON constant {name} in a reply")
 
@@ -646,7 +624,7 @@ class Bench:
         from hostile_bodies import SHAPES, adversarial_body
 
         url, token = node.url, node.token
-        ui_url, ui_headers = console_session(node)
+        ui_url, ui_headers = node.url.removesuffix("/rpc") + "/ui/rpc", node.console_headers()
         for label, size in (("bodies-64k", 64 << 10), ("bodies-1m", (1 << 20) - 1)):
             g = self.begin(label)
             slowest: dict[str, float] = {}

@@ -95,30 +95,6 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
         node.stop()
 
 
-def console_cookie(node: NodeProcess) -> dict[str, str]:
-    """Headers of a console page's ``POST /ui/rpc``: a session cookie from ``console.login``."""
-    base = node.url.removesuffix("/rpc")
-    login = node.call("console.login")["url"]
-    token = login.split("#", 1)[1]
-    u = urllib.parse.urlsplit(base)
-    conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=10)
-    try:
-        conn.request(
-            "POST",
-            "/ui/session",
-            json.dumps({"token": token}).encode(),
-            {"Content-Type": "application/json", "Origin": base},
-        )
-        r = conn.getresponse()
-        r.read()
-        assert r.status == 200
-        cookie = r.getheader("Set-Cookie", "").split(";", 1)[0]
-    finally:
-        conn.close()
-    assert cookie.startswith("odf_console_")
-    return {"Cookie": cookie, "Origin": base, "Content-Type": "application/json"}
-
-
 async def timed_answers(node: NodeProcess, ui_headers: dict[str, str]) -> dict[str, Any]:
     """``(transport, shape) -> (median s, worst s, the last reply)`` over :data:`SENDS` sends."""
     auth = {"Authorization": f"Bearer {node.token}", "Content-Type": "application/json"}
@@ -164,7 +140,8 @@ async def timed_answers(node: NodeProcess, ui_headers: dict[str, str]) -> dict[s
 def test_a_1_mib_adversarial_body_is_answered_at_once_and_status_stays_fast(
     daemon: NodeProcess,
 ) -> None:
-    ui_headers = console_cookie(daemon)
+    ui_headers = daemon.console_headers()
+    assert ui_headers["Cookie"].startswith("odf_console_")
     probe = StatusProbe(daemon)
     probe.start()
     try:
