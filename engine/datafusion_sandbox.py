@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from coordinator.errors import INVALID_INPUT, OdfNodeError
+from engine.sandbox import XML_FUNCTIONS
 
 
 class SandboxViolation(OdfNodeError):
@@ -84,23 +85,11 @@ DENIED_FUNCTIONS = frozenset(
         "parquet_scan",
         "read_file",
         "url",
-        # XML parsing (none exists in the pinned releases 41 and 51; refused by name all the
-        # same, as in the Spark sandbox, should a release or an extension add one)
-        "xpath",
-        "xpath_boolean",
-        "xpath_double",
-        "xpath_float",
-        "xpath_int",
-        "xpath_long",
-        "xpath_number",
-        "xpath_short",
-        "xpath_string",
-        "from_xml",
-        "schema_of_xml",
-        "to_xml",
+        # XML parsing beyond the Spark names (engine.sandbox.XML_FUNCTIONS)
         "xmlparse",
         "xml_extract",
     }
+    | XML_FUNCTIONS
 )
 """Refused by (lower-case) name, called or bare."""
 BARE_DENIED = frozenset(

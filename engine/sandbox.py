@@ -37,18 +37,8 @@ from typing import Any
 
 from coordinator.errors import INVALID_INPUT, OdfNodeError
 
-DENIED_FUNCTIONS = frozenset(
+XML_FUNCTIONS = frozenset(
     {
-        "reflect",
-        "java_method",
-        "try_reflect",
-        "input_file_name",
-        "input_file_block_start",
-        "input_file_block_length",
-        "current_catalog",
-        "current_database",
-        "current_schema",
-        # XML parsing: the JDK parser behind xpath_* fetches external DTDs (file:, http:)
         "xpath",
         "xpath_boolean",
         "xpath_double",
@@ -61,12 +51,30 @@ DENIED_FUNCTIONS = frozenset(
         "from_xml",  # Spark 4 (not in the pinned 3.5): refused should the pin move
         "schema_of_xml",
         "to_xml",
+    }
+)
+"""XML parsing functions, refused by both sandboxes: the JDK parser behind Spark's ``xpath_*``
+fetches external DTDs (``file:``, ``http:``); DataFusion has none in its pinned releases and
+refuses the same names should a release or an extension add one."""
+
+DENIED_FUNCTIONS = frozenset(
+    {
+        "reflect",
+        "java_method",
+        "try_reflect",
+        "input_file_name",
+        "input_file_block_start",
+        "input_file_block_length",
+        "current_catalog",
+        "current_database",
+        "current_schema",
         # facts about the verifier: its OS user, its Spark build
         "current_user",
         "user",
         "session_user",
         "version",
     }
+    | XML_FUNCTIONS
 )
 """Functions refused by name: reflection; functions that disclose local paths, catalogs, the
 verifier's user or build; XML parsing (external entities and DTDs)."""
