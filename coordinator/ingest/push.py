@@ -82,6 +82,7 @@ from coordinator.ingest.writer import (
 )
 from coordinator.metadata import block_hash, encode_block
 from coordinator.metadata import model as m
+from coordinator.metadata.odf_schema import schema_as_arrow
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
@@ -145,7 +146,7 @@ class PushSourceInfo:
     source: m.AddPushSource
     vocab: Vocab
     data_slices: tuple[Multihash, ...]
-    schema_bytes: bytes | None
+    schema_event: m.SetDataSchema | None
 
 
 def resolve_push_source(dataset: Dataset, source_name: str | None) -> PushSourceInfo:
@@ -177,7 +178,7 @@ def resolve_push_source(dataset: Dataset, source_name: str | None) -> PushSource
         name = source_name
     source: m.AddPushSource | None = None
     vocab_event: m.SetVocab | None = None
-    schema_bytes: bytes | None = None
+    schema_event: m.SetDataSchema | None = None
     slices: list[Multihash] = []
     for _, block in dataset.iter_blocks(state.head):
         e = block.event
@@ -187,23 +188,20 @@ def resolve_push_source(dataset: Dataset, source_name: str | None) -> PushSource
             source = e
         elif isinstance(e, m.SetVocab) and vocab_event is None:
             vocab_event = e
-        elif isinstance(e, m.SetDataSchema) and schema_bytes is None:
-            schema_bytes = e.schema
+        elif isinstance(e, m.SetDataSchema) and schema_event is None:
+            schema_event = e
     if source is None:  # pragma: no cover - ChainState says it is active
         raise PushSourceNotFound(f"Source '{name}' not found")
     slices.reverse()
-    return PushSourceInfo(state, source, Vocab.of(vocab_event), tuple(slices), schema_bytes)
+    return PushSourceInfo(state, source, Vocab.of(vocab_event), tuple(slices), schema_event)
 
 
 def _existing_schema(dataset: Dataset, info: PushSourceInfo) -> pa.Schema | None:
     """The dataset's output schema: ``SetDataSchema`` decoded, else the newest part's."""
-    if info.schema_bytes is not None:
-        try:
-            from coordinator.metadata.arrow_schema import decode_arrow_schema
-        except ImportError:  # pragma: no cover - depends on another module landing
-            pass
-        else:
-            return decode_arrow_schema(info.schema_bytes)
+    if info.schema_event is not None:
+        # An ODF schema (spec v0.37) converts with kamu's default settings, as its writer
+        # does when it checks a new slice against the dataset's schema.
+        return schema_as_arrow(info.schema_event)
     if info.data_slices:
         schema = pq.read_schema(dataset.data.path_of(info.data_slices[-1]))
         return schema.remove_metadata()

@@ -125,7 +125,7 @@ def read_schema(read: m.ReadStep) -> pa.Schema:
         InvalidDdlSchema: the DDL does not parse.
     """
     _check_format(read)
-    ddl = read.schema
+    ddl = read.ddl_schema
     if not ddl:
         raise UnsupportedReadOption(
             f"{type(read).__name__} has no schema; push ingest needs an explicit DDL schema "

@@ -194,7 +194,7 @@ def schema_event(schema: pa.Schema) -> m.SetDataSchema:
         raise IngestError(
             "cannot write SetDataSchema: coordinator.metadata.arrow_schema is not available"
         ) from e
-    return m.SetDataSchema(schema=encode_arrow_schema(schema))
+    return m.SetDataSchema(raw_arrow_schema=encode_arrow_schema(schema))
 
 
 # --------------------------------------------------------------------------------------------

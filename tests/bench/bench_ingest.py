@@ -103,7 +103,7 @@ def child(
         m.Seed(dataset_id=DatasetId.new_seeded_ed25519(b"bench"), dataset_kind=m.DatasetKind.ROOT),
         m.AddPushSource(
             source_name="bench",
-            read=m.ReadStepCsv(schema=SCHEMA, header=True),
+            read=m.ReadStepCsv(ddl_schema=SCHEMA, header=True),
             merge=strategy,
         ),
     ):

@@ -80,7 +80,7 @@ def csv_source(
 ) -> m.AddPushSource:
     return m.AddPushSource(
         source_name=name,
-        read=m.ReadStepCsv(schema=schema, header=True),
+        read=m.ReadStepCsv(ddl_schema=schema, header=True),
         merge=merge,
         preprocess=preprocess,
     )
@@ -174,7 +174,9 @@ def test_append_csv_writes_kamus_slice(tmp_path: Path) -> None:
         "SetDataSchema",
         "AddData",
     ]
-    assert isinstance(evs[2], m.SetDataSchema) and evs[2].schema == encode_arrow_schema(expected)
+    assert isinstance(evs[2], m.SetDataSchema) and evs[2].raw_arrow_schema == encode_arrow_schema(
+        expected
+    )
     add = evs[3]
     assert isinstance(add, m.AddData)
     assert add.prev_offset is None and add.new_source_state is None and add.prev_checkpoint is None
@@ -374,14 +376,14 @@ def _ndjson(tmp: Path) -> tuple[m.ReadStep, Path]:
     text = "".join(
         json.dumps({"city": c, "population": p, "event_time": t}) + "\n" for c, p, t in TEXT_ROWS
     )
-    return m.ReadStepNdJson(schema=SCHEMA3), write(tmp, "a.ndjson", text)
+    return m.ReadStepNdJson(ddl_schema=SCHEMA3), write(tmp, "a.ndjson", text)
 
 
 def _json(tmp: Path) -> tuple[m.ReadStep, Path]:
     doc = {
         "result": {"rows": [{"city": c, "population": p, "event_time": t} for c, p, t in TEXT_ROWS]}
     }
-    return m.ReadStepJson(schema=SCHEMA3, sub_path="result.rows"), write(
+    return m.ReadStepJson(ddl_schema=SCHEMA3, sub_path="result.rows"), write(
         tmp, "a.json", json.dumps(doc)
     )
 
@@ -398,12 +400,12 @@ def _parquet(tmp: Path) -> tuple[m.ReadStep, Path]:
     )
     p = tmp / "a.parquet"
     pq.write_table(t, p)
-    return m.ReadStepParquet(schema=SCHEMA3), p
+    return m.ReadStepParquet(ddl_schema=SCHEMA3), p
 
 
 def _csv(tmp: Path) -> tuple[m.ReadStep, Path]:
     text = "c,p,t\n" + "".join(f"{c},{p},{t}\n" for c, p, t in TEXT_ROWS)
-    return m.ReadStepCsv(schema=SCHEMA3, header=True), write(tmp, "a.csv", text)
+    return m.ReadStepCsv(ddl_schema=SCHEMA3, header=True), write(tmp, "a.csv", text)
 
 
 def _ingest_format(
