@@ -169,7 +169,7 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
         node_id=key.dataset_id().as_did_key(),
         home=str(home.path),
         spark_master=options.spark_master,
-        block_version=config.metadata.block_version,
+        block_version=config.metadata.apply(),
         live=False,
         config=config.to_dict(),
     )

@@ -142,6 +142,19 @@ class MetadataSection:
     """``[metadata]``."""
 
     block_version: int
+    write_version: str
+
+    @property
+    def effective_block_version(self) -> int:
+        """The manifest version of new blocks: ``current`` always writes 3 (kamu-cli HEAD)."""
+        return 3 if self.write_version == "current" else self.block_version
+
+    def apply(self) -> int:
+        """Make this the process's form of new blocks (``coordinator.metadata`` write form);
+        returns the effective block version."""
+        from coordinator.metadata.flatbuffers_serde import set_write_form
+
+        return set_write_form(self.write_version, self.block_version).block_version
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +282,10 @@ def _validate(cfg: NodeConfig) -> None:
         )
     if cfg.metadata.block_version not in (2, 3):
         raise ConfigError(f"metadata.block_version: {cfg.metadata.block_version} is not 2 or 3")
+    if cfg.metadata.write_version not in ("v0.34", "current"):
+        raise ConfigError(
+            f"metadata.write_version: {cfg.metadata.write_version!r} is not 'v0.34' or 'current'"
+        )
     if cfg.engine.idle_timeout_s < 0 or cfg.engine.memory_limit_mib < 0:
         raise ConfigError("engine.idle_timeout_s and engine.memory_limit_mib must be >= 0")
     if cfg.engine.cpu_limit_s < 0:

@@ -146,7 +146,7 @@ class PushSourceInfo:
     source: m.AddPushSource
     vocab: Vocab
     data_slices: tuple[Multihash, ...]
-    schema_event: m.SetDataSchema | None
+    data_schema: m.SetDataSchema | None
 
 
 def resolve_push_source(dataset: Dataset, source_name: str | None) -> PushSourceInfo:
@@ -178,7 +178,7 @@ def resolve_push_source(dataset: Dataset, source_name: str | None) -> PushSource
         name = source_name
     source: m.AddPushSource | None = None
     vocab_event: m.SetVocab | None = None
-    schema_event: m.SetDataSchema | None = None
+    data_schema: m.SetDataSchema | None = None
     slices: list[Multihash] = []
     for _, block in dataset.iter_blocks(state.head):
         e = block.event
@@ -188,20 +188,20 @@ def resolve_push_source(dataset: Dataset, source_name: str | None) -> PushSource
             source = e
         elif isinstance(e, m.SetVocab) and vocab_event is None:
             vocab_event = e
-        elif isinstance(e, m.SetDataSchema) and schema_event is None:
-            schema_event = e
+        elif isinstance(e, m.SetDataSchema) and data_schema is None:
+            data_schema = e
     if source is None:  # pragma: no cover - ChainState says it is active
         raise PushSourceNotFound(f"Source '{name}' not found")
     slices.reverse()
-    return PushSourceInfo(state, source, Vocab.of(vocab_event), tuple(slices), schema_event)
+    return PushSourceInfo(state, source, Vocab.of(vocab_event), tuple(slices), data_schema)
 
 
 def _existing_schema(dataset: Dataset, info: PushSourceInfo) -> pa.Schema | None:
     """The dataset's output schema: ``SetDataSchema`` decoded, else the newest part's."""
-    if info.schema_event is not None:
+    if info.data_schema is not None:
         # An ODF schema (spec v0.37) converts with kamu's default settings, as its writer
         # does when it checks a new slice against the dataset's schema.
-        return schema_as_arrow(info.schema_event)
+        return schema_as_arrow(info.data_schema)
     if info.data_slices:
         schema = pq.read_schema(dataset.data.path_of(info.data_slices[-1]))
         return schema.remove_metadata()

@@ -63,6 +63,8 @@ from coordinator.ingest.spool import (
 )
 from coordinator.ingest.vocab import Vocab
 from coordinator.metadata import model as m
+from coordinator.metadata.flatbuffers_serde import write_form
+from coordinator.metadata.odf_schema import new_set_data_schema
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.multiformats import Multicodec, Multihash
 from coordinator.storage.fs import PENDING_PREFIX, fsync_dir
@@ -187,7 +189,14 @@ def _describe(schema: pa.Schema) -> str:
 
 
 def schema_event(schema: pa.Schema) -> m.SetDataSchema:
-    """``SetDataSchema`` carrying the arrow-rs flatbuffer of the output ``schema``."""
+    """``SetDataSchema`` of the output ``schema`` in the configured write form.
+
+    Form ``v0.34``: the arrow-rs flatbuffer of ``schema`` (slot 0). Form ``current``: the ODF
+    schema kamu-cli HEAD records, ``DataSchema::new_from_arrow(schema).strip_encoding()``
+    (kamu-cli ``transform_executor_impl.rs``, ingest ``writer.rs``).
+    """
+    if write_form().odf_schema:
+        return new_set_data_schema(schema)
     try:
         from coordinator.metadata.arrow_schema import encode_arrow_schema
     except ImportError as e:  # pragma: no cover - depends on another module landing

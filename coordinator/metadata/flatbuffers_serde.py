@@ -47,6 +47,55 @@ BLOCK_VERSION_V3: Final = 3
 SUPPORTED_BLOCK_VERSIONS: Final = frozenset({BLOCK_VERSION_V2, BLOCK_VERSION_V3})
 DEFAULT_BLOCK_VERSION: Final = BLOCK_VERSION_V2
 
+
+@dataclass(frozen=True, slots=True)
+class WriteForm:
+    """How new blocks are written: the manifest version and the ``SetDataSchema`` form.
+
+    ``v0.34`` (the default): manifest version 2 and Arrow bytes in ``SetDataSchema`` slot 0,
+    which every kamu since v0.153 reads and whose hashes equal those of the kamu versions that
+    speak spec v0.34. ``current``: what kamu-cli HEAD writes (spec v0.39): manifest version 3 and
+    an ODF schema in slot 1, which kamu before spec v0.37 cannot read. Received blocks are never
+    re-encoded either way. Set from the node's ``[metadata] write_version``.
+    """
+
+    name: str
+    block_version: int
+    odf_schema: bool
+
+
+WRITE_FORMS: Final = {
+    "v0.34": WriteForm("v0.34", BLOCK_VERSION_V2, odf_schema=False),
+    "current": WriteForm("current", BLOCK_VERSION_V3, odf_schema=True),
+}
+_write_form: list[WriteForm] = [WRITE_FORMS["v0.34"]]
+
+
+def write_form() -> WriteForm:
+    """The process-wide form of newly written blocks (see :class:`WriteForm`)."""
+    return _write_form[0]
+
+
+def set_write_form(name: str, block_version: int | None = None) -> WriteForm:
+    """Select the form of newly written blocks by name (``"v0.34"`` or ``"current"``).
+
+    ``block_version`` overrides the manifest version of the ``v0.34`` form (3 gives kamu
+    v0.265+ hashes with v0.34 content); ``current`` always writes 3, as kamu-cli HEAD does.
+
+    Raises:
+        EncodeError: an unknown name or block version.
+    """
+    form = WRITE_FORMS.get(name)
+    if form is None:
+        raise EncodeError(f"unknown write version {name!r}; expected one of: v0.34, current")
+    if block_version is not None and form.name == "v0.34":
+        if block_version not in SUPPORTED_BLOCK_VERSIONS:
+            raise EncodeError(f"cannot write block version {block_version}; supported: 2, 3")
+        form = WriteForm(form.name, block_version, odf_schema=False)
+    _write_form[0] = form
+    return form
+
+
 _U64_MAX: Final = (1 << 64) - 1
 _U32_MAX: Final = (1 << 32) - 1
 _I32_MAX: Final = (1 << 31) - 1
@@ -566,8 +615,13 @@ def encode_table(b: flatbuffers.Builder, obj: object, version: int) -> int:
     return int(b.EndObject())
 
 
-def encode_block_content(block: m.MetadataBlock, version: int = DEFAULT_BLOCK_VERSION) -> bytes:
-    """The inner ``MetadataBlock`` flatbuffer (without the manifest wrapper)."""
+def encode_block_content(block: m.MetadataBlock, version: int | None = None) -> bytes:
+    """The inner ``MetadataBlock`` flatbuffer (without the manifest wrapper).
+
+    ``version`` None: the :func:`write_form`'s block version.
+    """
+    if version is None:
+        version = write_form().block_version
     if version not in SUPPORTED_BLOCK_VERSIONS:
         raise EncodeError(f"cannot write block version {version}; supported: 2, 3")
     if not isinstance(block, m.MetadataBlock):
@@ -577,12 +631,15 @@ def encode_block_content(block: m.MetadataBlock, version: int = DEFAULT_BLOCK_VE
     return bytes(b.Output())
 
 
-def encode_block(block: m.MetadataBlock, version: int = DEFAULT_BLOCK_VERSION) -> bytes:
+def encode_block(block: m.MetadataBlock, version: int | None = None) -> bytes:
     """Encode ``block`` as kamu does: the manifest-wrapped flatbuffer whose sha3 is the hash.
 
-    ``version`` 2 (default) matches kamu-cli v0.153 - v0.264 (ODF spec v0.34); 3 matches
-    kamu-cli >= v0.265.
+    ``version`` 2 matches kamu-cli v0.153 - v0.264 (ODF spec v0.34); 3 matches kamu-cli >=
+    v0.265; None (the default) is the :func:`write_form`'s, 2 unless the node is configured to
+    write the current form.
     """
+    if version is None:
+        version = write_form().block_version
     inner = encode_block_content(block, version)
     b = flatbuffers.Builder(len(inner) + 64)
     content = b.CreateByteVector(inner)
@@ -938,6 +995,8 @@ __all__ = [
     "SPECS",
     "SUPPORTED_BLOCK_VERSIONS",
     "UNIONS",
+    "WRITE_FORMS",
+    "WriteForm",
     "block_hash",
     "decode_block",
     "decode_block_content",
@@ -948,4 +1007,6 @@ __all__ = [
     "encode_table",
     "new_budget",
     "prepend_timestamp",
+    "set_write_form",
+    "write_form",
 ]

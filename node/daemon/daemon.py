@@ -109,7 +109,7 @@ class Daemon:
             node_id=self.node_key.dataset_id().as_did_key(),
             home=str(self.home.path),
             spark_master=self.config.engine.spark_master,
-            block_version=self.config.metadata.block_version,
+            block_version=self.config.metadata.apply(),
             config=self.config.to_dict(),
         )
 
