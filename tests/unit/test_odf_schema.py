@@ -7,12 +7,15 @@ tests) and ``src/odf/metadata/tests/tests/test_serde_flatbuffers.rs``
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
-from coordinator.errors import UnsupportedOdfSchema
+from coordinator.errors import MergeError, UnsupportedOdfSchema
 from coordinator.metadata import model as m
 from coordinator.metadata import odf_schema as osc
+from coordinator.transform.testing import Clock, make_root, push_csv
 from tests.golden.test_block_vectors import ODF_SCHEMA, SCHEMA_AB
 
 
@@ -206,3 +209,24 @@ def test_unsupported_arrow_types() -> None:
     for t in (pa.month_day_nano_interval(), pa.dictionary(pa.int32(), pa.string())):
         with pytest.raises(UnsupportedOdfSchema):
             osc.from_arrow(pa.schema([pa.field("x", t)]))
+
+
+@pytest.mark.parametrize(
+    "merge",
+    [
+        m.MergeStrategyChangelogStream(primary_key=("city",)),
+        m.MergeStrategyUpsertStream(primary_key=("city",)),
+    ],
+)
+def test_stream_merge_strategies_refused_by_ingest_chain_unchanged(
+    tmp_path: Path, merge: m.MergeStrategy
+) -> None:
+    """ChangelogStream / UpsertStream sources are readable but not ingested (yet): a typed
+    error, nothing appended."""
+    ds = make_root(tmp_path, "root", merge=merge)
+    head = ds.head()
+    with pytest.raises(MergeError, match="not supported for ingest"):
+        push_csv(
+            ds, tmp_path / "in", "event_time,city,population\n2020-01-01T00:00:00Z,A,1\n", Clock()
+        )
+    assert ds.head() == head
