@@ -50,7 +50,7 @@ def _override_json(o: TrustOverride) -> dict[str, object] | None:
     return out
 
 
-def _trust_json(sub: Subscription, head: str | None) -> dict[str, object] | None:
+def trust_json(sub: Subscription, head: str | None) -> dict[str, object] | None:
     """``{"state", "by", "attesters"}`` of the accepted head (pending until judged)."""
     if head is None:
         return None
@@ -157,7 +157,7 @@ class SubscriptionUseCases:
                     verification_detail=(ver.detail or None) if ver else None,
                     policy=_override_json(sub.override),
                     trusted_head=sub.trusted_head,
-                    trust=_trust_json(sub, acc.head if acc else None),
+                    trust=trust_json(sub, acc.head if acc else None),
                 )
             )
         return out
@@ -180,4 +180,4 @@ class SubscriptionUseCases:
         await self._state.log_event("ipfs.connect", None, {"multiaddr": multiaddr})
 
 
-__all__ = ["SubscriptionRow", "SubscriptionUseCases", "parse_did"]
+__all__ = ["SubscriptionRow", "SubscriptionUseCases", "parse_did", "trust_json"]

@@ -289,7 +289,8 @@ async function datasets(main) {
   const cell = (attrs, ...kids) => h("td", Object.assign({ role: "cell" }, attrs), ...(kids.length ? kids : [""]));
   const proto = h("tr", { role: "row" },
     cell({}, h("a", {}, "")), cell({}, h("code", {}, "")), cell(), cell(), cell({}, h("code", {}, "")),
-    cell({ class: "num" }), cell({ class: "num" }), cell({ class: "verification" }, h("span", {}, "")),
+    cell({ class: "num" }), cell({ class: "num" }),
+    cell({ class: "verification" }, h("span", {}, ""), " ", h("span", { class: "trust" }, "")),
     cell({ class: "progress" }), cell(),
     cell({}, h("button", { class: "unsubscribe", type: "button", text: "Unsubscribe" })));
   function fillCode(c, x, n) {
@@ -312,6 +313,15 @@ async function datasets(main) {
     text(c[5], d.blocks);
     text(c[6], d.records);
     if (d.verification_detail) c[7].setAttribute("title", d.verification_detail);
+    // Trust (docs/trust.md): state, how, and by whom, as `subscriptions --json` has it.
+    const t = c[7].lastChild;
+    if (d.trust) {
+      t.className = "badge trust-" + d.trust.state;
+      t.setAttribute("data-trust", d.trust.state);
+      t.firstChild.data = d.trust.state + (d.trust.by ? " by " + d.trust.by : "");
+      const who = (d.trust.attesters || []).concat(d.trust.disputed_by ? ["disputed by:"].concat(d.trust.disputed_by) : []);
+      t.setAttribute("title", (who.length ? who.join("\n") + "\n" : "") + "trusted head: " + (d.trusted_head || "none"));
+    } else t.remove();
     if (d.owned && !d.verification) c[7].firstChild.remove();
     else {
       const outcome = d.verification || "pending";
