@@ -8,7 +8,7 @@ const SVG_NS = "http://www.w3.org/2000/svg";
 const TOPICS = [
   "verify.started", "verify.progress", "verify.finished", "head.accepted", "attestation",
   "dispute", "equivocation", "announce", "pull.started", "pull.finished", "peer.connected",
-  "peer.disconnected",
+  "peer.disconnected", "head.trusted", "head.distrusted",
 ];
 const OUTCOMES = ["verified", "failed", "nondeterministic", "unverifiable"];
 
@@ -364,7 +364,7 @@ async function datasets(main) {
     else if (ev.topic === "verify.finished" || ev.topic === "pull.finished") delete progress[ev.did];
     const cell = ev.did && box.querySelector(`tr[data-did="${CSS.escape(ev.did)}"] td.progress`);
     if (cell) cell.textContent = progress[ev.did] || "";
-    if (["verify.finished", "head.accepted", "attestation", "dispute", "pull.finished"].includes(ev.topic)) later();
+    if (["verify.finished", "head.accepted", "attestation", "dispute", "pull.finished", "head.trusted", "head.distrusted"].includes(ev.topic)) later();
   });
 }
 
@@ -502,7 +502,7 @@ async function dataset(main) {
     else if (ev.topic === "pull.started") progress.textContent = "Pulling from " + ev.url + "…";
     else if (ev.topic === "pull.finished") progress.textContent = "Pull " + ev.outcome;
     else if (ev.topic === "verify.finished") progress.textContent = "Verification " + ev.outcome;
-    if (["verify.finished", "head.accepted", "attestation", "dispute", "pull.finished"].includes(ev.topic)) later();
+    if (["verify.finished", "head.accepted", "attestation", "dispute", "pull.finished", "head.trusted", "head.distrusted"].includes(ev.topic)) later();
   });
 }
 
