@@ -188,7 +188,12 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
         locks=locks,
         datasets=DatasetUseCases(repo, engine, state=ports, transfer=transfer, locks=locks),
         subscriptions=SubscriptionUseCases(
-            ports, gossip, ipfs, owns, loopback_only=config.network.loopback_only
+            ports,
+            gossip,
+            ipfs,
+            owns,
+            loopback_only=config.network.loopback_only,
+            trust=config.trust_config(),
         ),
         publish=PublishPipeline(
             repo, ports, gossip, ipfs, events, time.time_ns, lambda _did: (), work.kick

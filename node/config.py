@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.errors import INVALID_INPUT, OdfNodeError
+from p2p.trust import TrustConfig, TrustConfigError
 
 
 class ConfigError(OdfNodeError):
@@ -138,6 +139,30 @@ class TransferSection:
 
 
 @dataclass(frozen=True, slots=True)
+class TrustSection:
+    """``[trust]``: the node's default trust policy (``docs/trust.md``); read through
+    :meth:`NodeConfig.trust_config`, which validates it with ``[pipeline] replay``."""
+
+    policy: str
+    k: int
+    trusted_attesters: tuple[str, ...]
+    p: float
+    fallback_verify_s: float
+    min_score: float
+    base_weight: float
+    threshold: float
+    reward: float
+    penalty: float
+
+    def table(self) -> dict[str, object]:
+        """The section as a ``[trust]`` table (lists as lists), for ``TrustConfig``."""
+        return {
+            f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+            for f in fields(self)
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataSection:
     """``[metadata]``."""
 
@@ -171,6 +196,18 @@ class NodeConfig:
     pipeline: PipelineSection
     transfer: TransferSection
     metadata: MetadataSection
+    trust: TrustSection
+
+    def trust_config(self) -> TrustConfig:
+        """The validated default trust policy; ``can_replay`` is ``[pipeline] replay``.
+
+        Raises:
+            ConfigError: a ``[trust]`` setting is invalid (the message names it).
+        """
+        try:
+            return TrustConfig.from_settings(self.trust.table(), can_replay=self.pipeline.replay)
+        except TrustConfigError as e:
+            raise ConfigError(str(e)) from e
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """JSON-friendly form (tuples as lists)."""
@@ -195,6 +232,7 @@ _SECTION_TYPES = {
     "pipeline": PipelineSection,
     "transfer": TransferSection,
     "metadata": MetadataSection,
+    "trust": TrustSection,
 }
 
 _CHOICES: dict[tuple[str, str], frozenset[str]] = {
@@ -408,6 +446,7 @@ def load_config(
         built[section] = cls(**kwargs)
     cfg = NodeConfig(**built)
     _validate(cfg)
+    cfg.trust_config()  # refused at load, naming the setting, not when a head arrives
     return cfg
 
 
@@ -424,6 +463,7 @@ __all__ = [
     "PipelineSection",
     "RpcSection",
     "TransferSection",
+    "TrustSection",
     "default_config_text",
     "load_config",
 ]

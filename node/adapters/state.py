@@ -72,6 +72,7 @@ STATUS_BUSY_TIMEOUT_MS = 50
 WRITES = frozenset(
     {
         "subscribe",
+        "record_trust",
         "unsubscribe",
         "record_accepted_head",
         "record_verification",

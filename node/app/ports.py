@@ -26,6 +26,8 @@ from node.app.rows import (
     Event,
     Peer,
     Subscription,
+    TrustOverride,
+    TrustRecord,
     Verification,
     VerificationOutcome,
     WorkItem,
@@ -45,9 +47,18 @@ class StatePort(Protocol):
     """
 
     async def subscribe(
-        self, did: str, alias: str | None = None, source_hint: str | None = None
+        self,
+        did: str,
+        alias: str | None = None,
+        source_hint: str | None = None,
+        override: TrustOverride | None = None,
     ) -> Subscription:
-        """Follow ``did`` (idempotent; updates the alias when given)."""
+        """Follow ``did`` (idempotent; updates the alias and the trust override when given)."""
+        ...
+
+    async def record_trust(self, did: str, trust: TrustRecord, trusted_head: str | None) -> bool:
+        """Store the trust state of ``did``'s newest judged head (and its newest trusted head
+        when not None); False when ``did`` is not followed."""
         ...
 
     async def unsubscribe(self, did: str) -> bool:

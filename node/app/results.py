@@ -147,7 +147,14 @@ class PullResult(_Json):
 
 @dataclass(frozen=True)
 class SubscriptionRow(_Json):
-    """``subscriptions``: a followed dataset, its accepted head and verification outcome."""
+    """``subscriptions``: a followed dataset, its accepted head and verification outcome, and
+    its trust (``docs/trust.md``).
+
+    ``policy``: the subscription's own trust settings (None: the node's ``[trust]``);
+    ``trusted_head``: the newest trusted head (the one served under a policy other than
+    verify-all); ``trust``: the accepted head's ``{"state", "by", "attesters"}`` (with
+    ``evidence`` and ``disputed_by`` when disputed).
+    """
 
     did: str
     alias: str | None
@@ -156,6 +163,9 @@ class SubscriptionRow(_Json):
     sequence: int | None = None
     verification: str | None = None
     verification_detail: str | None = None
+    policy: dict[str, Any] | None = None
+    trusted_head: str | None = None
+    trust: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -118,9 +118,15 @@ async def _ipfs_connect(app: Application, ctx: Context, multiaddr: str) -> IpfsC
 
 
 async def _subscribe(
-    app: Application, ctx: Context, did: str, alias: str | None = None
+    app: Application,
+    ctx: Context,
+    did: str,
+    alias: str | None = None,
+    policy: str | None = None,
+    k: int | None = None,
+    attesters: list[str] | None = None,
 ) -> SubscriptionRow:
-    return await app.subscriptions.subscribe(did, alias)
+    return await app.subscriptions.subscribe(did, alias, policy=policy, k=k, attesters=attesters)
 
 
 async def _unsubscribe(app: Application, ctx: Context, did: str) -> Unsubscribed:
@@ -495,6 +501,27 @@ COMMANDS: tuple[Command, ...] = (
         (
             Param("did", STR, True, "did:odf:… of the dataset to follow.", Cli("argument")),
             Param("alias", STR, False, "Local name.", Cli(type=str)),
+            Param(
+                "policy",
+                {"type": "string", "enum": ["verify-all", "quorum", "sample", "reputation"]},
+                False,
+                "Trust policy of this dataset, over the node's [trust] policy (docs/trust.md).",
+                Cli(type=str),
+            ),
+            Param(
+                "k",
+                {"type": "integer", "minimum": 1},
+                False,
+                "Attestations of trusted attesters needed (quorum, sample), over [trust] k.",
+                Cli(type=int),
+            ),
+            Param(
+                "attesters",
+                STRS,
+                False,
+                "A trusted attester's node id (did:key:…), over [trust] trusted_attesters.",
+                Cli(flags=("--attester",), type=list[str], metavar="NODE_ID"),
+            ),
         ),
         cli=("subscribe",),
         write=True,
@@ -511,7 +538,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "subscriptions.list",
-        "Followed datasets, their accepted heads and verification outcomes.",
+        "Followed datasets, their accepted heads, verification outcomes and trust.",
         _subscriptions,
         cli=("subscriptions",),
         result=array_of(SubscriptionRow),

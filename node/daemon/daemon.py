@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from coordinator.identity import DatasetId, PrivateKey
+from coordinator.multiformats import Multihash
 from coordinator.storage.repository import DatasetRepository
 from node.adapters.gossip import GossipAdapter, NoGossip
 from node.adapters.ipfs import IpfsAdapter, NoIpfs
@@ -43,6 +44,7 @@ from node.app.metrics import NodeMetrics
 from node.app.ports import GossipPort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
 from node.app.subscriptions import SubscriptionUseCases
+from node.app.trust import TrustDriver
 from node.app.verify import VerifyPipeline
 from node.app.work import RetryPolicy, WorkRunner, prune_finished_work
 from node.config import NodeConfig
@@ -88,6 +90,7 @@ class Daemon:
     gossip: GossipPort = field(init=False)
     ipfs: IpfsPort = field(init=False)
     app: Application = field(init=False)
+    trust: TrustDriver = field(init=False)
     _engine: Any = field(default=None, init=False)
     _ipfs_node: Any = field(default=None, init=False)
     _transport: Any = field(default=None, init=False)
@@ -346,6 +349,20 @@ class Daemon:
             http_urls=self.http_urls,
             kick=work.kick,
         )
+        trust_config = self.config.trust_config()
+        self.trust = trust = TrustDriver(
+            trust_config,
+            self.state,
+            self.events,
+            self.clock,
+            self.rng,
+            verify,
+            republish=verify.republish,
+            current_head=self._stored_head,
+            contains_block=self._contains_block,
+        )
+        verify.trust = trust
+        await trust.restore()
         work.handle("verify", verify.run)
         work.handle("publish", publish.run)
         work.handle("dispute", verify.run_rejected_head)
@@ -366,6 +383,7 @@ class Daemon:
             transfer=transfer,
             on_commit=publish.queue_id,
             locks=self.locks,
+            untrusted_input=trust.untrusted_input,
         )
         subs = SubscriptionUseCases(
             self.state,
@@ -373,9 +391,18 @@ class Daemon:
             _Late(self, "ipfs"),
             self.owns,
             loopback_only=self.config.network.loopback_only,
+            trust=trust_config,
+            on_trust_change=trust.configure,
         )
         self.effects = NodeEffects(
-            self.state, verify, self.events, self.metrics, self._spawn, self.owns, work.kick
+            self.state,
+            verify,
+            self.events,
+            self.metrics,
+            self._spawn,
+            self.owns,
+            work.kick,
+            trust,
         )
         self.gossip = NoGossip()
         self.fetcher = ChainFetcher(
@@ -405,6 +432,18 @@ class Daemon:
             console=ConsoleQueries(self.repo, self.state, _Late(self, "gossip"), self.metrics),
             events=self.events,
         )
+
+    def _stored_head(self, did: DatasetId) -> Multihash | None:
+        """``did``'s head in the repository (None when it holds none)."""
+        if not self.repo.contains(did.as_did_str()):
+            return None
+        return self.repo.open(did.as_did_str()).head()
+
+    def _contains_block(self, did: DatasetId, block: Multihash) -> bool:
+        """Whether ``did``'s stored chain holds ``block``."""
+        if not self.repo.contains(did.as_did_str()):
+            return False
+        return self.repo.open(did.as_did_str()).blocks.contains(block)
 
     async def _stop_app(self) -> None:
         # Last to stop but the state and the workers: every pull was cancelled (and unwound)
@@ -578,6 +617,7 @@ class Daemon:
             if hasattr(self, "gc_pauses"):
                 self.gc_pauses.maintain()
             await self.state.prune_events(100_000)
+            await self.trust.tick()
             now = self.clock()
             if last_prune is None or now - last_prune >= _PRUNE_EVERY_NS:
                 await prune_finished_work(
@@ -593,7 +633,7 @@ class Daemon:
 
         from node.transfer.server import make_app
 
-        app = make_app(self.repo)
+        app = make_app(self.repo, served_head=self._served_head)
         app.router.add_get("/metrics", self._metrics_handler)
         # keepalive_timeout also bounds a connection that never completes its request headers.
         self._http_runner = web.AppRunner(
@@ -606,6 +646,10 @@ class Daemon:
         self.info.http_url = (
             f"http://{self.config.http.host}:{_bound_port(self._http_runner, port)}"
         )
+
+    def _served_head(self, did: DatasetId) -> str | None:
+        """The head the Simple Transfer Protocol serves of ``did`` (None: the stored one)."""
+        return self.trust.served_head(did) if hasattr(self, "trust") else None
 
     async def _metrics_handler(self, request: Any) -> Any:
         from aiohttp import web
