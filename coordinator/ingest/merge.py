@@ -565,9 +565,12 @@ def merge_upsert_stream(
         data = new
         retract = pa.array(np.zeros(new.num_rows, dtype=bool))
     # Only the last row of each key in the input counts (kamu's without_intermediate_updates).
-    last = pa.array(_latest_rows(data, primary_key)) if data.num_rows else pa.array([], pa.int64())
-    data = data.take(last)
-    retract = retract.take(last)
+    # (The copies below are skipped where they would change nothing: this merge holds the whole
+    # input, and a copy of it per step is what its peak memory is made of.)
+    last = _latest_rows(data, primary_key) if data.num_rows else np.zeros(0, np.int64)
+    if len(last) != data.num_rows:  # some keys repeat
+        data = data.take(pa.array(last))
+        retract = retract.take(pa.array(last))
     if prev_state is None:
         old = data.slice(0, 0)
     else:
@@ -597,8 +600,11 @@ def merge_upsert_stream(
         changed = pc.or_(changed, d)
     upsert = pc.invert(retract)
     keep = pc.or_(pc.and_(retract, matched), pc.and_(upsert, changed))
-    o, n = o.filter(keep), data.filter(keep)
-    retract, matched = retract.filter(keep), matched.filter(keep)
+    n = data
+    if pc.sum(keep).as_py() != data.num_rows:
+        o, n = o.filter(keep), data.filter(keep)
+        retract, matched = retract.filter(keep), matched.filter(keep)
+    del data
     op = pc.if_else(
         retract,
         pa.scalar(int(Op.RETRACT), OP_TYPE),
@@ -608,8 +614,11 @@ def merge_upsert_stream(
             pa.scalar(int(Op.APPEND), OP_TYPE),
         ),
     )
-    values = [pc.if_else(retract, o.column(c), n.column(c)) for c in data.column_names]
-    main = prepend_op(pa.table(values, schema=data.schema), op, op_column)
+    if pc.any(retract).as_py():
+        values = [pc.if_else(retract, o.column(c), n.column(c)) for c in n.column_names]
+        main = prepend_op(pa.table(values, schema=n.schema), op, op_column)
+    else:
+        main = prepend_op(n, op, op_column)
     before = o.filter(pc.and_(pc.invert(retract), matched))
     corrections = prepend_op(before, Op.CORRECT_FROM, op_column)
     return pa.concat_tables([main, corrections.cast(main.schema)])

@@ -3,15 +3,16 @@
 This is kamu-cli's ``PushIngestServiceImpl`` + ``DataWriterDataFusion`` for a local dataset:
 
 1. **Source.** The dataset's active ``AddPushSource`` named ``source_name`` (or the only one)
-   gives the read step, the merge strategy and (unsupported here) the preprocess query. The
-   chain also gives the vocabulary (``SetVocab``), the previous slices, offset, watermark and
-   checkpoint.
+   gives the read step, the merge strategy (any of the five of spec v0.37) and (unsupported
+   here) the preprocess query. The chain also gives the vocabulary (``SetVocab``), the previous
+   slices, offset, watermark and checkpoint.
 2. **Per file** (each file is one push, i.e. one ``AddData``): an empty (0-byte) file is a
    no-op. The rows are read in bounded batches, merged against the previous data (Ledger:
-   its keys; Snapshot: its projected state), staged with the system columns, written as one
-   Parquet part ``data/<physical hash>`` with contiguous offsets, and described by an
-   ``AddData``. A file whose merge yields no rows commits nothing unless an explicit watermark
-   advances (kamu's ``EmptyCommit`` -> "up to date").
+   its keys; Snapshot: its projected state; UpsertStream: the state of the file's keys),
+   staged with the system columns, written as one Parquet part ``data/<physical hash>`` with
+   contiguous offsets, and described by an ``AddData``. A file whose merge yields no rows
+   commits nothing unless an explicit watermark advances (kamu's ``EmptyCommit`` -> "up to
+   date").
 3. **Commit.** ``SetDataSchema`` (the output schema, arrow-rs bytes) precedes the first data
    block when the dataset has none yet. All blocks of the call are appended at once by
    :meth:`Dataset.append_many_bytes`, which re-validates them against the current head and
@@ -30,7 +31,10 @@ if another writer moved the head in between, the commit fails with
 Memory: Append reads, stages and writes batch by batch (an out-of-order event time falls back
 to an external sort); Ledger also holds the previous keys; Snapshot holds the new snapshot and
 the previous state (like kamu's in-memory join), so a new snapshot over ``snapshot_bytes``
-(:data:`MAX_SNAPSHOT_BYTES`) is refused. Limits and figures: ``docs/resource-budget.md``.
+(:data:`MAX_SNAPSHOT_BYTES`) is refused. ChangelogStream and UpsertStream hold the file (sorted
+by key), so an input over ``stream_bytes`` (:data:`MAX_STREAM_BYTES`) is refused; UpsertStream
+also holds the previous row of each key of the file (read a row group at a time, other keys
+dropped). Limits and figures: ``docs/resource-budget.md``.
 """
 
 from __future__ import annotations
