@@ -98,13 +98,19 @@ _ROW_GROUP_BYTES: Final = 16 << 20
 # --------------------------------------------------------------------------------------------
 
 
-def validate_input_schema(schema: pa.Schema, vocab: Vocab) -> None:
+def validate_input_schema(schema: pa.Schema, vocab: Vocab, *, input_op: bool = False) -> None:
     """kamu's ``validate_input``: no system-column names; event time must be a date/timestamp.
+
+    ``input_op``: the merge strategy reads the op column from the input (ChangelogStream,
+    UpsertStream; spec v0.37), so that name is not a conflict.
 
     Raises:
         BadInputSchema: with kamu's explanation.
     """
-    for name in (vocab.offset_column, vocab.operation_type_column, vocab.system_time_column):
+    system = [vocab.offset_column, vocab.system_time_column]
+    if not input_op:
+        system.insert(1, vocab.operation_type_column)
+    for name in system:
         if name in schema.names:
             raise BadInputSchema(
                 "Data contains a column that conflicts with the system column name, you should "

@@ -7,15 +7,20 @@ tests) and ``src/odf/metadata/tests/tests/test_serde_flatbuffers.rs``
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from coordinator.errors import MergeError, UnsupportedOdfSchema
+from coordinator.errors import UnsupportedOdfSchema
+from coordinator.identity.dataset_id import DatasetId
+from coordinator.ingest.push import ingest
 from coordinator.metadata import model as m
 from coordinator.metadata import odf_schema as osc
-from coordinator.transform.testing import Clock, make_root, push_csv
+from coordinator.storage.dataset import Dataset
+from coordinator.transform.testing import T0, Clock, append_events
 from tests.golden.test_block_vectors import ODF_SCHEMA, SCHEMA_AB
 
 
@@ -211,22 +216,52 @@ def test_unsupported_arrow_types() -> None:
             osc.from_arrow(pa.schema([pa.field("x", t)]))
 
 
-@pytest.mark.parametrize(
-    "merge",
-    [
-        m.MergeStrategyChangelogStream(primary_key=("city",)),
-        m.MergeStrategyUpsertStream(primary_key=("city",)),
-    ],
-)
-def test_stream_merge_strategies_refused_by_ingest_chain_unchanged(
-    tmp_path: Path, merge: m.MergeStrategy
-) -> None:
-    """ChangelogStream / UpsertStream sources are readable but not ingested (yet): a typed
-    error, nothing appended."""
-    ds = make_root(tmp_path, "root", merge=merge)
-    head = ds.head()
-    with pytest.raises(MergeError, match="not supported for ingest"):
-        push_csv(
-            ds, tmp_path / "in", "event_time,city,population\n2020-01-01T00:00:00Z,A,1\n", Clock()
+def test_kamu_collection_push_source_ingests_a_changelog(tmp_path: Path) -> None:
+    """kamu-cli HEAD's collection datasets (``DatasetSnapshots::collection``): an NdJson read
+    step with an ODF schema whose ``op`` is ``Option<Int32>`` and a ``ChangelogStream`` merge
+    on ``path`` (spec v0.37/v0.38). The entries written are the input's, sorted by path and op."""
+    opt = m.DataTypeOption
+    read = m.ReadStepNdJson(
+        schema=m.DataSchema(
+            fields=(
+                m.DataField(name="op", type=opt(inner=m.DataTypeInt32())),
+                m.DataField(name="event_time", type=opt(inner=m.DataTypeTimestamp())),
+                m.DataField(name="path", type=opt(inner=m.DataTypeString())),
+                m.DataField(name="ref", type=opt(inner=m.DataTypeString())),
+            )
         )
-    assert ds.head() == head
+    )
+    ds = Dataset.create(tmp_path / "collection")
+    append_events(
+        ds,
+        [
+            m.Seed(
+                dataset_id=DatasetId.new_seeded_ed25519(b"collection"),
+                dataset_kind=m.DatasetKind.ROOT,
+            ),
+            m.AddPushSource(
+                source_name="default",
+                read=read,
+                merge=m.MergeStrategyChangelogStream(primary_key=("path",)),
+            ),
+        ],
+        T0,
+    )
+    lines = [
+        {"op": 0, "path": "/b", "ref": "did:odf:b"},
+        {"op": 0, "path": "/a", "ref": "did:odf:a1"},
+        {"op": 3, "path": "/a", "ref": "did:odf:a2"},
+        {"op": 2, "path": "/a", "ref": "did:odf:a1"},
+    ]
+    f = tmp_path / "entries.ndjson"
+    f.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    res = ingest(ds, [f], clock=Clock())
+    (s,) = res.slices
+    t = pq.read_table(ds.data.path_of(s.physical_hash))
+    assert t.schema.field("op") == pa.field("op", pa.int32(), False)
+    assert [(r["offset"], r["op"], r["path"], r["ref"]) for r in t.to_pylist()] == [
+        (0, 0, "/a", "did:odf:a1"),
+        (1, 2, "/a", "did:odf:a1"),
+        (2, 3, "/a", "did:odf:a2"),
+        (3, 0, "/b", "did:odf:b"),
+    ]
