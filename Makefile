@@ -15,7 +15,7 @@ DATAFUSION_VERSIONS := 51.0.0 41.0.0
 ENGINES := $(VENV)/engines
 DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.installed)
 
-.PHONY: browser bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-decode fuzz p2p-vectors clean
+.PHONY: browser bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-network bench-decode fuzz p2p-vectors clean
 
 setup: $(STAMP) $(DF_STAMPS)
 
@@ -104,6 +104,12 @@ bench-verify: setup
 # Replay of a 100-block DataFusion derivative vs direct DataFusion SQL and vs the Spark engine.
 bench-datafusion: setup
 	$(NETNS) 'ip link set lo up && exec $(BIN)/python tests/bench/bench_datafusion.py'
+
+# The network's figure on real daemons (issue 28): 8 hosts of the private lab (sim/netlab.py),
+# 1 owner, 3 verifying attesters, 4 light quorum subscribers, 10 heads every 20 s and one forged
+# head; owner commit -> trusted at every light node, forged -> disputed (isolates itself).
+bench-network: setup
+	$(BIN)/python tests/bench/bench_network.py
 
 # Simulator scale: 1,000 and 10,000 nodes x 1 h virtual, one process pinned to one core.
 bench-sim: setup
