@@ -138,6 +138,16 @@ class TransferSection:
 
 
 @dataclass(frozen=True, slots=True)
+class HealthSection:
+    """``[health]``: the bounds ``GET /readyz`` checks (``node/daemon/health.py``)."""
+
+    max_verify_backlog: int
+    max_write_delay_s: float
+    engine_crash_window_s: float
+    engine_crash_failures: int
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataSection:
     """``[metadata]``."""
 
@@ -158,6 +168,7 @@ class NodeConfig:
     pipeline: PipelineSection
     transfer: TransferSection
     metadata: MetadataSection
+    health: HealthSection
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """JSON-friendly form (tuples as lists)."""
@@ -182,6 +193,7 @@ _SECTION_TYPES = {
     "pipeline": PipelineSection,
     "transfer": TransferSection,
     "metadata": MetadataSection,
+    "health": HealthSection,
 }
 
 _CHOICES: dict[tuple[str, str], frozenset[str]] = {
@@ -275,6 +287,11 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError("engine.cpu_limit_s must be >= 0 (0: no CPU-time budget)")
     if cfg.engine.datafusion_workers < 0:
         raise ConfigError("engine.datafusion_workers must be >= 0 (0: automatic)")
+    h = cfg.health
+    if h.max_verify_backlog < 1 or h.engine_crash_failures < 1:
+        raise ConfigError("health.max_verify_backlog and health.engine_crash_failures must be >= 1")
+    if h.max_write_delay_s <= 0 or h.engine_crash_window_s <= 0:
+        raise ConfigError("health.max_write_delay_s and health.engine_crash_window_s must be > 0")
     if cfg.transfer.deadline_base_s <= 0 or cfg.transfer.min_rate_bytes_per_s <= 0:
         raise ConfigError("transfer.deadline_base_s and transfer.min_rate_bytes_per_s must be > 0")
     networks = []
@@ -397,6 +414,7 @@ def load_config(
 __all__ = [
     "ConfigError",
     "EngineSection",
+    "HealthSection",
     "HttpSection",
     "IpfsSection",
     "MetadataSection",

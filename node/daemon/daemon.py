@@ -47,6 +47,7 @@ from node.app.verify import VerifyPipeline
 from node.app.work import RetryPolicy, WorkRunner, prune_finished_work
 from node.config import NodeConfig
 from node.daemon.addresses import advertised_http_url, advertised_multiaddrs
+from node.daemon.health import Readiness
 from node.daemon.lock import HomeLock
 from node.daemon.loop_monitor import GcPauses, watch_event_loop
 from node.daemon.services import FunctionService, ServiceGroup
@@ -95,6 +96,8 @@ class Daemon:
     _discovery: Any = field(default=None, init=False)
     _http_runner: Any = field(default=None, init=False)
     _rpc: Any = field(default=None, init=False)
+    _threaded: ThreadedState | None = field(default=None, init=False)
+    stopping: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.repo = self.home.repository()
@@ -150,6 +153,7 @@ class Daemon:
             done, _ = await asyncio.wait({waiter, failure}, return_when=asyncio.FIRST_COMPLETED)
             for t in (waiter, failure):
                 t.cancel()
+            self.stopping = True
             log.info("odf-node stopping")
             await self.group.stop()
             if failure in done and not failure.cancelled():
@@ -181,6 +185,7 @@ class Daemon:
     async def _start_state(self) -> None:
         # Opening runs migrations (disk IO): off the loop like every later call.
         threaded = await asyncio.to_thread(ThreadedState, self.home.path / "state.db", self.clock)
+        self._threaded = threaded
         self.state = cast(StatePort, threaded)
         released = await self.state.release_claims()
         if released:
@@ -595,6 +600,8 @@ class Daemon:
 
         app = make_app(self.repo)
         app.router.add_get("/metrics", self._metrics_handler)
+        app.router.add_get("/healthz", self._healthz_handler)
+        app.router.add_get("/readyz", self._readyz_handler)
         # keepalive_timeout also bounds a connection that never completes its request headers.
         self._http_runner = web.AppRunner(
             app, access_log=None, keepalive_timeout=self.config.http.idle_timeout_s
@@ -612,6 +619,52 @@ class Daemon:
 
         body, content_type = self.metrics.render()
         return web.Response(body=body, headers={"Content-Type": content_type})
+
+    async def _healthz_handler(self, request: Any) -> Any:
+        from aiohttp import web
+
+        uptime = (self.clock() - self.info.started_at_ns) / 1e9 if self.info.started_at_ns else 0
+        return web.json_response({"status": "ok", "uptime_s": round(uptime, 3)})
+
+    async def _readyz_handler(self, request: Any) -> Any:
+        from aiohttp import web
+
+        ready, body = await self.readiness().report()
+        return web.json_response(body, status=200 if ready else 503)
+
+    def readiness(self) -> Readiness:
+        """The checks of ``GET /readyz`` over this daemon (``node/daemon/health.py``)."""
+        cfg = self.config
+
+        def services() -> tuple[list[str], list[str]]:
+            return [s.name for s in self.group.services], [s.name for s in self.group.started]
+
+        async def write_probe() -> None:
+            if self._threaded is None:
+                raise RuntimeError("the state is not open")
+            await self._threaded.write_probe()
+
+        def engine_crashes(window_s: float) -> list[str]:
+            engine = self._engine
+            return list(engine.crash_reasons(window_s)) if engine is not None else []
+
+        def peers() -> int | None:
+            if cfg.network.loopback_only or not cfg.p2p.enabled:
+                return None
+            return self.gossip.peer_count()
+
+        async def verify_backlog() -> int:
+            return int((await self.state.pending_counts()).get("verify", 0))
+
+        return Readiness(
+            cfg.health,
+            services,
+            lambda: self.stopping,
+            write_probe,
+            engine_crashes,
+            peers,
+            verify_backlog,
+        )
 
     async def _stop_http(self) -> None:
         await self._http_runner.cleanup()
