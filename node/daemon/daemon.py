@@ -50,6 +50,7 @@ from node.daemon.addresses import advertised_http_url, advertised_multiaddrs
 from node.daemon.health import Readiness
 from node.daemon.lock import HomeLock
 from node.daemon.loop_monitor import GcPauses, watch_event_loop
+from node.daemon.sdnotify import Notifier, ping_watchdog
 from node.daemon.services import FunctionService, ServiceGroup
 from node.home import NodeHome
 from p2p.core import CoreConfig, ProtocolCore
@@ -132,6 +133,12 @@ class Daemon:
         lock = HomeLock(self.home.path)
         lock.acquire_daemon()
         sys.setswitchinterval(_GIL_SWITCH_INTERVAL_S)
+        notifier = Notifier()
+        # As sd_notify(unset_environment=1): child processes (libp2p, IPFS, engine workers) must
+        # not inherit the socket or the watchdog and speak for the node.
+        for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
+            os.environ.pop(name, None)
+        self.group.on_starting = lambda name: notifier.status(f"starting {name}")
         gc_pauses = self.gc_pauses = GcPauses(
             lambda gen, s: self.metrics.gc_pause.labels(str(gen)).observe(s)
         )
@@ -140,6 +147,13 @@ class Daemon:
             await self.group.start()
             self.info.started_at_ns = self.clock()
             gc_pauses.install(freeze=True)
+            # systemd (Type=notify): every service is up. The watchdog pings from this loop.
+            notifier.ready(f"ready: node {self.node_id}")
+            interval = notifier.watchdog_interval_s
+            if interval is not None:
+                self.group.spawn_restarting(
+                    lambda: ping_watchdog(notifier, interval), "systemd-watchdog"
+                )
             log.info(
                 "odf-node ready: home=%s node_id=%s rpc=%s http=%s ipfs=%s",
                 self.home.path,
@@ -154,11 +168,13 @@ class Daemon:
             for t in (waiter, failure):
                 t.cancel()
             self.stopping = True
+            notifier.stopping()
             log.info("odf-node stopping")
             await self.group.stop()
             if failure in done and not failure.cancelled():
                 raise RuntimeError(f"a daemon task crashed: {failure.result()!r}")
         finally:
+            notifier.close()
             gc_pauses.uninstall()
             lock.release()
             log.info("odf-node stopped")
