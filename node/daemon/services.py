@@ -62,7 +62,7 @@ class ServiceGroup:
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     _failure: asyncio.Future[BaseException] | None = None
     restarts: dict[str, int] = field(default_factory=dict)
-    on_starting: Callable[[str], None] | None = None
+    on_starting: Callable[[str], object] | None = None
     """Called with each service's name before it starts (the systemd status line)."""
 
     def add(self, service: Service) -> None:
