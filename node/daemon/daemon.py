@@ -27,6 +27,7 @@ from typing import Any, cast
 
 from coordinator.identity import DatasetId, PrivateKey
 from coordinator.storage.repository import DatasetRepository
+from node.adapters.backup import HomeBackup
 from node.adapters.gossip import GossipAdapter, NoGossip
 from node.adapters.ipfs import IpfsAdapter, NoIpfs
 from node.adapters.loop_thread import LoopThread
@@ -425,6 +426,7 @@ class Daemon:
             work=work,
             console=ConsoleQueries(self.repo, self.state, _Late(self, "gossip"), self.metrics),
             events=self.events,
+            backup_port=HomeBackup(self.home.path),
         )
 
     async def _stop_app(self) -> None:
