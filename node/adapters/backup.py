@@ -8,7 +8,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from node.app.results import BackupResult
-from node.backup import write_backup
 
 
 class HomeBackup:
@@ -19,6 +18,9 @@ class HomeBackup:
 
     async def create(self, file: str, *, datasets: bool) -> BackupResult:
         """Write a backup of the home to ``file`` (see :func:`node.backup.write_backup`)."""
+        # Imported on use: an idle daemon does not load tarfile and the archive code.
+        from node.backup import write_backup
+
         summary = await asyncio.to_thread(write_backup, self._home, Path(file), datasets=datasets)
         return BackupResult(**asdict(summary))
 
