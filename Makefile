@@ -15,7 +15,7 @@ DATAFUSION_VERSIONS := 51.0.0 41.0.0
 ENGINES := $(VENV)/engines
 DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.installed)
 
-.PHONY: browser bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-network bench-decode fuzz p2p-vectors clean
+.PHONY: browser bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-backup bench-network bench-decode fuzz p2p-vectors clean
 
 setup: $(STAMP) $(DF_STAMPS)
 
@@ -138,6 +138,11 @@ bench-console: setup browser
 # Idle RSS of a real daemon and of its libp2p process (median of 3 fresh starts, IPFS off).
 bench-idle-rss: setup
 	unshare -rn bash -c 'ip link set lo up && exec $(BIN)/python tests/bench/bench_idle_rss.py'
+
+# Backup (odf-node backup, with and without --datasets) of a home following 1,000 datasets beside
+# its running daemon, and the restore of the full archive (docs/backup.md; bound: < 10 s).
+bench-backup: setup
+	$(NETNS) 'ip link set lo up && exec $(BIN)/python tests/bench/bench_backup.py'
 
 # Latency of the daemon's SQLite state operations (durable commits).
 bench-state: setup

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from coordinator.errors import OdfNodeError
+from node.adapters.backup import HomeBackup
 from node.adapters.gossip import NoGossip
 from node.adapters.ipfs import IpfsAdapter, NoIpfs
 from node.adapters.transfer import TransferAdapter
@@ -215,6 +216,7 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
         ),
         work=work,
         console=ConsoleQueries(repo, ports, gossip, metrics),
+        backup_port=HomeBackup(home.path),
     )
     try:
         yield app

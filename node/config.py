@@ -163,6 +163,16 @@ class TrustSection:
 
 
 @dataclass(frozen=True, slots=True)
+class HealthSection:
+    """``[health]``: the bounds ``GET /readyz`` checks (``node/daemon/health.py``)."""
+
+    max_verify_backlog: int
+    max_write_delay_s: float
+    engine_crash_window_s: float
+    engine_crash_failures: int
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataSection:
     """``[metadata]``."""
 
@@ -197,6 +207,7 @@ class NodeConfig:
     transfer: TransferSection
     metadata: MetadataSection
     trust: TrustSection
+    health: HealthSection
 
     def trust_config(self) -> TrustConfig:
         """The validated default trust policy; ``can_replay`` is ``[pipeline] replay``.
@@ -233,6 +244,7 @@ _SECTION_TYPES = {
     "transfer": TransferSection,
     "metadata": MetadataSection,
     "trust": TrustSection,
+    "health": HealthSection,
 }
 
 _CHOICES: dict[tuple[str, str], frozenset[str]] = {
@@ -330,6 +342,11 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError("engine.cpu_limit_s must be >= 0 (0: no CPU-time budget)")
     if cfg.engine.datafusion_workers < 0:
         raise ConfigError("engine.datafusion_workers must be >= 0 (0: automatic)")
+    h = cfg.health
+    if h.max_verify_backlog < 1 or h.engine_crash_failures < 1:
+        raise ConfigError("health.max_verify_backlog and health.engine_crash_failures must be >= 1")
+    if h.max_write_delay_s <= 0 or h.engine_crash_window_s <= 0:
+        raise ConfigError("health.max_write_delay_s and health.engine_crash_window_s must be > 0")
     if cfg.transfer.deadline_base_s <= 0 or cfg.transfer.min_rate_bytes_per_s <= 0:
         raise ConfigError("transfer.deadline_base_s and transfer.min_rate_bytes_per_s must be > 0")
     networks = []
@@ -453,6 +470,7 @@ def load_config(
 __all__ = [
     "ConfigError",
     "EngineSection",
+    "HealthSection",
     "HttpSection",
     "IpfsSection",
     "MetadataSection",

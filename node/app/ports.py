@@ -18,6 +18,7 @@ from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
 from coordinator.transform.model import TransformRequest, TransformResponse
 from node.app.jsontypes import JsonFields, JsonObject
+from node.app.results import BackupResult
 from node.app.rows import (
     AcceptedHead,
     Attestation,
@@ -358,6 +359,15 @@ class EnginePort(Protocol):
         ...
 
 
+class BackupPort(Protocol):
+    """Backups of the node's home (docs/backup.md): keys, config, the state database (SQLite's
+    online backup: taken while a daemon writes) and optionally the datasets."""
+
+    async def create(self, file: str, *, datasets: bool) -> BackupResult:
+        """Write a backup archive to ``file`` (never over an existing file)."""
+        ...
+
+
 class EventSink(Protocol):
     """Live events for the RPC WebSocket stream and the console."""
 
@@ -371,6 +381,7 @@ class EventSink(Protocol):
 
 
 __all__ = [
+    "BackupPort",
     "Clock",
     "EnginePort",
     "EventSink",

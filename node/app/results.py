@@ -289,6 +289,25 @@ class NodeStatus(_Json):
 
 
 @dataclass(frozen=True)
+class BackupResult(_Json):
+    """``backup``: the archive written (docs/backup.md) and what it holds."""
+
+    file: str
+    format_version: int
+    node_id: str
+    state_schema_version: int
+    subscriptions: int
+    attestations: int
+    disputes: int
+    datasets: list[dict[str, str | None]]
+    """``{"id", "alias", "head"}`` of each dataset stored (empty without ``--datasets``)."""
+    owned_dataset_keys: int
+    files: int
+    bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
 class ConsoleLogin(_Json):
     """``ui``: a one-time URL that logs a browser into the node console."""
 
@@ -298,6 +317,7 @@ class ConsoleLogin(_Json):
 
 __all__ = [
     "AttestationRow",
+    "BackupResult",
     "ConsoleLogin",
     "CreatedDataset",
     "DatasetRow",

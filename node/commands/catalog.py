@@ -16,6 +16,7 @@ from node.app.datasets import load_data_stack
 from node.app.errors import InvalidArgument
 from node.app.results import (
     AttestationRow,
+    BackupResult,
     CreatedDataset,
     DatasetRow,
     DisputeRow,
@@ -112,6 +113,28 @@ async def _peers_connect(app: Application, ctx: Context, multiaddr: str) -> Peer
 async def _ipfs_connect(app: Application, ctx: Context, multiaddr: str) -> IpfsConnected:
     await app.subscriptions.connect_ipfs(multiaddr)
     return IpfsConnected(connected=multiaddr)
+
+
+async def _backup(
+    app: Application, ctx: Context, file: str, datasets: bool = False
+) -> BackupResult:
+    return await app.backup(file, datasets)
+
+
+def _backup_file(value: Path) -> str:
+    """The archive path as an absolute string (written where the caller sees it)."""
+    return str(Path(value).absolute())
+
+
+def _render_backup(result: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    stored = len(result["datasets"])
+    out.print(
+        f"Backed up node {result['node_id']} to [bold]{result['file']}[/]: "
+        f"{result['subscriptions']} subscriptions, {result['attestations']} attestations, "
+        f"{result['disputes']} disputes, {result['owned_dataset_keys']} dataset keys"
+        + (f", {stored} datasets" if stored else " (datasets not included: --datasets)")
+        + f"; {result['files']} files, {result['bytes']} bytes in {result['seconds']} s"
+    )
 
 
 # ---- subscriptions
@@ -493,6 +516,33 @@ COMMANDS: tuple[Command, ...] = (
         (Param("multiaddr", STR, True),),
         daemon_only=True,
         result=object_of(IpfsConnected),
+    ),
+    Command(
+        "node.backup",
+        "Back up the node: keys, config, state (attestations, disputes...), optionally datasets.",
+        _backup,
+        (
+            Param(
+                "file",
+                STR,
+                True,
+                "The archive to write (never over an existing file).",
+                Cli("argument", type=Path, to_wire=_backup_file, metavar="FILE"),
+            ),
+            Param(
+                "datasets", BOOL, False, "Include every dataset (blocks, data, checkpoints).", Cli()
+            ),
+        ),
+        cli=("backup",),
+        doc="Safe while the daemon runs. Restore with `odf-node restore FILE --home DIR`; the "
+        "archive format: docs/backup.md.",
+        result=object_of(BackupResult),
+        render=_render_backup,
+        in_process="a read of the home beside the daemon (SQLite's online backup copies "
+        "state.db while the daemon writes; dataset files are immutable once written), and the "
+        "archive is written by the caller, where the caller sees FILE",
+        parity="one command line cannot run on both homes (a backup never overwrites its "
+        "file): the test backs each home up to its own file and compares the shapes",
     ),
     Command(
         "subscriptions.add",

@@ -28,6 +28,7 @@ from typing import Any, cast
 from coordinator.identity import DatasetId, PrivateKey
 from coordinator.multiformats import Multihash
 from coordinator.storage.repository import DatasetRepository
+from node.adapters.backup import HomeBackup
 from node.adapters.gossip import GossipAdapter, NoGossip
 from node.adapters.ipfs import IpfsAdapter, NoIpfs
 from node.adapters.loop_thread import LoopThread
@@ -49,8 +50,10 @@ from node.app.verify import VerifyPipeline
 from node.app.work import RetryPolicy, WorkRunner, prune_finished_work
 from node.config import NodeConfig
 from node.daemon.addresses import advertised_http_url, advertised_multiaddrs
+from node.daemon.health import Readiness
 from node.daemon.lock import HomeLock
 from node.daemon.loop_monitor import GcPauses, watch_event_loop
+from node.daemon.sdnotify import Notifier, ping_watchdog
 from node.daemon.services import FunctionService, ServiceGroup
 from node.home import NodeHome
 from p2p.core import CoreConfig, ProtocolCore
@@ -98,6 +101,8 @@ class Daemon:
     _discovery: Any = field(default=None, init=False)
     _http_runner: Any = field(default=None, init=False)
     _rpc: Any = field(default=None, init=False)
+    _threaded: ThreadedState | None = field(default=None, init=False)
+    stopping: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.repo = self.home.repository()
@@ -132,6 +137,12 @@ class Daemon:
         lock = HomeLock(self.home.path)
         lock.acquire_daemon()
         sys.setswitchinterval(_GIL_SWITCH_INTERVAL_S)
+        notifier = Notifier()
+        # As sd_notify(unset_environment=1): child processes (libp2p, IPFS, engine workers) must
+        # not inherit the socket or the watchdog and speak for the node.
+        for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
+            os.environ.pop(name, None)
+        self.group.on_starting = lambda name: notifier.status(f"starting {name}")
         gc_pauses = self.gc_pauses = GcPauses(
             lambda gen, s: self.metrics.gc_pause.labels(str(gen)).observe(s)
         )
@@ -140,6 +151,13 @@ class Daemon:
             await self.group.start()
             self.info.started_at_ns = self.clock()
             gc_pauses.install(freeze=True)
+            # systemd (Type=notify): every service is up. The watchdog pings from this loop.
+            notifier.ready(f"ready: node {self.node_id}")
+            interval = notifier.watchdog_interval_s
+            if interval is not None:
+                self.group.spawn_restarting(
+                    lambda: ping_watchdog(notifier, interval), "systemd-watchdog"
+                )
             log.info(
                 "odf-node ready: home=%s node_id=%s rpc=%s http=%s ipfs=%s",
                 self.home.path,
@@ -153,11 +171,14 @@ class Daemon:
             done, _ = await asyncio.wait({waiter, failure}, return_when=asyncio.FIRST_COMPLETED)
             for t in (waiter, failure):
                 t.cancel()
+            self.stopping = True
+            notifier.stopping()
             log.info("odf-node stopping")
             await self.group.stop()
             if failure in done and not failure.cancelled():
                 raise RuntimeError(f"a daemon task crashed: {failure.result()!r}")
         finally:
+            notifier.close()
             gc_pauses.uninstall()
             lock.release()
             log.info("odf-node stopped")
@@ -184,6 +205,7 @@ class Daemon:
     async def _start_state(self) -> None:
         # Opening runs migrations (disk IO): off the loop like every later call.
         threaded = await asyncio.to_thread(ThreadedState, self.home.path / "state.db", self.clock)
+        self._threaded = threaded
         self.state = cast(StatePort, threaded)
         released = await self.state.release_claims()
         if released:
@@ -431,6 +453,7 @@ class Daemon:
             work=work,
             console=ConsoleQueries(self.repo, self.state, _Late(self, "gossip"), self.metrics),
             events=self.events,
+            backup_port=HomeBackup(self.home.path),
         )
 
     def _stored_head(self, did: DatasetId) -> Multihash | None:
@@ -635,6 +658,8 @@ class Daemon:
 
         app = make_app(self.repo, served_head=self._served_head)
         app.router.add_get("/metrics", self._metrics_handler)
+        app.router.add_get("/healthz", self._healthz_handler)
+        app.router.add_get("/readyz", self._readyz_handler)
         # keepalive_timeout also bounds a connection that never completes its request headers.
         self._http_runner = web.AppRunner(
             app, access_log=None, keepalive_timeout=self.config.http.idle_timeout_s
@@ -656,6 +681,52 @@ class Daemon:
 
         body, content_type = self.metrics.render()
         return web.Response(body=body, headers={"Content-Type": content_type})
+
+    async def _healthz_handler(self, request: Any) -> Any:
+        from aiohttp import web
+
+        uptime = (self.clock() - self.info.started_at_ns) / 1e9 if self.info.started_at_ns else 0
+        return web.json_response({"status": "ok", "uptime_s": round(uptime, 3)})
+
+    async def _readyz_handler(self, request: Any) -> Any:
+        from aiohttp import web
+
+        ready, body = await self.readiness().report()
+        return web.json_response(body, status=200 if ready else 503)
+
+    def readiness(self) -> Readiness:
+        """The checks of ``GET /readyz`` over this daemon (``node/daemon/health.py``)."""
+        cfg = self.config
+
+        def services() -> tuple[list[str], list[str]]:
+            return [s.name for s in self.group.services], [s.name for s in self.group.started]
+
+        async def write_probe() -> None:
+            if self._threaded is None:
+                raise RuntimeError("the state is not open")
+            await self._threaded.write_probe()
+
+        def engine_crashes(window_s: float) -> list[str]:
+            engine = self._engine
+            return list(engine.crash_reasons(window_s)) if engine is not None else []
+
+        def peers() -> int | None:
+            if cfg.network.loopback_only or not cfg.p2p.enabled:
+                return None
+            return self.gossip.peer_count()
+
+        async def verify_backlog() -> int:
+            return int((await self.state.pending_counts()).get("verify", 0))
+
+        return Readiness(
+            cfg.health,
+            services,
+            lambda: self.stopping,
+            write_probe,
+            engine_crashes,
+            peers,
+            verify_backlog,
+        )
 
     async def _stop_http(self) -> None:
         await self._http_runner.cleanup()
