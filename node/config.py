@@ -134,6 +134,7 @@ class TransferSection:
 
     deadline_base_s: float
     min_rate_bytes_per_s: int
+    first_contact_s: float
     allow_private_sources: bool
     allowed_source_networks: tuple[str, ...]
 
@@ -349,6 +350,8 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError("health.max_write_delay_s and health.engine_crash_window_s must be > 0")
     if cfg.transfer.deadline_base_s <= 0 or cfg.transfer.min_rate_bytes_per_s <= 0:
         raise ConfigError("transfer.deadline_base_s and transfer.min_rate_bytes_per_s must be > 0")
+    if cfg.transfer.first_contact_s <= 0:
+        raise ConfigError("transfer.first_contact_s must be > 0")
     networks = []
     for cidr in cfg.transfer.allowed_source_networks:
         try:

@@ -20,8 +20,10 @@ JSON ``{"records": [record, ...]}`` (at most 32): the responder's own record fir
 records of its connected peers that joined the topic of any requested dataset (as gossipsub
 reports it), each with ``carries`` = the requested DIDs it carries. A record is ``{"peer_id",
 "gossip": [multiaddr...], "ipfs": [multiaddr...], "http": url or "", "carries": [did...]}``
-with at most 4 addresses of each kind. A node learns its peers' own records by asking each new
-peer with an empty list. Records are hints: a gossip or IPFS dial authenticates the peer id
+with at most 4 addresses of each kind, and optionally ``"ipfs_withheld"``: IPFS addresses the
+peer listens on but cannot offer (loopback, in open mode), never dialled, named only when a
+pull explains why its IPFS source got nothing. A node learns its peers' own records by asking
+each new peer with an empty list. Records are hints: a gossip or IPFS dial authenticates the peer id
 (noise), so a lying record costs one failed dial.
 
 **The loop** (:class:`Discovery`): on each round it asks every newly connected peer for its
@@ -71,16 +73,22 @@ class PeerRecord:
     ipfs: tuple[str, ...] = ()
     http: str = ""
     carries: tuple[str, ...] = ()
+    ipfs_withheld: tuple[str, ...] = ()
+    """IPFS addresses the peer listens on but cannot offer (loopback in open mode): never
+    dialled, only named when a pull says why its IPFS source got nothing."""
 
     def to_json(self) -> dict[str, Any]:
-        """The record as a JSON object."""
-        return {
+        """The record as a JSON object (``ipfs_withheld`` only when there are some)."""
+        out: dict[str, Any] = {
             "peer_id": self.peer_id,
             "gossip": list(self.gossip[:MAX_ADDRS]),
             "ipfs": list(self.ipfs[:MAX_ADDRS]),
             "http": self.http,
             "carries": list(self.carries),
         }
+        if self.ipfs_withheld:
+            out["ipfs_withheld"] = list(self.ipfs_withheld[:MAX_ADDRS])
+        return out
 
 
 def _str(value: Any, limit: int, what: str) -> str:
@@ -157,6 +165,9 @@ def decode_providers_response(data: bytes) -> list[PeerRecord]:
                 ipfs=_str_list(r.get("ipfs", []), MAX_ADDRS, MAX_ADDR_LEN, "ipfs"),
                 http=http,
                 carries=_str_list(r.get("carries", []), MAX_DIDS, 128, "carries"),
+                ipfs_withheld=_str_list(
+                    r.get("ipfs_withheld", []), MAX_ADDRS, MAX_ADDR_LEN, "ipfs_withheld"
+                ),
             )
         )
     return out
@@ -234,6 +245,8 @@ class Discovery:
         self._first_hand: dict[str, PeerRecord] = {}
         self._providers: dict[str, PeerRecord] = {}
         self._asked: set[str] = set()
+        # peer id -> {IPFS multiaddr: why the last connect to it failed}; cleared on success.
+        self._ipfs_failed: dict[str, dict[str, str]] = {}
         self._wake = asyncio.Event()
         self._idle = 0
         self.rounds = 0
@@ -246,6 +259,21 @@ class Discovery:
     def providers(self) -> list[PeerRecord]:
         """Records of peers known to carry something this node asked about."""
         return list(self._providers.values())
+
+    def ipfs_problems(self, did: DatasetId) -> tuple[list[tuple[str, str]], list[str]]:
+        """Why this node's IPFS may get nothing of ``did``: ``(multiaddr, error)`` of every IPFS
+        address of a provider whose last connect failed, and the IPFS addresses providers
+        withheld (loopback) while offering none."""
+        d = did.as_did_str()
+        failed: list[tuple[str, str]] = []
+        withheld: list[str] = []
+        for pid, rec in self._providers.items():
+            if d not in rec.carries:
+                continue
+            failed += sorted(self._ipfs_failed.get(pid, {}).items())
+            if not rec.ipfs:
+                withheld += rec.ipfs_withheld
+        return failed, withheld
 
     # ---- serving
 
@@ -408,14 +436,21 @@ class Discovery:
                     if on_topic:
                         targets.append(own)
             for rec in targets[:_IPFS_CONNECTS_PER_ROUND]:
+                failed: dict[str, str] = {}
                 for addr in rec.ipfs:
                     try:
                         await self._connect_ipfs(addr)
                     except Exception as e:  # a provider's IPFS node being down is normal
-                        log.info("IPFS connect to %s failed: %s", addr, e)
+                        if addr not in self._ipfs_failed.get(rec.peer_id, {}):
+                            log.info("IPFS connect to %s failed: %s", addr, e)
+                        failed[addr] = str(e) or type(e).__name__
                         continue
                     report.ipfs_connected.append(rec.peer_id)
+                    self._ipfs_failed.pop(rec.peer_id, None)
                     break
+                else:
+                    if failed:
+                        self._ipfs_failed[rec.peer_id] = failed
         if report.dialled or report.learned:
             log.info(
                 "discovery: asked %d, learned %d provider record(s), dialled %s",

@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.storage.repository import DatasetRepository
 from node.adapters.loop_thread import LoopThread
-from node.app.fetch import PullDiverged, PullRefused, PullRejected
+from node.app.fetch import (
+    PullDiverged,
+    PullRefused,
+    PullRejected,
+    PullTooSlow,
+    PullUnreachable,
+)
 from node.config import NodeConfig
 from node.transfer.policy import SourcePolicy
 
@@ -62,14 +68,16 @@ class TransferAdapter:
         self._http: SharedHttpSession | None = None
 
     async def pull(self, url: str, *, alias: str | None, force: bool = False) -> dict[str, Any]:
-        """Pull ``url``; :class:`PullDiverged` / :class:`PullRejected` / :class:`PullRefused` for
-        the fetcher's choices."""
+        """Pull ``url``; :class:`PullDiverged` / :class:`PullRejected` / :class:`PullRefused` /
+        :class:`PullUnreachable` / :class:`PullTooSlow` for the fetcher's choices."""
         # Imported here: the pull brings pyarrow, which an idle daemon should not pay for.
         from node.transfer.errors import (
             DivergedHeads,
             InvalidSourceUrl,
             ObjectRejected,
             SourceRefused,
+            SourceTooSlow,
+            SourceUnreachable,
         )
         from node.transfer.pull import PullOptions, pull_url
 
@@ -84,6 +92,7 @@ class TransferAdapter:
             options = PullOptions(
                 deadline_base_s=t.deadline_base_s,
                 min_rate_bytes_per_s=float(t.min_rate_bytes_per_s),
+                first_contact_s=t.first_contact_s,
             )
         pulling = pull_url(
             self._repo,
@@ -105,8 +114,14 @@ class TransferAdapter:
             raise PullDiverged(str(e)) from e
         except ObjectRejected as e:
             raise PullRejected(str(e)) from e
-        except (SourceRefused, InvalidSourceUrl) as e:
+        except SourceRefused as e:
+            raise PullRefused(str(e), e.setting) from e
+        except InvalidSourceUrl as e:
             raise PullRefused(str(e)) from e
+        except SourceUnreachable as e:
+            raise PullUnreachable(str(e)) from e
+        except SourceTooSlow as e:
+            raise PullTooSlow(str(e)) from e
         return dict(result.to_dict())
 
     async def close(self) -> None:

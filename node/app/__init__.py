@@ -63,6 +63,8 @@ class NodeInfo:
     rpc_url: str | None = None
     http_url: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+    """Reachability problems found at start (``status``' ``warnings``)."""
 
 
 @dataclass
@@ -144,6 +146,7 @@ class Application:
             subscriptions=subscriptions,
             work={k: pending.get(k, 0) for k in ("verify", "publish", "dispute")},
             running_work=len(self.work.running),
+            warnings=[dict(w) for w in info.warnings],
         )
 
 

@@ -5,6 +5,13 @@ The core names a dataset, a head, the base the chain must descend from and where
 commit lock, and answers whether the local chain now holds the head and descends from the base
 (``ancestry_ok``). A pull is cancelled when the core abandons the fetch; the transfer layer
 guarantees a cancelled pull leaves the store as it was.
+
+Every source that fails is named, with why, in a ``pull.source_failed`` event (``url``,
+``reason``, ``error``, and ``setting`` when a configuration change would help): ``unreachable``
+(nothing came from it within ``[transfer] first_contact_s``; for IPFS, the providers' IPFS
+addresses the node could not connect to), ``refused`` (the source policy; ``setting`` names
+what would allow it), ``too-slow``, ``bad-bytes`` or ``unavailable``. ``subscriptions`` shows
+the attempts since the last successful pull (:func:`pull_attempts`).
 """
 
 from __future__ import annotations
@@ -12,9 +19,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from coordinator.errors import CONFLICT, INVALID_INPUT, VERIFICATION_FAILED, OdfNodeError
+from coordinator.errors import (
+    CONFLICT,
+    INVALID_INPUT,
+    UNAVAILABLE,
+    VERIFICATION_FAILED,
+    OdfNodeError,
+)
 from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
@@ -23,6 +38,7 @@ from node.app.datasets import CommitLocks
 from node.app.errors import RetryLater
 from node.app.metrics import NodeMetrics
 from node.app.ports import EventSink, StatePort, TransferPort
+from node.app.rows import Event
 from p2p.core import RequestFetch
 from p2p.wire import FetchLocations
 
@@ -38,9 +54,25 @@ class PullRejected(OdfNodeError):
 class PullRefused(OdfNodeError):
     """The source is not one this node will contact: its URL is unusable or the source policy
     refuses its address (or where it redirects). The next source is tried; retrying the same
-    one cannot help."""
+    one cannot help. ``setting`` names the configuration that would allow it (``""``: none)."""
 
     rpc_code = INVALID_INPUT
+
+    def __init__(self, message: str, setting: str = "") -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+class PullUnreachable(OdfNodeError):
+    """Nothing came from the source at all: its first read got no answer in time."""
+
+    rpc_code = UNAVAILABLE
+
+
+class PullTooSlow(OdfNodeError):
+    """The source delivered an object slower than ``[transfer]`` allows."""
+
+    rpc_code = UNAVAILABLE
 
 
 class PullDiverged(OdfNodeError):
@@ -62,7 +94,12 @@ class ChainFetcher:
         *,
         ipfs_enabled: Callable[[], bool],
         events: EventSink | None = None,
+        ipfs_hints: Callable[[DatasetId], Sequence[IpfsHint]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``ipfs_hints`` names the IPFS addresses of the dataset's providers this node could
+        not connect to (discovery's), for the reason an IPFS source was unreachable;
+        ``clock`` paces repeated events (monotonic seconds)."""
         self._repo = repo
         self._state = state
         self._transfer = transfer
@@ -70,6 +107,11 @@ class ChainFetcher:
         self._metrics = metrics
         self._ipfs_enabled = ipfs_enabled
         self._events = events
+        self._ipfs_hints = ipfs_hints
+        self._clock = clock
+        # (did, url) -> (reason, when last logged): the core retries a failing fetch every few
+        # seconds; the same failure is logged again only after _RELOG_S.
+        self._logged: dict[tuple[str, str], tuple[str, float]] = {}
 
     def _progress(self, topic: str, did: DatasetId, **data: object) -> None:
         # Live progress for the event stream (the console shows pulls as they happen).
@@ -131,6 +173,7 @@ class ChainFetcher:
                     await self._state.log_event(
                         "pull.refused", did.as_did_str(), {"url": url, "error": str(e)}
                     )
+                    await self._failed(did, url, "refused", str(e), setting=e.setting)
                     continue
                 except PullRejected as e:
                     self._metrics.pulls.labels("rejected").inc()
@@ -139,21 +182,115 @@ class ChainFetcher:
                     await self._state.log_event(
                         "pull.rejected", did.as_did_str(), {"url": url, "error": str(e)}
                     )
+                    await self._failed(did, url, "bad-bytes", str(e))
                     continue
                 except (OdfNodeError, OSError) as e:
                     # Unavailable sources, or our copy moved meanwhile (another pull): next.
                     self._metrics.pulls.labels("unavailable").inc()
                     self._progress("pull.finished", did, url=url, outcome="unavailable")
                     errors.append(f"{url}: {e}")
+                    await self._unavailable(did, url, e)
                     continue
                 self._metrics.pulls.labels("ok").inc()
                 self._progress("pull.finished", did, url=url, outcome="ok")
                 self._metrics.pull_seconds.observe(time.monotonic() - t0)
+                self._forget(did)
                 await self._state.log_event("pull.ok", did.as_did_str(), {"url": url, **summary})
                 return await asyncio.to_thread(
                     lambda: descends(self._repo.open(did.as_did_str()), req.head, req.base)
                 )
         raise RetryLater("; ".join(errors) or "no source worked")
+
+    async def _unavailable(self, did: DatasetId, url: str, e: BaseException) -> None:
+        if isinstance(e, PullTooSlow):
+            await self._failed(
+                did,
+                url,
+                "too-slow",
+                str(e),
+                setting="[transfer] min_rate_bytes_per_s, [transfer] deadline_base_s",
+            )
+            return
+        if not isinstance(e, PullUnreachable):
+            await self._failed(did, url, "unavailable", str(e))
+            return
+        error, setting, addresses = str(e), "", []
+        if url.startswith("ipfs://") and self._ipfs_hints is not None:
+            hints = list(self._ipfs_hints(did))
+            if hints:
+                addresses = [h.address for h in hints]
+                error += "; the providers' IPFS addresses this node could not connect to: " + (
+                    "; ".join(f"{h.address} ({h.error})" for h in hints)
+                )
+                setting = next((h.setting for h in hints if h.setting), "")
+            else:
+                error += "; no provider's IPFS node is connected to this node's"
+        await self._failed(did, url, "unreachable", error, setting=setting, addresses=addresses)
+
+    async def _failed(
+        self,
+        did: DatasetId,
+        url: str,
+        reason: str,
+        error: str,
+        *,
+        setting: str = "",
+        addresses: Sequence[str] = (),
+    ) -> None:
+        """Log a ``pull.source_failed`` event (once per ``_RELOG_S`` for the same failure)."""
+        key = (did.as_did_str(), url)
+        now = self._clock()
+        last = self._logged.get(key)
+        if last is not None and last[0] == reason and now - last[1] < _RELOG_S:
+            return
+        self._logged[key] = (reason, now)
+        data: dict[str, Any] = {"url": url, "reason": reason, "error": error}
+        if setting:
+            data["setting"] = setting
+        if addresses:
+            data["addresses"] = list(addresses)
+        log.info("pull of %s: source %s failed (%s): %s", did, url, reason, error)
+        await self._state.log_event("pull.source_failed", did.as_did_str(), data)
+
+    def _forget(self, did: DatasetId) -> None:
+        d = did.as_did_str()
+        for key in [k for k in self._logged if k[0] == d]:
+            del self._logged[key]
+
+
+_RELOG_S = 300.0
+"""The same source failing for the same reason is logged again after this many seconds."""
+
+PULL_ATTEMPTS_SHOWN = 8
+"""``subscriptions``' ``pull`` field: the newest failed attempts it lists per dataset."""
+
+
+@dataclass(frozen=True, slots=True)
+class IpfsHint:
+    """An IPFS address of a provider the node could not connect to, and why (``setting``: the
+    provider's configuration that would fix it, when known)."""
+
+    address: str
+    error: str
+    setting: str = ""
+
+
+def pull_attempts(events: Sequence[Event]) -> dict[str, dict[str, Any]]:
+    """Per dataset, the failed sources since its last successful pull, from the newest-first
+    ``pull.`` events: ``{"last_ok_ns", "attempts": [{"url", "reason", "error", "setting"?,
+    "addresses"?, "at_ns"}]}`` (newest first, at most :data:`PULL_ATTEMPTS_SHOWN`)."""
+    out: dict[str, dict[str, Any]] = {}
+    done: set[str] = set()
+    for e in events:
+        if e.did is None or e.did in done:
+            continue
+        entry = out.setdefault(e.did, {"last_ok_ns": None, "attempts": []})
+        if e.kind == "pull.ok":
+            entry["last_ok_ns"] = e.ts_ns
+            done.add(e.did)
+        elif e.kind == "pull.source_failed" and len(entry["attempts"]) < PULL_ATTEMPTS_SHOWN:
+            entry["attempts"].append({**e.data, "at_ns": e.ts_ns})
+    return out
 
 
 def descends(ds: Dataset, head: Multihash, base: Multihash | None) -> bool:
@@ -169,4 +306,14 @@ def descends(ds: Dataset, head: Multihash, base: Multihash | None) -> bool:
     return False
 
 
-__all__ = ["ChainFetcher", "PullDiverged", "PullRefused", "PullRejected", "descends"]
+__all__ = [
+    "ChainFetcher",
+    "IpfsHint",
+    "PullDiverged",
+    "PullRefused",
+    "PullRejected",
+    "PullTooSlow",
+    "PullUnreachable",
+    "descends",
+    "pull_attempts",
+]

@@ -153,7 +153,10 @@ class SubscriptionRow(_Json):
     ``policy``: the subscription's own trust settings (None: the node's ``[trust]``);
     ``trusted_head``: the newest trusted head (the one served under a policy other than
     verify-all); ``trust``: the accepted head's ``{"state", "by", "attesters"}`` (with
-    ``evidence`` and ``disputed_by`` when disputed).
+    ``evidence`` and ``disputed_by`` when disputed); ``pull``: the sources that failed since
+    the last successful pull of the dataset, newest first (``{"last_ok_ns", "attempts":
+    [{"url", "reason", "error", "setting"?, "addresses"?, "at_ns"}]}``, from the
+    ``pull.source_failed`` events; ``None``: no pull recorded).
     """
 
     did: str
@@ -166,6 +169,7 @@ class SubscriptionRow(_Json):
     policy: dict[str, Any] | None = None
     trusted_head: str | None = None
     trust: dict[str, Any] | None = None
+    pull: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -270,7 +274,9 @@ class NodeStatus(_Json):
     """``status``: identity, what the node stores and, with a daemon, what it runs.
 
     Without a daemon the live fields say so: ``uptime_s``, ``rpc_url``, ``http_url`` and
-    ``ipfs`` are ``None``, ``p2p`` has no peer id, the engine is not running.
+    ``ipfs`` are ``None``, ``p2p`` has no peer id, the engine is not running. ``warnings``:
+    what the daemon found wrong with its own reachability at start (``{"kind", "message",
+    "setting"}``; e.g. an IPFS or HTTP address peers cannot reach in open mode).
     """
 
     node_id: str
@@ -286,6 +292,7 @@ class NodeStatus(_Json):
     subscriptions: int
     work: dict[str, int]
     running_work: int
+    warnings: list[JsonObject] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,15 @@ from collections.abc import Awaitable, Callable
 from coordinator.identity import DatasetId
 from coordinator.storage.repository import validate_alias
 from node.app.errors import InvalidArgument, Unavailable
+from node.app.fetch import pull_attempts
 from node.app.ports import GossipPort, IpfsPort, StatePort
 from node.app.results import SubscriptionRow, Unsubscribed
 from node.app.rows import Subscription, TrustOverride
 from node.app.trust import effective_config
 from p2p.trust import TrustConfig
+
+_PULL_EVENTS_READ = 500
+"""How many of the newest ``pull.`` events ``subscriptions`` reads for its ``pull`` field."""
 
 
 def parse_did(text: str) -> DatasetId:
@@ -143,6 +147,9 @@ class SubscriptionUseCases:
     async def subscriptions(self) -> list[SubscriptionRow]:
         """Followed datasets with their accepted head and last verification."""
         out = []
+        # The newest pull events of every dataset, in one read: what each pull tried and why
+        # each source failed since its last success.
+        pulls = pull_attempts(await self._state.recent_events(_PULL_EVENTS_READ, "pull."))
         for sub in await self._state.subscriptions():
             acc = await self._state.accepted_head(sub.did)
             ver = await self._state.verification(sub.did, acc.head) if acc else None
@@ -158,6 +165,7 @@ class SubscriptionUseCases:
                     policy=_override_json(sub.override),
                     trusted_head=sub.trusted_head,
                     trust=trust_json(sub, acc.head if acc else None),
+                    pull=pulls.get(sub.did),
                 )
             )
         return out

@@ -53,6 +53,7 @@ from node.daemon.addresses import advertised_http_url, advertised_multiaddrs
 from node.daemon.health import Readiness
 from node.daemon.lock import HomeLock
 from node.daemon.loop_monitor import GcPauses, watch_event_loop
+from node.daemon.reachability import ipfs_hints, start_warnings, withheld_ipfs
 from node.daemon.sdnotify import Notifier, ping_watchdog
 from node.daemon.services import FunctionService, ServiceGroup
 from node.home import NodeHome
@@ -150,6 +151,7 @@ class Daemon:
             self._build_services()
             await self.group.start()
             self.info.started_at_ns = self.clock()
+            await self._warn_reachability()
             gc_pauses.install(freeze=True)
             # systemd (Type=notify): every service is up. The watchdog pings from this loop.
             notifier.ready(f"ready: node {self.node_id}")
@@ -269,6 +271,13 @@ class Daemon:
                 "api": api,
                 "mode": cfg.mode,
             }
+            if not self.config.network.loopback_only:
+                # Listened on but advertised to nobody (loopback in open mode): named in the
+                # start warning and in the discovery record, so peers can say why they wait.
+                info["withheld_addresses"] = [
+                    a if "/p2p/" in a else f"{a}/p2p/{peer_id}"
+                    for a in withheld_ipfs(listening, addresses)
+                ]
             # Configured peers, then the ones an operator connected earlier (remembered).
             remembered = [
                 str(e.data["multiaddr"])
@@ -435,6 +444,7 @@ class Daemon:
             self.metrics,
             ipfs_enabled=lambda: self.ipfs.api_url is not None,
             events=self.events,
+            ipfs_hints=self._ipfs_hints,
         )
         self.app = Application(
             info=self.info,
@@ -571,7 +581,33 @@ class Daemon:
             gossip=tuple(self._advertised_gossip_addrs()),
             ipfs=tuple(str(a) for a in _as_list(ipfs.get("addresses"))),
             http=http,
+            ipfs_withheld=tuple(str(a) for a in _as_list(ipfs.get("withheld_addresses"))),
         )
+
+    def _ipfs_hints(self, did: DatasetId) -> list[Any]:
+        """Why the IPFS node may get nothing of ``did`` (discovery's view; for pull events)."""
+        if self._discovery is None:
+            return []
+        failed, withheld = self._discovery.ipfs_problems(did)
+        return ipfs_hints(failed, withheld)
+
+    async def _warn_reachability(self) -> None:
+        """Log, record and show (``status``) what keeps peers on other hosts from this node."""
+        info = self.ipfs.info() if self.ipfs.api_url is not None else None
+        warnings = start_warnings(
+            open_mode=not self.config.network.loopback_only,
+            ipfs_mode=self.config.ipfs.mode if info is not None else None,
+            ipfs_advertised=[str(a) for a in _as_list((info or {}).get("addresses"))],
+            ipfs_withheld=[str(a) for a in _as_list((info or {}).get("withheld_addresses"))],
+            http_url=self._http_base(),
+            gossip_advertised=(
+                self._advertised_gossip_addrs() if self._transport is not None else None
+            ),
+        )
+        self.info.warnings = warnings
+        for w in warnings:
+            log.warning("reachability: %s", w["message"])
+            await self.state.log_event("node.reachability", None, w)
 
     async def _discovered_ipfs(self, multiaddr: str) -> None:
         """Connect the IPFS node to a provider's (only loopback ones in loopback-only mode)."""

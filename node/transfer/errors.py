@@ -38,6 +38,13 @@ class SourceTooSlow(SourceUnavailable):
     """
 
 
+class SourceUnreachable(SourceUnavailable):
+    """The source did not answer the pull's first request (``refs/head``) in time, or every
+    attempt at it failed: nothing came from it at all (an address peers cannot reach, an IPFS
+    node with no connected provider). Not retried within the pull; the next source is tried.
+    """
+
+
 class InvalidSourceUrl(TransferError, ValueError):
     """A pull URL this node cannot use: empty, an unsupported scheme, no host, no dataset name.
 
@@ -51,10 +58,15 @@ class SourceRefused(TransferError):
     """The source policy forbids contacting this address, or where a redirect leads.
 
     Bad input, not an outage: retrying the same URL can only give the same answer
-    (:mod:`node.transfer.policy`).
+    (:mod:`node.transfer.policy`). ``setting`` names the configuration that would allow it
+    (``""``: none can).
     """
 
     rpc_code = INVALID_INPUT
+
+    def __init__(self, message: str, setting: str = "") -> None:
+        super().__init__(message)
+        self.setting = setting
 
 
 class ObjectRejected(TransferError):
@@ -101,6 +113,9 @@ __all__ = [
     "ObjectRejected",
     "ObjectSizeMismatch",
     "ObjectTooLarge",
+    "SourceRefused",
+    "SourceTooSlow",
     "SourceUnavailable",
+    "SourceUnreachable",
     "TransferError",
 ]

@@ -66,6 +66,12 @@ _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
 _BROADCAST = ipaddress.ip_address("255.255.255.255")
 
+SETTING_ALLOWED_NETWORKS = "[transfer] allowed_source_networks"
+"""The setting that allows a refused private, loopback or metadata address (one CIDR entry; the
+broader ``[transfer] allow_private_sources`` allows every non-public range but metadata)."""
+SETTING_ISOLATION = "[network] isolation"
+"""In ``loopback-only`` isolation only loopback sources are allowed, whatever ``[transfer]``."""
+
 # Categories no setting can allow: they name no single remote host.
 NEVER_ALLOWED = frozenset({"unspecified", "multicast", "broadcast", "reserved"})
 
@@ -162,42 +168,55 @@ class SourcePolicy:
 
     def refusal(self, ip: IpAddress) -> str | None:
         """Why ``ip`` must not be contacted (``None``: it may be)."""
+        found = self.refusal_and_setting(ip)
+        return None if found is None else found[0]
+
+    def refusal_and_setting(self, ip: IpAddress) -> tuple[str, str] | None:
+        """Why ``ip`` must not be contacted and the setting that would allow it (``""``: no
+        setting can), or ``None`` when it may be contacted."""
         category = classify(ip)
         if self.loopback_only:
             if category == "loopback":
                 return None
             return (
                 f"{category or 'public'} address, but network.isolation is 'loopback-only' "
-                "(only loopback sources)"
+                "(only loopback sources)",
+                SETTING_ISOLATION,
             )
         if category is None:
             return None
         if category in NEVER_ALLOWED:
-            return f"{category} address"
+            return f"{category} address", ""
         v4 = _embedded_v4(ip)
         candidates = [ip] if v4 is None else [ip, v4]
         if any(a in n for a in candidates for n in self.allowed_networks if a.version == n.version):
             return None
         if category == "cloud metadata endpoint":
-            return f"{category} (allowed only by a transfer.allowed_source_networks entry)"
+            return (
+                f"{category} (allowed only by a transfer.allowed_source_networks entry)",
+                SETTING_ALLOWED_NETWORKS,
+            )
         if self.allow_private:
             return None
         return (
             f"{category} address (set transfer.allow_private_sources or list it in "
-            "transfer.allowed_source_networks to allow it)"
+            "transfer.allowed_source_networks to allow it)",
+            SETTING_ALLOWED_NETWORKS,
         )
 
     def check_address(self, address: str, context: str) -> None:
         """Raise :class:`SourceRefused` unless ``address`` (an IP literal) may be contacted.
 
-        ``context`` says what led there (the URL, a host name, a redirect) for the message.
+        ``context`` says what led there (the URL, a host name, a redirect) for the message;
+        the error's ``setting`` names what would allow the address.
         """
         ip = parse_address(address)
         if ip is None:
             raise SourceRefused(f"{context}: {address!r} is not an IP address")
-        why = self.refusal(ip)
-        if why is not None:
-            raise SourceRefused(f"{context}: {ip} is refused: {why}")
+        found = self.refusal_and_setting(ip)
+        if found is not None:
+            why, setting = found
+            raise SourceRefused(f"{context}: {ip} is refused: {why}", setting)
 
     def check_url(self, url: str | URL, context: str = "source") -> URL:
         """The parsed ``url`` if its scheme is HTTP(S) and its host literal (if any) is allowed.
@@ -254,6 +273,8 @@ __all__ = [
     "HTTP_SCHEMES",
     "METADATA_NETWORKS",
     "NEVER_ALLOWED",
+    "SETTING_ALLOWED_NETWORKS",
+    "SETTING_ISOLATION",
     "InvalidSourceUrl",
     "PolicyResolver",
     "SourcePolicy",

@@ -93,6 +93,7 @@ from node.transfer.errors import (
     ObjectTooLarge,
     SourceTooSlow,
     SourceUnavailable,
+    SourceUnreachable,
 )
 from node.transfer.linked import LinkSummary, LinkSummaryError, link_choices, link_summary
 from node.transfer.policy import SourcePolicy
@@ -138,6 +139,9 @@ class PullOptions:
     metadata still streams, before the chain is validated (see :class:`_Speculation`;
     0 turns that off). ``deadline_base_s`` and ``min_rate_bytes_per_s`` set the pace every
     object read must keep (module docstring; ``[transfer]`` in the node config).
+    ``first_contact_s`` bounds the first read (``refs/head``, retries included): a source that
+    says nothing at all within it is :class:`SourceUnreachable` (``None``: only the pace and
+    the retries bound it).
     """
 
     max_ref_size: int = 1024
@@ -153,6 +157,7 @@ class PullOptions:
     durable: bool = True
     deadline_base_s: float = 60.0
     min_rate_bytes_per_s: float = 16384.0
+    first_contact_s: float | None = None
 
 
 @dataclass
@@ -488,6 +493,31 @@ class _Speculation:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _first_contact(f: _Fetcher) -> Multihash:
+    """The remote head, or :class:`SourceUnreachable` if the source never delivered it.
+
+    The first read says whether the source is there at all: an IPFS node with no connected
+    provider would otherwise wait out every retry of ``refs/head`` (five IPFS API timeouts),
+    longer than the protocol core waits for the whole pull, and the next source would never be
+    tried.
+    """
+    try:
+        if f.opts.first_contact_s is None:
+            return await _read_remote_head(f)
+        async with asyncio.timeout(f.opts.first_contact_s):
+            return await _read_remote_head(f)
+    except TimeoutError:
+        raise SourceUnreachable(
+            "refs/head",
+            f"no answer from {f.source.description} within {f.opts.first_contact_s:g} s "
+            "([transfer] first_contact_s)",
+        ) from None
+    except SourceTooSlow:
+        raise
+    except SourceUnavailable as e:
+        raise SourceUnreachable("refs/head", str(e).removeprefix("refs/head: ")) from e
 
 
 async def _read_remote_head(f: _Fetcher) -> Multihash:
@@ -852,6 +882,7 @@ async def pull(
     attempts (default: derived from the source description), so restarts resume.
 
     Raises:
+        SourceUnreachable: the first read (``refs/head``) got no answer at all.
         SourceUnavailable: an object could not be obtained (retry later; progress is kept).
         ObjectRejected: the source served bytes that fail verification (nothing committed).
         DivergedHeads: the chains diverged and ``force`` is False.
@@ -861,7 +892,7 @@ async def pull(
     opts = options or PullOptions()
     validate_alias(alias)
     f = _Fetcher(source, opts)
-    remote_head = await _read_remote_head(f)
+    remote_head = await _first_contact(f)
 
     existing: Dataset | None = None
     local_id = DatasetId.new_seeded_ed25519(b"unused")  # replaced below when the alias exists

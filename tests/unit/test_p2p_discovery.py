@@ -203,3 +203,60 @@ def test_loopback_only_dials_no_discovered_non_loopback_address() -> None:
         assert sub_t.connected_peers() == ["boot"]
 
     asyncio.run(main())
+
+
+def test_failed_ipfs_connects_and_withheld_addresses_are_named_per_dataset() -> None:
+    """A pull asks discovery why its IPFS source may get nothing: the providers' IPFS addresses
+    the last connect failed on, and the loopback ones a provider listens on but withholds."""
+
+    async def main() -> None:
+        net = Net()
+        _node(net, "owner", [], [X])
+        # A second provider offers no IPFS address, only withheld loopback ones.
+        lone_t = Fake(net, "lone", {dataset_topic(X.as_multibase())})
+        lone = Discovery(
+            lone_t,
+            self_record=lambda: PeerRecord(
+                "lone",
+                gossip=("/mem/lone/p2p/lone",),
+                ipfs_withheld=("/ip4/127.0.0.1/tcp/4001/p2p/QmLone",),
+            ),
+            carries=lambda did: did == X,
+            followed=lambda: [],
+            connect_ipfs=None,
+            rng=random.Random(1),
+        )
+        lone_t.discovery = lone
+        sub_t = Fake(net, "sub", {dataset_topic(X.as_multibase())})
+
+        async def refuse(addr: str) -> None:
+            raise RuntimeError("HTTP 500: connection refused")
+
+        sub = Discovery(
+            sub_t,
+            self_record=lambda: PeerRecord("sub"),
+            carries=lambda did: did == X,
+            followed=lambda: [X],
+            connect_ipfs=refuse,
+            rng=random.Random(1),
+            loopback_only=False,
+        )
+        sub_t.discovery = sub
+        net.link("sub", "owner")
+        net.link("sub", "lone")
+        await sub.run_once()
+        failed, withheld = sub.ipfs_problems(X)
+        assert failed == [("/mem/ipfs-owner", "HTTP 500: connection refused")]
+        assert withheld == ["/ip4/127.0.0.1/tcp/4001/p2p/QmLone"]
+        assert sub.ipfs_problems(Y) == ([], [])
+
+    asyncio.run(main())
+
+
+def test_a_withheld_address_survives_the_wire_and_old_records_still_decode() -> None:
+    rec = PeerRecord("p", ipfs_withheld=("/ip4/127.0.0.1/tcp/1/p2p/Qm",), carries=("d",))
+    assert decode_providers_response(encode_providers_response([rec])) == [rec]
+    # A record of a node that predates the field has none.
+    old = b'{"records": [{"peer_id": "p", "gossip": [], "ipfs": [], "http": "", "carries": []}]}'
+    assert decode_providers_response(old)[0].ipfs_withheld == ()
+    assert "ipfs_withheld" not in PeerRecord("p").to_json()

@@ -362,8 +362,10 @@ def test_announced_loopback_source_is_refused_in_open_mode(
         result, state, metrics = _fetch(repo, _config(), source_ds, (url,))
     assert isinstance(result, RetryLater)
     assert sum(b.hits.values()) == 0
-    assert [e[0] for e in state.events] == ["pull.refused"]
+    assert [e[0] for e in state.events] == ["pull.refused", "pull.source_failed"]
     assert "127.0.0.1" in state.events[0][2]["error"]
+    assert state.events[1][2]["reason"] == "refused"
+    assert state.events[1][2]["setting"] == "[transfer] allowed_source_networks"
     assert metrics.pulls.labels("refused")._value.get() == 1
 
 
