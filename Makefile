@@ -15,7 +15,7 @@ DATAFUSION_VERSIONS := 51.0.0 41.0.0
 ENGINES := $(VENV)/engines
 DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.installed)
 
-.PHONY: browser bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-backup bench-network bench-decode fuzz p2p-vectors clean
+.PHONY: browser nftables bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-backup bench-network bench-decode fuzz p2p-vectors clean
 
 setup: $(STAMP) $(DF_STAMPS)
 
@@ -49,7 +49,7 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy coordinator p2p node sim engine
 
-unit: setup browser
+unit: setup browser nftables
 	$(BIN)/pytest -q
 
 # Real headless Chromium for the console's browser tests: Debian's chromium and its
@@ -61,7 +61,15 @@ browser:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	    $$SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver; fi
 
-test: lint typecheck browser
+# nftables for the multi-host test network's NAT routers (sim/netlab.py: masquerade rules in
+# the lab's own namespaces), from apt when missing, like chromium.
+nftables:
+	@if command -v nft >/dev/null || [ -x /usr/sbin/nft ]; then :; else \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    $$SUDO apt-get install -y -qq --no-install-recommends nftables; fi
+
+test: lint typecheck browser nftables
 	$(NETNS) 'ip link set lo up && exec $(BIN)/pytest -q'
 
 # The fuzz suite (tests/fuzz) with random seeds and 50x the examples `make test` runs.
