@@ -88,6 +88,14 @@ class P2pSection:
     anti_entropy_interval_s: float
     discovery: bool
     discovery_interval_s: float
+    relay_service: bool
+    use_relays: bool
+    serve_streams: bool
+    relay_max_reservations: int
+    relay_max_circuits: int
+    relay_circuit_duration_s: int
+    relay_circuit_bytes: int
+    reachability_interval_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +322,18 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError(
             "p2p.fetch_timeout_s, p2p.anti_entropy_interval_s and p2p.discovery_interval_s "
             "must be > 0"
+        )
+    p = cfg.p2p
+    if min(p.relay_max_reservations, p.relay_max_circuits, p.relay_circuit_bytes) < 1 or (
+        p.relay_circuit_duration_s < 1 or p.reachability_interval_s <= 0
+    ):
+        raise ConfigError(
+            "p2p.relay_max_reservations, relay_max_circuits, relay_circuit_duration_s, "
+            "relay_circuit_bytes and reachability_interval_s must be > 0"
+        )
+    if p.relay_service and cfg.network.loopback_only:
+        raise ConfigError(
+            "p2p.relay_service needs network.isolation = 'open' (a relay serves other hosts)"
         )
     _validate_hosts(cfg)
     if cfg.rpc.idle_timeout_s <= 0 or cfg.http.idle_timeout_s <= 0:

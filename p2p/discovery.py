@@ -41,6 +41,7 @@ import asyncio
 import json
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
@@ -226,12 +227,15 @@ class Discovery:
         request_timeout_s: float = 5.0,
         loopback_only: bool = True,
         on_record: Callable[[PeerRecord], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        record_ttl_s: float | None = None,
     ) -> None:
         """``followed`` lists the datasets this node follows; ``carries`` says whether this
         node carries one (owns or follows it); ``connect_ipfs`` connects its IPFS node.
         ``loopback_only``: dial no address that is not ``/ip4/127.x`` (gossip or IPFS), whatever
         a record says. ``on_record`` receives each connected peer's own record (the node
-        remembers its addresses, to redial it after a restart)."""
+        remembers its addresses, to redial it after a restart). Each connected peer's own
+        record is asked for again after ``record_ttl_s`` (default ``4 * interval_s``)."""
         self._loopback_only = loopback_only
         self._on_record = on_record
         self._t = transport
@@ -244,7 +248,12 @@ class Discovery:
         self._timeout_s = request_timeout_s
         self._first_hand: dict[str, PeerRecord] = {}
         self._providers: dict[str, PeerRecord] = {}
-        self._asked: set[str] = set()
+        # peer -> when its own record was last asked for (monotonic s); asked again after
+        # record_ttl_s: a peer's addresses change while connected (a relay slot reserved
+        # behind NAT), and the records this node hands out must follow.
+        self._asked: dict[str, float] = {}
+        self._clock = clock
+        self.record_ttl_s = record_ttl_s if record_ttl_s is not None else 4 * interval_s
         # peer id -> {IPFS multiaddr: why the last connect to it failed}; cleared on success.
         self._ipfs_failed: dict[str, dict[str, str]] = {}
         self._wake = asyncio.Event()
@@ -366,13 +375,18 @@ class Discovery:
         self.rounds += 1
         report = RoundReport()
         connected = set(self._t.connected_peers())
-        self._asked &= connected  # a peer that reconnects is asked again (it may have moved)
+        now = self._clock()
+        # A peer that reconnects is asked again (it may have moved), and one whose record is
+        # older than record_ttl_s.
+        self._asked = {
+            p: t for p, t in self._asked.items() if p in connected and now - t < self.record_ttl_s
+        }
         followed = list(self._followed())
         # 1. Each new peer's own record (what it carries among ours, and its addresses).
-        for peer in sorted(connected - self._asked):
-            # Asked once per connection, answered or not: a peer that does not speak the
-            # protocol (an older node) is not asked again every round.
-            self._asked.add(peer)
+        for peer in sorted(connected - self._asked.keys()):
+            # Asked once per connection and TTL, answered or not: a peer that does not speak
+            # the protocol (an older node) is not asked again every round.
+            self._asked[peer] = now
             try:
                 records = await self._ask(peer, followed[:MAX_DIDS])
             except (TransportError, WireDecodeError, P2PError) as e:

@@ -93,6 +93,8 @@ class _Relay:
                 self.set_validator(args[0])
             elif name == "set_request_handler":
                 self.set_request_handler(args[0])
+            elif name == "reachability":
+                value = t.reachability()
             else:
                 raise TransportError(f"unknown call {name!r}")
         except Exception as e:

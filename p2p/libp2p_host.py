@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from p2p.errors import InvalidPeerAddress
+from p2p.errors import InvalidPeerAddress, NetworkNotIsolated
 from p2p.limits import MAX_MESSAGE_SIZE
 from p2p.netguard import assert_loopback_multiaddr, assert_loopback_only
 from p2p.transport import (
@@ -100,6 +100,18 @@ class Libp2pConfig:
     join_interval_s: float = 0.02
     # How often the trio thread posts its connected-peer snapshot to the asyncio thread.
     peer_watch_interval_s: float = 0.5
+    # Reachability behind NAT (p2p/relay.py, docs/nat.md); open mode only. ``nat`` runs
+    # AutoNAT (answering peers and asking them) and accepts and dials relayed connections;
+    # ``relay_service`` offers a circuit relay to others within the relay_* limits;
+    # ``use_relays`` reserves a slot on the bootstrap peers' relays when AutoNAT says private.
+    nat: bool = False
+    relay_service: bool = False
+    use_relays: bool = True
+    relay_max_reservations: int = 16
+    relay_max_circuits: int = 16
+    relay_circuit_duration_s: int = 600
+    relay_circuit_bytes: int = 64 << 20
+    reachability_interval_s: float = 60.0
 
 
 async def _drain_channel(receive: Any) -> None:
@@ -158,6 +170,9 @@ class Libp2pTransport:
         self._discard: Any = None
         # Written only on the asyncio thread (posted from the trio thread by _watch_peers).
         self._peer_snapshot: tuple[str, ...] = ()
+        # The relay machinery (trio side) and its last snapshot (asyncio side).
+        self._relay: Any = None
+        self._reachability: dict[str, Any] = {"status": "unknown", "relayed_addrs": []}
 
     # ---- lifecycle
 
@@ -168,6 +183,8 @@ class Libp2pTransport:
             NetworkNotIsolated: a non-loopback interface exists or an address is not loopback.
         """
         if self.config.loopback_only:
+            if self.config.nat or self.config.relay_service:
+                raise NetworkNotIsolated("relays and AutoNAT are for open mode only")
             assert_loopback_only("the libp2p host")
             assert_loopback_multiaddr(
                 f"/ip4/{self.config.listen_host}/tcp/{self.config.listen_port}"
@@ -280,11 +297,62 @@ class Libp2pTransport:
             loop = self._loop
             assert loop is not None
             nursery.start_soon(self._watch_peers)
+            if cfg.nat or cfg.relay_service:
+                await self._start_relay(nursery)
             self._discard, discarded = trio.open_memory_channel(256)
             nursery.start_soon(_drain_channel, discarded)
             loop.call_soon_threadsafe(_set_result, ready, None)
             await self._stop_event.wait()
             nursery.cancel_scope.cancel()
+
+    async def _start_relay(self, nursery: Any) -> None:
+        from libp2p.tools.anyio_service import background_trio_service
+
+        from p2p.relay import RelayLimits, RelaySupport
+
+        cfg = self.config
+        loop = self._loop
+        assert loop is not None
+
+        def post(snapshot: dict[str, Any]) -> None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._set_reachability, snapshot)
+
+        relay = RelaySupport(
+            self._host,
+            service=cfg.relay_service,
+            client=cfg.nat and cfg.use_relays,
+            limits=RelayLimits(
+                max_reservations=cfg.relay_max_reservations,
+                max_circuits=cfg.relay_max_circuits,
+                circuit_duration_s=cfg.relay_circuit_duration_s,
+                circuit_bytes=cfg.relay_circuit_bytes,
+            ),
+            candidates=lambda: cfg.bootstrap,
+            on_change=post,
+            check_interval_s=cfg.reachability_interval_s,
+        )
+        self._relay = relay
+        post(relay.snapshot())
+
+        async def serve_relay() -> None:
+            async with background_trio_service(relay.protocol):
+                if cfg.nat:
+                    await relay.run(nursery)
+                else:
+                    import trio
+
+                    await trio.sleep_forever()
+
+        nursery.start_soon(serve_relay)
+
+    def _set_reachability(self, snapshot: dict[str, Any]) -> None:
+        self._reachability = snapshot
+
+    def reachability(self) -> dict[str, Any]:
+        """The last reachability snapshot (``p2p/relay.py``: ``status``, ``relayed_addrs``,
+        ``relay_service``, ``relay_errors``); ``status`` ``"unknown"`` without AutoNAT."""
+        return dict(self._reachability)
 
     async def stop(self) -> None:
         """Stop the host and join the thread."""
@@ -346,10 +414,18 @@ class Libp2pTransport:
         """Dial a ``/ip4/.../tcp/N/p2p/ID`` multiaddr (loopback only unless open); the peer id."""
         if self.config.loopback_only:
             assert_loopback_multiaddr(addr)
+        from p2p.relay import is_relayed
+
+        relayed = is_relayed(addr)
+        if relayed and self._relay is None:
+            raise TransportError(f"cannot connect to {addr}: relayed addresses need [p2p] nat")
         info = parse_peer_multiaddr(addr)
 
         async def dial() -> None:
-            await self._host.connect(info)
+            if relayed:
+                await self._relay.dial(addr)
+            else:
+                await self._host.connect(info)
             peers = tuple(sorted(p.to_string() for p in self._host.get_connected_peers()))
             loop = self._loop
             assert loop is not None

@@ -11,7 +11,7 @@ Frames are ``u32 length || marshal(tuple)``; both ends run the same code, and ma
 only plain values (str, bytes, int, float, bool, None, tuples, lists, dicts). The parent sends
 
 * ``("start", config)`` once, then ``("call", id, name, args)`` for connect, publish, topic_peers,
-  request, subscribe, join, set_validator and set_request_handler;
+  request, subscribe, join, set_validator, set_request_handler and reachability;
 * ``("verdict", id, value)`` and ``("response", id, ok, payload)`` answering the child;
 
 and the child sends ``("ready", peer_id, addrs)``, ``("result", id, ok, value)``,
@@ -405,6 +405,11 @@ class Libp2pProcessTransport:
         """Serve ``protocol`` (length-prefixed request, length-prefixed response)."""
         self._handlers[protocol] = handler
         self._send(("call", next(self._ids), "set_request_handler", (protocol,)))
+
+    async def reachability(self) -> dict[str, Any]:
+        """The host's reachability snapshot (``p2p/relay.py``; AutoNAT status, relayed
+        addresses, relay service, why reservations failed)."""
+        return dict(await self._call("reachability"))
 
     async def request(self, peer: str, protocol: str, data: bytes, timeout_s: float) -> bytes:
         """One request/response exchange on a fresh stream (run by the child)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +20,7 @@ from node.config import NodeConfig
 from node.transfer.policy import SourcePolicy
 
 if TYPE_CHECKING:
-    from node.transfer.sources import SharedHttpSession
+    from node.transfer.sources import SharedHttpSession, StreamRequest
 
 
 def source_policy(config: NodeConfig | None) -> SourcePolicy:
@@ -56,8 +58,14 @@ class TransferAdapter:
         *,
         config: NodeConfig | None = None,
         loop_thread: LoopThread | None = None,
+        p2p_request: StreamRequest | None = None,
     ) -> None:
         self._repo = repo
+        self._p2p_request = p2p_request
+        # The gossip transport lives on the caller's loop; pulls may run on the loop thread's.
+        self._home_loop: asyncio.AbstractEventLoop | None = None
+        with contextlib.suppress(RuntimeError):
+            self._home_loop = asyncio.get_running_loop()
         self._loop_thread = loop_thread
         self._ipfs_api = ipfs_api
         self._ipfs_gateway = ipfs_gateway
@@ -104,6 +112,7 @@ class TransferAdapter:
             options=options,
             policy=self._policy,
             http=self._http,
+            p2p_request=self._bridged_request if self._p2p_request is not None else None,
         )
         try:
             if self._loop_thread is not None:
@@ -123,6 +132,17 @@ class TransferAdapter:
         except SourceTooSlow as e:
             raise PullTooSlow(str(e)) from e
         return dict(result.to_dict())
+
+    async def _bridged_request(
+        self, peer: str, protocol: str, data: bytes, timeout_s: float
+    ) -> bytes:
+        """The gossip transport's request, run on the loop the transport lives on."""
+        assert self._p2p_request is not None
+        call = self._p2p_request(peer, protocol, data, timeout_s)
+        home = self._home_loop
+        if home is None or home is asyncio.get_running_loop():
+            return await call
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, home))  # type: ignore[arg-type]
 
     async def close(self) -> None:
         """Close the shared HTTP session (on the loop the pulls ran on)."""

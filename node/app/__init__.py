@@ -65,6 +65,8 @@ class NodeInfo:
     config: dict[str, Any] = field(default_factory=dict)
     warnings: list[dict[str, Any]] = field(default_factory=list)
     """Reachability problems found at start (``status``' ``warnings``)."""
+    reachability: dict[str, Any] = field(default_factory=dict)
+    """The gossip host's reachability behind NAT (``status``' ``p2p.reachability``)."""
 
 
 @dataclass
@@ -135,6 +137,7 @@ class Application:
                 "listen_addrs": list(self.gossip.listen_addrs()),
                 "peers": self.gossip.peer_count(),
                 "fetches_running": self.gossip.fetches_running(),
+                "reachability": dict(info.reachability) or None,
             },
             ipfs=self.ipfs.info(),
             engine={

@@ -95,11 +95,14 @@ class ChainFetcher:
         ipfs_enabled: Callable[[], bool],
         events: EventSink | None = None,
         ipfs_hints: Callable[[DatasetId], Sequence[IpfsHint]] | None = None,
+        stream_peers: Callable[[DatasetId], Sequence[str]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``ipfs_hints`` names the IPFS addresses of the dataset's providers this node could
         not connect to (discovery's), for the reason an IPFS source was unreachable;
-        ``clock`` paces repeated events (monotonic seconds)."""
+        ``stream_peers`` lists the connected peers that carry a dataset, tried last over
+        libp2p streams (``libp2p://<peer>/<did>``: a provider behind NAT, reached through a
+        relay); ``clock`` paces repeated events (monotonic seconds)."""
         self._repo = repo
         self._state = state
         self._transfer = transfer
@@ -108,6 +111,7 @@ class ChainFetcher:
         self._ipfs_enabled = ipfs_enabled
         self._events = events
         self._ipfs_hints = ipfs_hints
+        self._stream_peers = stream_peers
         self._clock = clock
         # (did, url) -> (reason, when last logged): the core retries a failing fetch every few
         # seconds; the same failure is logged again only after _RELOG_S.
@@ -130,26 +134,40 @@ class ChainFetcher:
             return sub.alias
         return did.as_multibase()
 
-    def sources(self, locations: FetchLocations) -> list[str]:
-        """URLs to try, IPFS first (when this node runs IPFS), then HTTP.
+    def sources(
+        self,
+        locations: FetchLocations,
+        did: DatasetId | None = None,
+        head: Multihash | None = None,
+    ) -> list[str]:
+        """URLs to try, IPFS first (when this node runs IPFS), then HTTP, then the connected
+        peers that carry ``did`` over libp2p streams. IPFS goes last when this node could not
+        connect to a provider's IPFS node (``ipfs_hints``): it would wait ``[transfer]
+        first_contact_s`` for nothing before every other source.
 
         Only ``http(s)://`` locations are taken from an announcement (the wire format already
         refuses others; checked again because a local path or ``file://`` URL here would read
         this node's own files). Which hosts they may reach is the transfer's source policy.
         """
-        urls = [f"ipfs://{c}" for c in locations.ipfs_cids] if self._ipfs_enabled() else []
-        urls += [
+        ipfs = [f"ipfs://{c}" for c in locations.ipfs_cids] if self._ipfs_enabled() else []
+        urls = [
             u.rstrip("/")
             for u in locations.http_urls
             if u.lower().startswith(("http://", "https://"))
         ]
-        return urls
+        if did is not None and self._stream_peers is not None:
+            # Exactly the announced head, from whichever carrier has its blocks.
+            at = f"?head={head.to_multibase()}" if head is not None else ""
+            urls += [f"libp2p://{p}/{did.as_did_str()}{at}" for p in self._stream_peers(did)]
+        if did is not None and ipfs and self._ipfs_hints is not None and self._ipfs_hints(did):
+            return urls + ipfs
+        return ipfs + urls
 
     async def __call__(self, req: RequestFetch) -> bool:
         """Pull ``req``'s chain; ``ancestry_ok``. Raises :class:`RetryLater` if no source works."""
         did = req.dataset
         alias = await self.local_alias_for(did)
-        sources = self.sources(req.locations)
+        sources = self.sources(req.locations, did, req.head)
         if not sources:
             raise RetryLater("the announcement names no source this node can use")
         errors: list[str] = []

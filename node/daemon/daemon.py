@@ -68,6 +68,7 @@ _PRUNE_EVERY_NS = 600 * 1_000_000_000
 # computes; an RPC call wakes it a dozen times. 1 ms keeps that wait short at little cost.
 _GIL_SWITCH_INTERVAL_S = 0.001
 _PEER_SCORES_EVERY_S = 10.0
+_REACHABILITY_POLL_S = 2.0
 
 
 @dataclass
@@ -406,6 +407,7 @@ class Daemon:
             lambda: self.ipfs.api_url,
             config=self.config,
             loop_thread=self.transfer_loop,
+            p2p_request=self._stream_request,
         )
         datasets = DatasetUseCases(
             self.repo,
@@ -445,6 +447,7 @@ class Daemon:
             ipfs_enabled=lambda: self.ipfs.api_url is not None,
             events=self.events,
             ipfs_hints=self._ipfs_hints,
+            stream_peers=self._stream_peers,
         )
         self.app = Application(
             info=self.info,
@@ -503,6 +506,15 @@ class Daemon:
                 listen_port=p.port,
                 bootstrap=p.bootstrap,
                 loopback_only=self.config.network.loopback_only,
+                # Reachability behind NAT: open mode only (docs/nat.md).
+                nat=not self.config.network.loopback_only,
+                relay_service=p.relay_service,
+                use_relays=p.use_relays,
+                relay_max_reservations=p.relay_max_reservations,
+                relay_max_circuits=p.relay_max_circuits,
+                relay_circuit_duration_s=p.relay_circuit_duration_s,
+                relay_circuit_bytes=p.relay_circuit_bytes,
+                reachability_interval_s=p.reachability_interval_s,
             )
         )
         self._transport.on_restart = self.metrics.gossip_restarts.inc
@@ -524,6 +536,10 @@ class Daemon:
                 core.restore_accepted(acc.envelope)
             except Exception as e:
                 log.warning("could not restore accepted head of %s: %s", acc.did, e)
+        if p.serve_streams:
+            from node.transfer.streams import PROTOCOL as STP_PROTOCOL
+
+            self._transport.set_request_handler(STP_PROTOCOL, self._serve_stream)
         self._service = GossipService(core, self._transport, self.clock, self.fetcher, self.effects)
         self._service.on_peer_change(self._on_peer_change)
         await self._service.start()
@@ -555,6 +571,8 @@ class Daemon:
             on_follow=self._discovery.trigger if self._discovery is not None else None,
         )
         self.group.spawn_restarting(self._redial_known_peers, "peer-redial")
+        if not self.config.network.loopback_only:
+            self.group.spawn_restarting(self._watch_reachability, "reachability")
         self.group.spawn_restarting(self._record_peer_scores, "peer-scores")
 
     def _remember_record(self, rec: Any) -> None:
@@ -564,11 +582,84 @@ class Daemon:
         self._spawn(store())
 
     def _advertised_gossip_addrs(self) -> list[str]:
-        return advertised_multiaddrs(
+        direct = advertised_multiaddrs(
             list(self._transport.listen_addrs()),
             self.config.network.advertise_host,
             loopback_only=self.config.network.loopback_only,
         )
+        reach = self.info.reachability
+        relayed = [str(a) for a in reach.get("relayed_addrs", [])]
+        # Behind NAT the direct addresses reach no one: peers dial the relayed ones first.
+        return [*relayed, *direct] if reach.get("status") == "private" else [*direct, *relayed]
+
+    async def _watch_reachability(self) -> None:
+        """Follow the gossip host's AutoNAT verdict and relay reservations (docs/nat.md): into
+        ``status`` (``p2p.reachability``), the log and ``node.reachability`` events; a private
+        node that holds no relay slot says it is unreachable."""
+        last: dict[str, Any] | None = None
+        while True:
+            try:
+                snap = await self._transport.reachability()
+            except Exception as e:  # the gossip process restarting
+                log.debug("reachability: %s", e)
+                snap = None
+            if snap is not None and snap != last:
+                last = snap
+                status = snap.get("status", "unknown")
+                relayed = list(snap.get("relayed_addrs", []))
+                unreachable = status == "private" and not relayed
+                self.info.reachability = {**snap, "unreachable": unreachable}
+                data: dict[str, Any] = {
+                    "kind": "p2p-reachability",
+                    "status": status,
+                    "relayed_addrs": relayed,
+                }
+                if unreachable:
+                    errors = snap.get("relay_errors") or {}
+                    data["message"] = (
+                        "behind NAT and no relay slot: peers cannot dial this node ("
+                        + (
+                            "; ".join(f"{a}: {e}" for a, e in errors.items())
+                            if errors
+                            else "no bootstrap peer offers a relay"
+                            if self.config.p2p.use_relays
+                            else "[p2p] use_relays is off"
+                        )
+                        + "); its subscribers pull from republishers"
+                    )
+                    data["setting"] = "[p2p] bootstrap (a peer with relay_service = true)"
+                    log.warning("reachability: %s", data["message"])
+                else:
+                    log.info("reachability: %s%s", status, f" via {relayed}" if relayed else "")
+                await self.state.log_event("node.reachability", None, data)
+                if relayed and self._discovery is not None:
+                    self._discovery.trigger()
+            await asyncio.sleep(_REACHABILITY_POLL_S)
+
+    async def _stream_request(self, peer: str, protocol: str, data: bytes, timeout: float) -> bytes:
+        """A request over the gossip host (``libp2p://`` pull sources)."""
+        if self._transport is None:
+            raise InvalidArgument("gossip is not running: no libp2p sources")
+        result: bytes = await self._transport.request(peer, protocol, data, timeout)
+        return result
+
+    async def _serve_stream(self, peer: str, data: bytes) -> bytes:
+        """``/odf/stp/1.0.0``: hosted datasets to connected peers (node/transfer/streams.py)."""
+        from node.transfer.streams import serve
+
+        return await asyncio.to_thread(serve, self.repo, self._served_head, data)
+
+    def _stream_peers(self, did: DatasetId) -> list[str]:
+        """Connected peers known (discovery) to carry ``did``: libp2p pull sources."""
+        if self._discovery is None or self._transport is None:
+            return []
+        connected = set(self._transport.connected_peers())
+        d = did.as_did_str()
+        return [
+            rec.peer_id
+            for rec in self._discovery.providers()
+            if d in rec.carries and rec.peer_id in connected
+        ]
 
     def _peer_record(self) -> Any:
         """This node's record for ``/odf/providers/1.0.0``: where peers reach it."""

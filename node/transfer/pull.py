@@ -100,6 +100,7 @@ from node.transfer.policy import SourcePolicy
 from node.transfer.sources import (
     SharedHttpSession,
     Source,
+    StreamRequest,
     TransientSourceError,
     default_alias,
     open_source,
@@ -1100,8 +1101,10 @@ async def pull_url(
     timeout_s: float = 30.0,
     policy: SourcePolicy | None = None,
     http: SharedHttpSession | None = None,
+    p2p_request: StreamRequest | None = None,
 ) -> PullResult:
-    """Pull from a URL (``ipfs://``, ``ipns://``, ``http(s)://``, ``file://`` or a path).
+    """Pull from a URL (``ipfs://``, ``ipns://``, ``http(s)://``, ``libp2p://``, ``file://``
+    or a path).
 
     The local alias defaults to the URL's last path segment, as in kamu. An HTTP source
     contacts only what ``policy`` allows (default: loopback only, as a default-configured
@@ -1121,6 +1124,7 @@ async def pull_url(
         timeout_s=timeout_s,
         policy=policy,
         http=http,
+        p2p_request=p2p_request,
     )
     try:
         key = hashlib.sha256(url.encode()).hexdigest()[:20]

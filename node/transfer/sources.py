@@ -13,7 +13,7 @@ address a host name resolves to (:class:`~node.transfer.policy.PolicyResolver`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Protocol
@@ -30,6 +30,8 @@ from node.transfer.errors import InvalidSourceUrl, SourceRefused
 from node.transfer.policy import PolicyResolver, SourcePolicy
 
 _CHUNK = 1 << 20
+StreamRequest = Callable[[str, str, bytes, float], Awaitable[bytes]]
+"""``(peer, protocol, data, timeout_s) -> response`` of the gossip transport."""
 MAX_REDIRECTS = 5
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
@@ -346,6 +348,7 @@ def open_source(
     timeout_s: float = 30.0,
     policy: SourcePolicy | None = None,
     http: SharedHttpSession | None = None,
+    p2p_request: StreamRequest | None = None,
 ) -> Source:
     """A :class:`Source` for a pull URL.
 
@@ -353,8 +356,11 @@ def open_source(
     given, else through the HTTP gateway ``ipfs_gateway`` (default ``http://127.0.0.1:8080``,
     kamu's default); ``http(s)://`` is the Simple Transfer Protocol, under ``policy`` (default:
     loopback only; with ``http``, over that shared session and under its policy);
-    ``file://`` and plain paths are local directories. The IPFS API and
-    gateway are the operator's own configuration and are not policy-checked.
+    ``file://`` and plain paths are local directories; ``libp2p://<peer id>/<dataset>`` reads
+    a connected peer over ``/odf/stp/1.0.0`` through ``p2p_request`` (the gossip transport's
+    request; :mod:`node.transfer.streams`). The IPFS API and gateway are the operator's own
+    configuration and are not policy-checked; a libp2p source is a peer already connected and
+    authenticated, not an address.
 
     Raises:
         InvalidSourceUrl: an empty URL, an unsupported scheme or a missing CID / host.
@@ -374,13 +380,19 @@ def open_source(
         return IpfsSource(reader, f"/{u.scheme}/{u.netloc}{u.path}")
     if u.scheme in ("http", "https"):
         return HttpSource(url, timeout_s=timeout_s, policy=policy, shared=http)
+    if u.scheme == "libp2p":
+        from node.transfer.streams import StreamSource
+
+        if p2p_request is None:
+            raise InvalidSourceUrl(f"{url!r}: libp2p sources need the daemon's gossip host")
+        return StreamSource(url, p2p_request, timeout_s=timeout_s)
     if u.scheme == "file":
         return LocalSource(Path(unquote(u.path)))
     if u.scheme == "" or (len(u.scheme) == 1 and url[1:3] in (":\\", ":/")):
         return LocalSource(Path(url).expanduser())
     raise InvalidSourceUrl(
         f"unsupported URL scheme {u.scheme!r} in {url!r} (use ipfs://, ipns://, http://, "
-        "https://, file:// or a local path)"
+        "https://, libp2p://, file:// or a local path)"
     )
 
 

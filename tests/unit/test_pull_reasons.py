@@ -119,11 +119,12 @@ def test_every_failed_source_is_named_with_its_reason_and_setting(tmp_path: Path
     fetcher = _fetcher(tmp_path, transfer, state, lambda: 0.0, hint)
     with pytest.raises(RetryLater) as e:
         asyncio.run(fetcher(_request(HTTP)))
-    assert transfer.tried == ["ipfs://bafyroot", HTTP]  # IPFS gave up; HTTP was tried
+    # The provider's IPFS node is known unreachable: IPFS is tried last, after HTTP.
+    assert transfer.tried == [HTTP, "ipfs://bafyroot"]
     assert "10.77.0.11" in str(e.value)
     failed = [d for k, _, d in state.events if k == "pull.source_failed"]
-    assert [f["reason"] for f in failed] == ["unreachable", "refused"]
-    ipfs, http = failed
+    assert [f["reason"] for f in failed] == ["refused", "unreachable"]
+    http, ipfs = failed
     assert ipfs["addresses"] == [OWNER_IPFS]
     assert OWNER_IPFS in ipfs["error"] and "loopback" in ipfs["error"]
     assert ipfs["setting"] == "[ipfs] swarm_host (on the provider)"
@@ -131,6 +132,29 @@ def test_every_failed_source_is_named_with_its_reason_and_setting(tmp_path: Path
     assert "allow_private_sources" in http["error"]
     # The documented pull.refused event is still logged.
     assert [k for k, _, _ in state.events].count("pull.refused") == 1
+
+
+def test_connected_carriers_are_tried_over_streams_and_ipfs_waits_for_evidence(
+    tmp_path: Path,
+) -> None:
+    def fetcher(hints: list[IpfsHint]) -> ChainFetcher:
+        return ChainFetcher(
+            _repo(tmp_path),
+            _State(),  # type: ignore[arg-type]
+            _Transfer({}),  # type: ignore[arg-type]
+            CommitLocks(),
+            NodeMetrics(),
+            ipfs_enabled=lambda: True,
+            ipfs_hints=lambda did: hints,
+            stream_peers=lambda did: ["12D3KooWOwner"] if did == DID else [],
+        )
+
+    where = FetchLocations(ipfs_cids=("bafyroot",), http_urls=(HTTP,))
+    stream = f"libp2p://12D3KooWOwner/{DID.as_did_str()}"
+    assert fetcher([]).sources(where, DID) == ["ipfs://bafyroot", HTTP, stream]
+    unreachable = [IpfsHint(OWNER_IPFS, "HTTP 500")]
+    assert fetcher(unreachable).sources(where, DID) == [HTTP, stream, "ipfs://bafyroot"]
+    assert fetcher([]).sources(where) == ["ipfs://bafyroot", HTTP]
 
 
 def test_a_repeated_failure_is_logged_again_only_after_a_while(tmp_path: Path) -> None:

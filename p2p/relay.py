@@ -1,0 +1,204 @@
+"""Reachability behind NAT for the gossip host: AutoNAT, circuit relay v2 (py-libp2p 0.8.1).
+
+Runs on the host's trio thread (:class:`p2p.libp2p_host.Libp2pTransport` owns one
+:class:`RelaySupport`); ``docs/nat.md`` says why and what was measured.
+
+* **AutoNAT** (``/libp2p/autonat/1.0.0``, ``libp2p.host.autonat``): every open-mode host answers
+  dial-back requests, and asks its connected peers (bootstrap peers first) whether they reach
+  it. py-libp2p's server dials back only the advertised addresses whose IP equals the one it
+  observed, and an existing connection satisfies its dial: so its verdict means "this node's
+  advertised address is the one its peers see" -- ``private`` behind address translation
+  (a NAT router), ``public`` otherwise. A public address behind a firewall that drops inbound
+  connections is not detected.
+* **Relay service** (``[p2p] relay_service``): a public node answers circuit relay v2 HOP
+  requests within :class:`RelayLimits` (reservations, concurrent circuits, and per circuit a
+  duration and a byte budget, after which the relay closes it).
+* **Relay client**: a node AutoNAT calls ``private`` reserves a slot on each connected
+  bootstrap peer that offers a relay, and advertises
+  ``<relay addr>/p2p-circuit/p2p/<own id>`` for each reservation; reservations are refreshed
+  before they expire. Every host accepts relayed connections (STOP) and can dial relayed
+  addresses. A private node with no reservation is ``unreachable``: peers cannot dial it.
+
+DCUtR (hole punching over the relayed connection) is not used: see ``docs/nat.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+RELAY_MARK = "/p2p-circuit"
+
+
+@dataclass(frozen=True, slots=True)
+class RelayLimits:
+    """What a relay service carries for others (``[p2p] relay_*``)."""
+
+    max_reservations: int = 16
+    max_circuits: int = 16
+    circuit_duration_s: int = 600
+    circuit_bytes: int = 64 << 20
+    reservation_ttl_s: int = 3600
+
+
+def is_relayed(addr: str) -> bool:
+    """Whether ``addr`` is a relayed (``/p2p-circuit``) multiaddr."""
+    return RELAY_MARK in addr
+
+
+def circuit_addr(relay_addr: str, relay_peer: str, own_peer: str) -> str:
+    """The relayed address peers dial to reach ``own_peer`` through ``relay_addr``."""
+    base = relay_addr if "/p2p/" in relay_addr else f"{relay_addr}/p2p/{relay_peer}"
+    return f"{base}{RELAY_MARK}/p2p/{own_peer}"
+
+
+def dest_peer(addr: str) -> str:
+    """The peer id a (relayed or direct) ``.../p2p/<id>`` multiaddr ends with."""
+    return addr.rstrip("/").rsplit("/p2p/", 1)[1]
+
+
+class RelaySupport:
+    """The trio-side relay and AutoNAT machinery of one host (module docstring)."""
+
+    def __init__(
+        self,
+        host: Any,
+        *,
+        service: bool,
+        client: bool,
+        limits: RelayLimits,
+        candidates: Callable[[], Sequence[str]],
+        on_change: Callable[[dict[str, Any]], None],
+        check_interval_s: float = 60.0,
+    ) -> None:
+        """``candidates`` lists the multiaddrs (with ``/p2p/<id>``) of the peers to ask
+        (AutoNAT) and to reserve relay slots on; ``on_change`` receives each new
+        :meth:`snapshot` (called on the trio thread)."""
+        from libp2p.host.autonat import AutoNATService
+        from libp2p.relay.circuit_v2.config import RelayConfig, RelayRole
+        from libp2p.relay.circuit_v2.protocol import (
+            PROTOCOL_ID,
+            STOP_PROTOCOL_ID,
+            CircuitV2Protocol,
+        )
+        from libp2p.relay.circuit_v2.resources import RelayLimits as LibLimits
+        from libp2p.relay.circuit_v2.transport import CircuitV2Transport
+
+        self.host = host
+        self.service = service
+        self.client = client
+        self.limits = limits
+        self._candidates = candidates
+        self._on_change = on_change
+        self.check_interval_s = check_interval_s
+        lib_limits = LibLimits(
+            duration=limits.circuit_duration_s,
+            data=limits.circuit_bytes,
+            max_circuit_conns=limits.max_circuits,
+            max_reservations=limits.max_reservations,
+            reservation_ttl=limits.reservation_ttl_s,
+        )
+        self.protocol = CircuitV2Protocol(host, limits=lib_limits, allow_hop=service)
+        if service:
+            host.set_stream_handler(PROTOCOL_ID, self.protocol._handle_hop_stream)
+        # Every host accepts relayed connections and can dial relayed addresses.
+        host.set_stream_handler(STOP_PROTOCOL_ID, self.protocol._handle_stop_stream)
+        roles = RelayRole.STOP | RelayRole.CLIENT | (RelayRole.HOP if service else RelayRole(0))
+        self.transport = CircuitV2Transport(
+            host, self.protocol, RelayConfig(roles=roles, limits=lib_limits)
+        )
+        # Answers peers' dial-back requests; asks them about this node (confirmations: one
+        # peer's verdict is enough -- a subscriber may know a single bootstrap peer).
+        self.autonat = AutoNATService(host, serve=True, confirmations=1)
+        self.status = "unknown"
+        self.relayed: dict[str, str] = {}  # relay peer id -> our circuit address through it
+        self.refused: dict[str, str] = {}  # relay candidate -> why no reservation
+
+    def snapshot(self) -> dict[str, Any]:
+        """``{"status": "unknown"|"public"|"private", "relayed_addrs": [...],
+        "relay_service": bool, "relay_errors": {addr: why}}``."""
+        return {
+            "status": self.status,
+            "relayed_addrs": sorted(self.relayed.values()),
+            "relay_service": self.service,
+            "relay_errors": dict(self.refused),
+        }
+
+    async def dial(self, addr: str) -> None:
+        """Connect to ``addr`` (``.../p2p/<relay>/p2p-circuit/p2p/<dest>``) through its relay."""
+        import multiaddr
+
+        await self.transport.dial(multiaddr.Multiaddr(addr))
+
+    async def run(self, nursery: Any) -> None:
+        """Check reachability and keep reservations, every ``check_interval_s`` (first as soon
+        as a candidate is connected)."""
+        import trio
+
+        while True:
+            connected = {p.to_string() for p in self.host.get_connected_peers()}
+            candidates = [a for a in self._candidates() if dest_peer(a) in connected]
+            if candidates:
+                await self._check(candidates, nursery)
+                await trio.sleep(self.check_interval_s)
+            else:
+                await trio.sleep(1.0)
+
+    async def _check(self, candidates: Sequence[str], nursery: Any) -> None:
+        from libp2p.host.autonat import AutoNATStatus
+        from libp2p.peer.id import ID
+
+        before = self.snapshot()
+        for addr in candidates:
+            try:
+                await self.autonat.query_server(ID.from_base58(dest_peer(addr)), timeout=10.0)
+            except Exception as e:  # a peer without AutoNAT, a dropped stream
+                log.debug("AutoNAT query to %s failed: %s", addr, e)
+        self.autonat.update_status()
+        st = self.autonat.get_status()
+        self.status = {AutoNATStatus.PUBLIC: "public", AutoNATStatus.PRIVATE: "private"}.get(
+            st, "unknown"
+        )
+        if self.client and self.status == "private":
+            for addr in candidates:
+                await self._reserve(addr, nursery)
+        if self.snapshot() != before:
+            self._on_change(self.snapshot())
+
+    async def _reserve(self, relay_addr: str, nursery: Any) -> None:
+        from libp2p.peer.id import ID
+        from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID
+
+        relay = dest_peer(relay_addr)
+        if relay in self.relayed:
+            return  # the transport refreshes it before it expires
+        try:
+            stream = await self.host.new_stream(ID.from_base58(relay), [PROTOCOL_ID])
+        except Exception as e:
+            # The peer offers no relay (no HOP protocol), or the stream failed.
+            self.refused[relay_addr] = f"no relay service: {e}"[:300]
+            return
+        try:
+            ok = await self.transport.reserve(stream, ID.from_base58(relay), nursery)
+        except Exception as e:
+            ok, why = False, str(e)
+        else:
+            why = "reservation refused (limits)"
+        finally:
+            try:
+                await stream.close()
+            except Exception:
+                pass
+        if ok:
+            self.refused.pop(relay_addr, None)
+            self.relayed[relay] = circuit_addr(relay_addr, relay, self.host.get_id().to_string())
+            log.info("relay slot reserved on %s", relay_addr)
+        else:
+            self.refused[relay_addr] = why[:300]
+
+
+__all__ = ["RELAY_MARK", "RelayLimits", "RelaySupport", "circuit_addr", "dest_peer", "is_relayed"]
