@@ -15,7 +15,7 @@ DATAFUSION_VERSIONS := 51.0.0 41.0.0
 ENGINES := $(VENV)/engines
 DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.installed)
 
-.PHONY: browser nftables bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-backup bench-network bench-decode fuzz p2p-vectors clean
+.PHONY: browser nftables bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-backup bench-network bench-nat bench-decode fuzz p2p-vectors clean
 
 setup: $(STAMP) $(DF_STAMPS)
 
@@ -118,6 +118,11 @@ bench-datafusion: setup
 # head; owner commit -> trusted at every light node, forged -> disputed (isolates itself).
 bench-network: setup
 	$(BIN)/python tests/bench/bench_network.py
+
+# Owners behind the lab's NAT routers (endpoint-independent, symmetric) reached through a relay:
+# reservation, subscribe/commit -> verified, data path, relay restart (docs/nat.md).
+bench-nat: setup nftables
+	$(BIN)/python tests/bench/bench_nat.py
 
 # Simulator scale: 1,000 and 10,000 nodes x 1 h virtual, one process pinned to one core.
 bench-sim: setup

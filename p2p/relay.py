@@ -16,8 +16,10 @@ Runs on the host's trio thread (:class:`p2p.libp2p_host.Libp2pTransport` owns on
 * **Relay client**: a node AutoNAT calls ``private`` reserves a slot on each connected
   bootstrap peer that offers a relay, and advertises
   ``<relay addr>/p2p-circuit/p2p/<own id>`` for each reservation; reservations are refreshed
-  before they expire. Every host accepts relayed connections (STOP) and can dial relayed
-  addresses. A private node with no reservation is ``unreachable``: peers cannot dial it.
+  before they expire, dropped when the connection to the relay is lost (a restarted relay has
+  forgotten them) and made again once it is back. Every host accepts relayed connections
+  (STOP) and can dial relayed addresses. A private node with no reservation is
+  ``unreachable``: peers cannot dial it.
 
 DCUtR (hole punching over the relayed connection) is not used: see ``docs/nat.md``.
 """
@@ -25,13 +27,15 @@ DCUtR (hole punching over the relayed connection) is not used: see ``docs/nat.md
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 RELAY_MARK = "/p2p-circuit"
+RELAY_REDIAL_S = 3.0
+"""A private node without a relay slot dials its relay candidates this often."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,18 +139,73 @@ class RelaySupport:
         await self.transport.dial(multiaddr.Multiaddr(addr))
 
     async def run(self, nursery: Any) -> None:
-        """Check reachability and keep reservations, every ``check_interval_s`` (first as soon
-        as a candidate is connected)."""
+        """Check reachability and keep reservations: every ``check_interval_s`` once a
+        candidate is connected, and at once when a private node is connected to a relay it
+        holds no slot on (a relay that came back)."""
         import trio
 
+        last = -float("inf")
+        last_dial = -float("inf")
         while True:
             connected = {p.to_string() for p in self.host.get_connected_peers()}
+            if self._drop_lost(connected):
+                self._on_change(self.snapshot())
+            if (
+                self.client
+                and self.status == "private"
+                and not self.relayed
+                and trio.current_time() - last_dial >= RELAY_REDIAL_S
+            ):
+                # Unreachable until a relay is back: dial the candidates every few seconds
+                # rather than at the bootstrap redial's backoff (doubling up to 60 s).
+                last_dial = trio.current_time()
+                await self._redial(a for a in self._candidates() if dest_peer(a) not in connected)
+                connected = {p.to_string() for p in self.host.get_connected_peers()}
             candidates = [a for a in self._candidates() if dest_peer(a) in connected]
-            if candidates:
+            due = trio.current_time() - last >= self.check_interval_s
+            missing = (
+                self.client
+                and self.status == "private"
+                and any(
+                    dest_peer(a) not in self.relayed and a not in self.refused for a in candidates
+                )
+            )
+            if candidates and (due or missing):
                 await self._check(candidates, nursery)
-                await trio.sleep(self.check_interval_s)
-            else:
-                await trio.sleep(1.0)
+                last = trio.current_time()
+            await trio.sleep(1.0)
+
+    async def _redial(self, addrs: Iterable[str]) -> None:
+        import multiaddr
+        import trio
+        from libp2p.peer.peerinfo import info_from_p2p_addr
+
+        # py-libp2p 0.8.1's swarm refuses every dial to a peer for 60 s after one failed
+        # (its negative peer cache): a relay that restarted would stay unreachable that long.
+        negative = getattr(self.host.get_network(), "_negative_peer_cache", None)
+        for addr in addrs:
+            if negative is not None:
+                negative.evict(dest_peer(addr))
+            with trio.move_on_after(RELAY_REDIAL_S):
+                try:
+                    await self.host.connect(info_from_p2p_addr(multiaddr.Multiaddr(addr)))
+                except Exception as e:
+                    log.debug("relay candidate %s: %s", addr, _first_line(e))
+
+    def _drop_lost(self, connected: set[str]) -> bool:
+        """Forget the reservations on relays this host is no longer connected to (a restarted
+        relay has forgotten them); the next check reserves again once reconnected."""
+        from libp2p.peer.id import ID
+
+        lost = [r for r in self.relayed if r not in connected]
+        for relay in lost:
+            del self.relayed[relay]
+            # The transport keeps its own table, refreshed until expiry whatever the relay
+            # remembers; there is no public call to drop an entry.
+            self.transport._reservations.pop(ID.from_base58(relay), None)
+            self.transport._reservation_proofs.pop(ID.from_base58(relay), None)
+            log.info("relay %s lost: its reservation is dropped", relay)
+        return bool(lost)
 
     async def _check(self, candidates: Sequence[str], nursery: Any) -> None:
         from libp2p.host.autonat import AutoNATStatus
@@ -180,12 +239,12 @@ class RelaySupport:
             stream = await self.host.new_stream(ID.from_base58(relay), [PROTOCOL_ID])
         except Exception as e:
             # The peer offers no relay (no HOP protocol), or the stream failed.
-            self.refused[relay_addr] = f"no relay service: {e}"[:300]
+            self.refused[relay_addr] = f"no relay service ({_first_line(e)})"
             return
         try:
             ok = await self.transport.reserve(stream, ID.from_base58(relay), nursery)
         except Exception as e:
-            ok, why = False, str(e)
+            ok, why = False, _first_line(e)
         else:
             why = "reservation refused (limits)"
         finally:
@@ -198,7 +257,13 @@ class RelaySupport:
             self.relayed[relay] = circuit_addr(relay_addr, relay, self.host.get_id().to_string())
             log.info("relay slot reserved on %s", relay_addr)
         else:
-            self.refused[relay_addr] = why[:300]
+            self.refused[relay_addr] = why
+
+
+def _first_line(e: BaseException) -> str:
+    """A library error, short: its first line (py-libp2p's carry multi-line diagnostics)."""
+    text = str(e).strip().splitlines()
+    return (text[0] if text else type(e).__name__)[:200]
 
 
 __all__ = ["RELAY_MARK", "RelayLimits", "RelaySupport", "circuit_addr", "dest_peer", "is_relayed"]
