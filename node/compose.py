@@ -32,7 +32,7 @@ from node.adapters.ipfs import IpfsAdapter, NoIpfs
 from node.adapters.transfer import TransferAdapter
 from node.app import Application, NodeInfo
 from node.app.console import ConsoleQueries
-from node.app.datasets import CommitLocks, DatasetUseCases
+from node.app.datasets import CommitLocks, DatasetUseCases, PollingOptions
 from node.app.events import EventBus
 from node.app.metrics import NodeMetrics
 from node.app.ports import EnginePort, IpfsPort, StatePort
@@ -40,6 +40,7 @@ from node.app.publish import PublishPipeline
 from node.app.subscriptions import SubscriptionUseCases
 from node.app.verify import VerifyPipeline
 from node.app.work import RetryPolicy, WorkRunner
+from node.config import NodeConfig
 from node.daemon.lock import HomeLock
 from node.home import NodeHome, default_home
 
@@ -50,6 +51,12 @@ DAEMON_START_WAIT_S = 120.0
 class DaemonUnreachable(OdfNodeError):
     """A daemon holds the home but its RPC cannot be reached (not started in time, stopped,
     or its cookie is unusable)."""
+
+
+def polling_options(config: NodeConfig) -> PollingOptions:
+    """The ``[ingest]`` bounds of polling-source runs."""
+    i = config.ingest
+    return PollingOptions(i.max_fetch_bytes, i.max_decompressed_bytes, i.allow_pipe)
 
 
 def daemon_endpoint(home: Path) -> tuple[str, str] | None:
@@ -186,7 +193,14 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
         engine=lambda: engines[0] if engines else None,
         metrics=metrics,
         locks=locks,
-        datasets=DatasetUseCases(repo, engine, state=ports, transfer=transfer, locks=locks),
+        datasets=DatasetUseCases(
+            repo,
+            engine,
+            state=ports,
+            transfer=transfer,
+            locks=locks,
+            polling=polling_options(config),
+        ),
         subscriptions=SubscriptionUseCases(
             ports, gossip, ipfs, owns, loopback_only=config.network.loopback_only
         ),

@@ -138,6 +138,15 @@ class TransferSection:
 
 
 @dataclass(frozen=True, slots=True)
+class IngestSection:
+    """``[ingest]``: bounds of polling sources (``coordinator.ingest.polling``)."""
+
+    max_fetch_bytes: int
+    max_decompressed_bytes: int
+    allow_pipe: bool
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataSection:
     """``[metadata]``."""
 
@@ -157,6 +166,7 @@ class NodeConfig:
     engine: EngineSection
     pipeline: PipelineSection
     transfer: TransferSection
+    ingest: IngestSection
     metadata: MetadataSection
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
@@ -181,6 +191,7 @@ _SECTION_TYPES = {
     "engine": EngineSection,
     "pipeline": PipelineSection,
     "transfer": TransferSection,
+    "ingest": IngestSection,
     "metadata": MetadataSection,
 }
 
@@ -275,6 +286,8 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError("engine.cpu_limit_s must be >= 0 (0: no CPU-time budget)")
     if cfg.engine.datafusion_workers < 0:
         raise ConfigError("engine.datafusion_workers must be >= 0 (0: automatic)")
+    if cfg.ingest.max_fetch_bytes < 1 or cfg.ingest.max_decompressed_bytes < 1:
+        raise ConfigError("ingest.max_fetch_bytes and ingest.max_decompressed_bytes must be >= 1")
     if cfg.transfer.deadline_base_s <= 0 or cfg.transfer.min_rate_bytes_per_s <= 0:
         raise ConfigError("transfer.deadline_base_s and transfer.min_rate_bytes_per_s must be > 0")
     networks = []
@@ -398,6 +411,7 @@ __all__ = [
     "ConfigError",
     "EngineSection",
     "HttpSection",
+    "IngestSection",
     "IpfsSection",
     "MetadataSection",
     "NetworkSection",

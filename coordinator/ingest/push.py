@@ -91,8 +91,10 @@ __all__ = [
     "PREPROCESS_UNSUPPORTED",
     "IngestProgress",
     "IngestResult",
+    "InputFile",
     "PushSourceInfo",
     "ingest",
+    "ingest_resolved",
     "resolve_push_source",
     "system_clock",
 ]
@@ -139,13 +141,33 @@ class IngestResult:
 
 @dataclass(frozen=True, slots=True)
 class PushSourceInfo:
-    """What the writer needs from the chain (kamu ``DataWriterMetadataState``)."""
+    """What the writer needs from the chain (kamu ``DataWriterMetadataState``).
+
+    ``source`` is the push source, or the polling source (:mod:`coordinator.ingest.polling`),
+    which reads, preprocesses and merges the same way; ``source_state`` is the newest
+    ``AddData``'s ``newSourceState`` (kamu's ``SearchSourceStateVisitor``).
+    """
 
     state: ChainState
-    source: m.AddPushSource
+    source: m.AddPushSource | m.SetPollingSource
     vocab: Vocab
     data_slices: tuple[Multihash, ...]
     schema_bytes: bytes | None
+    source_state: m.SourceState | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InputFile:
+    """One input of an ingest call, committed as one ``AddData``.
+
+    ``event_time`` overrides the call's fallback event time for this file (a polling source's
+    event time from the file name or ``Last-Modified``); ``source_state`` is written as the
+    block's ``newSourceState`` (polling sources: ETag, Last-Modified, last file name).
+    """
+
+    path: Path
+    event_time: Timestamp | None = None
+    source_state: m.SourceState | None = None
 
 
 def resolve_push_source(dataset: Dataset, source_name: str | None) -> PushSourceInfo:
@@ -371,11 +393,50 @@ def ingest(
         BadInputSchema, BadInputData, IncompatibleSchema, MergeError, DanglingObjectLink,
         InvalidObjectLink, ConcurrentModification: nothing was committed.
     """
-    clock = clock or system_clock
     info = resolve_push_source(dataset, source_name)
-    source = info.source
-    if source.preprocess is not None:
+    if info.source.preprocess is not None:
         raise UnsupportedPreprocess(PREPROCESS_UNSUPPORTED)
+    return ingest_resolved(
+        dataset,
+        info,
+        [InputFile(p) for p in files],
+        clock=clock,
+        event_time=event_time,
+        watermark=watermark,
+        progress=progress,
+        linked_objects=linked_objects,
+        block_bytes=block_bytes,
+        run_bytes=run_bytes,
+        snapshot_bytes=snapshot_bytes,
+    )
+
+
+@_returns_memory
+def ingest_resolved(
+    dataset: Dataset,
+    info: PushSourceInfo,
+    inputs: Sequence[InputFile],
+    *,
+    clock: Clock | None = None,
+    event_time: Timestamp | None = None,
+    watermark: Timestamp | None = None,
+    progress: Callable[[IngestProgress], None] | None = None,
+    linked_objects: LinkedObjects | None = None,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    run_bytes: int = DEFAULT_RUN_BYTES,
+    snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
+    prepare: Callable[[Path, int], Path] | None = None,
+) -> IngestResult:
+    """:func:`ingest` from a resolved source: each input is one ``AddData`` (in order).
+
+    An input carrying a ``source_state`` that differs from the previous one is committed even
+    when it adds no data (kamu's writer: an ``AddData`` with only the new source state), so the
+    next poll resumes from it. ``prepare(path, index)`` (a polling source's prepare steps)
+    turns each input into the file read, just before it is read; a prepared file other than
+    the input is removed once read. A preprocess query is not run here (the caller refuses it).
+    """
+    clock = clock or system_clock
+    source = info.source
     vocab = info.vocab
     read = read_schema(source.read)
     validate_input_schema(read, vocab)
@@ -400,11 +461,12 @@ def ingest(
     prev_watermark = state.watermark
     prev_checkpoint = state.checkpoint.physical_hash if state.checkpoint is not None else None
     prior = [dataset.data.path_of(h) for h in info.data_slices]
+    prev_source_state = info.source_state
     need_schema = not state.has_schema
     events: list[m.MetadataEvent] = []
     written_slices: list[WrittenSlice] = []
     link_total: LinkedObjectsSummary | None = None
-    total_files = len(files)
+    total_files = len(inputs)
 
     def report(stage: str, path: Path | None, index: int, done: int, size: int) -> None:
         if progress is not None:
@@ -416,26 +478,34 @@ def ingest(
         info_dir = dataset.layout.info_dir
         info_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="ingest-", dir=info_dir) as spill:
-            for index, path in enumerate(files):
+            for index, item in enumerate(inputs):
+                path = item.path if prepare is None else prepare(item.path, index)
                 size = path.stat().st_size
                 report("read", path, index, 0, size)
-                if size == 0:
+                if size == 0 and item.source_state in (None, prev_source_state):
                     continue  # kamu: "Early return due to an empty file"
+                file_fallback = item.event_time if item.event_time is not None else fallback
 
                 def on_bytes(
                     n: int, path: Path = path, index: int = index, size: int = size
                 ) -> None:
                     report("read", path, index, n, size)
 
-                batches = read_batches(
-                    source.read, path, block_bytes=block_bytes, on_bytes=on_bytes
+                batches = (
+                    read_batches(source.read, path, block_bytes=block_bytes, on_bytes=on_bytes)
+                    if size
+                    else iter(())
                 )
                 merged, by_event_time = _merged_stream(
                     source.merge, batches, new, prior, vocab, snapshot_bytes
                 )
                 staged_tables = (
                     stage_batch(
-                        t, staged, vocab, system_time=system_time, fallback_event_time=fallback
+                        t,
+                        staged,
+                        vocab,
+                        system_time=system_time,
+                        fallback_event_time=file_fallback,
                     )
                     for t in merged
                 )
@@ -451,6 +521,8 @@ def ingest(
                     durable=dataset.data.durable,
                 )
                 report("write", path, index, size, size)
+                if path != item.path:
+                    path.unlink(missing_ok=True)
                 extra_json = None
                 if written is not None:
                     written_slices.append(written)
@@ -474,6 +546,8 @@ def ingest(
                     written=written,
                     explicit_watermark=watermark,
                     extra_json=extra_json,
+                    prev_source_state=prev_source_state,
+                    new_source_state=item.source_state,
                 )
                 if event is None:
                     continue  # nothing to commit for this file
@@ -486,6 +560,7 @@ def ingest(
                     assert written is not None
                     prior.append(written.path)
                 prev_watermark = event.new_watermark
+                prev_source_state = event.new_source_state
 
         if not events:
             return IngestResult(state.head, state.head, (), (), 0, state.watermark, link_total)

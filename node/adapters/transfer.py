@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coordinator.storage.repository import DatasetRepository
 from node.adapters.loop_thread import LoopThread
 from node.app.fetch import PullDiverged, PullRefused, PullRejected
+from node.app.ports import SourceResponse
 from node.config import NodeConfig
 from node.transfer.policy import SourcePolicy
 
@@ -108,6 +110,34 @@ class TransferAdapter:
         except (SourceRefused, InvalidSourceUrl) as e:
             raise PullRefused(str(e)) from e
         return dict(result.to_dict())
+
+    async def fetch_source(
+        self, url: str, headers: dict[str, str], target: Path, max_bytes: int
+    ) -> SourceResponse:
+        """``GET`` a polling source's URL (see :mod:`node.transfer.source_fetch`)."""
+        from node.transfer.errors import InvalidSourceUrl, SourceRefused
+        from node.transfer.source_fetch import fetch_url_to_file
+        from node.transfer.sources import SharedHttpSession
+
+        async def run() -> SourceResponse:
+            if self._http is not None:
+                got = await fetch_url_to_file(self._http, url, headers, target, max_bytes=max_bytes)
+            else:
+                http = SharedHttpSession(policy=self._policy)
+                try:
+                    got = await fetch_url_to_file(http, url, headers, target, max_bytes=max_bytes)
+                finally:
+                    await http.close()
+            return SourceResponse(got.modified, got.etag, got.last_modified)
+
+        if self._http is None and self._loop_thread is not None:
+            self._http = SharedHttpSession(policy=self._policy)
+        try:
+            if self._loop_thread is not None:
+                return await self._loop_thread.run(run())
+            return await run()
+        except (SourceRefused, InvalidSourceUrl) as e:
+            raise PullRefused(str(e)) from e
 
     async def close(self) -> None:
         """Close the shared HTTP session (on the loop the pulls ran on)."""

@@ -11,6 +11,8 @@ pure" checks it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from coordinator.identity import DatasetId
@@ -315,11 +317,30 @@ class IpfsPort(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class SourceResponse:
+    """A polling source's answer: ``modified`` False for ``304 Not Modified``."""
+
+    modified: bool
+    etag: str | None = None
+    last_modified: str | None = None
+
+
 class TransferPort(Protocol):
     """Pulls over the ODF transfer protocols (IPFS, HTTP, local paths)."""
 
     async def pull(self, url: str, *, alias: str | None, force: bool = False) -> JsonObject:
         """Pull ``url`` into the repository; the pull summary (JSON-friendly)."""
+        ...
+
+    async def fetch_source(
+        self, url: str, headers: dict[str, str], target: Path, max_bytes: int
+    ) -> SourceResponse:
+        """``GET`` a polling source's ``http(s)`` URL into ``target`` under the source policy.
+
+        Raises ``SourceNotFound`` (404), ``SourceUnreachable``, ``FetchError`` (too large) of
+        :mod:`coordinator.errors`, or :class:`~node.app.fetch.PullRefused` (policy).
+        """
         ...
 
 
@@ -365,6 +386,7 @@ __all__ = [
     "EventSink",
     "GossipPort",
     "IpfsPort",
+    "SourceResponse",
     "StatePort",
     "TransferPort",
     "VerificationVerdict",

@@ -126,7 +126,12 @@ class PublishResult(_Json):
 
 @dataclass(frozen=True)
 class PullResult(_Json):
-    """``dataset pull``: how the local head compares with the source's and what was fetched."""
+    """``dataset pull``: how the local head compares with the source's and what was fetched.
+
+    For a root with a polling source, the source's run: ``comparison`` is ``equal`` (nothing
+    new, nothing committed) or ``local-behind`` (new blocks committed); ``records`` the rows
+    added and ``source_state`` the state now recorded (kamu's ETag / Last-Modified / last file).
+    """
 
     alias: str
     id: str
@@ -138,6 +143,12 @@ class PullResult(_Json):
     new_blocks: int
     objects_downloaded: int
     bytes_downloaded: int
+    # A run of the dataset's own polling source (``source`` = "polling"); None for a pull.
+    source: str | None = None
+    records: int | None = None
+    watermark: str | None = None
+    source_state: dict[str, str] | None = None
+    publish_work_id: int | None = None
 
     @classmethod
     def from_summary(cls, summary: JsonObject) -> PullResult:

@@ -6,6 +6,7 @@ then one :class:`~node.commands.spec.Command` here; ``docs/commands.md`` walks t
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -203,9 +204,23 @@ async def _dataset_publish(
 
 
 async def _dataset_pull(
-    app: Application, ctx: Context, url: str, alias: str | None = None, force: bool = False
+    app: Application,
+    ctx: Context,
+    url: str,
+    alias: str | None = None,
+    force: bool = False,
+    publish: bool = True,
 ) -> PullResult:
-    return PullResult.from_summary(await app.datasets.pull(url, alias=alias, force=force))
+    datasets = app.datasets
+    if await asyncio.to_thread(datasets.polling_source_of, url):
+        # A local root with a polling source: run the source once, as ``kamu pull`` does.
+        if alias is not None or force:
+            raise InvalidArgument(
+                f"{url[:200]} is a local dataset with a polling source: --as and --force apply "
+                "to pulls of remote datasets only"
+            )
+        return await datasets.poll(url, publish=publish, progress=ctx.ingest_progress)
+    return PullResult.from_summary(await datasets.pull(url, alias=alias, force=force))
 
 
 async def _dataset_log(
@@ -408,6 +423,15 @@ def _render_verify(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
 
 
 def _render_pull(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    if value.get("source") == "polling":
+        if value["comparison"] == "equal":
+            out.print(f"{value['alias']}: up to date (the polling source has nothing new)")
+        else:
+            out.print(
+                f"{value['alias']}: polled, {value['new_blocks']} new block(s), "
+                f"{value['records']} record(s); head {value['new_head']}"
+            )
+        return
     if value["comparison"] == "equal":
         out.print(f"{value['alias']}: up to date")
     elif value["comparison"] == "local-ahead":
@@ -672,6 +696,13 @@ COMMANDS: tuple[Command, ...] = (
             ),
             Param("force", BOOL, False, "Replace the local chain if it has diverged.", Cli()),
             Param(
+                "publish",
+                BOOL,
+                False,
+                "After polling an owned root: publish and announce it (a pull of a remote "
+                "dataset ignores it).",
+            ),
+            Param(
                 "ipfs_api",
                 help="IPFS RPC API URL (kubo; without a daemon).",
                 cli=Cli(type=str, envvar="ODF_IPFS_API"),
@@ -685,6 +716,9 @@ COMMANDS: tuple[Command, ...] = (
             ),
         ),
         cli=("dataset", "pull"),
+        doc="An alias (or did:odf) of an owned root dataset with a polling source "
+        "(SetPollingSource) runs that source once, as `kamu pull` does: fetch, prepare, read, "
+        "merge, commit (all or nothing), then publish like an ingest.",
         render=_render_pull,
         write=True,
         result=object_of(PullResult),

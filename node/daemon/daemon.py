@@ -34,7 +34,7 @@ from node.adapters.state import ThreadedState
 from node.adapters.transfer import TransferAdapter
 from node.app import Application, NodeInfo
 from node.app.console import ConsoleQueries
-from node.app.datasets import CommitLocks, DatasetUseCases
+from node.app.datasets import CommitLocks, DatasetUseCases, PollingOptions
 from node.app.effects import NodeEffects
 from node.app.errors import InvalidArgument
 from node.app.events import EventBus
@@ -366,6 +366,11 @@ class Daemon:
             transfer=transfer,
             on_commit=publish.queue_id,
             locks=self.locks,
+            polling=PollingOptions(
+                self.config.ingest.max_fetch_bytes,
+                self.config.ingest.max_decompressed_bytes,
+                self.config.ingest.allow_pipe,
+            ),
         )
         subs = SubscriptionUseCases(
             self.state,

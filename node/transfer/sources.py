@@ -113,6 +113,38 @@ class SharedHttpSession:
             self._session = None
 
 
+async def policy_get(
+    http: SharedHttpSession, url: str, headers: dict[str, str] | None = None
+) -> aiohttp.ClientResponse:
+    """``GET url``, following at most ``MAX_REDIRECTS`` redirects, each policy-checked.
+
+    aiohttp's own redirect following would contact any host a source names; here every
+    hop's URL is checked (scheme, IP literal) before it is requested, and its host name is
+    checked by the resolver like the first one.
+
+    Raises:
+        InvalidSourceUrl, SourceRefused: the URL or a redirect is not one the policy allows.
+        TransientSourceError: too many redirects.
+    """
+    policy = http.policy
+    target = policy.check_url(url, "source")
+    for _ in range(MAX_REDIRECTS + 1):
+        r = await http.get().get(target, allow_redirects=False, headers=headers)
+        location = r.headers.get("Location")
+        if r.status not in _REDIRECT_STATUSES or not location:
+            return r
+        r.release()
+        try:
+            nxt = target.join(URL(location))
+        except ValueError as e:
+            raise SourceRefused(f"redirect from {str(target)!r} to {location!r}: {e}") from None
+        try:
+            target = policy.check_url(nxt, f"redirect from {str(target)!r} to")
+        except InvalidSourceUrl as e:
+            raise SourceRefused(str(e)) from None
+    raise TransientSourceError(f"more than {MAX_REDIRECTS} redirects from {url}")
+
+
 class HttpSource:
     """ODF Simple Transfer Protocol over HTTP(S): ``GET {base}/{rel}``.
 
@@ -148,28 +180,8 @@ class HttpSource:
         return self._http.get()
 
     async def _get(self, url: str) -> aiohttp.ClientResponse:
-        """``GET url``, following at most ``MAX_REDIRECTS`` redirects, each policy-checked.
-
-        aiohttp's own redirect following would contact any host a source names; here every
-        hop's URL is checked (scheme, IP literal) before it is requested, and its host name is
-        checked by the resolver like the first one.
-        """
-        target = self.policy.check_url(url, "source")
-        for _ in range(MAX_REDIRECTS + 1):
-            r = await self._sess().get(target, allow_redirects=False)
-            location = r.headers.get("Location")
-            if r.status not in _REDIRECT_STATUSES or not location:
-                return r
-            r.release()
-            try:
-                nxt = target.join(URL(location))
-            except ValueError as e:
-                raise SourceRefused(f"redirect from {str(target)!r} to {location!r}: {e}") from None
-            try:
-                target = self.policy.check_url(nxt, f"redirect from {str(target)!r} to")
-            except InvalidSourceUrl as e:
-                raise SourceRefused(str(e)) from None
-        raise TransientSourceError(f"more than {MAX_REDIRECTS} redirects from {url}")
+        """``GET url`` under the policy (see :func:`policy_get`)."""
+        return await policy_get(self._http, url)
 
     @asynccontextmanager
     async def open(self, rel: str) -> AsyncIterator[AsyncIterator[bytes]]:
