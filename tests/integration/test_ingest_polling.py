@@ -29,6 +29,7 @@ from coordinator.errors import (
     PollingSourceNotFound,
     PrepareError,
     SourceNotFound,
+    UnsupportedReadOption,
 )
 from coordinator.identity import DatasetId
 from coordinator.ingest.fetch import check_polling_source
@@ -554,3 +555,78 @@ def test_failing_pipe_commits_nothing(tmp_path: Path) -> None:
     with pytest.raises(PrepareError, match="exited with code 3: broken"):
         poll(ds, T1, allow_pipe=True)
     assert ds.state().head == head
+
+
+# ---------------------------------------------------------------------------------------------
+# Every read step through a polling source
+# ---------------------------------------------------------------------------------------------
+
+GEOMETRY = '{"coordinates":[1.0,2.0],"type":"Point"}'
+FEATURE = (
+    '{"type": "Feature", "properties": {"city": "A", "population": 1000}, '
+    '"geometry": {"type": "Point", "coordinates": [1.0, 2.0]}}'
+)
+
+
+def _parquet_bytes() -> bytes:
+    import pyarrow as pa
+
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"city": ["A"], "population": [1000]}), buf)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("read", "payload", "expected"),
+    [
+        (CITY_POP, b"city,population\nA,1000\n", {}),
+        (
+            m.ReadStepNdJson(schema=("city STRING", "population BIGINT")),
+            b'{"city": "A", "population": 1000}\n',
+            {},
+        ),
+        (
+            m.ReadStepJson(sub_path="data", schema=("city STRING", "population BIGINT")),
+            b'{"data": [{"city": "A", "population": 1000}]}',
+            {},
+        ),
+        (m.ReadStepParquet(schema=("city STRING", "population BIGINT")), _parquet_bytes(), {}),
+        (
+            m.ReadStepGeoJson(schema=("city STRING", "population BIGINT", "geometry STRING")),
+            ('{"type": "FeatureCollection", "features": [' + FEATURE + "]}").encode(),
+            {"geometry": GEOMETRY},
+        ),
+        (
+            m.ReadStepNdGeoJson(schema=("city STRING", "population BIGINT", "geometry STRING")),
+            FEATURE.encode() + b"\n",
+            {"geometry": GEOMETRY},
+        ),
+    ],
+    ids=["csv", "ndjson", "json", "parquet", "geojson", "ndgeojson"],
+)
+def test_every_read_step(
+    tmp_path: Path, read: m.ReadStep, payload: bytes, expected: dict[str, object]
+) -> None:
+    src = tmp_path / "input"
+    src.write_bytes(payload)
+    ds = make_dataset(tmp_path, url_source(src, read, m.MergeStrategyAppend()))
+    poll(ds, T1)
+    (row,) = last_data(ds)
+    assert row == {
+        "offset": 0,
+        "op": 0,
+        "system_time": T1.to_datetime(),
+        "event_time": T1.to_datetime(),
+        "city": "A",
+        "population": 1000,
+        **expected,
+    }
+
+
+def test_esri_shapefile_is_refused(tmp_path: Path) -> None:
+    src = tmp_path / "input.zip"
+    src.write_bytes(b"")
+    read = m.ReadStepEsriShapefile(schema=("city STRING",))
+    ds = make_dataset(tmp_path, url_source(src, read, m.MergeStrategyAppend()))
+    with pytest.raises(UnsupportedReadOption, match="EsriShapefile"):
+        poll(ds, T1)
