@@ -27,6 +27,7 @@ from pathlib import Path
 from coordinator.errors import PollingSourceNotFound, UnsupportedPreprocess
 from coordinator.ingest.fetch import Fetched, fetch_file_url, fetch_glob, url_scheme
 from coordinator.ingest.prepare import DEFAULT_MAX_DECOMPRESSED_BYTES, prepare
+from coordinator.ingest.preprocess import PreprocessEngine, preprocess_inputs
 from coordinator.ingest.push import (
     MAX_SNAPSHOT_BYTES,
     PREPROCESS_UNSUPPORTED,
@@ -137,19 +138,21 @@ def ingest_fetched(
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
     allow_pipe: bool = False,
     snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
+    engine: PreprocessEngine | None = None,
 ) -> IngestResult:
     """Prepare, read, merge and commit the fetched inputs (see the module docstring).
 
     ``workdir`` holds the prepared files (the caller removes it). ``clock`` should return the
     system time the fetch used, so that ``fromSystemTime`` event times equal the blocks'.
+    ``engine`` runs the source's preprocess query (:mod:`coordinator.ingest.preprocess`).
 
     Raises:
-        UnsupportedPreprocess: the source has a preprocess query.
+        UnsupportedPreprocess: the source has a preprocess query and no engine is given.
         PrepareError, DecompressBudgetExceeded, and every error of a push ingest: nothing was
         committed.
     """
     source = _polling(info)
-    if source.preprocess is not None:
+    if source.preprocess is not None and engine is None:
         raise UnsupportedPreprocess(PREPROCESS_UNSUPPORTED)
     steps = source.prepare
 
@@ -163,6 +166,20 @@ def ingest_fetched(
         )
 
     inputs = [InputFile(f.path, f.event_time, f.source_state) for f in fetched]
+    if source.preprocess is not None:
+        assert engine is not None
+        schema, outputs = preprocess_inputs(
+            source.read, source.preprocess, inputs, workdir, engine, prepare=prepared
+        )
+        return ingest_resolved(
+            dataset,
+            info,
+            outputs,
+            clock=clock,
+            progress=progress,
+            snapshot_bytes=snapshot_bytes,
+            preprocessed=schema,
+        )
     return ingest_resolved(
         dataset,
         info,

@@ -41,7 +41,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Final, ParamSpec, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -64,7 +64,12 @@ from coordinator.ingest.linked import (
     summarize_links,
     validate_link_columns,
 )
-from coordinator.ingest.readers import DEFAULT_BLOCK_BYTES, read_batches, read_schema
+from coordinator.ingest.readers import (
+    DEFAULT_BLOCK_BYTES,
+    read_batches,
+    read_parquet_as,
+    read_schema,
+)
 from coordinator.ingest.spool import DEFAULT_RUN_BYTES
 from coordinator.ingest.writer import (
     Vocab,
@@ -86,6 +91,9 @@ from coordinator.metadata.timestamp import Timestamp
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
 
+if TYPE_CHECKING:
+    from coordinator.ingest.preprocess import PreprocessEngine
+
 __all__ = [
     "MAX_SNAPSHOT_BYTES",
     "PREPROCESS_UNSUPPORTED",
@@ -99,7 +107,9 @@ __all__ = [
     "system_clock",
 ]
 
-PREPROCESS_UNSUPPORTED: Final = "preprocess queries need the Spark engine, not available yet"
+PREPROCESS_UNSUPPORTED: Final = (
+    "the source has a preprocess query, which runs on an engine, and none was given"
+)
 
 Clock = Callable[[], Timestamp]
 
@@ -370,6 +380,7 @@ def ingest(
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     run_bytes: int = DEFAULT_RUN_BYTES,
     snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
+    engine: PreprocessEngine | None = None,
 ) -> IngestResult:
     """Push ``files`` into ``dataset`` through its push source; see the module docstring.
 
@@ -387,6 +398,8 @@ def ingest(
         block_bytes: input bytes per read batch.
         run_bytes: memory per sorted run if the event time needs an external sort.
         snapshot_bytes: the largest new snapshot (Arrow bytes) a Snapshot merge takes.
+        engine: runs the source's preprocess query, if it has one
+            (:mod:`coordinator.ingest.preprocess`); without one such a source is refused.
 
     Raises:
         PushSourceNotFound, UnsupportedPreprocess, UnsupportedReadOption, InvalidDdlSchema,
@@ -394,21 +407,37 @@ def ingest(
         InvalidObjectLink, ConcurrentModification: nothing was committed.
     """
     info = resolve_push_source(dataset, source_name)
-    if info.source.preprocess is not None:
+    options = {
+        "clock": clock,
+        "event_time": event_time,
+        "watermark": watermark,
+        "progress": progress,
+        "linked_objects": linked_objects,
+        "block_bytes": block_bytes,
+        "run_bytes": run_bytes,
+        "snapshot_bytes": snapshot_bytes,
+    }
+    inputs = [InputFile(p) for p in files]
+    transform = info.source.preprocess
+    if transform is None:
+        return ingest_resolved(dataset, info, inputs, **options)  # type: ignore[arg-type]
+    if engine is None:
         raise UnsupportedPreprocess(PREPROCESS_UNSUPPORTED)
-    return ingest_resolved(
-        dataset,
-        info,
-        [InputFile(p) for p in files],
-        clock=clock,
-        event_time=event_time,
-        watermark=watermark,
-        progress=progress,
-        linked_objects=linked_objects,
-        block_bytes=block_bytes,
-        run_bytes=run_bytes,
-        snapshot_bytes=snapshot_bytes,
-    )
+    from coordinator.ingest.preprocess import preprocess_inputs  # it imports this module
+
+    info_dir = dataset.layout.info_dir
+    info_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="preprocess-", dir=info_dir) as work:
+        schema, outputs = preprocess_inputs(
+            info.source.read, transform, inputs, Path(work), engine, block_bytes=block_bytes
+        )
+        return ingest_resolved(
+            dataset,
+            info,
+            outputs,
+            preprocessed=schema,
+            **options,  # type: ignore[arg-type]
+        )
 
 
 @_returns_memory
@@ -426,6 +455,7 @@ def ingest_resolved(
     run_bytes: int = DEFAULT_RUN_BYTES,
     snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
     prepare: Callable[[Path, int], Path] | None = None,
+    preprocessed: pa.Schema | None = None,
 ) -> IngestResult:
     """:func:`ingest` from a resolved source: each input is one ``AddData`` (in order).
 
@@ -433,12 +463,14 @@ def ingest_resolved(
     when it adds no data (kamu's writer: an ``AddData`` with only the new source state), so the
     next poll resumes from it. ``prepare(path, index)`` (a polling source's prepare steps)
     turns each input into the file read, just before it is read; a prepared file other than
-    the input is removed once read. A preprocess query is not run here (the caller refuses it).
+    the input is removed once read. A preprocess query is not run here: with ``preprocessed``
+    (the query's output schema), the inputs are its Parquet outputs
+    (:func:`coordinator.ingest.preprocess.preprocess_inputs`), read with that schema.
     """
     clock = clock or system_clock
     source = info.source
     vocab = info.vocab
-    read = read_schema(source.read)
+    read = preprocessed if preprocessed is not None else read_schema(source.read)
     validate_input_schema(read, vocab)
     existing = _existing_schema(dataset, info)
     new = with_event_time(read, vocab, event_time_type(read, vocab, existing))
@@ -491,11 +523,14 @@ def ingest_resolved(
                 ) -> None:
                     report("read", path, index, n, size)
 
-                batches = (
-                    read_batches(source.read, path, block_bytes=block_bytes, on_bytes=on_bytes)
-                    if size
-                    else iter(())
-                )
+                if not size:
+                    batches: Iterator[pa.RecordBatch] = iter(())
+                elif preprocessed is not None:
+                    batches = read_parquet_as(path, preprocessed, on_bytes)
+                else:
+                    batches = read_batches(
+                        source.read, path, block_bytes=block_bytes, on_bytes=on_bytes
+                    )
                 merged, by_event_time = _merged_stream(
                     source.merge, batches, new, prior, vocab, snapshot_bytes
                 )

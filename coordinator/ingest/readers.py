@@ -88,6 +88,7 @@ __all__ = [
     "MAX_JSON_RECORD_BYTES",
     "ByteProgress",
     "read_batches",
+    "read_parquet_as",
     "read_schema",
 ]
 
@@ -1271,6 +1272,14 @@ def _diagnose_json(
 # --------------------------------------------------------------------------------------------
 # Parquet
 # --------------------------------------------------------------------------------------------
+
+
+def read_parquet_as(
+    path: Path, schema: pa.Schema, on_bytes: ByteProgress | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Stream a Parquet file as batches of ``schema`` (columns by name, cast; a preprocess
+    query's output)."""
+    return _parquet_batches(path, schema, on_bytes)
 
 
 def _parquet_batches(

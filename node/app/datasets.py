@@ -137,6 +137,16 @@ def _file_kind(mode: int) -> str:
     return "not a regular file"
 
 
+class _LazyEngine:
+    """The engine for a source's preprocess query, obtained only if the source has one."""
+
+    def __init__(self, engine: Callable[[], EnginePort]) -> None:
+        self._engine = engine
+
+    def execute_raw_query(self, request: Any) -> Any:
+        return self._engine().execute_raw_query(request)
+
+
 @dataclass(frozen=True, slots=True)
 class PollingOptions:
     """Bounds of a polling source's run (``[ingest]`` of the node's configuration)."""
@@ -238,6 +248,7 @@ class DatasetUseCases:
                 source_name=source,
                 progress=progress,
                 linked_objects=linked,
+                engine=_LazyEngine(self._engine),
             )
         lo = result.linked_objects
         out = IngestResult(
@@ -409,6 +420,7 @@ class DatasetUseCases:
                         progress=progress,
                         max_decompressed_bytes=opts.max_decompressed_bytes,
                         allow_pipe=opts.allow_pipe,
+                        engine=_LazyEngine(self._engine),
                     )
         committed = result is not None and not result.up_to_date
         old_head = str(info.state.head) if info.state.head else None

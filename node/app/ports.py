@@ -18,7 +18,12 @@ from typing import Protocol
 from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
-from coordinator.transform.model import TransformRequest, TransformResponse
+from coordinator.transform.model import (
+    RawQueryRequest,
+    RawQueryResponse,
+    TransformRequest,
+    TransformResponse,
+)
 from node.app.jsontypes import JsonFields, JsonObject
 from node.app.rows import (
     AcceptedHead,
@@ -361,6 +366,10 @@ class EnginePort(Protocol):
 
     def execute_transform(self, request: TransformRequest) -> TransformResponse:
         """Run one ODF transform request (blocking: call it from a worker thread)."""
+        ...
+
+    def execute_raw_query(self, request: RawQueryRequest) -> RawQueryResponse:
+        """Run a source's preprocess query (the view ``input``) on the engine it names."""
         ...
 
     def close(self) -> None:

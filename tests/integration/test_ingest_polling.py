@@ -14,6 +14,7 @@ import gzip
 import io
 import os
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -25,13 +26,16 @@ from coordinator.errors import (
     BadInputSchema,
     DecompressBudgetExceeded,
     FetchError,
+    IngestError,
     InvalidSnapshot,
     PollingSourceNotFound,
     PrepareError,
     SourceNotFound,
+    UnsupportedPreprocess,
     UnsupportedReadOption,
 )
 from coordinator.identity import DatasetId
+from coordinator.ingest import ingest
 from coordinator.ingest.fetch import check_polling_source
 from coordinator.ingest.polling import fetch_local, ingest_fetched, resolve_polling_source
 from coordinator.ingest.push import IngestResult
@@ -39,6 +43,8 @@ from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.multiformats import Multihash
 from coordinator.storage import Dataset
+from node.engine_client import EngineClient
+from node.engine_router import EngineRouter
 
 T1 = Timestamp.parse("2050-01-01T12:00:00Z")  # kamu's test clock
 T2 = Timestamp.parse("2050-02-01T12:00:00Z")
@@ -630,3 +636,116 @@ def test_esri_shapefile_is_refused(tmp_path: Path) -> None:
     ds = make_dataset(tmp_path, url_source(src, read, m.MergeStrategyAppend()))
     with pytest.raises(UnsupportedReadOption, match="EsriShapefile"):
         poll(ds, T1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Preprocess queries on a real DataFusion engine worker (kamu's snapshot case with its
+# two-step preprocess query; the query runs in the engine's sandbox like a transform)
+# ---------------------------------------------------------------------------------------------
+
+KAMU_STEPS = (
+    m.SqlQueryStep(alias="step1", query="select city, population * 10 as population from input"),
+    m.SqlQueryStep(query="select city, population + 1 as population from step1"),
+)
+
+
+def no_spark() -> EngineClient:
+    raise AssertionError("Spark must not be started for a DataFusion preprocess")
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[EngineRouter]:
+    router = EngineRouter(no_spark, idle_timeout=0)
+    yield router
+    router.close()
+
+
+def test_polling_snapshot_with_preprocess(tmp_path: Path, engine: EngineRouter) -> None:
+    src = tmp_path / "data.csv"
+    source = url_source(src, CITY_POP, m.MergeStrategySnapshot(primary_key=("city",)))
+    source = m.SetPollingSource(
+        fetch=source.fetch,
+        read=source.read,
+        merge=source.merge,
+        preprocess=m.TransformSql(engine="datafusion", queries=KAMU_STEPS),
+    )
+    ds = make_dataset(tmp_path, source)
+    write(src, "city,population\nA,1000\nB,2000\nC,3000\n", 1)
+    with pytest.raises(UnsupportedPreprocess):
+        poll(ds, T1)  # no engine given
+    poll(ds, T1, engine=engine)
+    assert [(r["offset"], r["op"], r["event_time"], r["city"], r["population"])
+            for r in last_data(ds)] == [
+        (0, 0, ts("2050-01-01T12:00:00Z"), "A", 10001),
+        (1, 0, ts("2050-01-01T12:00:00Z"), "B", 20001),
+        (2, 0, ts("2050-01-01T12:00:00Z"), "C", 30001),
+    ]  # fmt: skip
+    assert last_add_data(ds).new_watermark == T1
+
+    write(src, "city,population\nA,1000\nB,2000\nC,4000\n", 2)
+    poll(ds, T2, engine=engine)
+    assert [(r["offset"], r["op"], r["system_time"], r["event_time"], r["city"],
+             r["population"]) for r in last_data(ds)] == [
+        (3, 2, ts("2050-02-01T12:00:00Z"), ts("2050-01-01T12:00:00Z"), "C", 30001),
+        (4, 3, ts("2050-02-01T12:00:00Z"), ts("2050-02-01T12:00:00Z"), "C", 40001),
+    ]  # fmt: skip
+
+    # Round 3 (no-op, only updates source state)
+    write(src, "city,population\nA,1000\nB,2000\nC,4000\n", 3)
+    poll(ds, T2, engine=engine)
+    add = last_add_data(ds)
+    assert add.new_data is None and add.new_watermark == T2 and add.new_source_state is not None
+
+
+def test_push_preprocess_and_sandbox(tmp_path: Path, engine: EngineRouter) -> None:
+    ds = Dataset.create(tmp_path / "ds")
+    bad = "select city, population from read_csv('/etc/passwd')"
+    events: list[m.MetadataEvent] = [
+        m.Seed(dataset_id=DatasetId.new_seeded_ed25519(b"pp"), dataset_kind=m.DatasetKind.ROOT),
+        m.AddPushSource(
+            source_name="default",
+            read=CITY_POP,
+            merge=m.MergeStrategyAppend(),
+            preprocess=m.TransformSql(engine="datafusion", queries=(m.SqlQueryStep(query=bad),)),
+        ),
+    ]
+    for ev in events:
+        st = ds.state()
+        ds.append(
+            m.MetadataBlock(
+                system_time=T1,
+                prev_block_hash=st.head,
+                sequence_number=st.sequence_number + 1,
+                event=ev,
+            )
+        )
+    f = tmp_path / "a.csv"
+    f.write_text("city,population\nA,1\n")
+    head = ds.state().head
+    with pytest.raises(IngestError, match="preprocess query is invalid"):
+        ingest(ds, [f], clock=lambda: T1, engine=engine)
+    assert ds.state().head == head
+
+    # The same source with an ordinary query (a new AddPushSource replaces it).
+    good = m.AddPushSource(
+        source_name="default",
+        read=CITY_POP,
+        merge=m.MergeStrategyAppend(),
+        preprocess=m.TransformSql(
+            engine="datafusion",
+            queries=(m.SqlQueryStep(query="select upper(city) as city, population from input"),),
+        ),
+    )
+    st = ds.state()
+    ds.append(
+        m.MetadataBlock(
+            system_time=T1,
+            prev_block_hash=st.head,
+            sequence_number=st.sequence_number + 1,
+            event=good,
+        )
+    )
+    f.write_text("city,population\na,1\nb,2\n")
+    res = ingest(ds, [f], clock=lambda: T1, engine=engine)
+    assert res.num_records == 2
+    assert [(r["city"], r["population"]) for r in last_data(ds)] == [("A", 1), ("B", 2)]
