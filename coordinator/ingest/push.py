@@ -3,7 +3,8 @@
 This is kamu-cli's ``PushIngestServiceImpl`` + ``DataWriterDataFusion`` for a local dataset:
 
 1. **Source.** The dataset's active ``AddPushSource`` named ``source_name`` (or the only one)
-   gives the read step, the merge strategy and (unsupported here) the preprocess query. The
+   gives the read step, the merge strategy and the preprocess query (run on an engine by
+   :mod:`coordinator.ingest.preprocess`). The
    chain also gives the vocabulary (``SetVocab``), the previous slices, offset, watermark and
    checkpoint.
 2. **Per file** (each file is one push, i.e. one ``AddData``): an empty (0-byte) file is a
