@@ -1,5 +1,5 @@
 # odf-node: slim Python 3.11, Java 17 runtime for the Spark engine, Node.js for the embedded
-# js-ipfs node (the compose file uses kubo instead), non-root user, health check through RPC.
+# js-ipfs node (the compose file uses kubo instead), non-root user, health check on /healthz.
 #
 #   docker build -t odf-node .
 #   docker run -v odf-home:/home/odf/.local/share/odf-node -p 7375:7375 odf-node
@@ -43,8 +43,12 @@ VOLUME ["/home/odf/.local/share/odf-node"]
 # 7375 gossip (libp2p), 7374 Simple Transfer Protocol + /metrics. RPC (7373) stays on loopback.
 EXPOSE 7375 7374
 
+# Liveness: GET /healthz on the HTTP listener answers while the process serves (a failing check
+# is worth a restart). Readiness (GET /readyz: services up, state writer keeping up, engine not
+# crash-looping, >= 1 gossip peer, verify backlog bounded) is what deploy/compose.yaml checks;
+# docs/operations.md. Plain Python: the slim image has no curl.
 HEALTHCHECK --interval=30s --timeout=10s --start-period=120s --retries=3 \
-  CMD ["odf-node", "rpc", "rpc.ping"]
+  CMD ["python", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:7374/healthz', timeout=8)"]
 
 ENTRYPOINT ["tini", "--", "odf-node"]
 CMD ["run"]

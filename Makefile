@@ -15,7 +15,7 @@ DATAFUSION_VERSIONS := 51.0.0 41.0.0
 ENGINES := $(VENV)/engines
 DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.installed)
 
-.PHONY: browser bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-decode fuzz p2p-vectors clean
+.PHONY: browser bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-backup bench-network bench-decode fuzz p2p-vectors clean
 
 setup: $(STAMP) $(DF_STAMPS)
 
@@ -105,6 +105,12 @@ bench-verify: setup
 bench-datafusion: setup
 	$(NETNS) 'ip link set lo up && exec $(BIN)/python tests/bench/bench_datafusion.py'
 
+# The network's figure on real daemons (issue 28): 8 hosts of the private lab (sim/netlab.py),
+# 1 owner, 3 verifying attesters, 4 light quorum subscribers, 10 heads every 20 s and one forged
+# head; owner commit -> trusted at every light node, forged -> disputed (isolates itself).
+bench-network: setup
+	$(BIN)/python tests/bench/bench_network.py
+
 # Simulator scale: 1,000 and 10,000 nodes x 1 h virtual, one process pinned to one core.
 bench-sim: setup
 	$(BIN)/python tests/bench/bench_sim.py
@@ -132,6 +138,11 @@ bench-console: setup browser
 # Idle RSS of a real daemon and of its libp2p process (median of 3 fresh starts, IPFS off).
 bench-idle-rss: setup
 	unshare -rn bash -c 'ip link set lo up && exec $(BIN)/python tests/bench/bench_idle_rss.py'
+
+# Backup (odf-node backup, with and without --datasets) of a home following 1,000 datasets beside
+# its running daemon, and the restore of the full archive (docs/backup.md; bound: < 10 s).
+bench-backup: setup
+	$(NETNS) 'ip link set lo up && exec $(BIN)/python tests/bench/bench_backup.py'
 
 # Latency of the daemon's SQLite state operations (durable commits).
 bench-state: setup

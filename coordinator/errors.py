@@ -153,6 +153,10 @@ class UnsupportedArrowType(DataError):
     """An Arrow type has no defined logical-hash encoding (kamu's arrow-digest refuses it too)."""
 
 
+class UnsupportedOdfSchema(DataError):
+    """An ODF schema has no Arrow form, or an Arrow schema no ODF form (kamu refuses it too)."""
+
+
 # -- push ingest ---------------------------------------------------------------------------
 
 

@@ -4,7 +4,8 @@ Every use-case command is generated from its declaration (``node/commands/catalo
 goes to the daemon's JSON-RPC when a daemon runs on the home and runs in-process otherwise,
 prints a human rendering by default and the same JSON either way with ``--json``; failures
 print one clear line and exit with status 1. The commands written here are not use cases:
-``init`` and ``run`` make and start a node, ``serve-http`` serves a home without a daemon,
+``init`` and ``run`` make and start a node, ``restore`` makes one from a backup (a new home:
+no daemon or Application exists for it yet), ``serve-http`` serves a home without a daemon,
 ``ui`` and ``rpc`` speak to a running daemon's RPC, ``sim`` runs network simulations.
 """
 
@@ -131,6 +132,36 @@ def run(
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, argv)
+
+
+@app.command()
+def restore(
+    file: Annotated[Path, typer.Argument(help="A backup archive (odf-node backup).")],
+    home: HomeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Restore a backup into a new node home (never over an existing one).
+
+    The restored node has the backed-up node key (the same node id), config, state
+    (subscriptions, accepted heads, attestations, disputes, work items) and, if the backup
+    included them, datasets. Start it with `odf-node run --home DIR`. docs/backup.md.
+    """
+    from node.backup import restore_backup
+
+    target = home or default_home()
+    try:
+        summary = restore_backup(file, target)
+    except OdfNodeError as e:
+        fail(str(e))
+    if as_json:
+        emit(summary.__dict__, True)
+        return
+    out.print(
+        f"Restored node {summary.node_id} into [bold]{summary.home}[/]: "
+        f"{summary.subscriptions} subscriptions, {summary.datasets} datasets, "
+        f"{summary.files} files (backup format {summary.format_version}, "
+        f"state schema {summary.state_schema_version})"
+    )
 
 
 @app.command("serve-http")

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from coordinator.errors import OdfNodeError
+from node.adapters.backup import HomeBackup
 from node.adapters.gossip import NoGossip
 from node.adapters.ipfs import IpfsAdapter, NoIpfs
 from node.adapters.transfer import TransferAdapter
@@ -176,7 +177,7 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
         node_id=key.dataset_id().as_did_key(),
         home=str(home.path),
         spark_master=options.spark_master,
-        block_version=config.metadata.block_version,
+        block_version=config.metadata.apply(),
         live=False,
         config=config.to_dict(),
     )
@@ -202,7 +203,12 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
             polling=polling_options(config),
         ),
         subscriptions=SubscriptionUseCases(
-            ports, gossip, ipfs, owns, loopback_only=config.network.loopback_only
+            ports,
+            gossip,
+            ipfs,
+            owns,
+            loopback_only=config.network.loopback_only,
+            trust=config.trust_config(),
         ),
         publish=PublishPipeline(
             repo, ports, gossip, ipfs, events, time.time_ns, lambda _did: (), work.kick
@@ -224,6 +230,7 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
         ),
         work=work,
         console=ConsoleQueries(repo, ports, gossip, metrics),
+        backup_port=HomeBackup(home.path),
     )
     try:
         yield app

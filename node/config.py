@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.errors import INVALID_INPUT, OdfNodeError
+from p2p.trust import TrustConfig, TrustConfigError
 
 
 class ConfigError(OdfNodeError):
@@ -147,10 +148,57 @@ class IngestSection:
 
 
 @dataclass(frozen=True, slots=True)
+class TrustSection:
+    """``[trust]``: the node's default trust policy (``docs/trust.md``); read through
+    :meth:`NodeConfig.trust_config`, which validates it with ``[pipeline] replay``."""
+
+    policy: str
+    k: int
+    trusted_attesters: tuple[str, ...]
+    p: float
+    fallback_verify_s: float
+    min_score: float
+    base_weight: float
+    threshold: float
+    reward: float
+    penalty: float
+
+    def table(self) -> dict[str, object]:
+        """The section as a ``[trust]`` table (lists as lists), for ``TrustConfig``."""
+        return {
+            f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+            for f in fields(self)
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class HealthSection:
+    """``[health]``: the bounds ``GET /readyz`` checks (``node/daemon/health.py``)."""
+
+    max_verify_backlog: int
+    max_write_delay_s: float
+    engine_crash_window_s: float
+    engine_crash_failures: int
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataSection:
     """``[metadata]``."""
 
     block_version: int
+    write_version: str
+
+    @property
+    def effective_block_version(self) -> int:
+        """The manifest version of new blocks: ``current`` always writes 3 (kamu-cli HEAD)."""
+        return 3 if self.write_version == "current" else self.block_version
+
+    def apply(self) -> int:
+        """Make this the process's form of new blocks (``coordinator.metadata`` write form);
+        returns the effective block version."""
+        from coordinator.metadata.flatbuffers_serde import set_write_form
+
+        return set_write_form(self.write_version, self.block_version).block_version
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +216,19 @@ class NodeConfig:
     transfer: TransferSection
     ingest: IngestSection
     metadata: MetadataSection
+    trust: TrustSection
+    health: HealthSection
+
+    def trust_config(self) -> TrustConfig:
+        """The validated default trust policy; ``can_replay`` is ``[pipeline] replay``.
+
+        Raises:
+            ConfigError: a ``[trust]`` setting is invalid (the message names it).
+        """
+        try:
+            return TrustConfig.from_settings(self.trust.table(), can_replay=self.pipeline.replay)
+        except TrustConfigError as e:
+            raise ConfigError(str(e)) from e
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """JSON-friendly form (tuples as lists)."""
@@ -193,6 +254,8 @@ _SECTION_TYPES = {
     "transfer": TransferSection,
     "ingest": IngestSection,
     "metadata": MetadataSection,
+    "trust": TrustSection,
+    "health": HealthSection,
 }
 
 _CHOICES: dict[tuple[str, str], frozenset[str]] = {
@@ -280,6 +343,10 @@ def _validate(cfg: NodeConfig) -> None:
         )
     if cfg.metadata.block_version not in (2, 3):
         raise ConfigError(f"metadata.block_version: {cfg.metadata.block_version} is not 2 or 3")
+    if cfg.metadata.write_version not in ("v0.34", "current"):
+        raise ConfigError(
+            f"metadata.write_version: {cfg.metadata.write_version!r} is not 'v0.34' or 'current'"
+        )
     if cfg.engine.idle_timeout_s < 0 or cfg.engine.memory_limit_mib < 0:
         raise ConfigError("engine.idle_timeout_s and engine.memory_limit_mib must be >= 0")
     if cfg.engine.cpu_limit_s < 0:
@@ -288,6 +355,11 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError("engine.datafusion_workers must be >= 0 (0: automatic)")
     if cfg.ingest.max_fetch_bytes < 1 or cfg.ingest.max_decompressed_bytes < 1:
         raise ConfigError("ingest.max_fetch_bytes and ingest.max_decompressed_bytes must be >= 1")
+    h = cfg.health
+    if h.max_verify_backlog < 1 or h.engine_crash_failures < 1:
+        raise ConfigError("health.max_verify_backlog and health.engine_crash_failures must be >= 1")
+    if h.max_write_delay_s <= 0 or h.engine_crash_window_s <= 0:
+        raise ConfigError("health.max_write_delay_s and health.engine_crash_window_s must be > 0")
     if cfg.transfer.deadline_base_s <= 0 or cfg.transfer.min_rate_bytes_per_s <= 0:
         raise ConfigError("transfer.deadline_base_s and transfer.min_rate_bytes_per_s must be > 0")
     networks = []
@@ -404,12 +476,14 @@ def load_config(
         built[section] = cls(**kwargs)
     cfg = NodeConfig(**built)
     _validate(cfg)
+    cfg.trust_config()  # refused at load, naming the setting, not when a head arrives
     return cfg
 
 
 __all__ = [
     "ConfigError",
     "EngineSection",
+    "HealthSection",
     "HttpSection",
     "IngestSection",
     "IpfsSection",
@@ -421,6 +495,7 @@ __all__ = [
     "PipelineSection",
     "RpcSection",
     "TransferSection",
+    "TrustSection",
     "default_config_text",
     "load_config",
 ]

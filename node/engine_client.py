@@ -282,6 +282,34 @@ class _ResourceWatch:
         )
 
 
+class CrashLog:
+    """When a worker failed to start or died on its own, and why (the daemon's ``/readyz``
+    reports an engine that does so repeatedly as crash-looping: restarting it cannot help).
+
+    Thread-safe; keeps the newest :data:`CRASHES_KEPT` failures.
+    """
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._failures: deque[tuple[float, str]] = deque(maxlen=CRASHES_KEPT)
+
+    def note(self, reason: str) -> None:
+        """Record one failure now."""
+        with self._lock:
+            self._failures.append((self._monotonic(), reason))
+
+    def recent(self, window_s: float) -> list[str]:
+        """The reasons of the failures of the last ``window_s`` seconds, oldest first."""
+        since = self._monotonic() - window_s
+        with self._lock:
+            return [reason for t, reason in self._failures if t >= since]
+
+
+CRASHES_KEPT = 32
+"""Failures a :class:`CrashLog` remembers (a readiness window needs only a few)."""
+
+
 class EngineClient:
     """A lazily started, idle-stopped, crash-restarted engine worker (Spark or DataFusion)."""
 
@@ -353,6 +381,9 @@ class EngineClient:
         """How many times a worker was started (tests and metrics)."""
         self.batches_submitted = 0
         """Batches given to :meth:`submit_transform_batch` (tests and metrics)."""
+        self.crashes = CrashLog()
+        """Failed starts and deaths of the worker that nobody asked for (not idle stops, not
+        kills for a resource limit or a timeout)."""
         self._proc: subprocess.Popen[bytes] | None = None
         self._channel: Any = None
         self._transform_rpc: dict[str, Any] = {}
@@ -440,7 +471,11 @@ class EngineClient:
                 finally:
                     self._lifeline.spawned()
                 self.starts += 1
-                self._wait_ready()
+                try:
+                    self._wait_ready()
+                except EngineUnavailable as e:
+                    self.crashes.note(f"{self.engine} worker did not start: {_last_line(e)}")
+                    raise
             if self.protocol == "frames":
                 self._connect_frames()
                 return
@@ -708,8 +743,10 @@ class EngineClient:
                 for attempt in range(2):
                     clear()
                     watch: _ResourceWatch | None = None
+                    started = False
                     try:
                         self.start()
+                        started = True
                         watch = self._watch(requests)
                         with watch or _nothing():
                             resp = call()
@@ -728,6 +765,8 @@ class EngineClient:
                         )
                         last_error = f"{code}: {e}" if code else str(e)
                         deadline = code == grpc.StatusCode.DEADLINE_EXCEEDED
+                        if started and not deadline:
+                            self.crashes.note(f"{self.engine} worker died: {_last_line(e)}")
                         self._teardown()  # kill a hung or dead worker
                         clear()
                         if deadline or not self.spawn or attempt == 1:
@@ -905,6 +944,8 @@ class EngineClient:
         outside the lock."""
         watch = self._busy_watch
         exceeded = watch is not None and watch.exceeded
+        if not exceeded and not deadline:
+            self.crashes.note(f"{self.engine} worker died: {reason}")
         self._set_busy(False)
         self._teardown()
         ended: list[tuple[_Job, list[TransformResponse]]] = []
@@ -950,6 +991,12 @@ class EngineClient:
                 self._inflight.clear()
         self._after_change()
         return ended
+
+
+def _last_line(error: BaseException) -> str:
+    """The last non-empty line of an error's message (a worker's log tail ends with its cause)."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return lines[-1].strip()[:300] if lines else type(error).__name__
 
 
 class _Job:

@@ -207,6 +207,11 @@ class EngineRouter:
         """How many times workers were started, all engines together."""
         return sum(c.starts for c in self._clients())
 
+    def crash_reasons(self, window_s: float) -> list[str]:
+        """Why workers failed to start or died on their own in the last ``window_s`` seconds
+        (every engine and release together, oldest first per worker)."""
+        return [r for c in self._clients() for r in c.crashes.recent(window_s)]
+
     def stop(self) -> None:
         """Stop every worker (they start again on demand)."""
         for c in self._clients():

@@ -159,10 +159,17 @@ class NodeProcess:
     """One daemon process on its own home."""
 
     def __init__(
-        self, home: Path, name: str, *, config: dict[str, dict[str, Any]] | None = None
+        self,
+        home: Path,
+        name: str,
+        *,
+        config: dict[str, dict[str, Any]] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.home = home
         self.name = name
+        self.env = dict(env or {})
+        """Extra environment variables of the daemon (``NOTIFY_SOCKET``, ``ODF_ENGINES_DIR``)."""
         self.config = {s: dict(v) for s, v in TEST_CONFIG.items()}
         for section, values in (config or {}).items():
             self.config.setdefault(section, {}).update(values)
@@ -186,6 +193,7 @@ class NodeProcess:
         """Start the daemon without waiting."""
         cookie_path(self.home).unlink(missing_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("ODF_NODE_")}
+        env.update(self.env)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "node.cli", "run", "--home", str(self.home)],

@@ -76,7 +76,7 @@ class ChainBuilder:
 
     def root_with_data(self, n_slices: int, rows: int = 10) -> ChainBuilder:
         """SetDataSchema then ``n_slices`` AddData blocks with contiguous offsets."""
-        self.add(m.SetDataSchema(schema=SCHEMA_BYTES))
+        self.add(m.SetDataSchema(raw_arrow_schema=SCHEMA_BYTES))
         prev: int | None = None
         for i in range(n_slices):
             start = 0 if prev is None else prev + 1

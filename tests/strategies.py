@@ -85,9 +85,20 @@ def _union_members(tp: Any) -> tuple[Any, ...] | None:
     return None
 
 
+#: Integer fields that are not uint64 on the wire.
+_INT_FIELDS: dict[tuple[type, str], st.SearchStrategy[int]] = {
+    (m.FetchStepMqtt, "port"): st.integers(-(1 << 31), (1 << 31) - 1),
+    (m.DataTypeDecimal, "precision"): st.integers(0, (1 << 32) - 1),
+    (m.DataTypeDecimal, "scale"): st.integers(-(1 << 31), (1 << 31) - 1),
+}
+
+
 @functools.cache
 def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
     """A strategy of valid values for a model class, a union alias or a field type."""
+    if tp == m.DataType:
+        # Recursive (List, Map, Option, Struct contain DataTypes): resolved lazily.
+        return st.deferred(lambda: st.one_of([strategy_for(x) for x in typing.get_args(tp)]))
     members = _union_members(tp)
     if members is not None:
         present = [x for x in members if x is not type(None)]
@@ -123,7 +134,12 @@ def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
         return st.sampled_from(list(tp))
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         hints = typing.get_type_hints(tp)
-        fields = {f.name: strategy_for(hints[f.name]) for f in dataclasses.fields(tp)}
+        fields = {
+            f.name: _INT_FIELDS[(tp, f.name)]
+            if (tp, f.name) in _INT_FIELDS
+            else strategy_for(hints[f.name])
+            for f in dataclasses.fields(tp)
+        }
         return st.builds(tp, **fields)
     raise TypeError(f"no strategy for {tp!r}")
 

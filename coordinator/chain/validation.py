@@ -41,7 +41,7 @@ RULES: Final[dict[str, str]] = {
     "source-conflict": "polling and push sources cannot be active at the same time",
     "push-source-schema": "push sources must declare the read schema explicitly",
     "disable-source": "only an active source can be disabled",
-    "data-schema": "SetDataSchema must carry a non-empty schema",
+    "data-schema": "SetDataSchema must carry exactly one non-empty schema (Arrow or ODF)",
 }
 
 
@@ -157,7 +157,11 @@ def validate_append(state: ChainState, block: m.MetadataBlock, block_hash: Multi
     elif isinstance(event, m.Seed):
         dataset_id, kind = event.dataset_id, event.dataset_kind
     elif isinstance(event, m.SetDataSchema):
-        if not event.schema:
+        # v0.34 carries Arrow bytes (slot 0), v0.37+ an ODF schema (slot 1); kamu never
+        # writes both and cannot read a block that has both.
+        if event.raw_arrow_schema is not None and event.schema is not None:
+            raise _fail("data-schema", "SetDataSchema carries both an Arrow and an ODF schema")
+        if not event.raw_arrow_schema and (event.schema is None or not event.schema.fields):
             raise _fail("data-schema", "SetDataSchema has an empty schema")
         has_schema = True
     elif isinstance(event, m.SetPollingSource):
@@ -177,7 +181,7 @@ def validate_append(state: ChainState, block: m.MetadataBlock, block_hash: Multi
             raise _fail("event-kind", "AddPushSource is only allowed in root datasets")
         if polling_source:
             raise _fail("source-conflict", "cannot add a push source while polling is active")
-        if getattr(event.read, "schema", None) is None:
+        if event.read.ddl_schema is None and event.read.schema is None:
             raise _fail("push-source-schema", "push sources must specify the read schema")
         if event.preprocess is not None:
             _check_transform(event.preprocess)

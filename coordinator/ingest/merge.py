@@ -1,7 +1,9 @@
-"""Merge strategies (Append, Ledger, Snapshot) as pure functions over Arrow tables.
+"""Merge strategies (Append, Ledger, Snapshot, ChangelogStream, UpsertStream) over Arrow tables.
 
 The semantics are those of kamu-cli v0.153 (``kamu-ingest-datafusion``
-``merge_strategies/{append,ledger,snapshot}.rs``); operation codes are RFC-015's:
+``merge_strategies/{append,ledger,snapshot}.rs``) and, for the two stream strategies of spec
+v0.37, of kamu-cli HEAD (``merge_strategies/{changelog_stream,upsert_stream}.rs``); operation
+codes are RFC-015's:
 ``0`` +A append, ``1`` -R retract, ``2`` -C correct-from, ``3`` +C correct-to, stored as
 ``int32`` (kamu's TODO to switch to ``u8`` was never done).
 
@@ -28,6 +30,28 @@ the writer then adds the system columns and assigns offsets in the strategy's so
   each ``-C`` right before its ``+C``. As in kamu, which side a row came from is decided by the
   *first* key column being null, so a row whose first key column is null is treated as
   unmatched (kamu quirk, reproduced for identical output).
+* **ChangelogStream(primaryKey)** (spec v0.37) -- the input already is a changelog: it carries
+  the op column itself and is passed through unchanged once the key and op columns are checked.
+  The previous data is not consulted. Sorted like Snapshot (key, then op), which puts each
+  ``-C`` before its ``+C``; rows equal in key and op keep their input order.
+* **UpsertStream(primaryKey)** (spec v0.37) -- the input is a stream of upserts (op ``+A``, or
+  absent) and deletions (op ``-R``). Per key only the input's *last* row counts; it is compared
+  with the key's latest previous row (highest offset, unless that row is a ``-R``) through a
+  left join on the key (a null key never matches):
+
+  - ``-R`` for a key with a previous row: ``-R`` with the *previous* values; for a key without
+    one: nothing (a deletion of an unknown key is ignored);
+  - an upsert of a key without a previous row: ``+A`` with the new values;
+  - an upsert that changes a column (every input column except the key and op, compared as in
+    Snapshot, the event time only when the new one is not null): ``-C`` with the previous
+    values then ``+C`` with the new values; an upsert that changes nothing: nothing.
+
+  Sorted like Snapshot. Unlike Snapshot, only keys present in the input matter, so the previous
+  state is gathered for those keys alone (:func:`fold_latest` with ``keys``).
+
+Operation codes in stream input must be ``0``..``3`` and not null (kamu does not check them yet:
+its ChangelogStream would store any value and its UpsertStream drops a row whose op is null);
+such input is refused with :class:`MergeError` here rather than stored.
 """
 
 from __future__ import annotations
@@ -45,16 +69,21 @@ from coordinator.errors import MergeError
 __all__ = [
     "OP_TYPE",
     "Op",
+    "check_op_codes",
     "check_primary_key",
     "distinct_from",
     "distinct_keys",
     "fold_latest",
+    "key_filter",
     "ledger_filter",
     "merge_append",
+    "merge_changelog_stream",
     "merge_ledger",
     "merge_snapshot",
+    "merge_upsert_stream",
     "prepend_op",
     "project_snapshot_state",
+    "project_upsert_state",
     "sort_by_event_time",
     "sort_snapshot",
 ]
@@ -207,14 +236,50 @@ def _latest_rows(table: pa.Table, primary_key: Sequence[str]) -> np.ndarray:
     return np.sort(last.column(f"{_LI}_max").to_numpy())
 
 
-def fold_latest(slices: Iterable[pa.Table], primary_key: Sequence[str]) -> pa.Table | None:
+def key_filter(table: pa.Table, keys: pa.Table, primary_key: Sequence[str]) -> pa.Table:
+    """Rows of ``table`` whose key is in ``keys`` (a table of key columns), in order.
+
+    SQL join semantics: a row with a null key column never matches.
+    """
+    if table.num_rows == 0:
+        return table
+    if keys.num_rows == 0:
+        return table.slice(0, 0)
+    if len(primary_key) == 1:
+        col = table.column(primary_key[0])
+        value_set = keys.column(0).combine_chunks()
+        if value_set.type != col.type:
+            value_set = value_set.cast(col.type)
+        return table.filter(pc.is_in(col, value_set=value_set, skip_nulls=True))
+    left = _key_table(table, primary_key, "__l").append_column(
+        _LI, pa.array(np.arange(table.num_rows, dtype=np.int64))
+    )
+    right = _key_table(keys, primary_key, "__r")
+    right = pa.table(
+        [right.column(i).cast(left.column(i).type) for i in range(len(primary_key))],
+        names=right.column_names,
+    )
+    kept = left.join(
+        right.group_by(right.column_names, use_threads=False).aggregate([]),
+        keys=[f"__l{i}" for i in range(len(primary_key))],
+        right_keys=[f"__r{i}" for i in range(len(primary_key))],
+        join_type="left semi",
+    )
+    return table.take(pa.array(np.sort(kept.column(_LI).to_numpy())))
+
+
+def fold_latest(
+    slices: Iterable[pa.Table], primary_key: Sequence[str], keys: pa.Table | None = None
+) -> pa.Table | None:
     """Fold previous slices (oldest first, rows in offset order) to the last row per key.
 
-    Memory is bounded by the number of distinct keys plus one slice. Feed the result to
-    :func:`project_snapshot_state` to drop retracted keys.
+    Memory is bounded by the number of distinct keys plus one slice. With ``keys`` (a table of
+    key columns) only rows of those keys are kept, so the state is at most one row per given
+    key. Feed the result to :func:`project_snapshot_state` or :func:`project_upsert_state`.
     """
     acc: pa.Table | None = None
-    for t in slices:
+    for piece in slices:
+        t = piece if keys is None else key_filter(piece, keys, primary_key)
         acc = t if acc is None else pa.concat_tables([acc, t.cast(acc.schema)])
         acc = acc.take(pa.array(_latest_rows(acc, primary_key)))
     return acc
@@ -241,6 +306,33 @@ def project_snapshot_state(
     latest = ledger.take(pa.array(_latest_rows(ledger, primary_key)))
     op = latest.column(op_column)
     alive = pc.or_(pc.equal(op, int(Op.APPEND)), pc.equal(op, int(Op.CORRECT_TO)))
+    state = latest.filter(pc.fill_null(alive, False))
+    drop = [c for c in (offset_column, op_column) if c in state.column_names]
+    return state.drop_columns(drop)
+
+
+def project_upsert_state(
+    ledger: pa.Table,
+    primary_key: Sequence[str],
+    *,
+    offset_column: str = "offset",
+    op_column: str = "op",
+) -> pa.Table:
+    """UpsertStream's ``latest_by_pk``: per key the highest-offset row, kept unless it is -R.
+
+    (Snapshot keeps only +A and +C; kamu's UpsertStream only drops -R, so a -C left last by a
+    hand-made changelog still counts as the key's state.) The result has the ledger's columns
+    minus the offset and op columns.
+    """
+    check_primary_key(ledger.schema, primary_key, "previous data")
+    if offset_column in ledger.column_names:
+        order = np.argsort(
+            np.asarray(ledger.column(offset_column).to_numpy(zero_copy_only=False)),
+            kind="stable",
+        )
+        ledger = ledger.take(pa.array(order))
+    latest = ledger.take(pa.array(_latest_rows(ledger, primary_key)))
+    alive = pc.not_equal(latest.column(op_column), int(Op.RETRACT))
     state = latest.filter(pc.fill_null(alive, False))
     drop = [c for c in (offset_column, op_column) if c in state.column_names]
     return state.drop_columns(drop)
@@ -394,3 +486,169 @@ def sort_snapshot(table: pa.Table, primary_key: Sequence[str], op_column: str = 
             table, sort_keys=[(c, "ascending") for c in names], null_placement="at_start"
         )
     return table.take(order)
+
+
+# --------------------------------------------------------------------------------------------
+# ChangelogStream / UpsertStream (spec v0.37)
+# --------------------------------------------------------------------------------------------
+
+
+def check_op_codes(column: pa.ChunkedArray | pa.Array, op_column: str = "op") -> None:
+    """Raise :class:`MergeError` unless every value is an RFC-015 operation code (0..3)."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not pa.types.is_integer(arr.type):
+        raise MergeError(f"op column {op_column!r} must be an integer column, not {arr.type}")
+    if arr.null_count:
+        row = int(pc.index(arr.is_null(), True).as_py())
+        raise MergeError(f"op column {op_column!r} is null in row {row + 1} of the input")
+    if len(arr) == 0:
+        return
+    bad = pc.or_(pc.less(arr, int(Op.APPEND)), pc.greater(arr, int(Op.CORRECT_TO)))
+    if pc.any(bad).as_py():
+        row = int(pc.index(bad, True).as_py())
+        raise MergeError(
+            f"op column {op_column!r} has {arr[row].as_py()} in row {row + 1} of the input; "
+            "operation codes are 0 (+A), 1 (-R), 2 (-C) and 3 (+C)"
+        )
+
+
+def _as_op(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return arr if arr.type == OP_TYPE else arr.cast(OP_TYPE)
+
+
+def merge_changelog_stream(
+    new: pa.Table, primary_key: Sequence[str], *, op_column: str = "op"
+) -> pa.Table:
+    """ChangelogStream: the input as it is, op column in front (sort with :func:`sort_snapshot`).
+
+    Raises:
+        MergeError: a key or the op column is missing, or an op value is not 0..3.
+    """
+    check_primary_key(new.schema, primary_key)
+    if op_column not in new.column_names:
+        raise MergeError(
+            f"a ChangelogStream input must carry the op column {op_column!r} "
+            f"(columns: {', '.join(new.column_names)})"
+        )
+    op = new.column(op_column)
+    check_op_codes(op, op_column)
+    return prepend_op(new.drop_columns([op_column]), _as_op(op), op_column)
+
+
+def merge_upsert_stream(
+    new: pa.Table,
+    prev_state: pa.Table | None,
+    primary_key: Sequence[str],
+    *,
+    op_column: str = "op",
+    event_time_column: str = "event_time",
+) -> pa.Table:
+    """UpsertStream: the changelog that applies the upserts of ``new`` to ``prev_state``.
+
+    ``new`` is the input (its op column optional: absent means every row is an upsert);
+    ``prev_state`` the previous latest row per key (:func:`project_upsert_state`, possibly only
+    for the keys of ``new``) with at least the columns of ``new``, or None. The result has the
+    op column in front and the other columns of ``new``; sort it with :func:`sort_snapshot`.
+
+    Raises:
+        MergeError: a key column is missing, an op value is not 0..3, or a column of ``new`` is
+            not in the previous data.
+    """
+    check_primary_key(new.schema, primary_key)
+    if op_column in new.column_names:
+        op_in = new.column(op_column)
+        check_op_codes(op_in, op_column)
+        data = new.drop_columns([op_column])
+        retract = pc.equal(_as_op(op_in), int(Op.RETRACT))
+    else:
+        data = new
+        retract = pa.array(np.zeros(new.num_rows, dtype=bool))
+    # Only the last row of each key in the input counts (kamu's without_intermediate_updates).
+    # (The copies below are skipped where they would change nothing: this merge holds the whole
+    # input, and a copy of it per step is what its peak memory is made of.)
+    last = _latest_rows(data, primary_key) if data.num_rows else np.zeros(0, np.int64)
+    if len(last) != data.num_rows:  # some keys repeat
+        data = data.take(pa.array(last))
+        retract = retract.take(pa.array(last))
+    if prev_state is None:
+        old = data.slice(0, 0)
+    else:
+        check_primary_key(prev_state.schema, primary_key, "previous data")
+        previous = set(prev_state.column_names)
+        missing = [c for c in data.column_names if c not in previous]
+        if missing:
+            raise MergeError(
+                f"column(s) {', '.join(missing)} are not in the previous data (schema evolution "
+                "is not supported)"
+            )
+        old = pa.table(
+            [prev_state.column(c).cast(data.schema.field(c).type) for c in data.column_names],
+            schema=data.schema,
+        )
+    oi = _left_pairs(data, old, primary_key)  # per new row: its old row or null
+    o = old.take(oi)
+    matched = oi.is_valid()
+    keys = set(primary_key)
+    changed = pa.array(np.zeros(data.num_rows, dtype=bool))
+    for c in data.column_names:
+        if c in keys:
+            continue
+        d = distinct_from(o.column(c), data.column(c))
+        if c == event_time_column:
+            d = pc.and_(data.column(c).is_valid(), d)
+        changed = pc.or_(changed, d)
+    upsert = pc.invert(retract)
+    keep = pc.or_(pc.and_(retract, matched), pc.and_(upsert, changed))
+    n = data
+    if pc.sum(keep).as_py() != data.num_rows:
+        o, n = o.filter(keep), data.filter(keep)
+        retract, matched = retract.filter(keep), matched.filter(keep)
+    del data
+    op = pc.if_else(
+        retract,
+        pa.scalar(int(Op.RETRACT), OP_TYPE),
+        pc.if_else(
+            matched,
+            pa.scalar(int(Op.CORRECT_TO), OP_TYPE),
+            pa.scalar(int(Op.APPEND), OP_TYPE),
+        ),
+    )
+    if pc.any(retract).as_py():
+        values = [pc.if_else(retract, o.column(c), n.column(c)) for c in n.column_names]
+        main = prepend_op(pa.table(values, schema=n.schema), op, op_column)
+    else:
+        main = prepend_op(n, op, op_column)
+    before = o.filter(pc.and_(pc.invert(retract), matched))
+    corrections = prepend_op(before, Op.CORRECT_FROM, op_column)
+    return pa.concat_tables([main, corrections.cast(main.schema)])
+
+
+def _left_pairs(new: pa.Table, old: pa.Table, primary_key: Sequence[str]) -> pa.Array:
+    """For each row of ``new``, the index of the ``old`` row with its key (null: none).
+
+    ``old`` holds at most one row per key; a null key column never matches.
+    """
+    if old.num_rows == 0 or new.num_rows == 0:
+        return pa.nulls(new.num_rows, pa.int64())
+    left = _key_table(new, primary_key, "__l").append_column(
+        _LI, pa.array(np.arange(new.num_rows, dtype=np.int64))
+    )
+    right = _key_table(old, primary_key, "__r")
+    right = pa.table(
+        [right.column(i).cast(left.column(i).type) for i in range(len(primary_key))],
+        names=right.column_names,
+    ).append_column(_RI, pa.array(np.arange(old.num_rows, dtype=np.int64)))
+    joined = left.join(
+        right,
+        keys=[f"__l{i}" for i in range(len(primary_key))],
+        right_keys=[f"__r{i}" for i in range(len(primary_key))],
+        join_type="left outer",
+        coalesce_keys=False,
+    )
+    li = np.asarray(joined.column(_LI).to_numpy(zero_copy_only=False), dtype=np.int64)
+    if len(li) != new.num_rows:
+        raise MergeError("the previous state holds more than one row for a key")
+    order = np.argsort(li, kind="stable")
+    ri = joined.column(_RI).combine_chunks()
+    return ri.take(pa.array(order))

@@ -71,7 +71,7 @@ def resolve_polling_source(dataset: Dataset) -> PushSourceInfo:
         )
     source: m.SetPollingSource | None = None
     vocab_event: m.SetVocab | None = None
-    schema_bytes: bytes | None = None
+    data_schema: m.SetDataSchema | None = None
     source_state: m.SourceState | None = None
     seen_add_data = False
     slices: list[Multihash] = []
@@ -88,13 +88,13 @@ def resolve_polling_source(dataset: Dataset) -> PushSourceInfo:
             source = e
         elif isinstance(e, m.SetVocab) and vocab_event is None:
             vocab_event = e
-        elif isinstance(e, m.SetDataSchema) and schema_bytes is None:
-            schema_bytes = e.schema
+        elif isinstance(e, m.SetDataSchema) and data_schema is None:
+            data_schema = e
     if source is None:  # pragma: no cover - ChainState says it is active
         raise PollingSourceNotFound("the dataset has no active polling source")
     slices.reverse()
     return PushSourceInfo(
-        state, source, Vocab.of(vocab_event), tuple(slices), schema_bytes, source_state
+        state, source, Vocab.of(vocab_event), tuple(slices), data_schema, source_state
     )
 
 

@@ -3,16 +3,16 @@
 This is kamu-cli's ``PushIngestServiceImpl`` + ``DataWriterDataFusion`` for a local dataset:
 
 1. **Source.** The dataset's active ``AddPushSource`` named ``source_name`` (or the only one)
-   gives the read step, the merge strategy and the preprocess query (run on an engine by
-   :mod:`coordinator.ingest.preprocess`). The
-   chain also gives the vocabulary (``SetVocab``), the previous slices, offset, watermark and
-   checkpoint.
+   gives the read step, the merge strategy (any of the five of spec v0.37) and the preprocess
+   query (run on an engine by :mod:`coordinator.ingest.preprocess`). The chain also gives the
+   vocabulary (``SetVocab``), the previous slices, offset, watermark and checkpoint.
 2. **Per file** (each file is one push, i.e. one ``AddData``): an empty (0-byte) file is a
    no-op. The rows are read in bounded batches, merged against the previous data (Ledger:
-   its keys; Snapshot: its projected state), staged with the system columns, written as one
-   Parquet part ``data/<physical hash>`` with contiguous offsets, and described by an
-   ``AddData``. A file whose merge yields no rows commits nothing unless an explicit watermark
-   advances (kamu's ``EmptyCommit`` -> "up to date").
+   its keys; Snapshot: its projected state; UpsertStream: the state of the file's keys),
+   staged with the system columns, written as one Parquet part ``data/<physical hash>`` with
+   contiguous offsets, and described by an ``AddData``. A file whose merge yields no rows
+   commits nothing unless an explicit watermark advances (kamu's ``EmptyCommit`` -> "up to
+   date").
 3. **Commit.** ``SetDataSchema`` (the output schema, arrow-rs bytes) precedes the first data
    block when the dataset has none yet. All blocks of the call are appended at once by
    :meth:`Dataset.append_many_bytes`, which re-validates them against the current head and
@@ -31,7 +31,10 @@ if another writer moved the head in between, the commit fails with
 Memory: Append reads, stages and writes batch by batch (an out-of-order event time falls back
 to an external sort); Ledger also holds the previous keys; Snapshot holds the new snapshot and
 the previous state (like kamu's in-memory join), so a new snapshot over ``snapshot_bytes``
-(:data:`MAX_SNAPSHOT_BYTES`) is refused. Limits and figures: ``docs/resource-budget.md``.
+(:data:`MAX_SNAPSHOT_BYTES`) is refused. ChangelogStream and UpsertStream hold the file (sorted
+by key), so an input over ``stream_bytes`` (:data:`MAX_STREAM_BYTES`) is refused; UpsertStream
+also holds the previous row of each key of the file (read a row group at a time, other keys
+dropped). Limits and figures: ``docs/resource-budget.md``.
 """
 
 from __future__ import annotations
@@ -88,6 +91,7 @@ from coordinator.ingest.writer import (
 )
 from coordinator.metadata import block_hash, encode_block
 from coordinator.metadata import model as m
+from coordinator.metadata.odf_schema import schema_as_arrow
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
@@ -97,6 +101,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_SNAPSHOT_BYTES",
+    "MAX_STREAM_BYTES",
     "PREPROCESS_UNSUPPORTED",
     "IngestProgress",
     "IngestResult",
@@ -163,7 +168,7 @@ class PushSourceInfo:
     source: m.AddPushSource | m.SetPollingSource
     vocab: Vocab
     data_slices: tuple[Multihash, ...]
-    schema_bytes: bytes | None
+    data_schema: m.SetDataSchema | None
     source_state: m.SourceState | None = None
 
 
@@ -210,7 +215,7 @@ def resolve_push_source(dataset: Dataset, source_name: str | None) -> PushSource
         name = source_name
     source: m.AddPushSource | None = None
     vocab_event: m.SetVocab | None = None
-    schema_bytes: bytes | None = None
+    data_schema: m.SetDataSchema | None = None
     slices: list[Multihash] = []
     for _, block in dataset.iter_blocks(state.head):
         e = block.event
@@ -220,23 +225,20 @@ def resolve_push_source(dataset: Dataset, source_name: str | None) -> PushSource
             source = e
         elif isinstance(e, m.SetVocab) and vocab_event is None:
             vocab_event = e
-        elif isinstance(e, m.SetDataSchema) and schema_bytes is None:
-            schema_bytes = e.schema
+        elif isinstance(e, m.SetDataSchema) and data_schema is None:
+            data_schema = e
     if source is None:  # pragma: no cover - ChainState says it is active
         raise PushSourceNotFound(f"Source '{name}' not found")
     slices.reverse()
-    return PushSourceInfo(state, source, Vocab.of(vocab_event), tuple(slices), schema_bytes)
+    return PushSourceInfo(state, source, Vocab.of(vocab_event), tuple(slices), data_schema)
 
 
 def _existing_schema(dataset: Dataset, info: PushSourceInfo) -> pa.Schema | None:
     """The dataset's output schema: ``SetDataSchema`` decoded, else the newest part's."""
-    if info.schema_bytes is not None:
-        try:
-            from coordinator.metadata.arrow_schema import decode_arrow_schema
-        except ImportError:  # pragma: no cover - depends on another module landing
-            pass
-        else:
-            return decode_arrow_schema(info.schema_bytes)
+    if info.data_schema is not None:
+        # An ODF schema (spec v0.37) converts with kamu's default settings, as its writer
+        # does when it checks a new slice against the dataset's schema.
+        return schema_as_arrow(info.data_schema)
     if info.data_slices:
         schema = pq.read_schema(dataset.data.path_of(info.data_slices[-1]))
         return schema.remove_metadata()
@@ -263,6 +265,35 @@ def _read_prior(
         yield pa.table([t.column(f.name).cast(f.type) for f in schema], schema=schema)
 
 
+def _read_prior_for_keys(
+    paths: Sequence[Path], columns: Sequence[str], schema: pa.Schema
+) -> Iterator[pa.Table]:
+    """Like :func:`_read_prior`, a row group at a time (the caller keeps only some keys)."""
+    for p in paths:
+        f = pq.ParquetFile(p)
+        for i in range(f.num_row_groups):
+            t = f.read_row_group(i, columns=list(columns))
+            yield pa.table([t.column(fl.name).cast(fl.type) for fl in schema], schema=schema)
+
+
+def _whole_input(
+    batches: Iterable[pa.RecordBatch], new: pa.Schema, limit: int, what: str, setting: str
+) -> pa.Table:
+    """All batches of one file as a table, refused past ``limit`` Arrow bytes."""
+    tables = []
+    size = 0
+    for b in batches:
+        size += b.nbytes
+        if size > limit:
+            raise MergeError(
+                f"a {what} merge holds the whole input file in memory, and this one is larger "
+                f"than {limit:,} bytes of Arrow data (the ingest's {setting})"
+            )
+        tables.append(_with_event_time(b, new))
+    table = pa.concat_tables(tables) if tables else new.empty_table()
+    return table.cast(new)
+
+
 def _merged_stream(
     merge: m.MergeStrategy,
     batches: Iterable[pa.RecordBatch],
@@ -270,6 +301,7 @@ def _merged_stream(
     prior: Sequence[Path],
     vocab: Vocab,
     snapshot_bytes: int = 0,
+    stream_bytes: int = 0,
 ) -> tuple[Iterator[pa.Table], bool]:
     """The merge strategy applied to the batches: (merged tables, sort by event time?)."""
     op = vocab.operation_type_column
@@ -286,24 +318,65 @@ def _merged_stream(
                 yield mg.prepend_op(t, mg.Op.APPEND, op)
 
         return ledger(), True
+    if isinstance(merge, m.MergeStrategyChangelogStream):
+        pk = list(merge.primary_key)
+
+        def changelog() -> Iterator[pa.Table]:
+            table = _whole_input(
+                batches,
+                new,
+                stream_bytes,
+                "ChangelogStream",
+                "stream_bytes, default push.MAX_STREAM_BYTES",
+            )
+            yield mg.sort_snapshot(mg.merge_changelog_stream(table, pk, op_column=op), pk, op)
+
+        return changelog(), False
+    if isinstance(merge, m.MergeStrategyUpsertStream):
+        pk = list(merge.primary_key)
+
+        def upsert() -> Iterator[pa.Table]:
+            table = _whole_input(
+                batches,
+                new,
+                stream_bytes,
+                "UpsertStream",
+                "stream_bytes, default push.MAX_STREAM_BYTES",
+            )
+            state = None
+            if prior:
+                # Only the keys of the input can change, so the previous state is gathered for
+                # those keys alone: at most one previous row per input row, whatever the history.
+                data = [f for f in new if f.name != op]
+                ledger_schema = pa.schema(
+                    [pa.field(vocab.offset_column, pa.int64()), pa.field(op, mg.OP_TYPE), *data]
+                )
+                keys = table.select(pk)
+                latest = mg.fold_latest(
+                    _read_prior_for_keys(prior, ledger_schema.names, ledger_schema), pk, keys
+                )
+                if latest is not None:
+                    state = mg.project_upsert_state(
+                        latest, pk, offset_column=vocab.offset_column, op_column=op
+                    )
+            diff = mg.merge_upsert_stream(
+                table, state, pk, op_column=op, event_time_column=vocab.event_time_column
+            )
+            yield mg.sort_snapshot(diff, pk, op)
+
+        return upsert(), False
     assert isinstance(merge, m.MergeStrategySnapshot)
     pk = list(merge.primary_key)
     compare = list(merge.compare_columns) if merge.compare_columns is not None else None
 
     def snapshot() -> Iterator[pa.Table]:
-        tables = []
-        size = 0
-        for b in batches:
-            size += b.nbytes
-            if size > snapshot_bytes:
-                raise MergeError(
-                    f"a Snapshot merge holds the whole new snapshot in memory, and this one is "
-                    f"larger than {snapshot_bytes:,} bytes of Arrow data (the ingest's "
-                    "snapshot_bytes, default push.MAX_SNAPSHOT_BYTES)"
-                )
-            tables.append(_with_event_time(b, new))
-        snap = pa.concat_tables(tables) if tables else new.empty_table()
-        snap = snap.cast(new)
+        snap = _whole_input(
+            batches,
+            new,
+            snapshot_bytes,
+            "Snapshot",
+            "snapshot_bytes, default push.MAX_SNAPSHOT_BYTES",
+        )
         state = None
         if prior:
             ledger_schema = pa.schema([pa.field(op, mg.OP_TYPE), *new])
@@ -329,9 +402,34 @@ def _check_writable(schema: pa.Schema) -> None:
             )
 
 
-def _check_merge(merge: m.MergeStrategy, new: pa.Schema) -> None:
-    if isinstance(merge, m.MergeStrategyLedger | m.MergeStrategySnapshot):
+def _check_merge(merge: m.MergeStrategy, new: pa.Schema, vocab: Vocab) -> None:
+    if isinstance(
+        merge,
+        m.MergeStrategyLedger
+        | m.MergeStrategySnapshot
+        | m.MergeStrategyChangelogStream
+        | m.MergeStrategyUpsertStream,
+    ):
         mg.check_primary_key(new, merge.primary_key)
+    if isinstance(merge, m.MergeStrategyChangelogStream | m.MergeStrategyUpsertStream):
+        op = vocab.operation_type_column
+        if op not in new.names:
+            if isinstance(merge, m.MergeStrategyChangelogStream):
+                raise MergeError(
+                    f"a ChangelogStream source must read the op column {op!r} (RFC-015 "
+                    "operation codes); the read schema has none"
+                )
+        elif isinstance(merge, m.MergeStrategyChangelogStream) and new.field(op).type != mg.OP_TYPE:
+            # kamu stores a changelog's op column with the type it was read with; only INT
+            # (int32, the op type of RFC-015 and of every other strategy) gives the same slice.
+            raise MergeError(
+                f"the op column {op!r} of a ChangelogStream source must be INT (int32), "
+                f"not {new.field(op).type}"
+            )
+        elif not pa.types.is_integer(new.field(op).type):
+            raise MergeError(
+                f"the op column {op!r} must be an integer column, not {new.field(op).type}"
+            )
     if isinstance(merge, m.MergeStrategySnapshot) and merge.compare_columns is not None:
         names = set(new.names)
         missing = [c for c in merge.compare_columns if c not in names]
@@ -345,6 +443,11 @@ def _check_merge(merge: m.MergeStrategy, new: pa.Schema) -> None:
 #: the whole snapshot with the previous state in memory (about five times the data at its
 #: peak), so a larger one is refused with a ``MergeError`` instead of growing without bound.
 MAX_SNAPSHOT_BYTES: Final = 40 << 20
+
+#: Largest input (Arrow bytes of one file) a ChangelogStream or UpsertStream merge takes: both
+#: sort the whole input by key (and UpsertStream joins it with the previous state of its keys),
+#: so the file is held in memory, like a Snapshot's.
+MAX_STREAM_BYTES: Final = 40 << 20
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -382,6 +485,7 @@ def ingest(
     run_bytes: int = DEFAULT_RUN_BYTES,
     snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
     engine: PreprocessEngine | None = None,
+    stream_bytes: int = MAX_STREAM_BYTES,
 ) -> IngestResult:
     """Push ``files`` into ``dataset`` through its push source; see the module docstring.
 
@@ -401,6 +505,8 @@ def ingest(
         snapshot_bytes: the largest new snapshot (Arrow bytes) a Snapshot merge takes.
         engine: runs the source's preprocess query, if it has one
             (:mod:`coordinator.ingest.preprocess`); without one such a source is refused.
+        stream_bytes: the largest input (Arrow bytes of one file) a ChangelogStream or
+            UpsertStream merge takes.
 
     Raises:
         PushSourceNotFound, UnsupportedPreprocess, UnsupportedReadOption, InvalidDdlSchema,
@@ -417,6 +523,7 @@ def ingest(
         "block_bytes": block_bytes,
         "run_bytes": run_bytes,
         "snapshot_bytes": snapshot_bytes,
+        "stream_bytes": stream_bytes,
     }
     inputs = [InputFile(p) for p in files]
     transform = info.source.preprocess
@@ -455,6 +562,7 @@ def ingest_resolved(
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     run_bytes: int = DEFAULT_RUN_BYTES,
     snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
+    stream_bytes: int = MAX_STREAM_BYTES,
     prepare: Callable[[Path, int], Path] | None = None,
     preprocessed: pa.Schema | None = None,
 ) -> IngestResult:
@@ -472,7 +580,9 @@ def ingest_resolved(
     source = info.source
     vocab = info.vocab
     read = preprocessed if preprocessed is not None else read_schema(source.read)
-    validate_input_schema(read, vocab)
+    stream = isinstance(source.merge, m.MergeStrategyChangelogStream | m.MergeStrategyUpsertStream)
+    # Stream strategies read the op column from the input (kamu: no conflict for them).
+    validate_input_schema(read, vocab, input_op=stream)
     existing = _existing_schema(dataset, info)
     new = with_event_time(read, vocab, event_time_type(read, vocab, existing))
     out_schema = output_schema(new, vocab)
@@ -480,7 +590,7 @@ def ingest_resolved(
         check_schema_compatible(existing, out_schema)
     staged = staged_schema(new, vocab)
     _check_writable(out_schema)
-    _check_merge(source.merge, new)
+    _check_merge(source.merge, new, vocab)
     if linked_objects is not None:
         validate_link_columns(read, linked_objects.columns)
 
@@ -533,7 +643,7 @@ def ingest_resolved(
                         source.read, path, block_bytes=block_bytes, on_bytes=on_bytes
                     )
                 merged, by_event_time = _merged_stream(
-                    source.merge, batches, new, prior, vocab, snapshot_bytes
+                    source.merge, batches, new, prior, vocab, snapshot_bytes, stream_bytes
                 )
                 staged_tables = (
                     stage_batch(

@@ -81,6 +81,7 @@ from coordinator.ingest.convert import (
 )
 from coordinator.ingest.ddl import normalize_schema, parse_ddl
 from coordinator.metadata import model as m
+from coordinator.metadata.odf_schema import to_arrow as odf_to_arrow
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
@@ -125,14 +126,21 @@ ByteProgress = Callable[[int], None]
 
 
 def read_schema(read: m.ReadStep) -> pa.Schema:
-    """The normalised schema of what ``read`` produces (DDL parsed, timestamps in ms/UTC).
+    """The normalised schema of what ``read`` produces (timestamps in ms/UTC).
+
+    The schema is the step's DDL (``ddlSchema``, spec v0.34 ``schema``) parsed, or its ODF
+    schema (spec v0.38 ``schema``) converted as kamu's readers do (default ``ToArrowSettings``;
+    ODF fields are NOT NULL unless ``Option``).
 
     Raises:
         UnsupportedReadOption: the step has no schema or is a format that cannot be read.
         InvalidDdlSchema: the DDL does not parse.
+        UnsupportedOdfSchema: the ODF schema has no Arrow form.
     """
     _check_format(read)
-    ddl = read.schema
+    ddl = read.ddl_schema
+    if not ddl and read.schema is not None and read.schema.fields:
+        return normalize_schema(odf_to_arrow(read.schema))
     if not ddl:
         raise UnsupportedReadOption(
             f"{type(read).__name__} has no schema; push ingest needs an explicit DDL schema "

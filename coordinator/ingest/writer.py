@@ -63,6 +63,8 @@ from coordinator.ingest.spool import (
 )
 from coordinator.ingest.vocab import Vocab
 from coordinator.metadata import model as m
+from coordinator.metadata.flatbuffers_serde import write_form
+from coordinator.metadata.odf_schema import new_set_data_schema
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.multiformats import Multicodec, Multihash
 from coordinator.storage.fs import PENDING_PREFIX, fsync_dir
@@ -96,13 +98,19 @@ _ROW_GROUP_BYTES: Final = 16 << 20
 # --------------------------------------------------------------------------------------------
 
 
-def validate_input_schema(schema: pa.Schema, vocab: Vocab) -> None:
+def validate_input_schema(schema: pa.Schema, vocab: Vocab, *, input_op: bool = False) -> None:
     """kamu's ``validate_input``: no system-column names; event time must be a date/timestamp.
+
+    ``input_op``: the merge strategy reads the op column from the input (ChangelogStream,
+    UpsertStream; spec v0.37), so that name is not a conflict.
 
     Raises:
         BadInputSchema: with kamu's explanation.
     """
-    for name in (vocab.offset_column, vocab.operation_type_column, vocab.system_time_column):
+    system = [vocab.offset_column, vocab.system_time_column]
+    if not input_op:
+        system.insert(1, vocab.operation_type_column)
+    for name in system:
         if name in schema.names:
             raise BadInputSchema(
                 "Data contains a column that conflicts with the system column name, you should "
@@ -187,14 +195,21 @@ def _describe(schema: pa.Schema) -> str:
 
 
 def schema_event(schema: pa.Schema) -> m.SetDataSchema:
-    """``SetDataSchema`` carrying the arrow-rs flatbuffer of the output ``schema``."""
+    """``SetDataSchema`` of the output ``schema`` in the configured write form.
+
+    Form ``v0.34``: the arrow-rs flatbuffer of ``schema`` (slot 0). Form ``current``: the ODF
+    schema kamu-cli HEAD records, ``DataSchema::new_from_arrow(schema).strip_encoding()``
+    (kamu-cli ``transform_executor_impl.rs``, ingest ``writer.rs``).
+    """
+    if write_form().odf_schema:
+        return new_set_data_schema(schema)
     try:
         from coordinator.metadata.arrow_schema import encode_arrow_schema
     except ImportError as e:  # pragma: no cover - depends on another module landing
         raise IngestError(
             "cannot write SetDataSchema: coordinator.metadata.arrow_schema is not available"
         ) from e
-    return m.SetDataSchema(schema=encode_arrow_schema(schema))
+    return m.SetDataSchema(raw_arrow_schema=encode_arrow_schema(schema))
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,6 +16,8 @@ from coordinator.metadata.flatbuffers_serde import (
     decode_block,
     decode_manifest,
     encode_block,
+    set_write_form,
+    write_form,
 )
 from coordinator.metadata.model import *  # noqa: F403 - the model is the package's vocabulary
 from coordinator.metadata.model import MetadataBlock
@@ -32,4 +34,6 @@ __all__ = [
     "decode_block",
     "decode_manifest",
     "encode_block",
+    "set_write_form",
+    "write_form",
 ]

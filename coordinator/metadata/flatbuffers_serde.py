@@ -47,7 +47,59 @@ BLOCK_VERSION_V3: Final = 3
 SUPPORTED_BLOCK_VERSIONS: Final = frozenset({BLOCK_VERSION_V2, BLOCK_VERSION_V3})
 DEFAULT_BLOCK_VERSION: Final = BLOCK_VERSION_V2
 
+
+@dataclass(frozen=True, slots=True)
+class WriteForm:
+    """How new blocks are written: the manifest version and the ``SetDataSchema`` form.
+
+    ``v0.34`` (the default): manifest version 2 and Arrow bytes in ``SetDataSchema`` slot 0,
+    which every kamu since v0.153 reads and whose hashes equal those of the kamu versions that
+    speak spec v0.34. ``current``: what kamu-cli HEAD writes (spec v0.39): manifest version 3 and
+    an ODF schema in slot 1, which kamu before spec v0.37 cannot read. Received blocks are never
+    re-encoded either way. Set from the node's ``[metadata] write_version``.
+    """
+
+    name: str
+    block_version: int
+    odf_schema: bool
+
+
+WRITE_FORMS: Final = {
+    "v0.34": WriteForm("v0.34", BLOCK_VERSION_V2, odf_schema=False),
+    "current": WriteForm("current", BLOCK_VERSION_V3, odf_schema=True),
+}
+_write_form: list[WriteForm] = [WRITE_FORMS["v0.34"]]
+
+
+def write_form() -> WriteForm:
+    """The process-wide form of newly written blocks (see :class:`WriteForm`)."""
+    return _write_form[0]
+
+
+def set_write_form(name: str, block_version: int | None = None) -> WriteForm:
+    """Select the form of newly written blocks by name (``"v0.34"`` or ``"current"``).
+
+    ``block_version`` overrides the manifest version of the ``v0.34`` form (3 gives kamu
+    v0.265+ hashes with v0.34 content); ``current`` always writes 3, as kamu-cli HEAD does.
+
+    Raises:
+        EncodeError: an unknown name or block version.
+    """
+    form = WRITE_FORMS.get(name)
+    if form is None:
+        raise EncodeError(f"unknown write version {name!r}; expected one of: v0.34, current")
+    if block_version is not None and form.name == "v0.34":
+        if block_version not in SUPPORTED_BLOCK_VERSIONS:
+            raise EncodeError(f"cannot write block version {block_version}; supported: 2, 3")
+        form = WriteForm(form.name, block_version, odf_schema=False)
+    _write_form[0] = form
+    return form
+
+
 _U64_MAX: Final = (1 << 64) - 1
+_U32_MAX: Final = (1 << 32) - 1
+_I32_MAX: Final = (1 << 31) - 1
+_I32_MIN: Final = 1 << 31
 _Decoded = TypeVar("_Decoded")
 
 
@@ -66,6 +118,9 @@ class _K(Enum):
     BOOL_OPT = auto()
     ENUM = auto()
     ENUM_OPT = auto()
+    ENUM16_OPT = auto()
+    U32 = auto()
+    I32 = auto()
     TS = auto()
 
 
@@ -122,7 +177,13 @@ UNIONS: Final[dict[str, tuple[type, ...]]] = {
         m.DisablePushSource,
         m.DisablePollingSource,
     ),
-    "FetchStep": (m.FetchStepUrl, m.FetchStepFilesGlob, m.FetchStepContainer),
+    "FetchStep": (
+        m.FetchStepUrl,
+        m.FetchStepFilesGlob,
+        m.FetchStepContainer,
+        m.FetchStepMqtt,
+        m.FetchStepEthereumLogs,
+    ),
     "PrepStep": (m.PrepStepDecompress, m.PrepStepPipe),
     "ReadStep": (
         m.ReadStepCsv,
@@ -134,7 +195,39 @@ UNIONS: Final[dict[str, tuple[type, ...]]] = {
         m.ReadStepNdGeoJson,
     ),
     "Transform": (m.TransformSql,),
-    "MergeStrategy": (m.MergeStrategyAppend, m.MergeStrategyLedger, m.MergeStrategySnapshot),
+    "MergeStrategy": (
+        m.MergeStrategyAppend,
+        m.MergeStrategyLedger,
+        m.MergeStrategySnapshot,
+        m.MergeStrategyChangelogStream,
+        m.MergeStrategyUpsertStream,
+    ),
+    "DataType": (
+        m.DataTypeBinary,
+        m.DataTypeBool,
+        m.DataTypeDate,
+        m.DataTypeDecimal,
+        m.DataTypeDuration,
+        m.DataTypeFloat16,
+        m.DataTypeFloat32,
+        m.DataTypeFloat64,
+        m.DataTypeInt8,
+        m.DataTypeInt16,
+        m.DataTypeInt32,
+        m.DataTypeInt64,
+        m.DataTypeUInt8,
+        m.DataTypeUInt16,
+        m.DataTypeUInt32,
+        m.DataTypeUInt64,
+        m.DataTypeList,
+        m.DataTypeMap,
+        m.DataTypeNull,
+        m.DataTypeOption,
+        m.DataTypeStruct,
+        m.DataTypeTime,
+        m.DataTypeTimestamp,
+        m.DataTypeString,
+    ),
     "EventTimeSource": (
         m.EventTimeSourceFromMetadata,
         m.EventTimeSourceFromPath,
@@ -172,13 +265,15 @@ SPECS: Final[dict[type, _TableSpec]] = {
             ("new_checkpoint", _T, OPT, m.Checkpoint),
             ("new_watermark", _K.TS, OPT),
             ("new_source_state", _T, OPT, m.SourceState),
-            # Not in ODF v0.34: kamu's later extension slot; absent unless set.
+            # Spec v0.37: ODF extensions; absent unless set, so v0.34 bytes are unchanged.
             ("extra", _T, OPT, m.ExtraAttributes),
         ),
         _spec(m.ExtraAttributes, ("entries", _S, REQ)),
+        # Spec v0.38 renamed the DDL ``schema`` to ``ddl_schema`` (same slot, same bytes) and
+        # appended the ODF ``schema``.
         _spec(
             m.ReadStepCsv,
-            ("schema", _SS, OPT),
+            ("ddl_schema", _SS, OPT),
             ("separator", _S, OPT),
             ("encoding", _S, OPT),
             ("quote", _S, OPT),
@@ -188,26 +283,75 @@ SPECS: Final[dict[type, _TableSpec]] = {
             ("null_value", _S, OPT),
             ("date_format", _S, OPT),
             ("timestamp_format", _S, OPT),
+            ("schema", _T, OPT, m.DataSchema),
         ),
-        _spec(m.ReadStepGeoJson, ("schema", _SS, OPT)),
-        _spec(m.ReadStepEsriShapefile, ("schema", _SS, OPT), ("sub_path", _S, OPT)),
-        _spec(m.ReadStepParquet, ("schema", _SS, OPT)),
+        _spec(m.ReadStepGeoJson, ("ddl_schema", _SS, OPT), ("schema", _T, OPT, m.DataSchema)),
+        _spec(
+            m.ReadStepEsriShapefile,
+            ("ddl_schema", _SS, OPT),
+            ("sub_path", _S, OPT),
+            ("schema", _T, OPT, m.DataSchema),
+        ),
+        _spec(m.ReadStepParquet, ("ddl_schema", _SS, OPT), ("schema", _T, OPT, m.DataSchema)),
         _spec(
             m.ReadStepJson,
             ("sub_path", _S, OPT),
-            ("schema", _SS, OPT),
+            ("ddl_schema", _SS, OPT),
             ("date_format", _S, OPT),
             ("encoding", _S, OPT),
             ("timestamp_format", _S, OPT),
+            ("schema", _T, OPT, m.DataSchema),
         ),
         _spec(
             m.ReadStepNdJson,
-            ("schema", _SS, OPT),
+            ("ddl_schema", _SS, OPT),
             ("date_format", _S, OPT),
             ("encoding", _S, OPT),
             ("timestamp_format", _S, OPT),
+            ("schema", _T, OPT, m.DataSchema),
         ),
-        _spec(m.ReadStepNdGeoJson, ("schema", _SS, OPT)),
+        _spec(m.ReadStepNdGeoJson, ("ddl_schema", _SS, OPT), ("schema", _T, OPT, m.DataSchema)),
+        # ODF schema (spec v0.37, RFC-016).
+        _spec(m.DataTypeBinary, ("fixed_length", _K.U64_OPT, OPT)),
+        _spec(m.DataTypeBool),
+        _spec(m.DataTypeDate),
+        _spec(m.DataTypeDecimal, ("precision", _K.U32, REQ), ("scale", _K.I32, REQ)),
+        _spec(m.DataTypeDuration, ("unit", _K.ENUM16_OPT, OPT, m.TimeUnit)),
+        _spec(m.DataTypeFloat16),
+        _spec(m.DataTypeFloat32),
+        _spec(m.DataTypeFloat64),
+        _spec(m.DataTypeInt8),
+        _spec(m.DataTypeInt16),
+        _spec(m.DataTypeInt32),
+        _spec(m.DataTypeInt64),
+        _spec(m.DataTypeUInt8),
+        _spec(m.DataTypeUInt16),
+        _spec(m.DataTypeUInt32),
+        _spec(m.DataTypeUInt64),
+        _spec(
+            m.DataTypeList, ("item_type", _U, REQ, "DataType"), ("fixed_length", _K.U64_OPT, OPT)
+        ),
+        _spec(
+            m.DataTypeMap,
+            ("key_type", _U, REQ, "DataType"),
+            ("value_type", _U, REQ, "DataType"),
+            ("keys_sorted", _K.BOOL_OPT, OPT),
+        ),
+        _spec(m.DataTypeNull),
+        _spec(m.DataTypeOption, ("inner", _U, REQ, "DataType")),
+        _spec(m.DataTypeStruct, ("fields", _TT, REQ, m.DataField)),
+        _spec(m.DataTypeTime, ("unit", _K.ENUM16_OPT, OPT, m.TimeUnit)),
+        _spec(m.DataTypeTimestamp, ("unit", _K.ENUM16_OPT, OPT, m.TimeUnit), ("timezone", _S, OPT)),
+        _spec(m.DataTypeString),
+        _spec(
+            m.DataField,
+            ("name", _S, REQ),
+            ("type", _U, REQ, "DataType"),
+            ("extra", _T, OPT, m.ExtraAttributes),
+        ),
+        _spec(
+            m.DataSchema, ("fields", _TT, REQ, m.DataField), ("extra", _T, OPT, m.ExtraAttributes)
+        ),
         _spec(m.SqlQueryStep, ("alias", _S, OPT), ("query", _S, REQ)),
         _spec(m.TemporalTable, ("name", _S, REQ), ("primary_key", _SS, REQ)),
         _spec(
@@ -221,6 +365,8 @@ SPECS: Final[dict[type, _TableSpec]] = {
         _spec(m.MergeStrategyAppend),
         _spec(m.MergeStrategyLedger, ("primary_key", _SS, REQ)),
         _spec(m.MergeStrategySnapshot, ("primary_key", _SS, REQ), ("compare_columns", _SS, OPT)),
+        _spec(m.MergeStrategyChangelogStream, ("primary_key", _SS, REQ)),
+        _spec(m.MergeStrategyUpsertStream, ("primary_key", _SS, REQ)),
         _spec(
             m.AddPushSource,
             ("source_name", _S, REQ),
@@ -275,6 +421,22 @@ SPECS: Final[dict[type, _TableSpec]] = {
             ("args", _SS, OPT),
             ("env", _TT, OPT, m.EnvVar),
         ),
+        _spec(m.MqttTopicSubscription, ("path", _S, REQ), ("qos", _K.ENUM_OPT, OPT, m.MqttQos)),
+        _spec(
+            m.FetchStepMqtt,
+            ("host", _S, REQ),
+            ("port", _K.I32, REQ),
+            ("username", _S, OPT),
+            ("password", _S, OPT),
+            ("topics", _TT, REQ, m.MqttTopicSubscription),
+        ),
+        _spec(
+            m.FetchStepEthereumLogs,
+            ("chain_id", _K.U64_OPT, OPT),
+            ("node_url", _S, OPT),
+            ("filter", _S, OPT),
+            ("signature", _S, OPT),
+        ),
         _spec(
             m.PrepStepDecompress,
             ("format", _K.ENUM, REQ, m.CompressionFormat),
@@ -311,7 +473,12 @@ SPECS: Final[dict[type, _TableSpec]] = {
             ("spdx_id", _S, OPT),
             ("website_url", _S, REQ),
         ),
-        _spec(m.SetDataSchema, ("schema", _B, REQ)),
+        # Slot 0 is the spec v0.34 Arrow schema, slot 1 the ODF schema (spec v0.37).
+        _spec(
+            m.SetDataSchema,
+            ("raw_arrow_schema", _B, OPT),
+            ("schema", _T, OPT, m.DataSchema),
+        ),
         _spec(m.DisablePushSource, ("source_name", _S, REQ)),
         _spec(m.DisablePollingSource),
         _spec(
@@ -332,6 +499,12 @@ SPECS: Final[dict[type, _TableSpec]] = {
 def _check_u64(cls: type, name: str, value: int) -> int:
     if not isinstance(value, int) or not 0 <= value <= _U64_MAX:
         raise EncodeError(f"{cls.__name__}.{name}: {value!r} is not a valid uint64")
+    return value
+
+
+def _check_int(cls: type, name: str, value: int, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise EncodeError(f"{cls.__name__}.{name}: {value!r} is out of range")
     return value
 
 
@@ -431,13 +604,24 @@ def encode_table(b: flatbuffers.Builder, obj: object, version: int) -> int:
             b.PrependInt32Slot(f.slot, int(f.arg(v)), 0)
         elif k is _K.ENUM_OPT:
             b.PrependInt32Slot(f.slot, int(f.arg(v)), None)
+        elif k is _K.ENUM16_OPT:
+            b.PrependInt16Slot(f.slot, int(f.arg(v)), None)
+        elif k is _K.U32:
+            b.PrependUint32Slot(f.slot, _check_int(spec.cls, f.name, v, 0, _U32_MAX), 0)
+        elif k is _K.I32:
+            b.PrependInt32Slot(f.slot, _check_int(spec.cls, f.name, v, -_I32_MIN, _I32_MAX), 0)
         elif k is _K.TS:
             prepend_timestamp(b, f.slot, v, version)
     return int(b.EndObject())
 
 
-def encode_block_content(block: m.MetadataBlock, version: int = DEFAULT_BLOCK_VERSION) -> bytes:
-    """The inner ``MetadataBlock`` flatbuffer (without the manifest wrapper)."""
+def encode_block_content(block: m.MetadataBlock, version: int | None = None) -> bytes:
+    """The inner ``MetadataBlock`` flatbuffer (without the manifest wrapper).
+
+    ``version`` None: the :func:`write_form`'s block version.
+    """
+    if version is None:
+        version = write_form().block_version
     if version not in SUPPORTED_BLOCK_VERSIONS:
         raise EncodeError(f"cannot write block version {version}; supported: 2, 3")
     if not isinstance(block, m.MetadataBlock):
@@ -447,12 +631,15 @@ def encode_block_content(block: m.MetadataBlock, version: int = DEFAULT_BLOCK_VE
     return bytes(b.Output())
 
 
-def encode_block(block: m.MetadataBlock, version: int = DEFAULT_BLOCK_VERSION) -> bytes:
+def encode_block(block: m.MetadataBlock, version: int | None = None) -> bytes:
     """Encode ``block`` as kamu does: the manifest-wrapped flatbuffer whose sha3 is the hash.
 
-    ``version`` 2 (default) matches kamu-cli v0.153 - v0.264 (ODF spec v0.34); 3 matches
-    kamu-cli >= v0.265.
+    ``version`` 2 matches kamu-cli v0.153 - v0.264 (ODF spec v0.34); 3 matches kamu-cli >=
+    v0.265; None (the default) is the :func:`write_form`'s, 2 unless the node is configured to
+    write the current form.
     """
+    if version is None:
+        version = write_form().block_version
     inner = encode_block_content(block, version)
     b = flatbuffers.Builder(len(inner) + 64)
     content = b.CreateByteVector(inner)
@@ -487,6 +674,7 @@ def encode_block(block: m.MetadataBlock, version: int = DEFAULT_BLOCK_VERSION) -
 
 _u8 = struct.Struct("<B").unpack_from
 _u16 = struct.Struct("<H").unpack_from
+_i16 = struct.Struct("<h").unpack_from
 _i32 = struct.Struct("<i").unpack_from
 _u32 = struct.Struct("<I").unpack_from
 _i64 = struct.Struct("<q").unpack_from
@@ -637,6 +825,9 @@ _FIELD_EXPR: Final[dict[_K, str]] = {
     _K.BOOL_OPT: "bool(_u8(data, tpos + o)[0])",
     _K.ENUM: "{arg}(_i32(data, tpos + o)[0])",
     _K.ENUM_OPT: "{arg}(_i32(data, tpos + o)[0])",
+    _K.ENUM16_OPT: "{arg}(_i16(data, tpos + o)[0])",
+    _K.U32: "_u32(data, tpos + o)[0]",
+    _K.I32: "_i32(data, tpos + o)[0]",
     _K.PREP_VEC: "_prep_vec(data, tpos + o, {field}, bud)",
 }
 
@@ -660,7 +851,7 @@ def _build_decoder(spec: _TableSpec, ns: dict[str, Any]) -> Callable[[bytes, int
                 arg = f"_a_{name}_{i}"
                 ns[arg] = f.arg
             expr = _FIELD_EXPR[f.kind].format(arg=arg, field=fref)
-            if f.kind is _K.U64:
+            if f.kind in (_K.U64, _K.U32, _K.I32):
                 default = "0"
             elif f.kind is _K.ENUM:
                 default = f"{arg}(0)"
@@ -681,6 +872,8 @@ _DECODERS: dict[type, Callable[[bytes, int, list[int]], Any]] = {}
 _NS: dict[str, Any] = {
     "_u8": _u8,
     "_i32": _i32,
+    "_i16": _i16,
+    "_u32": _u32,
     "_u64": _u64,
     "_vtable": _vtable,
     "_deref": _deref,
@@ -802,6 +995,8 @@ __all__ = [
     "SPECS",
     "SUPPORTED_BLOCK_VERSIONS",
     "UNIONS",
+    "WRITE_FORMS",
+    "WriteForm",
     "block_hash",
     "decode_block",
     "decode_block_content",
@@ -812,4 +1007,6 @@ __all__ = [
     "encode_table",
     "new_budget",
     "prepend_timestamp",
+    "set_write_form",
+    "write_form",
 ]

@@ -1,18 +1,22 @@
-"""The ODF v0.34.0 metadata model as immutable typed values.
+"""The ODF metadata model (spec v0.34.0 to v0.39.0) as immutable typed values.
 
 One class per schema table; field names are the schema's snake_case names and fields appear in
 schema declaration order (the flatbuffers encoder relies on that order). Optional fields default
 to ``None``; lists are tuples so every value is hashable and immutable. Union members are plain
 classes; the union types are ``X | Y`` aliases.
 
-Source of truth: ``schemas/odf.fbs`` (spec v0.34.0) and kamu-cli v0.153.0 ``dtos_generated.rs``
-for which fields are required.
+Source of truth: ``schemas/odf.fbs`` (the metadata tables of spec v0.39.0, a superset of v0.34.0)
+and kamu-cli ``src/odf/metadata/src/dtos/dtos_generated.rs`` for which fields are required.
+Fields added after v0.34 are optional and appended, so a v0.34 value encodes as before.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 from coordinator.identity.dataset_id import DatasetId
 from coordinator.metadata.timestamp import Timestamp
@@ -77,6 +81,240 @@ class SourceState:
     source_name: str
     kind: str
     value: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExtraAttributes:
+    """Extension attributes (ODF v0.37, RFC-016/017): a JSON object keyed ``<domain>/<path>``.
+
+    Carried by ``AddData.extra`` (flatbuffers slot 6, e.g. the RFC-017 linked-objects summary),
+    ``DataField.extra`` (e.g. Arrow encodings, ``opendatafabric.org/type``) and
+    ``DataSchema.extra`` (e.g. ``kamu.dev/archetype``). ``entries`` is the JSON text exactly as
+    stored in the block, so a received block re-encodes byte-identically; kamu writes it compact
+    with keys sorted (serde_json over a ``BTreeMap``), which :meth:`of` reproduces.
+    """
+
+    entries: str
+
+    @classmethod
+    def of(cls, entries: Mapping[str, Any]) -> ExtraAttributes:
+        """The attributes ``entries`` in kamu's canonical JSON text (compact, keys sorted)."""
+        return cls(entries=canonical_json(entries))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The attributes as a JSON object (raises ``ValueError`` if the text is not one)."""
+        value = json.loads(self.entries)
+        if not isinstance(value, dict):
+            raise ValueError("extra attributes are not a JSON object")
+        return value
+
+
+def canonical_json(value: Any) -> str:
+    """``value`` as serde_json writes a ``BTreeMap``: compact, keys sorted, UTF-8 unescaped."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# ODF schema (RFC-016, spec v0.37): logical data types of a dataset's columns
+
+
+class TimeUnit(IntEnum):
+    """Unit of ``Duration``, ``Time`` and ``Timestamp`` types (a ``int16`` enum on the wire)."""
+
+    SECOND = 0
+    MILLISECOND = 1
+    MICROSECOND = 2
+    NANOSECOND = 3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeBinary:
+    """Bytes; ``fixed_length`` set for fixed-size binary."""
+
+    fixed_length: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeBool:
+    """A boolean."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeDate:
+    """A calendar date."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeDecimal:
+    """A fixed-point decimal (``scale`` may be negative)."""
+
+    precision: int
+    scale: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeDuration:
+    """An elapsed time; ``unit`` defaults to milliseconds."""
+
+    unit: TimeUnit | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeFloat16:
+    """A half-precision float."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeFloat32:
+    """A single-precision float."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeFloat64:
+    """A double-precision float."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeInt8:
+    """A signed 8-bit integer."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeInt16:
+    """A signed 16-bit integer."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeInt32:
+    """A signed 32-bit integer."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeInt64:
+    """A signed 64-bit integer."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeUInt8:
+    """An unsigned 8-bit integer."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeUInt16:
+    """An unsigned 16-bit integer."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeUInt32:
+    """An unsigned 32-bit integer."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeUInt64:
+    """An unsigned 64-bit integer."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeList:
+    """A list of ``item_type`` values; ``fixed_length`` set for fixed-size lists."""
+
+    item_type: DataType
+    fixed_length: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeMap:
+    """A map (a list of key/value entries)."""
+
+    key_type: DataType
+    value_type: DataType
+    keys_sorted: bool | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeNull:
+    """The type of nulls only."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeOption:
+    """A nullable ``inner`` (ODF types are NOT NULL unless wrapped in ``Option``)."""
+
+    inner: DataType
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeStruct:
+    """A struct of named fields."""
+
+    fields: tuple[DataField, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeTime:
+    """A time of day; ``unit`` defaults to milliseconds."""
+
+    unit: TimeUnit | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeTimestamp:
+    """An instant; ``unit`` defaults to milliseconds and ``timezone`` to ``UTC``."""
+
+    unit: TimeUnit | None = None
+    timezone: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTypeString:
+    """UTF-8 text."""
+
+
+DataType = (
+    DataTypeBinary
+    | DataTypeBool
+    | DataTypeDate
+    | DataTypeDecimal
+    | DataTypeDuration
+    | DataTypeFloat16
+    | DataTypeFloat32
+    | DataTypeFloat64
+    | DataTypeInt8
+    | DataTypeInt16
+    | DataTypeInt32
+    | DataTypeInt64
+    | DataTypeUInt8
+    | DataTypeUInt16
+    | DataTypeUInt32
+    | DataTypeUInt64
+    | DataTypeList
+    | DataTypeMap
+    | DataTypeNull
+    | DataTypeOption
+    | DataTypeStruct
+    | DataTypeTime
+    | DataTypeTimestamp
+    | DataTypeString
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataField:
+    """A named column of logical ``type``; ``extra`` holds encodings and annotations."""
+
+    name: str
+    type: DataType
+    extra: ExtraAttributes | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataSchema:
+    """An ODF schema (RFC-016): logical columns of a dataset or of a read step."""
+
+    fields: tuple[DataField, ...]
+    extra: ExtraAttributes | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,7 +398,46 @@ class FetchStepContainer:
     env: tuple[EnvVar, ...] | None = None
 
 
-FetchStep = FetchStepUrl | FetchStepFilesGlob | FetchStepContainer
+class MqttQos(IntEnum):
+    """MQTT quality of service of a topic subscription."""
+
+    AT_MOST_ONCE = 0
+    AT_LEAST_ONCE = 1
+    EXACTLY_ONCE = 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MqttTopicSubscription:
+    """A topic (pattern) of ``FetchStepMqtt``; ``qos`` defaults to ``AtMostOnce``."""
+
+    path: str
+    qos: MqttQos | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchStepMqtt:
+    """Subscribe to MQTT topics (spec v0.35)."""
+
+    host: str
+    port: int
+    username: str | None = None
+    password: str | None = None
+    topics: tuple[MqttTopicSubscription, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchStepEthereumLogs:
+    """Read Ethereum logs matching a filter (spec v0.36)."""
+
+    chain_id: int | None = None
+    node_url: str | None = None
+    filter: str | None = None
+    signature: str | None = None
+
+
+FetchStep = (
+    FetchStepUrl | FetchStepFilesGlob | FetchStepContainer | FetchStepMqtt | FetchStepEthereumLogs
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,7 +462,7 @@ PrepStep = PrepStepDecompress | PrepStepPipe
 class ReadStepCsv:
     """Read CSV."""
 
-    schema: tuple[str, ...] | None = None
+    ddl_schema: tuple[str, ...] | None = None
     separator: str | None = None
     encoding: str | None = None
     quote: str | None = None
@@ -195,28 +472,32 @@ class ReadStepCsv:
     null_value: str | None = None
     date_format: str | None = None
     timestamp_format: str | None = None
+    schema: DataSchema | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReadStepGeoJson:
     """Read a GeoJSON FeatureCollection."""
 
-    schema: tuple[str, ...] | None = None
+    ddl_schema: tuple[str, ...] | None = None
+    schema: DataSchema | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReadStepEsriShapefile:
     """Read an ESRI shapefile."""
 
-    schema: tuple[str, ...] | None = None
+    ddl_schema: tuple[str, ...] | None = None
     sub_path: str | None = None
+    schema: DataSchema | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReadStepParquet:
     """Read Parquet."""
 
-    schema: tuple[str, ...] | None = None
+    ddl_schema: tuple[str, ...] | None = None
+    schema: DataSchema | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -224,27 +505,30 @@ class ReadStepJson:
     """Read a JSON document (array of records, optionally under ``sub_path``)."""
 
     sub_path: str | None = None
-    schema: tuple[str, ...] | None = None
+    ddl_schema: tuple[str, ...] | None = None
     date_format: str | None = None
     encoding: str | None = None
     timestamp_format: str | None = None
+    schema: DataSchema | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReadStepNdJson:
     """Read newline-delimited JSON."""
 
-    schema: tuple[str, ...] | None = None
+    ddl_schema: tuple[str, ...] | None = None
     date_format: str | None = None
     encoding: str | None = None
     timestamp_format: str | None = None
+    schema: DataSchema | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReadStepNdGeoJson:
     """Read newline-delimited GeoJSON features."""
 
-    schema: tuple[str, ...] | None = None
+    ddl_schema: tuple[str, ...] | None = None
+    schema: DataSchema | None = None
 
 
 ReadStep = (
@@ -308,7 +592,27 @@ class MergeStrategySnapshot:
     compare_columns: tuple[str, ...] | None = None
 
 
-MergeStrategy = MergeStrategyAppend | MergeStrategyLedger | MergeStrategySnapshot
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MergeStrategyChangelogStream:
+    """Input already is a changelog (``op`` column) keyed by ``primary_key`` (spec v0.37)."""
+
+    primary_key: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MergeStrategyUpsertStream:
+    """Input is a stream of upserts/retractions keyed by ``primary_key`` (spec v0.37)."""
+
+    primary_key: tuple[str, ...]
+
+
+MergeStrategy = (
+    MergeStrategyAppend
+    | MergeStrategyLedger
+    | MergeStrategySnapshot
+    | MergeStrategyChangelogStream
+    | MergeStrategyUpsertStream
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -346,18 +650,6 @@ class ExecuteTransformInput:
     new_block_hash: Multihash | None = None
     prev_offset: int | None = None
     new_offset: int | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ExtraAttributes:
-    """Extension attributes of ``AddData`` (kamu >= v0.24x, flatbuffers slot 6).
-
-    ``entries`` is the JSON object exactly as stored: compact, keys sorted (serde_json over a
-    BTreeMap). Only written when there is something to say (e.g. RFC-017 linked objects), so
-    every other block stays byte-identical to ODF v0.34.
-    """
-
-    entries: str
 
 
 # ---------------------------------------------------------------------------------------------
@@ -453,9 +745,16 @@ class SetLicense:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SetDataSchema:
-    """The Arrow schema of the data, as a bare Arrow ``Schema`` flatbuffer (arrow-rs bytes)."""
+    """The schema of the data that follows.
 
-    schema: bytes
+    ``raw_arrow_schema`` (flatbuffers slot 0) is the spec v0.34 form: the Arrow schema as a
+    bare Arrow ``Schema`` flatbuffer (arrow-rs bytes). ``schema`` (slot 1, spec v0.37, RFC-016)
+    is the ODF schema kamu writes since 2025 instead. Exactly one is set
+    (:func:`coordinator.metadata.odf_schema.upgrade` turns either into an ODF schema).
+    """
+
+    raw_arrow_schema: bytes | None = None
+    schema: DataSchema | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,4 +1,5 @@
-"""YAML serde of ODF metadata in kamu-cli's RFC-013 form, text-identical to kamu-cli v0.153.
+"""YAML serde of ODF metadata in kamu-cli's RFC-013 form, text-identical to kamu-cli v0.153
+(spec v0.34) and to kamu-cli HEAD (spec v0.39: ODF schema, renamed keys, short-form unions).
 
 Reading and writing follow kamu's ``serde`` derivations (``serde/yaml/derivations_generated.rs``
 @ v0.153.0), driven generically by the FlatBuffers field tables (``SPECS`` / ``UNIONS``):
@@ -11,7 +12,12 @@ Reading and writing follow kamu's ``serde`` derivations (``serde/yaml/derivation
 * enums are PascalCase (``Root``, ``ByName``); the variant tags and enum values are also accepted
   in the old camelCase and the all-lowercase spelling, any other casing is rejected;
 * hashes are multibase base16, dataset ids ``did:odf:f...``, timestamps RFC 3339 with ``Z`` and
-  0/3/6/9 fractional digits, ``SetDataSchema.schema`` standard base64 with padding.
+  0/3/6/9 fractional digits, ``SetDataSchema`` Arrow bytes standard base64 with padding;
+* spec v0.38 renamed a read step's DDL ``schema`` to ``ddlSchema`` and ``SetDataSchema``'s
+  Arrow ``schema`` to ``rawArrowSchema`` (``schema`` is now the ODF schema, a mapping): both
+  spellings are read; v2 blocks are written with the old keys, v3 blocks with the new ones;
+* ``DataType``, ``EventTimeSource`` and ``SourceCaching`` may be written as a bare variant
+  name (``type: String``, spec v0.38); read only, kamu always writes the tagged form.
 
 Output is byte-identical to kamu's ``serde_yaml`` 0.9 (libyaml emitter, unlimited width, unicode
 on): :class:`_Emitter` ports the relevant parts of libyaml's emitter (scalar analysis, style
@@ -798,7 +804,21 @@ def _enum_spellings(enum_cls: type[IntEnum]) -> dict[str, IntEnum]:
 
 
 _ENUM_SPELLINGS: Final[dict[type, dict[str, IntEnum]]] = {
-    cls: _enum_spellings(cls) for cls in (m.DatasetKind, m.SourceOrdering, m.CompressionFormat)
+    cls: _enum_spellings(cls)
+    for cls in (m.DatasetKind, m.SourceOrdering, m.CompressionFormat, m.TimeUnit, m.MqttQos)
+}
+
+#: Unions that may be written as a bare variant name (``type: Timestamp`` for
+#: ``type: {kind: Timestamp}``; spec v0.38 short form, kamu ``UnionOrString``). Only read.
+_SHORT_FORM_UNIONS: Final = frozenset({"DataType", "EventTimeSource", "SourceCaching"})
+
+_READ_STEPS: Final = frozenset(UNIONS["ReadStep"])
+#: Spec v0.34 YAML keys of fields that spec v0.38 renamed (the flatbuffers slots are the same):
+#: a read step's DDL was ``schema`` (now ``ddlSchema``; ``schema`` is the ODF schema) and
+#: ``SetDataSchema``'s Arrow bytes were ``schema`` (now ``rawArrowSchema``).
+_LEGACY_KEY: Final[dict[tuple[type, str], str]] = {
+    **{(cls, "ddl_schema"): "schema" for cls in _READ_STEPS},
+    (m.SetDataSchema, "raw_arrow_schema"): "schema",
 }
 
 
@@ -816,7 +836,7 @@ def _check_type(where: str, value: object, tp: type | tuple[type, ...]) -> None:
         raise EncodeError(f"{where}: unexpected {type(value).__name__} value {value!r}")
 
 
-def _value_to_plain(f: _YField, value: Any, where: str) -> Any:
+def _value_to_plain(f: _YField, value: Any, where: str, legacy: bool = False) -> Any:
     k = f.kind
     if k == "TABLE" and f.arg is m.ExtraAttributes:
         # kamu flattens the attribute map into the YAML (serde `flatten`).
@@ -847,10 +867,15 @@ def _value_to_plain(f: _YField, value: Any, where: str) -> Any:
         return base64.b64encode(bytes(value)).decode("ascii")
     if k in ("U64", "U64_OPT"):
         return _check_u64(where, value)
+    if k in ("U32", "I32"):
+        low, high = (0, (1 << 32) - 1) if k == "U32" else (-(1 << 31), (1 << 31) - 1)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise EncodeError(f"{where}: {value!r} is out of range")
+        return value
     if k == "BOOL_OPT":
         _check_type(where, value, bool)
         return value
-    if k in ("ENUM", "ENUM_OPT"):
+    if k in ("ENUM", "ENUM_OPT", "ENUM16_OPT"):
         try:
             return _pascal_enum(f.arg(value))
         except ValueError as e:
@@ -860,69 +885,79 @@ def _value_to_plain(f: _YField, value: Any, where: str) -> Any:
         return value.to_rfc3339()
     if k == "TABLE":
         _check_type(where, value, f.arg)
-        return _table_to_plain(value, where)
+        return _table_to_plain(value, where, legacy=legacy)
     if k == "TABLES":
         _check_type(where, value, (tuple, list))
-        return [_table_to_plain_checked(x, f.arg, f"{where}[{i}]") for i, x in enumerate(value)]
+        return [
+            _table_to_plain_checked(x, f.arg, f"{where}[{i}]", legacy) for i, x in enumerate(value)
+        ]
     if k == "UNION":
-        return _union_to_plain(value, f.arg, where)
+        return _union_to_plain(value, f.arg, where, legacy)
     if k == "PREP_VEC":
         _check_type(where, value, (tuple, list))
-        return [_union_to_plain(x, f.arg, f"{where}[{i}]") for i, x in enumerate(value)]
+        return [_union_to_plain(x, f.arg, f"{where}[{i}]", legacy) for i, x in enumerate(value)]
     raise AssertionError(f"unhandled field kind {k}")  # pragma: no cover
 
 
-def _table_to_plain_checked(value: Any, cls: type, where: str) -> dict[str, Any]:
+def _table_to_plain_checked(value: Any, cls: type, where: str, legacy: bool) -> dict[str, Any]:
     _check_type(where, value, cls)
-    return _table_to_plain(value, where)
+    return _table_to_plain(value, where, legacy=legacy)
 
 
-def _table_to_plain(value: Any, where: str, out: dict[str, Any] | None = None) -> dict[str, Any]:
+def _table_to_plain(
+    value: Any, where: str, out: dict[str, Any] | None = None, *, legacy: bool = False
+) -> dict[str, Any]:
     table = _TABLES.get(type(value))
     if table is None:
         raise EncodeError(f"{where}: {type(value).__name__} is not an ODF metadata type")
     out = {} if out is None else out
+    # The v0.34 key names apply only when the value has no ODF schema to clash with them.
+    rename = legacy and getattr(value, "schema", None) is None
     for f in table.fields:
         v = getattr(value, f.attr)
         if v is None:
             if f.required:
                 raise EncodeError(f"{where}.{f.key} is required")
             continue
-        out[f.key] = _value_to_plain(f, v, f"{where}.{f.key}")
+        key = _LEGACY_KEY.get((table.cls, f.attr), f.key) if rename else f.key
+        out[key] = _value_to_plain(f, v, f"{where}.{key}", legacy)
     return out
 
 
-def _union_to_plain(value: Any, union: str, where: str) -> dict[str, Any]:
+def _union_to_plain(value: Any, union: str, where: str, legacy: bool = False) -> dict[str, Any]:
     if type(value) not in UNIONS[union]:
         raise EncodeError(f"{where}: {type(value).__name__} is not a member of union {union}")
-    return _table_to_plain(value, where, {"kind": _VARIANT_NAME[type(value)]})
+    return _table_to_plain(value, where, {"kind": _VARIANT_NAME[type(value)]}, legacy=legacy)
 
 
-def to_dict(value: Any) -> dict[str, Any]:
+def to_dict(value: Any, *, legacy: bool = True) -> dict[str, Any]:
     """Plain data (kamu's YAML/JSON shape) of any model value.
 
     Union members (events, fetch/read steps, ...) carry their ``kind`` tag first. The result
-    contains only dicts, lists, strings, ints and bools, so it is also valid JSON.
+    contains only dicts, lists, strings, ints and bools, so it is also valid JSON. With
+    ``legacy`` (the default) the fields spec v0.38 renamed keep their v0.34 keys (a read step's
+    DDL and ``SetDataSchema``'s Arrow bytes under ``schema``), as kamu up to spec v0.37 wrote
+    them; otherwise the current keys (``ddlSchema``, ``rawArrowSchema``).
 
     Raises:
         EncodeError: the value is not a valid model value (missing field, out-of-range int).
     """
     where = type(value).__name__
     if type(value) in _UNION_OF:
-        return _union_to_plain(value, _UNION_OF[type(value)], where)
-    return _table_to_plain(value, where)
+        return _union_to_plain(value, _UNION_OF[type(value)], where, legacy)
+    return _table_to_plain(value, where, legacy=legacy)
 
 
-def event_to_dict(event: m.MetadataEvent) -> dict[str, Any]:
+def event_to_dict(event: m.MetadataEvent, *, legacy: bool = True) -> dict[str, Any]:
     """Plain data of a metadata event: ``{"kind": "AddData", ...}`` (camelCase fields)."""
-    return _union_to_plain(event, "MetadataEvent", "event")
+    return _union_to_plain(event, "MetadataEvent", "event", legacy)
 
 
-def block_to_dict(block: m.MetadataBlock) -> dict[str, Any]:
+def block_to_dict(block: m.MetadataBlock, *, legacy: bool = True) -> dict[str, Any]:
     """Plain data of a block: ``systemTime``, ``prevBlockHash``, ``sequenceNumber``, ``event``."""
     if not isinstance(block, m.MetadataBlock):
         raise EncodeError(f"expected MetadataBlock, got {type(block).__name__}")
-    return _table_to_plain(block, "content")
+    return _table_to_plain(block, "content", legacy=legacy)
 
 
 # -- from plain data --------------------------------------------------------------------------
@@ -1009,17 +1044,21 @@ def _value_from_plain(f: _YField, value: Any, path: str) -> Any:
         return _parse_with(path, DatasetId.from_did_str, _expect_str(value, path))
     if k == "BYTES":
         return _parse_with(path, _decode_base64, _expect_str(value, path))
-    if k in ("U64", "U64_OPT"):
+    if k in ("U64", "U64_OPT", "U32", "I32"):
+        name, low, high = {
+            "U32": ("u32", 0, (1 << 32) - 1),
+            "I32": ("i32", -(1 << 31), (1 << 31) - 1),
+        }.get(k, ("u64", 0, _U64_MAX))
         if isinstance(value, bool) or not isinstance(value, int):
-            raise _fail(path, f"invalid type: {_type_name(value)}, expected u64")
-        if not 0 <= value <= _U64_MAX:
-            raise _fail(path, f"invalid value: integer {value}, expected u64")
+            raise _fail(path, f"invalid type: {_type_name(value)}, expected {name}")
+        if not low <= value <= high:
+            raise _fail(path, f"invalid value: integer {value}, expected {name}")
         return value
     if k == "BOOL_OPT":
         if not isinstance(value, bool):
             raise _fail(path, f"invalid type: {_type_name(value)}, expected a boolean")
         return value
-    if k in ("ENUM", "ENUM_OPT"):
+    if k in ("ENUM", "ENUM_OPT", "ENUM16_OPT"):
         spellings = _ENUM_SPELLINGS[f.arg]
         text = _expect_str(value, path)
         if text not in spellings:
@@ -1041,16 +1080,38 @@ def _value_from_plain(f: _YField, value: Any, path: str) -> Any:
     raise AssertionError(f"unhandled field kind {k}")  # pragma: no cover
 
 
+def _legacy_renamed(
+    cls: type, mapping: dict[Any, Any], path: str
+) -> tuple[dict[Any, Any], str | None]:
+    """``mapping`` with a v0.34 ``schema`` key moved to its v0.38 name, when its value has the
+    v0.34 shape (a list of DDL strings for read steps, base64 text for ``SetDataSchema``); an
+    ODF schema is a mapping, so the two never clash."""
+    legacy = mapping.get("schema")
+    old_shape = list if cls in _READ_STEPS else str
+    if not isinstance(legacy, old_shape):
+        return mapping, None
+    new_key = "ddlSchema" if cls in _READ_STEPS else "rawArrowSchema"
+    if new_key in mapping:
+        raise _fail(f"{path}.schema", f"both the v0.34 'schema' and {new_key!r} are given")
+    out = dict(mapping)
+    out[new_key] = out.pop("schema")
+    return out, new_key
+
+
 def _table_from_plain(cls: type, data: Any, path: str, skip: str | None = None) -> Any:
     table = _TABLES[cls]
     mapping = _expect_map(data, path)
+    renamed = None
+    if cls in _READ_STEPS or cls is m.SetDataSchema:
+        mapping, renamed = _legacy_renamed(cls, mapping, path)
     for key in mapping:
         if key != skip and (not isinstance(key, str) or key not in table.by_key):
             expected = ", ".join(f.key for f in table.fields) or "none"
             raise _fail(f"{path}.{key}", f"unknown field, expected one of: {expected}")
     kwargs: dict[str, Any] = {}
     for f in table.fields:
-        fpath = f"{path}.{f.key}"
+        # Errors name the key as written (``schema`` of a v0.34 manifest).
+        fpath = f"{path}.{'schema' if f.key == renamed else f.key}"
         value = mapping.get(f.key)
         if value is None:
             if f.required:
@@ -1061,6 +1122,8 @@ def _table_from_plain(cls: type, data: Any, path: str, skip: str | None = None) 
 
 
 def _union_from_plain(union: str, data: Any, path: str) -> Any:
+    if union in _SHORT_FORM_UNIONS and isinstance(data, str):
+        data = {"kind": data}
     mapping = _expect_map(data, path)
     if "kind" not in mapping:
         raise _fail(f"{path}.kind", "missing field")
@@ -1159,14 +1222,16 @@ def block_to_yaml(block: m.MetadataBlock, version: int = 2) -> str:
     """kamu's YAML form of a block (``kamu log --output-format yaml``, RFC-013).
 
     ``version`` is the manifest version written in the envelope: 2 (kamu v0.153 - v0.264, the
-    default) or 3 (kamu >= v0.265); the content is the same for both.
+    default) or 3 (kamu >= v0.265). Version 2 uses the spec v0.34 keys of the fields spec v0.38
+    renamed (see :func:`to_dict`), version 3 the current ones, as kamu-cli HEAD writes them.
 
     Raises:
         EncodeError: unsupported version or an invalid block.
     """
     if version not in SUPPORTED_BLOCK_VERSIONS:
         raise EncodeError(f"cannot write block version {version}; supported: 2, 3")
-    return write_manifest(KIND_METADATA_BLOCK, version, block_to_dict(block))
+    legacy = version == 2
+    return write_manifest(KIND_METADATA_BLOCK, version, block_to_dict(block, legacy=legacy))
 
 
 def block_from_yaml(text: str | bytes) -> m.MetadataBlock:

@@ -26,7 +26,6 @@ from pathlib import Path
 from coordinator.chain.validation import ChainState, validate_append
 from coordinator.errors import BlockNotFound, ChainRuleViolation, HashMismatch, InvalidBlock
 from coordinator.metadata.flatbuffers_serde import (
-    DEFAULT_BLOCK_VERSION,
     decode_block,
     encode_block,
 )
@@ -217,7 +216,7 @@ class Dataset:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
-    def append(self, block: MetadataBlock, *, version: int = DEFAULT_BLOCK_VERSION) -> Multihash:
+    def append(self, block: MetadataBlock, *, version: int | None = None) -> Multihash:
         """Encode ``block`` and append it; returns the new head."""
         return self.append_many_bytes([encode_block(block, version)])
 

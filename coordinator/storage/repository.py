@@ -32,7 +32,7 @@ from coordinator.identity.dataset_id import DatasetId
 from coordinator.identity.keys import PrivateKey, generate_private_key, save_private_key
 from coordinator.ingest.fetch import check_polling_source
 from coordinator.metadata import model as m
-from coordinator.metadata.flatbuffers_serde import DEFAULT_BLOCK_VERSION, encode_block
+from coordinator.metadata.flatbuffers_serde import encode_block
 from coordinator.metadata.snapshot import DatasetSnapshot
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.storage.dataset import HEAD_REF, Dataset
@@ -294,14 +294,14 @@ class DatasetRepository:
         )
         from coordinator.metadata.flatbuffers_serde import block_hash
 
-        data = encode_block(seed, DEFAULT_BLOCK_VERSION)
+        data = encode_block(seed)
         blocks.append(data)
         prev = block_hash(data)
         for seq, event in enumerate(events, start=1):
             b = m.MetadataBlock(
                 system_time=now, prev_block_hash=prev, sequence_number=seq, event=event
             )
-            data = encode_block(b, DEFAULT_BLOCK_VERSION)
+            data = encode_block(b)
             blocks.append(data)
             prev = block_hash(data)
 

@@ -1,4 +1,4 @@
-"""FlatBuffers codec of the ODF engine protocol tables (``schemas/odf.fbs``, spec v0.34.0).
+"""FlatBuffers codec of the ODF engine protocol tables (``schemas/odf.fbs``, as of spec v0.34.0).
 
 ``TransformRequest`` is the request root; the response root is ``TransformResponseRoot{value:
 TransformResponse}``. These payloads travel in the single ``bytes flatbuffer = 1`` field of the

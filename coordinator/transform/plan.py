@@ -27,7 +27,7 @@ from coordinator.identity.dataset_id import DatasetId
 from coordinator.ingest.vocab import Vocab
 from coordinator.ingest.writer import schema_event
 from coordinator.metadata import model as m
-from coordinator.metadata.flatbuffers_serde import DEFAULT_BLOCK_VERSION, encode_block
+from coordinator.metadata.flatbuffers_serde import encode_block
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
@@ -598,8 +598,7 @@ def commit_transform(
                     prev_block_hash=prev_hash,
                     sequence_number=seq,
                     event=ev,
-                ),
-                DEFAULT_BLOCK_VERSION,
+                )
             )
             blobs.append(data)
             prev_hash = block_hash(data)

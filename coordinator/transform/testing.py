@@ -66,7 +66,7 @@ def make_root(
             ),
             m.AddPushSource(
                 source_name="src",
-                read=m.ReadStepCsv(schema=schema, header=True),
+                read=m.ReadStepCsv(ddl_schema=schema, header=True),
                 merge=merge or m.MergeStrategyAppend(),
             ),
         ],

@@ -72,6 +72,7 @@ STATUS_BUSY_TIMEOUT_MS = 50
 WRITES = frozenset(
     {
         "subscribe",
+        "record_trust",
         "unsubscribe",
         "record_accepted_head",
         "record_verification",
@@ -90,6 +91,10 @@ WRITES = frozenset(
     }
 )
 """NodeState methods that write (one transaction each, or one savepoint of a batch)."""
+
+
+_PROBE = "<probe>"
+"""The name of :meth:`ThreadedState.write_probe`'s call: no write, only its transaction."""
 
 
 class StateClosed(OdfNodeError):
@@ -212,6 +217,9 @@ class _Worker(threading.Thread):
         try:
             with state.batch():
                 for c in calls:
+                    if c.name == _PROBE:
+                        outcomes.append((c, None, None))  # nothing to write: commits with the rest
+                        continue
                     try:
                         outcomes.append((c, getattr(state, c.name)(*c.args, **c.kwargs), None))
                     except Exception as e:
@@ -248,6 +256,7 @@ class ThreadedState:
             raise
         self._path, self._clock = path, clock
         self._status: NodeState | None = None  # opened on first use, on the caller's thread
+        self._probe: asyncio.Future[Any] | None = None
 
     @staticmethod
     def _start(worker: _Worker) -> None:
@@ -288,6 +297,25 @@ class ThreadedState:
             return await fut
 
         return call
+
+    async def write_probe(self) -> None:
+        """Return once an empty write, queued behind every write queued so far, has committed.
+
+        How the daemon's ``/readyz`` sees that the writer keeps up: the probe waits for the
+        writer's queue and for the write lock (another process holding the database, a stalled
+        disk), and fails as a write would. Concurrent callers share one probe, so a writer that
+        is stuck does not collect one per readiness check. An empty transaction writes no page,
+        so a probe costs no fsync.
+        """
+        if self._closed:
+            raise StateClosed("state is closed (write probe)")
+        if self._probe is None or self._probe.done():
+            loop = asyncio.get_running_loop()
+            self._probe = loop.create_future()
+            # Retrieved here: a caller that gave up must not leave an unretrieved exception.
+            self._probe.add_done_callback(lambda f: f.cancelled() or f.exception())
+            self._writer.queue.put(_Call(_PROBE, (), {}, loop, self._probe))
+        await asyncio.shield(self._probe)
 
     def _inline_read(self, name: str) -> Callable[..., Awaitable[Any]]:
         async def call(*args: Any, **kwargs: Any) -> Any:

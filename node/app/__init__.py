@@ -30,11 +30,20 @@ from typing import Any
 from coordinator.storage.repository import DatasetRepository
 from node.app.console import ConsoleQueries
 from node.app.datasets import CommitLocks, DatasetUseCases
+from node.app.errors import InvalidArgument, Unavailable
 from node.app.metrics import NodeMetrics
-from node.app.ports import Clock, EnginePort, EventSink, GossipPort, IpfsPort, StatePort
+from node.app.ports import (
+    BackupPort,
+    Clock,
+    EnginePort,
+    EventSink,
+    GossipPort,
+    IpfsPort,
+    StatePort,
+)
 from node.app.publish import PublishPipeline
 from node.app.queries import NodeQueries
-from node.app.results import NodeStatus
+from node.app.results import BackupResult, NodeStatus
 from node.app.subscriptions import SubscriptionUseCases
 from node.app.verify import VerifyPipeline
 from node.app.work import WorkRunner
@@ -76,6 +85,20 @@ class Application:
     work: WorkRunner
     console: ConsoleQueries | None = None
     events: EventSink | None = None
+    backup_port: BackupPort | None = None
+
+    async def backup(self, file: str, datasets: bool = False) -> BackupResult:
+        """Write a backup of the node to ``file`` (an absolute path; never over a file).
+
+        Runs beside a running daemon: the state database is copied with SQLite's online backup
+        and dataset files are immutable once written (docs/backup.md).
+        """
+        if self.backup_port is None:
+            raise Unavailable("backups are not available in this context")
+        if not file.startswith("/"):
+            raise InvalidArgument(f"the backup file must be an absolute path, got {file!r}")
+        # No event is logged: beside a daemon this runs in the CLI, which only reads the home.
+        return await self.backup_port.create(file, datasets=datasets)
 
     @property
     def queries(self) -> NodeQueries:

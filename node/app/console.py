@@ -25,7 +25,8 @@ from coordinator.storage.repository import DatasetRepository
 from node.app.errors import InvalidArgument
 from node.app.metrics import NodeMetrics
 from node.app.ports import GossipPort, StatePort
-from node.app.subscriptions import parse_did
+from node.app.rows import Subscription
+from node.app.subscriptions import parse_did, trust_json
 from p2p.core import CoreConfig
 from p2p.wire import Dispute as WireDispute
 from p2p.wire import Evidence, decode_unverified
@@ -161,7 +162,8 @@ class ConsoleQueries:
         """Stored and followed datasets, one row each, sorted by alias.
 
         A followed dataset not pulled yet has no head; ``verification`` is the outcome recorded
-        for the accepted head (followed) or for the local head (owned, verified by hand).
+        for the accepted head (followed) or for the local head (owned, verified by hand);
+        ``trusted_head`` and ``trust`` are as ``subscriptions --json`` has them (followed only).
         """
         # The files are read in a worker thread while the state's reader thread answers.
         local, sub_list, acc_list, ver_list = await asyncio.gather(
@@ -190,6 +192,7 @@ class ConsoleQueries:
                     "owned": d.owned,
                     "followed": d.did in subs,
                     "accepted_head": acc.head if acc else None,
+                    **_trust_fields(subs.get(d.did), acc.head if acc else None),
                     "verification": ver.outcome if ver else None,
                     "verification_detail": (ver.detail or None) if ver else None,
                     "changed_ns": _latest(
@@ -216,6 +219,7 @@ class ConsoleQueries:
                     "owned": False,
                     "followed": True,
                     "accepted_head": acc.head if acc else None,
+                    **_trust_fields(sub, acc.head if acc else None),
                     "verification": ver.outcome if ver else None,
                     "verification_detail": (ver.detail or None) if ver else None,
                     "changed_ns": sub.updated_ns,
@@ -430,6 +434,13 @@ class ConsoleQueries:
             "samples": self._metrics.history_json(),
             "totals": self._metrics.totals(),
         }
+
+
+def _trust_fields(sub: Subscription | None, accepted: str | None) -> dict[str, Any]:
+    """``trusted_head`` and ``trust`` of a followed dataset (both None otherwise)."""
+    if sub is None:
+        return {"trusted_head": None, "trust": None}
+    return {"trusted_head": sub.trusted_head, "trust": trust_json(sub, accepted)}
 
 
 __all__ = ["ConsoleQueries"]

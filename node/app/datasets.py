@@ -23,8 +23,9 @@ from coordinator.errors import OdfNodeError
 from coordinator.identity import DatasetId
 from coordinator.metadata.snapshot import snapshots_from_yaml
 from coordinator.metadata.yaml_serde import block_to_dict
+from coordinator.storage.dataset import Dataset
 from coordinator.storage.repository import DatasetRepository
-from node.app.errors import InvalidArgument, NotOwner
+from node.app.errors import InvalidArgument, NotOwner, UntrustedInput
 from node.app.ports import EnginePort, StatePort, TransferPort
 from node.app.results import (
     CreatedDataset,
@@ -184,10 +185,13 @@ class DatasetUseCases:
         on_commit: OnCommit | None = None,
         locks: CommitLocks | None = None,
         polling: PollingOptions | None = None,
+        untrusted_input: Callable[[DatasetId], str | None] | None = None,
     ) -> None:
         self.repo = repo
         self.polling = polling or PollingOptions()
         self._engine = engine
+        # Why an input cannot be used now (its head is not trusted yet), or None.
+        self._untrusted_input = untrusted_input
         self._state = state
         self.transfer = transfer
         self._on_commit = on_commit
@@ -269,6 +273,16 @@ class DatasetUseCases:
         await self._log("dataset.ingest", did.as_did_str(), out.to_json())
         return out
 
+    async def _check_inputs_trusted(self, ds: Dataset) -> None:
+        """Refuse a transform one of whose inputs' stored head is not trusted yet."""
+        assert self._untrusted_input is not None
+        chain = await asyncio.to_thread(ds.state)
+        st = chain.set_transform
+        for i in st.inputs if st is not None else ():
+            reason = self._untrusted_input(DatasetId.parse(i.dataset_ref))
+            if reason is not None:
+                raise UntrustedInput(f"{reason}; transform again once it is trusted")
+
     async def transform(self, ref: str, *, publish: bool = True) -> TransformResult:
         """Run the next transform step of a derivative on the engine; then publish it (daemon)."""
         await load_data_stack()
@@ -279,6 +293,8 @@ class DatasetUseCases:
         did = handle.id
         async with self.locks.of(did):
             ds = self.repo.open(did.as_did_str())
+            if self._untrusted_input is not None:
+                await self._check_inputs_trusted(ds)
             inputs = await asyncio.to_thread(resolve_inputs, ds, self.repo.open)
             engine = self._engine()
             result = await asyncio.to_thread(

@@ -18,6 +18,7 @@ from typing import Any
 
 from node.app.metrics import NodeMetrics
 from node.app.ports import EventSink, StatePort
+from node.app.trust import TrustDriver
 from node.app.verify import Spawn, VerifyPipeline
 from p2p.core import (
     AbandonFetch,
@@ -34,7 +35,14 @@ from p2p.core import (
     RequestAntiEntropy,
     RequestFetch,
 )
-from p2p.wire import Attestation, Dispute, EquivocationProof, HeadAnnouncement, SignedMessage
+from p2p.wire import (
+    Attestation,
+    Dispute,
+    EquivocationProof,
+    HeadAnnouncement,
+    SignedMessage,
+    content_id,
+)
 
 log = logging.getLogger("odf_node.effects")
 
@@ -51,8 +59,10 @@ class NodeEffects:
         spawn: Spawn,
         owns: Callable[[Any], bool],
         kick: Callable[[], None],
+        trust: TrustDriver | None = None,
     ) -> None:
         self._state = state
+        self._trust = trust
         self._verify = verify
         self._events = events
         self._metrics = metrics
@@ -114,6 +124,8 @@ class NodeEffects:
             did, head, a.verdict.name.lower(), a.node.as_did_key(), sm.envelope, False
         )
         self._events.publish("attestation", {"did": did, "head": head, "own": False})
+        if self._trust is not None and not self._owns(a.dataset):
+            await self._trust.attestation(a.dataset, a.head, a.node, a.verdict)
 
     async def _store_dispute(self, sm: SignedMessage, x: Dispute) -> None:
         did, block = x.dataset.as_did_str(), x.block.to_multibase()
@@ -121,6 +133,9 @@ class NodeEffects:
             did, block, x.kind.name.lower(), x.node.as_did_key(), sm.envelope, False, x.detail
         )
         self._events.publish("dispute", {"did": did, "block": block, "own": False})
+        if self._trust is not None and not self._owns(x.dataset):
+            evidence = "f1620" + content_id(sm.envelope).hex()  # as the state stores it
+            await self._trust.dispute(x.dataset, x.block, x.node, evidence)
 
     def _store_proof(self, proof: EquivocationProof) -> None:
         async def write() -> None:
@@ -171,7 +186,12 @@ class NodeEffects:
             self._events.publish(
                 "head.accepted", {"did": did, "head": head, "sequence": d.sequence}
             )
-            if not self._owns(d.dataset):
+            if self._owns(d.dataset):
+                return
+            if self._trust is not None:
+                # The policy decides: a replay, or integrity checks only while a quorum forms.
+                await self._trust.head_accepted(d.dataset, d.head, d.sequence)
+            else:
                 await self._verify.queue(d.dataset, d.head, d.sequence)
 
         self._later(write)

@@ -23,10 +23,17 @@ class RetryLater(OdfNodeError):
     rpc_code = UNAVAILABLE
 
 
+class UntrustedInput(OdfNodeError):
+    """A derivative's input is a followed dataset whose stored head is not trusted yet
+    (``docs/trust.md``): the transform waits until it is."""
+
+    rpc_code = UNAVAILABLE
+
+
 class Unavailable(OdfNodeError):
     """A part of the node this request needs is turned off or not running (gossip, IPFS)."""
 
     rpc_code = UNAVAILABLE
 
 
-__all__ = ["InvalidArgument", "NotOwner", "RetryLater", "Unavailable"]
+__all__ = ["InvalidArgument", "NotOwner", "RetryLater", "Unavailable", "UntrustedInput"]

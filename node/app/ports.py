@@ -25,6 +25,7 @@ from coordinator.transform.model import (
     TransformResponse,
 )
 from node.app.jsontypes import JsonFields, JsonObject
+from node.app.results import BackupResult
 from node.app.rows import (
     AcceptedHead,
     Attestation,
@@ -33,6 +34,8 @@ from node.app.rows import (
     Event,
     Peer,
     Subscription,
+    TrustOverride,
+    TrustRecord,
     Verification,
     VerificationOutcome,
     WorkItem,
@@ -52,9 +55,18 @@ class StatePort(Protocol):
     """
 
     async def subscribe(
-        self, did: str, alias: str | None = None, source_hint: str | None = None
+        self,
+        did: str,
+        alias: str | None = None,
+        source_hint: str | None = None,
+        override: TrustOverride | None = None,
     ) -> Subscription:
-        """Follow ``did`` (idempotent; updates the alias when given)."""
+        """Follow ``did`` (idempotent; updates the alias and the trust override when given)."""
+        ...
+
+    async def record_trust(self, did: str, trust: TrustRecord, trusted_head: str | None) -> bool:
+        """Store the trust state of ``did``'s newest judged head (and its newest trusted head
+        when not None); False when ``did`` is not followed."""
         ...
 
     async def unsubscribe(self, did: str) -> bool:
@@ -377,6 +389,15 @@ class EnginePort(Protocol):
         ...
 
 
+class BackupPort(Protocol):
+    """Backups of the node's home (docs/backup.md): keys, config, the state database (SQLite's
+    online backup: taken while a daemon writes) and optionally the datasets."""
+
+    async def create(self, file: str, *, datasets: bool) -> BackupResult:
+        """Write a backup archive to ``file`` (never over an existing file)."""
+        ...
+
+
 class EventSink(Protocol):
     """Live events for the RPC WebSocket stream and the console."""
 
@@ -390,6 +411,7 @@ class EventSink(Protocol):
 
 
 __all__ = [
+    "BackupPort",
     "Clock",
     "EnginePort",
     "EventSink",

@@ -158,7 +158,14 @@ class PullResult(_Json):
 
 @dataclass(frozen=True)
 class SubscriptionRow(_Json):
-    """``subscriptions``: a followed dataset, its accepted head and verification outcome."""
+    """``subscriptions``: a followed dataset, its accepted head and verification outcome, and
+    its trust (``docs/trust.md``).
+
+    ``policy``: the subscription's own trust settings (None: the node's ``[trust]``);
+    ``trusted_head``: the newest trusted head (the one served under a policy other than
+    verify-all); ``trust``: the accepted head's ``{"state", "by", "attesters"}`` (with
+    ``evidence`` and ``disputed_by`` when disputed).
+    """
 
     did: str
     alias: str | None
@@ -167,6 +174,9 @@ class SubscriptionRow(_Json):
     sequence: int | None = None
     verification: str | None = None
     verification_detail: str | None = None
+    policy: dict[str, Any] | None = None
+    trusted_head: str | None = None
+    trust: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -290,6 +300,25 @@ class NodeStatus(_Json):
 
 
 @dataclass(frozen=True)
+class BackupResult(_Json):
+    """``backup``: the archive written (docs/backup.md) and what it holds."""
+
+    file: str
+    format_version: int
+    node_id: str
+    state_schema_version: int
+    subscriptions: int
+    attestations: int
+    disputes: int
+    datasets: list[dict[str, str | None]]
+    """``{"id", "alias", "head"}`` of each dataset stored (empty without ``--datasets``)."""
+    owned_dataset_keys: int
+    files: int
+    bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
 class ConsoleLogin(_Json):
     """``ui``: a one-time URL that logs a browser into the node console."""
 
@@ -299,6 +328,7 @@ class ConsoleLogin(_Json):
 
 __all__ = [
     "AttestationRow",
+    "BackupResult",
     "ConsoleLogin",
     "CreatedDataset",
     "DatasetRow",

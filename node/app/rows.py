@@ -24,14 +24,49 @@ WORK_STATES: frozenset[str] = frozenset({"pending", "claimed", "done", "failed"}
 
 
 @dataclass(frozen=True)
+class TrustOverride:
+    """A subscription's own trust settings over the node's ``[trust]`` (None: the node's)."""
+
+    policy: str | None = None
+    k: int | None = None
+    trusted_attesters: tuple[str, ...] | None = None
+
+    @property
+    def empty(self) -> bool:
+        """Whether nothing is overridden."""
+        return self.policy is None and self.k is None and self.trusted_attesters is None
+
+
+@dataclass(frozen=True)
+class TrustRecord:
+    """The trust state of a subscription's newest judged head, as ``p2p.trust`` answered it.
+
+    ``state``: pending, trusted, disputed, unverifiable; ``by``: local or quorum (trusted
+    only); ``attesters``: the quorum's node ids; ``evidence``: what disputed it;
+    ``disputed_by``: every signer that disputed it, trusted or not.
+    """
+
+    head: str
+    state: str
+    by: str | None = None
+    attesters: tuple[str, ...] = ()
+    evidence: str | None = None
+    disputed_by: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Subscription:
-    """A dataset the node follows."""
+    """A dataset the node follows; ``trusted_head`` is the newest head trusted (the one served
+    and used as an input under a trust policy other than verify-all)."""
 
     did: str
     alias: str | None
     source_hint: str | None
     created_ns: int
     updated_ns: int
+    override: TrustOverride = field(default_factory=TrustOverride)
+    trusted_head: str | None = None
+    trust: TrustRecord | None = None
 
 
 @dataclass(frozen=True)

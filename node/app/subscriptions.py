@@ -6,14 +6,16 @@ for its head; from there the protocol core drives fetch -> accept -> verify -> a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from coordinator.identity import DatasetId
 from coordinator.storage.repository import validate_alias
 from node.app.errors import InvalidArgument, Unavailable
 from node.app.ports import GossipPort, IpfsPort, StatePort
 from node.app.results import SubscriptionRow, Unsubscribed
-from node.app.rows import Subscription
+from node.app.rows import Subscription, TrustOverride
+from node.app.trust import effective_config
+from p2p.trust import TrustConfig
 
 
 def parse_did(text: str) -> DatasetId:
@@ -25,7 +27,42 @@ def parse_did(text: str) -> DatasetId:
 
 
 def _row(sub: Subscription) -> SubscriptionRow:
-    return SubscriptionRow(did=sub.did, alias=sub.alias, since_ns=sub.created_ns)
+    return SubscriptionRow(
+        did=sub.did,
+        alias=sub.alias,
+        since_ns=sub.created_ns,
+        policy=_override_json(sub.override),
+        trusted_head=sub.trusted_head,
+    )
+
+
+def _override_json(o: TrustOverride) -> dict[str, object] | None:
+    """The subscription's own trust settings (None: the node's ``[trust]``)."""
+    if o.empty:
+        return None
+    out: dict[str, object] = {}
+    if o.policy is not None:
+        out["policy"] = o.policy
+    if o.k is not None:
+        out["k"] = o.k
+    if o.trusted_attesters is not None:
+        out["trusted_attesters"] = list(o.trusted_attesters)
+    return out
+
+
+def trust_json(sub: Subscription, head: str | None) -> dict[str, object] | None:
+    """``{"state", "by", "attesters"}`` of the accepted head (pending until judged)."""
+    if head is None:
+        return None
+    t = sub.trust
+    if t is None or t.head != head:
+        return {"state": "pending", "by": None, "attesters": []}
+    out: dict[str, object] = {"state": t.state, "by": t.by, "attesters": list(t.attesters)}
+    if t.evidence is not None:
+        out["evidence"] = t.evidence
+    if t.disputed_by:
+        out["disputed_by"] = list(t.disputed_by)
+    return out
 
 
 class SubscriptionUseCases:
@@ -39,22 +76,60 @@ class SubscriptionUseCases:
         owns: Callable[[DatasetId], bool],
         *,
         loopback_only: bool,
+        trust: TrustConfig | None = None,
+        on_trust_change: Callable[[DatasetId], Awaitable[None]] | None = None,
     ) -> None:
         self._state = state
         self._gossip = gossip
         self._ipfs = ipfs
         self._owns = owns
         self._loopback_only = loopback_only
+        self._trust = trust or TrustConfig()
+        self._on_trust_change = on_trust_change
 
-    async def subscribe(self, did: str, alias: str | None = None) -> SubscriptionRow:
-        """Follow a remote dataset: pull, verify, republish and attest every new head."""
+    async def subscribe(
+        self,
+        did: str,
+        alias: str | None = None,
+        *,
+        policy: str | None = None,
+        k: int | None = None,
+        attesters: list[str] | None = None,
+    ) -> SubscriptionRow:
+        """Follow a remote dataset: pull, verify, republish and attest every new head.
+
+        ``policy``, ``k`` and ``attesters`` override the node's ``[trust]`` for this dataset
+        (persisted with the subscription).
+
+        Raises:
+            TrustConfigError: the override, applied over ``[trust]``, is invalid (the message
+                names the setting, e.g. ``[trust] trusted_attesters``).
+        """
         dataset = parse_did(did)
         if alias is not None:
             validate_alias(alias)
         if self._owns(dataset):
             raise InvalidArgument(f"{did} is owned by this node; nothing to subscribe to")
-        sub = await self._state.subscribe(dataset.as_did_str(), alias, "rpc")
-        await self._state.log_event("subscribe", sub.did, {"alias": alias})
+        override = TrustOverride(policy, k, None if attesters is None else tuple(attesters))
+        if not override.empty:
+            # Over what is stored already: a second subscribe may change only k.
+            known = await self._state.subscription(dataset.as_did_str())
+            stored = known.override if known is not None else TrustOverride()
+            merged = TrustOverride(
+                policy if policy is not None else stored.policy,
+                k if k is not None else stored.k,
+                override.trusted_attesters
+                if override.trusted_attesters is not None
+                else stored.trusted_attesters,
+            )
+            effective_config(self._trust, merged)  # refused before anything is stored
+        sub = await self._state.subscribe(dataset.as_did_str(), alias, "rpc", override)
+        data: dict[str, object] = {"alias": alias}
+        if not override.empty:
+            data["trust"] = _override_json(sub.override)
+        await self._state.log_event("subscribe", sub.did, data)
+        if not override.empty and self._on_trust_change is not None:
+            await self._on_trust_change(dataset)
         await self._gossip.follow(dataset)
         return _row(sub)
 
@@ -80,6 +155,9 @@ class SubscriptionUseCases:
                     sequence=acc.sequence if acc else None,
                     verification=ver.outcome if ver else None,
                     verification_detail=(ver.detail or None) if ver else None,
+                    policy=_override_json(sub.override),
+                    trusted_head=sub.trusted_head,
+                    trust=trust_json(sub, acc.head if acc else None),
                 )
             )
         return out
@@ -102,4 +180,4 @@ class SubscriptionUseCases:
         await self._state.log_event("ipfs.connect", None, {"multiaddr": multiaddr})
 
 
-__all__ = ["SubscriptionRow", "SubscriptionUseCases", "parse_did"]
+__all__ = ["SubscriptionRow", "SubscriptionUseCases", "parse_did", "trust_json"]

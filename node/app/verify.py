@@ -29,7 +29,7 @@ import secrets
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, assert_never
+from typing import TYPE_CHECKING, Any, Protocol, assert_never
 
 from coordinator.identity import DatasetId, PrivateKey
 from coordinator.metadata import model as m
@@ -67,6 +67,26 @@ Spawn = Callable[[Coroutine[Any, Any, None]], "asyncio.Task[None]"]
 """Starts a supervised task on the node's task group."""
 REPLAY_ENGINES = REPLAYABLE_ENGINES
 """Transform engines this node can replay (``Transform.Sql.engine``, case-insensitive)."""
+
+
+class VerdictSink(Protocol):
+    """Where the node's own verdicts go (:class:`node.app.trust.TrustDriver`)."""
+
+    async def local_verdict(
+        self,
+        did: DatasetId,
+        head: Multihash,
+        outcome: VerificationOutcome,
+        *,
+        conclusive: bool,
+        evidence: str,
+    ) -> None:
+        """The node's verification of ``head`` ended."""
+        ...
+
+    def may_republish(self, did: DatasetId, head: Multihash) -> bool:
+        """Whether ``head`` may be republished now (trusted, or trust does not gate)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -126,22 +146,41 @@ class VerifyPipeline:
         self._kick = kick
         # Computed once: base58-encoding the key on every attestation showed in loop profiles.
         self._node_id = self._key.dataset_id().as_did_key()
+        self.trust: VerdictSink | None = None
+        """Told the node's own verdicts (the trust driver, set by the composition root)."""
 
     @property
     def node_id(self) -> str:
         """This node's ``did:key``."""
         return self._node_id
 
-    async def queue(self, did: DatasetId, head: Multihash, sequence: int) -> None:
-        """Queue verification of ``did`` unless a pending item will already cover its head."""
+    async def queue(
+        self, did: DatasetId, head: Multihash, sequence: int, *, replay: bool | None = None
+    ) -> None:
+        """Queue verification of ``did`` unless a pending item will already cover its head.
+
+        ``replay``: whether the trust policy asks for a replay (True) or integrity checks only
+        (False); None, and True on a node with ``[pipeline] replay = false``, follow the
+        configuration. An integrity-only item pending does not cover a replay.
+        """
         for w in await self._state.work(state="pending", did=did.as_did_str()):
-            if w.kind == "verify":
+            if w.kind == "verify" and (replay is not True or w.payload.get("replay", True)):
                 await self._state.log_event(
                     "verify.coalesced", did.as_did_str(), {"head": head.to_multibase()}
                 )
                 return
+        payload: dict[str, object] = {"sequence": sequence}
+        dedupe = True
+        if replay is not None:
+            payload["replay"] = replay
+            if replay:
+                # An integrity-only check of this head already running does not cover a replay.
+                claimed = await self._state.work(state="claimed", did=did.as_did_str())
+                dedupe = not any(
+                    w.kind == "verify" and not w.payload.get("replay", True) for w in claimed
+                )
         await self._state.enqueue(
-            "verify", did.as_did_str(), head.to_multibase(), {"sequence": sequence}
+            "verify", did.as_did_str(), head.to_multibase(), payload, dedupe=dedupe
         )
         self._kick()
 
@@ -158,10 +197,12 @@ class VerifyPipeline:
         head = chain.head
         if head is None:
             return
-        engine_name = unsupported_engine(chain) if self._replay else None
-        if engine_name is None and self._replay:
+        # The trust policy may ask for integrity checks only (quorum) on a node that can replay.
+        replay = self._replay and bool(item.payload.get("replay", True))
+        engine_name = unsupported_engine(chain) if replay else None
+        if engine_name is None and replay:
             engine_name = self._missing_engine(chain)
-        inputs = {} if engine_name else await self._inputs(item.did, chain)
+        inputs = {} if engine_name else await self._inputs(item.did, chain, replay)
         await self._state.log_event("verify.start", item.did, {"head": head.to_multibase()})
         self._events.publish("verify.started", {"did": item.did, "head": head.to_multibase()})
         t0 = time.monotonic()
@@ -186,8 +227,8 @@ class VerifyPipeline:
                 verify_dataset,
                 ds,
                 inputs,
-                self._engine() if self._replay else None,
-                integrity_only=not self._replay,
+                self._engine() if replay else None,
+                integrity_only=not replay,
                 listener=progress,
             )
             outcome, detail = self._judge(report)
@@ -231,6 +272,12 @@ class VerifyPipeline:
             kind=chain.dataset_kind,
             dataset=ds,
         )
+        if self.trust is not None:
+            # Before the attestation: a head this replay trusts is republished with it.
+            conclusive = finished.replayed or chain.dataset_kind == m.DatasetKind.ROOT
+            await self.trust.local_verdict(
+                did, head, outcome, conclusive=conclusive, evidence=detail[:200] or outcome
+            )
         # The core decides: an attestation, a dispute, or nothing (head superseded).
         verdict = self._gossip.verification_completed(did, head, outcome != "failed")
         match verdict:
@@ -255,11 +302,9 @@ class VerifyPipeline:
             return engine
         return None
 
-    async def _inputs(self, did: str, chain: Any) -> dict[DatasetId, Dataset]:
+    async def _inputs(self, did: str, chain: Any, replay: bool) -> dict[DatasetId, Dataset]:
         inputs: dict[DatasetId, Dataset] = {}
-        if not (
-            chain.dataset_kind == m.DatasetKind.DERIVATIVE and chain.set_transform and self._replay
-        ):
+        if not (chain.dataset_kind == m.DatasetKind.DERIVATIVE and chain.set_transform and replay):
             return inputs
         missing = []
         for i in chain.set_transform.inputs:
@@ -294,11 +339,25 @@ class VerifyPipeline:
             return "nondeterministic", detail
         return "failed", detail
 
+    async def republish(self, did: DatasetId, head: Multihash) -> None:
+        """Republish ``did`` (at ``head``, its current head) to IPFS, when republishing is on:
+        a head a quorum trusted, which the node's attestation did not republish."""
+        if not (self._republish and self._ipfs.api_url):
+            return
+        ds = self._repo.open(did.as_did_str())
+        if ds.head() != head:
+            return  # superseded meanwhile: the newer head is judged on its own
+        cid = await self._ipfs.publish_dataset(ds)
+        await self._state.log_event(
+            "republish", did.as_did_str(), {"head": head.to_multibase(), "cid": cid}
+        )
+
     # ---- carrying out the core's verdict
 
     async def _attest(self, p: _Outcome) -> None:
         locations = FetchLocations()
-        if p.outcome == "verified" and self._republish and self._ipfs.api_url:
+        trusted = self.trust is None or self.trust.may_republish(p.did, p.head)
+        if p.outcome == "verified" and self._republish and self._ipfs.api_url and trusted:
             cid = await self._ipfs.publish_dataset(p.dataset)
             locations = FetchLocations((cid,), self._http_urls(p.did))
             await self._state.log_event(
@@ -450,6 +509,7 @@ __all__ = [
     "ENGINE_NAME",
     "ENGINE_VERSION",
     "REPLAY_ENGINES",
+    "VerdictSink",
     "VerifyPipeline",
     "attested_engine",
     "unsupported_engine",

@@ -17,6 +17,7 @@ from node.app.datasets import load_data_stack
 from node.app.errors import InvalidArgument
 from node.app.results import (
     AttestationRow,
+    BackupResult,
     CreatedDataset,
     DatasetRow,
     DisputeRow,
@@ -115,13 +116,41 @@ async def _ipfs_connect(app: Application, ctx: Context, multiaddr: str) -> IpfsC
     return IpfsConnected(connected=multiaddr)
 
 
+async def _backup(
+    app: Application, ctx: Context, file: str, datasets: bool = False
+) -> BackupResult:
+    return await app.backup(file, datasets)
+
+
+def _backup_file(value: Path) -> str:
+    """The archive path as an absolute string (written where the caller sees it)."""
+    return str(Path(value).absolute())
+
+
+def _render_backup(result: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    stored = len(result["datasets"])
+    out.print(
+        f"Backed up node {result['node_id']} to [bold]{result['file']}[/]: "
+        f"{result['subscriptions']} subscriptions, {result['attestations']} attestations, "
+        f"{result['disputes']} disputes, {result['owned_dataset_keys']} dataset keys"
+        + (f", {stored} datasets" if stored else " (datasets not included: --datasets)")
+        + f"; {result['files']} files, {result['bytes']} bytes in {result['seconds']} s"
+    )
+
+
 # ---- subscriptions
 
 
 async def _subscribe(
-    app: Application, ctx: Context, did: str, alias: str | None = None
+    app: Application,
+    ctx: Context,
+    did: str,
+    alias: str | None = None,
+    policy: str | None = None,
+    k: int | None = None,
+    attesters: list[str] | None = None,
 ) -> SubscriptionRow:
-    return await app.subscriptions.subscribe(did, alias)
+    return await app.subscriptions.subscribe(did, alias, policy=policy, k=k, attesters=attesters)
 
 
 async def _unsubscribe(app: Application, ctx: Context, did: str) -> Unsubscribed:
@@ -513,12 +542,60 @@ COMMANDS: tuple[Command, ...] = (
         result=object_of(IpfsConnected),
     ),
     Command(
+        "node.backup",
+        "Back up the node: keys, config, state (attestations, disputes...), optionally datasets.",
+        _backup,
+        (
+            Param(
+                "file",
+                STR,
+                True,
+                "The archive to write (never over an existing file).",
+                Cli("argument", type=Path, to_wire=_backup_file, metavar="FILE"),
+            ),
+            Param(
+                "datasets", BOOL, False, "Include every dataset (blocks, data, checkpoints).", Cli()
+            ),
+        ),
+        cli=("backup",),
+        doc="Safe while the daemon runs. Restore with `odf-node restore FILE --home DIR`; the "
+        "archive format: docs/backup.md.",
+        result=object_of(BackupResult),
+        render=_render_backup,
+        in_process="a read of the home beside the daemon (SQLite's online backup copies "
+        "state.db while the daemon writes; dataset files are immutable once written), and the "
+        "archive is written by the caller, where the caller sees FILE",
+        parity="one command line cannot run on both homes (a backup never overwrites its "
+        "file): the test backs each home up to its own file and compares the shapes",
+    ),
+    Command(
         "subscriptions.add",
         "Follow a remote dataset: pull, verify, republish and attest each new head.",
         _subscribe,
         (
             Param("did", STR, True, "did:odf:… of the dataset to follow.", Cli("argument")),
             Param("alias", STR, False, "Local name.", Cli(type=str)),
+            Param(
+                "policy",
+                {"type": "string", "enum": ["verify-all", "quorum", "sample", "reputation"]},
+                False,
+                "Trust policy of this dataset, over the node's [trust] policy (docs/trust.md).",
+                Cli(type=str),
+            ),
+            Param(
+                "k",
+                {"type": "integer", "minimum": 1},
+                False,
+                "Attestations of trusted attesters needed (quorum, sample), over [trust] k.",
+                Cli(type=int),
+            ),
+            Param(
+                "attesters",
+                STRS,
+                False,
+                "A trusted attester's node id (did:key:…), over [trust] trusted_attesters.",
+                Cli(flags=("--attester",), type=list[str], metavar="NODE_ID"),
+            ),
         ),
         cli=("subscribe",),
         write=True,
@@ -535,7 +612,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "subscriptions.list",
-        "Followed datasets, their accepted heads and verification outcomes.",
+        "Followed datasets, their accepted heads, verification outcomes and trust.",
         _subscriptions,
         cli=("subscriptions",),
         result=array_of(SubscriptionRow),

@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from coordinator.identity import DatasetId, PrivateKey
+from coordinator.multiformats import Multihash
 from coordinator.storage.repository import DatasetRepository
+from node.adapters.backup import HomeBackup
 from node.adapters.gossip import GossipAdapter, NoGossip
 from node.adapters.ipfs import IpfsAdapter, NoIpfs
 from node.adapters.loop_thread import LoopThread
@@ -43,12 +45,15 @@ from node.app.metrics import NodeMetrics
 from node.app.ports import GossipPort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
 from node.app.subscriptions import SubscriptionUseCases
+from node.app.trust import TrustDriver
 from node.app.verify import VerifyPipeline
 from node.app.work import RetryPolicy, WorkRunner, prune_finished_work
 from node.config import NodeConfig
 from node.daemon.addresses import advertised_http_url, advertised_multiaddrs
+from node.daemon.health import Readiness
 from node.daemon.lock import HomeLock
 from node.daemon.loop_monitor import GcPauses, watch_event_loop
+from node.daemon.sdnotify import Notifier, ping_watchdog
 from node.daemon.services import FunctionService, ServiceGroup
 from node.home import NodeHome
 from p2p.core import CoreConfig, ProtocolCore
@@ -88,6 +93,7 @@ class Daemon:
     gossip: GossipPort = field(init=False)
     ipfs: IpfsPort = field(init=False)
     app: Application = field(init=False)
+    trust: TrustDriver = field(init=False)
     _engine: Any = field(default=None, init=False)
     _ipfs_node: Any = field(default=None, init=False)
     _transport: Any = field(default=None, init=False)
@@ -95,6 +101,8 @@ class Daemon:
     _discovery: Any = field(default=None, init=False)
     _http_runner: Any = field(default=None, init=False)
     _rpc: Any = field(default=None, init=False)
+    _threaded: ThreadedState | None = field(default=None, init=False)
+    stopping: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.repo = self.home.repository()
@@ -109,7 +117,7 @@ class Daemon:
             node_id=self.node_key.dataset_id().as_did_key(),
             home=str(self.home.path),
             spark_master=self.config.engine.spark_master,
-            block_version=self.config.metadata.block_version,
+            block_version=self.config.metadata.apply(),
             config=self.config.to_dict(),
         )
 
@@ -129,6 +137,12 @@ class Daemon:
         lock = HomeLock(self.home.path)
         lock.acquire_daemon()
         sys.setswitchinterval(_GIL_SWITCH_INTERVAL_S)
+        notifier = Notifier()
+        # As sd_notify(unset_environment=1): child processes (libp2p, IPFS, engine workers) must
+        # not inherit the socket or the watchdog and speak for the node.
+        for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
+            os.environ.pop(name, None)
+        self.group.on_starting = lambda name: notifier.status(f"starting {name}")
         gc_pauses = self.gc_pauses = GcPauses(
             lambda gen, s: self.metrics.gc_pause.labels(str(gen)).observe(s)
         )
@@ -137,6 +151,13 @@ class Daemon:
             await self.group.start()
             self.info.started_at_ns = self.clock()
             gc_pauses.install(freeze=True)
+            # systemd (Type=notify): every service is up. The watchdog pings from this loop.
+            notifier.ready(f"ready: node {self.node_id}")
+            interval = notifier.watchdog_interval_s
+            if interval is not None:
+                self.group.spawn_restarting(
+                    lambda: ping_watchdog(notifier, interval), "systemd-watchdog"
+                )
             log.info(
                 "odf-node ready: home=%s node_id=%s rpc=%s http=%s ipfs=%s",
                 self.home.path,
@@ -150,11 +171,14 @@ class Daemon:
             done, _ = await asyncio.wait({waiter, failure}, return_when=asyncio.FIRST_COMPLETED)
             for t in (waiter, failure):
                 t.cancel()
+            self.stopping = True
+            notifier.stopping()
             log.info("odf-node stopping")
             await self.group.stop()
             if failure in done and not failure.cancelled():
                 raise RuntimeError(f"a daemon task crashed: {failure.result()!r}")
         finally:
+            notifier.close()
             gc_pauses.uninstall()
             lock.release()
             log.info("odf-node stopped")
@@ -181,6 +205,7 @@ class Daemon:
     async def _start_state(self) -> None:
         # Opening runs migrations (disk IO): off the loop like every later call.
         threaded = await asyncio.to_thread(ThreadedState, self.home.path / "state.db", self.clock)
+        self._threaded = threaded
         self.state = cast(StatePort, threaded)
         released = await self.state.release_claims()
         if released:
@@ -346,6 +371,20 @@ class Daemon:
             http_urls=self.http_urls,
             kick=work.kick,
         )
+        trust_config = self.config.trust_config()
+        self.trust = trust = TrustDriver(
+            trust_config,
+            self.state,
+            self.events,
+            self.clock,
+            self.rng,
+            verify,
+            republish=verify.republish,
+            current_head=self._stored_head,
+            contains_block=self._contains_block,
+        )
+        verify.trust = trust
+        await trust.restore()
         work.handle("verify", verify.run)
         work.handle("publish", publish.run)
         work.handle("dispute", verify.run_rejected_head)
@@ -371,6 +410,7 @@ class Daemon:
                 self.config.ingest.max_decompressed_bytes,
                 self.config.ingest.allow_pipe,
             ),
+            untrusted_input=trust.untrusted_input,
         )
         subs = SubscriptionUseCases(
             self.state,
@@ -378,9 +418,18 @@ class Daemon:
             _Late(self, "ipfs"),
             self.owns,
             loopback_only=self.config.network.loopback_only,
+            trust=trust_config,
+            on_trust_change=trust.configure,
         )
         self.effects = NodeEffects(
-            self.state, verify, self.events, self.metrics, self._spawn, self.owns, work.kick
+            self.state,
+            verify,
+            self.events,
+            self.metrics,
+            self._spawn,
+            self.owns,
+            work.kick,
+            trust,
         )
         self.gossip = NoGossip()
         self.fetcher = ChainFetcher(
@@ -409,7 +458,20 @@ class Daemon:
             work=work,
             console=ConsoleQueries(self.repo, self.state, _Late(self, "gossip"), self.metrics),
             events=self.events,
+            backup_port=HomeBackup(self.home.path),
         )
+
+    def _stored_head(self, did: DatasetId) -> Multihash | None:
+        """``did``'s head in the repository (None when it holds none)."""
+        if not self.repo.contains(did.as_did_str()):
+            return None
+        return self.repo.open(did.as_did_str()).head()
+
+    def _contains_block(self, did: DatasetId, block: Multihash) -> bool:
+        """Whether ``did``'s stored chain holds ``block``."""
+        if not self.repo.contains(did.as_did_str()):
+            return False
+        return self.repo.open(did.as_did_str()).blocks.contains(block)
 
     async def _stop_app(self) -> None:
         # Last to stop but the state and the workers: every pull was cancelled (and unwound)
@@ -583,6 +645,7 @@ class Daemon:
             if hasattr(self, "gc_pauses"):
                 self.gc_pauses.maintain()
             await self.state.prune_events(100_000)
+            await self.trust.tick()
             now = self.clock()
             if last_prune is None or now - last_prune >= _PRUNE_EVERY_NS:
                 await prune_finished_work(
@@ -598,8 +661,10 @@ class Daemon:
 
         from node.transfer.server import make_app
 
-        app = make_app(self.repo)
+        app = make_app(self.repo, served_head=self._served_head)
         app.router.add_get("/metrics", self._metrics_handler)
+        app.router.add_get("/healthz", self._healthz_handler)
+        app.router.add_get("/readyz", self._readyz_handler)
         # keepalive_timeout also bounds a connection that never completes its request headers.
         self._http_runner = web.AppRunner(
             app, access_log=None, keepalive_timeout=self.config.http.idle_timeout_s
@@ -612,11 +677,61 @@ class Daemon:
             f"http://{self.config.http.host}:{_bound_port(self._http_runner, port)}"
         )
 
+    def _served_head(self, did: DatasetId) -> str | None:
+        """The head the Simple Transfer Protocol serves of ``did`` (None: the stored one)."""
+        return self.trust.served_head(did) if hasattr(self, "trust") else None
+
     async def _metrics_handler(self, request: Any) -> Any:
         from aiohttp import web
 
         body, content_type = self.metrics.render()
         return web.Response(body=body, headers={"Content-Type": content_type})
+
+    async def _healthz_handler(self, request: Any) -> Any:
+        from aiohttp import web
+
+        uptime = (self.clock() - self.info.started_at_ns) / 1e9 if self.info.started_at_ns else 0
+        return web.json_response({"status": "ok", "uptime_s": round(uptime, 3)})
+
+    async def _readyz_handler(self, request: Any) -> Any:
+        from aiohttp import web
+
+        ready, body = await self.readiness().report()
+        return web.json_response(body, status=200 if ready else 503)
+
+    def readiness(self) -> Readiness:
+        """The checks of ``GET /readyz`` over this daemon (``node/daemon/health.py``)."""
+        cfg = self.config
+
+        def services() -> tuple[list[str], list[str]]:
+            return [s.name for s in self.group.services], [s.name for s in self.group.started]
+
+        async def write_probe() -> None:
+            if self._threaded is None:
+                raise RuntimeError("the state is not open")
+            await self._threaded.write_probe()
+
+        def engine_crashes(window_s: float) -> list[str]:
+            engine = self._engine
+            return list(engine.crash_reasons(window_s)) if engine is not None else []
+
+        def peers() -> int | None:
+            if cfg.network.loopback_only or not cfg.p2p.enabled:
+                return None
+            return self.gossip.peer_count()
+
+        async def verify_backlog() -> int:
+            return int((await self.state.pending_counts()).get("verify", 0))
+
+        return Readiness(
+            cfg.health,
+            services,
+            lambda: self.stopping,
+            write_probe,
+            engine_crashes,
+            peers,
+            verify_backlog,
+        )
 
     async def _stop_http(self) -> None:
         await self._http_runner.cleanup()

@@ -62,6 +62,8 @@ class ServiceGroup:
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     _failure: asyncio.Future[BaseException] | None = None
     restarts: dict[str, int] = field(default_factory=dict)
+    on_starting: Callable[[str], object] | None = None
+    """Called with each service's name before it starts (the systemd status line)."""
 
     def add(self, service: Service) -> None:
         """Register ``service`` (started after the ones added before it)."""
@@ -124,6 +126,8 @@ class ServiceGroup:
         """Start every service in order; on failure stop those already started and re-raise."""
         self._failure = asyncio.get_running_loop().create_future()
         for s in self.services:
+            if self.on_starting is not None:
+                self.on_starting(s.name)
             t0 = time.monotonic()
             try:
                 await s.start()

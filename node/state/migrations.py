@@ -181,11 +181,24 @@ _V4: tuple[str, ...] = (
 )
 
 
+# Trust policies (docs/trust.md): a subscription's own policy over the node's [trust] (NULL: the
+# node's), the newest trusted head (served and used as an input) and the trust state of the
+# newest judged head (JSON), so that a restart neither re-trusts a head nor forgets a dispute.
+_V5: tuple[str, ...] = (
+    "ALTER TABLE subscriptions ADD COLUMN trust_policy TEXT",
+    "ALTER TABLE subscriptions ADD COLUMN trust_k INTEGER CHECK (trust_k IS NULL OR trust_k >= 1)",
+    "ALTER TABLE subscriptions ADD COLUMN trust_attesters TEXT",
+    "ALTER TABLE subscriptions ADD COLUMN trusted_head TEXT",
+    "ALTER TABLE subscriptions ADD COLUMN trust TEXT",
+)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _V1),
     Migration(2, "indexes for claim and events by kind", _v2_indexes),
     Migration(3, "verification outcome 'unverifiable'", _V3),
     Migration(4, "verification outcome 'inconclusive'", _V4),
+    Migration(5, "subscription trust policy, trusted head and trust state", _V5),
 )
 LATEST_VERSION: int = MIGRATIONS[-1].version
 

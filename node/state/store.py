@@ -37,6 +37,8 @@ from node.app.rows import (
     Event,
     Peer,
     Subscription,
+    TrustOverride,
+    TrustRecord,
     Verification,
     VerificationOutcome,
     WorkItem,
@@ -184,28 +186,64 @@ class NodeState:
     # -- subscriptions ----------------------------------------------------------------------
 
     def subscribe(
-        self, did: str, alias: str | None = None, source_hint: str | None = None
+        self,
+        did: str,
+        alias: str | None = None,
+        source_hint: str | None = None,
+        override: TrustOverride | None = None,
     ) -> Subscription:
-        """Follow ``did``; idempotent. On an existing subscription, a non-None ``alias`` or
-        ``source_hint`` replaces the stored one and None keeps it."""
+        """Follow ``did``; idempotent. On an existing subscription, a non-None ``alias``,
+        ``source_hint`` or field of ``override`` replaces the stored one and None keeps it."""
         _check_did(did)
         now = self._clock()
+        o = override or TrustOverride()
+        attesters = None if o.trusted_attesters is None else json.dumps(list(o.trusted_attesters))
         with self._tx() as c:
             c.execute(
-                """INSERT INTO subscriptions (did, alias, source_hint, created_ns, updated_ns)
-                   VALUES (?, ?, ?, ?, ?)
+                """INSERT INTO subscriptions (did, alias, source_hint, created_ns, updated_ns,
+                                              trust_policy, trust_k, trust_attesters)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                    ON CONFLICT (did) DO UPDATE SET
                      alias = coalesce(excluded.alias, alias),
                      source_hint = coalesce(excluded.source_hint, source_hint),
+                     trust_policy = coalesce(excluded.trust_policy, trust_policy),
+                     trust_k = coalesce(excluded.trust_k, trust_k),
+                     trust_attesters = coalesce(excluded.trust_attesters, trust_attesters),
                      updated_ns = CASE
                        WHEN coalesce(excluded.alias, alias) IS NOT alias
                          OR coalesce(excluded.source_hint, source_hint) IS NOT source_hint
+                         OR excluded.trust_policy IS NOT NULL
+                         OR excluded.trust_k IS NOT NULL
+                         OR excluded.trust_attesters IS NOT NULL
                        THEN excluded.updated_ns ELSE updated_ns END""",
-                (did, alias, source_hint, now, now),
+                (did, alias, source_hint, now, now, o.policy, o.k, attesters),
             )
         sub = self.subscription(did)
         assert sub is not None
         return sub
+
+    def record_trust(self, did: str, trust: TrustRecord, trusted_head: str | None) -> bool:
+        """Store the trust state of ``did``'s newest judged head and, when not None, its newest
+        trusted head; False when ``did`` is not followed (nothing stored)."""
+        _check_did(did)
+        _check_head(trust.head)
+        if trusted_head is not None:
+            _check_head(trusted_head)
+        record = {
+            "head": trust.head,
+            "state": trust.state,
+            "by": trust.by,
+            "attesters": list(trust.attesters),
+            "evidence": trust.evidence,
+            "disputed_by": list(trust.disputed_by),
+        }
+        with self._tx() as c:
+            cur = c.execute(
+                """UPDATE subscriptions SET trust = ?, trusted_head = coalesce(?, trusted_head)
+                   WHERE did = ?""",
+                (json.dumps(record), trusted_head, did),
+            )
+        return cur.rowcount > 0
 
     def unsubscribe(self, did: str) -> bool:
         """Stop following ``did``; True if it was subscribed. Other rows (heads...) are kept."""
@@ -765,7 +803,10 @@ def _filters(*pairs: tuple[str, object]) -> tuple[str, list[Any]]:
     return (" WHERE " + " AND ".join(conds) if conds else ""), params
 
 
-_SUB_SELECT = "SELECT did, alias, source_hint, created_ns, updated_ns FROM subscriptions"
+_SUB_SELECT = (
+    "SELECT did, alias, source_hint, created_ns, updated_ns, trust_policy, trust_k,"
+    " trust_attesters, trusted_head, trust FROM subscriptions"
+)
 _HEAD_SELECT = (
     "SELECT did, epoch, sequence, head, source_peer, envelope, accepted_ns FROM accepted_heads"
 )
@@ -777,7 +818,20 @@ _WORK_SELECT = (
 
 
 def _subscription(r: sqlite3.Row) -> Subscription:
-    return Subscription(r[0], r[1], r[2], int(r[3]), int(r[4]))
+    attesters = None if r[7] is None else tuple(json.loads(r[7]))
+    override = TrustOverride(r[5], None if r[6] is None else int(r[6]), attesters)
+    trust = None
+    if r[9] is not None:
+        t = json.loads(r[9])
+        trust = TrustRecord(
+            t["head"],
+            t["state"],
+            t.get("by"),
+            tuple(t.get("attesters") or ()),
+            t.get("evidence"),
+            tuple(t.get("disputed_by") or ()),
+        )
+    return Subscription(r[0], r[1], r[2], int(r[3]), int(r[4]), override, r[8], trust)
 
 
 def _accepted_head(r: sqlite3.Row) -> AcceptedHead:

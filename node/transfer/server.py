@@ -4,18 +4,29 @@
 ``/{dataset}/checkpoints/{hash}``, where ``{dataset}`` is a local alias or ``did:odf:…``; so
 ``kamu pull http://host:port/{alias}`` works against this node. Nothing else is served: hashes
 must parse as multihashes (no path traversal), and ``info/`` is never exposed.
+
+A followed dataset under a trust policy other than verify-all is served at its newest trusted
+head (``served_head``, ``docs/trust.md``): ``refs/head`` names it, or answers 404 while no head
+is trusted, so a puller never walks from a head this node does not trust.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aiohttp import web
 
 from coordinator.errors import DatasetNotFound, InvalidDatasetId, OdfNodeError
+from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import HEAD_REF, Dataset
 from coordinator.storage.repository import DatasetRepository
 
+ServedHead = Callable[[DatasetId], "str | None"]
+"""The head to serve of a dataset: None serves the stored head, ``""`` none (not trusted yet)."""
+
 REPO_KEY: web.AppKey[DatasetRepository] = web.AppKey("repo", DatasetRepository)
+SERVED_KEY: web.AppKey[ServedHead] = web.AppKey("served_head")
 
 
 def _dataset(request: web.Request) -> Dataset:
@@ -40,6 +51,14 @@ def _empty_suffix_range(value: str) -> bool:
 
 async def _head(request: web.Request) -> web.StreamResponse:
     ds = _dataset(request)
+    served_head = request.app.get(SERVED_KEY)
+    if served_head is not None:
+        did = request.app[REPO_KEY].resolve(request.match_info["dataset"]).id
+        served = served_head(did)
+        if served == "":
+            raise web.HTTPNotFound(text="no trusted head yet\n")
+        if served is not None:
+            return web.Response(body=served.encode("ascii"), content_type="text/plain")
     path = ds.layout.refs_dir / HEAD_REF
     if not path.is_file():
         raise web.HTTPNotFound(text="empty dataset\n")
@@ -66,10 +85,13 @@ async def _object(request: web.Request) -> web.StreamResponse:
     return web.FileResponse(path, headers={"Content-Type": "application/octet-stream"})
 
 
-def make_app(repo: DatasetRepository) -> web.Application:
-    """The aiohttp application serving ``repo`` read-only."""
+def make_app(repo: DatasetRepository, served_head: ServedHead | None = None) -> web.Application:
+    """The aiohttp application serving ``repo`` read-only (``served_head``: see the module
+    docstring)."""
     app = web.Application()
     app[REPO_KEY] = repo
+    if served_head is not None:
+        app[SERVED_KEY] = served_head
     app.router.add_get("/{dataset}/refs/head", _head)
     app.router.add_get(r"/{dataset}/{kind:blocks|data|checkpoints}/{hash:[A-Za-z0-9]+}", _object)
     return app

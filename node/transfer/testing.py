@@ -32,7 +32,7 @@ def new_dataset(root: Path, seed: bytes = b"transfer-test", *, durable: bool = F
             event=m.Seed(dataset_id=did, dataset_kind=m.DatasetKind.ROOT),
         )
     )
-    _append(ds, m.SetDataSchema(schema=SCHEMA))
+    _append(ds, m.SetDataSchema(raw_arrow_schema=SCHEMA))
     return ds
 
 

@@ -53,7 +53,7 @@ def build_chain(n: int) -> list[bytes]:
         head = block_hash(data)
 
     add(m.Seed(dataset_id=DatasetId.new_seeded_ed25519(b"bench"), dataset_kind=m.DatasetKind.ROOT))
-    add(m.SetDataSchema(schema=SCHEMA_BYTES))
+    add(m.SetDataSchema(raw_arrow_schema=SCHEMA_BYTES))
     prev_offset: int | None = None
     checkpoint: m.Checkpoint | None = None
     while len(out) < n:

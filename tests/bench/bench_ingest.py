@@ -14,10 +14,12 @@ imports and the ingest), plus the RSS just before the ingest started.
 ``--merge ledger`` / ``snapshot`` use those strategies with ``id`` as the primary key
 (Snapshot holds the whole snapshot in memory by design: a file over ``--snapshot-bytes`` of
 Arrow data, default ``push.MAX_SNAPSHOT_BYTES``, is refused; the generator writes at least
-1M rows, about 80 MB, so pass a larger value to measure it).
+1M rows, about 80 MB, so pass a larger value to measure it). ``--merge upsert`` uses
+UpsertStream on ``id`` (no op column: every row an upsert), which holds the whole file the
+same way, up to ``--stream-bytes`` (default ``push.MAX_STREAM_BYTES``).
 
 Usage: .venv/bin/python tests/bench/bench_ingest.py [--size BYTES] [--order sorted|shuffled]
-       [--merge append|ledger|snapshot] [--block-bytes N] [--run-bytes N] [--json]
+       [--merge append|ledger|snapshot|upsert] [--block-bytes N] [--run-bytes N] [--json]
 """
 
 from __future__ import annotations
@@ -81,7 +83,12 @@ def generate_csv(path: Path, size: int, order: str, seed: int = 1) -> tuple[int,
 
 
 def child(
-    directory: Path, merge: str, block_bytes: int, run_bytes: int, snapshot_bytes: int
+    directory: Path,
+    merge: str,
+    block_bytes: int,
+    run_bytes: int,
+    snapshot_bytes: int,
+    stream_bytes: int,
 ) -> None:
     """Create the dataset, ingest ``input.csv`` and print a JSON report."""
     from coordinator.identity import DatasetId
@@ -95,6 +102,8 @@ def child(
         strategy = m.MergeStrategyAppend()
     elif merge == "ledger":
         strategy = m.MergeStrategyLedger(primary_key=("id",))
+    elif merge == "upsert":
+        strategy = m.MergeStrategyUpsertStream(primary_key=("id",))
     else:
         strategy = m.MergeStrategySnapshot(primary_key=("id",))
     ds = Dataset.create(directory / "dataset")
@@ -103,7 +112,7 @@ def child(
         m.Seed(dataset_id=DatasetId.new_seeded_ed25519(b"bench"), dataset_kind=m.DatasetKind.ROOT),
         m.AddPushSource(
             source_name="bench",
-            read=m.ReadStepCsv(schema=SCHEMA, header=True),
+            read=m.ReadStepCsv(ddl_schema=SCHEMA, header=True),
             merge=strategy,
         ),
     ):
@@ -125,6 +134,7 @@ def child(
         block_bytes=block_bytes,
         run_bytes=run_bytes,
         snapshot_bytes=snapshot_bytes,
+        stream_bytes=stream_bytes,
     )
     elapsed = time.perf_counter() - start
     (s,) = res.slices
@@ -147,7 +157,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--size", type=int, default=1 << 30, help="CSV size in bytes (default 1 GiB)")
     p.add_argument("--order", choices=("sorted", "shuffled"), default="sorted")
-    p.add_argument("--merge", choices=("append", "ledger", "snapshot"), default="append")
+    p.add_argument("--merge", choices=("append", "ledger", "snapshot", "upsert"), default="append")
     p.add_argument("--block-bytes", type=int, default=4 << 20)
     p.add_argument("--run-bytes", type=int, default=32 << 20)
     p.add_argument(
@@ -156,12 +166,25 @@ def main() -> None:
         default=40 << 20,
         help="largest snapshot a Snapshot merge takes (push.MAX_SNAPSHOT_BYTES)",
     )
+    p.add_argument(
+        "--stream-bytes",
+        type=int,
+        default=40 << 20,
+        help="largest input an UpsertStream merge takes (push.MAX_STREAM_BYTES)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--generate", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child is not None:
-        child(args.child, args.merge, args.block_bytes, args.run_bytes, args.snapshot_bytes)
+        child(
+            args.child,
+            args.merge,
+            args.block_bytes,
+            args.run_bytes,
+            args.snapshot_bytes,
+            args.stream_bytes,
+        )
         return
     if args.generate is not None:
         print(json.dumps(generate_csv(args.generate, args.size, args.order)))
@@ -204,6 +227,8 @@ def main() -> None:
                 str(args.run_bytes),
                 "--snapshot-bytes",
                 str(args.snapshot_bytes),
+                "--stream-bytes",
+                str(args.stream_bytes),
             ],
             check=True,
             capture_output=True,

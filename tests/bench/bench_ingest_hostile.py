@@ -97,10 +97,10 @@ def _read_step(fmt: str, schema: tuple[str, ...], sub_path: str | None) -> Any:
     from coordinator.metadata import model as m
 
     if fmt == "csv":
-        return m.ReadStepCsv(schema=schema)
+        return m.ReadStepCsv(ddl_schema=schema)
     if fmt == "ndjson":
-        return m.ReadStepNdJson(schema=schema)
-    return m.ReadStepJson(schema=schema, sub_path=sub_path)
+        return m.ReadStepNdJson(ddl_schema=schema)
+    return m.ReadStepJson(ddl_schema=schema, sub_path=sub_path)
 
 
 def make_dataset(directory: Path, read: Any) -> Any:

@@ -24,10 +24,10 @@ from coordinator.metadata import model as m
 
 SCHEMA = ("city STRING", "population BIGINT", "at TIMESTAMP")
 READS: list[m.ReadStep] = [
-    m.ReadStepCsv(schema=SCHEMA, header=True),
-    m.ReadStepCsv(schema=SCHEMA, header=False, separator=";"),
-    m.ReadStepNdJson(schema=SCHEMA),
-    m.ReadStepJson(schema=SCHEMA),
+    m.ReadStepCsv(ddl_schema=SCHEMA, header=True),
+    m.ReadStepCsv(ddl_schema=SCHEMA, header=False, separator=";"),
+    m.ReadStepNdJson(ddl_schema=SCHEMA),
+    m.ReadStepJson(ddl_schema=SCHEMA),
 ]
 
 

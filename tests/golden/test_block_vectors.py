@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from dataclasses import replace
 
 import pytest
 
@@ -53,9 +54,51 @@ SET_POLLING_SOURCE = m.SetPollingSource(
         order=m.SourceOrdering.BY_NAME,
     ),
     prepare=(m.PrepStepDecompress(format=m.CompressionFormat.GZIP),),
-    read=m.ReadStepGeoJson(schema=("a: INT", "b: INT")),
+    read=m.ReadStepGeoJson(ddl_schema=("a: INT", "b: INT")),
     preprocess=m.TransformSql(engine="spark", version="1.0.0", query="SELECT * FROM input"),
     merge=m.MergeStrategyLedger(primary_key=("a",)),
+)
+# kamu-cli HEAD case 5: the same source with an ODF read schema (spec v0.38 ``read.schema``).
+SET_POLLING_SOURCE_ODF = replace(
+    SET_POLLING_SOURCE,
+    read=m.ReadStepGeoJson(
+        schema=m.DataSchema(
+            fields=(
+                m.DataField(name="a", type=m.DataTypeInt32()),
+                m.DataField(name="b", type=m.DataTypeInt32()),
+            )
+        )
+    ),
+)
+# kamu-cli HEAD ``serde_set_data_schema``: an ODF schema with encodings and extra attributes.
+ODF_SCHEMA = m.DataSchema(
+    fields=(
+        m.DataField(
+            name="city",
+            type=m.DataTypeString(),
+            extra=m.ExtraAttributes.of(
+                {"arrow.apache.org/bufferEncoding": {"kind": "View", "offsetBitWidth": 32}}
+            ),
+        ),
+        m.DataField(name="population", type=m.DataTypeUInt64()),
+        m.DataField(
+            name="census",
+            type=m.DataTypeOption(inner=m.DataTypeString()),
+            extra=m.ExtraAttributes.of(
+                {
+                    "opendatafabric.org/type": {
+                        "kind": "ObjectLink",
+                        "linkType": {"kind": "Multihash"},
+                    }
+                }
+            ),
+        ),
+        m.DataField(name="links", type=m.DataTypeList(item_type=m.DataTypeString())),
+    ),
+    extra=m.ExtraAttributes.of({"kamu.dev/archetype": "Collection"}),
+)
+LINKED_OBJECTS = m.ExtraAttributes(
+    entries='{"opendatafabric.org/linkedObjects":{"numObjectsNaive":10,"sizeNaive":100}}'
 )
 SET_TRANSFORM = m.SetTransform(
     inputs=(
@@ -159,9 +202,35 @@ VECTORS: list[tuple[str, m.MetadataEvent, str | None, str | None]] = [
     ),
     (
         "SetDataSchema",
-        m.SetDataSchema(schema=SCHEMA_AB),
+        m.SetDataSchema(raw_arrow_schema=SCHEMA_AB),
         "44d64d764fb207713407b9a761566409404c907f765993105608299cd6f5bebf",
         "a7e79d088ca7bac689f12d71ae64b93e7bab62a7db2fec83ea89e9bf90dd89ed",
+    ),
+    (
+        "SetPollingSource-odfReadSchema",
+        SET_POLLING_SOURCE_ODF,
+        None,
+        "f96c90e9e9700819ba05d87f66b200a18a08404706ac62cde6d68bc350e73861",
+    ),
+    (
+        "AddData-extra-linkedObjects",
+        m.AddData(
+            prev_checkpoint=h(b"checkpoint"),
+            prev_offset=9,
+            new_data=ds(b"logical", b"physical", 10, 99, 100),
+            new_source_state=m.SourceState(
+                source_name="push-source-1", kind="kamu/kafka-offset", value="SOME_OFFSET"
+            ),
+            extra=LINKED_OBJECTS,
+        ),
+        None,
+        "54f64c642cca6f67416ebe2b29e5d9414ece91f819efe97cd437fbe542c61bbb",
+    ),
+    (
+        "SetDataSchema-odf",
+        m.SetDataSchema(schema=ODF_SCHEMA),
+        None,
+        "80865248519d55fa04598e24ba42884728efe70956e640dca4df5ec8043c69ca",
     ),
 ]
 
@@ -195,7 +264,35 @@ def test_v3_event_hash(name: str, event: m.MetadataEvent, expected: str) -> None
 
 def test_vector_counts() -> None:
     assert len(V2) == 10
-    assert len(V3) == 9  # + the 120-byte SetInfo block below = 10 v3 vectors
+    # kamu-cli HEAD test_serializer_stability: 10 cases (all but AddData-prevOffset-newData,
+    # a v0.153-only case), + serde_set_data_schema and serde_set_data_schema_legacy.
+    assert len(V3) == 12
+
+
+def test_kamu_head_serializer_stability_case_order() -> None:
+    """The 10 cases of kamu-cli HEAD ``get_test_events()``, in its order, all present."""
+    head = [
+        "a93874702479f83ddff1e7a660ca78085def333c86501b0d895fa3aec79c7189",
+        "86aeb7dee0502b4886761de5e45b5111c0bc9e0fbfee02e3685487109305ef56",
+        "d1b412dab2a6af53f3e1b183834557bbf1c4689e2fc9b92fc0d04741ef607ecc",
+        "1fcf10cb843746c4c44e6c288e216995701aa073426fc4bebe14f1680f8ec6d1",
+        "eb61498b7362d334131a8486a5ce4cc2638d7c1aa3e4da82a19cf834a77df718",
+        "f96c90e9e9700819ba05d87f66b200a18a08404706ac62cde6d68bc350e73861",
+        "9326dc5daab04877a9f006ff6b1636a8fa9dcec9615b54f741a1a90091eaf694",
+        "54f64c642cca6f67416ebe2b29e5d9414ece91f819efe97cd437fbe542c61bbb",
+        "bb6aa1f9689b794c75affa709ae2477b209411d9ad092c2318ecd9ea94121bcc",
+        "21cab7396525e614beeafe21c05a38bf597a39a191cc14147b9c5ec32210cf82",
+    ]
+    assert set(head) <= {x for _, _, x in V3}
+
+
+@pytest.mark.parametrize(("name", "event", "expected"), V3, ids=[v[0] for v in V3])
+def test_v3_received_bytes_reencode_identically(
+    name: str, event: m.MetadataEvent, expected: str
+) -> None:
+    """Decode kamu's bytes, re-encode: the same bytes (stored as received, never rewritten)."""
+    data = encode_block(wrap(event), version=3)
+    assert encode_block(decode_block(data), version=3) == data
 
 
 SET_INFO_BLOCK = m.MetadataBlock(
@@ -231,22 +328,3 @@ def test_set_info_v3() -> None:
 
 def test_default_version_is_2() -> None:
     assert encode_block(SET_INFO_BLOCK) == encode_block(SET_INFO_BLOCK, version=2)
-
-
-def test_add_data_extra_linked_objects_v3() -> None:
-    """kamu HEAD's AddData with ``extra`` (RFC-017 linked-objects summary) at slot 6."""
-    event = m.AddData(
-        prev_checkpoint=h(b"checkpoint"),
-        prev_offset=9,
-        new_data=ds(b"logical", b"physical", 10, 99, 100),
-        new_source_state=m.SourceState(
-            source_name="push-source-1", kind="kamu/kafka-offset", value="SOME_OFFSET"
-        ),
-        extra=m.ExtraAttributes(
-            entries='{"opendatafabric.org/linkedObjects":{"numObjectsNaive":10,"sizeNaive":100}}'
-        ),
-    )
-    data = encode_block(wrap(event), version=3)
-    expected = "54f64c642cca6f67416ebe2b29e5d9414ece91f819efe97cd437fbe542c61bbb"
-    assert hashlib.sha3_256(data).hexdigest() == expected
-    assert decode_block(data) == wrap(event)

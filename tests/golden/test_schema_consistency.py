@@ -1,8 +1,10 @@
-"""The encoder's field specs must describe exactly the tables of ``schemas/odf.fbs`` (v0.34.0).
+"""The encoder's field specs must describe exactly the tables of ``schemas/odf.fbs`` (v0.39.0).
 
 Parses the committed schema and checks, for every table the encoder knows: field names, their
 order (which fixes vtable slots), wire kinds, optional-scalar markers, and union membership in
-type-code order. A mismatch here would silently change block bytes.
+type-code order. A mismatch here would silently change block bytes. Also checks that the
+v0.34.0 schema (``schemas/odf-v0.34.fbs``) is slot-compatible with it: a v0.34 block decodes
+and re-encodes with the same bytes.
 """
 
 from __future__ import annotations
@@ -13,15 +15,16 @@ from pathlib import Path
 from coordinator.metadata.flatbuffers_serde import _K, SPECS, UNIONS
 
 FBS = Path(__file__).parents[2] / "schemas" / "odf.fbs"
-ENUMS = {"DatasetKind", "SourceOrdering", "CompressionFormat"}
-# Deliberate extensions beyond v0.34, as kamu's later schema appends them (absent = v0.34 bytes):
-# AddData.extra (slot 6) and its table, used only for RFC-017 linked objects.
-EXTENSION_TABLES = {"ExtraAttributes": [("entries", "string")]}
-EXTENSION_FIELDS = {"AddData": [("extra", "ExtraAttributes")]}
+FBS_V034 = Path(__file__).parents[2] / "schemas" / "odf-v0.34.fbs"
+ENUMS = {"DatasetKind", "SourceOrdering", "CompressionFormat", "MqttQos"}
+ENUMS16 = {"TimeUnit"}
 
 
-def parse_fbs() -> tuple[dict[str, list[tuple[str, str]]], dict[str, list[str]]]:
-    text = re.sub(r"//[^\n]*", "", FBS.read_text())
+def parse_fbs(
+    path: Path = FBS,
+) -> tuple[dict[str, list[tuple[str, str]]], dict[str, list[str]]]:
+    text = re.sub(r"//[^\n]*", "", path.read_text())
+    text = re.sub(r"\(id:\s*\d+\)", "", text)  # explicit ids equal the declaration order
     tables: dict[str, list[tuple[str, str]]] = {}
     unions: dict[str, list[str]] = {}
     for kind, name, body in re.findall(
@@ -32,9 +35,6 @@ def parse_fbs() -> tuple[dict[str, list[tuple[str, str]]], dict[str, list[str]]]
             tables[name] = [(f, t.strip()) for f, t in fields]
         elif kind == "union":
             unions[name] = [m.strip() for m in body.split(",") if m.strip()]
-    tables.update(EXTENSION_TABLES)
-    for name, extra in EXTENSION_FIELDS.items():
-        tables[name] = tables[name] + extra
     return tables, unions
 
 
@@ -50,6 +50,12 @@ def expected_kind(
         return {_K.STRS}
     if t == "uint64":
         return {_K.U64}
+    if t == "uint32":
+        return {_K.U32}
+    if t == "int32":
+        return {_K.I32}
+    if t.removesuffix("=null") in ENUMS16:
+        return {_K.ENUM16_OPT}
     if t == "uint64=null":
         return {_K.U64_OPT}
     if t == "bool=null":
@@ -73,7 +79,7 @@ def expected_kind(
 
 def test_specs_match_fbs() -> None:
     tables, unions = parse_fbs()
-    assert len(SPECS) >= 45
+    assert len(SPECS) >= 78
     for cls, spec in SPECS.items():
         name = cls.__name__
         assert name in tables, f"{name} is not a table of odf.fbs"
@@ -101,3 +107,19 @@ def test_every_metadata_table_is_covered() -> None:
     }
     covered = {c.__name__ for c in SPECS}
     assert set(tables) - engine_only - covered == set()
+
+
+def test_v034_schema_is_slot_compatible() -> None:
+    """Every v0.34 field keeps its slot and wire type; later versions only append or rename."""
+    old_tables, old_unions = parse_fbs(FBS_V034)
+    tables, unions = parse_fbs()
+    renamed = {("SetDataSchema", "schema"): "raw_arrow_schema"}
+    renamed |= {(t, "schema"): "ddl_schema" for t in old_tables if t.startswith("ReadStep")}
+    for name, fields in old_tables.items():
+        new = tables[name]
+        assert len(new) >= len(fields), name
+        for (old_name, old_type), (new_name, new_type) in zip(fields, new, strict=False):
+            assert renamed.get((name, old_name), old_name) == new_name, (name, old_name)
+            assert old_type.replace(" ", "") == new_type.replace(" ", ""), (name, old_name)
+    for name, members in old_unions.items():
+        assert unions[name][: len(members)] == members, name

@@ -151,7 +151,7 @@ def test_set_data_schema() -> None:
         system_time=T,
         prev_block_hash=h(b"prev"),
         sequence_number=123,
-        event=m.SetDataSchema(schema=SCHEMA_AB),
+        event=m.SetDataSchema(raw_arrow_schema=SCHEMA_AB),
     )
     assert block_to_yaml(block) == SET_DATA_SCHEMA_YAML
     assert block_from_yaml(SET_DATA_SCHEMA_YAML) == block

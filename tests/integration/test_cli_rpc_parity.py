@@ -175,7 +175,7 @@ def test_every_command_has_one_json_shape(
     documented = {c.name for c in COMMANDS if c.cli is not None and c.parity is not None}
     covered = {name for name, _ in runs} | {"dataset.pull"}  # the pull runs below
     assert covered == data_printing - documented, "a command escapes the parity test"
-    assert documented == {"peers.connect", "dataset.publish"}
+    assert documented == {"peers.connect", "dataset.publish", "node.backup"}
 
     results: dict[str, dict[tuple[str, ...], Any]] = {"offline": {}, "daemon": {}}
     for _name, cmd in runs:
@@ -214,6 +214,14 @@ def test_every_command_has_one_json_shape(
     assert set(queued) == set(published) == fields
     assert isinstance(queued["work_id"], int) and queued["cid"] is None
     assert published["work_id"] is None and published["url"] == f"ipfs://{published['cid']}"
+    # backup: in-process both ways (beside the daemon it reads the home); one file per home.
+    backups = {
+        name: cli(home, "backup", str(tmp_path / f"{name}.tar"), "--datasets")
+        for name, home in (("offline", offline), ("daemon", daemon.home))
+    }
+    assert shape(backups["offline"]) == shape(backups["daemon"])
+    assert backups["daemon"]["node_id"] == results["daemon"][("status",)]["node_id"]
+    assert {d["alias"] for d in backups["daemon"]["datasets"]} >= {"cities", "big"}
     # connect needs the daemon (it dials a peer): offline, one clear line naming `odf-node run`.
     for args in (
         ("connect", "/ip4/127.0.0.1/tcp/9/p2p/12D3KooWParity"),

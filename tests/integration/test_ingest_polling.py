@@ -131,7 +131,7 @@ def url_source(
     )
 
 
-CITY_POP = m.ReadStepCsv(header=True, schema=("city STRING", "population BIGINT"))
+CITY_POP = m.ReadStepCsv(header=True, ddl_schema=("city STRING", "population BIGINT"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,7 +195,7 @@ def test_polling_ledger(tmp_path: Path) -> None:
         url_source(
             src,
             m.ReadStepCsv(
-                header=True, schema=("date TIMESTAMP", "city STRING", "population BIGINT")
+                header=True, ddl_schema=("date TIMESTAMP", "city STRING", "population BIGINT")
             ),
             m.MergeStrategyLedger(primary_key=("date", "city")),
         ),
@@ -249,7 +249,7 @@ def test_polling_empty_data(tmp_path: Path) -> None:
         tmp_path,
         url_source(
             src,
-            m.ReadStepCsv(schema=("date TIMESTAMP", "city STRING", "population BIGINT")),
+            m.ReadStepCsv(ddl_schema=("date TIMESTAMP", "city STRING", "population BIGINT")),
             m.MergeStrategyLedger(primary_key=("date", "city")),
         ),
         m.SetVocab(event_time_column="date"),
@@ -271,7 +271,7 @@ def test_polling_event_time_as_date(tmp_path: Path) -> None:
         tmp_path,
         url_source(
             src,
-            m.ReadStepCsv(header=True, schema=("date DATE", "city STRING", "population BIGINT")),
+            m.ReadStepCsv(header=True, ddl_schema=("date DATE", "city STRING", "population BIGINT")),
             m.MergeStrategySnapshot(primary_key=("date", "city")),
         ),
         m.SetVocab(event_time_column="date"),
@@ -294,7 +294,7 @@ def test_polling_event_time_of_invalid_type(tmp_path: Path) -> None:
         tmp_path,
         url_source(
             src,
-            m.ReadStepCsv(header=True, schema=("date STRING", "city STRING", "population BIGINT")),
+            m.ReadStepCsv(header=True, ddl_schema=("date STRING", "city STRING", "population BIGINT")),
             m.MergeStrategyAppend(),
         ),
         m.SetVocab(event_time_column="date"),
@@ -587,23 +587,23 @@ def _parquet_bytes() -> bytes:
     [
         (CITY_POP, b"city,population\nA,1000\n", {}),
         (
-            m.ReadStepNdJson(schema=("city STRING", "population BIGINT")),
+            m.ReadStepNdJson(ddl_schema=("city STRING", "population BIGINT")),
             b'{"city": "A", "population": 1000}\n',
             {},
         ),
         (
-            m.ReadStepJson(sub_path="data", schema=("city STRING", "population BIGINT")),
+            m.ReadStepJson(sub_path="data", ddl_schema=("city STRING", "population BIGINT")),
             b'{"data": [{"city": "A", "population": 1000}]}',
             {},
         ),
-        (m.ReadStepParquet(schema=("city STRING", "population BIGINT")), _parquet_bytes(), {}),
+        (m.ReadStepParquet(ddl_schema=("city STRING", "population BIGINT")), _parquet_bytes(), {}),
         (
-            m.ReadStepGeoJson(schema=("city STRING", "population BIGINT", "geometry STRING")),
+            m.ReadStepGeoJson(ddl_schema=("city STRING", "population BIGINT", "geometry STRING")),
             ('{"type": "FeatureCollection", "features": [' + FEATURE + "]}").encode(),
             {"geometry": GEOMETRY},
         ),
         (
-            m.ReadStepNdGeoJson(schema=("city STRING", "population BIGINT", "geometry STRING")),
+            m.ReadStepNdGeoJson(ddl_schema=("city STRING", "population BIGINT", "geometry STRING")),
             FEATURE.encode() + b"\n",
             {"geometry": GEOMETRY},
         ),
@@ -632,7 +632,7 @@ def test_every_read_step(
 def test_esri_shapefile_is_refused(tmp_path: Path) -> None:
     src = tmp_path / "input.zip"
     src.write_bytes(b"")
-    read = m.ReadStepEsriShapefile(schema=("city STRING",))
+    read = m.ReadStepEsriShapefile(ddl_schema=("city STRING",))
     ds = make_dataset(tmp_path, url_source(src, read, m.MergeStrategyAppend()))
     with pytest.raises(UnsupportedReadOption, match="EsriShapefile"):
         poll(ds, T1)

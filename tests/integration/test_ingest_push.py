@@ -80,7 +80,7 @@ def csv_source(
 ) -> m.AddPushSource:
     return m.AddPushSource(
         source_name=name,
-        read=m.ReadStepCsv(schema=schema, header=True),
+        read=m.ReadStepCsv(ddl_schema=schema, header=True),
         merge=merge,
         preprocess=preprocess,
     )
@@ -174,7 +174,9 @@ def test_append_csv_writes_kamus_slice(tmp_path: Path) -> None:
         "SetDataSchema",
         "AddData",
     ]
-    assert isinstance(evs[2], m.SetDataSchema) and evs[2].schema == encode_arrow_schema(expected)
+    assert isinstance(evs[2], m.SetDataSchema) and evs[2].raw_arrow_schema == encode_arrow_schema(
+        expected
+    )
     add = evs[3]
     assert isinstance(add, m.AddData)
     assert add.prev_offset is None and add.new_source_state is None and add.prev_checkpoint is None
@@ -374,14 +376,14 @@ def _ndjson(tmp: Path) -> tuple[m.ReadStep, Path]:
     text = "".join(
         json.dumps({"city": c, "population": p, "event_time": t}) + "\n" for c, p, t in TEXT_ROWS
     )
-    return m.ReadStepNdJson(schema=SCHEMA3), write(tmp, "a.ndjson", text)
+    return m.ReadStepNdJson(ddl_schema=SCHEMA3), write(tmp, "a.ndjson", text)
 
 
 def _json(tmp: Path) -> tuple[m.ReadStep, Path]:
     doc = {
         "result": {"rows": [{"city": c, "population": p, "event_time": t} for c, p, t in TEXT_ROWS]}
     }
-    return m.ReadStepJson(schema=SCHEMA3, sub_path="result.rows"), write(
+    return m.ReadStepJson(ddl_schema=SCHEMA3, sub_path="result.rows"), write(
         tmp, "a.json", json.dumps(doc)
     )
 
@@ -398,12 +400,12 @@ def _parquet(tmp: Path) -> tuple[m.ReadStep, Path]:
     )
     p = tmp / "a.parquet"
     pq.write_table(t, p)
-    return m.ReadStepParquet(schema=SCHEMA3), p
+    return m.ReadStepParquet(ddl_schema=SCHEMA3), p
 
 
 def _csv(tmp: Path) -> tuple[m.ReadStep, Path]:
     text = "c,p,t\n" + "".join(f"{c},{p},{t}\n" for c, p, t in TEXT_ROWS)
-    return m.ReadStepCsv(schema=SCHEMA3, header=True), write(tmp, "a.csv", text)
+    return m.ReadStepCsv(ddl_schema=SCHEMA3, header=True), write(tmp, "a.csv", text)
 
 
 def _ingest_format(
@@ -684,3 +686,183 @@ def test_snapshot_larger_than_the_limit_is_refused(tmp_path: Path) -> None:
     assert ds.state().head == head
     assert not any(ds.layout.data_dir.glob("*"))
     assert ingest(ds, [f], clock=lambda: T1, block_bytes=4096).num_records == 5000
+
+
+# ---------------------------------------------------------------------------------------------
+# ChangelogStream / UpsertStream (spec v0.37)
+# ---------------------------------------------------------------------------------------------
+
+OP_CITY_POP = ("op INT", "city STRING", "population BIGINT")
+
+
+def test_changelog_stream_passes_the_changelog_through_sorted_by_key_and_op(
+    tmp_path: Path,
+) -> None:
+    ds = make_dataset(
+        tmp_path, csv_source(m.MergeStrategyChangelogStream(primary_key=("city",)), OP_CITY_POP)
+    )
+    f1 = write(tmp_path, "1.csv", "op,city,population\n0,B,2\n0,A,1\n3,A,5\n2,A,1\n")
+    res = ingest(ds, [f1], clock=lambda: T1, event_time=E1)
+    # Passed through as given (kamu does not check the pairing), sorted by key then op.
+    assert rows(ds, res.slices[0], "offset", "op", "city", "population") == [
+        (0, 0, "A", 1),
+        (1, 2, "A", 1),
+        (2, 3, "A", 5),
+        (3, 0, "B", 2),
+    ]
+    assert pq.read_schema(ds.data.path_of(res.slices[0].physical_hash)).remove_metadata() == (
+        kamu_schema(pa.field("city", pa.string()), pa.field("population", pa.int64()))
+    )
+    # The previous data is not consulted: a -R is stored even for a key never seen.
+    f2 = write(tmp_path, "2.csv", "op,city,population\n1,Z,9\n")
+    res = ingest(ds, [f2], clock=lambda: T2, event_time=E2)
+    assert rows(ds, res.slices[0], "offset", "op", "city") == [(4, 1, "Z")]
+    assert ds.state().last_offset == 4
+
+
+@pytest.mark.parametrize(
+    ("schema", "text", "message"),
+    [
+        (CITY_POP, "city,population\nA,1\n", "must read the op column 'op'"),
+        (("op BIGINT", *CITY_POP), "op,city,population\n0,A,1\n", r"must be INT \(int32\)"),
+        (OP_CITY_POP, "op,city,population\n0,A,1\n7,B,2\n", "has 7 in row 2"),
+        (OP_CITY_POP, "op,city,population\n0,A,1\n,B,2\n", "is null in row 2"),
+        (("op INT", "population BIGINT"), "op,population\n0,1\n", "primary key column"),
+    ],
+)
+def test_changelog_stream_bad_input_is_refused_chain_unchanged(
+    tmp_path: Path, schema: tuple[str, ...], text: str, message: str
+) -> None:
+    ds = make_dataset(
+        tmp_path, csv_source(m.MergeStrategyChangelogStream(primary_key=("city",)), schema)
+    )
+    head = ds.state().head
+    with pytest.raises(MergeError, match=message):
+        ingest(ds, [write(tmp_path, "a.csv", text)], clock=lambda: T1)
+    assert ds.state().head == head
+    assert not any(ds.layout.data_dir.glob("*"))
+
+
+def test_op_column_is_still_a_conflict_for_the_other_strategies(tmp_path: Path) -> None:
+    ds = make_dataset(tmp_path, csv_source(m.MergeStrategyAppend(), OP_CITY_POP))
+    with pytest.raises(IngestError, match="conflicts with the system column name"):
+        ingest(ds, [write(tmp_path, "a.csv", "op,city,population\n0,A,1\n")], clock=lambda: T1)
+
+
+def test_upsert_stream_without_op_column(tmp_path: Path) -> None:
+    ds = make_dataset(
+        tmp_path, csv_source(m.MergeStrategyUpsertStream(primary_key=("city",)), CITY_POP)
+    )
+    f1 = write(tmp_path, "1.csv", "city,population\nB,2\nA,1\nA,3\n")
+    res = ingest(ds, [f1], clock=lambda: T1, event_time=E1)
+    assert rows(ds, res.slices[0], "offset", "op", "city", "population") == [
+        (0, 0, "A", 3),
+        (1, 0, "B", 2),
+    ]
+    # The same upserts again: no change. (The null event time of the input is no change.)
+    res = ingest(ds, [f1], clock=lambda: T2, event_time=E2)
+    assert res.up_to_date
+    f2 = write(tmp_path, "2.csv", "city,population\nC,7\nB,4\n")
+    res = ingest(ds, [f2], clock=lambda: T2, event_time=E2)
+    e1, e2 = E1.to_datetime(), E2.to_datetime()
+    assert rows(ds, res.slices[0], "offset", "op", "event_time", "city", "population") == [
+        (2, 2, e1, "B", 2),
+        (3, 3, e2, "B", 4),
+        (4, 0, e2, "C", 7),
+    ]
+    assert pq.read_schema(ds.data.path_of(res.slices[0].physical_hash)).remove_metadata() == (
+        kamu_schema(pa.field("city", pa.string()), pa.field("population", pa.int64()))
+    )
+
+
+def test_upsert_stream_with_op_column_retracts(tmp_path: Path) -> None:
+    ds = make_dataset(
+        tmp_path,
+        csv_source(
+            m.MergeStrategyUpsertStream(primary_key=("city",)),
+            ("op TINYINT", "event_time TIMESTAMP", *CITY_POP),
+        ),
+    )
+    head = "op,event_time,city,population\n"
+    f1 = write(tmp_path, "1.csv", head + "0,2000-01-01T00:00:00Z,A,1\n0,2000-01-01T00:00:00Z,B,2\n")
+    ingest(ds, [f1], clock=lambda: T1)
+    # -R of A (with the stored values), -R of a never-seen key (ignored), B changed twice (the
+    # last row wins), then A comes back in a later file.
+    f2 = write(
+        tmp_path,
+        "2.csv",
+        head
+        + "1,2000-02-01T00:00:00Z,A,0\n1,2000-02-01T00:00:00Z,Q,0\n"
+        + "0,2000-02-01T00:00:00Z,B,3\n3,2000-02-02T00:00:00Z,B,4\n",
+    )
+    res = ingest(ds, [f2], clock=lambda: T2)
+    d = dt.datetime
+    assert rows(ds, res.slices[0], "offset", "op", "event_time", "city", "population") == [
+        (2, 1, d(2000, 1, 1, tzinfo=UTC), "A", 1),
+        (3, 2, d(2000, 1, 1, tzinfo=UTC), "B", 2),
+        (4, 3, d(2000, 2, 2, tzinfo=UTC), "B", 4),
+    ]
+    assert res.watermark == Timestamp.parse("2000-02-02T00:00:00Z")
+    f3 = write(tmp_path, "3.csv", head + "0,2000-03-01T00:00:00Z,A,5\n")
+    res = ingest(ds, [f3], clock=lambda: T3)
+    assert rows(ds, res.slices[0], "offset", "op", "city", "population") == [(5, 0, "A", 5)]
+    ds.state()
+
+
+@pytest.mark.parametrize(
+    "merge",
+    [
+        m.MergeStrategyChangelogStream(primary_key=("city",)),
+        m.MergeStrategyUpsertStream(primary_key=("city",)),
+    ],
+)
+def test_stream_input_larger_than_the_limit_is_refused(
+    tmp_path: Path, merge: m.MergeStrategy
+) -> None:
+    # Both stream merges sort the whole file by key: past ``stream_bytes`` it is a MergeError
+    # naming the setting, nothing is written or committed.
+    ds = make_dataset(tmp_path, csv_source(merge, OP_CITY_POP))
+    head = ds.state().head
+    text = "op,city,population\n" + "".join(f"0,c{i},{i}\n" for i in range(5000))
+    f = write(tmp_path, "big.csv", text)
+    with pytest.raises(MergeError, match=r"stream_bytes, default push\.MAX_STREAM_BYTES"):
+        ingest(ds, [f], clock=lambda: T1, block_bytes=4096, stream_bytes=16 << 10)
+    assert ds.state().head == head
+    assert not any(ds.layout.data_dir.glob("*"))
+    assert ingest(ds, [f], clock=lambda: T1, block_bytes=4096).num_records == 5000
+
+
+def test_upsert_stream_reads_the_history_of_the_input_keys_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The previous state an UpsertStream merge holds is one row per key of the input, however
+    # many keys the history has.
+    from coordinator.ingest import merge as mg
+
+    ds = make_dataset(
+        tmp_path, csv_source(m.MergeStrategyUpsertStream(primary_key=("city",)), CITY_POP)
+    )
+    history = "city,population\n" + "".join(f"c{i},{i}\n" for i in range(2000))
+    ingest(ds, [write(tmp_path, "1.csv", history)], clock=lambda: T1, event_time=E1)
+    ingest(ds, [write(tmp_path, "2.csv", history.replace(",1", ",2"))], clock=lambda: T2)
+    seen: list[int] = []
+    fold = mg.fold_latest
+
+    def spy(slices, primary_key, keys=None):  # type: ignore[no-untyped-def]
+        out = fold(slices, primary_key, keys)
+        seen.append(out.num_rows if out is not None else 0)
+        return out
+
+    monkeypatch.setattr(mg, "fold_latest", spy)
+    res = ingest(
+        ds,
+        [write(tmp_path, "3.csv", "city,population\nc5,50\nc7,7\nnew,1\n")],
+        clock=lambda: T3,
+        event_time=E2,
+    )
+    assert seen == [2]
+    assert rows(ds, res.slices[0], "op", "city", "population") == [
+        (2, "c5", 5),
+        (3, "c5", 50),
+        (0, "new", 1),
+    ]

@@ -160,7 +160,7 @@ def recorded_schema(ds: Dataset) -> list[tuple[str, str, bool]]:
     """Fields of the derivative's ``SetDataSchema``: name, Arrow type, nullable."""
     for _, b in ds.iter_blocks():
         if isinstance(b.event, m.SetDataSchema):
-            schema = decode_arrow_schema(b.event.schema)
+            schema = decode_arrow_schema(b.event.raw_arrow_schema)
             return [(f.name, str(f.type), f.nullable) for f in schema]
     raise AssertionError("no SetDataSchema")
 

@@ -49,7 +49,9 @@ def _linked_dataset(root: Path, tmp: Path) -> tuple[Dataset, list[Multihash]]:
     ds = Dataset.create(root, durable=False)
     source = m.AddPushSource(
         source_name="src",
-        read=m.ReadStepCsv(schema=("name STRING", "content STRING", "note STRING"), header=True),
+        read=m.ReadStepCsv(
+            ddl_schema=("name STRING", "content STRING", "note STRING"), header=True
+        ),
         merge=m.MergeStrategyAppend(),
     )
     for ev in (

@@ -164,7 +164,7 @@ def _sample_blocks() -> list[m.MetadataBlock]:
                     order=m.SourceOrdering.BY_NAME,
                 ),
                 prepare=(m.PrepStepDecompress(format=m.CompressionFormat.ZIP, sub_path="a"),),
-                read=m.ReadStepCsv(schema=("a INT",), header=True, infer_schema=False),
+                read=m.ReadStepCsv(ddl_schema=("a INT",), header=True, infer_schema=False),
                 preprocess=m.TransformSql(engine="spark", query="SELECT 1"),
                 merge=m.MergeStrategySnapshot(primary_key=("a",), compare_columns=()),
             ),

@@ -41,7 +41,7 @@ def derivative_chain(tmp_path: Path) -> tuple[Dataset, ChainBuilder, DatasetId]:
             ),
         )
     )
-    cb.add(m.SetDataSchema(schema=b"schema"))
+    cb.add(m.SetDataSchema(raw_arrow_schema=b"schema"))
     cb.add(
         m.ExecuteTransform(
             query_inputs=(
@@ -227,7 +227,7 @@ def test_source_conflict_and_push_schema(root_chain: tuple[Dataset, ChainBuilder
         cb.block(
             m.AddPushSource(
                 source_name="s",
-                read=m.ReadStepCsv(schema=("a INT",)),
+                read=m.ReadStepCsv(ddl_schema=("a INT",)),
                 merge=m.MergeStrategyAppend(),
             )
         )

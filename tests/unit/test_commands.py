@@ -57,7 +57,8 @@ def test_the_rpc_registry_is_generated_from_the_declarations() -> None:
     registry = build_registry(object())  # type: ignore[arg-type]  # nothing runs here
     assert {spec.name for spec in registry} == {c.name for c in COMMANDS}
     sub = registry.get("subscriptions.add")
-    assert sub is not None and [p.name for p in sub.params] == ["did", "alias"]
+    assert sub is not None
+    assert [p.name for p in sub.params] == ["did", "alias", "policy", "k", "attesters"]
     ingest = registry.get("dataset.ingest")
     assert ingest is not None
     assert [p.name for p in ingest.params][:4] == ["ref", "files", "source", "publish"]

@@ -37,6 +37,7 @@ def test_precedence_file_then_env_then_overrides(tmp_path: Path) -> None:
         ("[rpc]\nport = 70000\n", "not a TCP port"),
         ('[ipfs]\nmode = "cloud"\n', "ipfs.mode"),
         ("[metadata]\nblock_version = 4\n", "block_version"),
+        ('[metadata]\nwrite_version = "v0.39"\n', "metadata.write_version"),
         ('[rpc]\nhost = "0.0.0.0"\n', "loopback-only"),
         ('[p2p]\nbootstrap = ["/ip4/10.0.0.1/tcp/1/p2p/Qm"]\n', "not a loopback address"),
         ("[transfer]\nmin_rate_bytes_per_s = 0\n", "min_rate_bytes_per_s must be > 0"),
@@ -132,3 +133,17 @@ def test_open_mode_with_wildcards_and_an_advertised_host() -> None:
     )
     assert cfg.network.advertise_host == "203.0.113.7" and cfg.ipfs.swarm_port == 4002
     assert cfg.p2p.discovery
+
+
+def test_write_version_current_writes_v3_and_odf_schema() -> None:
+    from coordinator.metadata import set_write_form, write_form
+    from node.config import MetadataSection
+
+    try:
+        assert MetadataSection(block_version=2, write_version="current").apply() == 3
+        assert write_form().odf_schema and write_form().block_version == 3
+        assert MetadataSection(block_version=3, write_version="v0.34").apply() == 3
+        assert not write_form().odf_schema
+        assert MetadataSection(block_version=2, write_version="v0.34").apply() == 2
+    finally:
+        set_write_form("v0.34")

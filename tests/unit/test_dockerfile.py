@@ -64,15 +64,40 @@ def test_js_ipfs_is_installed_with_the_same_npm_command_as_make_setup() -> None:
     assert npm_make in runs
 
 
-def test_entrypoint_and_health_check_are_real_cli_commands() -> None:
+def test_entrypoint_is_a_real_cli_command() -> None:
     found = dict(instructions())
     assert '"odf-node"' in found["ENTRYPOINT"]
     assert re.search(r"odf-node =", (ROOT / "pyproject.toml").read_text())
-    runner = CliRunner()
-    for args in (["run", "--help"], ["rpc", "--help"]):
-        result = runner.invoke(app, args)
-        assert result.exit_code == 0, (args, result.output)
-    assert '"rpc", "rpc.ping"' in found["HEALTHCHECK"]
+    result = CliRunner().invoke(app, ["run", "--help"])
+    assert result.exit_code == 0, result.output
+
+
+def _probe(command: list[str]) -> str:
+    """The URL a health check's ``python -c`` snippet opens (the snippet must compile)."""
+    assert command[:2] == ["python", "-c"], command
+    compile(command[2], "<healthcheck>", "exec")
+    match = re.search(r"urlopen\('([^']+)'", command[2])
+    assert match, command[2]
+    return match.group(1)
+
+
+def test_health_checks_probe_the_http_listener() -> None:
+    """The image checks liveness (/healthz), compose readiness (/readyz), both on the HTTP
+    listener's default port, which the image exposes."""
+    import json
+
+    from node.config import load_config
+
+    port = load_config(environ={}).http.port
+    found = dict(instructions())
+    interval, _, cmd = found["HEALTHCHECK"].partition("CMD ")
+    assert "--start-period" in interval
+    assert _probe(json.loads(cmd)) == f"http://127.0.0.1:{port}/healthz"
+    assert str(port) in found["EXPOSE"].split()
+    compose = (ROOT / "deploy" / "compose.yaml").read_text()
+    test = re.search(r"test: (\[.*\])", compose)
+    assert test, "compose.yaml has no healthcheck test"
+    assert _probe(json.loads(test.group(1))[1:]) == f"http://127.0.0.1:{port}/readyz"
 
 
 def test_compose_builds_the_root_dockerfile() -> None:

@@ -23,12 +23,12 @@ from coordinator.ingest.readers import read_batches
 from coordinator.metadata import model as m
 
 SCHEMA = ("city STRING", "population BIGINT")
-CSV = m.ReadStepCsv(schema=SCHEMA)
+CSV = m.ReadStepCsv(ddl_schema=SCHEMA)
 STEPS: list[m.ReadStep] = [
     CSV,
-    m.ReadStepNdJson(schema=SCHEMA),
-    m.ReadStepJson(schema=SCHEMA),
-    m.ReadStepParquet(schema=SCHEMA),
+    m.ReadStepNdJson(ddl_schema=SCHEMA),
+    m.ReadStepJson(ddl_schema=SCHEMA),
+    m.ReadStepParquet(ddl_schema=SCHEMA),
 ]
 
 
@@ -109,7 +109,7 @@ def test_ndjson_deeply_nested_value_is_a_typed_error(tmp_path: Path) -> None:
     deep = "[" * 1000 + "1" + "]" * 1000
     p.write_text(f'{{"city": "a", "population": 1}}\n{{"city": {deep}}}\n')
     with pytest.raises(BadInputData) as info:
-        rows(m.ReadStepNdJson(schema=SCHEMA), p)
+        rows(m.ReadStepNdJson(ddl_schema=SCHEMA), p)
     assert info.value.row == 2
 
 
@@ -117,7 +117,7 @@ def test_ndjson_deep_value_in_an_ignored_field_is_fine(tmp_path: Path) -> None:
     p = tmp_path / "deep-ignored.ndjson"
     deep = "[" * 5000 + "]" * 5000
     p.write_text(f'{{"other": {deep}, "city": "a", "population": 1}}\n')
-    assert rows(m.ReadStepNdJson(schema=SCHEMA), p) == [{"city": "a", "population": 1}]
+    assert rows(m.ReadStepNdJson(ddl_schema=SCHEMA), p) == [{"city": "a", "population": 1}]
 
 
 def test_json_document_deeply_nested_is_a_typed_error(tmp_path: Path) -> None:
@@ -127,10 +127,10 @@ def test_json_document_deeply_nested_is_a_typed_error(tmp_path: Path) -> None:
     deep = "[" * 5000 + "]" * 5000
     p.write_text(f'[{{"city": "a", "population": 1}}, {{"city": {deep}}}]')
     with pytest.raises(BadInputData, match="nested too deeply") as info:
-        rows(m.ReadStepJson(schema=SCHEMA), p)
+        rows(m.ReadStepJson(ddl_schema=SCHEMA), p)
     assert info.value.row == 2
     p.write_text(f'[{{"city": "a", "population": 1, "x": {deep}}}]')
-    assert rows(m.ReadStepJson(schema=SCHEMA), p) == [{"city": "a", "population": 1}]
+    assert rows(m.ReadStepJson(ddl_schema=SCHEMA), p) == [{"city": "a", "population": 1}]
 
 
 # -- UTF-8 --------------------------------------------------------------------------------------
@@ -185,12 +185,12 @@ def test_ndjson_invalid_utf8_names_row_and_line(tmp_path: Path) -> None:
     p = tmp_path / "bad.ndjson"
     p.write_bytes(b'{"city": "a", "population": 1}\n\n{"city": "b\xff", "population": 2}\n')
     with pytest.raises(BadInputData, match="invalid UTF-8") as info:
-        rows(m.ReadStepNdJson(schema=SCHEMA), p)
+        rows(m.ReadStepNdJson(ddl_schema=SCHEMA), p)
     assert (info.value.row, info.value.line) == (2, 3)
 
 
 def test_json_document_is_read_to_its_end(tmp_path: Path) -> None:
-    step = m.ReadStepJson(schema=SCHEMA)
+    step = m.ReadStepJson(ddl_schema=SCHEMA)
     p = tmp_path / "doc.json"
     p.write_text('[{"city": "a", "population": 1}]  \n')
     assert rows(step, p) == [{"city": "a", "population": 1}]
@@ -198,7 +198,7 @@ def test_json_document_is_read_to_its_end(tmp_path: Path) -> None:
     with pytest.raises(BadInputData, match="trailing characters"):
         rows(step, p)
     # With a subPath the rest of the enclosing object is only checked to be UTF-8.
-    sub = m.ReadStepJson(schema=SCHEMA, sub_path="data")
+    sub = m.ReadStepJson(ddl_schema=SCHEMA, sub_path="data")
     p.write_text('{"data": [{"city": "a", "population": 1}], "more": {"x": [1, 2]}}')
     assert rows(sub, p) == [{"city": "a", "population": 1}]
     p.write_bytes(b'{"data": [], "more": "\xe2\x82"}')
@@ -217,12 +217,12 @@ def test_ndjson_line_over_the_limit_is_refused_without_reading_it_whole(
     p.write_bytes(b'{"city": "a"}\n{"city": "b"}\n' + b"\0" * (1 << 20))
     read: list[int] = []
     with pytest.raises(BadInputData, match="larger than 65536 bytes") as info:
-        rows(m.ReadStepNdJson(schema=SCHEMA), p, block_bytes=4096, on_bytes=read.append)  # type: ignore[arg-type]
+        rows(m.ReadStepNdJson(ddl_schema=SCHEMA), p, block_bytes=4096, on_bytes=read.append)  # type: ignore[arg-type]
     assert info.value.line == 3
     assert read[-1] < 128 << 10, "refused once the limit is passed, not at the end of the file"
     # a line just under the limit is read
     p.write_text('{"city": "' + "c" * (60 << 10) + '"}\n')
-    assert rows(m.ReadStepNdJson(schema=SCHEMA), p, block_bytes=4096) == [
+    assert rows(m.ReadStepNdJson(ddl_schema=SCHEMA), p, block_bytes=4096) == [
         {"city": "c" * (60 << 10), "population": None}
     ]
 
@@ -236,7 +236,7 @@ def test_json_document_element_over_the_limit_is_refused(
     p = tmp_path / "big.json"
     p.write_text('[{"city": "a"}, {"city": "' + "x" * (100 << 10) + '"}]')
     with pytest.raises(BadInputData, match="JSON array element is larger than 16384 bytes"):
-        rows(m.ReadStepJson(schema=SCHEMA), p)
+        rows(m.ReadStepJson(ddl_schema=SCHEMA), p)
 
 
 @pytest.mark.parametrize("read_bytes", [1, 3, 64, 1 << 20])
@@ -254,7 +254,7 @@ def test_json_document_values_on_the_way_to_the_sub_path_may_be_of_any_size(
         f'{{"x": {skipped}, "y": {nested}, "n": -12.5e3, "data": {{"z": 1, "items": '
         '[{"city": "a"}, {"city": "b", "population": 2}]}}'
     )
-    step = m.ReadStepJson(schema=SCHEMA, sub_path="data.items")
+    step = m.ReadStepJson(ddl_schema=SCHEMA, sub_path="data.items")
     assert rows(step, p) == [{"city": "a", "population": None}, {"city": "b", "population": 2}]
 
 
@@ -272,7 +272,7 @@ def test_json_document_elements_are_delimited_exactly(
         elements.append({"city": c, "population": -i, "nested": [{"x": [c]}, {}]})
     p = tmp_path / "doc.json"
     p.write_text("[\n" + ",\n  ".join(json.dumps(e, indent=1) for e in elements) + "\n]\n")
-    got = rows(m.ReadStepJson(schema=SCHEMA), p, block_bytes=64)
+    got = rows(m.ReadStepJson(ddl_schema=SCHEMA), p, block_bytes=64)
     assert got == [{"city": e["city"], "population": e["population"]} for e in elements]
 
 
@@ -281,15 +281,15 @@ def test_json_document_raw_control_character_in_a_string_is_refused(tmp_path: Pa
     p = tmp_path / "doc.json"
     p.write_bytes(b'[{"city": "a\nb"}]')
     with pytest.raises(BadInputData, match="control character in a string"):
-        rows(m.ReadStepJson(schema=SCHEMA), p)
+        rows(m.ReadStepJson(ddl_schema=SCHEMA), p)
 
 
 def test_error_messages_quote_at_most_an_excerpt_of_the_input(tmp_path: Path) -> None:
     big = "9" * (2 << 20) + "x"
     cases: list[tuple[m.ReadStep, str, int]] = [
         (CSV, f"a,1\nb,{big}\n", 2),
-        (m.ReadStepNdJson(schema=SCHEMA), f'{{"city": "a"}}\n{{"population": "{big}"}}\n', 2),
-        (m.ReadStepJson(schema=SCHEMA), f'[{{"city": "a"}}, {{"population": "{big}"}}]', 2),
+        (m.ReadStepNdJson(ddl_schema=SCHEMA), f'{{"city": "a"}}\n{{"population": "{big}"}}\n', 2),
+        (m.ReadStepJson(ddl_schema=SCHEMA), f'[{{"city": "a"}}, {{"population": "{big}"}}]', 2),
     ]
     for step, text, row in cases:
         p = tmp_path / "in"

@@ -42,7 +42,7 @@ def test_csv_basic(tmp_path: Path) -> None:
         "a.csv",
         "city,population,ts\nA,1000,2020-01-01\nB,,2020-01-02T10:00:00+02:00\n,3,\n",
     )
-    got = rows(m.ReadStepCsv(schema=SCHEMA, header=True), p)
+    got = rows(m.ReadStepCsv(ddl_schema=SCHEMA, header=True), p)
     assert got == [
         {"city": "A", "population": 1000, "ts": dt.datetime(2020, 1, 1, tzinfo=UTC)},
         {"city": "B", "population": None, "ts": dt.datetime(2020, 1, 2, 8, tzinfo=UTC)},
@@ -53,16 +53,16 @@ def test_csv_basic(tmp_path: Path) -> None:
 
 def test_csv_columns_are_positional_and_header_defaults_to_false(tmp_path: Path) -> None:
     p = write(tmp_path, "a.csv", "X,1,2020-01-01T00:00:00Z\n")
-    got = rows(m.ReadStepCsv(schema=SCHEMA), p)
+    got = rows(m.ReadStepCsv(ddl_schema=SCHEMA), p)
     assert got[0]["city"] == "X"
     # With header: true the first line is skipped, not matched by name.
     p2 = write(tmp_path, "b.csv", "whatever,names,here\nY,2,2020-01-01\n")
-    assert [r["city"] for r in rows(m.ReadStepCsv(schema=SCHEMA, header=True), p2)] == ["Y"]
+    assert [r["city"] for r in rows(m.ReadStepCsv(ddl_schema=SCHEMA, header=True), p2)] == ["Y"]
 
 
 def test_csv_options(tmp_path: Path) -> None:
     p = write(tmp_path, "a.csv", "city;population;ts\n'a;b';NA;2020-01-01 12:00:00\n")
-    step = m.ReadStepCsv(schema=SCHEMA, header=True, separator=";", quote="'", null_value="NA")
+    step = m.ReadStepCsv(ddl_schema=SCHEMA, header=True, separator=";", quote="'", null_value="NA")
     assert rows(step, p) == [
         {"city": "a;b", "population": None, "ts": dt.datetime(2020, 1, 1, 12, tzinfo=UTC)}
     ]
@@ -71,7 +71,7 @@ def test_csv_options(tmp_path: Path) -> None:
 def test_csv_custom_timestamp_and_date_formats(tmp_path: Path) -> None:
     p = write(tmp_path, "a.csv", "01/02/2020 10:30,03.04.2021\n")
     step = m.ReadStepCsv(
-        schema=("ts TIMESTAMP", "d DATE"),
+        ddl_schema=("ts TIMESTAMP", "d DATE"),
         timestamp_format="%d/%m/%Y %H:%M",
         date_format="%d.%m.%Y",
     )
@@ -82,7 +82,7 @@ def test_csv_custom_timestamp_and_date_formats(tmp_path: Path) -> None:
 
 def test_csv_quoted_newlines(tmp_path: Path) -> None:
     p = write(tmp_path, "a.csv", 'city,population,ts\n"multi\nline",1,\n')
-    assert rows(m.ReadStepCsv(schema=SCHEMA, header=True), p)[0]["city"] == "multi\nline"
+    assert rows(m.ReadStepCsv(ddl_schema=SCHEMA, header=True), p)[0]["city"] == "multi\nline"
 
 
 def test_csv_bad_value_names_column_and_row(tmp_path: Path) -> None:
@@ -90,7 +90,7 @@ def test_csv_bad_value_names_column_and_row(tmp_path: Path) -> None:
     lines[3001] = "c3000,oops,2020-01-01"  # record 3001 (line 3002)
     p = write(tmp_path, "a.csv", "\n".join(lines) + "\n")
     with pytest.raises(BadInputData) as e:
-        rows(m.ReadStepCsv(schema=SCHEMA, header=True), p, block_bytes=4096)
+        rows(m.ReadStepCsv(ddl_schema=SCHEMA, header=True), p, block_bytes=4096)
     assert e.value.column == "population"
     assert e.value.row == 3001
     assert "oops" in str(e.value)
@@ -99,14 +99,14 @@ def test_csv_bad_value_names_column_and_row(tmp_path: Path) -> None:
 def test_csv_bad_timestamp(tmp_path: Path) -> None:
     p = write(tmp_path, "a.csv", "A,1,2020-01-01\nB,2,yesterday\n")
     with pytest.raises(BadInputData) as e:
-        rows(m.ReadStepCsv(schema=SCHEMA), p)
+        rows(m.ReadStepCsv(ddl_schema=SCHEMA), p)
     assert (e.value.column, e.value.row) == ("ts", 2)
 
 
 def test_csv_wrong_field_count(tmp_path: Path) -> None:
     p = write(tmp_path, "a.csv", "h\nA,1,2020-01-01\n\nB,2,2020-01-01,extra\n")
     with pytest.raises(BadInputData) as e:
-        rows(m.ReadStepCsv(schema=SCHEMA, header=True), p)
+        rows(m.ReadStepCsv(ddl_schema=SCHEMA, header=True), p)
     assert e.value.column is None
     assert e.value.row == 2
     assert e.value.line == 4
@@ -116,13 +116,13 @@ def test_csv_wrong_field_count(tmp_path: Path) -> None:
 def test_csv_not_null(tmp_path: Path) -> None:
     p = write(tmp_path, "a.csv", "A,1\nB,\n")
     with pytest.raises(BadInputData) as e:
-        rows(m.ReadStepCsv(schema=("city STRING", "n BIGINT NOT NULL")), p)
+        rows(m.ReadStepCsv(ddl_schema=("city STRING", "n BIGINT NOT NULL")), p)
     assert (e.value.column, e.value.row) == ("n", 2)
 
 
 def test_csv_streams_in_bounded_batches(tmp_path: Path) -> None:
     p = write(tmp_path, "a.csv", "".join(f"c{i},{i},2020-01-01\n" for i in range(20_000)))
-    batches = list(read_batches(m.ReadStepCsv(schema=SCHEMA), p, block_bytes=16 * 1024))
+    batches = list(read_batches(m.ReadStepCsv(ddl_schema=SCHEMA), p, block_bytes=16 * 1024))
     assert len(batches) > 10
     assert sum(b.num_rows for b in batches) == 20_000
     assert max(b.num_rows for b in batches) < 2000
@@ -131,12 +131,12 @@ def test_csv_streams_in_bounded_batches(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "step",
     [
-        m.ReadStepCsv(schema=SCHEMA, separator=";;"),
-        m.ReadStepCsv(schema=SCHEMA, encoding="latin1"),
-        m.ReadStepCsv(schema=SCHEMA, timestamp_format="yyyy-MM-dd"),
-        m.ReadStepCsv(schema=None),
-        m.ReadStepCsv(schema=("a ARRAY<INT>",)),
-        m.ReadStepEsriShapefile(schema=SCHEMA),
+        m.ReadStepCsv(ddl_schema=SCHEMA, separator=";;"),
+        m.ReadStepCsv(ddl_schema=SCHEMA, encoding="latin1"),
+        m.ReadStepCsv(ddl_schema=SCHEMA, timestamp_format="yyyy-MM-dd"),
+        m.ReadStepCsv(ddl_schema=None),
+        m.ReadStepCsv(ddl_schema=("a ARRAY<INT>",)),
+        m.ReadStepEsriShapefile(ddl_schema=SCHEMA),
     ],
 )
 def test_unsupported_options(tmp_path: Path, step: m.ReadStep) -> None:
@@ -148,13 +148,14 @@ def test_unsupported_options(tmp_path: Path, step: m.ReadStep) -> None:
 def test_empty_file_yields_nothing(tmp_path: Path) -> None:
     p = write(tmp_path, "a.csv", "")
     for step in (
-        m.ReadStepCsv(schema=SCHEMA),
-        m.ReadStepNdJson(schema=SCHEMA),
-        m.ReadStepJson(schema=SCHEMA),
+        m.ReadStepCsv(ddl_schema=SCHEMA),
+        m.ReadStepNdJson(ddl_schema=SCHEMA),
+        m.ReadStepJson(ddl_schema=SCHEMA),
     ):
         assert rows(step, p) == []
     assert (
-        rows(m.ReadStepCsv(schema=SCHEMA, header=True), write(tmp_path, "h.csv", "a,b,c\n")) == []
+        rows(m.ReadStepCsv(ddl_schema=SCHEMA, header=True), write(tmp_path, "h.csv", "a,b,c\n"))
+        == []
     )
 
 
@@ -169,7 +170,7 @@ def test_ndjson(tmp_path: Path) -> None:
         "\n"
         '{"city": "B"}\n',
     )
-    assert rows(m.ReadStepNdJson(schema=SCHEMA), p) == [
+    assert rows(m.ReadStepNdJson(ddl_schema=SCHEMA), p) == [
         {"city": "A", "population": 1, "ts": dt.datetime(2020, 1, 1, tzinfo=UTC)},
         {"city": "B", "population": None, "ts": None},
     ]
@@ -180,17 +181,17 @@ def test_ndjson_errors_name_column_row_and_line(tmp_path: Path) -> None:
     text += "\n" + json.dumps({"city": "x", "population": "many"}) + "\n"
     p = write(tmp_path, "a.ndjson", text)
     with pytest.raises(BadInputData) as e:
-        rows(m.ReadStepNdJson(schema=SCHEMA), p, block_bytes=10_000)
+        rows(m.ReadStepNdJson(ddl_schema=SCHEMA), p, block_bytes=10_000)
     assert (e.value.column, e.value.row, e.value.line) == ("population", 3001, 3002)
 
     p2 = write(tmp_path, "b.ndjson", '{"city": "a"}\n{"ts": "soon"}\n')
     with pytest.raises(BadInputData) as e:
-        rows(m.ReadStepNdJson(schema=SCHEMA), p2)
+        rows(m.ReadStepNdJson(ddl_schema=SCHEMA), p2)
     assert (e.value.column, e.value.row, e.value.line) == ("ts", 2, 2)
 
     p3 = write(tmp_path, "c.ndjson", '{"city": "a"}\n{not json\n')
     with pytest.raises(BadInputData) as e:
-        rows(m.ReadStepNdJson(schema=SCHEMA), p3)
+        rows(m.ReadStepNdJson(ddl_schema=SCHEMA), p3)
     assert e.value.line == 2
 
 
@@ -200,26 +201,26 @@ def test_json_document_with_sub_path(tmp_path: Path) -> None:
         "data": {"items": [{"city": f"c{i}", "population": i} for i in range(2000)]},
     }
     p = write(tmp_path, "a.json", json.dumps(doc, indent=2))
-    step = m.ReadStepJson(schema=SCHEMA, sub_path="data.items")
+    step = m.ReadStepJson(ddl_schema=SCHEMA, sub_path="data.items")
     got = rows(step, p, block_bytes=1000)
     assert [r["population"] for r in got] == list(range(2000))
 
 
 def test_json_document_root_array_and_errors(tmp_path: Path) -> None:
     p = write(tmp_path, "a.json", '[{"city": "A"}, {"city": "B", "population": 2}]')
-    assert [r["city"] for r in rows(m.ReadStepJson(schema=SCHEMA), p)] == ["A", "B"]
+    assert [r["city"] for r in rows(m.ReadStepJson(ddl_schema=SCHEMA), p)] == ["A", "B"]
     with pytest.raises(BadInputData, match="Sub-path not found: x"):
-        rows(m.ReadStepJson(schema=SCHEMA, sub_path="x"), p)
+        rows(m.ReadStepJson(ddl_schema=SCHEMA, sub_path="x"), p)
     p2 = write(tmp_path, "b.json", '{"x": {"y": 1}}')
     with pytest.raises(BadInputData, match="does not specify an array"):
-        rows(m.ReadStepJson(schema=SCHEMA, sub_path="x"), p2)
+        rows(m.ReadStepJson(ddl_schema=SCHEMA, sub_path="x"), p2)
     p3 = write(tmp_path, "c.json", '[{"city": "A"}, {"population": true}]')
     with pytest.raises(BadInputData) as e:
-        rows(m.ReadStepJson(schema=SCHEMA), p3)
+        rows(m.ReadStepJson(ddl_schema=SCHEMA), p3)
     assert (e.value.column, e.value.row) == ("population", 2)
     p4 = write(tmp_path, "d.json", '[{"city": "A"}, 5]')
     with pytest.raises(BadInputData) as e:
-        rows(m.ReadStepJson(schema=SCHEMA), p4)
+        rows(m.ReadStepJson(ddl_schema=SCHEMA), p4)
     assert e.value.row == 2
 
 
@@ -237,7 +238,7 @@ def test_parquet_is_cast_to_the_declared_schema(tmp_path: Path) -> None:
     )
     p = tmp_path / "a.parquet"
     pq.write_table(t, p)
-    assert rows(m.ReadStepParquet(schema=SCHEMA), p) == [
+    assert rows(m.ReadStepParquet(ddl_schema=SCHEMA), p) == [
         {"city": "A", "population": 7, "ts": dt.datetime(1970, 1, 1, 0, 16, 40, tzinfo=UTC)}
     ]
 
@@ -246,12 +247,12 @@ def test_parquet_missing_column_and_bad_value(tmp_path: Path) -> None:
     p = tmp_path / "a.parquet"
     pq.write_table(pa.table({"city": ["A"], "population": [1]}), p)
     with pytest.raises(BadInputData) as e:
-        rows(m.ReadStepParquet(schema=SCHEMA), p)
+        rows(m.ReadStepParquet(ddl_schema=SCHEMA), p)
     assert e.value.column == "ts"
     p2 = tmp_path / "b.parquet"
     pq.write_table(pa.table({"city": ["A", "B"], "population": ["1", "x"], "ts": [None, None]}), p2)
     with pytest.raises(BadInputData) as e:
-        rows(m.ReadStepParquet(schema=SCHEMA), p2)
+        rows(m.ReadStepParquet(ddl_schema=SCHEMA), p2)
     assert (e.value.column, e.value.row) == ("population", 2)
 
 
@@ -319,11 +320,11 @@ def test_parse_timestamps_rejects(bad: str) -> None:
 def test_csv_bad_boolean_and_decimal(tmp_path: Path) -> None:
     p = write(tmp_path, "a.csv", "1.5,true\n2.25,TRUE\n3,yes\n")
     with pytest.raises(BadInputData) as e:
-        rows(m.ReadStepCsv(schema=("x DECIMAL(10,2)", "b BOOLEAN")), p)
+        rows(m.ReadStepCsv(ddl_schema=("x DECIMAL(10,2)", "b BOOLEAN")), p)
     assert (e.value.column, e.value.row) == ("b", 3)
     p2 = write(tmp_path, "b.csv", "1.5,true\nabc,false\n")
     with pytest.raises(BadInputData) as e:
-        rows(m.ReadStepCsv(schema=("x DECIMAL(10,2)", "b BOOLEAN")), p2)
+        rows(m.ReadStepCsv(ddl_schema=("x DECIMAL(10,2)", "b BOOLEAN")), p2)
     assert (e.value.column, e.value.row) == ("x", 2)
 
 
@@ -367,14 +368,14 @@ KAMU_GEO_ROWS = [
 def test_geojson_feature_collection(tmp_path: Path) -> None:
     text = '{"type":"FeatureCollection","features":[\n    ' + ",\n    ".join(FEATURES) + "\n]}\n"
     p = write(tmp_path, "a.geojson", text)
-    assert rows(m.ReadStepGeoJson(schema=GEO_SCHEMA), p) == KAMU_GEO_ROWS
+    assert rows(m.ReadStepGeoJson(ddl_schema=GEO_SCHEMA), p) == KAMU_GEO_ROWS
 
 
 def test_ndgeojson(tmp_path: Path) -> None:
     p = write(tmp_path, "a.ndgeojson", "\n".join(FEATURES) + "\n\n")
-    assert rows(m.ReadStepNdGeoJson(schema=GEO_SCHEMA), p) == KAMU_GEO_ROWS
+    assert rows(m.ReadStepNdGeoJson(ddl_schema=GEO_SCHEMA), p) == KAMU_GEO_ROWS
     # Columns are matched by name, as for NDJSON: a subset and another order.
-    assert rows(m.ReadStepNdGeoJson(schema=("geometry STRING", "name STRING")), p) == [
+    assert rows(m.ReadStepNdGeoJson(ddl_schema=("geometry STRING", "name STRING")), p) == [
         {"geometry": r["geometry"], "name": r["name"]} for r in KAMU_GEO_ROWS
     ]
 
@@ -391,5 +392,5 @@ def test_ndgeojson(tmp_path: Path) -> None:
 def test_ndgeojson_bad_features(tmp_path: Path, line: str, message: str) -> None:
     p = write(tmp_path, "a.ndgeojson", FEATURES[0] + "\n" + line + "\n")
     with pytest.raises(BadInputData, match=message) as e:
-        rows(m.ReadStepNdGeoJson(schema=GEO_SCHEMA), p)
+        rows(m.ReadStepNdGeoJson(ddl_schema=GEO_SCHEMA), p)
     assert e.value.line == 2 or e.value.row == 2

@@ -32,7 +32,7 @@ ROOT = DatasetSnapshot(
     metadata=(
         m.AddPushSource(
             source_name="default",
-            read=m.ReadStepCsv(schema=("a BIGINT",)),
+            read=m.ReadStepCsv(ddl_schema=("a BIGINT",)),
             preprocess=m.TransformSql(engine="spark", query="SELECT * FROM input"),
             merge=m.MergeStrategyAppend(),
         ),
@@ -92,7 +92,7 @@ def test_create_root_and_derivative(tmp_path: Path) -> None:
             m.DatasetKind.DERIVATIVE,
             m.AddPushSource(
                 source_name="s",
-                read=m.ReadStepCsv(schema=("a INT",)),
+                read=m.ReadStepCsv(ddl_schema=("a INT",)),
                 merge=m.MergeStrategyAppend(),
             ),
         ),

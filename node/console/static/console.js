@@ -8,7 +8,7 @@ const SVG_NS = "http://www.w3.org/2000/svg";
 const TOPICS = [
   "verify.started", "verify.progress", "verify.finished", "head.accepted", "attestation",
   "dispute", "equivocation", "announce", "pull.started", "pull.finished", "peer.connected",
-  "peer.disconnected",
+  "peer.disconnected", "head.trusted", "head.distrusted",
 ];
 const OUTCOMES = ["verified", "failed", "nondeterministic", "unverifiable"];
 
@@ -289,7 +289,8 @@ async function datasets(main) {
   const cell = (attrs, ...kids) => h("td", Object.assign({ role: "cell" }, attrs), ...(kids.length ? kids : [""]));
   const proto = h("tr", { role: "row" },
     cell({}, h("a", {}, "")), cell({}, h("code", {}, "")), cell(), cell(), cell({}, h("code", {}, "")),
-    cell({ class: "num" }), cell({ class: "num" }), cell({ class: "verification" }, h("span", {}, "")),
+    cell({ class: "num" }), cell({ class: "num" }),
+    cell({ class: "verification" }, h("span", {}, ""), " ", h("span", { class: "trust" }, "")),
     cell({ class: "progress" }), cell(),
     cell({}, h("button", { class: "unsubscribe", type: "button", text: "Unsubscribe" })));
   function fillCode(c, x, n) {
@@ -312,6 +313,15 @@ async function datasets(main) {
     text(c[5], d.blocks);
     text(c[6], d.records);
     if (d.verification_detail) c[7].setAttribute("title", d.verification_detail);
+    // Trust (docs/trust.md): state, how, and by whom, as `subscriptions --json` has it.
+    const t = c[7].lastChild;
+    if (d.trust) {
+      t.className = "badge trust-" + d.trust.state;
+      t.setAttribute("data-trust", d.trust.state);
+      t.firstChild.data = d.trust.state + (d.trust.by ? " by " + d.trust.by : "");
+      const who = (d.trust.attesters || []).concat(d.trust.disputed_by ? ["disputed by:"].concat(d.trust.disputed_by) : []);
+      t.setAttribute("title", (who.length ? who.join("\n") + "\n" : "") + "trusted head: " + (d.trusted_head || "none"));
+    } else t.remove();
     if (d.owned && !d.verification) c[7].firstChild.remove();
     else {
       const outcome = d.verification || "pending";
@@ -354,7 +364,7 @@ async function datasets(main) {
     else if (ev.topic === "verify.finished" || ev.topic === "pull.finished") delete progress[ev.did];
     const cell = ev.did && box.querySelector(`tr[data-did="${CSS.escape(ev.did)}"] td.progress`);
     if (cell) cell.textContent = progress[ev.did] || "";
-    if (["verify.finished", "head.accepted", "attestation", "dispute", "pull.finished"].includes(ev.topic)) later();
+    if (["verify.finished", "head.accepted", "attestation", "dispute", "pull.finished", "head.trusted", "head.distrusted"].includes(ev.topic)) later();
   });
 }
 
@@ -492,7 +502,7 @@ async function dataset(main) {
     else if (ev.topic === "pull.started") progress.textContent = "Pulling from " + ev.url + "…";
     else if (ev.topic === "pull.finished") progress.textContent = "Pull " + ev.outcome;
     else if (ev.topic === "verify.finished") progress.textContent = "Verification " + ev.outcome;
-    if (["verify.finished", "head.accepted", "attestation", "dispute", "pull.finished"].includes(ev.topic)) later();
+    if (["verify.finished", "head.accepted", "attestation", "dispute", "pull.finished", "head.trusted", "head.distrusted"].includes(ev.topic)) later();
   });
 }
 

@@ -1,0 +1,388 @@
+"""Trust policies in the daemon: feeds :mod:`p2p.trust` and carries out its decisions.
+
+:class:`TrustDriver` keeps one :class:`~p2p.trust.TrustPolicy` per followed dataset (the node's
+``[trust]`` policy, or the subscription's own override) and feeds it what the node sees:
+
+* ``HeadSeen`` when the protocol core accepted a head (fetched, and its blocks' hashes and
+  signatures checked by the pull): :meth:`TrustDriver.head_accepted`;
+* ``LocalVerdict`` when the node's own verification of a head ends
+  (:meth:`TrustDriver.local_verdict`, called by the verify pipeline);
+* ``AttestationSeen`` / ``DisputeSeen`` for signed attestations and disputes from gossip (the
+  core already checked their signatures): :meth:`attestation`, :meth:`dispute`;
+* ``Tick`` from the injected clock (:meth:`tick`, every few seconds from the daemon's
+  housekeeping).
+
+It carries out ``Replay`` (a verify work item with ``replay`` set, through the verify pipeline),
+``Trusted`` and ``Distrusted`` (the subscription's trust state and newest trusted head persisted,
+``head.trusted`` / ``head.distrusted`` in the event log and on the event stream, the dataset
+republished to IPFS once a quorum trusts its current head). The policy stays pure: this module
+owns the IO.
+
+What trust changes (``docs/trust.md``): under any policy but ``verify-all`` a followed dataset is
+served over the Simple Transfer Protocol, republished and used as a derivative's input only at
+its newest trusted head (:meth:`served_head`, :meth:`untrusted_input`). ``verify-all`` keeps
+today's behaviour exactly: every accepted head is replayed (or integrity checked on a node with
+no engine) and served as soon as it is stored.
+
+After a restart :meth:`restore` re-feeds each subscription's stored evidence (its accepted head,
+the node's verification, the attestations and disputes received) without carrying out the
+decisions again (no event, no republication): the state is rebuilt, a dispute is not forgotten,
+and a head is not trusted twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from coordinator.identity import DatasetId
+from coordinator.multiformats import Multihash
+from node.app.ports import Clock, EventSink, StatePort
+from node.app.rows import Subscription, TrustOverride, TrustRecord, VerificationOutcome
+from p2p.core.config import Rng
+from p2p.trust import (
+    AttestationSeen,
+    DisputeSeen,
+    Distrusted,
+    HeadSeen,
+    LocalVerdict,
+    Outcome,
+    Policy,
+    Replay,
+    Tick,
+    TrustConfig,
+    TrustConfigError,
+    TrustDecision,
+    Trusted,
+    TrustedBy,
+    TrustEvent,
+    TrustPolicy,
+    TrustState,
+    parse_attesters,
+)
+from p2p.wire import Verdict
+
+log = logging.getLogger("odf_node.trust")
+
+_VERDICTS = {v.name.lower(): v for v in Verdict}
+
+
+def effective_config(default: TrustConfig, override: TrustOverride) -> TrustConfig:
+    """The node's ``[trust]`` with a subscription's override applied, validated.
+
+    Raises:
+        TrustConfigError: the result is invalid (e.g. ``quorum`` with no trusted attesters);
+            its message names the setting.
+    """
+    if override.empty:
+        return default
+    policy = default.policy
+    if override.policy is not None:
+        try:
+            policy = Policy(override.policy)
+        except ValueError:
+            choices = ", ".join(p.value for p in Policy)
+            raise TrustConfigError(
+                "policy", f"unknown policy {override.policy!r} ({choices})"
+            ) from None
+    attesters = default.trusted_attesters
+    if override.trusted_attesters is not None:
+        attesters = parse_attesters(list(override.trusted_attesters))
+    return dataclasses.replace(
+        default,
+        policy=policy,
+        k=default.k if override.k is None else override.k,
+        trusted_attesters=attesters,
+    )
+
+
+class ReplayPort(Protocol):
+    """Queues the node's own verification of a head (the verify pipeline)."""
+
+    async def queue(
+        self, did: DatasetId, head: Multihash, sequence: int, *, replay: bool | None = None
+    ) -> None:
+        """Queue a verification of ``did``; ``replay`` False: integrity checks only."""
+        ...
+
+
+Republish = Callable[[DatasetId, Multihash], Awaitable[None]]
+"""Republishes a followed dataset whose current head just became trusted (IPFS)."""
+
+
+class TrustDriver:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        default: TrustConfig,
+        state: StatePort,
+        events: EventSink,
+        clock: Clock,
+        rng: Rng,
+        verify: ReplayPort,
+        *,
+        republish: Republish | None = None,
+        current_head: Callable[[DatasetId], Multihash | None] = lambda _d: None,
+        contains_block: Callable[[DatasetId, Multihash], bool] = lambda _d, _b: False,
+    ) -> None:
+        self.default = default
+        self._state = state
+        self._events = events
+        self._clock = clock
+        self._rng = rng
+        self._verify = verify
+        self._republish = republish
+        self._current_head = current_head
+        self._contains_block = contains_block
+        self._policies: dict[DatasetId, TrustPolicy] = {}
+        self._trusted_head: dict[DatasetId, str] = {}
+        self._latest: dict[DatasetId, Multihash] = {}  # newest accepted head per dataset
+        self._quiet = False  # restoring: decisions are not carried out again
+
+    # ----------------------------------------------------------------- configuration
+
+    def config_for(self, did: DatasetId) -> TrustConfig:
+        """The policy ``did`` is judged by (the node's, until :meth:`configure` says else)."""
+        policy = self._policies.get(did)
+        return self.default if policy is None else policy.config
+
+    def gates(self, did: DatasetId) -> bool:
+        """Whether trust gates what the node does with ``did`` (every policy but verify-all)."""
+        return self.config_for(did).policy is not Policy.VERIFY_ALL
+
+    def _policy(self, did: DatasetId) -> TrustPolicy:
+        policy = self._policies.get(did)
+        if policy is None:
+            policy = self._policies[did] = TrustPolicy(self.default, self._rng)
+        return policy
+
+    async def restore(self) -> None:
+        """Rebuild every subscription's policy from the stored evidence (at start-up)."""
+        for sub in await self._state.subscriptions():
+            await self._restore(sub)
+
+    async def configure(self, did: DatasetId) -> None:
+        """Re-read ``did``'s subscription (its override changed) and rebuild its policy."""
+        sub = await self._state.subscription(did.as_did_str())
+        if sub is not None:
+            await self._restore(sub)
+
+    async def _restore(self, sub: Subscription) -> None:
+        did = DatasetId.parse(sub.did)
+        try:
+            config = effective_config(self.default, sub.override)
+        except TrustConfigError as e:  # [trust] changed under a stored override
+            log.warning("subscription %s: %s; using the node's [trust]", sub.did, e)
+            config = self.default
+        self._policies[did] = TrustPolicy(config, self._rng)
+        if sub.trusted_head is not None:
+            self._trusted_head[did] = sub.trusted_head
+        acc = await self._state.accepted_head(sub.did)
+        if acc is None:
+            return
+        head = Multihash.from_multibase(acc.head)
+        self._latest[did] = head
+        feed: list[TrustEvent] = []
+        for x in await self._state.disputes(sub.did, 1000):
+            if x.own:
+                continue
+            block = Multihash.from_multibase(x.head)
+            if block == head or self._contains_block(did, block):
+                feed.append(DisputeSeen(did, head, DatasetId.parse(x.signer), x.content_id, 0))
+        for a in await self._state.attestations(sub.did, acc.head):
+            verdict = _VERDICTS.get(a.verdict)
+            if not a.own and verdict is not None:
+                feed.append(AttestationSeen(did, head, DatasetId.parse(a.signer), verdict, 0))
+        ver = await self._state.verification(sub.did, acc.head)
+        if ver is not None and (outcome := _outcome(ver.outcome, conclusive=True)) is not None:
+            feed.append(LocalVerdict(did, head, outcome, acc.accepted_ns, "local replay"))
+        feed.append(HeadSeen(did, head, acc.accepted_ns))
+        self._quiet = True
+        try:
+            for ev in feed:
+                await self._feed(did, ev)
+        finally:
+            self._quiet = False
+
+    # ----------------------------------------------------------------- events in
+
+    async def head_accepted(self, did: DatasetId, head: Multihash, sequence: int) -> None:
+        """The core accepted ``head``: start its trust clock and queue the node's own check
+        (a replay when the policy asks for one, else integrity checks only)."""
+        self._latest[did] = head
+        replays = await self._feed(did, HeadSeen(did, head, self._clock()), sequence=sequence)
+        if self.config_for(did).policy is not Policy.VERIFY_ALL:
+            # The new head's state (pending, or what the policy decided) replaces the old one's.
+            await self._record(self._policy(did), did, head)
+        if not replays:
+            await self._verify.queue(did, head, sequence, replay=False)
+
+    async def local_verdict(
+        self,
+        did: DatasetId,
+        head: Multihash,
+        outcome: VerificationOutcome,
+        *,
+        conclusive: bool,
+        evidence: str,
+    ) -> None:
+        """The node's own verification of ``head`` ended; ``conclusive``: it replayed the
+        transform or the dataset is a root (an integrity check of a derivative proves only
+        a failure)."""
+        mapped = _outcome(outcome, conclusive=conclusive)
+        if mapped is not None:
+            await self._feed(did, LocalVerdict(did, head, mapped, self._clock(), evidence))
+
+    async def attestation(
+        self, did: DatasetId, head: Multihash, attester: DatasetId, verdict: Verdict
+    ) -> None:
+        """A signed attestation from a peer (signature checked by the core)."""
+        await self._feed(did, AttestationSeen(did, head, attester, verdict, self._clock()))
+
+    async def dispute(
+        self, did: DatasetId, block: Multihash, attester: DatasetId, evidence: str
+    ) -> None:
+        """A signed dispute of ``block`` from a peer; ``evidence`` is its content id.
+
+        A dispute of an older block of the stored chain disputes the newest accepted head too
+        (it descends from the disputed block)."""
+        now = self._clock()
+        await self._feed(did, DisputeSeen(did, block, attester, evidence, now))
+        latest = self._latest.get(did)
+        if latest is not None and latest != block and self._contains_block(did, block):
+            await self._feed(did, DisputeSeen(did, latest, attester, evidence, now))
+        if latest is not None:
+            # Shown even when it changes nothing: who disputed the head (trusted or not).
+            await self._record(self._policy(did), did, latest)
+
+    async def tick(self) -> None:
+        """Time passed: heads pending longer than ``fallback_verify_s`` get replayed."""
+        now = self._clock()
+        for did, policy in list(self._policies.items()):
+            await self._carry_out(did, policy, policy.handle(Tick(now)), 0)
+
+    # ----------------------------------------------------------------- what trust changes
+
+    def served_head(self, did: DatasetId) -> str | None:
+        """The head to serve of ``did``: None serves the stored head (verify-all, owned or
+        unknown datasets); else its newest trusted head, ``""`` when none is trusted yet."""
+        if did not in self._policies or not self.gates(did):
+            return None
+        return self._trusted_head.get(did, "")
+
+    def may_republish(self, did: DatasetId, head: Multihash) -> bool:
+        """Whether ``head`` may be republished to IPFS now: trust does not gate ``did``, or
+        ``head`` is its newest trusted head."""
+        served = self.served_head(did)
+        return served is None or served == head.to_multibase()
+
+    def untrusted_input(self, did: DatasetId) -> str | None:
+        """Why ``did`` cannot be a derivative's input right now (its stored head is not
+        trusted), or None."""
+        served = self.served_head(did)
+        if served is None:
+            return None
+        current = self._current_head(did)
+        if current is None or current.to_multibase() == served:
+            return None
+        return (
+            f"input {did.as_did_str()}: its head {current.to_multibase()} is not trusted yet "
+            f"(policy {self.config_for(did).policy.value}; trusted head: {served or 'none'})"
+        )
+
+    # ----------------------------------------------------------------- decisions out
+
+    async def _feed(self, did: DatasetId, ev: TrustEvent, *, sequence: int = 0) -> list[Replay]:
+        policy = self._policy(did)
+        return await self._carry_out(did, policy, policy.handle(ev), sequence)
+
+    async def _carry_out(
+        self, did: DatasetId, policy: TrustPolicy, decisions: list[TrustDecision], sequence: int
+    ) -> list[Replay]:
+        replays: list[Replay] = []
+        for d in decisions:
+            match d:
+                case Replay():
+                    replays.append(d)
+                    await self._verify.queue(d.dataset, d.head, sequence, replay=True)
+                    if not self._quiet:
+                        await self._state.log_event(
+                            "trust.replay",
+                            did.as_did_str(),
+                            {"head": d.head.to_multibase(), "reason": d.reason.value},
+                        )
+                case Trusted():
+                    if not self._quiet:
+                        await self._trusted(policy, d)
+                case Distrusted():
+                    if not self._quiet:
+                        await self._distrusted(policy, d)
+        return replays
+
+    async def _record(self, policy: TrustPolicy, did: DatasetId, head: Multihash) -> bool:
+        """Persist ``head``'s trust state when it is the newest accepted head."""
+        if self._latest.get(did) not in (None, head):
+            return False  # a superseded head: its state is not the subscription's
+        st = policy.status(did, head)
+        trusted = head.to_multibase() if st.state is TrustState.TRUSTED else None
+        if trusted is not None:
+            self._trusted_head[did] = trusted
+        record = TrustRecord(
+            head=head.to_multibase(),
+            state=st.state.value,
+            by=st.by.value if st.by is not None else None,
+            attesters=tuple(a.as_did_key() for a in st.attesters),
+            evidence=st.evidence,
+            disputed_by=tuple(a.as_did_key() for a in st.disputed_by),
+        )
+        await self._state.record_trust(did.as_did_str(), record, trusted)
+        return True
+
+    async def _trusted(self, policy: TrustPolicy, d: Trusted) -> None:
+        did, head = d.dataset.as_did_str(), d.head.to_multibase()
+        if not await self._record(policy, d.dataset, d.head):
+            return
+        data = {
+            "head": head,
+            "by": d.by.value,
+            "attesters": [a.as_did_key() for a in d.attesters],
+        }
+        await self._state.log_event("head.trusted", did, data)
+        self._events.publish("head.trusted", {"did": did, **data})
+        # A head trusted by its own replay was republished with its attestation.
+        current = self._current_head(d.dataset)
+        quorum = d.by is TrustedBy.QUORUM and self.gates(d.dataset)
+        if self._republish is not None and quorum and current == d.head:
+            await self._republish(d.dataset, d.head)
+
+    async def _distrusted(self, policy: TrustPolicy, d: Distrusted) -> None:
+        did, head = d.dataset.as_did_str(), d.head.to_multibase()
+        if not await self._record(policy, d.dataset, d.head):
+            return
+        data = {
+            "head": head,
+            "state": d.state.value,
+            "evidence": d.evidence,
+            "disputer": d.disputer.as_did_key() if d.disputer is not None else None,
+        }
+        await self._state.log_event("head.distrusted", did, data)
+        self._events.publish("head.distrusted", {"did": did, **data})
+
+
+def _outcome(outcome: str, *, conclusive: bool) -> Outcome | None:
+    """The policy's view of a verification outcome (None: it proves nothing either way)."""
+    if outcome == "failed":
+        return Outcome.FAILED
+    if not conclusive:
+        return None
+    if outcome == "verified":
+        return Outcome.VERIFIED
+    if outcome in ("unverifiable", "nondeterministic", "inconclusive"):
+        return Outcome.UNVERIFIABLE
+    return None
+
+
+__all__ = ["ReplayPort", "Republish", "TrustDriver", "effective_config"]

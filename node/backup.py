@@ -1,0 +1,513 @@
+"""Backups of a node home, and their restore into a new home (docs/backup.md).
+
+An archive is a POSIX tar file (uncompressed: parquet data does not compress, and a node key
+is never worth a compression oracle). Its members, in order:
+
+* ``odf-node-backup.json``: ``{"format": "odf-node-backup", "version": 1}``, first, so a restore
+  refuses an archive of an unknown newer format before it reads anything else;
+* ``config.toml``, ``keys/node.key``, ``keys/datasets/<did>.key`` (the keys of owned datasets);
+* ``state.db``: a consistent copy of the state database (subscriptions, accepted heads,
+  verifications, attestations, disputes, equivocation proofs, peers, events, work items) made
+  with SQLite's online backup API, so it is taken while a daemon writes;
+* with ``datasets=True``, ``datasets/<did>/...``: every dataset in kamu's layout; each dataset's
+  ``refs/head`` is read before its other files, and blocks, data and checkpoints are immutable
+  once written (a commit writes them before it moves the head), so the copy holds a complete
+  chain even while a daemon commits;
+* ``manifest.json``, last: the node id, the state schema version, counts, each dataset's head
+  and the size and sha256 of every member before it. A restore checks them all.
+
+Not included: the embedded IPFS repository (``ipfs/``: content the restored node republishes
+from its datasets), the RPC cookie and socket, locks and logs.
+
+A restore extracts into a staging directory next to the target, checks every member (regular
+files under the names above only: no links, no absolute or ``..`` paths), gives keys mode 0600
+and their directories 0700, opens the state database once (which migrates an older schema and
+refuses a newer one), then renames the staging directory to the target: an interrupted restore
+leaves no half-made home. It refuses a target that exists and is not empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import shutil
+import sqlite3
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import IO, Any, Final
+
+from coordinator.errors import INVALID_INPUT, OdfNodeError
+from coordinator.identity import load_private_key
+from coordinator.storage.fs import (
+    PENDING_PREFIX,
+    can_sync_filesystem,
+    fsync_dir,
+    sync_filesystem,
+)
+from node.home import NodeHome
+
+FORMAT: Final = "odf-node-backup"
+FORMAT_VERSION: Final = 1
+"""The archive format this code writes and the newest it reads."""
+HEADER: Final = "odf-node-backup.json"
+MANIFEST: Final = "manifest.json"
+_CHUNK = 1 << 20
+
+
+class BackupError(OdfNodeError):
+    """A backup could not be written, or an archive cannot be restored (names the reason)."""
+
+    rpc_code = INVALID_INPUT
+
+
+class BackupFormatTooNew(BackupError):
+    """The archive was written by a newer odf-node in a format this one does not read."""
+
+    def __init__(self, found: int) -> None:
+        super().__init__(
+            f"backup format version {found} is newer than this odf-node reads "
+            f"({FORMAT_VERSION}); restore it with a newer odf-node"
+        )
+        self.found = found
+
+
+@dataclass(frozen=True)
+class BackupSummary:
+    """What a backup holds (also its manifest's main fields)."""
+
+    file: str
+    format_version: int
+    node_id: str
+    state_schema_version: int
+    subscriptions: int
+    attestations: int
+    disputes: int
+    datasets: list[dict[str, str | None]]
+    """``{"id", "alias", "head"}`` of each dataset stored (empty without ``datasets=True``)."""
+    owned_dataset_keys: int
+    files: int
+    bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class RestoreSummary:
+    """What a restore made."""
+
+    home: str
+    node_id: str
+    format_version: int
+    state_schema_version: int
+    subscriptions: int
+    datasets: int
+    files: int
+
+
+# ---- backup
+
+
+def write_backup(
+    home: Path, file: Path, *, datasets: bool, clock: Callable[[], int] = time.time_ns
+) -> BackupSummary:
+    """Write a backup of ``home`` to ``file`` (refuses an existing file); see the module doc.
+
+    The archive is written to a temporary name next to ``file`` and renamed when complete, so a
+    failed backup leaves no partial archive under the name.
+    """
+    t0 = time.monotonic()
+    h = NodeHome(home)
+    if not h.node_key_path.is_file():
+        raise BackupError(f"{home} is not a node home (no keys/node.key)")
+    if file.exists():
+        raise BackupError(f"{file} exists: a backup never overwrites a file")
+    file.parent.mkdir(parents=True, exist_ok=True)
+    node_id = h.node_key().dataset_id().as_did_key()
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{file.name}.", suffix=".partial", dir=file.parent)
+    tmp = Path(tmp_name)
+    files: list[dict[str, Any]] = []
+    try:
+        with (
+            tempfile.TemporaryDirectory(prefix=".odf-backup-", dir=file.parent) as scratch,
+            os.fdopen(fd, "wb") as raw,
+            tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar,
+        ):
+            header = json.dumps({"format": FORMAT, "version": FORMAT_VERSION}).encode()
+            _add_bytes(tar, HEADER, header, 0o644)
+            _add_file(tar, files, "config.toml", h.config_path, 0o600)
+            _add_file(tar, files, "keys/node.key", h.node_key_path, 0o600)
+            keys = sorted(h.dataset_keys_path.glob("*.key"))
+            for key in keys:
+                _add_file(tar, files, f"keys/datasets/{key.name}", key, 0o600)
+            state = _snapshot_state(home / "state.db", Path(scratch) / "state.db")
+            if state is not None:
+                _add_file(tar, files, "state.db", Path(scratch) / "state.db", 0o600)
+            stored = _add_datasets(tar, files, h) if datasets else []
+            summary = BackupSummary(
+                file=str(file),
+                format_version=FORMAT_VERSION,
+                node_id=node_id,
+                state_schema_version=state["schema_version"] if state else 0,
+                subscriptions=state["subscriptions"] if state else 0,
+                attestations=state["attestations"] if state else 0,
+                disputes=state["disputes"] if state else 0,
+                datasets=stored,
+                owned_dataset_keys=len(keys),
+                files=len(files),
+                bytes=sum(int(f["size"]) for f in files),
+                seconds=0.0,
+            )
+            manifest = {
+                "format": FORMAT,
+                "version": FORMAT_VERSION,
+                "created_ns": clock(),
+                "node_id": node_id,
+                "state_schema_version": summary.state_schema_version,
+                "subscriptions": summary.subscriptions,
+                "attestations": summary.attestations,
+                "disputes": summary.disputes,
+                "datasets_included": datasets,
+                "datasets": stored,
+                "owned_dataset_keys": len(keys),
+                "files": files,
+            }
+            _add_bytes(tar, MANIFEST, json.dumps(manifest, indent=1).encode(), 0o644)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o600)  # it holds private keys
+        if file.exists():
+            raise BackupError(f"{file} appeared while the backup was written; not replaced")
+        os.replace(tmp, file)
+        fsync_dir(file.parent)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return BackupSummary(**{**summary.__dict__, "seconds": round(time.monotonic() - t0, 3)})
+
+
+def _snapshot_state(src: Path, dest: Path) -> dict[str, int] | None:
+    """A consistent copy of the state database (SQLite online backup) and its counts; ``None``
+    when the home has none yet."""
+    if not src.is_file():
+        return None
+    source = sqlite3.connect(str(src), timeout=30)
+    try:
+        target = sqlite3.connect(str(dest))
+        try:
+            # One step (pages=-1): one read transaction, so the copy is one consistent state;
+            # in WAL mode the daemon's writer goes on meanwhile.
+            source.backup(target)
+            # A single self-contained file: no -wal beside it in the archive.
+            target.execute("PRAGMA journal_mode=DELETE")
+            version = int(target.execute("PRAGMA user_version").fetchone()[0])
+            counts = {"schema_version": version}
+            for table in ("subscriptions", "attestations", "disputes"):
+                try:
+                    row = target.execute(f"SELECT count(*) FROM {table}").fetchone()
+                    counts[table] = int(row[0])
+                except sqlite3.OperationalError:
+                    counts[table] = 0  # an empty database (schema not created yet)
+            return counts
+        finally:
+            target.close()
+    except sqlite3.Error as e:
+        raise BackupError(f"could not copy the state database {src}: {e}") from e
+    finally:
+        source.close()
+
+
+def _add_datasets(
+    tar: tarfile.TarFile, files: list[dict[str, Any]], h: NodeHome
+) -> list[dict[str, str | None]]:
+    stored: list[dict[str, str | None]] = []
+    for handle in h.repository().list():
+        root = handle.root
+        name = root.name
+        head_path = root / "refs" / "head"
+        try:
+            head: bytes | None = head_path.read_bytes()  # first: everything it names exists
+        except FileNotFoundError:
+            head = None
+        for path in sorted(_walk(root)):
+            rel = path.relative_to(root).as_posix()
+            if rel == "refs/head":
+                continue
+            with contextlib.suppress(FileNotFoundError):  # a pending file renamed meanwhile
+                _add_file(tar, files, f"datasets/{name}/{rel}", path, 0o644)
+        if head is not None:
+            _add_bytes(tar, f"datasets/{name}/refs/head", head, 0o644, files)
+        stored.append(
+            {
+                "id": handle.id.as_did_str(),
+                "alias": handle.alias,
+                "head": head.decode("utf-8", "replace").strip() if head is not None else None,
+            }
+        )
+    return stored
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    """Regular files under ``root``, without the repository's pending (temporary) files."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(PENDING_PREFIX)]
+        for f in filenames:
+            if not f.startswith(PENDING_PREFIX):
+                p = Path(dirpath) / f
+                if p.is_file() and not p.is_symlink():
+                    yield p
+
+
+class _Hashing(io.RawIOBase):
+    """Reads ``size`` bytes of a file, hashing them (tarfile copies exactly the declared size)."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self._f = f
+        self.sha256 = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._f.read(n)
+        self.sha256.update(data)
+        return data
+
+
+def _add_file(
+    tar: tarfile.TarFile, files: list[dict[str, Any]], name: str, path: Path, mode: int
+) -> None:
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        info = _info(name, size, mode)
+        reader = _Hashing(f)
+        tar.addfile(info, reader)
+    files.append({"path": name, "size": size, "sha256": reader.sha256.hexdigest()})
+
+
+def _add_bytes(
+    tar: tarfile.TarFile,
+    name: str,
+    data: bytes,
+    mode: int,
+    files: list[dict[str, Any]] | None = None,
+) -> None:
+    tar.addfile(_info(name, len(data), mode), io.BytesIO(data))
+    if files is not None:
+        files.append({"path": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+
+
+def _info(name: str, size: int, mode: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mode = mode
+    info.mtime = int(time.time())
+    return info
+
+
+# ---- restore
+
+
+def read_header(archive: Path) -> int:
+    """The format version of ``archive`` (:class:`BackupFormatTooNew` when newer than ours)."""
+    with _open(archive) as tar:
+        return _check_header(tar, tar.next())
+
+
+def restore_backup(archive: Path, target: Path) -> RestoreSummary:
+    """Restore ``archive`` into the new home ``target`` (see the module docstring)."""
+    from node.state import LATEST_VERSION, NodeState
+
+    target = target.absolute()
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise BackupError(
+            f"refusing to restore into {target}: it exists and is not empty "
+            "(a restore never overwrites a home)"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.restore-", dir=target.parent))
+    try:
+        with _open(archive) as tar:
+            first = tar.next()
+            version = _check_header(tar, first)
+            seen: dict[str, dict[str, Any]] = {}
+            manifest: dict[str, Any] | None = None
+            for member in tar:
+                if member is first:
+                    continue  # iterating yields the members read so far again
+                if manifest is not None:
+                    raise BackupError(f"{archive}: a member follows {MANIFEST}: {member.name!r}")
+                if member.name == MANIFEST and member.isfile():
+                    manifest = _read_manifest(tar, member)
+                    continue
+                seen[member.name] = _extract(tar, member, staging)
+        if manifest is None:
+            raise BackupError(f"{archive}: no {MANIFEST} (an incomplete archive?)")
+        _check_files(manifest, seen)
+        schema = int(manifest.get("state_schema_version", 0))
+        if schema > LATEST_VERSION:
+            raise BackupError(
+                f"the backup's state schema version {schema} is newer than this odf-node "
+                f"knows ({LATEST_VERSION}); restore it with a newer odf-node"
+            )
+        home = NodeHome(staging)
+        if not home.node_key_path.is_file() or not home.config_path.is_file():
+            raise BackupError(f"{archive}: no keys/node.key or config.toml")
+        node_id = load_private_key(home.node_key_path).dataset_id().as_did_key()
+        if node_id != manifest.get("node_id"):
+            raise BackupError(
+                f"{archive}: its node key is {node_id}, the manifest says {manifest.get('node_id')}"
+            )
+        home.init()  # the directories a backup without datasets lacks; modes 0700
+        subscriptions = 0
+        if (staging / "state.db").is_file():
+            # Opens (and migrates an older schema) now, so a bad file fails the restore.
+            with NodeState.open(staging / "state.db", time.time_ns) as st:
+                subscriptions = st.subscription_count()
+        datasets = sum(1 for _ in home.repository().list())
+        _fsync_tree(staging)
+        if target.exists():
+            target.rmdir()  # empty, checked above
+        os.replace(staging, target)
+        fsync_dir(target.parent)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return RestoreSummary(
+        home=str(target),
+        node_id=node_id,
+        format_version=version,
+        state_schema_version=schema,
+        subscriptions=subscriptions,
+        datasets=datasets,
+        files=len(seen),
+    )
+
+
+@contextlib.contextmanager
+def _open(archive: Path) -> Iterator[tarfile.TarFile]:
+    try:
+        tar = tarfile.open(archive, mode="r:")  # noqa: SIM115 (closed by the with below)
+    except (OSError, tarfile.TarError) as e:
+        raise BackupError(f"cannot read the backup {archive}: {e}") from e
+    with tar:
+        yield tar
+
+
+def _check_header(tar: tarfile.TarFile, first: tarfile.TarInfo | None) -> int:
+    if first is None or first.name != HEADER or not first.isfile() or first.size > 4096:
+        raise BackupError(f"not an odf-node backup: the first member is not {HEADER}")
+    f = tar.extractfile(first)
+    assert f is not None
+    try:
+        header = json.loads(f.read())
+        version = header["version"]
+        fmt = header["format"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise BackupError(f"not an odf-node backup: unreadable {HEADER} ({e})") from None
+    if fmt != FORMAT or not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise BackupError(f"not an odf-node backup: format {fmt!r} version {version!r}")
+    if version > FORMAT_VERSION:
+        raise BackupFormatTooNew(version)
+    return version
+
+
+def _read_manifest(tar: tarfile.TarFile, member: tarfile.TarInfo) -> dict[str, Any]:
+    if member.size > 256 << 20:
+        raise BackupError(f"{MANIFEST} is implausibly large ({member.size} bytes)")
+    f = tar.extractfile(member)
+    assert f is not None
+    try:
+        manifest = json.loads(f.read())
+    except ValueError as e:
+        raise BackupError(f"unreadable {MANIFEST}: {e}") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
+        raise BackupError(f"{MANIFEST} has no file list")
+    return manifest
+
+
+_TOP_LEVEL = frozenset({"config.toml", "state.db", "keys", "datasets"})
+
+
+def _safe_name(name: str) -> PurePosixPath:
+    p = PurePosixPath(name)
+    if (
+        p.is_absolute()
+        or not p.parts
+        or any(part in ("", ".", "..") for part in p.parts)
+        or p.parts[0] not in _TOP_LEVEL
+        or "\\" in name
+        or "\0" in name
+    ):
+        raise BackupError(f"refusing archive member {name!r}: not a path a backup writes")
+    return p
+
+
+def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, root: Path) -> dict[str, Any]:
+    """Write one regular member under ``root`` (keys 0600, the rest 0644); its size and hash."""
+    rel = _safe_name(member.name)
+    if not member.isfile():
+        raise BackupError(f"refusing archive member {member.name!r}: not a regular file")
+    dest = root.joinpath(*rel.parts)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    mode = 0o600 if rel.parts[0] in ("keys", "config.toml", "state.db") else 0o644
+    src = tar.extractfile(member)
+    assert src is not None
+    digest = hashlib.sha256()
+    size = 0
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "wb") as out:
+        while chunk := src.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+            out.write(chunk)
+    return {"size": size, "sha256": digest.hexdigest()}
+
+
+def _check_files(manifest: dict[str, Any], seen: dict[str, dict[str, Any]]) -> None:
+    listed = {str(f.get("path")): f for f in manifest["files"] if isinstance(f, dict)}
+    missing = sorted(set(listed) - set(seen))
+    extra = sorted(set(seen) - set(listed))
+    if missing or extra:
+        raise BackupError(
+            f"the archive does not match its manifest: missing {missing[:5]}, unlisted {extra[:5]}"
+        )
+    for name, got in seen.items():
+        want = listed[name]
+        if got["size"] != want.get("size") or got["sha256"] != want.get("sha256"):
+            raise BackupError(f"archive member {name!r} is damaged (size or sha256 differ)")
+
+
+def _fsync_tree(root: Path) -> None:
+    """Make everything under ``root`` durable before it is renamed into place: one ``syncfs``
+    where Linux has it (a restore of 1,000 datasets writes ~5,000 files; one fsync each took
+    ~35 s on the 2-core test machine), else an fsync of every file and directory."""
+    if can_sync_filesystem():
+        sync_filesystem(root)
+        return
+    for dirpath, _dirs, filenames in os.walk(root):
+        for f in filenames:
+            fd = os.open(Path(dirpath) / f, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(dirpath))
+
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "BackupError",
+    "BackupFormatTooNew",
+    "BackupSummary",
+    "RestoreSummary",
+    "read_header",
+    "restore_backup",
+    "write_backup",
+]

@@ -1,0 +1,371 @@
+"""Trust policies in the node: ``[trust]``, per-subscription overrides and the trust driver
+(``node/app/trust.py``) on in-memory twins, with an injected clock (nothing sleeps)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from coordinator.identity import DatasetId, generate_private_key
+from coordinator.multiformats import Multihash
+from node.adapters.state import InlineState
+from node.app.events import EventBus
+from node.app.ports import GossipPort, IpfsPort, StatePort
+from node.app.subscriptions import SubscriptionUseCases
+from node.app.trust import TrustDriver
+from node.config import ConfigError, load_config
+from node.state.store import NodeState
+from p2p.trust import Policy, TrustConfig, TrustConfigError
+from p2p.wire import Verdict
+
+T0 = 1_800_000_000 * 1_000_000_000
+S = 1_000_000_000
+OWNER = generate_private_key(b"\x01" * 32).dataset_id()
+A, B, C, X = (generate_private_key(bytes([n]) * 32).dataset_id() for n in (2, 3, 4, 9))
+H1 = Multihash.sha3_256(b"head-1")
+H2 = Multihash.sha3_256(b"head-2")
+DID = OWNER.as_did_str()
+
+
+def _run(coro: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(coro())
+
+
+# --------------------------------------------------------------------------- [trust]
+
+
+def test_trust_section_is_read_through_the_policy_module(tmp_path: Path) -> None:
+    f = tmp_path / "config.toml"
+    f.write_text(
+        '[trust]\npolicy = "quorum"\nk = 2\n'
+        f'trusted_attesters = ["{A.as_did_key()}", "{B.as_did_key()}"]\n'
+        "[pipeline]\nreplay = false\n"
+    )
+    cfg = load_config(f, environ={}).trust_config()
+    assert cfg.policy is Policy.QUORUM and cfg.k == 2
+    assert cfg.trusted_attesters == {A, B} and not cfg.can_replay
+    assert load_config(None, environ={}).trust_config() == TrustConfig(can_replay=True)
+    env = {"ODF_NODE_TRUST_POLICY": "quorum", "ODF_NODE_TRUST_K": "1",
+           "ODF_NODE_TRUST_TRUSTED_ATTESTERS": A.as_did_key()}  # fmt: skip
+    assert load_config(None, environ=env).trust_config().trusted_attesters == {A}
+
+
+@pytest.mark.parametrize(
+    ("text", "setting"),
+    [
+        ('[trust]\npolicy = "quorum"\n', "[trust] trusted_attesters"),
+        ('[trust]\npolicy = "majority"\n', "[trust] policy"),
+        (
+            '[trust]\npolicy = "quorum"\nk = 2\ntrusted_attesters = ["did:key:nope"]\n',
+            "[trust] trusted_attesters",
+        ),
+        ("[trust]\np = 1.5\n", "[trust] p"),
+        ("[trust]\nfallback_verify_s = 0\n", "[trust] fallback_verify_s"),
+    ],
+)
+def test_a_bad_trust_setting_is_refused_at_load_naming_it(
+    tmp_path: Path, text: str, setting: str
+) -> None:
+    f = tmp_path / "config.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match="^" + re.escape(setting)):
+        load_config(f, environ={})
+
+
+# --------------------------------------------------------------------------- subscribe override
+
+
+class _Gossip:
+    followed: list[DatasetId]
+
+    def __init__(self) -> None:
+        self.followed = []
+
+    async def follow(self, did: DatasetId) -> None:
+        self.followed.append(did)
+
+
+def _subs(state: StatePort, default: TrustConfig) -> tuple[SubscriptionUseCases, list[DatasetId]]:
+    changed: list[DatasetId] = []
+
+    async def on_change(did: DatasetId) -> None:
+        changed.append(did)
+
+    subs = SubscriptionUseCases(
+        state,
+        cast(GossipPort, _Gossip()),
+        cast(IpfsPort, None),
+        lambda _d: False,
+        loopback_only=True,
+        trust=default,
+        on_trust_change=on_change,
+    )
+    return subs, changed
+
+
+def test_subscribe_override_is_validated_over_trust_and_persisted(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        path = tmp_path / "state.db"
+        state = cast(StatePort, InlineState(NodeState.open(path, lambda: T0)))
+        default = TrustConfig(trusted_attesters=frozenset({A, B, C}))
+        subs, changed = _subs(state, default)
+        with pytest.raises(TrustConfigError, match=r"^\[trust\] k: 4 exceeds the 3"):
+            await subs.subscribe(DID, policy="quorum", k=4)
+        assert await state.subscription(DID) is None  # refused before anything is stored
+        row = await subs.subscribe(DID, policy="quorum", k=2)
+        assert row.policy == {"policy": "quorum", "k": 2}
+        assert changed == [OWNER]
+        # A later subscribe changes only what it names; the override is checked merged.
+        row = await subs.subscribe(DID, attesters=[A.as_did_key(), B.as_did_key()])
+        assert row.policy == {
+            "policy": "quorum",
+            "k": 2,
+            "trusted_attesters": [A.as_did_key(), B.as_did_key()],
+        }
+        with pytest.raises(TrustConfigError, match=r"^\[trust\] k"):
+            await subs.subscribe(DID, attesters=[A.as_did_key()])
+        state.close()  # type: ignore[attr-defined]
+        reopened = cast(StatePort, InlineState(NodeState.open(path, lambda: T0)))
+        sub = await reopened.subscription(DID)
+        assert sub is not None and sub.override.policy == "quorum" and sub.override.k == 2
+        assert sub.override.trusted_attesters == (A.as_did_key(), B.as_did_key())
+
+    _run(scenario)
+
+
+def test_quorum_override_without_trusted_attesters_is_refused() -> None:
+    async def scenario() -> None:
+        state = cast(StatePort, InlineState(NodeState.in_memory(lambda: T0)))
+        subs, _ = _subs(state, TrustConfig())
+        with pytest.raises(TrustConfigError, match=r"^\[trust\] trusted_attesters"):
+            await subs.subscribe(DID, policy="quorum", k=1)
+        with pytest.raises(TrustConfigError, match=r"^\[trust\] policy"):
+            await subs.subscribe(DID, policy="majority")
+
+    _run(scenario)
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+class _Verify:
+    """The verify pipeline's queue: records what the driver asked."""
+
+    def __init__(self) -> None:
+        self.queued: list[tuple[str, bool | None]] = []
+
+    async def queue(
+        self, did: DatasetId, head: Multihash, sequence: int, *, replay: bool | None = None
+    ) -> None:
+        self.queued.append((head.to_multibase(), replay))
+
+
+class _Node:
+    """A driver over an in-memory state, with a clock the test moves."""
+
+    def __init__(self, default: TrustConfig, state: StatePort | None = None) -> None:
+        self.now = T0
+        self.state = state or cast(StatePort, InlineState(NodeState.in_memory(lambda: self.now)))
+        self.verify = _Verify()
+        self.bus = EventBus()
+        self.published: list[tuple[str, dict[str, Any]]] = []
+        self.bus.listen(lambda topic, data: self.published.append((topic, data)))
+        self.republished: list[Multihash] = []
+        self.stored_head: Multihash | None = None
+
+        async def republish(did: DatasetId, head: Multihash) -> None:
+            self.republished.append(head)
+
+        self.driver = TrustDriver(
+            default,
+            self.state,
+            self.bus,
+            lambda: self.now,
+            random.Random(0),
+            self.verify,
+            republish=republish,
+            current_head=lambda _d: self.stored_head,
+        )
+
+    async def accept(self, head: Multihash, sequence: int = 1) -> None:
+        """What the node does when the core accepted ``head``."""
+        await self.state.record_accepted_head(DID, 0, sequence, head.to_multibase(), "", b"x")
+        self.stored_head = head
+        await self.driver.head_accepted(OWNER, head, sequence)
+
+    async def row(self) -> Any:
+        return await self.state.subscription(DID)
+
+    def topics(self) -> list[str]:
+        return [t for t, _ in self.published]
+
+
+def _quorum(*, can_replay: bool, k: int = 2) -> TrustConfig:
+    return TrustConfig(
+        policy=Policy.QUORUM,
+        k=k,
+        trusted_attesters=frozenset({A, B, C}),
+        can_replay=can_replay,
+        fallback_verify_s=60,
+    )
+
+
+def test_verify_all_replays_every_head_and_gates_nothing() -> None:
+    async def scenario() -> None:
+        n = _Node(TrustConfig())
+        await n.state.subscribe(DID)
+        await n.driver.restore()
+        await n.accept(H1)
+        assert n.verify.queued == [(H1.to_multibase(), True)]  # today's verification, a replay
+        assert n.driver.served_head(OWNER) is None  # served as soon as stored
+        assert n.driver.may_republish(OWNER, H1)
+        await n.driver.local_verdict(OWNER, H1, "verified", conclusive=True, evidence="")
+        row = await n.row()
+        assert row.trusted_head == H1.to_multibase()
+        assert row.trust.state == "trusted" and row.trust.by == "local"
+        assert n.topics() == ["head.trusted"]
+
+    _run(scenario)
+
+
+def test_light_node_trusts_by_quorum_naming_the_attesters() -> None:
+    async def scenario() -> None:
+        n = _Node(_quorum(can_replay=False))
+        await n.state.subscribe(DID)
+        await n.driver.restore()
+        await n.accept(H1)
+        assert n.verify.queued == [(H1.to_multibase(), False)]  # integrity checks only
+        assert n.driver.served_head(OWNER) == ""  # nothing trusted yet: nothing served
+        assert not n.driver.may_republish(OWNER, H1)
+        assert n.driver.untrusted_input(OWNER) is not None
+        # An integrity check of a derivative proves nothing either way.
+        await n.driver.local_verdict(OWNER, H1, "verified", conclusive=False, evidence="")
+        await n.driver.attestation(OWNER, H1, A, Verdict.VERIFIED)
+        await n.driver.attestation(OWNER, H1, X, Verdict.VERIFIED)  # not a trusted attester
+        await n.driver.attestation(OWNER, H2, B, Verdict.VERIFIED)  # another head
+        await n.driver.attestation(OWNER, H1, B, Verdict.INTEGRITY_ONLY)  # not a replay
+        assert n.topics() == [] and (await n.row()).trusted_head is None
+        await n.driver.attestation(OWNER, H1, B, Verdict.VERIFIED)
+        row = await n.row()
+        assert row.trusted_head == H1.to_multibase()
+        assert (row.trust.state, row.trust.by) == ("trusted", "quorum")
+        assert set(row.trust.attesters) == {A.as_did_key(), B.as_did_key()}
+        assert n.published == [
+            (
+                "head.trusted",
+                {
+                    "did": DID,
+                    "head": H1.to_multibase(),
+                    "by": "quorum",
+                    "attesters": [A.as_did_key(), B.as_did_key()],
+                },
+            )
+        ]
+        logged = await n.state.events(0, 10, "head.trusted")
+        assert [e.data["attesters"] for e in logged] == [[A.as_did_key(), B.as_did_key()]]
+        assert n.driver.served_head(OWNER) == H1.to_multibase()
+        assert n.republished == [H1]  # the quorum's head is republished now
+        assert n.driver.untrusted_input(OWNER) is None
+        # A newer head: the previous trusted head stays the served one until it is trusted.
+        await n.accept(H2, 2)
+        assert n.driver.served_head(OWNER) == H1.to_multibase()
+        assert "not trusted yet" in (n.driver.untrusted_input(OWNER) or "")
+        # Never a replay on a node with no engine, even past fallback_verify_s.
+        n.now += 3600 * S
+        await n.driver.tick()
+        assert n.verify.queued == [(H1.to_multibase(), False), (H2.to_multibase(), False)]
+        assert (await n.row()).trust.state == "pending"
+
+    _run(scenario)
+
+
+def test_a_trusted_attesters_dispute_blocks_and_makes_a_replaying_node_replay() -> None:
+    async def scenario() -> None:
+        n = _Node(_quorum(can_replay=True))
+        await n.state.subscribe(DID)
+        await n.driver.restore()
+        await n.accept(H1)
+        assert n.verify.queued == [(H1.to_multibase(), False)]
+        await n.driver.dispute(OWNER, H1, X, "f1620" + "00" * 32)  # untrusted: recorded only
+        assert n.verify.queued == [(H1.to_multibase(), False)]
+        row = await n.row()
+        assert row.trust.state == "pending" and row.trust.disputed_by == (X.as_did_key(),)
+        await n.driver.dispute(OWNER, H1, C, "f1620" + "11" * 32)
+        assert n.verify.queued[-1] == (H1.to_multibase(), True)  # replayed through verify
+        row = await n.row()
+        assert row.trust.state == "disputed" and row.trust.evidence == "f1620" + "11" * 32
+        assert set(row.trust.disputed_by) == {X.as_did_key(), C.as_did_key()}
+        assert n.published[-1][0] == "head.distrusted"
+        assert n.published[-1][1]["disputer"] == C.as_did_key()
+        # A quorum afterwards does not trust it; the node's own replay decides.
+        await n.driver.attestation(OWNER, H1, A, Verdict.VERIFIED)
+        await n.driver.attestation(OWNER, H1, B, Verdict.VERIFIED)
+        assert (await n.row()).trust.state == "disputed"
+        await n.driver.local_verdict(OWNER, H1, "failed", conclusive=True, evidence="mismatch")
+        assert (await n.row()).trusted_head is None
+
+    _run(scenario)
+
+
+def test_a_head_pending_past_fallback_is_replayed_where_possible() -> None:
+    async def scenario() -> None:
+        n = _Node(_quorum(can_replay=True))
+        await n.state.subscribe(DID)
+        await n.driver.restore()
+        await n.accept(H1)
+        n.now += 59 * S
+        await n.driver.tick()
+        assert n.verify.queued == [(H1.to_multibase(), False)]
+        n.now += 1 * S
+        await n.driver.tick()
+        assert n.verify.queued == [(H1.to_multibase(), False), (H1.to_multibase(), True)]
+        replays = await n.state.events(0, 10, "trust.replay")
+        assert [e.data["reason"] for e in replays] == ["fallback"]
+        await n.driver.local_verdict(OWNER, H1, "verified", conclusive=True, evidence="")
+        assert (await n.row()).trust.by == "local"
+
+    _run(scenario)
+
+
+def test_a_restart_neither_re_trusts_nor_forgets_a_dispute(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        path = tmp_path / "state.db"
+        first = _Node(_quorum(can_replay=False), InlineState(NodeState.open(path, lambda: T0)))  # type: ignore[arg-type]
+        await first.state.subscribe(DID)
+        await first.driver.restore()
+        await first.accept(H1)
+        for who in (A, B):
+            envelope = b"attestation-by-" + who.as_did_key().encode()
+            await first.state.add_attestation(
+                DID, H1.to_multibase(), "verified", who.as_did_key(), envelope, False
+            )
+            await first.driver.attestation(OWNER, H1, who, Verdict.VERIFIED)
+        await first.accept(H2, 2)
+        await first.state.add_dispute(
+            DID, H2.to_multibase(), "replay_mismatch", C.as_did_key(), b"dispute", False, "forged"
+        )
+        x = (await first.state.disputes(DID))[0]
+        await first.driver.dispute(OWNER, H2, C, x.content_id)
+        assert first.topics() == ["head.trusted", "head.distrusted"]
+        first.state.close()  # type: ignore[attr-defined]
+
+        again = _Node(_quorum(can_replay=False), InlineState(NodeState.open(path, lambda: T0)))  # type: ignore[arg-type]
+        again.stored_head = H2
+        await again.driver.restore()
+        assert again.published == []  # nothing trusted or distrusted twice
+        assert again.driver.served_head(OWNER) == H1.to_multibase()
+        row = await again.row()
+        assert row.trust.state == "disputed" and row.trust.head == H2.to_multibase()
+        # The dispute still blocks: a quorum of H2 after the restart does not trust it.
+        await again.driver.attestation(OWNER, H2, A, Verdict.VERIFIED)
+        await again.driver.attestation(OWNER, H2, B, Verdict.VERIFIED)
+        assert again.driver.served_head(OWNER) == H1.to_multibase()
+        assert again.published == []
+
+    _run(scenario)
