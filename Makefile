@@ -15,7 +15,7 @@ DATAFUSION_VERSIONS := 51.0.0 41.0.0
 ENGINES := $(VENV)/engines
 DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.installed)
 
-.PHONY: browser bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-backup bench-network bench-decode fuzz p2p-vectors clean
+.PHONY: browser test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-backup bench-network bench-decode fuzz p2p-vectors clean
 
 setup: $(STAMP) $(DF_STAMPS)
 
@@ -52,14 +52,22 @@ typecheck: setup
 unit: setup browser
 	$(BIN)/pytest -q
 
-# Real headless Chromium for the console's browser tests: Debian's chromium and its
-# chromedriver (the same version), from apt when missing (sudo when not root). Nothing is
-# downloaded when the tests run.
-browser:
-	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; else \
+# Debian packages the tests run for real, from apt when missing (sudo when not root); nothing
+# is downloaded when the tests run. Headless Chromium and its chromedriver (the same version)
+# for the console's browser tests; mosquitto, the MQTT broker the Mqtt polling source tests
+# start on a loopback port (tests/integration/test_ingest_mqtt.py).
+test-deps:
+	@missing=; \
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  missing="$$missing chromium chromium-driver"; \
+	command -v mosquitto >/dev/null || [ -x /usr/sbin/mosquitto ] || missing="$$missing mosquitto"; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	    $$SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver; fi
+	    $$SUDO apt-get install -y -qq --no-install-recommends $$missing; fi
+
+# Kept for the targets (and habits) that name it.
+browser: test-deps
 
 test: lint typecheck browser
 	$(NETNS) 'ip link set lo up && exec $(BIN)/pytest -q'

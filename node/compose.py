@@ -57,7 +57,13 @@ class DaemonUnreachable(OdfNodeError):
 def polling_options(config: NodeConfig) -> PollingOptions:
     """The ``[ingest]`` bounds of polling-source runs."""
     i = config.ingest
-    return PollingOptions(i.max_fetch_bytes, i.max_decompressed_bytes, i.allow_pipe)
+    return PollingOptions(
+        i.max_fetch_bytes,
+        i.max_decompressed_bytes,
+        i.allow_pipe,
+        i.mqtt_max_records,
+        i.mqtt_idle_timeout_s,
+    )
 
 
 def daemon_endpoint(home: Path) -> tuple[str, str] | None:

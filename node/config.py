@@ -145,6 +145,8 @@ class IngestSection:
     max_fetch_bytes: int
     max_decompressed_bytes: int
     allow_pipe: bool
+    mqtt_max_records: int
+    mqtt_idle_timeout_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +357,10 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError("engine.datafusion_workers must be >= 0 (0: automatic)")
     if cfg.ingest.max_fetch_bytes < 1 or cfg.ingest.max_decompressed_bytes < 1:
         raise ConfigError("ingest.max_fetch_bytes and ingest.max_decompressed_bytes must be >= 1")
+    if cfg.ingest.mqtt_max_records < 1 or not 0 < cfg.ingest.mqtt_idle_timeout_s <= 3600:
+        raise ConfigError(
+            "ingest.mqtt_max_records must be >= 1 and ingest.mqtt_idle_timeout_s in (0, 3600]"
+        )
     h = cfg.health
     if h.max_verify_backlog < 1 or h.engine_crash_failures < 1:
         raise ConfigError("health.max_verify_backlog and health.engine_crash_failures must be >= 1")

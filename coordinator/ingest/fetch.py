@@ -20,9 +20,13 @@ defines the behaviour reproduced here:
   ``%Y-%m-%d``) or the system time (the default); ``fromMetadata`` is refused. No match at all
   before anything was ingested is an error (kamu: "not found").
 
-``Container``, ``EthereumLogs``, ``Mqtt`` and any other fetch step are refused when the dataset
-is created (:func:`check_polling_source`): this node runs no containers, no Ethereum client and
-no MQTT client.
+* ``Mqtt``: the messages received since the last poll, fetched by the node's MQTT client
+  (``node/transfer/mqtt_fetch.py``, under the node's source policy); no source state (kamu
+  records none: the broker's persistent session says where the next poll resumes); the event
+  time is the system time unless the rows carry one.
+
+``Container``, ``EthereumLogs`` and any other fetch step are refused when the dataset is created
+(:func:`check_polling_source`): this node runs no containers and no Ethereum client.
 
 This module does not import pyarrow (``dataset create`` checks sources with it).
 """
@@ -31,9 +35,11 @@ from __future__ import annotations
 
 import datetime as dt
 import glob
+import hashlib
 import os
 import re
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 from email.utils import format_datetime, parsedate_to_datetime
 from pathlib import Path
@@ -55,6 +61,9 @@ __all__ = [
     "fetch_file_url",
     "fetch_glob",
     "http_fetched",
+    "mqtt_client_id",
+    "mqtt_fetched",
+    "mqtt_topics",
     "url_scheme",
 ]
 
@@ -95,16 +104,20 @@ def check_polling_source(source: m.SetPollingSource) -> None:
     """Refuse, when the dataset is created, a polling source this node cannot run.
 
     Raises:
-        InvalidSnapshot: the fetch step is not ``Url`` or ``FilesGlob`` (named), the URL's
-            scheme is not http, https or file, a glob is not an absolute path, the event time
-            source does not apply to the step, or a ``fromPath`` pattern does not compile.
+        InvalidSnapshot: the fetch step is not ``Url``, ``FilesGlob`` or ``Mqtt`` (named), the
+            URL's scheme is not http, https or file, a glob is not an absolute path, the event
+            time source does not apply to the step, a ``fromPath`` pattern does not compile,
+            or an ``Mqtt`` step has no host, a port out of range or no topic.
     """
     fetch = source.fetch
+    if isinstance(fetch, m.FetchStepMqtt):
+        _check_mqtt(fetch)
+        return
     if not isinstance(fetch, m.FetchStepUrl | m.FetchStepFilesGlob):
         name = _step_name(fetch, "FetchStep")
         raise InvalidSnapshot(
             f"SetPollingSource: fetch step {name} is not supported by this node (it runs no "
-            "containers, no Ethereum client and no MQTT client); use Url or FilesGlob"
+            "containers and no Ethereum client); use Url, FilesGlob or Mqtt"
         )
     if isinstance(fetch, m.FetchStepUrl):
         scheme = url_scheme(fetch.url)
@@ -136,6 +149,47 @@ def check_polling_source(source: m.SetPollingSource) -> None:
             _compile_path_pattern(fetch.event_time.pattern)
         except FetchError as e:
             raise InvalidSnapshot(f"SetPollingSource: {e}") from None
+
+
+def _check_mqtt(fetch: m.FetchStepMqtt) -> None:
+    if not fetch.host.strip():
+        raise InvalidSnapshot("SetPollingSource: Mqtt host is empty")
+    if not 0 < fetch.port < 65536:
+        raise InvalidSnapshot(f"SetPollingSource: Mqtt port {fetch.port} is not in 1-65535")
+    if not fetch.topics:
+        raise InvalidSnapshot("SetPollingSource: Mqtt has no topic to subscribe to")
+    for t in fetch.topics:
+        # MQTT 3.1.1, 4.7: a filter is non-empty; '#' only last and alone in its level; '+'
+        # alone in its level.
+        levels = t.path.split("/")
+        bad = (
+            not t.path
+            or "\0" in t.path
+            or any(("#" in lv or "+" in lv) and lv not in ("#", "+") for lv in levels)
+            or "#" in levels[:-1]
+        )
+        if bad:
+            raise InvalidSnapshot(
+                f"SetPollingSource: Mqtt topic {t.path[:200]!r} is not a valid topic filter"
+            )
+
+
+def mqtt_topics(fetch: m.FetchStepMqtt) -> tuple[tuple[str, int], ...]:
+    """The topics of an ``Mqtt`` step with their QoS (``AtMostOnce`` when not given, as kamu)."""
+    return tuple((t.path, int(t.qos) if t.qos is not None else 0) for t in fetch.topics)
+
+
+def mqtt_client_id(dataset_id: str, topics: Sequence[tuple[str, int]]) -> str:
+    """The MQTT client id of a dataset's source: its DID and a digest of its topics, so that
+    a source whose topics change gets a broker session of its own (kamu: ``kamu-ingest-<id>``)."""
+    digest = hashlib.sha256(repr(sorted(topics)).encode()).hexdigest()[:12]
+    return f"odf-node-ingest-{dataset_id.removeprefix('did:odf:')}-{digest}"
+
+
+def mqtt_fetched(path: Path) -> Fetched:
+    """An ``Mqtt`` fetch written at ``path``: no event time (the rows' own, else the system
+    time) and no source state, as kamu."""
+    return Fetched(path, None, None)
 
 
 def _compile_path_pattern(pattern: str) -> re.Pattern[str]:

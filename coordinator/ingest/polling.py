@@ -3,7 +3,7 @@ root), committing what it fetched as ``AddData`` blocks with the new source stat
 
 One poll is: resolve the source and the writer's metadata state from the chain
 (:func:`resolve_polling_source`); fetch (:mod:`coordinator.ingest.fetch`: local files here,
-HTTP by the node's client); then, for each fetched input in order, prepare
+HTTP and MQTT by the node's clients); then, for each fetched input in order, prepare
 (:mod:`coordinator.ingest.prepare`), read, merge and write it exactly as a push ingest does
 (:func:`coordinator.ingest.push.ingest_resolved`), the input's event time filling rows that
 have none and its source state written into its ``AddData``. An input that adds no rows still
@@ -48,6 +48,7 @@ __all__ = [
     "fetch_local",
     "ingest_fetched",
     "is_http_source",
+    "is_mqtt_source",
     "resolve_polling_source",
 ]
 
@@ -107,6 +108,11 @@ def is_http_source(info: PushSourceInfo) -> bool:
     """Whether the source fetches an ``http(s)://`` URL (fetched by the node's HTTP client)."""
     fetch = _polling(info).fetch
     return isinstance(fetch, m.FetchStepUrl) and url_scheme(fetch.url) in ("http", "https")
+
+
+def is_mqtt_source(info: PushSourceInfo) -> bool:
+    """Whether the source subscribes to MQTT topics (fetched by the node's MQTT client)."""
+    return isinstance(_polling(info).fetch, m.FetchStepMqtt)
 
 
 def fetch_local(info: PushSourceInfo, system_time: Timestamp) -> list[Fetched]:

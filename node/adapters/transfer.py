@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from coordinator.storage.repository import DatasetRepository
 from node.adapters.loop_thread import LoopThread
 from node.app.fetch import PullDiverged, PullRefused, PullRejected
-from node.app.ports import SourceResponse
+from node.app.ports import MqttRequest, SourceResponse
 from node.config import NodeConfig
 from node.transfer.policy import SourcePolicy
 
@@ -138,6 +139,32 @@ class TransferAdapter:
             return await run()
         except (SourceRefused, InvalidSourceUrl) as e:
             raise PullRefused(str(e)) from e
+
+    async def fetch_mqtt(self, request: MqttRequest, target: Path) -> int:
+        """Fetch an ``Mqtt`` source's messages (see :mod:`node.transfer.mqtt_fetch`), in a
+        worker thread (the client blocks)."""
+        from node.transfer.errors import SourceRefused
+        from node.transfer.mqtt_fetch import fetch_mqtt
+
+        r = request
+        try:
+            got = await asyncio.to_thread(
+                fetch_mqtt,
+                host=r.host,
+                port=r.port,
+                topics=r.topics,
+                client=r.client_id,
+                target=target,
+                policy=self._policy,
+                username=r.username,
+                password=r.password,
+                max_bytes=r.max_bytes,
+                max_records=r.max_records,
+                idle_timeout_s=r.idle_timeout_s,
+            )
+        except SourceRefused as e:
+            raise PullRefused(str(e)) from e
+        return got.records
 
     async def close(self) -> None:
         """Close the shared HTTP session (on the loop the pulls ran on)."""

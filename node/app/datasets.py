@@ -26,7 +26,7 @@ from coordinator.metadata.yaml_serde import block_to_dict
 from coordinator.storage.dataset import Dataset
 from coordinator.storage.repository import DatasetRepository
 from node.app.errors import InvalidArgument, NotOwner, UntrustedInput
-from node.app.ports import EnginePort, StatePort, TransferPort
+from node.app.ports import EnginePort, MqttRequest, StatePort, TransferPort
 from node.app.results import (
     CreatedDataset,
     DatasetRow,
@@ -158,6 +158,11 @@ class PollingOptions:
     """``ingest.max_decompressed_bytes``: the most bytes one prepare step may produce."""
     allow_pipe: bool = False
     """``ingest.allow_pipe``: run ``Pipe`` prepare steps (commands with the node's rights)."""
+    mqtt_max_records: int = 10_000
+    """``ingest.mqtt_max_records``: the most MQTT messages one poll takes (kamu's
+    ``target_records_per_slice``)."""
+    mqtt_idle_timeout_s: float = 1.0
+    """``ingest.mqtt_idle_timeout_s``: an MQTT poll ends once the broker is idle this long."""
 
 
 class DatasetUseCases:
@@ -386,11 +391,18 @@ class DatasetUseCases:
         :mod:`coordinator.ingest.polling`.
         """
         await load_data_stack()
-        from coordinator.ingest.fetch import conditional_headers, http_fetched
+        from coordinator.ingest.fetch import (
+            conditional_headers,
+            http_fetched,
+            mqtt_client_id,
+            mqtt_fetched,
+            mqtt_topics,
+        )
         from coordinator.ingest.polling import (
             fetch_local,
             ingest_fetched,
             is_http_source,
+            is_mqtt_source,
             resolve_polling_source,
         )
         from coordinator.metadata import model as m
@@ -422,6 +434,25 @@ class DatasetUseCases:
                         if got.modified
                         else []
                     )
+                elif is_mqtt_source(info):
+                    assert isinstance(fetch, m.FetchStepMqtt)
+                    if self.transfer is None:
+                        raise InvalidArgument("fetching MQTT sources is not available here")
+                    topics = mqtt_topics(fetch)
+                    target = workdir / "messages"
+                    request = MqttRequest(
+                        host=fetch.host,
+                        port=fetch.port,
+                        topics=topics,
+                        client_id=mqtt_client_id(did.as_did_str(), topics),
+                        username=fetch.username,
+                        password=fetch.password,
+                        max_bytes=opts.max_fetch_bytes,
+                        max_records=opts.mqtt_max_records,
+                        idle_timeout_s=opts.mqtt_idle_timeout_s,
+                    )
+                    count = await self.transfer.fetch_mqtt(request, target)
+                    fetched = [mqtt_fetched(target)] if count else []
                 else:
                     fetched = await asyncio.to_thread(fetch_local, info, now)
                 result = None

@@ -343,6 +343,22 @@ class SourceResponse:
     last_modified: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class MqttRequest:
+    """One ``Mqtt`` fetch: the broker, the topics with their QoS, the session's client id and
+    the bounds (``[ingest]``)."""
+
+    host: str
+    port: int
+    topics: tuple[tuple[str, int], ...]
+    client_id: str
+    username: str | None
+    password: str | None
+    max_bytes: int
+    max_records: int
+    idle_timeout_s: float
+
+
 class TransferPort(Protocol):
     """Pulls over the ODF transfer protocols (IPFS, HTTP, local paths)."""
 
@@ -357,6 +373,15 @@ class TransferPort(Protocol):
 
         Raises ``SourceNotFound`` (404), ``SourceUnreachable``, ``FetchError`` (too large) of
         :mod:`coordinator.errors`, or :class:`~node.app.fetch.PullRefused` (policy).
+        """
+        ...
+
+    async def fetch_mqtt(self, request: MqttRequest, target: Path) -> int:
+        """Write the MQTT messages received since the last poll into ``target``, one per line;
+        the number written (see :mod:`node.transfer.mqtt_fetch`).
+
+        Raises ``SourceUnreachable``, ``FetchError`` of :mod:`coordinator.errors`, or
+        :class:`~node.app.fetch.PullRefused` (the policy refuses the broker's address).
         """
         ...
 

@@ -409,6 +409,8 @@ class Daemon:
                 self.config.ingest.max_fetch_bytes,
                 self.config.ingest.max_decompressed_bytes,
                 self.config.ingest.allow_pipe,
+                self.config.ingest.mqtt_max_records,
+                self.config.ingest.mqtt_idle_timeout_s,
             ),
             untrusted_input=trust.untrusted_input,
         )

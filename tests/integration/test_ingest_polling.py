@@ -271,7 +271,9 @@ def test_polling_event_time_as_date(tmp_path: Path) -> None:
         tmp_path,
         url_source(
             src,
-            m.ReadStepCsv(header=True, ddl_schema=("date DATE", "city STRING", "population BIGINT")),
+            m.ReadStepCsv(
+                header=True, ddl_schema=("date DATE", "city STRING", "population BIGINT")
+            ),
             m.MergeStrategySnapshot(primary_key=("date", "city")),
         ),
         m.SetVocab(event_time_column="date"),
@@ -294,7 +296,9 @@ def test_polling_event_time_of_invalid_type(tmp_path: Path) -> None:
         tmp_path,
         url_source(
             src,
-            m.ReadStepCsv(header=True, ddl_schema=("date STRING", "city STRING", "population BIGINT")),
+            m.ReadStepCsv(
+                header=True, ddl_schema=("date STRING", "city STRING", "population BIGINT")
+            ),
             m.MergeStrategyAppend(),
         ),
         m.SetVocab(event_time_column="date"),
