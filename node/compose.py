@@ -35,6 +35,7 @@ from node.app import Application, NodeInfo
 from node.app.console import ConsoleQueries
 from node.app.datasets import CommitLocks, DatasetUseCases, PollingOptions
 from node.app.events import EventBus
+from node.app.flows import FlowUseCases
 from node.app.metrics import NodeMetrics
 from node.app.ports import EnginePort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
@@ -190,6 +191,14 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
     owns = DatasetUseCases(repo, engine).owns
     work = WorkRunner(ports, time.time_ns, RetryPolicy(), random.random)
     transfer = TransferAdapter(repo, lambda: options.ipfs_api, options.ipfs_gateway, config=config)
+    datasets = DatasetUseCases(
+        repo,
+        engine,
+        state=ports,
+        transfer=transfer,
+        locks=locks,
+        polling=polling_options(config),
+    )
     app = Application(
         info=info,
         clock=time.time_ns,
@@ -200,14 +209,7 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
         engine=lambda: engines[0] if engines else None,
         metrics=metrics,
         locks=locks,
-        datasets=DatasetUseCases(
-            repo,
-            engine,
-            state=ports,
-            transfer=transfer,
-            locks=locks,
-            polling=polling_options(config),
-        ),
+        datasets=datasets,
         subscriptions=SubscriptionUseCases(
             ports,
             gossip,
@@ -237,6 +239,8 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
         work=work,
         console=ConsoleQueries(repo, ports, gossip, metrics),
         backup_port=HomeBackup(home.path),
+        # Triggers are set and listed here; only a daemon runs them.
+        flows=FlowUseCases(repo, ports, time.time_ns, datasets),
     )
     try:
         yield app

@@ -150,6 +150,13 @@ class IngestSection:
 
 
 @dataclass(frozen=True, slots=True)
+class FlowsSection:
+    """``[flows]``: the flow scheduler (``docs/flows.md``)."""
+
+    tick_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class TrustSection:
     """``[trust]``: the node's default trust policy (``docs/trust.md``); read through
     :meth:`NodeConfig.trust_config`, which validates it with ``[pipeline] replay``."""
@@ -217,6 +224,7 @@ class NodeConfig:
     pipeline: PipelineSection
     transfer: TransferSection
     ingest: IngestSection
+    flows: FlowsSection
     metadata: MetadataSection
     trust: TrustSection
     health: HealthSection
@@ -255,6 +263,7 @@ _SECTION_TYPES = {
     "pipeline": PipelineSection,
     "transfer": TransferSection,
     "ingest": IngestSection,
+    "flows": FlowsSection,
     "metadata": MetadataSection,
     "trust": TrustSection,
     "health": HealthSection,
@@ -357,6 +366,8 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError("engine.datafusion_workers must be >= 0 (0: automatic)")
     if cfg.ingest.max_fetch_bytes < 1 or cfg.ingest.max_decompressed_bytes < 1:
         raise ConfigError("ingest.max_fetch_bytes and ingest.max_decompressed_bytes must be >= 1")
+    if not 0.05 <= cfg.flows.tick_s <= 60:
+        raise ConfigError("flows.tick_s must be in [0.05, 60]")
     if cfg.ingest.mqtt_max_records < 1 or not 0 < cfg.ingest.mqtt_idle_timeout_s <= 3600:
         raise ConfigError(
             "ingest.mqtt_max_records must be >= 1 and ingest.mqtt_idle_timeout_s in (0, 3600]"
@@ -489,6 +500,7 @@ def load_config(
 __all__ = [
     "ConfigError",
     "EngineSection",
+    "FlowsSection",
     "HealthSection",
     "HttpSection",
     "IngestSection",

@@ -56,6 +56,8 @@ READS = frozenset(
         "status_counts",
         "work",
         "work_item",
+        "schedules",
+        "schedule",
     }
 )
 """NodeState methods that only read."""
@@ -88,6 +90,9 @@ WRITES = frozenset(
         "fail",
         "release_claims",
         "prune_work",
+        "set_schedule",
+        "schedule_ran",
+        "remove_schedule",
     }
 )
 """NodeState methods that write (one transaction each, or one savepoint of a batch)."""

@@ -31,6 +31,7 @@ from coordinator.storage.repository import DatasetRepository
 from node.app.console import ConsoleQueries
 from node.app.datasets import CommitLocks, DatasetUseCases
 from node.app.errors import InvalidArgument, Unavailable
+from node.app.flows import FlowUseCases
 from node.app.metrics import NodeMetrics
 from node.app.ports import (
     BackupPort,
@@ -86,6 +87,7 @@ class Application:
     console: ConsoleQueries | None = None
     events: EventSink | None = None
     backup_port: BackupPort | None = None
+    flows: FlowUseCases | None = None
 
     async def backup(self, file: str, datasets: bool = False) -> BackupResult:
         """Write a backup of the node to ``file`` (an absolute path; never over a file).

@@ -33,6 +33,7 @@ from node.app.rows import (
     EquivocationProof,
     Event,
     Peer,
+    Schedule,
     Subscription,
     TrustOverride,
     TrustRecord,
@@ -245,6 +246,37 @@ class StatePort(Protocol):
 
     async def prune_work(self, finished_before_ns: int) -> int:
         """Delete items finished before ``finished_before_ns``."""
+        ...
+
+    async def set_schedule(
+        self,
+        did: str,
+        *,
+        every_s: float | None = None,
+        cron: str | None = None,
+        on_input: bool = False,
+        next_ns: int | None = None,
+        inputs_seen: dict[str, str] | None = None,
+    ) -> Schedule:
+        """Set a dataset's flow trigger (replacing any)."""
+        ...
+
+    async def schedule_ran(
+        self, did: str, *, next_ns: int | None = None, inputs_seen: dict[str, str] | None = None
+    ) -> bool:
+        """Record a queued flow run: the next due time and/or the input heads."""
+        ...
+
+    async def remove_schedule(self, did: str) -> bool:
+        """Remove a dataset's flow trigger."""
+        ...
+
+    async def schedules(self) -> list[Schedule]:
+        """Every flow trigger."""
+        ...
+
+    async def schedule(self, did: str) -> Schedule | None:
+        """One dataset's flow trigger."""
         ...
 
 

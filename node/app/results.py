@@ -237,6 +237,50 @@ class WorkRow(_Json):
 
 
 @dataclass(frozen=True)
+class ScheduleRow(_Json):
+    """``dataset schedule``, ``flows``: a dataset's flow trigger (``docs/flows.md``).
+
+    ``trigger`` is ``every Ns``, ``cron EXPR`` or ``on input``; ``next_run`` is when a time
+    trigger is next due (RFC 3339). After ``--off``, ``active`` is false and ``removed`` says
+    whether there was a trigger to remove.
+    """
+
+    id: str
+    alias: str | None
+    active: bool
+    removed: bool
+    trigger: str | None = None
+    every_s: float | None = None
+    cron: str | None = None
+    on_input: bool = False
+    next_run: str | None = None
+
+
+@dataclass(frozen=True)
+class FlowRunRow(_Json):
+    """``flows``: one flow run (a ``poll`` or ``transform`` work item)."""
+
+    id: int
+    kind: str
+    did: str
+    alias: str | None
+    trigger: str
+    state: str
+    attempts: int
+    created: str
+    updated: str
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class FlowsResult(_Json):
+    """``flows``: the triggers and the newest runs (newest first)."""
+
+    schedules: list[ScheduleRow]
+    runs: list[FlowRunRow]
+
+
+@dataclass(frozen=True)
 class AttestationRow(_Json):
     """``attestations``: a signed verdict on a head, ours (``own``) or received.
 
@@ -335,6 +379,8 @@ __all__ = [
     "DisputeRow",
     "EquivocationRow",
     "EventRow",
+    "FlowRunRow",
+    "FlowsResult",
     "IngestResult",
     "IpfsConnected",
     "LogEntry",
@@ -343,6 +389,7 @@ __all__ = [
     "PeerRow",
     "PublishResult",
     "PullResult",
+    "ScheduleRow",
     "SubscriptionRow",
     "TransformResult",
     "Unsubscribed",

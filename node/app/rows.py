@@ -160,6 +160,22 @@ class Event:
 
 
 @dataclass(frozen=True)
+class Schedule:
+    """A dataset's flow trigger (``docs/flows.md``): exactly one of ``every_s``, ``cron`` and
+    ``on_input``. ``next_ns``: when a time trigger is next due; ``inputs_seen``: the input heads
+    (DID -> multibase head) the last transform was queued for."""
+
+    did: str
+    every_s: float | None
+    cron: str | None
+    on_input: bool
+    next_ns: int | None
+    inputs_seen: dict[str, str] = field(hash=False)
+    created_ns: int = 0
+    updated_ns: int = 0
+
+
+@dataclass(frozen=True)
 class WorkItem:
     """A durable unit of pipeline work (fetch, verify, attest...) and its retry bookkeeping.
 

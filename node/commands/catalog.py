@@ -15,6 +15,7 @@ from coordinator.errors import OdfNodeError
 from node.app import Application
 from node.app.datasets import load_data_stack
 from node.app.errors import InvalidArgument
+from node.app.flows import require_flows
 from node.app.results import (
     AttestationRow,
     BackupResult,
@@ -23,6 +24,7 @@ from node.app.results import (
     DisputeRow,
     EquivocationRow,
     EventRow,
+    FlowsResult,
     IngestResult,
     IpfsConnected,
     LogEntry,
@@ -31,6 +33,7 @@ from node.app.results import (
     PeerRow,
     PublishResult,
     PullResult,
+    ScheduleRow,
     SubscriptionRow,
     TransformResult,
     Unsubscribed,
@@ -258,6 +261,26 @@ async def _dataset_log(
     return await app.datasets.log(ref, limit)
 
 
+async def _dataset_schedule(
+    app: Application,
+    ctx: Context,
+    ref: str,
+    every: str | None = None,
+    cron: str | None = None,
+    on_input: bool = False,
+    off: bool = False,
+) -> ScheduleRow:
+    return await require_flows(app.flows).schedule(
+        ref, every=every, cron=cron, on_input=on_input, off=off
+    )
+
+
+async def _flows(
+    app: Application, ctx: Context, did: str | None = None, limit: int = 100
+) -> FlowsResult:
+    return await require_flows(app.flows).flows(did, limit)
+
+
 async def _work(
     app: Application, ctx: Context, state: WorkState | None = None, did: str | None = None
 ) -> list[WorkRow]:
@@ -448,6 +471,41 @@ def _render_verify(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
     out.print(
         f"{verdict}: {value['blocks_checked']} blocks, {value['data_files_checked']} data "
         f"files, {value['checkpoints_checked']} checkpoints checked{replayed}"
+    )
+
+
+def _render_schedule(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    name = value["alias"] or value["id"]
+    if not value["active"]:
+        out.print(f"{name}: schedule removed" if value["removed"] else f"{name}: no schedule")
+    else:
+        nxt = f", next run {value['next_run']}" if value["next_run"] else ""
+        out.print(f"{name}: {value['trigger']}{nxt}")
+
+
+def _render_flows(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    out.table(
+        ["dataset", "trigger", "next run", "id"],
+        [
+            [s["alias"] or "", s["trigger"] or "", s["next_run"] or "", s["id"]]
+            for s in value["schedules"]
+        ],
+    )
+    out.table(
+        ["run", "kind", "dataset", "trigger", "state", "attempts", "updated", "last error"],
+        [
+            [
+                str(r["id"]),
+                r["kind"],
+                r["alias"] or r["did"],
+                r["trigger"],
+                r["state"],
+                str(r["attempts"]),
+                r["updated"],
+                (r["last_error"] or "")[:60],
+            ]
+            for r in value["runs"]
+        ],
     )
 
 
@@ -820,6 +878,56 @@ COMMANDS: tuple[Command, ...] = (
         prepare=_check_log_format,
         in_process="a read of the repository, safe beside a daemon; without --limit it shows "
         "the whole chain, more than one RPC reply carries (limit <= 1000)",
+    ),
+    Command(
+        "dataset.schedule",
+        "Make a dataset update itself: poll a root on a schedule, transform a derivative when "
+        "an input changes.",
+        _dataset_schedule,
+        (
+            _ref("Owned dataset alias or did:odf."),
+            Param(
+                "every",
+                STR,
+                False,
+                "Poll a root's source this often (90, 30s, 15m, 1h, 1h30m, 1d).",
+                Cli(type=str),
+            ),
+            Param(
+                "cron",
+                STR,
+                False,
+                'Poll a root\'s source on a cron schedule, UTC ("0 * * * *", @daily).',
+                Cli(type=str),
+            ),
+            Param(
+                "on_input",
+                BOOL,
+                False,
+                "Transform a derivative when an input gets a new (trusted) head.",
+                Cli(),
+            ),
+            Param("off", BOOL, False, "Remove the dataset's schedule.", Cli()),
+        ),
+        cli=("dataset", "schedule"),
+        doc="Exactly one of --every, --cron, --on-input, --off. The daemon runs the flows "
+        "(each run a work item, retried with backoff) and publishes what they commit; "
+        "see docs/flows.md.",
+        render=_render_schedule,
+        write=True,
+        result=object_of(ScheduleRow),
+    ),
+    Command(
+        "flows.list",
+        "Flow schedules and the history of their runs (newest first).",
+        _flows,
+        (
+            _did_filter(),
+            Param("limit", LIMIT, False, "Show at most this many runs.", Cli(type=int)),
+        ),
+        cli=("flows",),
+        render=_render_flows,
+        result=object_of(FlowsResult),
     ),
     Command(
         "work.list",

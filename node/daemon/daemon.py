@@ -25,6 +25,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from coordinator.errors import OdfNodeError
 from coordinator.identity import DatasetId, PrivateKey
 from coordinator.multiformats import Multihash
 from coordinator.storage.repository import DatasetRepository
@@ -41,6 +42,7 @@ from node.app.effects import NodeEffects
 from node.app.errors import InvalidArgument
 from node.app.events import EventBus
 from node.app.fetch import ChainFetcher
+from node.app.flows import POLL, TRANSFORM, FlowUseCases
 from node.app.metrics import NodeMetrics
 from node.app.ports import GossipPort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
@@ -414,6 +416,16 @@ class Daemon:
             ),
             untrusted_input=trust.untrusted_input,
         )
+        self.flows = flows = FlowUseCases(
+            self.repo,
+            self.state,
+            self.clock,
+            datasets,
+            kick=work.kick,
+            untrusted_input=trust.untrusted_input,
+        )
+        work.handle(POLL, flows.run_poll)
+        work.handle(TRANSFORM, flows.run_transform)
         subs = SubscriptionUseCases(
             self.state,
             _Late(self, "gossip"),
@@ -461,6 +473,7 @@ class Daemon:
             console=ConsoleQueries(self.repo, self.state, _Late(self, "gossip"), self.metrics),
             events=self.events,
             backup_port=HomeBackup(self.home.path),
+            flows=flows,
         )
 
     def _stored_head(self, did: DatasetId) -> Multihash | None:
@@ -632,6 +645,7 @@ class Daemon:
         for i in range(self.config.pipeline.concurrency):
             self.group.spawn(self.app.work.worker(), f"worker-{i}")
         self.group.spawn_restarting(self._housekeeping, "housekeeping")
+        self.group.spawn_restarting(self._flows, "flows")
         self.group.spawn_restarting(
             lambda: watch_event_loop(self.metrics.loop_lag.observe), "loop-monitor"
         )
@@ -641,7 +655,7 @@ class Daemon:
         while True:
             self.metrics.sample_history(self.clock())
             pending = await self.state.pending_counts()
-            for kind in ("verify", "publish", "dispute"):
+            for kind in ("verify", "publish", "dispute", POLL, TRANSFORM):
                 self.metrics.queue_depth.labels(kind).set(pending.get(kind, 0))
             self.metrics.engine_running.set(1 if self._engine and self._engine.running else 0)
             if hasattr(self, "gc_pauses"):
@@ -655,6 +669,15 @@ class Daemon:
                 )
                 last_prune = now
             await asyncio.sleep(5.0)
+
+    async def _flows(self) -> None:
+        """The flow scheduler (``docs/flows.md``): queue the flows that are due, every tick."""
+        while True:
+            try:
+                await self.flows.tick()
+            except OdfNodeError as e:  # a bad chain or state read: log it, try next tick
+                log.warning("flow scheduler: %s", e)
+            await asyncio.sleep(self.config.flows.tick_s)
 
     # ---- HTTP surface
 

@@ -193,12 +193,32 @@ _V5: tuple[str, ...] = (
 )
 
 
+# Flows (docs/flows.md): a dataset's schedule, exactly one trigger per row: every N seconds or
+# a cron expression (a polling root), or on a new input head (a derivative); when it is next
+# due, and the input heads a transform was last queued for (JSON), so that a restart neither
+# runs a flow twice nor misses one.
+_V6: tuple[str, ...] = (
+    """CREATE TABLE schedules (
+        did TEXT PRIMARY KEY,
+        every_s REAL CHECK (every_s IS NULL OR every_s > 0),
+        cron TEXT,
+        on_input INTEGER NOT NULL DEFAULT 0 CHECK (on_input IN (0, 1)),
+        next_ns INTEGER,
+        inputs_seen TEXT,
+        created_ns INTEGER NOT NULL,
+        updated_ns INTEGER NOT NULL,
+        CHECK ((every_s IS NOT NULL) + (cron IS NOT NULL) + on_input = 1)
+    )""",
+)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _V1),
     Migration(2, "indexes for claim and events by kind", _v2_indexes),
     Migration(3, "verification outcome 'unverifiable'", _V3),
     Migration(4, "verification outcome 'inconclusive'", _V4),
     Migration(5, "subscription trust policy, trusted head and trust state", _V5),
+    Migration(6, "flow schedules", _V6),
 )
 LATEST_VERSION: int = MIGRATIONS[-1].version
 

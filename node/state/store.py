@@ -36,6 +36,7 @@ from node.app.rows import (
     EquivocationProof,
     Event,
     Peer,
+    Schedule,
     Subscription,
     TrustOverride,
     TrustRecord,
@@ -750,6 +751,71 @@ class NodeState:
             )
         return cur.rowcount
 
+    # -- flow schedules ---------------------------------------------------------------------
+
+    def set_schedule(
+        self,
+        did: str,
+        *,
+        every_s: float | None = None,
+        cron: str | None = None,
+        on_input: bool = False,
+        next_ns: int | None = None,
+        inputs_seen: dict[str, str] | None = None,
+    ) -> Schedule:
+        """Set ``did``'s flow trigger (replacing any): exactly one of ``every_s``, ``cron`` and
+        ``on_input``."""
+        _check_did(did)
+        if (every_s is not None) + (cron is not None) + bool(on_input) != 1:
+            raise InvalidStateValue("a schedule has exactly one of every_s, cron and on_input")
+        if every_s is not None and not every_s > 0:
+            raise InvalidStateValue("every_s must be > 0")
+        seen = _to_json(inputs_seen or {}, "schedule inputs")
+        now = self._clock()
+        with self._tx() as c:
+            c.execute(
+                """INSERT INTO schedules (did, every_s, cron, on_input, next_ns, inputs_seen,
+                                          created_ns, updated_ns)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (did) DO UPDATE SET
+                     every_s = excluded.every_s, cron = excluded.cron,
+                     on_input = excluded.on_input, next_ns = excluded.next_ns,
+                     inputs_seen = excluded.inputs_seen, updated_ns = excluded.updated_ns""",
+                (did, every_s, cron, int(on_input), next_ns, seen, now, now),
+            )
+        got = self.schedule(did)
+        assert got is not None
+        return got
+
+    def schedule_ran(
+        self, did: str, *, next_ns: int | None = None, inputs_seen: dict[str, str] | None = None
+    ) -> bool:
+        """Record that ``did``'s flow was queued: its next due time and/or the input heads it
+        was queued for (None keeps the stored value). False if ``did`` has no schedule."""
+        seen = None if inputs_seen is None else _to_json(inputs_seen, "schedule inputs")
+        with self._tx() as c:
+            cur = c.execute(
+                """UPDATE schedules SET next_ns = coalesce(?, next_ns),
+                     inputs_seen = coalesce(?, inputs_seen), updated_ns = ? WHERE did = ?""",
+                (next_ns, seen, self._clock(), did),
+            )
+        return cur.rowcount > 0
+
+    def remove_schedule(self, did: str) -> bool:
+        """Remove ``did``'s flow trigger; True if it had one (its runs' history stays)."""
+        with self._tx() as c:
+            cur = c.execute("DELETE FROM schedules WHERE did = ?", (did,))
+        return cur.rowcount > 0
+
+    def schedules(self) -> list[Schedule]:
+        """Every flow trigger, oldest first."""
+        return [_schedule(r) for r in self._rows(_SCHED_SELECT + " ORDER BY created_ns, did")]
+
+    def schedule(self, did: str) -> Schedule | None:
+        """``did``'s flow trigger, if any."""
+        rows = self._rows(_SCHED_SELECT + " WHERE did = ?", (did,))
+        return _schedule(rows[0]) if rows else None
+
 
 # -- helpers ----------------------------------------------------------------------------------
 
@@ -811,10 +877,28 @@ _HEAD_SELECT = (
     "SELECT did, epoch, sequence, head, source_peer, envelope, accepted_ns FROM accepted_heads"
 )
 _PEER_SELECT = "SELECT peer_id, addrs, score, connected, first_seen_ns, last_seen_ns FROM peers"
+_SCHED_SELECT = (
+    "SELECT did, every_s, cron, on_input, next_ns, inputs_seen, created_ns, updated_ns"
+    " FROM schedules"
+)
 _WORK_SELECT = (
     "SELECT id, kind, did, head, payload, state, attempts, not_before_ns, created_ns,"
     " updated_ns, claimed_ns, last_error FROM work"
 )
+
+
+def _schedule(r: sqlite3.Row) -> Schedule:
+    did, every_s, cron, on_input, next_ns, seen, created, updated = r
+    return Schedule(
+        did=did,
+        every_s=every_s,
+        cron=cron,
+        on_input=bool(on_input),
+        next_ns=next_ns,
+        inputs_seen=json.loads(seen or "{}"),
+        created_ns=created,
+        updated_ns=updated,
+    )
 
 
 def _subscription(r: sqlite3.Row) -> Subscription:
