@@ -76,6 +76,11 @@ def test_old_home_opens_migrates_and_keeps_its_data(
             assert sub.override.policy == "quorum" and sub.override.k == 1
             assert sub.trusted_head == make_homes.HEAD[1]
             assert sub.trust is not None and sub.trust.state == "trusted"
+        if fixture.version >= 6:  # the flow triggers read back through the typed API
+            by_did = {s.did: s for s in st.schedules()}
+            assert by_did[make_homes.DID[0]].every_s == 3600.0
+            assert by_did[make_homes.DID[1]].cron == "*/5 * * * *"
+            assert by_did[make_homes.DID[2]].inputs_seen == {make_homes.DID[0]: make_homes.HEAD[0]}
         assert {w.state for w in st.work()} == {"done", "pending", "claimed", "failed"}
         st.record_verification(make_homes.DID[5], "f1620" + "ee" * 32, "inconclusive", "x", 0.1)
         assert st.release_claims() == 1  # the claimed item a dead daemon left behind
