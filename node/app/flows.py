@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Callable
 from typing import Final
 
@@ -52,7 +51,6 @@ FLOW_KINDS: Final = (POLL, TRANSFORM)
 #: The shortest ``--every``: one tick of the scheduler.
 MIN_EVERY_S: Final = 1.0
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_DURATION: Final = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 
 __all__ = [
     "FLOW_KINDS",
@@ -67,24 +65,31 @@ __all__ = [
 def parse_every(text: str) -> float:
     """Seconds in a duration such as ``90``, ``30s``, ``15m``, ``1h``, ``1h30m``, ``1d``.
 
+    A hand-written scanner (no regex: the text comes from a client, docs/resource-budget.md).
+
     Raises:
         InvalidArgument: anything else, or under :data:`MIN_EVERY_S`.
     """
     t = text.strip().lower()
-    if re.fullmatch(r"\d+(?:\.\d+)?", t):
-        seconds = float(t)
-    else:
-        pos = 0
-        seconds = 0.0
-        for m in _DURATION.finditer(t):
-            if m.start() != pos:
-                break
-            seconds += float(m.group(1)) * _UNITS[m.group(2)]
-            pos = m.end()
-        if pos != len(t) or not t:
-            raise InvalidArgument(
-                f"--every {text[:50]!r} is not a duration (e.g. 90, 30s, 15m, 1h, 1h30m, 1d)"
-            )
+    bad = InvalidArgument(
+        f"--every {text[:50]!r} is not a duration (e.g. 90, 30s, 15m, 1h, 1h30m, 1d)"
+    )
+    if not t or len(t) > 64:
+        raise bad
+    seconds = 0.0
+    number = ""
+    for ch in t:
+        if ch.isdigit() or (ch == "." and "." not in number):
+            number += ch
+        elif ch in _UNITS and number not in ("", "."):
+            seconds += float(number) * _UNITS[ch]
+            number = ""
+        else:
+            raise bad
+    if number:
+        if number == "." or seconds:  # a bare number is seconds, alone only
+            raise bad
+        seconds = float(number)
     if seconds < MIN_EVERY_S:
         raise InvalidArgument(f"--every must be at least {MIN_EVERY_S:g} s, got {text[:50]!r}")
     return seconds
