@@ -30,6 +30,7 @@ from typing import Any
 from coordinator.storage.repository import DatasetRepository
 from node.app.console import ConsoleQueries
 from node.app.datasets import CommitLocks, DatasetUseCases
+from node.app.intoto import AttestationExport
 from node.app.metrics import NodeMetrics
 from node.app.ports import Clock, EnginePort, EventSink, GossipPort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
@@ -81,6 +82,11 @@ class Application:
     def queries(self) -> NodeQueries:
         """Read models over the state: peers, events, work items, trust evidence."""
         return NodeQueries(self.state)
+
+    @property
+    def exports(self) -> AttestationExport:
+        """The node's attestations and disputes as in-toto/DSSE envelopes, and their check."""
+        return AttestationExport(self.state, self.repo, self.verify.node_id, self.verify.seal)
 
     async def status(self) -> NodeStatus:
         """Identity, uptime, addresses, counts and queue depths (``None``: not running)."""
