@@ -504,7 +504,7 @@ def _read_envelopes(path: Path) -> str:
     from p2p.intoto import MAX_ENVELOPE_BYTES
 
     limit = 64 * MAX_ENVELOPE_BYTES
-    data = read_snapshot_file(Path(path), limit)
+    data = read_snapshot_file(Path(path), limit, "envelope file")
     if len(data) > limit:
         raise InvalidArgument(f"{path}: larger than {limit} bytes")
     try:

@@ -152,6 +152,8 @@ def test_a_tampered_export_fails_with_exit_status_2(
     bad.write_text("not json")
     code, _, err = run(h, "attestation", "verify", str(bad))
     assert code == 1 and "not JSON" in err
+    code, _, err = run(h, "attestation", "verify", str(tmp_path))
+    assert code == 1 and "envelope file" in err and "is a directory" in err
 
 
 def test_an_empty_export_writes_nothing_on_stdout(home: tuple[Path, str, str]) -> None:
