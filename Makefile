@@ -15,7 +15,7 @@ DATAFUSION_VERSIONS := 51.0.0 41.0.0
 ENGINES := $(VENV)/engines
 DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.installed)
 
-.PHONY: browser bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-backup bench-network bench-decode fuzz p2p-vectors clean
+.PHONY: browser bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-decode fuzz p2p-vectors clean
 
 setup: $(STAMP) $(DF_STAMPS)
 
@@ -114,6 +114,12 @@ bench-network: setup
 # Simulator scale: 1,000 and 10,000 nodes x 1 h virtual, one process pinned to one core.
 bench-sim: setup
 	$(BIN)/python tests/bench/bench_sim.py
+
+# The trust-policy sweep as Spark jobs, one simulation per task (sim/spark_sweep.py): 4 policies x
+# malicious 10/30 % x 0/2/3 colluders inside the trusted set x 10 seeds = 240 simulations on
+# local[*]; table and plot in sim-results/spark-sweep/. A cluster: see README (Simulations).
+bench-sim-sweep: setup
+	$(NETNS) 'ip link set lo up && exec $(BIN)/odf-node sim spark-sweep --master "local[*]" --out sim-results/spark-sweep'
 
 # Two daemons: an owner appends to 200 datasets 5 times as fast as it can; the subscriber
 # follows all of them (time until every subscription is at the owner's head; isolates itself).

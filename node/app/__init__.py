@@ -31,6 +31,7 @@ from coordinator.storage.repository import DatasetRepository
 from node.app.console import ConsoleQueries
 from node.app.datasets import CommitLocks, DatasetUseCases
 from node.app.errors import InvalidArgument, Unavailable
+from node.app.intoto import AttestationExport
 from node.app.metrics import NodeMetrics
 from node.app.ports import (
     BackupPort,
@@ -104,6 +105,11 @@ class Application:
     def queries(self) -> NodeQueries:
         """Read models over the state: peers, events, work items, trust evidence."""
         return NodeQueries(self.state)
+
+    @property
+    def exports(self) -> AttestationExport:
+        """The node's attestations and disputes as in-toto/DSSE envelopes, and their check."""
+        return AttestationExport(self.state, self.repo, self.verify.node_id, self.verify.seal)
 
     async def status(self) -> NodeStatus:
         """Identity, uptime, addresses, counts and queue depths (``None``: not running)."""

@@ -244,6 +244,33 @@ class AttestationRow(_Json):
 
 
 @dataclass(frozen=True)
+class VerifiedEnvelope(_Json):
+    """``attestation verify``: one checked in-toto/DSSE envelope (``docs/attestations.md``).
+
+    ``ok`` false: ``problem`` says which check failed and the other fields are ``None``.
+    ``signer``: the envelope's key; ``node``: who made the attestation or dispute; ``relayed``:
+    they differ. ``predicate``: the statement's predicate without the embedded wire envelope.
+    """
+
+    ok: bool
+    problem: str | None
+    signer: str | None
+    node: str | None
+    relayed: bool | None
+    kind: str | None
+    predicate_type: str | None
+    dataset: str | None
+    block: str | None
+    digest: str | None
+    predicate: dict[str, Any] | None
+
+    @classmethod
+    def failed(cls, problem: str) -> VerifiedEnvelope:
+        """The row of an envelope that does not verify."""
+        return cls(False, problem, None, None, None, None, None, None, None, None, None)
+
+
+@dataclass(frozen=True)
 class DisputeRow(_Json):
     """``disputes``: a signed dispute of a block, ours (``own``) or received."""
 
@@ -335,6 +362,7 @@ __all__ = [
     "SubscriptionRow",
     "TransformResult",
     "Unsubscribed",
+    "VerifiedEnvelope",
     "VerifyResult",
     "WorkRow",
 ]

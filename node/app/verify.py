@@ -27,7 +27,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, assert_never
 
@@ -44,6 +44,7 @@ from node.app.metrics import NodeMetrics
 from node.app.ports import Clock, EnginePort, EventSink, GossipPort, IpfsPort, StatePort
 from node.app.rows import VerificationOutcome, WorkItem
 from p2p.core import PublishAttestation, PublishDispute
+from p2p.intoto import seal
 from p2p.wire import (
     Attestation,
     Checks,
@@ -153,6 +154,15 @@ class VerifyPipeline:
     def node_id(self) -> str:
         """This node's ``did:key``."""
         return self._node_id
+
+    def seal(self, stmt: Mapping[str, Any]) -> dict[str, Any]:
+        """An in-toto statement in a DSSE envelope signed with the node key (``p2p/intoto.py``).
+
+        The key signs only the DSSE pre-authentication encoding (``DSSEv1 …``), which neither a
+        gossip message's signing input (``odf-node/<kind>/v1\\0 …``) nor a kamu proof starts
+        with: a signature made for one purpose cannot be passed off as the other.
+        """
+        return seal(stmt, self._node_id, self._key.sign)
 
     async def queue(
         self, did: DatasetId, head: Multihash, sequence: int, *, replay: bool | None = None
