@@ -25,7 +25,9 @@ from node.app.rows import (
     Dispute,
     EquivocationProof,
     Event,
+    ObservationRecord,
     Peer,
+    SplitView,
     Subscription,
     TrustOverride,
     TrustRecord,
@@ -53,8 +55,10 @@ class StatePort(Protocol):
         alias: str | None = None,
         source_hint: str | None = None,
         override: TrustOverride | None = None,
+        source_url: str | None = None,
     ) -> Subscription:
-        """Follow ``did`` (idempotent; updates the alias and the trust override when given)."""
+        """Follow ``did`` (idempotent; updates the alias, the source URL and the trust override
+        when given)."""
         ...
 
     async def record_trust(self, did: str, trust: TrustRecord, trusted_head: str | None) -> bool:
@@ -140,6 +144,36 @@ class StatePort(Protocol):
 
     async def disputes(self, did: str | None = None, limit: int = 100) -> list[Dispute]:
         """Disputes, newest first."""
+        ...
+
+    async def add_observation(
+        self,
+        did: str,
+        source: str,
+        head: str,
+        sequence: int,
+        signer: str,
+        envelope: bytes,
+        own: bool,
+        observed_ns: int,
+    ) -> bool:
+        """Store a signed observation of a source (false if already known)."""
+        ...
+
+    async def observations(
+        self, did: str | None = None, source: str | None = None, limit: int = 100
+    ) -> list[ObservationRecord]:
+        """Observations, newest first."""
+        ...
+
+    async def add_split_view(
+        self, did: str, source: str, first: str, second: str, detail: str
+    ) -> bool:
+        """Store a split view between two stored observations (false if already known)."""
+        ...
+
+    async def split_views(self, did: str | None = None, limit: int = 100) -> list[SplitView]:
+        """Split views with both observations, newest first."""
         ...
 
     async def add_equivocation_proof(self, did: str, envelope: bytes) -> bool:
