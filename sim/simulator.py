@@ -54,6 +54,7 @@ from p2p.core import (
     PeerConnected,
     PeerDisconnected,
     Penalise,
+    PollSource,
     ProtocolCore,
     PublishAttestation,
     PublishDispute,
@@ -1089,6 +1090,9 @@ class _SimEffects:
     def dispute(self, d: PublishDispute) -> None:
         if self.n.attester and self.n.role == HONEST:
             self.sim._dispute(self.n, d.dataset, d.head)
+
+    def poll_source(self, d: PollSource) -> None:
+        """Simulated nodes follow no source URLs, so the core never asks them to poll one."""
 
 
 def _r(x: float) -> float:

@@ -11,6 +11,7 @@ pure" checks it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 from coordinator.identity import DatasetId
@@ -25,7 +26,9 @@ from node.app.rows import (
     Dispute,
     EquivocationProof,
     Event,
+    ObservationRecord,
     Peer,
+    SplitView,
     Subscription,
     TrustOverride,
     TrustRecord,
@@ -53,8 +56,10 @@ class StatePort(Protocol):
         alias: str | None = None,
         source_hint: str | None = None,
         override: TrustOverride | None = None,
+        source_url: str | None = None,
     ) -> Subscription:
-        """Follow ``did`` (idempotent; updates the alias and the trust override when given)."""
+        """Follow ``did`` (idempotent; updates the alias, the source URL and the trust override
+        when given)."""
         ...
 
     async def record_trust(self, did: str, trust: TrustRecord, trusted_head: str | None) -> bool:
@@ -140,6 +145,36 @@ class StatePort(Protocol):
 
     async def disputes(self, did: str | None = None, limit: int = 100) -> list[Dispute]:
         """Disputes, newest first."""
+        ...
+
+    async def add_observation(
+        self,
+        did: str,
+        source: str,
+        head: str,
+        sequence: int,
+        signer: str,
+        envelope: bytes,
+        own: bool,
+        observed_ns: int,
+    ) -> bool:
+        """Store a signed observation of a source (false if already known)."""
+        ...
+
+    async def observations(
+        self, did: str | None = None, source: str | None = None, limit: int = 100
+    ) -> list[ObservationRecord]:
+        """Observations, newest first."""
+        ...
+
+    async def add_split_view(
+        self, did: str, source: str, first: str, second: str, detail: str
+    ) -> bool:
+        """Store a split view between two stored observations (false if already known)."""
+        ...
+
+    async def split_views(self, did: str | None = None, limit: int = 100) -> list[SplitView]:
+        """Split views with both observations, newest first."""
         ...
 
     async def add_equivocation_proof(self, did: str, envelope: bytes) -> bool:
@@ -296,6 +331,16 @@ class GossipPort(Protocol):
         """Pulls in flight on behalf of the core."""
         ...
 
+    def follow_source(self, did: DatasetId, source: str, head: Multihash | None) -> None:
+        """Tell the core ``did`` is followed from ``source`` (``head``: the newest accepted
+        from it), so peers' observations of it ask for a poll."""
+        ...
+
+    def source_head_accepted(self, did: DatasetId, source: str, head: Multihash) -> None:
+        """Tell the core a head pulled from ``source`` was accepted (it is then attested or
+        disputed like an announced head when its verification completes)."""
+        ...
+
 
 VerificationVerdict = PublishAttestation | PublishDispute | None
 """What the protocol core decided about a finished verification: attest it, dispute it, or
@@ -332,6 +377,39 @@ class TransferPort(Protocol):
 
     async def pull(self, url: str, *, alias: str | None, force: bool = False) -> JsonObject:
         """Pull ``url`` into the repository; the pull summary (JSON-friendly)."""
+        ...
+
+
+@dataclass(frozen=True)
+class HeadProbe:
+    """What one poll of a source's ``refs/head`` found (:meth:`SourcePort.probe_head`).
+
+    ``changed`` is False when the source answered "not modified" to the conditional request
+    (HTTP 304), so ``head`` is None; else ``head`` is the multibase text it names. ``etag`` and
+    ``last_modified`` are the validators to send next time; ``requests`` and ``bytes`` what the
+    probe cost on the wire (body bytes).
+    """
+
+    changed: bool
+    head: str | None
+    etag: str | None = None
+    last_modified: str | None = None
+    requests: int = 1
+    bytes: int = 0
+
+
+class SourcePort(Protocol):
+    """Cheap reads of a source followed by URL (``docs/follow.md``): its head, one block."""
+
+    async def probe_head(self, url: str, etag: str | None, last_modified: str | None) -> HeadProbe:
+        """Read ``{url}/refs/head``, conditionally (``If-None-Match`` / ``If-Modified-Since``)
+        when validators are known. Raises :class:`~coordinator.errors.OdfNodeError` when the
+        source cannot be read (unreachable, an error status, refused by the source policy)."""
+        ...
+
+    async def read_block(self, url: str, block: Multihash) -> bytes:
+        """``{url}/blocks/<block>``, checked against its hash (raises when it does not match
+        or cannot be read)."""
         ...
 
 
@@ -386,7 +464,9 @@ __all__ = [
     "EnginePort",
     "EventSink",
     "GossipPort",
+    "HeadProbe",
     "IpfsPort",
+    "SourcePort",
     "StatePort",
     "TransferPort",
     "VerificationVerdict",

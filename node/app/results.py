@@ -153,7 +153,9 @@ class SubscriptionRow(_Json):
     ``policy``: the subscription's own trust settings (None: the node's ``[trust]``);
     ``trusted_head``: the newest trusted head (the one served under a policy other than
     verify-all); ``trust``: the accepted head's ``{"state", "by", "attesters"}`` (with
-    ``evidence`` and ``disputed_by`` when disputed).
+    ``evidence`` and ``disputed_by`` when disputed); ``source``: the URL the dataset is
+    followed from, the authority for its heads, which no owner signs (None: owner-signed
+    announcements over gossip; ``docs/follow.md``).
     """
 
     did: str
@@ -166,6 +168,7 @@ class SubscriptionRow(_Json):
     policy: dict[str, Any] | None = None
     trusted_head: str | None = None
     trust: dict[str, Any] | None = None
+    source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -272,7 +275,10 @@ class VerifiedEnvelope(_Json):
 
 @dataclass(frozen=True)
 class DisputeRow(_Json):
-    """``disputes``: a signed dispute of a block, ours (``own``) or received."""
+    """``disputes``: a signed dispute of a block, ours (``own``) or received; or a split view
+    (``kind`` ``split-view``): a source followed by URL showed two heads that do not descend
+    one from the other, with the two signed observations (``source``, ``observations``: each
+    ``{"head", "sequence", "signer", "own", "at_ns", "envelope"}``, envelope in hex)."""
 
     did: str
     block: str
@@ -281,6 +287,8 @@ class DisputeRow(_Json):
     own: bool
     detail: str
     at_ns: int
+    source: str | None = None
+    observations: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, assert_never
 
@@ -149,6 +149,9 @@ class VerifyPipeline:
         self._node_id = self._key.dataset_id().as_did_key()
         self.trust: VerdictSink | None = None
         """Told the node's own verdicts (the trust driver, set by the composition root)."""
+        self.follow_input: Callable[[DatasetId, DatasetId], Awaitable[bool]] | None = None
+        """Follows a missing input of a dataset followed by URL from beside its source (the
+        source follower; True when it did)."""
 
     @property
     def node_id(self) -> str:
@@ -324,6 +327,11 @@ class VerifyPipeline:
             else:
                 missing.append(idid)
         for idid in missing:
+            # Inputs of a dataset followed by URL come from beside its source, if served there.
+            if self.follow_input is not None and await self.follow_input(
+                DatasetId.parse(did), idid
+            ):
+                continue
             # Inputs are pulled recursively: follow them like any subscription.
             await self._state.subscribe(idid.as_did_str(), None, f"input of {did}")
             await self._gossip.follow(idid)

@@ -150,8 +150,15 @@ async def _subscribe(
     policy: str | None = None,
     k: int | None = None,
     attesters: list[str] | None = None,
+    source: str | None = None,
 ) -> SubscriptionRow:
-    return await app.subscriptions.subscribe(did, alias, policy=policy, k=k, attesters=attesters)
+    if source is not None and not source.startswith(("http:", "https:", "ipfs:", "ipns:", "file:")):
+        source = str(Path(source).expanduser().absolute())  # the daemon has another cwd
+    if did.startswith((".", "~")) or (did.startswith("/") and not did.startswith("//")):
+        did = str(Path(did).expanduser().absolute())
+    return await app.subscriptions.subscribe(
+        did, alias, policy=policy, k=k, attesters=attesters, source=source
+    )
 
 
 async def _unsubscribe(app: Application, ctx: Context, did: str) -> Unsubscribed:
@@ -658,7 +665,15 @@ COMMANDS: tuple[Command, ...] = (
         "Follow a remote dataset: pull, verify, republish and attest each new head.",
         _subscribe,
         (
-            Param("did", STR, True, "did:odf:… of the dataset to follow.", Cli("argument")),
+            Param(
+                "did",
+                STR,
+                True,
+                "did:odf:… of the dataset to follow (owner-signed heads over gossip), or the URL "
+                "of its repository to poll: http(s)://, ipfs://, ipns:// or a path "
+                "(docs/follow.md).",
+                Cli("argument"),
+            ),
             Param("alias", STR, False, "Local name.", Cli(type=str)),
             Param(
                 "policy",
@@ -680,6 +695,13 @@ COMMANDS: tuple[Command, ...] = (
                 False,
                 "A trusted attester's node id (did:key:…), over [trust] trusted_attesters.",
                 Cli(flags=("--attester",), type=list[str], metavar="NODE_ID"),
+            ),
+            Param(
+                "source",
+                STR,
+                False,
+                "Follow the DID from this URL (polled; the source is the authority).",
+                Cli(type=str, metavar="URL"),
             ),
         ),
         cli=("subscribe",),
