@@ -249,7 +249,8 @@ def verify_envelope(envelope: Mapping[str, Any]) -> VerifiedStatement:
 
     try:
         stmt = json.loads(payload)
-    except (UnicodeDecodeError, ValueError) as e:
+    # RecursionError: a hostile payload nested deeper than the decoder recurses (no statement is).
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise EnvelopeError("the payload is not JSON") from e
     if not isinstance(stmt, dict) or stmt.get("_type") != STATEMENT_TYPE:
         raise EnvelopeError(f"the payload is not an in-toto statement ({STATEMENT_TYPE})")
@@ -308,12 +309,16 @@ def parse_envelopes(text: str) -> list[Any]:
     stripped = text.strip()
     if len(stripped.encode()) > 64 * MAX_ENVELOPE_BYTES:
         raise EnvelopeError("the file is too large to be an export of envelopes")
+    # RecursionError: hostile input nested deeper than the decoder recurses (an export of
+    # envelopes is four levels deep); refused like any other text that is not an export.
     try:
         value = json.loads(stripped)
+    except RecursionError as e:
+        raise EnvelopeError("not an export of envelopes: nested too deeply") from e
     except ValueError:
         try:
             value = [json.loads(line) for line in stripped.splitlines() if line.strip()]
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise EnvelopeError("not JSON, a JSON array or JSON lines") from e
     items = value if isinstance(value, list) else [value]
     if not items:

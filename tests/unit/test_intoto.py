@@ -229,6 +229,10 @@ def test_an_export_parses_as_one_object_an_array_or_json_lines() -> None:
         parse_envelopes("[]")
     with pytest.raises(EnvelopeError, match="not JSON"):
         parse_envelopes("{nope")
+    # Hostile nesting is refused as input, not raised as a RecursionError (an internal error
+    # at the RPC boundary): found by tests/fuzz/test_fuzz_rpc.py.
+    with pytest.raises(EnvelopeError, match="nested too deeply"):
+        parse_envelopes("[" * 200_000)
 
 
 def test_block_facts_read_the_inputs_and_the_new_data() -> None:
