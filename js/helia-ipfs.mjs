@@ -306,13 +306,15 @@ const commands = {
       const cid = await resolveCid(await splitPath(arg, signal), signal)
       const links = []
       for await (const e of fsys.ls(cid, { signal })) {
-        links.push({
-          Name: e.name,
-          Hash: e.cid.toString(),
-          Size: Number(e.size ?? 0),
-          Type: e.type === 'directory' ? 1 : 2,
-          Target: ''
-        })
+        links.push({ Name: e.name, Hash: e.cid.toString(), Size: Number(e.size ?? 0), Type: 0, Target: '' })
+      }
+      // kubo's Type: 1 directory, 2 file (0 unknown with resolve-type=false). A raw leaf is a
+      // file; a dag-pb child is read (one block, as kubo does) to tell.
+      if (bool(q.get('resolve-type'), true)) {
+        for (const link of links) {
+          const child = CID.parse(link.Hash)
+          link.Type = child.code === CODECS.raw ? 2 : ((await fsys.stat(child, { signal })).type === 'directory' ? 1 : 2)
+        }
       }
       out.push({ Hash: arg, Links: links })
     }
