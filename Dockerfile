@@ -1,5 +1,5 @@
 # odf-node: slim Python 3.11, Java 17 runtime for the Spark engine, Node.js for the embedded
-# js-ipfs node (the compose file uses kubo instead), non-root user, health check on /healthz.
+# IPFS node (the compose file uses kubo instead), non-root user, health check on /healthz.
 #
 #   docker build -t odf-node .
 #   docker run -v odf-home:/home/odf/.local/share/odf-node -p 7375:7375 odf-node

@@ -21,11 +21,12 @@ setup: $(STAMP) $(DF_STAMPS)
 
 $(STAMP): pyproject.toml constraints.txt js/package-lock.json
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
-	@command -v npm >/dev/null || { echo "npm (Node.js >= 18) is required for the embedded IPFS node"; exit 1; }
+	@command -v npm >/dev/null || { echo "npm (Node.js >= 20) is required for the embedded IPFS node"; exit 1; }
+	@node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' || { echo "Node.js >= 20 is required for the embedded IPFS node (Helia)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
-	# The embedded IPFS node (js-ipfs 0.66.1), installed exactly as locked.
+	# The embedded IPFS node (Helia, js/helia-ipfs.mjs), installed exactly as locked.
 	cd js && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	touch $(STAMP)
 

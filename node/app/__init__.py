@@ -13,9 +13,9 @@ Read the daemon top down:
 4. ``node/app/ports.py`` — the typed async ports the use cases need (state, gossip, IPFS,
    transfer, engine, events, clock).
 5. ``node/adapters/`` and the infrastructure packages — SQLite state with its own writer
-   thread (``node/state``), the libp2p gossip service (``p2p``), js-ipfs/kubo
-   (``node/ipfs``), pulls (``node/transfer``), the Spark engine worker (``node/engine_client``),
-   and the JSON-RPC server (``node/rpc``).
+   thread (``node/state``), the libp2p gossip service (``p2p``), the embedded IPFS node
+   (Helia) or kubo (``node/ipfs``), pulls (``node/transfer``), the Spark engine worker
+   (``node/engine_client``), and the JSON-RPC server (``node/rpc``).
 
 The application layer imports no network, database or engine library (aiohttp, libp2p, trio,
 sqlite3, grpc, pyspark): an import-linter contract enforces it.

@@ -2,10 +2,10 @@
 
 Each port is a :class:`typing.Protocol` written in the application's terms (``DatasetId``,
 ``Multihash``, typed rows); adapters implement them structurally (SQLite state with its own
-writer thread, the libp2p gossip service, js-ipfs/kubo over HTTP, the Spark engine worker over
-gRPC, HTTP/IPFS pulls), and every port has an in-memory twin for unit tests. Nothing here imports
-a network, database or engine library: the import-linter contract "The application layer is
-pure" checks it.
+writer thread, the libp2p gossip service, the embedded IPFS node (Helia) or kubo over HTTP, the
+Spark engine worker over gRPC, HTTP/IPFS pulls), and every port has an in-memory twin for unit
+tests. Nothing here imports a network, database or engine library: the import-linter contract
+"The application layer is pure" checks it.
 """
 
 from __future__ import annotations
@@ -348,7 +348,7 @@ nothing (``None``: the head is no longer the accepted one, a newer head supersed
 
 
 class IpfsPort(Protocol):
-    """The node's IPFS node (embedded js-ipfs, or any kubo-compatible RPC endpoint)."""
+    """The node's IPFS node (the embedded Helia node, or any kubo-compatible RPC endpoint)."""
 
     @property
     def api_url(self) -> str | None:

@@ -2,9 +2,9 @@
 
 No Docker daemon runs where the suite runs, so the image is never built here. What can rot
 silently is checked instead: every path it copies exists in the project, it installs the
-same pinned dependency set as ``make setup`` (``constraints.txt``) and js-ipfs with the same
-``npm ci`` command, and the commands it runs (entry point, health check) are commands the
-installed CLI has. The compose file builds this Dockerfile.
+same pinned dependency set as ``make setup`` (``constraints.txt``) and the embedded IPFS node
+with the same ``npm ci`` command, and the commands it runs (entry point, health check) are
+commands the installed CLI has. The compose file builds this Dockerfile.
 """
 
 from __future__ import annotations
