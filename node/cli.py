@@ -32,6 +32,10 @@ app = typer.Typer(
 )
 dataset_app = typer.Typer(help="Create, inspect and verify datasets.", no_args_is_help=True)
 app.add_typer(dataset_app, name="dataset")
+attestation_app = typer.Typer(
+    help="Check exported attestations (in-toto/DSSE envelopes).", no_args_is_help=True
+)
+app.add_typer(attestation_app, name="attestation")
 
 
 def _home(home: Path | None) -> NodeHome:
@@ -225,7 +229,7 @@ def rpc_raw(
         fail(str(e))
 
 
-add_commands(app, {"dataset": dataset_app})
+add_commands(app, {"dataset": dataset_app, "attestation": attestation_app})
 
 
 def _register_sim_commands() -> None:

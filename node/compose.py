@@ -47,7 +47,7 @@ from node.daemon.lock import HomeLock
 from node.home import NodeHome, default_home
 
 DAEMON_START_WAIT_S = 120.0
-"""How long a CLI command waits for a starting daemon's RPC (js-ipfs may take a while)."""
+"""How long a CLI command waits for a starting daemon's RPC (its IPFS node may take a while)."""
 
 
 class DaemonUnreachable(OdfNodeError):

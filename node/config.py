@@ -157,6 +157,17 @@ class FlowsSection:
 
 
 @dataclass(frozen=True, slots=True)
+class FollowSection:
+    """``[follow]``: polling of datasets followed by URL (``docs/follow.md``)."""
+
+    poll_interval_s: float
+    jitter: float
+    backoff_max_s: float
+    min_gap_s: float
+    max_connections: int
+
+
+@dataclass(frozen=True, slots=True)
 class TrustSection:
     """``[trust]``: the node's default trust policy (``docs/trust.md``); read through
     :meth:`NodeConfig.trust_config`, which validates it with ``[pipeline] replay``."""
@@ -225,6 +236,7 @@ class NodeConfig:
     transfer: TransferSection
     ingest: IngestSection
     flows: FlowsSection
+    follow: FollowSection
     metadata: MetadataSection
     trust: TrustSection
     health: HealthSection
@@ -264,6 +276,7 @@ _SECTION_TYPES = {
     "transfer": TransferSection,
     "ingest": IngestSection,
     "flows": FlowsSection,
+    "follow": FollowSection,
     "metadata": MetadataSection,
     "trust": TrustSection,
     "health": HealthSection,
@@ -337,6 +350,13 @@ def _validate(cfg: NodeConfig) -> None:
             "must be > 0"
         )
     _validate_hosts(cfg)
+    f = cfg.follow
+    if f.poll_interval_s <= 0 or f.min_gap_s < 0 or f.backoff_max_s < f.poll_interval_s:
+        raise ConfigError(
+            "follow: need poll_interval_s > 0, min_gap_s >= 0, backoff_max_s >= poll_interval_s"
+        )
+    if not 0 <= f.jitter < 1 or f.max_connections < 1:
+        raise ConfigError("follow: need 0 <= jitter < 1 and max_connections >= 1")
     if cfg.rpc.idle_timeout_s <= 0 or cfg.http.idle_timeout_s <= 0:
         raise ConfigError("rpc.idle_timeout_s and http.idle_timeout_s must be > 0")
     if cfg.rpc.max_body_bytes < 1024 or cfg.rpc.max_batch < 1:

@@ -23,6 +23,7 @@ from p2p.wire import (
     FetchLocations,
     HeadAnnouncement,
     MessageKind,
+    Observation,
     SignedMessage,
     Verdict,
     sign_message,
@@ -108,6 +109,20 @@ def dispute() -> Dispute:
     )
 
 
+def observation(head: str = "head-7", sequence: int = 7) -> Observation:
+    """A deterministic observation by the node key (a source showed ``head``)."""
+    ds, node, _ = keys()
+    return Observation(
+        node=node.dataset_id(),
+        dataset=ds.dataset_id(),
+        source="https://data.example.org/odf/ds",
+        head=_h(head),
+        sequence=sequence,
+        locations=FetchLocations(http_urls=("https://node.example.org/ds",)),
+        issued_at_ns=ISSUED_AT_NS + 3,
+    )
+
+
 def _forge(msg: HeadAnnouncement, domain_kind: MessageKind) -> bytes:
     """Sign ``msg`` with the dataset key but under another kind's domain string."""
     ds, _, _ = keys()
@@ -137,6 +152,11 @@ def build() -> dict[str, Any]:
     att = sign_message(attestation(), node)
     dis = sign_message(dispute(), node)
     proof = EquivocationProof.make(ann, fork)
+    obs = sign_message(observation(), node)
+    obs_env = obs.envelope
+    # The body starts with the observation's own version byte, right after the header.
+    obs_v2 = obs_env[:6] + b"\x02" + obs_env[7:]
+    src_at = obs_env.index(b"https://data.")
     same_head = sign_message(
         HeadAnnouncement(**{**_fields(announcement()), "nonce": b"\xff" * 16}), ds
     )
@@ -157,6 +177,7 @@ def build() -> dict[str, Any]:
         "attestation": att,
         "dispute": dis,
         "equivocation_proof": proof,
+        "observation": obs,
     }
     bad: list[tuple[str, bytes, str]] = [
         ("empty", b"", "decode:truncated"),
@@ -181,6 +202,17 @@ def build() -> dict[str, Any]:
         ),
         ("proof_non_canonical_order", swapped, "decode:non-canonical"),
         ("proof_not_conflicting", no_conflict.envelope, "proof"),
+        ("observation_unknown_version", obs_v2, "decode:unknown-version"),
+        (
+            "observation_source_not_url",
+            obs_env[:src_at] + b"file:" + obs_env[src_at + 5 :],
+            "decode:bad-url",
+        ),
+        (
+            "observation_signed_by_dataset_key",
+            sign_message(observation(), ds).envelope,
+            "signature",
+        ),
     ]
     return {
         "format": "odf-node p2p wire format v1 (docs/p2p-wire-format.md)",

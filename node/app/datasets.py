@@ -76,13 +76,14 @@ def check_input_files(files: Sequence[Path]) -> None:
             raise InvalidArgument(f"input is not a regular file: {shown}")
 
 
-def read_snapshot_file(path: Path, limit: int) -> bytes:
+def read_snapshot_file(path: Path, limit: int, what: str = "snapshot file") -> bytes:
     """The bytes of a DatasetSnapshot file, at most ``limit + 1`` of them (the caller refuses more).
 
     The file must be a regular file. It is opened with ``O_NONBLOCK`` and checked with ``fstat``
     on the open descriptor, so a FIFO with no writer cannot block the command forever (a plain
     ``open`` waits for a writer) and a file swapped for a FIFO between a check and the open is
     still refused. ``-`` reads standard input instead, bounded the same way, for piping YAML.
+    ``what`` names the file in errors (the same rules serve other input files).
     """
     if str(path) == "-":
         return sys.stdin.buffer.read(limit + 1)
@@ -96,7 +97,7 @@ def read_snapshot_file(path: Path, limit: int) -> bytes:
     if not stat.S_ISREG(mode):
         os.close(fd)
         raise InvalidArgument(
-            f"snapshot file {shown} is {_file_kind(mode)}; "
+            f"{what} {shown} is {_file_kind(mode)}; "
             "give a regular file, or '-' to read standard input"
         )
     with os.fdopen(fd, "rb") as f:

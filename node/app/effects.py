@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from node.app.metrics import NodeMetrics
 from node.app.ports import EventSink, StatePort
@@ -29,6 +29,7 @@ from p2p.core import (
     HeadAccepted,
     Ignore,
     Penalise,
+    PollSource,
     PublishAttestation,
     PublishDispute,
     RejectHead,
@@ -40,11 +41,24 @@ from p2p.wire import (
     Dispute,
     EquivocationProof,
     HeadAnnouncement,
+    Observation,
     SignedMessage,
     content_id,
 )
 
 log = logging.getLogger("odf_node.effects")
+
+
+class Witness(Protocol):
+    """What the effects tell the source follower (:class:`node.app.follow.SourceFollower`)."""
+
+    async def observed(self, sm: SignedMessage, o: Observation) -> None:
+        """A peer's signed observation passed the core's checks: store it, compare it."""
+        ...
+
+    def poll_now(self, did: Any, source: str) -> None:
+        """Poll ``source`` of ``did`` as soon as possible."""
+        ...
 
 
 class NodeEffects:
@@ -69,6 +83,9 @@ class NodeEffects:
         self._spawn = spawn
         self._owns = owns
         self._kick = kick
+        self.witness: Witness | None = None
+        """Told of peers' observations and asked to poll (the source follower, set by the
+        composition root)."""
         # State writes of decisions run one after another, in decision order.
         self._queue: asyncio.Queue[Callable[[], Awaitable[None]]] | None = None
 
@@ -117,6 +134,11 @@ class NodeEffects:
         elif isinstance(inner, Dispute):
             self._metrics.announcements.labels("dispute", "").inc()
             self._later(lambda: self._store_dispute(msg, inner))
+        elif isinstance(inner, Observation):
+            self._metrics.announcements.labels("observation", "").inc()
+            witness = self.witness
+            if witness is not None:
+                self._later(lambda: witness.observed(msg, inner))
 
     async def _store_attestation(self, sm: SignedMessage, a: Attestation) -> None:
         did, head = a.dataset.as_did_str(), a.head.to_multibase()
@@ -231,6 +253,11 @@ class NodeEffects:
 
     def dispute(self, d: PublishDispute) -> None:
         """Nothing here, as for :meth:`attest`: the verify pipeline publishes the dispute."""
+
+    def poll_source(self, d: PollSource) -> None:
+        """A peer observed a source we follow showing another head: poll it now."""
+        if self.witness is not None:
+            self.witness.poll_now(d.dataset, d.source)
 
 
 __all__ = ["NodeEffects"]

@@ -2,10 +2,10 @@
 
 Each port is a :class:`typing.Protocol` written in the application's terms (``DatasetId``,
 ``Multihash``, typed rows); adapters implement them structurally (SQLite state with its own
-writer thread, the libp2p gossip service, js-ipfs/kubo over HTTP, the Spark engine worker over
-gRPC, HTTP/IPFS pulls), and every port has an in-memory twin for unit tests. Nothing here imports
-a network, database or engine library: the import-linter contract "The application layer is
-pure" checks it.
+writer thread, the libp2p gossip service, the embedded IPFS node (Helia) or kubo over HTTP, the
+Spark engine worker over gRPC, HTTP/IPFS pulls), and every port has an in-memory twin for unit
+tests. Nothing here imports a network, database or engine library: the import-linter contract
+"The application layer is pure" checks it.
 """
 
 from __future__ import annotations
@@ -32,8 +32,10 @@ from node.app.rows import (
     Dispute,
     EquivocationProof,
     Event,
+    ObservationRecord,
     Peer,
     Schedule,
+    SplitView,
     Subscription,
     TrustOverride,
     TrustRecord,
@@ -61,8 +63,10 @@ class StatePort(Protocol):
         alias: str | None = None,
         source_hint: str | None = None,
         override: TrustOverride | None = None,
+        source_url: str | None = None,
     ) -> Subscription:
-        """Follow ``did`` (idempotent; updates the alias and the trust override when given)."""
+        """Follow ``did`` (idempotent; updates the alias, the source URL and the trust override
+        when given)."""
         ...
 
     async def record_trust(self, did: str, trust: TrustRecord, trusted_head: str | None) -> bool:
@@ -148,6 +152,36 @@ class StatePort(Protocol):
 
     async def disputes(self, did: str | None = None, limit: int = 100) -> list[Dispute]:
         """Disputes, newest first."""
+        ...
+
+    async def add_observation(
+        self,
+        did: str,
+        source: str,
+        head: str,
+        sequence: int,
+        signer: str,
+        envelope: bytes,
+        own: bool,
+        observed_ns: int,
+    ) -> bool:
+        """Store a signed observation of a source (false if already known)."""
+        ...
+
+    async def observations(
+        self, did: str | None = None, source: str | None = None, limit: int = 100
+    ) -> list[ObservationRecord]:
+        """Observations, newest first."""
+        ...
+
+    async def add_split_view(
+        self, did: str, source: str, first: str, second: str, detail: str
+    ) -> bool:
+        """Store a split view between two stored observations (false if already known)."""
+        ...
+
+    async def split_views(self, did: str | None = None, limit: int = 100) -> list[SplitView]:
+        """Split views with both observations, newest first."""
         ...
 
     async def add_equivocation_proof(self, did: str, envelope: bytes) -> bool:
@@ -335,6 +369,16 @@ class GossipPort(Protocol):
         """Pulls in flight on behalf of the core."""
         ...
 
+    def follow_source(self, did: DatasetId, source: str, head: Multihash | None) -> None:
+        """Tell the core ``did`` is followed from ``source`` (``head``: the newest accepted
+        from it), so peers' observations of it ask for a poll."""
+        ...
+
+    def source_head_accepted(self, did: DatasetId, source: str, head: Multihash) -> None:
+        """Tell the core a head pulled from ``source`` was accepted (it is then attested or
+        disputed like an announced head when its verification completes)."""
+        ...
+
 
 VerificationVerdict = PublishAttestation | PublishDispute | None
 """What the protocol core decided about a finished verification: attest it, dispute it, or
@@ -342,7 +386,7 @@ nothing (``None``: the head is no longer the accepted one, a newer head supersed
 
 
 class IpfsPort(Protocol):
-    """The node's IPFS node (embedded js-ipfs, or any kubo-compatible RPC endpoint)."""
+    """The node's IPFS node (the embedded Helia node, or any kubo-compatible RPC endpoint)."""
 
     @property
     def api_url(self) -> str | None:
@@ -418,6 +462,39 @@ class TransferPort(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class HeadProbe:
+    """What one poll of a source's ``refs/head`` found (:meth:`SourcePort.probe_head`).
+
+    ``changed`` is False when the source answered "not modified" to the conditional request
+    (HTTP 304), so ``head`` is None; else ``head`` is the multibase text it names. ``etag`` and
+    ``last_modified`` are the validators to send next time; ``requests`` and ``bytes`` what the
+    probe cost on the wire (body bytes).
+    """
+
+    changed: bool
+    head: str | None
+    etag: str | None = None
+    last_modified: str | None = None
+    requests: int = 1
+    bytes: int = 0
+
+
+class SourcePort(Protocol):
+    """Cheap reads of a source followed by URL (``docs/follow.md``): its head, one block."""
+
+    async def probe_head(self, url: str, etag: str | None, last_modified: str | None) -> HeadProbe:
+        """Read ``{url}/refs/head``, conditionally (``If-None-Match`` / ``If-Modified-Since``)
+        when validators are known. Raises :class:`~coordinator.errors.OdfNodeError` when the
+        source cannot be read (unreachable, an error status, refused by the source policy)."""
+        ...
+
+    async def read_block(self, url: str, block: Multihash) -> bytes:
+        """``{url}/blocks/<block>``, checked against its hash (raises when it does not match
+        or cannot be read)."""
+        ...
+
+
 class EnginePort(Protocol):
     """The transform engines (the router over the Spark and DataFusion workers): what the use
     cases ask of them beyond running. Optionally ``pinned_versions(engine)``: the releases of
@@ -473,7 +550,9 @@ __all__ = [
     "EnginePort",
     "EventSink",
     "GossipPort",
+    "HeadProbe",
     "IpfsPort",
+    "SourcePort",
     "SourceResponse",
     "StatePort",
     "TransferPort",

@@ -164,7 +164,9 @@ class SubscriptionRow(_Json):
     ``policy``: the subscription's own trust settings (None: the node's ``[trust]``);
     ``trusted_head``: the newest trusted head (the one served under a policy other than
     verify-all); ``trust``: the accepted head's ``{"state", "by", "attesters"}`` (with
-    ``evidence`` and ``disputed_by`` when disputed).
+    ``evidence`` and ``disputed_by`` when disputed); ``source``: the URL the dataset is
+    followed from, the authority for its heads, which no owner signs (None: owner-signed
+    announcements over gossip; ``docs/follow.md``).
     """
 
     did: str
@@ -177,6 +179,7 @@ class SubscriptionRow(_Json):
     policy: dict[str, Any] | None = None
     trusted_head: str | None = None
     trust: dict[str, Any] | None = None
+    source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -299,8 +302,38 @@ class AttestationRow(_Json):
 
 
 @dataclass(frozen=True)
+class VerifiedEnvelope(_Json):
+    """``attestation verify``: one checked in-toto/DSSE envelope (``docs/attestations.md``).
+
+    ``ok`` false: ``problem`` says which check failed and the other fields are ``None``.
+    ``signer``: the envelope's key; ``node``: who made the attestation or dispute; ``relayed``:
+    they differ. ``predicate``: the statement's predicate without the embedded wire envelope.
+    """
+
+    ok: bool
+    problem: str | None
+    signer: str | None
+    node: str | None
+    relayed: bool | None
+    kind: str | None
+    predicate_type: str | None
+    dataset: str | None
+    block: str | None
+    digest: str | None
+    predicate: dict[str, Any] | None
+
+    @classmethod
+    def failed(cls, problem: str) -> VerifiedEnvelope:
+        """The row of an envelope that does not verify."""
+        return cls(False, problem, None, None, None, None, None, None, None, None, None)
+
+
+@dataclass(frozen=True)
 class DisputeRow(_Json):
-    """``disputes``: a signed dispute of a block, ours (``own``) or received."""
+    """``disputes``: a signed dispute of a block, ours (``own``) or received; or a split view
+    (``kind`` ``split-view``): a source followed by URL showed two heads that do not descend
+    one from the other, with the two signed observations (``source``, ``observations``: each
+    ``{"head", "sequence", "signer", "own", "at_ns", "envelope"}``, envelope in hex)."""
 
     did: str
     block: str
@@ -309,6 +342,8 @@ class DisputeRow(_Json):
     own: bool
     detail: str
     at_ns: int
+    source: str | None = None
+    observations: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -393,6 +428,7 @@ __all__ = [
     "SubscriptionRow",
     "TransformResult",
     "Unsubscribed",
+    "VerifiedEnvelope",
     "VerifyResult",
     "WorkRow",
 ]

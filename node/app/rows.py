@@ -67,6 +67,8 @@ class Subscription:
     override: TrustOverride = field(default_factory=TrustOverride)
     trusted_head: str | None = None
     trust: TrustRecord | None = None
+    source_url: str | None = None
+    """The URL the dataset is followed from (None: owner-signed announcements over gossip)."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,36 @@ class Dispute:
     own: bool
     detail: str
     received_ns: int
+
+
+@dataclass(frozen=True)
+class ObservationRecord:
+    """A signed observation of a source (ours, ``own``, or a peer's): the head it showed."""
+
+    id: int
+    content_id: str
+    did: str
+    source: str
+    head: str
+    sequence: int
+    signer: str
+    envelope: bytes
+    own: bool
+    observed_ns: int
+    received_ns: int
+
+
+@dataclass(frozen=True)
+class SplitView:
+    """Two observations of one source whose heads do not descend one from the other."""
+
+    id: int
+    did: str
+    source: str
+    first: ObservationRecord
+    second: ObservationRecord
+    detail: str
+    detected_ns: int
 
 
 @dataclass(frozen=True)

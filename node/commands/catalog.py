@@ -7,6 +7,7 @@ then one :class:`~node.commands.spec.Command` here; ``docs/commands.md`` walks t
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from node.app.results import (
     SubscriptionRow,
     TransformResult,
     Unsubscribed,
+    VerifiedEnvelope,
     VerifyResult,
     WorkRow,
 )
@@ -152,8 +154,15 @@ async def _subscribe(
     policy: str | None = None,
     k: int | None = None,
     attesters: list[str] | None = None,
+    source: str | None = None,
 ) -> SubscriptionRow:
-    return await app.subscriptions.subscribe(did, alias, policy=policy, k=k, attesters=attesters)
+    if source is not None and not source.startswith(("http:", "https:", "ipfs:", "ipns:", "file:")):
+        source = str(Path(source).expanduser().absolute())  # the daemon has another cwd
+    if did.startswith((".", "~")) or (did.startswith("/") and not did.startswith("//")):
+        did = str(Path(did).expanduser().absolute())
+    return await app.subscriptions.subscribe(
+        did, alias, policy=policy, k=k, attesters=attesters, source=source
+    )
 
 
 async def _unsubscribe(app: Application, ctx: Context, did: str) -> Unsubscribed:
@@ -293,14 +302,38 @@ async def _attestations(
     did: str | None = None,
     head: str | None = None,
     limit: int = 100,
-) -> list[AttestationRow]:
+    format: str = "rows",
+    received: bool = False,
+) -> list[AttestationRow] | list[dict[str, Any]]:
+    if format == "in-toto":
+        return await app.exports.attestations(did, head, limit, received)
+    _rows_only(received)
     return await app.queries.attestations(did, head, limit)
 
 
 async def _disputes(
-    app: Application, ctx: Context, did: str | None = None, limit: int = 100
-) -> list[DisputeRow]:
+    app: Application,
+    ctx: Context,
+    did: str | None = None,
+    limit: int = 100,
+    format: str = "rows",
+    received: bool = False,
+) -> list[DisputeRow] | list[dict[str, Any]]:
+    if format == "in-toto":
+        return await app.exports.disputes(did, limit, received)
+    _rows_only(received)
     return await app.queries.disputes(did, limit)
+
+
+def _rows_only(received: bool) -> None:
+    if received:
+        raise InvalidArgument("--received goes with --format in-toto (rows list every signer)")
+
+
+async def _attestation_verify(
+    app: Application, ctx: Context, envelopes: str
+) -> list[VerifiedEnvelope]:
+    return app.exports.verify(envelopes)
 
 
 async def _equivocations(
@@ -541,6 +574,89 @@ def _render_publish(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
         )
 
 
+def _export_params() -> tuple[Param, ...]:
+    """``--format in-toto`` and ``--received``: the export of ``attestations`` and ``disputes``."""
+    return (
+        Param(
+            "format",
+            {"type": "string", "enum": ["rows", "in-toto"]},
+            False,
+            "rows (the table) or in-toto: DSSE envelopes, one JSON line each (--json: an array).",
+            Cli(type=str),
+        ),
+        Param(
+            "received",
+            BOOL,
+            False,
+            "With --format in-toto: also the peers' (sealed by this node, theirs inside).",
+            Cli(),
+        ),
+    )
+
+
+def _render_exportable(columns: tuple[str, ...]) -> Any:
+    """Rows as a table; envelopes (``--format in-toto``) as JSON lines, ready for a file."""
+
+    def render(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+        if value and "payloadType" in value[0]:
+            from p2p.intoto import canonical_json
+
+            out.raw("".join(canonical_json(e).decode() + "\n" for e in value))
+        elif not value:
+            out.error("(none)")  # on stderr: an empty export redirected to a file stays empty
+        else:
+            out.table(list(columns), [[_cell(row.get(c)) for c in columns] for row in value])
+
+    return render
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, dict | list):
+        return json.dumps(v, default=str)
+    return "" if v is None else str(v)
+
+
+def _read_envelopes(path: Path) -> str:
+    """The text of an export file (bounded; ``-``: standard input); a FIFO is never waited on."""
+    from node.app.datasets import read_snapshot_file
+    from p2p.intoto import MAX_ENVELOPE_BYTES
+
+    limit = 64 * MAX_ENVELOPE_BYTES
+    data = read_snapshot_file(Path(path), limit, "envelope file")
+    if len(data) > limit:
+        raise InvalidArgument(f"{path}: larger than {limit} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidArgument(f"{path}: not UTF-8 text") from None
+
+
+def _render_verified(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    for v in value:
+        if not v["ok"]:
+            out.error(f"[red]✗[/] {v['problem']}")
+            continue
+        p = v["predicate"]
+        by = f"{v['node']}, relayed by {v['signer']}" if v["relayed"] else v["node"]
+        what = (
+            f"{p['verdict']} ({', '.join(p['checks'])}; engine {p['engine']['name']} "
+            f"{p['engine']['release']})"
+            if v["kind"] == "attestation"
+            else f"{p['kind']}: {p['detail']}"
+        )
+        out.print(f"[green]✓[/] {v['kind']} by {by}, {p['issuedAt']}")
+        out.print(f"  {v['dataset']}@{v['block']} (sha3_256 {v['digest']})")
+        out.print(f"  {what}")
+        if v["kind"] == "attestation":
+            inputs = p["inputs"]
+            shown = (
+                "not in the signer's copy"
+                if inputs is None
+                else ", ".join(f"{i['dataset']}@{i['block']}" for i in inputs) or "none"
+            )
+            out.print(f"  inputs: {shown}; logical hash: {p['logicalHash'] or '-'}")
+
+
 _NEEDS_IPFS = (
     "publishing without a daemon needs a reachable IPFS RPC API; "
     "tests/integration/test_ipfs_pull.py publishes and pulls through one"
@@ -631,7 +747,15 @@ COMMANDS: tuple[Command, ...] = (
         "Follow a remote dataset: pull, verify, republish and attest each new head.",
         _subscribe,
         (
-            Param("did", STR, True, "did:odf:… of the dataset to follow.", Cli("argument")),
+            Param(
+                "did",
+                STR,
+                True,
+                "did:odf:… of the dataset to follow (owner-signed heads over gossip), or the URL "
+                "of its repository to poll: http(s)://, ipfs://, ipns:// or a path "
+                "(docs/follow.md).",
+                Cli("argument"),
+            ),
             Param("alias", STR, False, "Local name.", Cli(type=str)),
             Param(
                 "policy",
@@ -653,6 +777,13 @@ COMMANDS: tuple[Command, ...] = (
                 False,
                 "A trusted attester's node id (did:key:…), over [trust] trusted_attesters.",
                 Cli(flags=("--attester",), type=list[str], metavar="NODE_ID"),
+            ),
+            Param(
+                "source",
+                STR,
+                False,
+                "Follow the DID from this URL (polled; the source is the authority).",
+                Cli(type=str, metavar="URL"),
             ),
         ),
         cli=("subscribe",),
@@ -951,19 +1082,46 @@ COMMANDS: tuple[Command, ...] = (
         "attestations.list",
         "Attestations received and made (newest first).",
         _attestations,
-        (_did_filter(), Param("head", STR, False), Param("limit", LIMIT, False)),
+        (_did_filter(), Param("head", STR, False), Param("limit", LIMIT, False), *_export_params()),
         cli=("attestations",),
-        result=array_of(AttestationRow),
-        columns=("did", "head", "verdict", "signer", "own"),
+        doc="--format in-toto: the node's own attestations as in-toto Statements v1 in DSSE "
+        "envelopes signed with the node key (docs/attestations.md); check one with "
+        "`odf-node attestation verify FILE`.",
+        result={"type": "array", "items": {"type": "object"}},
+        render=_render_exportable(("did", "head", "verdict", "signer", "own")),
     ),
     Command(
         "disputes.list",
         "Disputes received and made (newest first).",
         _disputes,
-        (_did_filter(), Param("limit", LIMIT, False)),
+        (_did_filter(), Param("limit", LIMIT, False), *_export_params()),
         cli=("disputes",),
-        result=array_of(DisputeRow),
-        columns=("did", "block", "kind", "signer", "own", "detail"),
+        doc="--format in-toto: as for `attestations` (docs/attestations.md).",
+        result={"type": "array", "items": {"type": "object"}},
+        render=_render_exportable(("did", "block", "kind", "signer", "own", "detail")),
+    ),
+    Command(
+        "attestation.verify",
+        "Check exported in-toto/DSSE envelopes and print what they attest.",
+        _attestation_verify,
+        (
+            Param(
+                "envelopes",
+                STR,
+                True,
+                "An export: one envelope, a JSON array or JSON lines; - for standard input.",
+                Cli("argument", type=Path, to_wire=_read_envelopes, metavar="FILE"),
+            ),
+        ),
+        cli=("attestation", "verify"),
+        doc="Checks the DSSE signature by the did:key of its keyid, the payload and statement "
+        "types, the subject's sha3_256 digest and the signed gossip envelope inside. Exit "
+        "status 2 when one does not verify.",
+        result=array_of(VerifiedEnvelope),
+        render=_render_verified,
+        exit_code=lambda value: 0 if value and all(v["ok"] for v in value) else 2,
+        in_process="a check of the file's bytes alone: no state is read, the file may be "
+        "larger than an RPC body",
     ),
     Command(
         "equivocations.list",

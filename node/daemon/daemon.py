@@ -43,6 +43,7 @@ from node.app.errors import InvalidArgument
 from node.app.events import EventBus
 from node.app.fetch import ChainFetcher
 from node.app.flows import POLL, TRANSFORM, FlowUseCases
+from node.app.follow import FollowSettings, SourceFollower
 from node.app.metrics import NodeMetrics
 from node.app.ports import GossipPort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
@@ -445,6 +446,34 @@ class Daemon:
             work.kick,
             trust,
         )
+        f = self.config.follow
+        self.follower = follower = SourceFollower(
+            self.repo,
+            self.state,
+            transfer,
+            transfer,
+            _Late(self, "gossip"),
+            self.locks,
+            self.metrics,
+            self.events,
+            self.clock,
+            self.node_key,
+            trust.head_accepted,  # as for an announced head: the trust policy decides
+            settings=FollowSettings(
+                poll_interval_s=f.poll_interval_s,
+                jitter=f.jitter,
+                backoff_max_s=f.backoff_max_s,
+                min_gap_s=f.min_gap_s,
+                concurrency=f.max_connections,
+            ),
+            http_urls=self.http_urls,
+            rng=self.rng.random,
+            spawn=self._spawn,
+        )
+        subs.follower = follower
+        verify.follow_input = follower.follow_input
+        self.effects.witness = follower
+        await follower.restore()
         self.gossip = NoGossip()
         self.fetcher = ChainFetcher(
             self.repo,
@@ -524,12 +553,22 @@ class Daemon:
             ),
             self.rng,
         )
+        by_url: set[str] = set()
         for sub in await self.state.subscriptions():
             core.subscribe(DatasetId.parse(sub.did))
+            if sub.source_url is not None:
+                by_url.add(sub.did)
         for h in await asyncio.to_thread(self.repo.list):
             if self.owns(h.id):
                 core.subscribe(h.id)
         for acc in await self.state.accepted_heads():
+            if acc.did in by_url:
+                # A head pulled from a source: its "announcement" is our own observation.
+                did = DatasetId.parse(acc.did)
+                source = self.follower.source_of(did)
+                if source is not None:
+                    core.follow_source(did, source, Multihash.from_multibase(acc.head))
+                continue
             try:
                 core.restore_accepted(acc.envelope)
             except Exception as e:
@@ -644,6 +683,7 @@ class Daemon:
     async def _start_pipeline(self) -> None:
         for i in range(self.config.pipeline.concurrency):
             self.group.spawn(self.app.work.worker(), f"worker-{i}")
+        self.group.spawn_restarting(self.follower.run, "follow")
         self.group.spawn_restarting(self._housekeeping, "housekeeping")
         self.group.spawn_restarting(self._flows, "flows")
         self.group.spawn_restarting(

@@ -193,11 +193,45 @@ _V5: tuple[str, ...] = (
 )
 
 
+# Subscriptions by URL and witnessing (docs/follow.md): the source a dataset is followed from
+# (NULL: owner-signed announcements over gossip), the signed observations of sources (ours and
+# peers'), and the split views found among them (two observations whose heads do not descend one
+# from the other), each naming its two observations by content id.
+_V6: tuple[str, ...] = (
+    "ALTER TABLE subscriptions ADD COLUMN source_url TEXT",
+    """CREATE TABLE observations (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        content_id TEXT NOT NULL UNIQUE,
+        did TEXT NOT NULL,
+        source TEXT NOT NULL,
+        head TEXT NOT NULL,
+        sequence INTEGER NOT NULL CHECK (sequence >= 0),
+        signer TEXT NOT NULL,
+        envelope BLOB NOT NULL,
+        own INTEGER NOT NULL CHECK (own IN (0, 1)),
+        observed_ns INTEGER NOT NULL,
+        received_ns INTEGER NOT NULL
+    )""",
+    "CREATE INDEX observations_did_source ON observations (did, source, id)",
+    """CREATE TABLE split_views (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        did TEXT NOT NULL,
+        source TEXT NOT NULL,
+        first TEXT NOT NULL,
+        second TEXT NOT NULL,
+        detail TEXT NOT NULL,
+        detected_ns INTEGER NOT NULL,
+        UNIQUE (first, second)
+    )""",
+    "CREATE INDEX split_views_did ON split_views (did)",
+)
+
+
 # Flows (docs/flows.md): a dataset's schedule, exactly one trigger per row: every N seconds or
 # a cron expression (a polling root), or on a new input head (a derivative); when it is next
 # due, and the input heads a transform was last queued for (JSON), so that a restart neither
 # runs a flow twice nor misses one.
-_V6: tuple[str, ...] = (
+_V7: tuple[str, ...] = (
     """CREATE TABLE schedules (
         did TEXT PRIMARY KEY,
         every_s REAL CHECK (every_s IS NULL OR every_s > 0),
@@ -218,7 +252,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "verification outcome 'unverifiable'", _V3),
     Migration(4, "verification outcome 'inconclusive'", _V4),
     Migration(5, "subscription trust policy, trusted head and trust state", _V5),
-    Migration(6, "flow schedules", _V6),
+    Migration(6, "subscriptions by URL, observations and split views", _V6),
+    Migration(7, "flow schedules", _V7),
 )
 LATEST_VERSION: int = MIGRATIONS[-1].version
 

@@ -103,7 +103,15 @@ def test_openrpc_document_lists_every_method(node: NodeProcess) -> None:
     names = {m["name"] for m in doc["methods"]}
     assert {c.name for c in COMMANDS} <= names
     sub = next(m for m in doc["methods"] if m["name"] == "subscriptions.add")
-    assert [p["name"] for p in sub["params"]] == ["did", "alias"]
+    # New parameters are appended, so positional calls of older clients keep their meaning.
+    assert [p["name"] for p in sub["params"]] == [
+        "did",
+        "alias",
+        "policy",
+        "k",
+        "attesters",
+        "source",
+    ]
 
 
 def test_metrics_report_event_loop_lag(node: NodeProcess) -> None:
