@@ -26,6 +26,7 @@ from pathlib import Path
 
 from coordinator.errors import PollingSourceNotFound, UnsupportedPreprocess
 from coordinator.ingest.fetch import Fetched, fetch_file_url, fetch_glob, url_scheme
+from coordinator.ingest.inputs import InputFile
 from coordinator.ingest.prepare import DEFAULT_MAX_DECOMPRESSED_BYTES, prepare
 from coordinator.ingest.preprocess import PreprocessEngine, preprocess_inputs
 from coordinator.ingest.push import (
@@ -34,7 +35,6 @@ from coordinator.ingest.push import (
     Clock,
     IngestProgress,
     IngestResult,
-    InputFile,
     PushSourceInfo,
     ingest_resolved,
 )

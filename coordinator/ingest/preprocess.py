@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from coordinator.errors import IncompatibleSchema, IngestError, UnsupportedPreprocess
 from coordinator.ingest.ddl import normalize_schema
-from coordinator.ingest.push import InputFile
+from coordinator.ingest.inputs import InputFile
 from coordinator.ingest.readers import DEFAULT_BLOCK_BYTES, read_batches, read_schema
 from coordinator.metadata import model as m
 from coordinator.transform.model import (

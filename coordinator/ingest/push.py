@@ -60,6 +60,7 @@ from coordinator.errors import (
     UnsupportedReadOption,
 )
 from coordinator.ingest import merge as mg
+from coordinator.ingest.inputs import InputFile
 from coordinator.ingest.linked import (
     LinkedObjects,
     LinkedObjectsSummary,
@@ -169,20 +170,6 @@ class PushSourceInfo:
     vocab: Vocab
     data_slices: tuple[Multihash, ...]
     data_schema: m.SetDataSchema | None
-    source_state: m.SourceState | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class InputFile:
-    """One input of an ingest call, committed as one ``AddData``.
-
-    ``event_time`` overrides the call's fallback event time for this file (a polling source's
-    event time from the file name or ``Last-Modified``); ``source_state`` is written as the
-    block's ``newSourceState`` (polling sources: ETag, Last-Modified, last file name).
-    """
-
-    path: Path
-    event_time: Timestamp | None = None
     source_state: m.SourceState | None = None
 
 
@@ -531,7 +518,7 @@ def ingest(
         return ingest_resolved(dataset, info, inputs, **options)  # type: ignore[arg-type]
     if engine is None:
         raise UnsupportedPreprocess(PREPROCESS_UNSUPPORTED)
-    from coordinator.ingest.preprocess import preprocess_inputs  # it imports this module
+    from coordinator.ingest.preprocess import preprocess_inputs  # only a preprocess query needs it
 
     info_dir = dataset.layout.info_dir
     info_dir.mkdir(parents=True, exist_ok=True)
