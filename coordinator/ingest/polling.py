@@ -175,7 +175,13 @@ def ingest_fetched(
     if source.preprocess is not None:
         assert engine is not None
         schema, outputs = preprocess_inputs(
-            source.read, source.preprocess, inputs, workdir, engine, prepare=prepared
+            source.read,
+            source.preprocess,
+            inputs,
+            workdir,
+            engine,
+            prepare=prepared,
+            max_decompressed_bytes=max_decompressed_bytes,
         )
         return ingest_resolved(
             dataset,
@@ -194,4 +200,5 @@ def ingest_fetched(
         progress=progress,
         snapshot_bytes=snapshot_bytes,
         prepare=prepared,
+        max_decompressed_bytes=max_decompressed_bytes,
     )

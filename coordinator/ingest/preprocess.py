@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from coordinator.errors import IncompatibleSchema, IngestError, UnsupportedPreprocess
 from coordinator.ingest.ddl import normalize_schema
 from coordinator.ingest.inputs import InputFile
+from coordinator.ingest.prepare import DEFAULT_MAX_DECOMPRESSED_BYTES
 from coordinator.ingest.readers import DEFAULT_BLOCK_BYTES, read_batches, read_schema
 from coordinator.metadata import model as m
 from coordinator.transform.model import (
@@ -78,6 +79,7 @@ def preprocess_inputs(
     *,
     prepare: Callable[[Path, int], Path] | None = None,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
 ) -> tuple[pa.Schema | None, list[InputFile]]:
     """Run the preprocess query over each input: (the output schema, the outputs as inputs).
 
@@ -103,7 +105,9 @@ def preprocess_inputs(
         raw_in = workdir / f"preprocess-in-{index}.parquet"
         raw_out = workdir / f"preprocess-out-{index}.parquet"
         with pq.ParquetWriter(raw_in, schema_in) as writer:
-            for batch in read_batches(read, path, block_bytes=block_bytes):
+            for batch in read_batches(
+                read, path, block_bytes=block_bytes, max_decompressed_bytes=max_decompressed_bytes
+            ):
                 writer.write_batch(batch)
         if path != item.path:
             path.unlink(missing_ok=True)

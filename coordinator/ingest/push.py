@@ -69,6 +69,7 @@ from coordinator.ingest.linked import (
     summarize_links,
     validate_link_columns,
 )
+from coordinator.ingest.prepare import DEFAULT_MAX_DECOMPRESSED_BYTES
 from coordinator.ingest.readers import (
     DEFAULT_BLOCK_BYTES,
     read_batches,
@@ -473,6 +474,7 @@ def ingest(
     snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
     engine: PreprocessEngine | None = None,
     stream_bytes: int = MAX_STREAM_BYTES,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
 ) -> IngestResult:
     """Push ``files`` into ``dataset`` through its push source; see the module docstring.
 
@@ -494,6 +496,8 @@ def ingest(
             (:mod:`coordinator.ingest.preprocess`); without one such a source is refused.
         stream_bytes: the largest input (Arrow bytes of one file) a ChangelogStream or
             UpsertStream merge takes.
+        max_decompressed_bytes: the most an archive read step (``EsriShapefile``) may
+            decompress to (``ingest.max_decompressed_bytes``).
 
     Raises:
         PushSourceNotFound, UnsupportedPreprocess, UnsupportedReadOption, InvalidDdlSchema,
@@ -511,6 +515,7 @@ def ingest(
         "run_bytes": run_bytes,
         "snapshot_bytes": snapshot_bytes,
         "stream_bytes": stream_bytes,
+        "max_decompressed_bytes": max_decompressed_bytes,
     }
     inputs = [InputFile(p) for p in files]
     transform = info.source.preprocess
@@ -524,7 +529,13 @@ def ingest(
     info_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="preprocess-", dir=info_dir) as work:
         schema, outputs = preprocess_inputs(
-            info.source.read, transform, inputs, Path(work), engine, block_bytes=block_bytes
+            info.source.read,
+            transform,
+            inputs,
+            Path(work),
+            engine,
+            block_bytes=block_bytes,
+            max_decompressed_bytes=max_decompressed_bytes,
         )
         return ingest_resolved(
             dataset,
@@ -552,6 +563,7 @@ def ingest_resolved(
     stream_bytes: int = MAX_STREAM_BYTES,
     prepare: Callable[[Path, int], Path] | None = None,
     preprocessed: pa.Schema | None = None,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
 ) -> IngestResult:
     """:func:`ingest` from a resolved source: each input is one ``AddData`` (in order).
 
@@ -562,6 +574,7 @@ def ingest_resolved(
     the input is removed once read. A preprocess query is not run here: with ``preprocessed``
     (the query's output schema), the inputs are its Parquet outputs
     (:func:`coordinator.ingest.preprocess.preprocess_inputs`), read with that schema.
+    ``max_decompressed_bytes`` bounds an ``EsriShapefile`` archive (see :func:`read_batches`).
     """
     clock = clock or system_clock
     source = info.source
@@ -627,7 +640,11 @@ def ingest_resolved(
                     batches = read_parquet_as(path, preprocessed, on_bytes)
                 else:
                     batches = read_batches(
-                        source.read, path, block_bytes=block_bytes, on_bytes=on_bytes
+                        source.read,
+                        path,
+                        block_bytes=block_bytes,
+                        on_bytes=on_bytes,
+                        max_decompressed_bytes=max_decompressed_bytes,
                     )
                 merged, by_event_time = _merged_stream(
                     source.merge, batches, new, prior, vocab, snapshot_bytes, stream_bytes

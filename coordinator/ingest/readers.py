@@ -26,7 +26,11 @@ Semantics follow kamu-cli v0.153 (``kamu-ingest-datafusion`` readers, arrow-rs p
   its ``properties`` plus a ``geometry`` column holding the geometry object as compact JSON
   text with sorted keys, then read as NDJSON (kamu's readers re-encode the same way). The
   collection's own ``type`` is not checked (only its ``features``).
-* **EsriShapefile** is refused: reading it would need a shapefile library.
+* **EsriShapefile**: a zip holding a shapefile; each shape and its ``.dbf`` record become one
+  NDJSON record (the fields plus ``geometry``, GeoJSON geometry text), read as NDJSON
+  (:mod:`coordinator.ingest.esri_shapefile`, which also says which ``.shp`` is read). The
+  archive is streamed, not extracted, and what it decompresses to counts against
+  ``max_decompressed_bytes`` (``ingest.max_decompressed_bytes``).
 
 A value that does not fit its column raises :class:`~coordinator.errors.BadInputData`
 naming the column and the 1-based record number (and line, for NDJSON). Typed parsing runs
@@ -80,6 +84,7 @@ from coordinator.ingest.convert import (
     shown,
 )
 from coordinator.ingest.ddl import normalize_schema, parse_ddl
+from coordinator.ingest.prepare import DEFAULT_MAX_DECOMPRESSED_BYTES
 from coordinator.metadata import model as m
 from coordinator.metadata.odf_schema import to_arrow as odf_to_arrow
 
@@ -150,10 +155,6 @@ def read_schema(read: m.ReadStep) -> pa.Schema:
 
 
 def _check_format(read: m.ReadStep) -> None:
-    if isinstance(read, m.ReadStepEsriShapefile):
-        raise UnsupportedReadOption(
-            "EsriShapefile input is not supported (it would need a shapefile library)"
-        )
     encoding = getattr(read, "encoding", None)
     if encoding not in (None, "utf8"):
         raise UnsupportedReadOption(
@@ -201,16 +202,20 @@ def read_batches(
     *,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     on_bytes: ByteProgress | None = None,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
 ) -> Iterator[pa.RecordBatch]:
     """Stream ``path`` as batches of :func:`read_schema` (``read``).
 
     An empty file yields nothing. Errors are raised lazily, while iterating, except that
-    ``path`` must be a regular file (checked at once).
+    ``path`` must be a regular file (checked at once). ``max_decompressed_bytes`` bounds what
+    an archive read step (``EsriShapefile``) may decompress to.
 
     Raises:
         BadInputData: a value or record does not match the schema (column and row named), the
             input is not valid text, or ``path`` is missing or not a regular file.
         UnsupportedReadOption: an option this reader cannot honour.
+        DecompressBudgetExceeded: an ``EsriShapefile`` archive decompresses to more than
+            ``max_decompressed_bytes``.
     """
     schema = read_schema(read)
     if _input_size(path) == 0:
@@ -243,6 +248,15 @@ def read_batches(
             path, "features", min(block_bytes, _JSON_CHUNK_BYTES), on_bytes
         )
         return _ndjson_batches(_features(chunks, path), schema, _Formats.of(read), str(path))
+    if isinstance(read, m.ReadStepEsriShapefile):
+        return _ndjson_batches(
+            _shapefile_chunks(
+                read, path, min(block_bytes, _JSON_CHUNK_BYTES), on_bytes, max_decompressed_bytes
+            ),
+            schema,
+            _Formats(None, None),
+            str(path),
+        )
     raise UnsupportedReadOption(f"{type(read).__name__} input is not supported yet")
 
 
@@ -1133,6 +1147,32 @@ def _features(chunks: Iterator[_JsonChunk], path: Path) -> Iterator[_JsonChunk]:
                 out.append(_feature_record(line, path, where))
         if out:
             yield _JsonChunk(b"\n".join(out) + b"\n", chunk.first_line)
+
+
+def _shapefile_chunks(
+    read: m.ReadStepEsriShapefile,
+    path: Path,
+    chunk_bytes: int,
+    on_bytes: ByteProgress | None,
+    max_decompressed_bytes: int,
+) -> Iterator[_JsonChunk]:
+    """A zipped shapefile as kamu's NDJSON records (kamu-cli,
+    ``src/infra/ingest-datafusion/src/readers/shapefile.rs``)."""
+    # pyshp is imported only when a shapefile is read (an idle daemon does not load it).
+    from coordinator.ingest.esri_shapefile import shapefile_records
+
+    with _open_input(path) as f:
+        for text in shapefile_records(
+            f,
+            sub_path=read.sub_path,
+            max_bytes=max_decompressed_bytes,
+            max_record_bytes=MAX_JSON_RECORD_BYTES,
+            chunk_bytes=chunk_bytes,
+            where=str(path),
+        ):
+            if on_bytes is not None:
+                on_bytes(f.tell())
+            yield _JsonChunk(text, None)
 
 
 def _check_utf8(chunk: _JsonChunk, first: int, path: str) -> None:

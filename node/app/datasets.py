@@ -156,7 +156,8 @@ class PollingOptions:
     max_fetch_bytes: int = 1 << 30
     """``ingest.max_fetch_bytes``: the largest HTTP body a poll downloads."""
     max_decompressed_bytes: int = 1 << 30
-    """``ingest.max_decompressed_bytes``: the most bytes one prepare step may produce."""
+    """``ingest.max_decompressed_bytes``: the most bytes one prepare step (or one
+    ``EsriShapefile`` archive read) may produce."""
     allow_pipe: bool = False
     """``ingest.allow_pipe``: run ``Pipe`` prepare steps (commands with the node's rights)."""
     mqtt_max_records: int = 10_000
@@ -259,6 +260,7 @@ class DatasetUseCases:
                 progress=progress,
                 linked_objects=linked,
                 engine=_LazyEngine(self._engine),
+                max_decompressed_bytes=self.polling.max_decompressed_bytes,
             )
         lo = result.linked_objects
         out = IngestResult(

@@ -32,7 +32,6 @@ from coordinator.errors import (
     PrepareError,
     SourceNotFound,
     UnsupportedPreprocess,
-    UnsupportedReadOption,
 )
 from coordinator.identity import DatasetId
 from coordinator.ingest import ingest
@@ -631,15 +630,6 @@ def test_every_read_step(
         "population": 1000,
         **expected,
     }
-
-
-def test_esri_shapefile_is_refused(tmp_path: Path) -> None:
-    src = tmp_path / "input.zip"
-    src.write_bytes(b"")
-    read = m.ReadStepEsriShapefile(ddl_schema=("city STRING",))
-    ds = make_dataset(tmp_path, url_source(src, read, m.MergeStrategyAppend()))
-    with pytest.raises(UnsupportedReadOption, match="EsriShapefile"):
-        poll(ds, T1)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -136,7 +136,6 @@ def test_csv_streams_in_bounded_batches(tmp_path: Path) -> None:
         m.ReadStepCsv(ddl_schema=SCHEMA, timestamp_format="yyyy-MM-dd"),
         m.ReadStepCsv(ddl_schema=None),
         m.ReadStepCsv(ddl_schema=("a ARRAY<INT>",)),
-        m.ReadStepEsriShapefile(ddl_schema=SCHEMA),
     ],
 )
 def test_unsupported_options(tmp_path: Path, step: m.ReadStep) -> None:
