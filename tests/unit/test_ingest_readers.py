@@ -68,6 +68,25 @@ def test_csv_options(tmp_path: Path) -> None:
     ]
 
 
+def test_dates_with_a_one_digit_month_or_day(tmp_path: Path) -> None:
+    # arrow-rs's parse_date (kamu's CSV and JSON readers) reads YYYY-M-D, YYYY-MM-D and
+    # YYYY-M-DD; kamu's EsriShapefile reader writes .dbf dates that way ("2024-3-7").
+    step = m.ReadStepNdJson(ddl_schema=("d DATE",))
+    days = ["2024-3-7", "2024-12-7", "2024-3-17", "2024-03-07"]
+    p = write(tmp_path, "d.json", "".join(json.dumps({"d": d}) + "\n" for d in days))
+    assert [r["d"] for r in rows(step, p)] == [
+        dt.date(2024, 3, 7),
+        dt.date(2024, 12, 7),
+        dt.date(2024, 3, 17),
+        dt.date(2024, 3, 7),
+    ]
+    for bad in ("2024-13-1", "2024-3-7T00:00:00", "2024-1-"):
+        q = write(tmp_path, "bad.json", '{"d": "2024-1-1"}\n' + json.dumps({"d": bad}) + "\n")
+        with pytest.raises(BadInputData, match="cannot convert") as e:
+            rows(step, q)
+        assert e.value.row == 2 and e.value.column == "d"
+
+
 def test_csv_custom_timestamp_and_date_formats(tmp_path: Path) -> None:
     p = write(tmp_path, "a.csv", "01/02/2020 10:30,03.04.2021\n")
     step = m.ReadStepCsv(
