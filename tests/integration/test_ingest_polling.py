@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from shapefiles import one_point_zip, regions_members, regions_zip
 
 from coordinator.data import logical_hash
 from coordinator.errors import (
@@ -610,8 +611,15 @@ def _parquet_bytes() -> bytes:
             FEATURE.encode() + b"\n",
             {"geometry": GEOMETRY},
         ),
+        (
+            m.ReadStepEsriShapefile(
+                ddl_schema=("city STRING", "population BIGINT", "geometry STRING")
+            ),
+            one_point_zip(),
+            {"geometry": GEOMETRY},
+        ),
     ],
-    ids=["csv", "ndjson", "json", "parquet", "geojson", "ndgeojson"],
+    ids=["csv", "ndjson", "json", "parquet", "geojson", "ndgeojson", "esrishapefile"],
 )
 def test_every_read_step(
     tmp_path: Path, read: m.ReadStep, payload: bytes, expected: dict[str, object]
@@ -630,6 +638,79 @@ def test_every_read_step(
         "population": 1000,
         **expected,
     }
+
+
+def shapefile_glob_source(directory: Path) -> m.SetPollingSource:
+    return m.SetPollingSource(
+        fetch=m.FetchStepFilesGlob(
+            path=str(directory / "regions-*.zip"),
+            event_time=m.EventTimeSourceFromPath(
+                pattern=r"regions-(\d+-\d+-\d+)\.zip", timestamp_format="%Y-%m-%d"
+            ),
+        ),
+        read=m.ReadStepEsriShapefile(
+            ddl_schema=("iso STRING", "name_1 STRING", "id_1 BIGINT", "geometry STRING"),
+            sub_path="*.shp",
+        ),
+        merge=m.MergeStrategyLedger(primary_key=("id_1",)),
+    )
+
+
+def test_esri_shapefile_files_glob_in_order_each_once(tmp_path: Path) -> None:
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    ds = make_dataset(tmp_path, shapefile_glob_source(inbox))
+    (inbox / "regions-2020-01-02.zip").write_bytes(regions_zip())
+    (inbox / "regions-2020-01-01.zip").write_bytes(one_point_zip())  # no id_1: nulls
+    res = poll(ds, T1)
+    assert res is not None and res.num_records == 5 and len(res.slices) == 2
+    rows = last_data(ds)  # logical and physical hashes checked as kamu computes them
+    assert [(r["offset"], r["name_1"], r["id_1"], r["event_time"]) for r in rows] == [
+        (1, "Cherkasy", 1, ts("2020-01-02T00:00:00Z")),
+        (2, "Chernihiv", 2, ts("2020-01-02T00:00:00Z")),
+        (3, "Crimea", 3, ts("2020-01-02T00:00:00Z")),
+        (4, "Kiev City", 11, ts("2020-01-02T00:00:00Z")),
+    ]
+    assert {r["op"] for r in rows} == {0} and {r["iso"] for r in rows} == {"UKR"}
+    assert str(rows[0]["geometry"]).startswith('{"coordinates":[[[[0.0,0.0],[0.0,10.0],')
+    assert last_add_data(ds).new_source_state.value == "regions-2020-01-02.zip"  # type: ignore[union-attr]
+    # A restart reads nothing new; a later archive adds only the regions the ledger lacks.
+    ds = Dataset(ds.layout.root)
+    assert poll(ds, T2) is None
+    (inbox / "regions-2020-01-03.zip").write_bytes(regions_zip())
+    res = poll(ds, T2)
+    assert res is not None and res.num_records == 0
+    assert last_add_data(ds).new_source_state.value == "regions-2020-01-03.zip"  # type: ignore[union-attr]
+
+
+def test_esri_shapefile_bad_archives_commit_nothing(tmp_path: Path) -> None:
+    src = tmp_path / "regions.zip"
+    read = m.ReadStepEsriShapefile(ddl_schema=("name_1 STRING",))
+    ds = make_dataset(tmp_path, url_source(src, read, m.MergeStrategyAppend()))
+    head = ds.state().head
+    two = _zip(
+        {
+            **{f"a/{k}": v for k, v in regions_members().items()},
+            **{f"b/{k}": v for k, v in regions_members().items()},
+        }
+    )
+    members = regions_members()
+    corrupt = _zip({**members, "regions.shp": members["regions.shp"][:-7]})
+    # The archive's .shp and .dbf hold 1,389 bytes.
+    for data, error, message, budget in [
+        (_zip({"readme.txt": b"no shapes"}), BadInputData, r"does not contain any \.shp", 1 << 20),
+        (two, BadInputData, r"multiple \.shp files\. Specify `subPath`", 1 << 20),
+        (corrupt, BadInputData, "truncated", 1 << 20),
+        (regions_zip(), DecompressBudgetExceeded, r"ingest\.max_decompressed_bytes", 1388),
+    ]:
+        src.write_bytes(data)
+        with pytest.raises(error, match=message):
+            poll(ds, T1, max_decompressed_bytes=budget)
+        assert ds.state().head == head
+        assert not any(ds.layout.data_dir.iterdir())
+    src.write_bytes(regions_zip())
+    res = poll(ds, T1, max_decompressed_bytes=1389)
+    assert res is not None and res.num_records == 4
 
 
 # ---------------------------------------------------------------------------------------------
