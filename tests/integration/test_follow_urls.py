@@ -8,7 +8,8 @@
 2. A scripted HTTP server that shows one chain to A and a diverging one to B (it tells the two
    daemons apart by the process owning each connection): both heads are observed, signed and
    gossiped; A reports a split view holding its own observation and B's, two signers, two
-   heads of which neither descends from the other.
+   heads of which neither descends from the other; A's console (headless Chromium) lists it on
+   the dataset's page with both observations.
 
 Inside ``unshare -rn`` like every daemon test (the daemons refuse otherwise).
 """
@@ -316,6 +317,48 @@ def test_source_showing_two_chains_is_reported_as_a_split_view(
             msg = decode(bytes.fromhex(o["envelope"]))
             assert isinstance(msg.message, Observation)  # type: ignore[union-attr]
             assert msg.message.head.to_multibase() == o["head"]  # type: ignore[union-attr]
+        _console_shows_split_view(a, did, url, {(a_id, head_a), (b_id, head_b)}, tmp_path)
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _console_shows_split_view(
+    node: NodeProcess, did: str, source: str, observed: set[tuple[str, str]], tmp: Path
+) -> None:
+    """The node's console (real headless Chromium) lists the split view on the dataset's page
+    with both observations: signer and head of each, as the page's script rendered them."""
+    from tests.browser import SCREENSHOTS, start_chromium
+
+    driver = start_chromium(tmp / "chromium-profile")
+    js = driver.execute_script
+    try:
+        driver.set_page_load_timeout(30)
+        driver.get(node.call("console.login")["url"])
+        node.wait_for(
+            "the console's overview",
+            lambda: js(
+                "return document.body.dataset.page === 'overview' && document.body.dataset.ready"
+            ),
+            timeout=30,
+            every=0.1,
+        )
+        driver.get(f"{node.url.removesuffix('/rpc')}/ui/dataset?id={did}")
+        article = "article.split-view"
+        node.wait_for(
+            "the split view on the dataset page",
+            lambda: js(f"return document.querySelector('{article}') !== null"),
+            timeout=30,
+            every=0.1,
+        )
+        rows = js(
+            f"return [...document.querySelectorAll('{article} tr[data-signer]')]"
+            ".map(r => [r.dataset.signer, r.dataset.head])"
+        )
+        assert {(s, h) for s, h in rows} == observed and len(rows) == 2
+        assert js(f"return document.querySelector('{article}').dataset.source") == source
+        assert js(f"return document.querySelector('{article} .kind').textContent") == "split-view"
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(SCREENSHOTS / "follow-split-view.png"))
+    finally:
+        driver.quit()
