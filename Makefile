@@ -15,7 +15,7 @@ DATAFUSION_VERSIONS := 51.0.0 41.0.0
 ENGINES := $(VENV)/engines
 DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.installed)
 
-.PHONY: browser test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-decode fuzz p2p-vectors clean
+.PHONY: browser test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-follow bench-follow-urls bench-hostile bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-decode fuzz p2p-vectors clean
 
 setup: $(STAMP) $(DF_STAMPS)
 
@@ -134,6 +134,12 @@ bench-sim-sweep: setup
 # follows all of them (time until every subscription is at the owner's head; isolates itself).
 bench-follow: setup
 	$(BIN)/python tests/bench/bench_follow.py
+
+# One daemon following 1,000 datasets by URL from one odf-node serve-http (poll interval 10 s):
+# node.status p50/p99 every 100 ms during the polls, its connections to the source over time,
+# requests and bytes per idle poll counted at the server (docs/follow.md; isolates itself).
+bench-follow-urls: setup
+	$(BIN)/python tests/bench/bench_follow_urls.py
 
 # One daemon, 1,000 subscriptions, 50 announcements/s for 10 minutes (isolates itself):
 # node.status latency from a separate process, event-loop lag, outcomes, RSS, CPU.

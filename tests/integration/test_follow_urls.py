@@ -5,14 +5,18 @@
    pulls both, replays and attests. The owner appends offline; A's poll (short interval) reaches
    the new head within one interval; follower B, polling only every 10 minutes, reaches it
    within 5 s of A's signed observation.
-2. A scripted HTTP server that shows one chain to A and then a diverging one to B: both heads
-   are observed, signed and gossiped; A reports a split view holding both observations.
+2. A scripted HTTP server that shows one chain to A and a diverging one to B (it tells the two
+   daemons apart by the process owning each connection): both heads are observed, signed and
+   gossiped; A reports a split view holding its own observation and B's, two signers, two
+   heads of which neither descends from the other; A's console (headless Chromium) lists it on
+   the dataset's page with both observations.
 
 Inside ``unshare -rn`` like every daemon test (the daemons refuse otherwise).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -177,12 +181,39 @@ def test_url_followed_derivative_is_verified_attested_and_followed(
 # ---- split view
 
 
+def _client_pid(port: int, pids: list[int]) -> int | None:
+    """Which of ``pids`` holds the loopback TCP socket whose local port is ``port`` (the
+    namespace's ``/proc/net/tcp`` names the socket's inode; the process's fds name it too)."""
+    inode = None
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        f = line.split()
+        if int(f[1].rsplit(":", 1)[1], 16) == port:
+            inode = f[9]
+            break
+    if inode is None:
+        return None
+    target = f"socket:[{inode}]"
+    for pid in pids:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                    return pid
+            except OSError:
+                continue
+    return None
+
+
 class _Views:
-    """What the scripted server shows: ``refs/head`` of the current view; blocks of both."""
+    """What the scripted server shows: to each client process (by PID) the ``refs/head`` of
+    its own chain; blocks of both chains to everyone (they are content-addressed)."""
 
     def __init__(self, a: Path, b: Path) -> None:
         self.roots = {"a": a, "b": b}
-        self.view = "a"
+        self.view_of: dict[int, str] = {}
+
+    def head_root(self, client_port: int) -> Path | None:
+        pid = _client_pid(client_port, list(self.view_of))
+        return self.roots[self.view_of[pid]] if pid is not None else None
 
 
 def _serve(views: _Views) -> tuple[ThreadingHTTPServer, str]:
@@ -192,7 +223,11 @@ def _serve(views: _Views) -> tuple[ThreadingHTTPServer, str]:
 
         def do_GET(self) -> None:
             rel = self.path.split("/ds/", 1)[-1]
-            roots = [views.roots[views.view]] if rel == "refs/head" else list(views.roots.values())
+            if rel == "refs/head":
+                root = views.head_root(self.client_address[1])
+                roots = [root] if root is not None else []
+            else:
+                roots = list(views.roots.values())
             for root in roots:
                 p = root / rel
                 if p.is_file():
@@ -233,21 +268,31 @@ def test_source_showing_two_chains_is_reported_as_a_split_view(
         str(owner),
     )
     views = _Views(tmp_path / "chain-a", ds_dir)
-    assert (views.roots["a"] / "refs/head").read_text() != (ds_dir / "refs/head").read_text()
+    head_a = (views.roots["a"] / "refs/head").read_text().strip()
+    head_b = (ds_dir / "refs/head").read_text().strip()
+    # Neither head descends from the other: each chain lacks the other's head block.
+    assert head_a != head_b
+    assert not (views.roots["a"] / "blocks" / head_b).exists()
+    assert not (ds_dir / "blocks" / head_a).exists()
     server, url = _serve(views)
     try:
         a = follower(tmp_path, "a", 600.0)
         nodes.append(a)
         b = follower(tmp_path, "b", 600.0)
         nodes.append(b)
+        assert a.proc is not None and b.proc is not None
+        # The source shows A one chain and B the other, whenever each asks: A's polls (B's
+        # observation makes A poll at once) never see B's chain, so only B's observation can
+        # reveal the split to A.
+        views.view_of = {a.proc.pid: "a", b.proc.pid: "b"}
         a.wait_ready()
         b.wait_ready()
         _connect(a, b)
         sub_a = a.call("subscriptions.add", did=url)
         did = sub_a["did"]
-        views.view = "b"  # from now on the source shows the other chain
         sub_b = b.call("subscriptions.add", did=url)
-        assert sub_b["did"] == did and sub_b["accepted_head"] != sub_a["accepted_head"]
+        assert sub_b["did"] == did
+        assert (sub_a["accepted_head"], sub_b["accepted_head"]) == (head_a, head_b)
         split = a.wait_for(
             "A's split view",
             lambda: next(
@@ -255,11 +300,12 @@ def test_source_showing_two_chains_is_reported_as_a_split_view(
             ),
             timeout=60,
         )
-        heads = {o["head"] for o in split["observations"]}
-        assert heads == {sub_a["accepted_head"], sub_b["accepted_head"]}
-        b_id = b.call("node.status")["node_id"]
-        signers = {o["signer"] for o in split["observations"]}
-        assert b_id in signers or len(signers) == 1, split  # B's, or A's own two (rewrite)
+        a_id, b_id = a.call("node.status")["node_id"], b.call("node.status")["node_id"]
+        by_signer = {o["signer"]: o for o in split["observations"]}
+        assert set(by_signer) == {a_id, b_id}, split  # A's own and B's: two different signers
+        assert by_signer[a_id]["head"] == head_a and by_signer[a_id]["own"]
+        assert by_signer[b_id]["head"] == head_b and not by_signer[b_id]["own"]
+        assert len(a.call("disputes.list", did=did)) == 1  # no report from A's own polls
         assert any(
             e["kind"] == "source.split_view"
             for e in a.call("node.events", kind="source.split_view")
@@ -271,6 +317,48 @@ def test_source_showing_two_chains_is_reported_as_a_split_view(
             msg = decode(bytes.fromhex(o["envelope"]))
             assert isinstance(msg.message, Observation)  # type: ignore[union-attr]
             assert msg.message.head.to_multibase() == o["head"]  # type: ignore[union-attr]
+        _console_shows_split_view(a, did, url, {(a_id, head_a), (b_id, head_b)}, tmp_path)
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _console_shows_split_view(
+    node: NodeProcess, did: str, source: str, observed: set[tuple[str, str]], tmp: Path
+) -> None:
+    """The node's console (real headless Chromium) lists the split view on the dataset's page
+    with both observations: signer and head of each, as the page's script rendered them."""
+    from tests.browser import SCREENSHOTS, start_chromium
+
+    driver = start_chromium(tmp / "chromium-profile")
+    js = driver.execute_script
+    try:
+        driver.set_page_load_timeout(30)
+        driver.get(node.call("console.login")["url"])
+        node.wait_for(
+            "the console's overview",
+            lambda: js(
+                "return document.body.dataset.page === 'overview' && document.body.dataset.ready"
+            ),
+            timeout=30,
+            every=0.1,
+        )
+        driver.get(f"{node.url.removesuffix('/rpc')}/ui/dataset?id={did}")
+        article = "article.split-view"
+        node.wait_for(
+            "the split view on the dataset page",
+            lambda: js(f"return document.querySelector('{article}') !== null"),
+            timeout=30,
+            every=0.1,
+        )
+        rows = js(
+            f"return [...document.querySelectorAll('{article} tr[data-signer]')]"
+            ".map(r => [r.dataset.signer, r.dataset.head])"
+        )
+        assert {(s, h) for s, h in rows} == observed and len(rows) == 2
+        assert js(f"return document.querySelector('{article}').dataset.source") == source
+        assert js(f"return document.querySelector('{article} .kind').textContent") == "split-view"
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(SCREENSHOTS / "follow-split-view.png"))
+    finally:
+        driver.quit()

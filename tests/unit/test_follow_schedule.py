@@ -78,6 +78,24 @@ def test_poll_now_for_another_source_url_or_while_polling_does_not_reschedule() 
     assert f._by_did[DID].again  # one more poll once the running one ends
 
 
+def test_only_an_earlier_due_time_wakes_the_sleeping_poll_loop() -> None:
+    """A finished poll reschedules its source an interval ahead: that must not wake the loop
+    (it sleeps until its own next due time); a poll asked for now must."""
+    import asyncio
+
+    clock = Clock()
+    f = follower(clock)
+    f._wake = asyncio.Event()
+    f._wake_at = clock.t + 5  # the loop sleeps until the next due time, 5 s from now
+    src = f._by_did[DID]
+    src.last_poll = clock.t - 100
+    f._schedule(src, clock.t + 300)  # a poll ended: its next one is one interval ahead
+    assert not f._wake.is_set()
+    f.poll_now(DID, URL)  # a peer's observation: poll now
+    assert f._wake.is_set()
+    assert f.due_now() == [DID]
+
+
 def test_interval_is_jittered_and_backs_off_up_to_the_cap() -> None:
     clock = Clock()
     f = follower(clock, poll_interval_s=300.0, jitter=0.1, backoff_max_s=1000.0)
