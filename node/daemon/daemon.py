@@ -493,6 +493,12 @@ class Daemon:
                 listen_port=p.port,
                 bootstrap=p.bootstrap,
                 loopback_only=self.config.network.loopback_only,
+                peers_high_water=p.peers_high_water,
+                peers_low_water=p.peers_low_water,
+                max_peers_per_ip=p.peers_per_ip_cap(self.config.network.loopback_only),
+                conn_grace_s=p.conn_grace_s,
+                dial_backoff_base_s=p.dial_backoff_base_s,
+                dial_backoff_max_s=p.dial_backoff_max_s,
             )
         )
         self._transport.on_restart = self.metrics.gossip_restarts.inc
