@@ -344,7 +344,7 @@ class ProtocolCore:
             if bad is not None:
                 self._penalise(peer, p, bad, self._penalty_for(bad), now_ns, out)
             elif via_ae:
-                self._on_known_via_ae(peer, data, now_ns, out)
+                self._on_known_via_ae(peer, p, data, now_ns, out)
             else:
                 out.append(Ignore(peer, "duplicate"))
             return
@@ -382,13 +382,19 @@ class ProtocolCore:
             if not via_ae:
                 out.append(Forward(msg.content_id, msg.envelope, peer))
 
-    def _on_known_via_ae(self, peer: str, data: bytes, now_ns: int, out: list[Decision]) -> None:
+    def _on_known_via_ae(
+        self, peer: str, p: PeerState, data: bytes, now_ns: int, out: list[Decision]
+    ) -> None:
         """An anti-entropy reply repeats a message already checked: repair a stalled dataset.
 
         The bytes passed every check before (the seen-cache holds no bad reason for them), so
         only the core's own history is consulted: if they are the newest known announcement of an
         idle dataset and newer than its accepted head, its fetch starts again now rather than
-        at the next backoff step.
+        at the next backoff step. If the dataset's history does not know them at all, they
+        arrived while this node did not follow the dataset (ignored then as not subscribed) and
+        it follows it since: they are judged now as the announcement they are (without this a
+        dataset followed again stayed behind until the seen-cache forgot the owner's newest
+        announcement or the owner announced again; found by ``make bench-longrun``).
         """
         msg = decode_unverified(data)
         if isinstance(msg, SignedMessage) and isinstance(msg.message, HeadAnnouncement):
@@ -396,6 +402,9 @@ class ProtocolCore:
             st = self._datasets.get(a.dataset)
             if st is not None and st.inflight is None and st.queued is None:
                 known = st.history.get((a.epoch, a.sequence))
+                if known is None and a.head.digest not in st.rejected:
+                    self._on_announcement(peer, p, msg, now_ns, out, via_ae=True)
+                    return
                 newest = next(reversed(st.history.values()), None) if st.history else None
                 if (
                     known is not None
