@@ -22,6 +22,8 @@ from p2p.wire import (
     Evidence,
     FetchLocations,
     HeadAnnouncement,
+    KeyRevocation,
+    KeyRotation,
     MessageKind,
     SignedMessage,
     Verdict,
@@ -108,6 +110,20 @@ def dispute() -> Dispute:
     )
 
 
+def key_rotation() -> SignedMessage:
+    """A deterministic rotation of the node key to the "other" key (signed by both)."""
+    _, node, other = keys()
+    return KeyRotation.make(node, other, ISSUED_AT_NS + 3, bytes([0x3C]) * 16)
+
+
+def key_revocation() -> SignedMessage:
+    """A deterministic revocation of the node key, by itself."""
+    _, node, _ = keys()
+    return sign_message(
+        KeyRevocation(node.dataset_id(), ISSUED_AT_NS + 4, bytes([0xC3]) * 16), node
+    )
+
+
 def _forge(msg: HeadAnnouncement, domain_kind: MessageKind) -> bytes:
     """Sign ``msg`` with the dataset key but under another kind's domain string."""
     ds, _, _ = keys()
@@ -141,6 +157,19 @@ def build() -> dict[str, Any]:
         HeadAnnouncement(**{**_fields(announcement()), "nonce": b"\xff" * 16}), ds
     )
     no_conflict = EquivocationProof.make(ann, same_head)
+    rot = key_rotation()
+    rev = key_revocation()
+    rot_msg = rot.message
+    assert isinstance(rot_msg, KeyRotation)
+    # The old key's signature is the body's last 64 bytes, before the envelope's own.
+    rot_bad_old = bytearray(rot.envelope)
+    rot_bad_old[-65] ^= 0x01
+    rot_forged_old = sign_message(
+        KeyRotation(rot_msg.old, rot_msg.new, rot_msg.issued_at_ns, rot_msg.nonce, bytes(64)),
+        other,
+    )
+    rot_same = bytearray(rot.envelope)
+    rot_same[7 + 34 : 7 + 68] = rot.envelope[7 : 7 + 34]  # new := old
 
     env = ann.envelope
     prev_tag_at = 6 + 34 + 1 + 34 + 8  # header, dataset, head len+hash, sequence
@@ -157,6 +186,8 @@ def build() -> dict[str, Any]:
         "attestation": att,
         "dispute": dis,
         "equivocation_proof": proof,
+        "key_rotation": rot,
+        "key_revocation": rev,
     }
     bad: list[tuple[str, bytes, str]] = [
         ("empty", b"", "decode:truncated"),
@@ -181,6 +212,21 @@ def build() -> dict[str, Any]:
         ),
         ("proof_non_canonical_order", swapped, "decode:non-canonical"),
         ("proof_not_conflicting", no_conflict.envelope, "proof"),
+        # The new key's signature still verifies over the altered body: only the old key's fails.
+        (
+            "key_rotation_bad_old_signature",
+            sign_message(KeyRotation._read(_body_reader(bytes(rot_bad_old))), other).envelope,
+            "signature",
+        ),
+        ("key_rotation_without_old_key", rot_forged_old.envelope, "signature"),
+        ("key_rotation_tampered", bytes(rot_bad_old), "signature"),
+        ("key_rotation_same_key", bytes(rot_same), "decode:same-key"),
+        (
+            "key_rotation_unknown_record_version",
+            rot.envelope[:6] + b"\x02" + rot.envelope[7:],
+            "decode:unknown-version",
+        ),
+        ("key_revocation_by_other_key", sign_message(rev.message, other).envelope, "signature"),
     ]
     return {
         "format": "odf-node p2p wire format v1 (docs/p2p-wire-format.md)",
@@ -198,6 +244,13 @@ def build() -> dict[str, Any]:
         ],
         "bad": [{"name": n, "hex": b.hex(), "error": e} for n, b, e in bad],
     }
+
+
+def _body_reader(envelope: bytes) -> Any:
+    """A reader over a signed envelope's body (between the header and the signature)."""
+    from p2p.wire import HEADER_LEN, SIGNATURE_LEN, _Reader
+
+    return _Reader(envelope, HEADER_LEN, len(envelope) - SIGNATURE_LEN)
 
 
 def _fields(a: HeadAnnouncement) -> dict[str, Any]:

@@ -64,13 +64,22 @@ class MessageKind(enum.IntEnum):
     ATTESTATION = 2
     DISPUTE = 3
     EQUIVOCATION_PROOF = 4
+    KEY_ROTATION = 5
+    KEY_REVOCATION = 6
 
 
 DOMAINS: Final[dict[MessageKind, bytes]] = {
     MessageKind.HEAD_ANNOUNCEMENT: b"odf-node/head-announcement/v1\x00",
     MessageKind.ATTESTATION: b"odf-node/attestation/v1\x00",
     MessageKind.DISPUTE: b"odf-node/dispute/v1\x00",
+    MessageKind.KEY_ROTATION: b"odf-node/key-rotation/v1\x00",
+    MessageKind.KEY_REVOCATION: b"odf-node/key-revocation/v1\x00",
 }
+ROTATION_OLD_KEY_DOMAIN: Final = b"odf-node/key-rotation/old-key/v1\x00"
+"""Domain of the old key's signature inside a :class:`KeyRotation` (the envelope's own
+signature, by the new key, uses ``DOMAINS[KEY_ROTATION]``)."""
+KEY_RECORD_VERSION: Final = 1
+"""The ``version`` field of key rotation and revocation records."""
 
 
 class Verdict(enum.IntEnum):
@@ -534,7 +543,139 @@ class Dispute:
         )
 
 
-SignableMessage = HeadAnnouncement | Attestation | Dispute
+def _read_record_version(r: _Reader) -> int:
+    v = r.u8("record version")
+    if v != KEY_RECORD_VERSION:
+        raise WireDecodeError("unknown-version", f"unknown key record version {v}")
+    return v
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRotation:
+    """ "Node key ``old`` is succeeded by node key ``new``", signed by both.
+
+    The envelope is signed by the new key (:meth:`signer`); ``old_signature`` is the old key's
+    signature over ``ROTATION_OLD_KEY_DOMAIN || header || version || old || new ||
+    issued_at_ns || nonce`` and sits at the end of the body, so the new key's signature covers
+    it too. Neither key alone can make a record: a stolen old key cannot hand the identity to
+    the thief without the new key, and a new key cannot claim an identity it does not hold.
+    Build with :meth:`make`.
+    """
+
+    old: DatasetId
+    new: DatasetId
+    issued_at_ns: int
+    nonce: bytes
+    old_signature: bytes
+    version: int = KEY_RECORD_VERSION
+
+    KIND = MessageKind.KEY_ROTATION
+
+    def signer(self) -> DatasetId:
+        """The key that must sign the envelope: the new key."""
+        return self.new
+
+    def _fields(self, w: _Writer) -> None:
+        _check_nonce(self.nonce)
+        if self.version != KEY_RECORD_VERSION:
+            raise WireEncodeError(f"unknown key record version {self.version}")
+        if self.old == self.new:
+            raise WireEncodeError("a key rotation needs two different keys")
+        w.u8(self.version)
+        w.fixed(self.old.to_bytes(), DID_LEN)
+        w.fixed(self.new.to_bytes(), DID_LEN)
+        w.u64(self.issued_at_ns)
+        w.fixed(self.nonce, NONCE_LEN)
+
+    def old_signing_input(self) -> bytes:
+        """The exact bytes the old key signs."""
+        w = _Writer()
+        self._fields(w)
+        return ROTATION_OLD_KEY_DOMAIN + _header(self.KIND) + bytes(w.buf)
+
+    def verify_old_signature(self) -> None:
+        """Check the old key's signature.
+
+        Raises:
+            SignatureError: ``old_signature`` is not by ``old`` over this record.
+        """
+        verify_signature(self.old, self.old_signing_input(), self.old_signature)
+
+    def _write(self, w: _Writer) -> None:
+        self._fields(w)
+        w.fixed(self.old_signature, SIGNATURE_LEN)
+
+    @classmethod
+    def _read(cls, r: _Reader) -> KeyRotation:
+        version = _read_record_version(r)
+        old, new = r.did("old"), r.did("new")
+        if old == new:
+            raise WireDecodeError("same-key", "a key rotation names the same key twice")
+        return cls(
+            old=old,
+            new=new,
+            issued_at_ns=r.u64("issued_at_ns"),
+            nonce=r.take(NONCE_LEN, "nonce"),
+            old_signature=r.take(SIGNATURE_LEN, "old_signature"),
+            version=version,
+        )
+
+    @classmethod
+    def make(
+        cls, old: PrivateKey, new: PrivateKey, issued_at_ns: int, nonce: bytes
+    ) -> SignedMessage:
+        """The signed record of ``old`` handing over to ``new``."""
+        unsigned = cls(old.dataset_id(), new.dataset_id(), issued_at_ns, nonce, b"\0" * 64)
+        record = cls(
+            unsigned.old,
+            unsigned.new,
+            issued_at_ns,
+            nonce,
+            old.sign(unsigned.old_signing_input()),
+        )
+        return sign_message(record, new)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRevocation:
+    """ "Node key ``node`` no longer counts from ``issued_at_ns`` on", signed by that key.
+
+    Self-signed, so anyone can check it and only the key's holder can make it; a thief holding
+    a stolen key can at worst revoke it, which is what its owner wants.
+    """
+
+    node: DatasetId
+    issued_at_ns: int
+    nonce: bytes
+    version: int = KEY_RECORD_VERSION
+
+    KIND = MessageKind.KEY_REVOCATION
+
+    def signer(self) -> DatasetId:
+        """The key that must sign the envelope: the revoked key itself."""
+        return self.node
+
+    def _write(self, w: _Writer) -> None:
+        _check_nonce(self.nonce)
+        if self.version != KEY_RECORD_VERSION:
+            raise WireEncodeError(f"unknown key record version {self.version}")
+        w.u8(self.version)
+        w.fixed(self.node.to_bytes(), DID_LEN)
+        w.u64(self.issued_at_ns)
+        w.fixed(self.nonce, NONCE_LEN)
+
+    @classmethod
+    def _read(cls, r: _Reader) -> KeyRevocation:
+        version = _read_record_version(r)
+        return cls(
+            node=r.did("node"),
+            issued_at_ns=r.u64("issued_at_ns"),
+            nonce=r.take(NONCE_LEN, "nonce"),
+            version=version,
+        )
+
+
+SignableMessage = HeadAnnouncement | Attestation | Dispute | KeyRotation | KeyRevocation
 
 
 def _header(kind: MessageKind) -> bytes:
@@ -582,6 +723,8 @@ class SignedMessage:
         """
         signed = DOMAINS[self.kind] + self.envelope[: len(self.envelope) - SIGNATURE_LEN]
         verify_signature(self.signer(), signed, self.signature)
+        if isinstance(self.message, KeyRotation):
+            self.message.verify_old_signature()
 
 
 def content_id(envelope: bytes) -> bytes:
@@ -647,6 +790,8 @@ _READERS: Final[dict[MessageKind, Callable[[_Reader], SignableMessage]]] = {
     MessageKind.HEAD_ANNOUNCEMENT: HeadAnnouncement._read,
     MessageKind.ATTESTATION: Attestation._read,
     MessageKind.DISPUTE: Dispute._read,
+    MessageKind.KEY_ROTATION: KeyRotation._read,
+    MessageKind.KEY_REVOCATION: KeyRevocation._read,
 }
 
 

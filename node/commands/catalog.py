@@ -812,7 +812,7 @@ COMMANDS: tuple[Command, ...] = (
         (_did_filter(), Param("head", STR, False), Param("limit", LIMIT, False)),
         cli=("attestations",),
         result=array_of(AttestationRow),
-        columns=("did", "head", "verdict", "signer", "own"),
+        columns=("did", "head", "verdict", "node", "signer", "own"),
     ),
     Command(
         "disputes.list",

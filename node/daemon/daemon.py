@@ -41,6 +41,8 @@ from node.app.effects import NodeEffects
 from node.app.errors import InvalidArgument
 from node.app.events import EventBus
 from node.app.fetch import ChainFetcher
+from node.app.identities import NodeIdentities
+from node.app.keys import NodeKeyRecords
 from node.app.metrics import NodeMetrics
 from node.app.ports import GossipPort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
@@ -70,6 +72,9 @@ _PRUNE_WINDOW_FRACTION = 0.1
 # computes; an RPC call wakes it a dozen times. 1 ms keeps that wait short at little cost.
 _GIL_SWITCH_INTERVAL_S = 0.001
 _PEER_SCORES_EVERY_S = 10.0
+# A connected peer learns our topics from our first subscription message; a record published
+# before that would not reach it (py-libp2p sends only to peers known in the topic).
+_KEY_RECORDS_DELAY_S = 2.0
 
 
 @dataclass
@@ -379,6 +384,7 @@ class Daemon:
             kick=work.kick,
         )
         trust_config = self.config.trust_config()
+        identities = NodeIdentities()
         self.trust = trust = TrustDriver(
             trust_config,
             self.state,
@@ -389,8 +395,13 @@ class Daemon:
             republish=verify.republish,
             current_head=self._stored_head,
             contains_block=self._contains_block,
+            identities=identities,
         )
         verify.trust = trust
+        self.keys = keys = NodeKeyRecords(
+            self.state, identities, self.events, trust=trust, move_peer_score=self._move_peer_score
+        )
+        await keys.load()
         await trust.restore()
         work.handle("verify", verify.run)
         work.handle("publish", publish.run)
@@ -432,6 +443,7 @@ class Daemon:
             self.owns,
             work.kick,
             trust,
+            keys,
         )
         self.gossip = NoGossip()
         self.fetcher = ChainFetcher(
@@ -528,6 +540,8 @@ class Daemon:
             except Exception as e:
                 log.warning("could not restore accepted head of %s: %s", acc.did, e)
         self._service = GossipService(core, self._transport, self.clock, self.fetcher, self.effects)
+        # Only a node that rotated or revoked a key has records of its own to gossip.
+        self._has_own_key_records = (self.home.path / "keys" / "retired").is_dir()
         self._service.on_peer_change(self._on_peer_change)
         await self._service.start()
         if p.discovery:
@@ -603,7 +617,26 @@ class Daemon:
         if self._transport is not None:
             await self._transport.stop()
 
+    def _move_peer_score(self, old_peer: str, new_peer: str) -> None:
+        """A peer rotated its node key: its score follows it to its new peer id."""
+        service = getattr(self, "_service", None)
+        if service is not None:
+            service.core.move_peer_score(old_peer, new_peer, self.clock())
+
+    async def _publish_own_key_records(self, delay_s: float) -> None:
+        """Gossip this node's key rotation and revocation records (node/keyrotation.py) on the
+        node topic, ``delay_s`` after a peer connected (once it has learnt our topics)."""
+        from node.keyrotation import own_records
+        from p2p.transport import NODE_TOPIC
+
+        await asyncio.sleep(delay_s)
+        records = await asyncio.to_thread(own_records, self.home)
+        for envelope in records:
+            await self._service.publish_best_effort(NODE_TOPIC, envelope)
+
     def _on_peer_change(self, peer: str, connected: bool) -> None:
+        if connected and self._has_own_key_records:
+            self._spawn(self._publish_own_key_records(_KEY_RECORDS_DELAY_S))
         self.metrics.peers.set(self.gossip.peer_count())
         self.events.publish("peer.connected" if connected else "peer.disconnected", {"peer": peer})
         self._spawn(self._store_peer(peer, connected))

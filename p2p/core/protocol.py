@@ -51,6 +51,8 @@ from p2p.errors import InvalidEquivocationProof, WireDecodeError
 from p2p.wire import (
     EquivocationProof,
     HeadAnnouncement,
+    KeyRevocation,
+    KeyRotation,
     SignedMessage,
     content_id,
     decode_unverified,
@@ -138,6 +140,28 @@ class ProtocolCore:
             return 0.0
         self._decay(p, now_ns)
         return p.score
+
+    def move_peer_score(self, old: str, new: str, now_ns: int) -> float | None:
+        """Carry ``old``'s score over to ``new`` (a node that rotated its key, whose libp2p
+        peer id follows the key); the score moved, or None when ``old`` has none.
+
+        A graylisted (negative) score moves too: a rotation does not launder a bad record. If
+        ``new`` already has a score, the lower of the two is kept for the same reason.
+        """
+        p = self._peers.get(old)
+        if p is None or old == new:
+            return None
+        self._decay(p, now_ns)
+        score = p.score
+        q = self._peer(new, now_ns)
+        self._decay(q, now_ns)
+        q.score = min(score, q.score) if q.score else score
+        q.graylisted = q.graylisted or p.graylisted
+        if not p.connected:
+            self._backlog_bytes -= self._peers.pop(old).backlog_bytes
+        else:
+            p.score = 0.0
+        return q.score
 
     def seen_count(self) -> int:
         """Entries in the seen-cache (for metrics and memory tests)."""
@@ -371,7 +395,12 @@ class ProtocolCore:
             return
         self._seen.add(cid, now_ns)
         # A delayed message is judged by when it arrived, not by how long it waited here.
-        if not via_ae and issued < received_ns - cfg.max_message_age_ns:
+        # Key records stay true for ever (republished at every start of their node).
+        if (
+            not via_ae
+            and not isinstance(msg.message, KeyRotation | KeyRevocation)
+            and issued < received_ns - cfg.max_message_age_ns
+        ):
             out.append(Ignore(peer, "expired"))
             return
         if isinstance(msg.message, HeadAnnouncement):
