@@ -76,6 +76,13 @@ def test_old_home_opens_migrates_and_keeps_its_data(
             assert sub.override.policy == "quorum" and sub.override.k == 1
             assert sub.trusted_head == make_homes.HEAD[1]
             assert sub.trust is not None and sub.trust.state == "trusted"
+        if fixture.version >= 6:  # the node key records read back through the typed API
+            (rot,) = st.key_rotations()
+            assert (rot.old_id, rot.new_id) == (
+                make_homes.TRUST_ATTESTERS[0],
+                make_homes.ROTATED_TO,
+            )
+            assert [r.node_id for r in st.key_revocations()] == [make_homes.TRUST_ATTESTERS[0]]
         assert {w.state for w in st.work()} == {"done", "pending", "claimed", "failed"}
         st.record_verification(make_homes.DID[5], "f1620" + "ee" * 32, "inconclusive", "x", 0.1)
         assert st.release_claims() == 1  # the claimed item a dead daemon left behind
