@@ -59,6 +59,7 @@ from node.daemon.sdnotify import Notifier, ping_watchdog
 from node.daemon.services import FunctionService, ServiceGroup
 from node.home import NodeHome
 from p2p.core import CoreConfig, ProtocolCore
+from p2p.heap import trim_heap
 
 log = logging.getLogger("odf_node.daemon")
 
@@ -66,6 +67,7 @@ _PRUNE_EVERY_NS = 600 * 1_000_000_000
 # A node that keeps finished work less than ~1.7 h (a compressed-time benchmark) prunes every
 # tenth of that window instead, so its state file still levels off at about one window of work.
 _PRUNE_WINDOW_FRACTION = 0.1
+_TRIM_HEAP_EVERY_NS = 60 * 1_000_000_000  # p2p/heap.py
 # The daemon runs four busy threads (this loop, the libp2p thread, the transfer loop, the state
 # writer). Each time this loop wakes (a socket ready, a result handed over) it needs the GIL,
 # and with Python's default 5 ms switch interval it waits up to that long behind a thread that
@@ -677,6 +679,7 @@ class Daemon:
 
     async def _housekeeping(self) -> None:
         last_prune: int | None = None
+        last_trim = self.clock()
         keep_ns = self.config.pipeline.keep_finished_work_days * 86_400 * 1_000_000_000
         prune_every_ns = (
             min(_PRUNE_EVERY_NS, max(5_000_000_000, int(keep_ns * _PRUNE_WINDOW_FRACTION)))
@@ -694,6 +697,10 @@ class Daemon:
             await self.state.prune_events(100_000)
             await self.trust.tick()
             now = self.clock()
+            if now - last_trim >= _TRIM_HEAP_EVERY_NS:
+                # Off the loop: it walks the heap (a few ms); glibc serialises it per arena.
+                await asyncio.to_thread(trim_heap)
+                last_trim = now
             if last_prune is None or now - last_prune >= prune_every_ns:
                 await prune_finished_work(
                     self.state, now, self.config.pipeline.keep_finished_work_days
