@@ -15,17 +15,18 @@ DATAFUSION_VERSIONS := 51.0.0 41.0.0
 ENGINES := $(VENV)/engines
 DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.installed)
 
-.PHONY: browser bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-longrun bench-follow bench-hostile bench-state bench-sim bench-backup bench-network bench-decode fuzz p2p-vectors clean
+.PHONY: browser test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-longrun bench-follow bench-hostile bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-decode fuzz p2p-vectors clean
 
 setup: $(STAMP) $(DF_STAMPS)
 
 $(STAMP): pyproject.toml constraints.txt js/package-lock.json
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
-	@command -v npm >/dev/null || { echo "npm (Node.js >= 18) is required for the embedded IPFS node"; exit 1; }
+	@command -v npm >/dev/null || { echo "npm (Node.js >= 20) is required for the embedded IPFS node"; exit 1; }
+	@node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' || { echo "Node.js >= 20 is required for the embedded IPFS node (Helia)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
-	# The embedded IPFS node (js-ipfs 0.66.1), installed exactly as locked.
+	# The embedded IPFS node (Helia, js/helia-ipfs.mjs), installed exactly as locked.
 	cd js && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	touch $(STAMP)
 
@@ -52,14 +53,22 @@ typecheck: setup
 unit: setup browser
 	$(BIN)/pytest -q
 
-# Real headless Chromium for the console's browser tests: Debian's chromium and its
-# chromedriver (the same version), from apt when missing (sudo when not root). Nothing is
-# downloaded when the tests run.
-browser:
-	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; else \
+# Debian packages the tests run for real, from apt when missing (sudo when not root); nothing
+# is downloaded when the tests run. Headless Chromium and its chromedriver (the same version)
+# for the console's browser tests; mosquitto, the MQTT broker the Mqtt polling source tests
+# start on a loopback port (tests/integration/test_ingest_mqtt.py).
+test-deps:
+	@missing=; \
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  missing="$$missing chromium chromium-driver"; \
+	command -v mosquitto >/dev/null || [ -x /usr/sbin/mosquitto ] || missing="$$missing mosquitto"; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	    $$SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver; fi
+	    $$SUDO apt-get install -y -qq --no-install-recommends $$missing; fi
+
+# Kept for the targets (and habits) that name it.
+browser: test-deps
 
 test: lint typecheck browser
 	$(NETNS) 'ip link set lo up && exec $(BIN)/pytest -q'
@@ -114,6 +123,12 @@ bench-network: setup
 # Simulator scale: 1,000 and 10,000 nodes x 1 h virtual, one process pinned to one core.
 bench-sim: setup
 	$(BIN)/python tests/bench/bench_sim.py
+
+# The trust-policy sweep as Spark jobs, one simulation per task (sim/spark_sweep.py): 4 policies x
+# malicious 10/30 % x 0/2/3 colluders inside the trusted set x 10 seeds = 240 simulations on
+# local[*]; table and plot in sim-results/spark-sweep/. A cluster: see README (Simulations).
+bench-sim-sweep: setup
+	$(NETNS) 'ip link set lo up && exec $(BIN)/odf-node sim spark-sweep --master "local[*]" --out sim-results/spark-sweep'
 
 # Two daemons: an owner appends to 200 datasets 5 times as fast as it can; the subscriber
 # follows all of them (time until every subscription is at the owner's head; isolates itself).

@@ -37,6 +37,10 @@ key_app = typer.Typer(
     help="Rotate or revoke the node key (the daemon must be stopped).", no_args_is_help=True
 )
 app.add_typer(key_app, name="key")
+attestation_app = typer.Typer(
+    help="Check exported attestations (in-toto/DSSE envelopes).", no_args_is_help=True
+)
+app.add_typer(attestation_app, name="attestation")
 
 
 def _home(home: Path | None) -> NodeHome:
@@ -282,7 +286,7 @@ def rpc_raw(
         fail(str(e))
 
 
-add_commands(app, {"dataset": dataset_app})
+add_commands(app, {"dataset": dataset_app, "attestation": attestation_app})
 
 
 def _register_sim_commands() -> None:

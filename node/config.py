@@ -152,6 +152,35 @@ class TransferSection:
 
 
 @dataclass(frozen=True, slots=True)
+class IngestSection:
+    """``[ingest]``: bounds of polling sources (``coordinator.ingest.polling``)."""
+
+    max_fetch_bytes: int
+    max_decompressed_bytes: int
+    allow_pipe: bool
+    mqtt_max_records: int
+    mqtt_idle_timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class FlowsSection:
+    """``[flows]``: the flow scheduler (``docs/flows.md``)."""
+
+    tick_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class FollowSection:
+    """``[follow]``: polling of datasets followed by URL (``docs/follow.md``)."""
+
+    poll_interval_s: float
+    jitter: float
+    backoff_max_s: float
+    min_gap_s: float
+    max_connections: int
+
+
+@dataclass(frozen=True, slots=True)
 class TrustSection:
     """``[trust]``: the node's default trust policy (``docs/trust.md``); read through
     :meth:`NodeConfig.trust_config`, which validates it with ``[pipeline] replay``."""
@@ -226,6 +255,9 @@ class NodeConfig:
     engine: EngineSection
     pipeline: PipelineSection
     transfer: TransferSection
+    ingest: IngestSection
+    flows: FlowsSection
+    follow: FollowSection
     metadata: MetadataSection
     trust: TrustSection
     health: HealthSection
@@ -264,6 +296,9 @@ _SECTION_TYPES = {
     "engine": EngineSection,
     "pipeline": PipelineSection,
     "transfer": TransferSection,
+    "ingest": IngestSection,
+    "flows": FlowsSection,
+    "follow": FollowSection,
     "metadata": MetadataSection,
     "trust": TrustSection,
     "health": HealthSection,
@@ -347,6 +382,13 @@ def _validate(cfg: NodeConfig) -> None:
     if cfg.storage.max_bytes < 0 or cfg.storage.min_free_bytes < 0:
         raise ConfigError("storage.max_bytes and storage.min_free_bytes must be >= 0")
     _validate_hosts(cfg)
+    f = cfg.follow
+    if f.poll_interval_s <= 0 or f.min_gap_s < 0 or f.backoff_max_s < f.poll_interval_s:
+        raise ConfigError(
+            "follow: need poll_interval_s > 0, min_gap_s >= 0, backoff_max_s >= poll_interval_s"
+        )
+    if not 0 <= f.jitter < 1 or f.max_connections < 1:
+        raise ConfigError("follow: need 0 <= jitter < 1 and max_connections >= 1")
     if cfg.rpc.idle_timeout_s <= 0 or cfg.http.idle_timeout_s <= 0:
         raise ConfigError("rpc.idle_timeout_s and http.idle_timeout_s must be > 0")
     if cfg.rpc.max_body_bytes < 1024 or cfg.rpc.max_batch < 1:
@@ -374,6 +416,14 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError("engine.cpu_limit_s must be >= 0 (0: no CPU-time budget)")
     if cfg.engine.datafusion_workers < 0:
         raise ConfigError("engine.datafusion_workers must be >= 0 (0: automatic)")
+    if cfg.ingest.max_fetch_bytes < 1 or cfg.ingest.max_decompressed_bytes < 1:
+        raise ConfigError("ingest.max_fetch_bytes and ingest.max_decompressed_bytes must be >= 1")
+    if not 0.05 <= cfg.flows.tick_s <= 60:
+        raise ConfigError("flows.tick_s must be in [0.05, 60]")
+    if cfg.ingest.mqtt_max_records < 1 or not 0 < cfg.ingest.mqtt_idle_timeout_s <= 3600:
+        raise ConfigError(
+            "ingest.mqtt_max_records must be >= 1 and ingest.mqtt_idle_timeout_s in (0, 3600]"
+        )
     h = cfg.health
     if h.max_verify_backlog < 1 or h.engine_crash_failures < 1:
         raise ConfigError("health.max_verify_backlog and health.engine_crash_failures must be >= 1")
@@ -502,8 +552,10 @@ def load_config(
 __all__ = [
     "ConfigError",
     "EngineSection",
+    "FlowsSection",
     "HealthSection",
     "HttpSection",
+    "IngestSection",
     "IpfsSection",
     "MetadataSection",
     "NetworkSection",

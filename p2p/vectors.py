@@ -25,6 +25,7 @@ from p2p.wire import (
     KeyRevocation,
     KeyRotation,
     MessageKind,
+    Observation,
     SignedMessage,
     Verdict,
     sign_message,
@@ -110,6 +111,20 @@ def dispute() -> Dispute:
     )
 
 
+def observation(head: str = "head-7", sequence: int = 7) -> Observation:
+    """A deterministic observation by the node key (a source showed ``head``)."""
+    ds, node, _ = keys()
+    return Observation(
+        node=node.dataset_id(),
+        dataset=ds.dataset_id(),
+        source="https://data.example.org/odf/ds",
+        head=_h(head),
+        sequence=sequence,
+        locations=FetchLocations(http_urls=("https://node.example.org/ds",)),
+        issued_at_ns=ISSUED_AT_NS + 3,
+    )
+
+
 def key_rotation() -> SignedMessage:
     """A deterministic rotation of the node key to the "other" key (signed by both)."""
     _, node, other = keys()
@@ -153,6 +168,11 @@ def build() -> dict[str, Any]:
     att = sign_message(attestation(), node)
     dis = sign_message(dispute(), node)
     proof = EquivocationProof.make(ann, fork)
+    obs = sign_message(observation(), node)
+    obs_env = obs.envelope
+    # The body starts with the observation's own version byte, right after the header.
+    obs_v2 = obs_env[:6] + b"\x02" + obs_env[7:]
+    src_at = obs_env.index(b"https://data.")
     same_head = sign_message(
         HeadAnnouncement(**{**_fields(announcement()), "nonce": b"\xff" * 16}), ds
     )
@@ -186,6 +206,7 @@ def build() -> dict[str, Any]:
         "attestation": att,
         "dispute": dis,
         "equivocation_proof": proof,
+        "observation": obs,
         "key_rotation": rot,
         "key_revocation": rev,
     }
@@ -212,6 +233,17 @@ def build() -> dict[str, Any]:
         ),
         ("proof_non_canonical_order", swapped, "decode:non-canonical"),
         ("proof_not_conflicting", no_conflict.envelope, "proof"),
+        ("observation_unknown_version", obs_v2, "decode:unknown-version"),
+        (
+            "observation_source_not_url",
+            obs_env[:src_at] + b"file:" + obs_env[src_at + 5 :],
+            "decode:bad-url",
+        ),
+        (
+            "observation_signed_by_dataset_key",
+            sign_message(observation(), ds).envelope,
+            "signature",
+        ),
         # The new key's signature still verifies over the altered body: only the old key's fails.
         (
             "key_rotation_bad_old_signature",

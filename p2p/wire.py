@@ -4,17 +4,21 @@ Every message is an *envelope*::
 
     magic "ODFP" (4 bytes) || version u8 (=1) || kind u8 || body || signature (64 bytes)
 
-EquivocationProof (kind 4) has no signature: it is self-verifying. The body is a fixed sequence
-of fields per kind, encoded with a handful of primitives whose encoding is unique by construction
-(fixed-width big-endian integers, explicit lengths, 0/1 option tags). Decoding is strict: unknown
-magic/version/kind, truncation, trailing bytes, non-canonical multihashes, invalid UTF-8, bad
-option tags, unknown enum values or flag bits and oversize inputs are all rejected.
+Observation (kind 5) is a node's signed statement of the head a source showed it (witnessing,
+``docs/follow.md``); KeyRotation (kind 6) and KeyRevocation (kind 7) are node key records
+(``docs/operations.md``). EquivocationProof (kind 4) has no signature: it is self-verifying. The
+body is a fixed sequence of fields per kind, encoded with a handful of primitives whose encoding
+is unique by construction (fixed-width big-endian integers, explicit lengths, 0/1 option tags).
+Decoding is strict: unknown magic/version/kind, truncation, trailing bytes, non-canonical
+multihashes, invalid UTF-8, bad option tags, unknown enum values or flag bits and oversize
+inputs are all rejected.
 
 Signatures are ed25519 over ``DOMAIN[kind] || header || body`` where ``header`` is the 6-byte
 magic+version+kind prefix and ``DOMAIN`` is a NUL-terminated per-kind string, so a signature for
 one message kind can never be replayed as another kind (or as anything else the key signs, such as
 a kamu ``Ed25519Signature2020`` proof). Announcements are signed by the dataset key (the DID);
-attestations and disputes by the node key.
+attestations, disputes, observations and key revocations by the node key, key rotations by
+the new key (and, inside the body, the old one).
 
 The *content id* of a message is the SHA3-256 digest of its full envelope bytes.
 """
@@ -64,14 +68,16 @@ class MessageKind(enum.IntEnum):
     ATTESTATION = 2
     DISPUTE = 3
     EQUIVOCATION_PROOF = 4
-    KEY_ROTATION = 5
-    KEY_REVOCATION = 6
+    OBSERVATION = 5
+    KEY_ROTATION = 6
+    KEY_REVOCATION = 7
 
 
 DOMAINS: Final[dict[MessageKind, bytes]] = {
     MessageKind.HEAD_ANNOUNCEMENT: b"odf-node/head-announcement/v1\x00",
     MessageKind.ATTESTATION: b"odf-node/attestation/v1\x00",
     MessageKind.DISPUTE: b"odf-node/dispute/v1\x00",
+    MessageKind.OBSERVATION: b"odf-node/observation/v1\x00",
     MessageKind.KEY_ROTATION: b"odf-node/key-rotation/v1\x00",
     MessageKind.KEY_REVOCATION: b"odf-node/key-revocation/v1\x00",
 }
@@ -80,6 +86,9 @@ ROTATION_OLD_KEY_DOMAIN: Final = b"odf-node/key-rotation/old-key/v1\x00"
 signature, by the new key, uses ``DOMAINS[KEY_ROTATION]``)."""
 KEY_RECORD_VERSION: Final = 1
 """The ``version`` field of key rotation and revocation records."""
+
+OBSERVATION_VERSION: Final = 1
+"""The ``version`` field of an :class:`Observation` body (its layout may change on its own)."""
 
 
 class Verdict(enum.IntEnum):
@@ -543,6 +552,80 @@ class Dispute:
         )
 
 
+def valid_source_url(url: str) -> bool:
+    """Whether ``url`` may be an observation's source: 1..512 bytes of printable ASCII without
+    spaces, starting ``http://``, ``https://``, ``ipfs://`` or ``ipns://`` (a local path is
+    nothing another node could compare, so it is never observed on the wire)."""
+    return (
+        0 < len(url) <= MAX_URL_LEN
+        and url.startswith(("http://", "https://", "ipfs://", "ipns://"))
+        and all(0x21 <= ord(c) <= 0x7E for c in url)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """ "Node ``node`` saw source ``source`` show head ``head`` (at ``sequence``) for ``dataset``
+    at ``issued_at_ns``", signed by the node key (witnessing, ``docs/follow.md``).
+
+    Sources are not owner-signed: two observations of one source whose heads do not descend one
+    from the other are evidence of a split view. ``locations`` says where the observer's copy of
+    that chain can be fetched (so a node the source shows another chain can still check it).
+    ``version`` is :data:`OBSERVATION_VERSION`; a body of another version is refused.
+    """
+
+    node: DatasetId
+    dataset: DatasetId
+    source: str
+    head: Multihash
+    sequence: int
+    locations: FetchLocations
+    issued_at_ns: int
+    version: int = OBSERVATION_VERSION
+
+    KIND = MessageKind.OBSERVATION
+
+    def signer(self) -> DatasetId:
+        """The key that must sign this message: the observing node's key."""
+        return self.node
+
+    def _write(self, w: _Writer) -> None:
+        if self.version != OBSERVATION_VERSION:
+            raise WireEncodeError(f"observation version must be {OBSERVATION_VERSION}")
+        _check_block_hash(self.head, "head")
+        if not valid_source_url(self.source):
+            raise WireEncodeError(f"invalid observation source URL: {self.source[:40]!r}")
+        w.u8(self.version)
+        w.fixed(self.node.to_bytes(), DID_LEN)
+        w.fixed(self.dataset.to_bytes(), DID_LEN)
+        w.text(self.source, MAX_URL_LEN)
+        w.mh(self.head)
+        w.u64(self.sequence)
+        self.locations._write(w)
+        w.u64(self.issued_at_ns)
+
+    @classmethod
+    def _read(cls, r: _Reader) -> Observation:
+        version = r.u8("observation version")
+        if version != OBSERVATION_VERSION:
+            raise WireDecodeError("unknown-version", f"unknown observation version {version}")
+        node = r.did("node")
+        dataset = r.did("dataset")
+        source = r.text("source", MAX_URL_LEN)
+        if not valid_source_url(source):
+            raise WireDecodeError("bad-url", "invalid observation source URL")
+        return cls(
+            node=node,
+            dataset=dataset,
+            source=source,
+            head=r.block_hash("head"),
+            sequence=r.u64("sequence"),
+            locations=FetchLocations._read(r),
+            issued_at_ns=r.u64("issued_at_ns"),
+            version=version,
+        )
+
+
 def _read_record_version(r: _Reader) -> int:
     v = r.u8("record version")
     if v != KEY_RECORD_VERSION:
@@ -675,7 +758,9 @@ class KeyRevocation:
         )
 
 
-SignableMessage = HeadAnnouncement | Attestation | Dispute | KeyRotation | KeyRevocation
+SignableMessage = (
+    HeadAnnouncement | Attestation | Dispute | Observation | KeyRotation | KeyRevocation
+)
 
 
 def _header(kind: MessageKind) -> bytes:
@@ -790,6 +875,7 @@ _READERS: Final[dict[MessageKind, Callable[[_Reader], SignableMessage]]] = {
     MessageKind.HEAD_ANNOUNCEMENT: HeadAnnouncement._read,
     MessageKind.ATTESTATION: Attestation._read,
     MessageKind.DISPUTE: Dispute._read,
+    MessageKind.OBSERVATION: Observation._read,
     MessageKind.KEY_ROTATION: KeyRotation._read,
     MessageKind.KEY_REVOCATION: KeyRevocation._read,
 }

@@ -1,7 +1,7 @@
 """Run real ``odf-node run`` daemons as child processes and talk to them over JSON-RPC.
 
 Used by the end-to-end tests and the soak benchmark. Every daemon gets its own home, its own
-embedded js-ipfs and random loopback ports; it must run inside a loopback-only namespace (the
+embedded IPFS node and random loopback ports; it must run inside a loopback-only namespace (the
 daemon itself refuses otherwise). Only processes started here are ever signalled, by PID.
 """
 

@@ -46,6 +46,8 @@ READS = frozenset(
         "attestations",
         "disputes",
         "equivocation_proofs",
+        "observations",
+        "split_views",
         "peer",
         "peers",
         "key_rotations",
@@ -58,6 +60,8 @@ READS = frozenset(
         "status_counts",
         "work",
         "work_item",
+        "schedules",
+        "schedule",
     }
 )
 """NodeState methods that only read."""
@@ -81,6 +85,8 @@ WRITES = frozenset(
         "add_attestation",
         "add_dispute",
         "add_equivocation_proof",
+        "add_observation",
+        "add_split_view",
         "add_key_rotation",
         "add_key_revocation",
         "upsert_peer",
@@ -92,6 +98,9 @@ WRITES = frozenset(
         "fail",
         "release_claims",
         "prune_work",
+        "set_schedule",
+        "schedule_ran",
+        "remove_schedule",
     }
 )
 """NodeState methods that write (one transaction each, or one savepoint of a batch)."""

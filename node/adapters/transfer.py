@@ -11,9 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from coordinator.multiformats import Multihash
 from coordinator.storage.repository import DatasetRepository
 from node.adapters.loop_thread import LoopThread
+from node.app.errors import Unavailable
 from node.app.fetch import PullDiverged, PullOverBudget, PullRefused, PullRejected
+from node.app.ports import HeadProbe, MqttRequest, SourceResponse
 from node.config import NodeConfig
 from node.transfer.policy import SourcePolicy
 
@@ -142,8 +145,14 @@ class DiskBudget:
             self._used += need
 
 
+_MAX_REF = 1024
+_MAX_BLOCK = 16 << 20
+
+
 class TransferAdapter:
     """:class:`~node.app.ports.TransferPort`: pulls into ``repo``; errors in the app's terms.
+    Also the :class:`~node.app.ports.SourcePort` of sources followed by URL (their polls share
+    the pulls' one HTTP session, whose connections ``[follow] max_connections`` bounds).
 
     ``config`` supplies the source policy and the pace of reads (``[network]``,
     ``[transfer]``); without one the defaults apply. User-requested pulls (``dataset.pull``,
@@ -193,9 +202,7 @@ class TransferAdapter:
         from node.transfer.pull import PullOptions, pull_url
 
         if self._http is None and self._loop_thread is not None:
-            from node.transfer.sources import SharedHttpSession
-
-            self._http = SharedHttpSession(policy=self._policy)
+            self._http = self._session()
 
         options = PullOptions()
         if self._config is not None:
@@ -252,6 +259,154 @@ class TransferAdapter:
         except (SourceRefused, InvalidSourceUrl) as e:
             raise PullRefused(str(e)) from e
         return dict(result.to_dict())
+
+    async def fetch_source(
+        self, url: str, headers: dict[str, str], target: Path, max_bytes: int
+    ) -> SourceResponse:
+        """``GET`` a polling source's URL (see :mod:`node.transfer.source_fetch`)."""
+        from node.transfer.errors import InvalidSourceUrl, SourceRefused
+        from node.transfer.source_fetch import fetch_url_to_file
+
+        async def run() -> SourceResponse:
+            if self._http is not None:
+                got = await fetch_url_to_file(self._http, url, headers, target, max_bytes=max_bytes)
+            else:
+                http = self._session()
+                try:
+                    got = await fetch_url_to_file(http, url, headers, target, max_bytes=max_bytes)
+                finally:
+                    await http.close()
+            return SourceResponse(got.modified, got.etag, got.last_modified)
+
+        if self._http is None and self._loop_thread is not None:
+            self._http = self._session()
+        try:
+            result: SourceResponse = await self._run(run())
+        except (SourceRefused, InvalidSourceUrl) as e:
+            raise PullRefused(str(e)) from e
+        return result
+
+    async def fetch_mqtt(self, request: MqttRequest, target: Path) -> int:
+        """Fetch an ``Mqtt`` source's messages (see :mod:`node.transfer.mqtt_fetch`), in a
+        worker thread (the client blocks)."""
+        from node.transfer.errors import SourceRefused
+        from node.transfer.mqtt_fetch import fetch_mqtt
+
+        r = request
+        try:
+            got = await asyncio.to_thread(
+                fetch_mqtt,
+                host=r.host,
+                port=r.port,
+                topics=r.topics,
+                client=r.client_id,
+                target=target,
+                policy=self._policy,
+                username=r.username,
+                password=r.password,
+                max_bytes=r.max_bytes,
+                max_records=r.max_records,
+                idle_timeout_s=r.idle_timeout_s,
+            )
+        except SourceRefused as e:
+            raise PullRefused(str(e)) from e
+        return got.records
+
+    def _session(self) -> SharedHttpSession:
+        from node.transfer.sources import SharedHttpSession
+
+        limit = self._config.follow.max_connections if self._config is not None else 100
+        return SharedHttpSession(policy=self._policy, limit=limit)
+
+    async def _run(self, coro: Any) -> Any:
+        if self._loop_thread is not None:
+            return await self._loop_thread.run(coro)
+        return await coro
+
+    async def probe_head(self, url: str, etag: str | None, last_modified: str | None) -> HeadProbe:
+        """One poll of ``{url}/refs/head``: conditional over HTTP(S); a plain read elsewhere
+        (a directory, or IPFS / IPNS through the node's IPFS API or gateway)."""
+        from node.transfer.errors import InvalidSourceUrl, SourceRefused
+        from node.transfer.sources import HttpSource, TransientSourceError, open_source
+
+        if self._http is None and self._loop_thread is not None:
+            self._http = self._session()
+
+        async def http_probe(source: HttpSource) -> HeadProbe:
+            status, body, tag, modified = await source.conditional_head(etag, last_modified)
+            if status == 304:
+                return HeadProbe(False, None, tag, modified, 1, 0)
+            return HeadProbe(
+                True, body.decode("ascii", "replace").strip(), tag, modified, 1, len(body)
+            )
+
+        async def probe() -> HeadProbe:
+            source = open_source(
+                url,
+                ipfs_api=self._ipfs_api(),
+                ipfs_gateway=self._ipfs_gateway,
+                policy=self._policy,
+                http=self._http,
+            )
+            try:
+                if isinstance(source, HttpSource):
+                    return await http_probe(source)
+                buf = bytearray()
+                async with source.open("refs/head") as chunks:
+                    async for c in chunks:
+                        buf += c
+                        if len(buf) > _MAX_REF:
+                            raise TransientSourceError("refs/head too long")
+                return HeadProbe(
+                    True, buf.decode("ascii", "replace").strip(), None, None, 1, len(buf)
+                )
+            finally:
+                await source.close()
+
+        try:
+            result: HeadProbe = await self._run(probe())
+        except (SourceRefused, InvalidSourceUrl) as e:
+            raise PullRefused(str(e)) from e
+        except TransientSourceError as e:
+            raise Unavailable(f"{url}: {e}") from e
+        return result
+
+    async def read_block(self, url: str, block: Multihash) -> bytes:
+        """``{url}/blocks/<block>``, checked against its sha3-256 hash."""
+        from node.transfer.errors import InvalidSourceUrl, SourceRefused
+        from node.transfer.sources import TransientSourceError, open_source
+
+        if self._http is None and self._loop_thread is not None:
+            self._http = self._session()
+
+        async def read() -> bytes:
+            source = open_source(
+                url,
+                ipfs_api=self._ipfs_api(),
+                ipfs_gateway=self._ipfs_gateway,
+                policy=self._policy,
+                http=self._http,
+            )
+            try:
+                buf = bytearray()
+                async with source.open(f"blocks/{block.to_multibase()}") as chunks:
+                    async for c in chunks:
+                        buf += c
+                        if len(buf) > _MAX_BLOCK:
+                            raise TransientSourceError("block too large")
+                return bytes(buf)
+            finally:
+                await source.close()
+
+        try:
+            data: bytes = await self._run(read())
+        except (SourceRefused, InvalidSourceUrl) as e:
+            raise PullRefused(str(e)) from e
+        except TransientSourceError as e:
+            raise Unavailable(f"{url}: {e}") from e
+        if Multihash.sha3_256(data) != block:
+            raise PullRejected(f"{url}: blocks/{block.to_multibase()} does not match its hash")
+        return data
 
     async def close(self) -> None:
         """Close the shared HTTP session (on the loop the pulls ran on)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from node.app.keys import NodeKeyRecords
 from node.app.metrics import NodeMetrics
@@ -30,6 +30,7 @@ from p2p.core import (
     HeadAccepted,
     Ignore,
     Penalise,
+    PollSource,
     PublishAttestation,
     PublishDispute,
     RejectHead,
@@ -43,11 +44,24 @@ from p2p.wire import (
     HeadAnnouncement,
     KeyRevocation,
     KeyRotation,
+    Observation,
     SignedMessage,
     content_id,
 )
 
 log = logging.getLogger("odf_node.effects")
+
+
+class Witness(Protocol):
+    """What the effects tell the source follower (:class:`node.app.follow.SourceFollower`)."""
+
+    async def observed(self, sm: SignedMessage, o: Observation) -> None:
+        """A peer's signed observation passed the core's checks: store it, compare it."""
+        ...
+
+    def poll_now(self, did: Any, source: str) -> None:
+        """Poll ``source`` of ``did`` as soon as possible."""
+        ...
 
 
 class NodeEffects:
@@ -74,6 +88,9 @@ class NodeEffects:
         self._spawn = spawn
         self._owns = owns
         self._kick = kick
+        self.witness: Witness | None = None
+        """Told of peers' observations and asked to poll (the source follower, set by the
+        composition root)."""
         # State writes of decisions run one after another, in decision order.
         self._queue: asyncio.Queue[Callable[[], Awaitable[None]]] | None = None
 
@@ -122,6 +139,11 @@ class NodeEffects:
         elif isinstance(inner, Dispute):
             self._metrics.announcements.labels("dispute", "").inc()
             self._later(lambda: self._store_dispute(msg, inner))
+        elif isinstance(inner, Observation):
+            self._metrics.announcements.labels("observation", "").inc()
+            witness = self.witness
+            if witness is not None:
+                self._later(lambda: witness.observed(msg, inner))
         elif isinstance(inner, KeyRotation | KeyRevocation):
             self._metrics.announcements.labels("key_record", "").inc()
             keys = self._keys
@@ -245,6 +267,11 @@ class NodeEffects:
 
     def dispute(self, d: PublishDispute) -> None:
         """Nothing here, as for :meth:`attest`: the verify pipeline publishes the dispute."""
+
+    def poll_source(self, d: PollSource) -> None:
+        """A peer observed a source we follow showing another head: poll it now."""
+        if self.witness is not None:
+            self.witness.poll_now(d.dataset, d.source)
 
 
 __all__ = ["NodeEffects"]

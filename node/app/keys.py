@@ -1,7 +1,7 @@
 """Node key rotation and revocation records, as the node receives them (gossip) or makes them.
 
 :class:`NodeKeyRecords` stores each new record (``key_rotations`` / ``key_revocations``, state
-schema v6), feeds :class:`~node.app.identities.NodeIdentities`, moves the rotated node's peer
+schema v8), feeds :class:`~node.app.identities.NodeIdentities`, moves the rotated node's peer
 score to its new libp2p peer id (the host's identity is the node key), has the trust driver
 rebuild its policies, and logs ``node.key_rotated`` / ``node.key_revoked``. The records'
 signatures were checked by the protocol core (``p2p/wire.py``: a rotation is signed by the old

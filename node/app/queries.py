@@ -103,8 +103,8 @@ class NodeQueries:
         ]
 
     async def disputes(self, did: str | None = None, limit: int = 100) -> list[DisputeRow]:
-        """Disputes received or made, newest first."""
-        return [
+        """Disputes received or made, and split views of followed sources, newest first."""
+        rows = [
             DisputeRow(
                 did=x.did,
                 block=x.head,
@@ -116,6 +116,32 @@ class NodeQueries:
             )
             for x in await self._state.disputes(did=_did(did), limit=limit)
         ]
+        for s in await self._state.split_views(_did(did), limit):
+            rows.append(
+                DisputeRow(
+                    did=s.did,
+                    block=s.second.head,
+                    kind="split-view",
+                    signer=s.first.signer if s.first.own else s.second.signer,
+                    own=True,
+                    detail=s.detail,
+                    at_ns=s.detected_ns,
+                    source=s.source,
+                    observations=[
+                        {
+                            "head": o.head,
+                            "sequence": o.sequence,
+                            "signer": o.signer,
+                            "own": o.own,
+                            "at_ns": o.observed_ns,
+                            "envelope": o.envelope.hex(),
+                        }
+                        for o in (s.first, s.second)
+                    ],
+                )
+            )
+        rows.sort(key=lambda r: r.at_ns, reverse=True)
+        return rows[:limit]
 
     async def equivocations(self, did: str | None = None) -> list[EquivocationRow]:
         """Equivocation proofs known to this node."""

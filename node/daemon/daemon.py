@@ -25,6 +25,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from coordinator.errors import OdfNodeError
 from coordinator.identity import DatasetId, PrivateKey
 from coordinator.multiformats import Multihash
 from coordinator.storage.repository import DatasetRepository
@@ -36,11 +37,13 @@ from node.adapters.state import ThreadedState
 from node.adapters.transfer import TransferAdapter
 from node.app import Application, NodeInfo
 from node.app.console import ConsoleQueries
-from node.app.datasets import CommitLocks, DatasetUseCases
+from node.app.datasets import CommitLocks, DatasetUseCases, PollingOptions
 from node.app.effects import NodeEffects
 from node.app.errors import InvalidArgument
 from node.app.events import EventBus
 from node.app.fetch import ChainFetcher
+from node.app.flows import POLL, TRANSFORM, FlowUseCases
+from node.app.follow import FollowSettings, SourceFollower
 from node.app.identities import NodeIdentities
 from node.app.keys import NodeKeyRecords
 from node.app.metrics import NodeMetrics
@@ -425,8 +428,25 @@ class Daemon:
             transfer=transfer,
             on_commit=publish.queue_id,
             locks=self.locks,
+            polling=PollingOptions(
+                self.config.ingest.max_fetch_bytes,
+                self.config.ingest.max_decompressed_bytes,
+                self.config.ingest.allow_pipe,
+                self.config.ingest.mqtt_max_records,
+                self.config.ingest.mqtt_idle_timeout_s,
+            ),
             untrusted_input=trust.untrusted_input,
         )
+        self.flows = flows = FlowUseCases(
+            self.repo,
+            self.state,
+            self.clock,
+            datasets,
+            kick=work.kick,
+            untrusted_input=trust.untrusted_input,
+        )
+        work.handle(POLL, flows.run_poll)
+        work.handle(TRANSFORM, flows.run_transform)
         subs = SubscriptionUseCases(
             self.state,
             _Late(self, "gossip"),
@@ -447,6 +467,34 @@ class Daemon:
             trust,
             keys,
         )
+        f = self.config.follow
+        self.follower = follower = SourceFollower(
+            self.repo,
+            self.state,
+            transfer,
+            transfer,
+            _Late(self, "gossip"),
+            self.locks,
+            self.metrics,
+            self.events,
+            self.clock,
+            self.node_key,
+            trust.head_accepted,  # as for an announced head: the trust policy decides
+            settings=FollowSettings(
+                poll_interval_s=f.poll_interval_s,
+                jitter=f.jitter,
+                backoff_max_s=f.backoff_max_s,
+                min_gap_s=f.min_gap_s,
+                concurrency=f.max_connections,
+            ),
+            http_urls=self.http_urls,
+            rng=self.rng.random,
+            spawn=self._spawn,
+        )
+        subs.follower = follower
+        verify.follow_input = follower.follow_input
+        self.effects.witness = follower
+        await follower.restore()
         self.gossip = NoGossip()
         self.fetcher = ChainFetcher(
             self.repo,
@@ -475,6 +523,7 @@ class Daemon:
             console=ConsoleQueries(self.repo, self.state, _Late(self, "gossip"), self.metrics),
             events=self.events,
             backup_port=HomeBackup(self.home.path),
+            flows=flows,
         )
 
     def _stored_head(self, did: DatasetId) -> Multihash | None:
@@ -531,12 +580,22 @@ class Daemon:
             ),
             self.rng,
         )
+        by_url: set[str] = set()
         for sub in await self.state.subscriptions():
             core.subscribe(DatasetId.parse(sub.did))
+            if sub.source_url is not None:
+                by_url.add(sub.did)
         for h in await asyncio.to_thread(self.repo.list):
             if self.owns(h.id):
                 core.subscribe(h.id)
         for acc in await self.state.accepted_heads():
+            if acc.did in by_url:
+                # A head pulled from a source: its "announcement" is our own observation.
+                did = DatasetId.parse(acc.did)
+                source = self.follower.source_of(did)
+                if source is not None:
+                    core.follow_source(did, source, Multihash.from_multibase(acc.head))
+                continue
             try:
                 core.restore_accepted(acc.envelope)
             except Exception as e:
@@ -672,7 +731,9 @@ class Daemon:
     async def _start_pipeline(self) -> None:
         for i in range(self.config.pipeline.concurrency):
             self.group.spawn(self.app.work.worker(), f"worker-{i}")
+        self.group.spawn_restarting(self.follower.run, "follow")
         self.group.spawn_restarting(self._housekeeping, "housekeeping")
+        self.group.spawn_restarting(self._flows, "flows")
         self.group.spawn_restarting(
             lambda: watch_event_loop(self.metrics.loop_lag.observe), "loop-monitor"
         )
@@ -689,7 +750,7 @@ class Daemon:
         while True:
             self.metrics.sample_history(self.clock())
             pending = await self.state.pending_counts()
-            for kind in ("verify", "publish", "dispute"):
+            for kind in ("verify", "publish", "dispute", POLL, TRANSFORM):
                 self.metrics.queue_depth.labels(kind).set(pending.get(kind, 0))
             self.metrics.engine_running.set(1 if self._engine and self._engine.running else 0)
             if hasattr(self, "gc_pauses"):
@@ -707,6 +768,15 @@ class Daemon:
                 )
                 last_prune = now
             await asyncio.sleep(5.0)
+
+    async def _flows(self) -> None:
+        """The flow scheduler (``docs/flows.md``): queue the flows that are due, every tick."""
+        while True:
+            try:
+                await self.flows.tick()
+            except OdfNodeError as e:  # a bad chain or state read: log it, try next tick
+                log.warning("flow scheduler: %s", e)
+            await asyncio.sleep(self.config.flows.tick_s)
 
     # ---- HTTP surface
 

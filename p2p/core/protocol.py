@@ -20,6 +20,7 @@ from p2p.core.decisions import (
     HeadAccepted,
     Ignore,
     Penalise,
+    PollSource,
     PublishAttestation,
     PublishDispute,
     RejectHead,
@@ -34,6 +35,7 @@ from p2p.core.events import (
     MessageReceived,
     PeerConnected,
     PeerDisconnected,
+    SourceHeadAccepted,
     Tick,
     VerificationCompleted,
 )
@@ -53,6 +55,7 @@ from p2p.wire import (
     HeadAnnouncement,
     KeyRevocation,
     KeyRotation,
+    Observation,
     SignedMessage,
     content_id,
     decode_unverified,
@@ -92,6 +95,19 @@ class ProtocolCore:
     def unsubscribe(self, did: DatasetId) -> None:
         """Stop following ``did`` and forget its state."""
         self._datasets.pop(did, None)
+
+    def follow_source(self, did: DatasetId, source: str, head: Multihash | None = None) -> None:
+        """Follow ``did`` from ``source`` as well (a URL subscription); ``head``: the newest head
+        already accepted from it (after a restart)."""
+        st = self._datasets.setdefault(did, DatasetState())
+        if head is not None or source not in st.sources:
+            st.sources[source] = head
+
+    def unfollow_source(self, did: DatasetId, source: str) -> None:
+        """Stop following ``did`` from ``source``."""
+        st = self._datasets.get(did)
+        if st is not None:
+            st.sources.pop(source, None)
 
     def subscriptions(self) -> tuple[DatasetId, ...]:
         """The followed datasets."""
@@ -192,15 +208,18 @@ class ProtocolCore:
                 self._on_fetch_failed(event.dataset, event.head, event.now_ns, out)
             case VerificationCompleted():
                 st = self._datasets.get(event.dataset)
-                if (
-                    st is not None
-                    and st.accepted is not None
-                    and announcement_of(st.accepted).head == (event.head)
+                if st is not None and (
+                    (st.accepted is not None and announcement_of(st.accepted).head == event.head)
+                    or event.head in st.sources.values()
                 ):
                     if event.ok:
                         out.append(PublishAttestation(event.dataset, event.head))
                     else:
                         out.append(PublishDispute(event.dataset, event.head))
+            case SourceHeadAccepted():
+                st = self._datasets.get(event.dataset)
+                if st is not None and event.source in st.sources:
+                    st.sources[event.source] = event.head
             case PeerConnected():
                 p = self._peer(event.peer, event.now_ns)
                 p.connected = True
@@ -410,6 +429,16 @@ class ProtocolCore:
             out.append(Accept(peer, msg, via_ae))
             if not via_ae:
                 out.append(Forward(msg.content_id, msg.envelope, peer))
+            if isinstance(msg.message, Observation):
+                self._on_observation(peer, msg.message, out)
+
+    def _on_observation(self, peer: str, o: Observation, out: list[Decision]) -> None:
+        """Rule 8: a peer saw a source we follow show another head: poll it now."""
+        st = self._datasets.get(o.dataset)
+        if st is None or o.source not in st.sources:
+            return
+        if st.sources[o.source] != o.head:
+            out.append(PollSource(o.dataset, o.source, o.head, peer))
 
     def _on_known_via_ae(
         self, peer: str, p: PeerState, data: bytes, now_ns: int, out: list[Decision]

@@ -544,7 +544,31 @@ async function work(main) {
   Live.on((ev) => { if (ev.topic.startsWith("verify.") || ev.topic === "announce" || ev.topic === "dispute" || ev.topic === "attestation") later(); });
 }
 
-const PAGES = { overview, datasets, dataset, peers, work };
+async function flows(main) {
+  const schedules = h("div", {});
+  const runs = h("div", {});
+  async function refresh() {
+    const f = await rpc("flows.list", { limit: 200 });
+    schedules.replaceChildren(table("flows-schedules", ["Dataset", "Trigger", "Next run"],
+      f.schedules.map((s) => h("tr", { "data-id": s.id, "data-trigger": s.trigger },
+        h("td", {}, link(s.id, s.alias)), h("td", { text: s.trigger }), h("td", { text: s.next_run || "" })))));
+    runs.replaceChildren(table("flows-runs", ["Run", "Kind", "Dataset", "Trigger", "State", "Attempts", "Updated", "Last error"],
+      f.runs.map((r) => h("tr", { "data-id": r.id, "data-state": r.state, "data-kind": r.kind },
+        h("td", { class: "num", text: r.id }), h("td", { text: r.kind }), h("td", {}, link(r.did, r.alias)),
+        h("td", { text: r.trigger }), h("td", {}, h("span", { class: "badge state-" + r.state, text: r.state })),
+        h("td", { class: "num", text: r.attempts }), h("td", { text: r.updated }),
+        h("td", { class: "error", text: r.last_error || "" })))));
+    ready();
+  }
+  main.replaceChildren(h("h1", { text: "Flows" }),
+    h("p", { text: "Datasets that update themselves: `odf-node dataset schedule ALIAS --every 1h | --cron EXPR | --on-input`." }),
+    section("Schedules", schedules), section("Runs (newest first)", runs));
+  await refresh();
+  const later = debounce(refresh, 500);
+  Live.on((ev) => { if (ev.topic === "announce" || ev.topic.startsWith("dataset.")) later(); });
+}
+
+const PAGES = { overview, datasets, dataset, peers, work, flows };
 
 document.addEventListener("DOMContentLoaded", async () => {
   const name = location.pathname.replace(/^\/ui\/?/, "") || "overview";
