@@ -15,7 +15,7 @@ DATAFUSION_VERSIONS := 51.0.0 41.0.0
 ENGINES := $(VENV)/engines
 DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.installed)
 
-.PHONY: browser test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-follow bench-follow-urls bench-hostile bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-decode fuzz p2p-vectors clean
+.PHONY: browser test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-longrun bench-follow bench-follow-urls bench-hostile bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-decode fuzz p2p-vectors clean
 
 setup: $(STAMP) $(DF_STAMPS)
 
@@ -145,6 +145,13 @@ bench-follow-urls: setup
 # node.status latency from a separate process, event-loop lag, outcomes, RSS, CPU.
 bench-soak: setup
 	$(BIN)/python tests/bench/bench_soak.py
+
+# A compressed month (>= 1 h; isolates itself): two daemons publishing to and following each
+# other, subscriptions rotating, peers joining and leaving, a backup and a restart in the middle;
+# RSS slope (<= 2 MB/h after warm-up), open fds, state.db size, lost work items. Shorter:
+# make bench-longrun LONGRUN_ARGS="--minutes 10".
+bench-longrun: setup
+	$(BIN)/python tests/bench/bench_longrun.py $(LONGRUN_ARGS)
 
 # One daemon fed every hostile case (RPC, pulls, gossip) while node.status is sampled every
 # 100 ms: must answer within 250 ms throughout and never restart (isolates itself).

@@ -88,6 +88,19 @@ class P2pSection:
     anti_entropy_interval_s: float
     discovery: bool
     discovery_interval_s: float
+    peers_high_water: int
+    peers_low_water: int
+    max_peers_per_ip: int
+    conn_grace_s: float
+    dial_backoff_base_s: float
+    dial_backoff_max_s: float
+
+    def peers_per_ip_cap(self, loopback_only: bool) -> int:
+        """The per-IP cap in force: ``max_peers_per_ip``, where -1 means 8 on an open network
+        and none in loopback-only isolation (every peer there shares 127.0.0.1)."""
+        if self.max_peers_per_ip >= 0:
+            return self.max_peers_per_ip
+        return 0 if loopback_only else 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +215,14 @@ class HealthSection:
 
 
 @dataclass(frozen=True, slots=True)
+class StorageSection:
+    """``[storage]``: the disk budget of datasets this node stores but does not own."""
+
+    max_bytes: int
+    min_free_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataSection:
     """``[metadata]``."""
 
@@ -240,6 +261,7 @@ class NodeConfig:
     metadata: MetadataSection
     trust: TrustSection
     health: HealthSection
+    storage: StorageSection
 
     def trust_config(self) -> TrustConfig:
         """The validated default trust policy; ``can_replay`` is ``[pipeline] replay``.
@@ -280,6 +302,7 @@ _SECTION_TYPES = {
     "metadata": MetadataSection,
     "trust": TrustSection,
     "health": HealthSection,
+    "storage": StorageSection,
 }
 
 _CHOICES: dict[tuple[str, str], frozenset[str]] = {
@@ -349,6 +372,15 @@ def _validate(cfg: NodeConfig) -> None:
             "p2p.fetch_timeout_s, p2p.anti_entropy_interval_s and p2p.discovery_interval_s "
             "must be > 0"
         )
+    p2p = cfg.p2p
+    if not 0 < p2p.peers_low_water <= p2p.peers_high_water:
+        raise ConfigError("p2p: need 0 < peers_low_water <= peers_high_water")
+    if p2p.max_peers_per_ip < -1 or p2p.conn_grace_s < 0:
+        raise ConfigError("p2p.max_peers_per_ip must be >= -1 and p2p.conn_grace_s >= 0")
+    if not 0 < p2p.dial_backoff_base_s <= p2p.dial_backoff_max_s:
+        raise ConfigError("p2p: need 0 < dial_backoff_base_s <= dial_backoff_max_s")
+    if cfg.storage.max_bytes < 0 or cfg.storage.min_free_bytes < 0:
+        raise ConfigError("storage.max_bytes and storage.min_free_bytes must be >= 0")
     _validate_hosts(cfg)
     f = cfg.follow
     if f.poll_interval_s <= 0 or f.min_gap_s < 0 or f.backoff_max_s < f.poll_interval_s:

@@ -62,6 +62,8 @@ from p2p.transport import (
 from p2p.wire import (
     MAX_HEADS_PER_EXCHANGE,
     EquivocationProof,
+    KeyRevocation,
+    KeyRotation,
     content_id,
     decode_heads_request,
     decode_heads_response,
@@ -433,8 +435,9 @@ class GossipService:
 
 
 def _topic_of(envelope: bytes) -> str:
-    """The topic a checked envelope belongs on: its dataset's, or the node topic for proofs."""
+    """The topic a checked envelope belongs on: its dataset's, or the node topic for proofs and
+    node key records."""
     msg = decode_unverified(envelope)
-    if isinstance(msg, EquivocationProof):
+    if isinstance(msg, EquivocationProof) or isinstance(msg.message, KeyRotation | KeyRevocation):
         return NODE_TOPIC
     return dataset_topic(msg.message.dataset.as_multibase())

@@ -187,6 +187,10 @@ class NodeProcess:
             capture_output=True,
             cwd=ROOT,
         )
+        self.init_config()
+
+    def init_config(self) -> None:
+        """(Re)write the home's config from :attr:`config` (takes effect at the next start)."""
         (self.home / "config.toml").write_text(_toml(self.config))
 
     def launch(self) -> None:

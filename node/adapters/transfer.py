@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import os
+import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,7 +15,7 @@ from coordinator.multiformats import Multihash
 from coordinator.storage.repository import DatasetRepository
 from node.adapters.loop_thread import LoopThread
 from node.app.errors import Unavailable
-from node.app.fetch import PullDiverged, PullRefused, PullRejected
+from node.app.fetch import PullDiverged, PullOverBudget, PullRefused, PullRejected
 from node.app.ports import HeadProbe, MqttRequest, SourceResponse
 from node.config import NodeConfig
 from node.transfer.policy import SourcePolicy
@@ -33,6 +37,112 @@ def source_policy(config: NodeConfig | None) -> SourcePolicy:
     return SourcePolicy.open(
         allow_private=t.allow_private_sources, allowed_networks=t.allowed_source_networks
     )
+
+
+def _tree_bytes(root: Path) -> int:
+    total = 0
+    stack = [root]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for e in it:
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(Path(e.path))
+                        elif e.is_file(follow_symlinks=False):
+                            total += e.stat(follow_symlinks=False).st_size
+                    except OSError:
+                        continue  # removed meanwhile (a pull's clean-up)
+        except OSError:
+            continue
+    return total
+
+
+class DiskBudget:
+    """``[storage]``: bytes of the datasets the node stores but does not own, against
+    ``max_bytes``, and the free space of their file system, against ``min_free_bytes``.
+
+    A pull asks :meth:`admit` for the bytes it will add once its chain is validated, before it
+    downloads data (``PullOptions.admit``); what concurrent pulls were admitted counts as used
+    until they end. The directory scan (every dataset directory without a dataset key, and
+    every hidden staging directory) is repeated at most every ``rescan_s`` seconds; in between,
+    admitted pulls are added to it.
+    """
+
+    def __init__(
+        self,
+        repo: DatasetRepository,
+        max_bytes: int,
+        min_free_bytes: int,
+        *,
+        rescan_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._repo = repo
+        self.max_bytes = max_bytes
+        self.min_free_bytes = min_free_bytes
+        self._rescan_s = rescan_s
+        self._clock = clock
+        self._used: int | None = None
+        self._scanned_at = 0.0
+        self._in_flight = 0
+
+    def scan(self) -> int:
+        """Bytes of the stored, not owned datasets (and of unfinished pulls), read from disk."""
+        root = self._repo.root
+        if not root.is_dir():
+            return 0
+        total = 0
+        owned = {h.root for h in self._repo.list() if self._repo.key_path(h.id).is_file()}
+        for p in root.iterdir():
+            if p.is_dir() and p not in owned:
+                total += _tree_bytes(p)
+        return total
+
+    async def refresh(self) -> None:
+        """Rescan if the last scan is older than ``rescan_s`` (off the calling loop)."""
+        if self.max_bytes and (
+            self._used is None or self._clock() - self._scanned_at >= self._rescan_s
+        ):
+            self._used = await asyncio.to_thread(self.scan)
+            self._scanned_at = self._clock()
+
+    @property
+    def used(self) -> int:
+        """Bytes in use as last scanned, plus what was admitted since."""
+        return (self._used or 0) + self._in_flight
+
+    def admit(self, need: int) -> None:
+        """Reserve ``need`` bytes for a pull, or refuse it.
+
+        Raises:
+            StorageBudgetExceeded: over ``max_bytes``, or under ``min_free_bytes`` free.
+        """
+        from node.transfer.errors import StorageBudgetExceeded
+
+        if self.max_bytes and self.used + need > self.max_bytes:
+            raise StorageBudgetExceeded(
+                f"the pull needs {need} bytes; followed datasets use {self.used} of the "
+                f"{self.max_bytes} allowed by [storage] max_bytes",
+                needed=need,
+                allowed=max(0, self.max_bytes - self.used),
+            )
+        free = shutil.disk_usage(self._repo.root).free - self._in_flight
+        if free - need < self.min_free_bytes:
+            raise StorageBudgetExceeded(
+                f"the pull needs {need} bytes; {free} are free on the datasets' file system and "
+                f"[storage] min_free_bytes keeps {self.min_free_bytes}",
+                needed=need,
+                allowed=max(0, free - self.min_free_bytes),
+            )
+        self._in_flight += need
+
+    def settle(self, need: int) -> None:
+        """A pull admitted for ``need`` bytes ended: count them as used (the next scan
+        corrects this if it wrote less)."""
+        self._in_flight -= need
+        if self._used is not None:
+            self._used += need
 
 
 _MAX_REF = 1024
@@ -71,6 +181,12 @@ class TransferAdapter:
         # With a loop thread, one HTTP session serves every pull (kept-alive connections); it
         # lives on that loop. Without one (the CLI's single pull), each pull has its own.
         self._http: SharedHttpSession | None = None
+        storage = config.storage if config is not None else None
+        self.budget = DiskBudget(
+            repo,
+            storage.max_bytes if storage else 0,
+            storage.min_free_bytes if storage else 0,
+        )
 
     async def pull(self, url: str, *, alias: str | None, force: bool = False) -> dict[str, Any]:
         """Pull ``url``; :class:`PullDiverged` / :class:`PullRejected` / :class:`PullRefused` for
@@ -81,35 +197,61 @@ class TransferAdapter:
             InvalidSourceUrl,
             ObjectRejected,
             SourceRefused,
+            StorageBudgetExceeded,
         )
         from node.transfer.pull import PullOptions, pull_url
 
         if self._http is None and self._loop_thread is not None:
             self._http = self._session()
 
-        options = None
+        options = PullOptions()
         if self._config is not None:
             t = self._config.transfer
             options = PullOptions(
                 deadline_base_s=t.deadline_base_s,
                 min_rate_bytes_per_s=float(t.min_rate_bytes_per_s),
             )
-        pulling = pull_url(
-            self._repo,
-            url,
-            alias=alias,
-            force=force,
-            ipfs_api=self._ipfs_api(),
-            ipfs_gateway=self._ipfs_gateway,
-            options=options,
-            policy=self._policy,
-            http=self._http,
+        budget = self.budget
+        admitted: list[int] = []
+
+        def admit(need: int) -> None:
+            budget.admit(need)
+            admitted.append(need)
+
+        # With a budget, nothing is downloaded before the chain is validated and admitted:
+        # no speculative data download of a new dataset.
+        options = dataclasses.replace(
+            options,
+            admit=admit,
+            max_speculative_bytes=0 if budget.max_bytes else options.max_speculative_bytes,
         )
+        ipfs_api = self._ipfs_api()
+
+        async def pulling() -> Any:
+            await budget.refresh()
+            try:
+                return await pull_url(
+                    self._repo,
+                    url,
+                    alias=alias,
+                    force=force,
+                    ipfs_api=ipfs_api,
+                    ipfs_gateway=self._ipfs_gateway,
+                    options=options,
+                    policy=self._policy,
+                    http=self._http,
+                )
+            finally:
+                for need in admitted:
+                    budget.settle(need)
+
         try:
             if self._loop_thread is not None:
-                result = await self._loop_thread.run(pulling)
+                result = await self._loop_thread.run(pulling())
             else:
-                result = await pulling
+                result = await pulling()
+        except StorageBudgetExceeded as e:
+            raise PullOverBudget(str(e), needed=e.needed, allowed=e.allowed) from e
         except DivergedHeads as e:
             raise PullDiverged(str(e)) from e
         except ObjectRejected as e:

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from node.app.keys import NodeKeyRecords
 from node.app.metrics import NodeMetrics
 from node.app.ports import EventSink, StatePort
 from node.app.trust import TrustDriver
@@ -41,6 +42,8 @@ from p2p.wire import (
     Dispute,
     EquivocationProof,
     HeadAnnouncement,
+    KeyRevocation,
+    KeyRotation,
     Observation,
     SignedMessage,
     content_id,
@@ -74,9 +77,11 @@ class NodeEffects:
         owns: Callable[[Any], bool],
         kick: Callable[[], None],
         trust: TrustDriver | None = None,
+        keys: NodeKeyRecords | None = None,
     ) -> None:
         self._state = state
         self._trust = trust
+        self._keys = keys
         self._verify = verify
         self._events = events
         self._metrics = metrics
@@ -139,6 +144,15 @@ class NodeEffects:
             witness = self.witness
             if witness is not None:
                 self._later(lambda: witness.observed(msg, inner))
+        elif isinstance(inner, KeyRotation | KeyRevocation):
+            self._metrics.announcements.labels("key_record", "").inc()
+            keys = self._keys
+            if keys is not None:
+
+                async def store() -> None:
+                    await keys.received(msg)
+
+                self._later(store)
 
     async def _store_attestation(self, sm: SignedMessage, a: Attestation) -> None:
         did, head = a.dataset.as_did_str(), a.head.to_multibase()
@@ -147,7 +161,7 @@ class NodeEffects:
         )
         self._events.publish("attestation", {"did": did, "head": head, "own": False})
         if self._trust is not None and not self._owns(a.dataset):
-            await self._trust.attestation(a.dataset, a.head, a.node, a.verdict)
+            await self._trust.attestation(a.dataset, a.head, a.node, a.verdict, a.issued_at_ns)
 
     async def _store_dispute(self, sm: SignedMessage, x: Dispute) -> None:
         did, block = x.dataset.as_did_str(), x.block.to_multibase()
@@ -157,11 +171,11 @@ class NodeEffects:
         self._events.publish("dispute", {"did": did, "block": block, "own": False})
         if self._trust is not None and not self._owns(x.dataset):
             evidence = "f1620" + content_id(sm.envelope).hex()  # as the state stores it
-            await self._trust.dispute(x.dataset, x.block, x.node, evidence)
+            await self._trust.dispute(x.dataset, x.block, x.node, evidence, x.issued_at_ns)
 
     def _store_proof(self, proof: EquivocationProof) -> None:
         async def write() -> None:
-            did = proof.first.message.dataset.as_did_str()
+            did = proof.dataset.as_did_str()
             if await self._state.add_equivocation_proof(did, proof.envelope):
                 await self._state.log_event("equivocation", did, {})
                 self._events.publish("equivocation", {"did": did})

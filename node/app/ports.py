@@ -32,6 +32,8 @@ from node.app.rows import (
     Dispute,
     EquivocationProof,
     Event,
+    KeyRevocationRecord,
+    KeyRotationRecord,
     ObservationRecord,
     Peer,
     Schedule,
@@ -135,6 +137,24 @@ class StatePort(Protocol):
         self, did: str | None = None, head: str | None = None, limit: int = 100
     ) -> list[Attestation]:
         """Attestations, newest first."""
+        ...
+
+    async def add_key_rotation(
+        self, old_id: str, new_id: str, issued_at_ns: int, envelope: bytes
+    ) -> bool:
+        """Store a node key rotation record (false if the old key already has one)."""
+        ...
+
+    async def key_rotations(self) -> list[KeyRotationRecord]:
+        """Every stored node key rotation record."""
+        ...
+
+    async def add_key_revocation(self, node_id: str, revoked_ns: int, envelope: bytes) -> bool:
+        """Store a node key revocation (false if an earlier one is stored)."""
+        ...
+
+    async def key_revocations(self) -> list[KeyRevocationRecord]:
+        """Every stored node key revocation."""
         ...
 
     async def add_dispute(

@@ -287,6 +287,8 @@ class FlowsResult(_Json):
 class AttestationRow(_Json):
     """``attestations``: a signed verdict on a head, ours (``own``) or received.
 
+    ``node`` is who attested, as its current node id (``signer`` is the key that signed).
+
     ``engine`` and ``engine_version``: what reproduced the head, as the attestation signs it
     (``None`` when the stored envelope does not carry them).
     """
@@ -299,6 +301,9 @@ class AttestationRow(_Json):
     at_ns: int
     engine: str | None = None
     engine_version: str | None = None
+    node: str | None = None
+    """The attesting node's current id: ``signer`` followed through the node key rotations
+    this node knows (docs/operations.md, "Node key rotation"); ``signer`` if it never rotated."""
 
 
 @dataclass(frozen=True)

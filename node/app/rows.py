@@ -169,6 +169,27 @@ class EquivocationProof:
 
 
 @dataclass(frozen=True)
+class KeyRotationRecord:
+    """A node key ``old_id`` succeeded by ``new_id`` (both ``did:key``), as signed by both."""
+
+    old_id: str
+    new_id: str
+    issued_at_ns: int
+    envelope: bytes
+    received_ns: int
+
+
+@dataclass(frozen=True)
+class KeyRevocationRecord:
+    """A node key ``node_id`` that no longer counts from ``revoked_ns`` on (self-signed)."""
+
+    node_id: str
+    revoked_ns: int
+    envelope: bytes
+    received_ns: int
+
+
+@dataclass(frozen=True)
 class Peer:
     """A gossip peer: addresses, score, whether connected now, and when it was last seen."""
 

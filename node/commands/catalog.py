@@ -1088,7 +1088,7 @@ COMMANDS: tuple[Command, ...] = (
         "envelopes signed with the node key (docs/attestations.md); check one with "
         "`odf-node attestation verify FILE`.",
         result={"type": "array", "items": {"type": "object"}},
-        render=_render_exportable(("did", "head", "verdict", "signer", "own")),
+        render=_render_exportable(("did", "head", "verdict", "node", "signer", "own")),
     ),
     Command(
         "disputes.list",

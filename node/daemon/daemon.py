@@ -44,6 +44,8 @@ from node.app.events import EventBus
 from node.app.fetch import ChainFetcher
 from node.app.flows import POLL, TRANSFORM, FlowUseCases
 from node.app.follow import FollowSettings, SourceFollower
+from node.app.identities import NodeIdentities
+from node.app.keys import NodeKeyRecords
 from node.app.metrics import NodeMetrics
 from node.app.ports import GossipPort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
@@ -60,16 +62,24 @@ from node.daemon.sdnotify import Notifier, ping_watchdog
 from node.daemon.services import FunctionService, ServiceGroup
 from node.home import NodeHome
 from p2p.core import CoreConfig, ProtocolCore
+from p2p.heap import trim_heap
 
 log = logging.getLogger("odf_node.daemon")
 
 _PRUNE_EVERY_NS = 600 * 1_000_000_000
+# A node that keeps finished work less than ~1.7 h (a compressed-time benchmark) prunes every
+# tenth of that window instead, so its state file still levels off at about one window of work.
+_PRUNE_WINDOW_FRACTION = 0.1
+_TRIM_HEAP_EVERY_NS = 60 * 1_000_000_000  # p2p/heap.py
 # The daemon runs four busy threads (this loop, the libp2p thread, the transfer loop, the state
 # writer). Each time this loop wakes (a socket ready, a result handed over) it needs the GIL,
 # and with Python's default 5 ms switch interval it waits up to that long behind a thread that
 # computes; an RPC call wakes it a dozen times. 1 ms keeps that wait short at little cost.
 _GIL_SWITCH_INTERVAL_S = 0.001
 _PEER_SCORES_EVERY_S = 10.0
+# A connected peer learns our topics from our first subscription message; a record published
+# before that would not reach it (py-libp2p sends only to peers known in the topic).
+_KEY_RECORDS_DELAY_S = 2.0
 
 
 @dataclass
@@ -137,6 +147,10 @@ class Daemon:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Start every service, run until ``stop`` is set or a task crashes, then stop."""
+        if os.environ.get("ODF_NODE_TRACEMALLOC", "0") != "0":
+            from node.daemon.memdebug import start_if_requested
+
+            start_if_requested()
         lock = HomeLock(self.home.path)
         lock.acquire_daemon()
         sys.setswitchinterval(_GIL_SWITCH_INTERVAL_S)
@@ -375,6 +389,7 @@ class Daemon:
             kick=work.kick,
         )
         trust_config = self.config.trust_config()
+        identities = NodeIdentities()
         self.trust = trust = TrustDriver(
             trust_config,
             self.state,
@@ -385,8 +400,13 @@ class Daemon:
             republish=verify.republish,
             current_head=self._stored_head,
             contains_block=self._contains_block,
+            identities=identities,
         )
         verify.trust = trust
+        self.keys = keys = NodeKeyRecords(
+            self.state, identities, self.events, trust=trust, move_peer_score=self._move_peer_score
+        )
+        await keys.load()
         await trust.restore()
         work.handle("verify", verify.run)
         work.handle("publish", publish.run)
@@ -445,6 +465,7 @@ class Daemon:
             self.owns,
             work.kick,
             trust,
+            keys,
         )
         f = self.config.follow
         self.follower = follower = SourceFollower(
@@ -542,6 +563,12 @@ class Daemon:
                 listen_port=p.port,
                 bootstrap=p.bootstrap,
                 loopback_only=self.config.network.loopback_only,
+                peers_high_water=p.peers_high_water,
+                peers_low_water=p.peers_low_water,
+                max_peers_per_ip=p.peers_per_ip_cap(self.config.network.loopback_only),
+                conn_grace_s=p.conn_grace_s,
+                dial_backoff_base_s=p.dial_backoff_base_s,
+                dial_backoff_max_s=p.dial_backoff_max_s,
             )
         )
         self._transport.on_restart = self.metrics.gossip_restarts.inc
@@ -574,6 +601,8 @@ class Daemon:
             except Exception as e:
                 log.warning("could not restore accepted head of %s: %s", acc.did, e)
         self._service = GossipService(core, self._transport, self.clock, self.fetcher, self.effects)
+        # Only a node that rotated or revoked a key has records of its own to gossip.
+        self._has_own_key_records = (self.home.path / "keys" / "retired").is_dir()
         self._service.on_peer_change(self._on_peer_change)
         await self._service.start()
         if p.discovery:
@@ -649,7 +678,26 @@ class Daemon:
         if self._transport is not None:
             await self._transport.stop()
 
+    def _move_peer_score(self, old_peer: str, new_peer: str) -> None:
+        """A peer rotated its node key: its score follows it to its new peer id."""
+        service = getattr(self, "_service", None)
+        if service is not None:
+            service.core.move_peer_score(old_peer, new_peer, self.clock())
+
+    async def _publish_own_key_records(self, delay_s: float) -> None:
+        """Gossip this node's key rotation and revocation records (node/keyrotation.py) on the
+        node topic, ``delay_s`` after a peer connected (once it has learnt our topics)."""
+        from node.keyrotation import own_records
+        from p2p.transport import NODE_TOPIC
+
+        await asyncio.sleep(delay_s)
+        records = await asyncio.to_thread(own_records, self.home)
+        for envelope in records:
+            await self._service.publish_best_effort(NODE_TOPIC, envelope)
+
     def _on_peer_change(self, peer: str, connected: bool) -> None:
+        if connected and self._has_own_key_records:
+            self._spawn(self._publish_own_key_records(_KEY_RECORDS_DELAY_S))
         self.metrics.peers.set(self.gossip.peer_count())
         self.events.publish("peer.connected" if connected else "peer.disconnected", {"peer": peer})
         self._spawn(self._store_peer(peer, connected))
@@ -692,6 +740,13 @@ class Daemon:
 
     async def _housekeeping(self) -> None:
         last_prune: int | None = None
+        last_trim = self.clock()
+        keep_ns = self.config.pipeline.keep_finished_work_days * 86_400 * 1_000_000_000
+        prune_every_ns = (
+            min(_PRUNE_EVERY_NS, max(5_000_000_000, int(keep_ns * _PRUNE_WINDOW_FRACTION)))
+            if keep_ns > 0
+            else _PRUNE_EVERY_NS
+        )
         while True:
             self.metrics.sample_history(self.clock())
             pending = await self.state.pending_counts()
@@ -703,7 +758,11 @@ class Daemon:
             await self.state.prune_events(100_000)
             await self.trust.tick()
             now = self.clock()
-            if last_prune is None or now - last_prune >= _PRUNE_EVERY_NS:
+            if now - last_trim >= _TRIM_HEAP_EVERY_NS:
+                # Off the loop: it walks the heap (a few ms); glibc serialises it per arena.
+                await asyncio.to_thread(trim_heap)
+                last_trim = now
+            if last_prune is None or now - last_prune >= prune_every_ns:
                 await prune_finished_work(
                     self.state, now, self.config.pipeline.keep_finished_work_days
                 )

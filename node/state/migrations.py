@@ -246,6 +246,26 @@ _V7: tuple[str, ...] = (
 )
 
 
+# Node key rotations and revocations (docs/operations.md, "Node key rotation"): the signed
+# records this node received or made, so that attestations by a rotated key keep counting as
+# their node and a revoked key's stop counting, across restarts. One rotation per old key.
+_V8: tuple[str, ...] = (
+    """CREATE TABLE key_rotations (
+        old_id TEXT PRIMARY KEY,
+        new_id TEXT NOT NULL CHECK (new_id <> old_id),
+        issued_at_ns INTEGER NOT NULL,
+        envelope BLOB NOT NULL,
+        received_ns INTEGER NOT NULL
+    )""",
+    """CREATE TABLE key_revocations (
+        node_id TEXT PRIMARY KEY,
+        revoked_ns INTEGER NOT NULL,
+        envelope BLOB NOT NULL,
+        received_ns INTEGER NOT NULL
+    )""",
+)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _V1),
     Migration(2, "indexes for claim and events by kind", _v2_indexes),
@@ -254,6 +274,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "subscription trust policy, trusted head and trust state", _V5),
     Migration(6, "subscriptions by URL, observations and split views", _V6),
     Migration(7, "flow schedules", _V7),
+    Migration(8, "node key rotations and revocations", _V8),
 )
 LATEST_VERSION: int = MIGRATIONS[-1].version
 

@@ -35,6 +35,8 @@ from node.app.rows import (
     Dispute,
     EquivocationProof,
     Event,
+    KeyRevocationRecord,
+    KeyRotationRecord,
     ObservationRecord,
     Peer,
     Schedule,
@@ -414,6 +416,52 @@ class NodeState:
             Attestation(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bool(r[7]), r[8])
             for r in rows
         ]
+
+    # -- node key records -------------------------------------------------------------------
+
+    def add_key_rotation(
+        self, old_id: str, new_id: str, issued_at_ns: int, envelope: bytes
+    ) -> bool:
+        """Store a rotation record; False if ``old_id`` already has one (the first stays)."""
+        if not old_id or not new_id or old_id == new_id:
+            raise InvalidStateValue("a key rotation needs two different node ids")
+        with self._tx() as c:
+            cur = c.execute(
+                """INSERT INTO key_rotations (old_id, new_id, issued_at_ns, envelope, received_ns)
+                   VALUES (?, ?, ?, ?, ?) ON CONFLICT (old_id) DO NOTHING""",
+                (old_id, new_id, issued_at_ns, bytes(envelope), self._clock()),
+            )
+        return cur.rowcount > 0
+
+    def key_rotations(self) -> list[KeyRotationRecord]:
+        """Every stored rotation record, oldest first."""
+        rows = self._rows(
+            "SELECT old_id, new_id, issued_at_ns, envelope, received_ns FROM key_rotations"
+            " ORDER BY received_ns, old_id"
+        )
+        return [KeyRotationRecord(r[0], r[1], r[2], bytes(r[3]), r[4]) for r in rows]
+
+    def add_key_revocation(self, node_id: str, revoked_ns: int, envelope: bytes) -> bool:
+        """Store a revocation; False if ``node_id`` is already revoked (the earliest stays)."""
+        if not node_id:
+            raise InvalidStateValue("node_id must not be empty")
+        with self._tx() as c:
+            cur = c.execute(
+                """INSERT INTO key_revocations (node_id, revoked_ns, envelope, received_ns)
+                   VALUES (?, ?, ?, ?) ON CONFLICT (node_id) DO UPDATE SET
+                     revoked_ns = excluded.revoked_ns, envelope = excluded.envelope
+                   WHERE excluded.revoked_ns < key_revocations.revoked_ns""",
+                (node_id, revoked_ns, bytes(envelope), self._clock()),
+            )
+        return cur.rowcount > 0
+
+    def key_revocations(self) -> list[KeyRevocationRecord]:
+        """Every stored revocation."""
+        rows = self._rows(
+            "SELECT node_id, revoked_ns, envelope, received_ns FROM key_revocations"
+            " ORDER BY revoked_ns, node_id"
+        )
+        return [KeyRevocationRecord(r[0], r[1], bytes(r[2]), r[3]) for r in rows]
 
     def add_dispute(
         self,

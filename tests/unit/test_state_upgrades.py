@@ -89,6 +89,15 @@ def test_old_home_opens_migrates_and_keeps_its_data(
             assert by_did[make_homes.DID[0]].every_s == 3600.0
             assert by_did[make_homes.DID[1]].cron == "*/5 * * * *"
             assert by_did[make_homes.DID[2]].inputs_seen == {make_homes.DID[0]: make_homes.HEAD[0]}
+        if fixture.version >= 8:  # the node key records read back through the typed API
+            (rot,) = st.key_rotations()
+            assert (rot.old_id, rot.new_id) == (
+                make_homes.TRUST_ATTESTERS[0],
+                make_homes.ROTATED_TO,
+            )
+            assert [r.node_id for r in st.key_revocations()] == [make_homes.TRUST_ATTESTERS[0]]
+        else:  # migration 8 adds its tables empty
+            assert st.key_rotations() == [] and st.key_revocations() == []
         assert {w.state for w in st.work()} == {"done", "pending", "claimed", "failed"}
         st.record_verification(make_homes.DID[5], "f1620" + "ee" * 32, "inconclusive", "x", 0.1)
         assert st.release_claims() == 1  # the claimed item a dead daemon left behind
