@@ -1,13 +1,22 @@
-# odf-node: slim Python 3.11, Java 17 runtime for the Spark engine, Node.js for the embedded
-# js-ipfs node (the compose file uses kubo instead), non-root user, health check on /healthz.
+# odf-node: slim Python 3.11, Java 17 runtime for the Spark engine, Node.js 20 for the embedded
+# IPFS node (Helia; the compose file uses kubo instead), non-root user, health check on /healthz.
 #
 #   docker build -t odf-node .
 #   docker run -v odf-home:/home/odf/.local/share/odf-node -p 7375:7375 odf-node
+
+# Helia needs Node.js >= 20 (docs/ipfs.md); bookworm's own nodejs is 18 and trixie has no Java 17,
+# so the Node.js runtime is copied from the official Node.js 20 image on the same Debian release.
+FROM node:20-bookworm-slim AS nodejs
+
 FROM python:3.11-slim-bookworm
 
 RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless nodejs npm tini \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless tini \
  && rm -rf /var/lib/apt/lists/*
+COPY --from=nodejs /usr/local/bin/node /usr/local/bin/node
+COPY --from=nodejs /usr/local/lib/node_modules/npm /usr/local/lib/node_modules/npm
+RUN ln -s ../lib/node_modules/npm/bin/npm-cli.js /usr/local/bin/npm \
+ && node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)'
 
 RUN useradd --create-home --uid 10001 odf
 WORKDIR /opt/odf-node

@@ -15,17 +15,18 @@ DATAFUSION_VERSIONS := 51.0.0 41.0.0
 ENGINES := $(VENV)/engines
 DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.installed)
 
-.PHONY: browser nftables bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-follow bench-hostile bench-state bench-sim bench-backup bench-network bench-nat bench-decode fuzz p2p-vectors clean
+.PHONY: browser nftables test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-longrun bench-follow bench-follow-urls bench-hostile bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-nat bench-decode fuzz p2p-vectors clean
 
 setup: $(STAMP) $(DF_STAMPS)
 
 $(STAMP): pyproject.toml constraints.txt js/package-lock.json
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
-	@command -v npm >/dev/null || { echo "npm (Node.js >= 18) is required for the embedded IPFS node"; exit 1; }
+	@command -v npm >/dev/null || { echo "npm (Node.js >= 20) is required for the embedded IPFS node"; exit 1; }
+	@node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' || { echo "Node.js >= 20 is required for the embedded IPFS node (Helia)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
-	# The embedded IPFS node (js-ipfs 0.66.1), installed exactly as locked.
+	# The embedded IPFS node (Helia, js/helia-ipfs.mjs), installed exactly as locked.
 	cd js && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	touch $(STAMP)
 
@@ -49,27 +50,31 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy coordinator p2p node sim engine
 
-unit: setup browser nftables
+unit: setup test-deps
 	$(BIN)/pytest -q
 
-# Real headless Chromium for the console's browser tests: Debian's chromium and its
-# chromedriver (the same version), from apt when missing (sudo when not root). Nothing is
-# downloaded when the tests run.
-browser:
-	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; else \
+# Debian packages the tests run for real, from apt when missing (sudo when not root); nothing
+# is downloaded when the tests run. Headless Chromium and its chromedriver (the same version)
+# for the console's browser tests; mosquitto, the MQTT broker the Mqtt polling source tests
+# start on a loopback port (tests/integration/test_ingest_mqtt.py); nftables, the NAT routers'
+# masquerade rules of the multi-host test network (sim/netlab.py, in the lab's own namespaces).
+test-deps:
+	@missing=; \
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  missing="$$missing chromium chromium-driver"; \
+	command -v mosquitto >/dev/null || [ -x /usr/sbin/mosquitto ] || missing="$$missing mosquitto"; \
+	command -v nft >/dev/null || [ -x /usr/sbin/nft ] || missing="$$missing nftables"; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	    $$SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver; fi
+	    $$SUDO apt-get install -y -qq --no-install-recommends $$missing; fi
 
-# nftables for the multi-host test network's NAT routers (sim/netlab.py: masquerade rules in
-# the lab's own namespaces), from apt when missing, like chromium.
-nftables:
-	@if command -v nft >/dev/null || [ -x /usr/sbin/nft ]; then :; else \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	    $$SUDO apt-get install -y -qq --no-install-recommends nftables; fi
+# Kept for the targets (and habits) that name them.
+browser: test-deps
 
-test: lint typecheck browser nftables
+nftables: test-deps
+
+test: lint typecheck test-deps
 	$(NETNS) 'ip link set lo up && exec $(BIN)/pytest -q'
 
 # The fuzz suite (tests/fuzz) with random seeds and 50x the examples `make test` runs.
@@ -128,15 +133,34 @@ bench-nat: setup nftables
 bench-sim: setup
 	$(BIN)/python tests/bench/bench_sim.py
 
+# The trust-policy sweep as Spark jobs, one simulation per task (sim/spark_sweep.py): 4 policies x
+# malicious 10/30 % x 0/2/3 colluders inside the trusted set x 10 seeds = 240 simulations on
+# local[*]; table and plot in sim-results/spark-sweep/. A cluster: see README (Simulations).
+bench-sim-sweep: setup
+	$(NETNS) 'ip link set lo up && exec $(BIN)/odf-node sim spark-sweep --master "local[*]" --out sim-results/spark-sweep'
+
 # Two daemons: an owner appends to 200 datasets 5 times as fast as it can; the subscriber
 # follows all of them (time until every subscription is at the owner's head; isolates itself).
 bench-follow: setup
 	$(BIN)/python tests/bench/bench_follow.py
 
+# One daemon following 1,000 datasets by URL from one odf-node serve-http (poll interval 10 s):
+# node.status p50/p99 every 100 ms during the polls, its connections to the source over time,
+# requests and bytes per idle poll counted at the server (docs/follow.md; isolates itself).
+bench-follow-urls: setup
+	$(BIN)/python tests/bench/bench_follow_urls.py
+
 # One daemon, 1,000 subscriptions, 50 announcements/s for 10 minutes (isolates itself):
 # node.status latency from a separate process, event-loop lag, outcomes, RSS, CPU.
 bench-soak: setup
 	$(BIN)/python tests/bench/bench_soak.py
+
+# A compressed month (>= 1 h; isolates itself): two daemons publishing to and following each
+# other, subscriptions rotating, peers joining and leaving, a backup and a restart in the middle;
+# RSS slope (<= 2 MB/h after warm-up), open fds, state.db size, lost work items. Shorter:
+# make bench-longrun LONGRUN_ARGS="--minutes 10".
+bench-longrun: setup
+	$(BIN)/python tests/bench/bench_longrun.py $(LONGRUN_ARGS)
 
 # One daemon fed every hostile case (RPC, pulls, gossip) while node.status is sampled every
 # 100 ms: must answer within 250 ms throughout and never restart (isolates itself).

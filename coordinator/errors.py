@@ -241,17 +241,61 @@ class InvalidObjectLink(IngestError):
     """An ObjectLink column holds a value that is not a multibase multihash."""
 
 
+# -- polling sources -----------------------------------------------------------------------
+
+
+class PollingError(IngestError):
+    """Base of polling-source errors (fetch, prepare); nothing was committed."""
+
+
+class PollingSourceNotFound(PollingError):
+    """The dataset has no active polling source (``SetPollingSource``)."""
+
+    rpc_code = NOT_FOUND
+
+
+class FetchError(PollingError):
+    """The polling source's fetch step failed (bad response, unusable file, event time)."""
+
+
+class SourceNotFound(FetchError):
+    """The polled URL answered 404, or the file / glob matched nothing."""
+
+    rpc_code = NOT_FOUND
+
+
+class SourceUnreachable(FetchError):
+    """The polled URL could not be reached (connection refused, timeout, a 5xx): retry later."""
+
+    rpc_code = UNAVAILABLE
+
+
+class PrepareError(PollingError):
+    """A prepare step (``Decompress``, ``Pipe``) failed or is not allowed."""
+
+
+class DecompressBudgetExceeded(PrepareError):
+    """An archive decompresses to more than the node's budget (a zip bomb)."""
+
+
 __all__ = [
     "BadInputData",
     "BadInputSchema",
     "ConcurrentModification",
     "DanglingObjectLink",
+    "DecompressBudgetExceeded",
+    "FetchError",
     "IncompatibleSchema",
     "IngestError",
     "InvalidDdlSchema",
     "InvalidObjectLink",
     "MergeError",
+    "PollingError",
+    "PollingSourceNotFound",
+    "PrepareError",
     "PushSourceNotFound",
+    "SourceNotFound",
+    "SourceUnreachable",
     "UnsupportedPreprocess",
     "UnsupportedReadOption",
 ]

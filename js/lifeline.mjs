@@ -1,13 +1,13 @@
-// Run a Node.js CLI (argv[2], e.g. node_modules/.bin/jsipfs) that dies with the odf-node daemon.
+// Run a Node.js script (argv[2], e.g. js/helia-ipfs.mjs) that dies with the odf-node daemon.
 //
 // The daemon passes the read end of a pipe whose write end only it holds; its number is in
 // ODF_LIFELINE_FD. Nothing is ever written: end-of-file means the daemon process is gone (even
-// after SIGKILL), and this process kills itself at once, so a js-ipfs node never outlives the
+// after SIGKILL), and this process kills itself at once, so the IPFS node never outlives the
 // daemon that started it. The reasons for a pipe rather than PR_SET_PDEATHSIG are in
 // engine/lifeline.py; node/lifeline.py is the daemon's side.
 //
 // The pipe is read through a net.Socket that is unref'ed: it must not keep the event loop
-// alive, or a js-ipfs node that stopped on SIGTERM would never exit (the daemon then waited its
+// alive, or an IPFS node that stopped on SIGTERM would never exit (the daemon then waited its
 // 10 s and killed it on every shutdown).
 import fs from 'node:fs'
 import net from 'node:net'

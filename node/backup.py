@@ -5,7 +5,8 @@ is never worth a compression oracle). Its members, in order:
 
 * ``odf-node-backup.json``: ``{"format": "odf-node-backup", "version": 1}``, first, so a restore
   refuses an archive of an unknown newer format before it reads anything else;
-* ``config.toml``, ``keys/node.key``, ``keys/datasets/<did>.key`` (the keys of owned datasets);
+* ``config.toml``, ``keys/node.key``, ``keys/datasets/<did>.key`` (the keys of owned datasets),
+  ``keys/retired/<did>.key`` (node keys retired by ``odf-node key rotate``);
 * ``state.db``: a consistent copy of the state database (subscriptions, accepted heads,
   verifications, attestations, disputes, equivocation proofs, peers, events, work items) made
   with SQLite's online backup API, so it is taken while a daemon writes;
@@ -145,6 +146,9 @@ def write_backup(
             keys = sorted(h.dataset_keys_path.glob("*.key"))
             for key in keys:
                 _add_file(tar, files, f"keys/datasets/{key.name}", key, 0o600)
+            # Retired node keys (odf-node key rotate): the restored node can still revoke them.
+            for key in sorted((h.path / "keys" / "retired").glob("*.key")):
+                _add_file(tar, files, f"keys/retired/{key.name}", key, 0o600)
             state = _snapshot_state(home / "state.db", Path(scratch) / "state.db")
             if state is not None:
                 _add_file(tar, files, "state.db", Path(scratch) / "state.db", 0o600)

@@ -5,7 +5,8 @@ goes to the daemon's JSON-RPC when a daemon runs on the home and runs in-process
 prints a human rendering by default and the same JSON either way with ``--json``; failures
 print one clear line and exit with status 1. The commands written here are not use cases:
 ``init`` and ``run`` make and start a node, ``restore`` makes one from a backup (a new home:
-no daemon or Application exists for it yet), ``serve-http`` serves a home without a daemon,
+no daemon or Application exists for it yet), ``key rotate`` / ``key revoke`` change the key the
+daemon runs with (so they need it stopped), ``serve-http`` serves a home without a daemon,
 ``ui`` and ``rpc`` speak to a running daemon's RPC, ``sim`` runs network simulations.
 """
 
@@ -32,6 +33,14 @@ app = typer.Typer(
 )
 dataset_app = typer.Typer(help="Create, inspect and verify datasets.", no_args_is_help=True)
 app.add_typer(dataset_app, name="dataset")
+key_app = typer.Typer(
+    help="Rotate or revoke the node key (the daemon must be stopped).", no_args_is_help=True
+)
+app.add_typer(key_app, name="key")
+attestation_app = typer.Typer(
+    help="Check exported attestations (in-toto/DSSE envelopes).", no_args_is_help=True
+)
+app.add_typer(attestation_app, name="attestation")
 
 
 def _home(home: Path | None) -> NodeHome:
@@ -164,6 +173,58 @@ def restore(
     )
 
 
+@key_app.command("rotate")
+def key_rotate(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
+    """Replace the node key by a new one; the node keeps its identity.
+
+    A record signed by the old and the new key is stored and gossiped by the daemon at its next
+    start: peers move the node's score to its new peer id and count attestations signed by the
+    old key as the node's. The old key is kept in keys/retired/ (for `key revoke`). Update
+    `[p2p] bootstrap` entries of other nodes that name this node's old peer id.
+    docs/operations.md ("Node key rotation").
+    """
+    from node.keyrotation import rotate
+
+    try:
+        r = rotate(_home(home))
+    except OdfNodeError as e:
+        fail(str(e))
+    if as_json:
+        emit(r.__dict__, True)
+        return
+    out.print(
+        f"Node key rotated: {r.old_id} -> [bold]{r.new_id}[/]\n"
+        f"peer id: {r.old_peer_id} -> {r.new_peer_id}\n"
+        "the rotation record is gossiped when the daemon starts (odf-node run)"
+    )
+
+
+@key_app.command("revoke")
+def key_revoke(
+    node_id: Annotated[
+        str | None,
+        typer.Argument(help="The retired key to revoke (did:key:...; default: the newest)."),
+    ] = None,
+    home: HomeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Revoke a retired node key: from now on its attestations and disputes no longer count.
+
+    Signed by the revoked key itself and gossiped by the daemon at its next start. The current
+    key cannot be revoked: rotate first. docs/operations.md ("Node key rotation").
+    """
+    from node.keyrotation import revoke
+
+    try:
+        r = revoke(_home(home), node_id)
+    except OdfNodeError as e:
+        fail(str(e))
+    if as_json:
+        emit(r.__dict__, True)
+        return
+    out.print(f"Revoked node key [bold]{r.node_id}[/] from {r.revoked_ns} ns on")
+
+
 @app.command("serve-http")
 def serve_http(
     port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8090,
@@ -225,7 +286,7 @@ def rpc_raw(
         fail(str(e))
 
 
-add_commands(app, {"dataset": dataset_app})
+add_commands(app, {"dataset": dataset_app, "attestation": attestation_app})
 
 
 def _register_sim_commands() -> None:

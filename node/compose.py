@@ -33,24 +33,38 @@ from node.adapters.ipfs import IpfsAdapter, NoIpfs
 from node.adapters.transfer import TransferAdapter
 from node.app import Application, NodeInfo
 from node.app.console import ConsoleQueries
-from node.app.datasets import CommitLocks, DatasetUseCases
+from node.app.datasets import CommitLocks, DatasetUseCases, PollingOptions
 from node.app.events import EventBus
+from node.app.flows import FlowUseCases
 from node.app.metrics import NodeMetrics
 from node.app.ports import EnginePort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
 from node.app.subscriptions import SubscriptionUseCases
 from node.app.verify import VerifyPipeline
 from node.app.work import RetryPolicy, WorkRunner
+from node.config import NodeConfig
 from node.daemon.lock import HomeLock
 from node.home import NodeHome, default_home
 
 DAEMON_START_WAIT_S = 120.0
-"""How long a CLI command waits for a starting daemon's RPC (js-ipfs may take a while)."""
+"""How long a CLI command waits for a starting daemon's RPC (its IPFS node may take a while)."""
 
 
 class DaemonUnreachable(OdfNodeError):
     """A daemon holds the home but its RPC cannot be reached (not started in time, stopped,
     or its cookie is unusable)."""
+
+
+def polling_options(config: NodeConfig) -> PollingOptions:
+    """The ``[ingest]`` bounds of polling-source runs."""
+    i = config.ingest
+    return PollingOptions(
+        i.max_fetch_bytes,
+        i.max_decompressed_bytes,
+        i.allow_pipe,
+        i.mqtt_max_records,
+        i.mqtt_idle_timeout_s,
+    )
 
 
 def daemon_endpoint(home: Path) -> tuple[str, str] | None:
@@ -177,6 +191,14 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
     owns = DatasetUseCases(repo, engine).owns
     work = WorkRunner(ports, time.time_ns, RetryPolicy(), random.random)
     transfer = TransferAdapter(repo, lambda: options.ipfs_api, options.ipfs_gateway, config=config)
+    datasets = DatasetUseCases(
+        repo,
+        engine,
+        state=ports,
+        transfer=transfer,
+        locks=locks,
+        polling=polling_options(config),
+    )
     app = Application(
         info=info,
         clock=time.time_ns,
@@ -187,7 +209,7 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
         engine=lambda: engines[0] if engines else None,
         metrics=metrics,
         locks=locks,
-        datasets=DatasetUseCases(repo, engine, state=ports, transfer=transfer, locks=locks),
+        datasets=datasets,
         subscriptions=SubscriptionUseCases(
             ports,
             gossip,
@@ -217,6 +239,8 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
         work=work,
         console=ConsoleQueries(repo, ports, gossip, metrics),
         backup_port=HomeBackup(home.path),
+        # Triggers are set and listed here; only a daemon runs them.
+        flows=FlowUseCases(repo, ports, time.time_ns, datasets),
     )
     try:
         yield app

@@ -96,6 +96,19 @@ class P2pSection:
     relay_circuit_duration_s: int
     relay_circuit_bytes: int
     reachability_interval_s: float
+    peers_high_water: int
+    peers_low_water: int
+    max_peers_per_ip: int
+    conn_grace_s: float
+    dial_backoff_base_s: float
+    dial_backoff_max_s: float
+
+    def peers_per_ip_cap(self, loopback_only: bool) -> int:
+        """The per-IP cap in force: ``max_peers_per_ip``, where -1 means 8 on an open network
+        and none in loopback-only isolation (every peer there shares 127.0.0.1)."""
+        if self.max_peers_per_ip >= 0:
+            return self.max_peers_per_ip
+        return 0 if loopback_only else 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +161,35 @@ class TransferSection:
 
 
 @dataclass(frozen=True, slots=True)
+class IngestSection:
+    """``[ingest]``: bounds of polling sources (``coordinator.ingest.polling``)."""
+
+    max_fetch_bytes: int
+    max_decompressed_bytes: int
+    allow_pipe: bool
+    mqtt_max_records: int
+    mqtt_idle_timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class FlowsSection:
+    """``[flows]``: the flow scheduler (``docs/flows.md``)."""
+
+    tick_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class FollowSection:
+    """``[follow]``: polling of datasets followed by URL (``docs/follow.md``)."""
+
+    poll_interval_s: float
+    jitter: float
+    backoff_max_s: float
+    min_gap_s: float
+    max_connections: int
+
+
+@dataclass(frozen=True, slots=True)
 class TrustSection:
     """``[trust]``: the node's default trust policy (``docs/trust.md``); read through
     :meth:`NodeConfig.trust_config`, which validates it with ``[pipeline] replay``."""
@@ -179,6 +221,14 @@ class HealthSection:
     max_write_delay_s: float
     engine_crash_window_s: float
     engine_crash_failures: int
+
+
+@dataclass(frozen=True, slots=True)
+class StorageSection:
+    """``[storage]``: the disk budget of datasets this node stores but does not own."""
+
+    max_bytes: int
+    min_free_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,9 +264,13 @@ class NodeConfig:
     engine: EngineSection
     pipeline: PipelineSection
     transfer: TransferSection
+    ingest: IngestSection
+    flows: FlowsSection
+    follow: FollowSection
     metadata: MetadataSection
     trust: TrustSection
     health: HealthSection
+    storage: StorageSection
 
     def trust_config(self) -> TrustConfig:
         """The validated default trust policy; ``can_replay`` is ``[pipeline] replay``.
@@ -251,9 +305,13 @@ _SECTION_TYPES = {
     "engine": EngineSection,
     "pipeline": PipelineSection,
     "transfer": TransferSection,
+    "ingest": IngestSection,
+    "flows": FlowsSection,
+    "follow": FollowSection,
     "metadata": MetadataSection,
     "trust": TrustSection,
     "health": HealthSection,
+    "storage": StorageSection,
 }
 
 _CHOICES: dict[tuple[str, str], frozenset[str]] = {
@@ -335,7 +393,22 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError(
             "p2p.relay_service needs network.isolation = 'open' (a relay serves other hosts)"
         )
+    if not 0 < p.peers_low_water <= p.peers_high_water:
+        raise ConfigError("p2p: need 0 < peers_low_water <= peers_high_water")
+    if p.max_peers_per_ip < -1 or p.conn_grace_s < 0:
+        raise ConfigError("p2p.max_peers_per_ip must be >= -1 and p2p.conn_grace_s >= 0")
+    if not 0 < p.dial_backoff_base_s <= p.dial_backoff_max_s:
+        raise ConfigError("p2p: need 0 < dial_backoff_base_s <= dial_backoff_max_s")
+    if cfg.storage.max_bytes < 0 or cfg.storage.min_free_bytes < 0:
+        raise ConfigError("storage.max_bytes and storage.min_free_bytes must be >= 0")
     _validate_hosts(cfg)
+    f = cfg.follow
+    if f.poll_interval_s <= 0 or f.min_gap_s < 0 or f.backoff_max_s < f.poll_interval_s:
+        raise ConfigError(
+            "follow: need poll_interval_s > 0, min_gap_s >= 0, backoff_max_s >= poll_interval_s"
+        )
+    if not 0 <= f.jitter < 1 or f.max_connections < 1:
+        raise ConfigError("follow: need 0 <= jitter < 1 and max_connections >= 1")
     if cfg.rpc.idle_timeout_s <= 0 or cfg.http.idle_timeout_s <= 0:
         raise ConfigError("rpc.idle_timeout_s and http.idle_timeout_s must be > 0")
     if cfg.rpc.max_body_bytes < 1024 or cfg.rpc.max_batch < 1:
@@ -363,6 +436,14 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError("engine.cpu_limit_s must be >= 0 (0: no CPU-time budget)")
     if cfg.engine.datafusion_workers < 0:
         raise ConfigError("engine.datafusion_workers must be >= 0 (0: automatic)")
+    if cfg.ingest.max_fetch_bytes < 1 or cfg.ingest.max_decompressed_bytes < 1:
+        raise ConfigError("ingest.max_fetch_bytes and ingest.max_decompressed_bytes must be >= 1")
+    if not 0.05 <= cfg.flows.tick_s <= 60:
+        raise ConfigError("flows.tick_s must be in [0.05, 60]")
+    if cfg.ingest.mqtt_max_records < 1 or not 0 < cfg.ingest.mqtt_idle_timeout_s <= 3600:
+        raise ConfigError(
+            "ingest.mqtt_max_records must be >= 1 and ingest.mqtt_idle_timeout_s in (0, 3600]"
+        )
     h = cfg.health
     if h.max_verify_backlog < 1 or h.engine_crash_failures < 1:
         raise ConfigError("health.max_verify_backlog and health.engine_crash_failures must be >= 1")
@@ -493,8 +574,10 @@ def load_config(
 __all__ = [
     "ConfigError",
     "EngineSection",
+    "FlowsSection",
     "HealthSection",
     "HttpSection",
+    "IngestSection",
     "IpfsSection",
     "MetadataSection",
     "NetworkSection",

@@ -95,6 +95,7 @@ class EngineRouter:
         self._cpu = cpu_limit
         self._versions = tuple(v for v in versions if datafusion_python(v, self._root).is_file())
         self._datafusion: dict[str, list[EngineClient]] = {}
+        self._datafusion_raw: dict[str, EngineClient] = {}  # gRPC workers for raw queries
         self._pool_size = max(
             1, datafusion_workers if datafusion_workers is not None else min(2, os.cpu_count() or 1)
         )
@@ -193,6 +194,7 @@ class EngineRouter:
     def _clients(self) -> list[EngineClient]:
         with self._lock:
             pools = [c for pool in self._datafusion.values() for c in pool]
+            pools += self._datafusion_raw.values()
             return [c for c in (self._spark, *pools) if c is not None]
 
     @property
@@ -222,7 +224,7 @@ class EngineRouter:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def _target(self, request: TransformRequest) -> str | TransformInternalError:
+    def _target(self, request: TransformRequest | RawQueryRequest) -> str | TransformInternalError:
         """``spark``, the DataFusion release ``request`` runs on, or why there is none."""
         name = normalize_engine(request.transform.engine)
         if name == SPARK:
@@ -297,8 +299,30 @@ class EngineRouter:
         return _gather(parts)
 
     def execute_raw_query(self, request: RawQueryRequest) -> RawQueryResponse:
-        """Raw queries (ingest preprocessing) run on Spark, as before."""
-        return self.spark().execute_raw_query(request)
+        """A raw query (ingest preprocessing) on the engine its transform names.
+
+        DataFusion raw queries go to a worker of their own that speaks gRPC (the framed
+        protocol carries transform batches only); it starts on the first preprocess and stops
+        when idle, like the others.
+        """
+        target = self._target(request)
+        if isinstance(target, TransformInternalError):
+            return target
+        if target == SPARK:
+            return self.spark().execute_raw_query(request)
+        with self._lock:
+            client = self._datafusion_raw.get(target)
+            if client is None:
+                client = self._datafusion_raw[target] = EngineClient(
+                    engine=DATAFUSION,
+                    python=str(datafusion_python(target, self._root)),
+                    idle_timeout=self._idle,
+                    isolate_network=self._isolate,
+                    memory_limit=self._memory,
+                    cpu_limit=self._cpu,
+                    start_timeout=60.0,
+                )
+        return client.execute_raw_query(request)
 
 
 def _done(answers: list[TransformResponse]) -> Future[list[TransformResponse]]:

@@ -2,7 +2,7 @@
 
 A node that knows only a bootstrap peer must find the owner (or any peer) carrying the datasets
 it follows, connect its gossip host to them and connect its IPFS node to theirs, because
-js-ipfs without routing fetches blocks only from peers it is connected to.
+the embedded IPFS node has no routing and fetches blocks only from peers it is connected to.
 
 **Why a request protocol and not gossipsub peer exchange or the Kademlia DHT.** Gossipsub
 already tells every node which of its *connected* peers joined which topic; what a newcomer

@@ -42,6 +42,12 @@ class InvalidEquivocationProof(P2PError):
     rpc_code = VERIFICATION_FAILED
 
 
+class EnvelopeError(P2PError):
+    """A DSSE envelope (an exported in-toto statement) does not verify or is malformed."""
+
+    rpc_code = VERIFICATION_FAILED
+
+
 class InvalidPeerAddress(P2PError):
     """A string is not a peer multiaddr (``/ip4/<addr>/tcp/<port>/p2p/<peer id>``)."""
 
@@ -55,6 +61,7 @@ class NetworkNotIsolated(P2PError):
 
 
 __all__ = [
+    "EnvelopeError",
     "InvalidEquivocationProof",
     "InvalidPeerAddress",
     "NetworkNotIsolated",

@@ -25,6 +25,7 @@ from p2p.core import (
     HeadAccepted,
     Ignore,
     Penalise,
+    PollSource,
     PublishAttestation,
     PublishDispute,
     RejectHead,
@@ -88,6 +89,10 @@ class DecisionEffects(Protocol):
         """Sign and publish a dispute for a head whose verification failed."""
         ...
 
+    def poll_source(self, d: PollSource) -> None:
+        """Poll a followed source now (a peer observed it showing another head)."""
+        ...
+
 
 def execute(decision: Decision, effects: DecisionEffects) -> None:
     """Carry out one decision through ``effects`` (exhaustive over :data:`Decision`)."""
@@ -118,6 +123,8 @@ def execute(decision: Decision, effects: DecisionEffects) -> None:
             effects.attest(decision)
         case PublishDispute():
             effects.dispute(decision)
+        case PollSource():
+            effects.poll_source(decision)
         case _:
             assert_never(decision)
 
@@ -172,6 +179,9 @@ class NullEffects:
         """No-op."""
 
     def dispute(self, d: PublishDispute) -> None:
+        """No-op."""
+
+    def poll_source(self, d: PollSource) -> None:
         """No-op."""
 
 

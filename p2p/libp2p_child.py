@@ -21,9 +21,11 @@ import os
 import signal
 import socket
 import sys
+import time
 from typing import Any
 
 from p2p import libp2p_unloaded
+from p2p.heap import trim_heap
 from p2p.libp2p_host import Libp2pConfig, Libp2pTransport
 from p2p.libp2p_process import (
     ANSWER_TIMEOUT_S,
@@ -33,6 +35,8 @@ from p2p.libp2p_process import (
     write_frame,
 )
 from p2p.transport import TransportError, ValidationResult
+
+_TRIM_HEAP_EVERY_S = 60.0
 
 log = logging.getLogger("p2p.libp2p_child")
 
@@ -135,12 +139,16 @@ class _Relay:
 
     async def watch_peers(self, interval_s: float) -> None:
         last: tuple[str, ...] | None = None
+        next_trim = time.monotonic() + _TRIM_HEAP_EVERY_S
         while True:
             assert self.transport is not None
             peers = tuple(self.transport.connected_peers())
             if peers != last:
                 last = peers
                 self.send(("peers", peers))
+            if time.monotonic() >= next_trim:
+                next_trim = time.monotonic() + _TRIM_HEAP_EVERY_S
+                trim_heap()  # p2p/heap.py: freed memory back to the OS, once a minute
             await asyncio.sleep(interval_s)
 
 

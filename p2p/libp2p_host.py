@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from p2p.connmgr import ConnectionManager, ConnLimits, PeerConn
 from p2p.errors import InvalidPeerAddress, NetworkNotIsolated
 from p2p.limits import MAX_MESSAGE_SIZE
 from p2p.netguard import assert_loopback_multiaddr, assert_loopback_only
@@ -98,7 +99,8 @@ class Libp2pConfig:
     # following 1,000 datasets must be heard on all of them.
     max_topics_per_peer: int = 10_000
     join_interval_s: float = 0.02
-    # How often the trio thread posts its connected-peer snapshot to the asyncio thread.
+    # How often the trio thread posts its connected-peer snapshot to the asyncio thread, and
+    # how often the connection manager looks at the connected peers.
     peer_watch_interval_s: float = 0.5
     # Reachability behind NAT (p2p/relay.py, docs/nat.md); open mode only. ``nat`` runs
     # AutoNAT (answering peers and asking them) and accepts and dials relayed connections;
@@ -112,6 +114,16 @@ class Libp2pConfig:
     relay_circuit_duration_s: int = 600
     relay_circuit_bytes: int = 64 << 20
     reachability_interval_s: float = 60.0
+    # Connection manager (p2p/connmgr.py, docs/libp2p.md "Connection manager"): above
+    # peers_high_water connected peers, trim to peers_low_water; at most max_peers_per_ip
+    # inbound peers per remote IP (0: no cap); a new peer is not trimmed for conn_grace_s; a
+    # peer whose dial failed waits dial_backoff_base_s, doubling up to dial_backoff_max_s.
+    peers_high_water: int = 96
+    peers_low_water: int = 64
+    max_peers_per_ip: int = 0
+    conn_grace_s: float = 20.0
+    dial_backoff_base_s: float = 5.0
+    dial_backoff_max_s: float = 300.0
 
 
 async def _drain_channel(receive: Any) -> None:
@@ -173,6 +185,23 @@ class Libp2pTransport:
         # The relay machinery (trio side) and its last snapshot (asyncio side).
         self._relay: Any = None
         self._reachability: dict[str, Any] = {"status": "unknown", "relayed_addrs": []}
+
+        from p2p.redial import peer_id_of
+
+        # Its connected-peer side runs on the trio thread (_watch_peers), its dial backoff on
+        # the asyncio thread (connect); the two keep separate tables.
+        self.connmgr = ConnectionManager(
+            ConnLimits(
+                high_water=config.peers_high_water,
+                low_water=config.peers_low_water,
+                max_per_ip=config.max_peers_per_ip,
+                grace_s=config.conn_grace_s,
+                dial_backoff_base_s=config.dial_backoff_base_s,
+                dial_backoff_max_s=config.dial_backoff_max_s,
+            ),
+            time.monotonic,
+            protected=frozenset(peer_id_of(a) for a in config.bootstrap),
+        )
 
     # ---- lifecycle
 
@@ -420,6 +449,13 @@ class Libp2pTransport:
         if relayed and self._relay is None:
             raise TransportError(f"cannot connect to {addr}: relayed addresses need [p2p] nat")
         info = parse_peer_multiaddr(addr)
+        peer = str(info.peer_id.to_string())
+        wait = self.connmgr.dial_wait_s(peer)
+        if wait > 0 and peer not in self._peer_snapshot:
+            raise TransportError(
+                f"cannot connect to {addr}: its last dial failed; dial backoff, next try in "
+                f"{wait:.0f} s ([p2p] dial_backoff_base_s)"
+            )
 
         async def dial() -> None:
             if relayed:
@@ -434,8 +470,10 @@ class Libp2pTransport:
         try:
             await self._run_in_trio(dial)
         except Exception as e:
+            self.connmgr.dial_failed(peer)
             raise TransportError(f"cannot connect to {addr}: {e}") from e
-        return str(info.peer_id.to_string())
+        self.connmgr.dial_succeeded(peer)
+        return peer
 
     async def publish(self, topic: str, data: bytes) -> None:
         """Publish on ``topic`` (size-capped)."""
@@ -611,14 +649,64 @@ class Libp2pTransport:
 
         last: tuple[str, ...] | None = None
         while True:
+            if self._host.get_connected_peers():
+                await self._manage_connections()
             peers = tuple(sorted(p.to_string() for p in self._host.get_connected_peers()))
             if peers != last:
+                if last:
+                    self._forget(set(last) - set(peers))
                 last = peers
                 loop = self._loop
                 assert loop is not None
                 with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(self._set_peer_snapshot, peers)
             await trio.sleep(self.config.peer_watch_interval_s)
+
+    def _forget(self, gone: set[str]) -> None:
+        """On the trio thread: drop what py-libp2p's peerstore keeps of disconnected peers.
+
+        It keeps every peer it ever saw (addresses, key, protocols, records) up to 1,000 peers,
+        so a node whose peers come and go grew by their entries for hours (``make
+        bench-longrun``: the libp2p process at about 9 MB/h under 200 new peers an hour). The
+        daemon keeps its own record of its peers (state ``peers``, discovery), and a dial
+        (:meth:`connect`) or an inbound connection stores a peer's data again.
+        """
+        from libp2p.peer.id import ID
+
+        store = self._host.get_peerstore()
+        for peer in gone:
+            with contextlib.suppress(Exception):
+                pid = ID.from_base58(peer)
+                if pid not in self._host.get_connected_peers():
+                    store.clear_peerdata(pid)
+
+    async def _manage_connections(self) -> None:
+        """On the trio thread: disconnect what the connection manager says must go."""
+        conns = []
+        ids = {}
+        for pid, peer_conns in self._host.get_network().get_connections_map().items():
+            if not peer_conns:
+                continue
+            peer = pid.to_string()
+            ids[peer] = pid
+            conns.append(_peer_conn(peer, peer_conns[0]))
+        for peer in self.connmgr.update(conns):
+            with contextlib.suppress(Exception):
+                await self._host.disconnect(ids[peer])
+
+
+def _peer_conn(peer: str, conn: Any) -> PeerConn:
+    """What the connection manager needs of a libp2p connection (best effort: py-libp2p's
+    connection types differ in what they expose)."""
+    ip: str | None = None
+    with contextlib.suppress(Exception):
+        remote = conn.muxed_conn.get_remote_address()
+        if remote is not None:
+            ip = str(remote[0])
+    # libp2p.rcmgr.metrics.Direction, an IntEnum whose INBOUND is 0 (falsy).
+    direction = getattr(conn, "direction", None)
+    inbound = str(getattr(direction, "name", direction)).lower() == "inbound"
+    return PeerConn(peer, ip, inbound)
 
 
 async def _call(fn: Callable[[str, bytes], Awaitable[T]], peer: str, data: bytes) -> T:

@@ -38,12 +38,14 @@ from p2p.core import (
     PeerConnected,
     PeerDisconnected,
     Penalise,
+    PollSource,
     ProtocolCore,
     PublishAttestation,
     PublishDispute,
     RejectHead,
     RequestAntiEntropy,
     RequestFetch,
+    SourceHeadAccepted,
     Tick,
     VerificationCompleted,
 )
@@ -60,6 +62,8 @@ from p2p.transport import (
 from p2p.wire import (
     MAX_HEADS_PER_EXCHANGE,
     EquivocationProof,
+    KeyRevocation,
+    KeyRotation,
     content_id,
     decode_heads_request,
     decode_heads_response,
@@ -155,6 +159,11 @@ class GossipService:
             if isinstance(d, PublishAttestation | PublishDispute):
                 return d
         return None
+
+    def source_head_accepted(self, dataset: DatasetId, source: str, head: Multihash) -> None:
+        """Tell the core a head pulled from a followed source was accepted (URL subscriptions):
+        its verification is then judged like an announced head's."""
+        self._apply(SourceHeadAccepted(dataset, source, head, self._clock()))
 
     def topics(self) -> list[str]:
         """Topics this node joins: one per followed dataset plus the node topic."""
@@ -331,6 +340,10 @@ class GossipService:
         """Signing needs the node's key and its evidence: the node does it."""
         self._node.dispute(d)
 
+    def poll_source(self, d: PollSource) -> None:
+        """Polling is the node's (its follower owns the sources' schedule)."""
+        self._node.poll_source(d)
+
     async def publish_best_effort(self, topic: str, envelope: bytes) -> None:
         """Publish ``envelope``; no peers on the topic yet is fine (anti-entropy carries it)."""
         try:
@@ -422,8 +435,9 @@ class GossipService:
 
 
 def _topic_of(envelope: bytes) -> str:
-    """The topic a checked envelope belongs on: its dataset's, or the node topic for proofs."""
+    """The topic a checked envelope belongs on: its dataset's, or the node topic for proofs and
+    node key records."""
     msg = decode_unverified(envelope)
-    if isinstance(msg, EquivocationProof):
+    if isinstance(msg, EquivocationProof) or isinstance(msg.message, KeyRotation | KeyRevocation):
         return NODE_TOPIC
     return dataset_topic(msg.message.dataset.as_multibase())

@@ -15,11 +15,25 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from coordinator.errors import UNAVAILABLE
+from coordinator.identity import DatasetId
+from coordinator.multiformats import encode_multibase_base58
 from p2p.errors import P2PError
 
 HEADS_PROTOCOL: Final = "/odf/heads/1.0.0"
 NODE_TOPIC: Final = "odf/node/1"
 """The node-level topic carrying attestations, disputes and equivocation proofs."""
+
+
+def peer_id_of_node(node: DatasetId) -> str:
+    """The libp2p peer id (``12D3KooW…``) of the host run with node key ``node``.
+
+    The host's identity is the node key (``Libp2pConfig.node_seed``): its peer id is the
+    identity multihash of the protobuf ``PublicKey {Type: Ed25519, Data: key}`` in base58btc
+    (libp2p/specs ``peer-ids/peer-ids.md``), computed here without loading libp2p.
+    """
+    key = node.to_bytes()[2:]  # after the ed25519-pub multicodec prefix
+    public_key = b"\x08\x01\x12\x20" + key
+    return encode_multibase_base58(b"\x00" + bytes([len(public_key)]) + public_key)[1:]
 
 
 def dataset_topic(did_multibase: str) -> str:

@@ -24,7 +24,7 @@ A node's own verdict is final: its replay beats any number of attestations or di
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, assert_never
 
@@ -353,6 +353,10 @@ _Key = tuple[DatasetId, Multihash]
 # --------------------------------------------------------------------------- the policy
 
 
+def _same(node: DatasetId) -> DatasetId:
+    return node
+
+
 class TrustPolicy:
     """One node's trust decisions over all its heads (see the module docstring)."""
 
@@ -364,6 +368,11 @@ class TrustPolicy:
         self._heads: dict[_Key, _Head] = {}
         self._pending: dict[_Key, int] = {}  # seen, pending, no replay asked: seen_ns
         self._reputation: dict[DatasetId, float] = {}
+        self.canonical: Callable[[DatasetId], DatasetId] = _same
+        """Maps a node id to its newest key (node key rotations, ``node/app/identities.py``);
+        events carry canonical ids, and a listed attester is compared by its canonical id, so
+        a ``trusted_attesters`` entry naming a rotated key follows the rotation. The identity
+        by default (the simulator has no rotations)."""
 
     # ----------------------------------------------------------------- queries
 
@@ -383,14 +392,22 @@ class TrustPolicy:
         c = self.config
         match c.policy:
             case Policy.VERIFY_ALL:
-                return attester in c.trusted_attesters
+                return self._listed(attester)
             case Policy.QUORUM | Policy.SAMPLE:
-                listed = c.any_attester or attester in c.trusted_attesters
+                listed = c.any_attester or self._listed(attester)
                 return listed and self.reputation(attester) >= c.min_score
             case Policy.REPUTATION:
                 return self._weight(attester) > 0
             case _:
                 assert_never(c.policy)
+
+    def _listed(self, attester: DatasetId) -> bool:
+        listed = self.config.trusted_attesters
+        if attester in listed:
+            return True
+        if self.canonical is _same:
+            return False
+        return any(self.canonical(a) == attester for a in listed)
 
     # ----------------------------------------------------------------- events
 
@@ -491,7 +508,7 @@ class TrustPolicy:
             return []  # integrity-only or unverifiable attestations never count
         c = self.config
         closed = c.policy in (Policy.QUORUM, Policy.SAMPLE) and not c.any_attester
-        if closed and ev.attester not in c.trusted_attesters:
+        if closed and not self._listed(ev.attester):
             return []  # never counts: not worth the memory
         key = (ev.dataset, ev.head)
         h = self._head(key)

@@ -22,7 +22,10 @@ from p2p.wire import (
     Evidence,
     FetchLocations,
     HeadAnnouncement,
+    KeyRevocation,
+    KeyRotation,
     MessageKind,
+    Observation,
     SignedMessage,
     Verdict,
     sign_message,
@@ -108,6 +111,34 @@ def dispute() -> Dispute:
     )
 
 
+def observation(head: str = "head-7", sequence: int = 7) -> Observation:
+    """A deterministic observation by the node key (a source showed ``head``)."""
+    ds, node, _ = keys()
+    return Observation(
+        node=node.dataset_id(),
+        dataset=ds.dataset_id(),
+        source="https://data.example.org/odf/ds",
+        head=_h(head),
+        sequence=sequence,
+        locations=FetchLocations(http_urls=("https://node.example.org/ds",)),
+        issued_at_ns=ISSUED_AT_NS + 3,
+    )
+
+
+def key_rotation() -> SignedMessage:
+    """A deterministic rotation of the node key to the "other" key (signed by both)."""
+    _, node, other = keys()
+    return KeyRotation.make(node, other, ISSUED_AT_NS + 3, bytes([0x3C]) * 16)
+
+
+def key_revocation() -> SignedMessage:
+    """A deterministic revocation of the node key, by itself."""
+    _, node, _ = keys()
+    return sign_message(
+        KeyRevocation(node.dataset_id(), ISSUED_AT_NS + 4, bytes([0xC3]) * 16), node
+    )
+
+
 def _forge(msg: HeadAnnouncement, domain_kind: MessageKind) -> bytes:
     """Sign ``msg`` with the dataset key but under another kind's domain string."""
     ds, _, _ = keys()
@@ -137,10 +168,36 @@ def build() -> dict[str, Any]:
     att = sign_message(attestation(), node)
     dis = sign_message(dispute(), node)
     proof = EquivocationProof.make(ann, fork)
+    obs = sign_message(observation(), node)
+    obs_env = obs.envelope
+    # The body starts with the observation's own version byte, right after the header.
+    obs_v2 = obs_env[:6] + b"\x02" + obs_env[7:]
+    src_at = obs_env.index(b"https://data.")
     same_head = sign_message(
         HeadAnnouncement(**{**_fields(announcement()), "nonce": b"\xff" * 16}), ds
     )
     no_conflict = EquivocationProof.make(ann, same_head)
+    rot = key_rotation()
+    rev = key_revocation()
+    rot_msg = rot.message
+    assert isinstance(rot_msg, KeyRotation)
+    # The old key's signature is the body's last 64 bytes, before the envelope's own.
+    rot_bad_old = bytearray(rot.envelope)
+    rot_bad_old[-65] ^= 0x01
+    # The same record with the old key's signature altered, signed again by the new key.
+    rot_bad_old_msg = KeyRotation(
+        rot_msg.old,
+        rot_msg.new,
+        rot_msg.issued_at_ns,
+        rot_msg.nonce,
+        rot_msg.old_signature[:-1] + bytes([rot_msg.old_signature[-1] ^ 0x01]),
+    )
+    rot_forged_old = sign_message(
+        KeyRotation(rot_msg.old, rot_msg.new, rot_msg.issued_at_ns, rot_msg.nonce, bytes(64)),
+        other,
+    )
+    rot_same = bytearray(rot.envelope)
+    rot_same[7 + 34 : 7 + 68] = rot.envelope[7 : 7 + 34]  # new := old
 
     env = ann.envelope
     prev_tag_at = 6 + 34 + 1 + 34 + 8  # header, dataset, head len+hash, sequence
@@ -157,6 +214,9 @@ def build() -> dict[str, Any]:
         "attestation": att,
         "dispute": dis,
         "equivocation_proof": proof,
+        "observation": obs,
+        "key_rotation": rot,
+        "key_revocation": rev,
     }
     bad: list[tuple[str, bytes, str]] = [
         ("empty", b"", "decode:truncated"),
@@ -181,6 +241,32 @@ def build() -> dict[str, Any]:
         ),
         ("proof_non_canonical_order", swapped, "decode:non-canonical"),
         ("proof_not_conflicting", no_conflict.envelope, "proof"),
+        ("observation_unknown_version", obs_v2, "decode:unknown-version"),
+        (
+            "observation_source_not_url",
+            obs_env[:src_at] + b"file:" + obs_env[src_at + 5 :],
+            "decode:bad-url",
+        ),
+        (
+            "observation_signed_by_dataset_key",
+            sign_message(observation(), ds).envelope,
+            "signature",
+        ),
+        # The new key's signature still verifies over the altered body: only the old key's fails.
+        (
+            "key_rotation_bad_old_signature",
+            sign_message(rot_bad_old_msg, other).envelope,
+            "signature",
+        ),
+        ("key_rotation_without_old_key", rot_forged_old.envelope, "signature"),
+        ("key_rotation_tampered", bytes(rot_bad_old), "signature"),
+        ("key_rotation_same_key", bytes(rot_same), "decode:same-key"),
+        (
+            "key_rotation_unknown_record_version",
+            rot.envelope[:6] + b"\x02" + rot.envelope[7:],
+            "decode:unknown-version",
+        ),
+        ("key_revocation_by_other_key", sign_message(rev.message, other).envelope, "signature"),
     ]
     return {
         "format": "odf-node p2p wire format v1 (docs/p2p-wire-format.md)",

@@ -4,17 +4,21 @@ Every message is an *envelope*::
 
     magic "ODFP" (4 bytes) || version u8 (=1) || kind u8 || body || signature (64 bytes)
 
-EquivocationProof (kind 4) has no signature: it is self-verifying. The body is a fixed sequence
-of fields per kind, encoded with a handful of primitives whose encoding is unique by construction
-(fixed-width big-endian integers, explicit lengths, 0/1 option tags). Decoding is strict: unknown
-magic/version/kind, truncation, trailing bytes, non-canonical multihashes, invalid UTF-8, bad
-option tags, unknown enum values or flag bits and oversize inputs are all rejected.
+Observation (kind 5) is a node's signed statement of the head a source showed it (witnessing,
+``docs/follow.md``); KeyRotation (kind 6) and KeyRevocation (kind 7) are node key records
+(``docs/operations.md``). EquivocationProof (kind 4) has no signature: it is self-verifying. The
+body is a fixed sequence of fields per kind, encoded with a handful of primitives whose encoding
+is unique by construction (fixed-width big-endian integers, explicit lengths, 0/1 option tags).
+Decoding is strict: unknown magic/version/kind, truncation, trailing bytes, non-canonical
+multihashes, invalid UTF-8, bad option tags, unknown enum values or flag bits and oversize
+inputs are all rejected.
 
 Signatures are ed25519 over ``DOMAIN[kind] || header || body`` where ``header`` is the 6-byte
 magic+version+kind prefix and ``DOMAIN`` is a NUL-terminated per-kind string, so a signature for
 one message kind can never be replayed as another kind (or as anything else the key signs, such as
 a kamu ``Ed25519Signature2020`` proof). Announcements are signed by the dataset key (the DID);
-attestations and disputes by the node key.
+attestations, disputes, observations and key revocations by the node key, key rotations by
+the new key (and, inside the body, the old one).
 
 The *content id* of a message is the SHA3-256 digest of its full envelope bytes.
 """
@@ -64,13 +68,27 @@ class MessageKind(enum.IntEnum):
     ATTESTATION = 2
     DISPUTE = 3
     EQUIVOCATION_PROOF = 4
+    OBSERVATION = 5
+    KEY_ROTATION = 6
+    KEY_REVOCATION = 7
 
 
 DOMAINS: Final[dict[MessageKind, bytes]] = {
     MessageKind.HEAD_ANNOUNCEMENT: b"odf-node/head-announcement/v1\x00",
     MessageKind.ATTESTATION: b"odf-node/attestation/v1\x00",
     MessageKind.DISPUTE: b"odf-node/dispute/v1\x00",
+    MessageKind.OBSERVATION: b"odf-node/observation/v1\x00",
+    MessageKind.KEY_ROTATION: b"odf-node/key-rotation/v1\x00",
+    MessageKind.KEY_REVOCATION: b"odf-node/key-revocation/v1\x00",
 }
+ROTATION_OLD_KEY_DOMAIN: Final = b"odf-node/key-rotation/old-key/v1\x00"
+"""Domain of the old key's signature inside a :class:`KeyRotation` (the envelope's own
+signature, by the new key, uses ``DOMAINS[KEY_ROTATION]``)."""
+KEY_RECORD_VERSION: Final = 1
+"""The ``version`` field of key rotation and revocation records."""
+
+OBSERVATION_VERSION: Final = 1
+"""The ``version`` field of an :class:`Observation` body (its layout may change on its own)."""
 
 
 class Verdict(enum.IntEnum):
@@ -534,7 +552,215 @@ class Dispute:
         )
 
 
-SignableMessage = HeadAnnouncement | Attestation | Dispute
+def valid_source_url(url: str) -> bool:
+    """Whether ``url`` may be an observation's source: 1..512 bytes of printable ASCII without
+    spaces, starting ``http://``, ``https://``, ``ipfs://`` or ``ipns://`` (a local path is
+    nothing another node could compare, so it is never observed on the wire)."""
+    return (
+        0 < len(url) <= MAX_URL_LEN
+        and url.startswith(("http://", "https://", "ipfs://", "ipns://"))
+        and all(0x21 <= ord(c) <= 0x7E for c in url)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """ "Node ``node`` saw source ``source`` show head ``head`` (at ``sequence``) for ``dataset``
+    at ``issued_at_ns``", signed by the node key (witnessing, ``docs/follow.md``).
+
+    Sources are not owner-signed: two observations of one source whose heads do not descend one
+    from the other are evidence of a split view. ``locations`` says where the observer's copy of
+    that chain can be fetched (so a node the source shows another chain can still check it).
+    ``version`` is :data:`OBSERVATION_VERSION`; a body of another version is refused.
+    """
+
+    node: DatasetId
+    dataset: DatasetId
+    source: str
+    head: Multihash
+    sequence: int
+    locations: FetchLocations
+    issued_at_ns: int
+    version: int = OBSERVATION_VERSION
+
+    KIND = MessageKind.OBSERVATION
+
+    def signer(self) -> DatasetId:
+        """The key that must sign this message: the observing node's key."""
+        return self.node
+
+    def _write(self, w: _Writer) -> None:
+        if self.version != OBSERVATION_VERSION:
+            raise WireEncodeError(f"observation version must be {OBSERVATION_VERSION}")
+        _check_block_hash(self.head, "head")
+        if not valid_source_url(self.source):
+            raise WireEncodeError(f"invalid observation source URL: {self.source[:40]!r}")
+        w.u8(self.version)
+        w.fixed(self.node.to_bytes(), DID_LEN)
+        w.fixed(self.dataset.to_bytes(), DID_LEN)
+        w.text(self.source, MAX_URL_LEN)
+        w.mh(self.head)
+        w.u64(self.sequence)
+        self.locations._write(w)
+        w.u64(self.issued_at_ns)
+
+    @classmethod
+    def _read(cls, r: _Reader) -> Observation:
+        version = r.u8("observation version")
+        if version != OBSERVATION_VERSION:
+            raise WireDecodeError("unknown-version", f"unknown observation version {version}")
+        node = r.did("node")
+        dataset = r.did("dataset")
+        source = r.text("source", MAX_URL_LEN)
+        if not valid_source_url(source):
+            raise WireDecodeError("bad-url", "invalid observation source URL")
+        return cls(
+            node=node,
+            dataset=dataset,
+            source=source,
+            head=r.block_hash("head"),
+            sequence=r.u64("sequence"),
+            locations=FetchLocations._read(r),
+            issued_at_ns=r.u64("issued_at_ns"),
+            version=version,
+        )
+
+
+def _read_record_version(r: _Reader) -> int:
+    v = r.u8("record version")
+    if v != KEY_RECORD_VERSION:
+        raise WireDecodeError("unknown-version", f"unknown key record version {v}")
+    return v
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRotation:
+    """ "Node key ``old`` is succeeded by node key ``new``", signed by both.
+
+    The envelope is signed by the new key (:meth:`signer`); ``old_signature`` is the old key's
+    signature over ``ROTATION_OLD_KEY_DOMAIN || header || version || old || new ||
+    issued_at_ns || nonce`` and sits at the end of the body, so the new key's signature covers
+    it too. Neither key alone can make a record: a stolen old key cannot hand the identity to
+    the thief without the new key, and a new key cannot claim an identity it does not hold.
+    Build with :meth:`make`.
+    """
+
+    old: DatasetId
+    new: DatasetId
+    issued_at_ns: int
+    nonce: bytes
+    old_signature: bytes
+    version: int = KEY_RECORD_VERSION
+
+    KIND = MessageKind.KEY_ROTATION
+
+    def signer(self) -> DatasetId:
+        """The key that must sign the envelope: the new key."""
+        return self.new
+
+    def _fields(self, w: _Writer) -> None:
+        _check_nonce(self.nonce)
+        if self.version != KEY_RECORD_VERSION:
+            raise WireEncodeError(f"unknown key record version {self.version}")
+        if self.old == self.new:
+            raise WireEncodeError("a key rotation needs two different keys")
+        w.u8(self.version)
+        w.fixed(self.old.to_bytes(), DID_LEN)
+        w.fixed(self.new.to_bytes(), DID_LEN)
+        w.u64(self.issued_at_ns)
+        w.fixed(self.nonce, NONCE_LEN)
+
+    def old_signing_input(self) -> bytes:
+        """The exact bytes the old key signs."""
+        w = _Writer()
+        self._fields(w)
+        return ROTATION_OLD_KEY_DOMAIN + _header(self.KIND) + bytes(w.buf)
+
+    def verify_old_signature(self) -> None:
+        """Check the old key's signature.
+
+        Raises:
+            SignatureError: ``old_signature`` is not by ``old`` over this record.
+        """
+        verify_signature(self.old, self.old_signing_input(), self.old_signature)
+
+    def _write(self, w: _Writer) -> None:
+        self._fields(w)
+        w.fixed(self.old_signature, SIGNATURE_LEN)
+
+    @classmethod
+    def _read(cls, r: _Reader) -> KeyRotation:
+        version = _read_record_version(r)
+        old, new = r.did("old"), r.did("new")
+        if old == new:
+            raise WireDecodeError("same-key", "a key rotation names the same key twice")
+        return cls(
+            old=old,
+            new=new,
+            issued_at_ns=r.u64("issued_at_ns"),
+            nonce=r.take(NONCE_LEN, "nonce"),
+            old_signature=r.take(SIGNATURE_LEN, "old_signature"),
+            version=version,
+        )
+
+    @classmethod
+    def make(
+        cls, old: PrivateKey, new: PrivateKey, issued_at_ns: int, nonce: bytes
+    ) -> SignedMessage:
+        """The signed record of ``old`` handing over to ``new``."""
+        unsigned = cls(old.dataset_id(), new.dataset_id(), issued_at_ns, nonce, b"\0" * 64)
+        record = cls(
+            unsigned.old,
+            unsigned.new,
+            issued_at_ns,
+            nonce,
+            old.sign(unsigned.old_signing_input()),
+        )
+        return sign_message(record, new)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRevocation:
+    """ "Node key ``node`` no longer counts from ``issued_at_ns`` on", signed by that key.
+
+    Self-signed, so anyone can check it and only the key's holder can make it; a thief holding
+    a stolen key can at worst revoke it, which is what its owner wants.
+    """
+
+    node: DatasetId
+    issued_at_ns: int
+    nonce: bytes
+    version: int = KEY_RECORD_VERSION
+
+    KIND = MessageKind.KEY_REVOCATION
+
+    def signer(self) -> DatasetId:
+        """The key that must sign the envelope: the revoked key itself."""
+        return self.node
+
+    def _write(self, w: _Writer) -> None:
+        _check_nonce(self.nonce)
+        if self.version != KEY_RECORD_VERSION:
+            raise WireEncodeError(f"unknown key record version {self.version}")
+        w.u8(self.version)
+        w.fixed(self.node.to_bytes(), DID_LEN)
+        w.u64(self.issued_at_ns)
+        w.fixed(self.nonce, NONCE_LEN)
+
+    @classmethod
+    def _read(cls, r: _Reader) -> KeyRevocation:
+        version = _read_record_version(r)
+        return cls(
+            node=r.did("node"),
+            issued_at_ns=r.u64("issued_at_ns"),
+            nonce=r.take(NONCE_LEN, "nonce"),
+            version=version,
+        )
+
+
+SignableMessage = (
+    HeadAnnouncement | Attestation | Dispute | Observation | KeyRotation | KeyRevocation
+)
 
 
 def _header(kind: MessageKind) -> bytes:
@@ -582,6 +808,8 @@ class SignedMessage:
         """
         signed = DOMAINS[self.kind] + self.envelope[: len(self.envelope) - SIGNATURE_LEN]
         verify_signature(self.signer(), signed, self.signature)
+        if isinstance(self.message, KeyRotation):
+            self.message.verify_old_signature()
 
 
 def content_id(envelope: bytes) -> bytes:
@@ -647,6 +875,9 @@ _READERS: Final[dict[MessageKind, Callable[[_Reader], SignableMessage]]] = {
     MessageKind.HEAD_ANNOUNCEMENT: HeadAnnouncement._read,
     MessageKind.ATTESTATION: Attestation._read,
     MessageKind.DISPUTE: Dispute._read,
+    MessageKind.OBSERVATION: Observation._read,
+    MessageKind.KEY_ROTATION: KeyRotation._read,
+    MessageKind.KEY_REVOCATION: KeyRevocation._read,
 }
 
 

@@ -136,3 +136,49 @@ def sweep_cmd(
     plots.latency_cdf(rows, outdir / "latency_cdf.png")
     if json_out:
         typer.echo(json.dumps(rows, sort_keys=True))
+
+
+def _csv(text: str, kind: type) -> list[Any]:
+    try:
+        return [kind(v.strip()) for v in text.split(",") if v.strip()]
+    except ValueError as e:
+        what = f"comma-separated {kind.__name__} values"
+        raise typer.BadParameter(f"expected {what}: {text!r}") from e
+
+
+@sim_app.command("spark-sweep")
+def spark_sweep_cmd(
+    scenario: Annotated[str, typer.Option(help="base scenario (file or name)")] = "sweep",
+    master: Annotated[
+        str, typer.Option(help="Spark master: local[*], local[N] or spark://host:7077")
+    ] = "local[*]",
+    policies: Annotated[str, typer.Option(help="comma-separated policies")] = (
+        "verify-all,quorum,sample,reputation"
+    ),
+    malicious: Annotated[str, typer.Option(help="comma-separated malicious fractions")] = "0.1,0.3",
+    inside: Annotated[
+        str, typer.Option(help="comma-separated counts of colluders inside the trusted set")
+    ] = "0,2,3",
+    seeds: Annotated[int, typer.Option(help="seeds 1..N per cell (>= 10 for the CIs)")] = 10,
+    out: Annotated[Path | None, typer.Option(help="output directory")] = None,
+    plot: Annotated[bool, typer.Option(help="write policy_sweep.png")] = True,
+) -> None:
+    """Run the trust-policy grid as Spark jobs, one simulation per task; print the table."""
+    from sim import spark_sweep
+
+    try:
+        grid = spark_sweep.tasks(
+            scenario,
+            _csv(policies, str),
+            _csv(malicious, float),
+            _csv(inside, int),
+            range(1, seeds + 1),
+        )
+    except ScenarioError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from e
+    rows = spark_sweep.run_on_spark(grid, master)
+    outdir = out or Path("sim-results") / "spark-sweep"
+    summary = spark_sweep.write(rows, outdir, plot)
+    typer.echo(spark_sweep.markdown(summary), nl=False)
+    typer.echo(f"{len(rows)} simulations on {master} -> {outdir}")

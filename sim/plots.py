@@ -121,3 +121,41 @@ def cluster_cdf(cluster: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def policy_sweep(summary: list[dict[str, Any]], path: Path) -> None:
+    """The Spark sweep (``sim/spark_sweep.py``): fooled fraction, replays per node and median
+    time to trust against the colluders inside the trusted set, one line per policy and
+    malicious fraction, error bars the 95 % confidence interval over seeds."""
+    panels = (
+        ("fooled", "fooled fraction (spoofed receipts trusted)"),
+        ("replays_per_node", "replays per node"),
+        ("time_to_trust_p50_s", "time to trust, p50 (s)"),
+    )
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    lines: dict[tuple[str, float], list[dict[str, Any]]] = defaultdict(list)
+    for s in summary:
+        lines[(s["policy"], s["malicious"])].append(s)
+    for ax, (key, label) in zip(axes, panels, strict=True):
+        for (policy, malicious), rs in sorted(lines.items()):
+            pts = sorted((r["inside"], r[key]) for r in rs if r[key] is not None)
+            if not pts:
+                continue
+            ax.errorbar(
+                [p[0] for p in pts],
+                [p[1][0] for p in pts],
+                yerr=[0.0 if p[1][1] != p[1][1] else p[1][1] for p in pts],  # NaN: one seed
+                marker="o",
+                capsize=3,
+                linestyle="-" if malicious < 0.2 else "--",
+                label=f"{policy}, {malicious:.0%} malicious",
+            )
+        ax.set_xticks(sorted({s["inside"] for s in summary}))
+        ax.set_xlabel("colluders inside the trusted set")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=6)
+    fig.suptitle("Trust policies (mean and 95 % CI over seeds)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

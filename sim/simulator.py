@@ -54,6 +54,7 @@ from p2p.core import (
     PeerConnected,
     PeerDisconnected,
     Penalise,
+    PollSource,
     ProtocolCore,
     PublishAttestation,
     PublishDispute,
@@ -136,6 +137,8 @@ class SimNode:
     up_free_ns: int = 0
     engine_free_ns: int = 0
     engine_s: float = 0.0
+    replays: int = 0
+    """Local verifications started (each a replay on the node's engine)."""
     bytes_sent: int = 0
     # outcomes, keyed by head id (the trust decisions themselves are made by `policy`)
     got: dict[int, None] = field(default_factory=dict)
@@ -717,6 +720,7 @@ class Simulator:
         if hid in n.verifying:
             return
         n.verifying[hid] = None
+        n.replays += 1
         wl = self.sc.workload
         cost = sum(
             wl.verify_s_per_slice * math.exp(n.rng.gauss(0, wl.verify_sigma))
@@ -972,6 +976,15 @@ class Simulator:
                 elif n.online:
                     eq_all = False
         engine = sum(n.engine_s for n in honest)
+        # The nodes the policy under study runs on: honest nodes that neither attest (attesters
+        # verify everything) nor own a dataset (an owner trusts its own heads at once).
+        deciders = [n for n in honest if not n.attester and n.idx >= sc.workload.datasets]
+        to_trust = sorted(
+            (t - self.heads[hid].published_ns) / NS
+            for n in deciders
+            for hid, t in n.trusted.items()
+            if self.heads[hid].good and self.heads[hid].honest_owner
+        )
         sent = sum(n.bytes_sent for n in honest)
         lat = sorted(self.latencies_ns)
         ideal = sorted(self.ideal_ns)
@@ -1004,6 +1017,10 @@ class Simulator:
             "engine_s_per_trusted_head": _r(engine / trusted_pairs) if trusted_pairs else None,
             "engine_s_total": _r(engine),
             "trusted_heads": trusted_pairs,
+            "replays_per_node": _r(sum(n.replays for n in deciders) / len(deciders))
+            if deciders
+            else None,
+            "time_to_trust_s": _pcts_s(to_trust),
             "bandwidth_bytes_per_node_s": _r(sent / max(1, len(honest)) / dur),
             "counters": dict(self.c),
         }
@@ -1073,6 +1090,9 @@ class _SimEffects:
     def dispute(self, d: PublishDispute) -> None:
         if self.n.attester and self.n.role == HONEST:
             self.sim._dispute(self.n, d.dataset, d.head)
+
+    def poll_source(self, d: PollSource) -> None:
+        """Simulated nodes follow no source URLs, so the core never asks them to poll one."""
 
 
 def _r(x: float) -> float:

@@ -1,7 +1,7 @@
 """Run real ``odf-node run`` daemons as child processes and talk to them over JSON-RPC.
 
 Used by the end-to-end tests and the soak benchmark. Every daemon gets its own home, its own
-embedded js-ipfs and random loopback ports; it must run inside a loopback-only namespace (the
+embedded IPFS node and random loopback ports; it must run inside a loopback-only namespace (the
 daemon itself refuses otherwise). Only processes started here are ever signalled, by PID.
 """
 
@@ -187,6 +187,10 @@ class NodeProcess:
             capture_output=True,
             cwd=ROOT,
         )
+        self.init_config()
+
+    def init_config(self) -> None:
+        """(Re)write the home's config from :attr:`config` (takes effect at the next start)."""
         (self.home / "config.toml").write_text(_toml(self.config))
 
     def launch(self) -> None:

@@ -35,10 +35,12 @@ def require_loopback_only() -> None:
 
 
 def start_ipfs(*repos: Path) -> list[EmbeddedIpfs]:
-    """Start embedded js-ipfs nodes (one per repo dir) in parallel; guarded by the netns check."""
+    """Start embedded IPFS nodes (one per repo dir) in parallel; guarded by the netns check."""
     require_loopback_only()
-    if not (js_dir() / "node_modules" / ".bin" / "jsipfs").exists():
-        pytest.fail("js-ipfs is not installed: run `cd js && npm ci --no-audit --no-fund`")
+    if not (js_dir() / "node_modules" / "helia").is_dir():
+        pytest.fail(
+            "the IPFS node (Helia) is not installed: run `cd js && npm ci --no-audit --no-fund`"
+        )
     nodes = [EmbeddedIpfs(r) for r in repos]
     try:
         for n in nodes:
@@ -54,7 +56,7 @@ def start_ipfs(*repos: Path) -> list[EmbeddedIpfs]:
 
 @pytest.fixture(scope="module")
 def ipfs_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedIpfs]:
-    """One running js-ipfs daemon on random loopback ports (per test module); stopped by PID."""
+    """One running embedded IPFS node on random loopback ports (per test module); stopped by PID."""
     (node,) = start_ipfs(tmp_path_factory.mktemp("ipfs") / "node")
     try:
         yield node
@@ -66,7 +68,7 @@ def ipfs_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedIpfs
 def ipfs_pair(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[EmbeddedIpfs, EmbeddedIpfs]]:
-    """Two js-ipfs daemons (per test module), not yet connected to each other."""
+    """Two embedded IPFS nodes (per test module), not yet connected to each other."""
     root = tmp_path_factory.mktemp("ipfs")
     a, b = start_ipfs(root / "a", root / "b")
     try:

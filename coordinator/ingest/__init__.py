@@ -1,4 +1,4 @@
-"""Push ingest: read files, apply the merge strategy, write data slices, commit ``AddData``.
+"""Push and polling ingest: read files, apply the merge strategy, write slices, commit ``AddData``.
 
 Byte-compatible with kamu-cli's DataFusion ingest (v0.153 era, ODF spec v0.34): the same output
 columns, offsets, operation codes, ordering and watermarks, hence the same logical hashes.
@@ -11,7 +11,10 @@ Modules:
 * :mod:`~coordinator.ingest.writer` -- system columns, Parquet parts, hashes, ``AddData``;
 * :mod:`~coordinator.ingest.spool` -- external stable sort by event time;
 * :mod:`~coordinator.ingest.linked` -- RFC-017 linked objects;
-* :mod:`~coordinator.ingest.push` -- the orchestration (:func:`ingest`).
+* :mod:`~coordinator.ingest.push` -- the orchestration (:func:`ingest`);
+* :mod:`~coordinator.ingest.fetch`, :mod:`~coordinator.ingest.prepare`,
+  :mod:`~coordinator.ingest.preprocess`, :mod:`~coordinator.ingest.polling` -- polling sources
+  (``SetPollingSource``) and preprocess queries (``docs/ingest-polling.md``).
 """
 
 from typing import TYPE_CHECKING

@@ -47,6 +47,11 @@ RFC3339_PATTERN: Final = (
 )
 
 
+# A one-digit month / day of a date (``YYYY-M-D``, ``YYYY-MM-D``, ``YYYY-M-DD``): arrow-rs's
+# ``parse_date`` reads these forms, so they are padded before Arrow's cast.
+_ONE_DIGIT_MONTH: Final = r"^(\d{4})-(\d)-"
+_ONE_DIGIT_DAY: Final = r"^(\d{4}-\d{2})-(\d)$"
+
 #: Longest excerpt of an input value (or of a message quoting one) that an error carries: a
 #: value may be megabytes long, and errors are logged and sent back over RPC.
 MAX_SHOWN_CHARS: Final = 200
@@ -228,7 +233,8 @@ def _cast_fails(arr: pa.Array, a: int, b: int) -> bool:
 
 
 def parse_dates(arr: pa.Array, fmt: str | None = None) -> pa.Array:
-    """Strings (``YYYY-MM-DD``, or a ``strptime`` pattern) -> ``date32``.
+    """Strings (``YYYY-MM-DD``, month and day may have one digit as arrow-rs reads them; or a
+    ``strptime`` pattern) -> ``date32``.
 
     Raises:
         ConversionFailure: at the first non-null string that does not parse.
@@ -243,4 +249,18 @@ def parse_dates(arr: pa.Array, fmt: str | None = None) -> pa.Array:
                 index, value, f"cannot parse {shown(value)} as a date with format {fmt!r}"
             )
         return pc.cast(ts, pa.date32())
-    return cast_column(arr, pa.date32())
+    try:
+        return cast_column(arr, pa.date32())
+    except ConversionFailure:
+        # arrow-rs (kamu's parser) also reads a one-digit month or day ("2024-3-7", the form
+        # kamu's EsriShapefile reader gives .dbf dates); Arrow's cast needs two digits. Arrow's
+        # regex engine (RE2) runs in linear time.
+        padded = pc.replace_substring_regex(arr, _ONE_DIGIT_MONTH, r"\1-0\2-")
+        padded = pc.replace_substring_regex(padded, _ONE_DIGIT_DAY, r"\1-0\2")
+        try:
+            return cast_column(padded, pa.date32())
+        except ConversionFailure as e:
+            value = arr[e.index].as_py()
+            raise ConversionFailure(
+                e.index, value, f"cannot convert {shown(value)} to {pa.date32()}"
+            ) from None

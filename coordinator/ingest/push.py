@@ -3,9 +3,9 @@
 This is kamu-cli's ``PushIngestServiceImpl`` + ``DataWriterDataFusion`` for a local dataset:
 
 1. **Source.** The dataset's active ``AddPushSource`` named ``source_name`` (or the only one)
-   gives the read step, the merge strategy (any of the five of spec v0.37) and (unsupported
-   here) the preprocess query. The chain also gives the vocabulary (``SetVocab``), the previous
-   slices, offset, watermark and checkpoint.
+   gives the read step, the merge strategy (any of the five of spec v0.37) and the preprocess
+   query (run on an engine by :mod:`coordinator.ingest.preprocess`). The chain also gives the
+   vocabulary (``SetVocab``), the previous slices, offset, watermark and checkpoint.
 2. **Per file** (each file is one push, i.e. one ``AddData``): an empty (0-byte) file is a
    no-op. The rows are read in bounded batches, merged against the previous data (Ledger:
    its keys; Snapshot: its projected state; UpsertStream: the state of the file's keys),
@@ -45,7 +45,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Final, ParamSpec, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -60,6 +60,7 @@ from coordinator.errors import (
     UnsupportedReadOption,
 )
 from coordinator.ingest import merge as mg
+from coordinator.ingest.inputs import InputFile
 from coordinator.ingest.linked import (
     LinkedObjects,
     LinkedObjectsSummary,
@@ -68,7 +69,13 @@ from coordinator.ingest.linked import (
     summarize_links,
     validate_link_columns,
 )
-from coordinator.ingest.readers import DEFAULT_BLOCK_BYTES, read_batches, read_schema
+from coordinator.ingest.prepare import DEFAULT_MAX_DECOMPRESSED_BYTES
+from coordinator.ingest.readers import (
+    DEFAULT_BLOCK_BYTES,
+    read_batches,
+    read_parquet_as,
+    read_schema,
+)
 from coordinator.ingest.spool import DEFAULT_RUN_BYTES
 from coordinator.ingest.writer import (
     Vocab,
@@ -91,19 +98,26 @@ from coordinator.metadata.timestamp import Timestamp
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
 
+if TYPE_CHECKING:
+    from coordinator.ingest.preprocess import PreprocessEngine
+
 __all__ = [
     "MAX_SNAPSHOT_BYTES",
     "MAX_STREAM_BYTES",
     "PREPROCESS_UNSUPPORTED",
     "IngestProgress",
     "IngestResult",
+    "InputFile",
     "PushSourceInfo",
     "ingest",
+    "ingest_resolved",
     "resolve_push_source",
     "system_clock",
 ]
 
-PREPROCESS_UNSUPPORTED: Final = "preprocess queries need the Spark engine, not available yet"
+PREPROCESS_UNSUPPORTED: Final = (
+    "the source has a preprocess query, which runs on an engine, and none was given"
+)
 
 Clock = Callable[[], Timestamp]
 
@@ -145,13 +159,19 @@ class IngestResult:
 
 @dataclass(frozen=True, slots=True)
 class PushSourceInfo:
-    """What the writer needs from the chain (kamu ``DataWriterMetadataState``)."""
+    """What the writer needs from the chain (kamu ``DataWriterMetadataState``).
+
+    ``source`` is the push source, or the polling source (:mod:`coordinator.ingest.polling`),
+    which reads, preprocesses and merges the same way; ``source_state`` is the newest
+    ``AddData``'s ``newSourceState`` (kamu's ``SearchSourceStateVisitor``).
+    """
 
     state: ChainState
-    source: m.AddPushSource
+    source: m.AddPushSource | m.SetPollingSource
     vocab: Vocab
     data_slices: tuple[Multihash, ...]
     data_schema: m.SetDataSchema | None
+    source_state: m.SourceState | None = None
 
 
 def resolve_push_source(dataset: Dataset, source_name: str | None) -> PushSourceInfo:
@@ -452,7 +472,9 @@ def ingest(
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     run_bytes: int = DEFAULT_RUN_BYTES,
     snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
+    engine: PreprocessEngine | None = None,
     stream_bytes: int = MAX_STREAM_BYTES,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
 ) -> IngestResult:
     """Push ``files`` into ``dataset`` through its push source; see the module docstring.
 
@@ -470,21 +492,94 @@ def ingest(
         block_bytes: input bytes per read batch.
         run_bytes: memory per sorted run if the event time needs an external sort.
         snapshot_bytes: the largest new snapshot (Arrow bytes) a Snapshot merge takes.
+        engine: runs the source's preprocess query, if it has one
+            (:mod:`coordinator.ingest.preprocess`); without one such a source is refused.
         stream_bytes: the largest input (Arrow bytes of one file) a ChangelogStream or
             UpsertStream merge takes.
+        max_decompressed_bytes: the most an archive read step (``EsriShapefile``) may
+            decompress to (``ingest.max_decompressed_bytes``).
 
     Raises:
         PushSourceNotFound, UnsupportedPreprocess, UnsupportedReadOption, InvalidDdlSchema,
         BadInputSchema, BadInputData, IncompatibleSchema, MergeError, DanglingObjectLink,
         InvalidObjectLink, ConcurrentModification: nothing was committed.
     """
-    clock = clock or system_clock
     info = resolve_push_source(dataset, source_name)
-    source = info.source
-    if source.preprocess is not None:
+    options = {
+        "clock": clock,
+        "event_time": event_time,
+        "watermark": watermark,
+        "progress": progress,
+        "linked_objects": linked_objects,
+        "block_bytes": block_bytes,
+        "run_bytes": run_bytes,
+        "snapshot_bytes": snapshot_bytes,
+        "stream_bytes": stream_bytes,
+        "max_decompressed_bytes": max_decompressed_bytes,
+    }
+    inputs = [InputFile(p) for p in files]
+    transform = info.source.preprocess
+    if transform is None:
+        return ingest_resolved(dataset, info, inputs, **options)  # type: ignore[arg-type]
+    if engine is None:
         raise UnsupportedPreprocess(PREPROCESS_UNSUPPORTED)
+    from coordinator.ingest.preprocess import preprocess_inputs  # only a preprocess query needs it
+
+    info_dir = dataset.layout.info_dir
+    info_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="preprocess-", dir=info_dir) as work:
+        schema, outputs = preprocess_inputs(
+            info.source.read,
+            transform,
+            inputs,
+            Path(work),
+            engine,
+            block_bytes=block_bytes,
+            max_decompressed_bytes=max_decompressed_bytes,
+        )
+        return ingest_resolved(
+            dataset,
+            info,
+            outputs,
+            preprocessed=schema,
+            **options,  # type: ignore[arg-type]
+        )
+
+
+@_returns_memory
+def ingest_resolved(
+    dataset: Dataset,
+    info: PushSourceInfo,
+    inputs: Sequence[InputFile],
+    *,
+    clock: Clock | None = None,
+    event_time: Timestamp | None = None,
+    watermark: Timestamp | None = None,
+    progress: Callable[[IngestProgress], None] | None = None,
+    linked_objects: LinkedObjects | None = None,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    run_bytes: int = DEFAULT_RUN_BYTES,
+    snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
+    stream_bytes: int = MAX_STREAM_BYTES,
+    prepare: Callable[[Path, int], Path] | None = None,
+    preprocessed: pa.Schema | None = None,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> IngestResult:
+    """:func:`ingest` from a resolved source: each input is one ``AddData`` (in order).
+
+    An input carrying a ``source_state`` that differs from the previous one is committed even
+    when it adds no data (kamu's writer: an ``AddData`` with only the new source state), so the
+    next poll resumes from it. ``prepare(path, index)`` (a polling source's prepare steps)
+    turns each input into the file read, just before it is read; a prepared file other than
+    the input is removed once read. A preprocess query is not run here: with ``preprocessed``
+    (the query's output schema), the inputs are its Parquet outputs
+    (:func:`coordinator.ingest.preprocess.preprocess_inputs`), read with that schema.
+    ``max_decompressed_bytes`` bounds an ``EsriShapefile`` archive (see :func:`read_batches`).
+    """
+    clock = clock or system_clock
+    source = info.source
     vocab = info.vocab
-    read = read_schema(source.read)
+    read = preprocessed if preprocessed is not None else read_schema(source.read)
     stream = isinstance(source.merge, m.MergeStrategyChangelogStream | m.MergeStrategyUpsertStream)
     # Stream strategies read the op column from the input (kamu: no conflict for them).
     validate_input_schema(read, vocab, input_op=stream)
@@ -509,11 +604,12 @@ def ingest(
     prev_watermark = state.watermark
     prev_checkpoint = state.checkpoint.physical_hash if state.checkpoint is not None else None
     prior = [dataset.data.path_of(h) for h in info.data_slices]
+    prev_source_state = info.source_state
     need_schema = not state.has_schema
     events: list[m.MetadataEvent] = []
     written_slices: list[WrittenSlice] = []
     link_total: LinkedObjectsSummary | None = None
-    total_files = len(files)
+    total_files = len(inputs)
 
     def report(stage: str, path: Path | None, index: int, done: int, size: int) -> None:
         if progress is not None:
@@ -525,26 +621,41 @@ def ingest(
         info_dir = dataset.layout.info_dir
         info_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="ingest-", dir=info_dir) as spill:
-            for index, path in enumerate(files):
+            for index, item in enumerate(inputs):
+                path = item.path if prepare is None else prepare(item.path, index)
                 size = path.stat().st_size
                 report("read", path, index, 0, size)
-                if size == 0:
+                if size == 0 and item.source_state in (None, prev_source_state):
                     continue  # kamu: "Early return due to an empty file"
+                file_fallback = item.event_time if item.event_time is not None else fallback
 
                 def on_bytes(
                     n: int, path: Path = path, index: int = index, size: int = size
                 ) -> None:
                     report("read", path, index, n, size)
 
-                batches = read_batches(
-                    source.read, path, block_bytes=block_bytes, on_bytes=on_bytes
-                )
+                if not size:
+                    batches: Iterator[pa.RecordBatch] = iter(())
+                elif preprocessed is not None:
+                    batches = read_parquet_as(path, preprocessed, on_bytes)
+                else:
+                    batches = read_batches(
+                        source.read,
+                        path,
+                        block_bytes=block_bytes,
+                        on_bytes=on_bytes,
+                        max_decompressed_bytes=max_decompressed_bytes,
+                    )
                 merged, by_event_time = _merged_stream(
                     source.merge, batches, new, prior, vocab, snapshot_bytes, stream_bytes
                 )
                 staged_tables = (
                     stage_batch(
-                        t, staged, vocab, system_time=system_time, fallback_event_time=fallback
+                        t,
+                        staged,
+                        vocab,
+                        system_time=system_time,
+                        fallback_event_time=file_fallback,
                     )
                     for t in merged
                 )
@@ -560,6 +671,8 @@ def ingest(
                     durable=dataset.data.durable,
                 )
                 report("write", path, index, size, size)
+                if path != item.path:
+                    path.unlink(missing_ok=True)
                 extra_json = None
                 if written is not None:
                     written_slices.append(written)
@@ -583,6 +696,8 @@ def ingest(
                     written=written,
                     explicit_watermark=watermark,
                     extra_json=extra_json,
+                    prev_source_state=prev_source_state,
+                    new_source_state=item.source_state,
                 )
                 if event is None:
                     continue  # nothing to commit for this file
@@ -595,6 +710,7 @@ def ingest(
                     assert written is not None
                     prior.append(written.path)
                 prev_watermark = event.new_watermark
+                prev_source_state = event.new_source_state
 
         if not events:
             return IngestResult(state.head, state.head, (), (), 0, state.watermark, link_total)

@@ -1,4 +1,4 @@
-"""Streaming readers: CSV, NDJSON, JSON and Parquet files -> Arrow record batches.
+"""Streaming readers: CSV, NDJSON, JSON, GeoJSON, NDGeoJSON and Parquet -> Arrow record batches.
 
 Every reader yields batches that conform to the read step's declared DDL schema after kamu's
 normalisation (top-level timestamps as ``timestamp[ms, tz=UTC]``, see
@@ -21,6 +21,16 @@ Semantics follow kamu-cli v0.153 (``kamu-ingest-datafusion`` readers, arrow-rs p
   of objects; elements are streamed out of the document as NDJSON text, never loading it
   whole (see :class:`_JsonArrayScanner`).
 * **Parquet**: columns matched by name and cast to the declared types.
+* **GeoJSON** (a ``FeatureCollection``; its ``features`` array streamed like a JSON document's
+  ``subPath``) and **NDGeoJSON** (one ``Feature`` per line): each feature becomes the record of
+  its ``properties`` plus a ``geometry`` column holding the geometry object as compact JSON
+  text with sorted keys, then read as NDJSON (kamu's readers re-encode the same way). The
+  collection's own ``type`` is not checked (only its ``features``).
+* **EsriShapefile**: a zip holding a shapefile; each shape and its ``.dbf`` record become one
+  NDJSON record (the fields plus ``geometry``, GeoJSON geometry text), read as NDJSON
+  (:mod:`coordinator.ingest.esri_shapefile`, which also says which ``.shp`` is read). The
+  archive is streamed, not extracted, and what it decompresses to counts against
+  ``max_decompressed_bytes`` (``ingest.max_decompressed_bytes``).
 
 A value that does not fit its column raises :class:`~coordinator.errors.BadInputData`
 naming the column and the 1-based record number (and line, for NDJSON). Typed parsing runs
@@ -74,6 +84,7 @@ from coordinator.ingest.convert import (
     shown,
 )
 from coordinator.ingest.ddl import normalize_schema, parse_ddl
+from coordinator.ingest.prepare import DEFAULT_MAX_DECOMPRESSED_BYTES
 from coordinator.metadata import model as m
 from coordinator.metadata.odf_schema import to_arrow as odf_to_arrow
 
@@ -83,6 +94,7 @@ __all__ = [
     "MAX_JSON_RECORD_BYTES",
     "ByteProgress",
     "read_batches",
+    "read_parquet_as",
     "read_schema",
 ]
 
@@ -143,8 +155,6 @@ def read_schema(read: m.ReadStep) -> pa.Schema:
 
 
 def _check_format(read: m.ReadStep) -> None:
-    if isinstance(read, m.ReadStepGeoJson | m.ReadStepNdGeoJson | m.ReadStepEsriShapefile):
-        raise UnsupportedReadOption(f"{type(read).__name__} input is not supported yet")
     encoding = getattr(read, "encoding", None)
     if encoding not in (None, "utf8"):
         raise UnsupportedReadOption(
@@ -192,16 +202,20 @@ def read_batches(
     *,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     on_bytes: ByteProgress | None = None,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
 ) -> Iterator[pa.RecordBatch]:
     """Stream ``path`` as batches of :func:`read_schema` (``read``).
 
     An empty file yields nothing. Errors are raised lazily, while iterating, except that
-    ``path`` must be a regular file (checked at once).
+    ``path`` must be a regular file (checked at once). ``max_decompressed_bytes`` bounds what
+    an archive read step (``EsriShapefile``) may decompress to.
 
     Raises:
         BadInputData: a value or record does not match the schema (column and row named), the
             input is not valid text, or ``path`` is missing or not a regular file.
         UnsupportedReadOption: an option this reader cannot honour.
+        DecompressBudgetExceeded: an ``EsriShapefile`` archive decompresses to more than
+            ``max_decompressed_bytes``.
     """
     schema = read_schema(read)
     if _input_size(path) == 0:
@@ -226,6 +240,23 @@ def read_batches(
         )
     if isinstance(read, m.ReadStepParquet):
         return _parquet_batches(path, schema, on_bytes)
+    if isinstance(read, m.ReadStepNdGeoJson):
+        chunks = _ndjson_chunks(path, min(block_bytes, _JSON_CHUNK_BYTES), on_bytes)
+        return _ndjson_batches(_features(chunks, path), schema, _Formats.of(read), str(path))
+    if isinstance(read, m.ReadStepGeoJson):
+        chunks = _json_document_chunks(
+            path, "features", min(block_bytes, _JSON_CHUNK_BYTES), on_bytes
+        )
+        return _ndjson_batches(_features(chunks, path), schema, _Formats.of(read), str(path))
+    if isinstance(read, m.ReadStepEsriShapefile):
+        return _ndjson_batches(
+            _shapefile_chunks(
+                read, path, min(block_bytes, _JSON_CHUNK_BYTES), on_bytes, max_decompressed_bytes
+            ),
+            schema,
+            _Formats(None, None),
+            str(path),
+        )
     raise UnsupportedReadOption(f"{type(read).__name__} input is not supported yet")
 
 
@@ -1073,6 +1104,77 @@ def _ndjson_batches(
             yield batch
 
 
+def _feature_record(text: bytes, path: Path, line: int | None) -> bytes:
+    """One GeoJSON ``Feature`` as the NDJSON record kamu reads: its ``properties`` plus a
+    ``geometry`` column holding the geometry object as compact JSON text with sorted keys
+    (serde_json's ``to_string`` of a map, as kamu's readers produce it)."""
+    try:
+        feature = json.loads(text)
+    except RecursionError:
+        raise BadInputData(_TOO_DEEP, path=str(path), line=line) from None
+    except ValueError as e:
+        raise BadInputData(f"invalid GeoJSON feature: {e}", path=str(path), line=line) from None
+    if not isinstance(feature, dict) or feature.get("type") != "Feature":
+        kind = feature.get("type") if isinstance(feature, dict) else type(feature).__name__
+        raise BadInputData(
+            f"Expected Feature type but got {clip(str(kind))} instead", path=str(path), line=line
+        )
+    properties = feature.get("properties")
+    geometry = feature.get("geometry")
+    if not isinstance(properties, dict) or not isinstance(geometry, dict):
+        raise BadInputData(
+            "invalid GeoJSON: a Feature needs object properties and geometry",
+            path=str(path),
+            line=line,
+        )
+    try:
+        properties["geometry"] = json.dumps(
+            geometry, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
+        return json.dumps(properties, ensure_ascii=False).encode("utf-8")
+    except RecursionError:
+        raise BadInputData(_TOO_DEEP, path=str(path), line=line) from None
+
+
+def _features(chunks: Iterator[_JsonChunk], path: Path) -> Iterator[_JsonChunk]:
+    """GeoJSON features (one per line of each chunk) as kamu's NDJSON records (kamu-cli,
+    ``src/infra/ingest-datafusion/src/readers/geojson.rs``, ``ndgeojson.rs``)."""
+    for chunk in chunks:
+        out = []
+        for index, line in _lines(chunk.data):
+            if line.strip():
+                where = None if chunk.first_line is None else chunk.first_line + index
+                out.append(_feature_record(line, path, where))
+        if out:
+            yield _JsonChunk(b"\n".join(out) + b"\n", chunk.first_line)
+
+
+def _shapefile_chunks(
+    read: m.ReadStepEsriShapefile,
+    path: Path,
+    chunk_bytes: int,
+    on_bytes: ByteProgress | None,
+    max_decompressed_bytes: int,
+) -> Iterator[_JsonChunk]:
+    """A zipped shapefile as kamu's NDJSON records (kamu-cli,
+    ``src/infra/ingest-datafusion/src/readers/shapefile.rs``)."""
+    # pyshp is imported only when a shapefile is read (an idle daemon does not load it).
+    from coordinator.ingest.esri_shapefile import shapefile_records
+
+    with _open_input(path) as f:
+        for text in shapefile_records(
+            f,
+            sub_path=read.sub_path,
+            max_bytes=max_decompressed_bytes,
+            max_record_bytes=MAX_JSON_RECORD_BYTES,
+            chunk_bytes=chunk_bytes,
+            where=str(path),
+        ):
+            if on_bytes is not None:
+                on_bytes(f.tell())
+            yield _JsonChunk(text, None)
+
+
 def _check_utf8(chunk: _JsonChunk, first: int, path: str) -> None:
     """Refuse text that is not UTF-8: Arrow's JSON reader copies string bytes unchecked."""
     try:
@@ -1218,6 +1320,14 @@ def _diagnose_json(
 # --------------------------------------------------------------------------------------------
 # Parquet
 # --------------------------------------------------------------------------------------------
+
+
+def read_parquet_as(
+    path: Path, schema: pa.Schema, on_bytes: ByteProgress | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Stream a Parquet file as batches of ``schema`` (columns by name, cast; a preprocess
+    query's output)."""
+    return _parquet_batches(path, schema, on_bytes)
 
 
 def _parquet_batches(

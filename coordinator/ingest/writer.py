@@ -636,14 +636,19 @@ def add_data_event(
     written: WrittenSlice | None,
     explicit_watermark: Timestamp | None = None,
     extra_json: str | None = None,
+    prev_source_state: m.SourceState | None = None,
+    new_source_state: m.SourceState | None = None,
 ) -> m.AddData | None:
     """The ``AddData`` for a slice (or for no data), or None if nothing would change.
 
     ``newWatermark`` is the explicit watermark if given, else the maximum event time of the
     slice if it advances the previous watermark, else the previous watermark (kamu's
-    ``compute_offset_and_watermark``). ``prevCheckpoint`` is carried; no checkpoint or source
-    state is written by push ingest. ``extra_json`` is the ``ExtraAttributes`` JSON (linked
-    objects summary), written only when linked objects are present.
+    ``compute_offset_and_watermark``). ``prevCheckpoint`` is carried; no checkpoint is written.
+    ``new_source_state`` (polling sources) is written as given; without data, a block is still
+    due when it differs from ``prev_source_state`` (kamu's writer: an empty commit is one that
+    changes neither the data, the watermark nor the source state). ``extra_json`` is the
+    ``ExtraAttributes`` JSON (linked objects summary), written only when linked objects are
+    present.
 
     Raises:
         IngestError: the explicit watermark is older than the current one.
@@ -659,10 +664,13 @@ def add_data_event(
         )
     if written is None:
         watermark = explicit_watermark if explicit_watermark is not None else prev_watermark
-        if watermark == prev_watermark:
+        if watermark == prev_watermark and new_source_state == prev_source_state:
             return None
         return m.AddData(
-            prev_checkpoint=prev_checkpoint, prev_offset=prev_offset, new_watermark=watermark
+            prev_checkpoint=prev_checkpoint,
+            prev_offset=prev_offset,
+            new_watermark=watermark,
+            new_source_state=new_source_state,
         )
     if explicit_watermark is not None:
         watermark = explicit_watermark
@@ -677,6 +685,7 @@ def add_data_event(
         "prev_offset": prev_offset,
         "new_data": written.data_slice(),
         "new_watermark": watermark,
+        "new_source_state": new_source_state,
     }
     if extra_json is not None:
         kwargs["extra"] = _extra_attributes(extra_json)

@@ -30,6 +30,7 @@ from coordinator.errors import (
 )
 from coordinator.identity.dataset_id import DatasetId
 from coordinator.identity.keys import PrivateKey, generate_private_key, save_private_key
+from coordinator.ingest.fetch import check_polling_source
 from coordinator.metadata import model as m
 from coordinator.metadata.flatbuffers_serde import encode_block
 from coordinator.metadata.snapshot import DatasetSnapshot
@@ -441,6 +442,8 @@ class DatasetRepository:
             raise InvalidSnapshot(f"{name} is only allowed in root datasets")
         if isinstance(e, m.SetTransform) and kind != m.DatasetKind.DERIVATIVE:
             raise InvalidSnapshot("SetTransform is only allowed in derivative datasets")
+        if isinstance(e, m.SetPollingSource):
+            check_polling_source(e)  # Container, EthereumLogs, Mqtt...: refused, named
         if isinstance(e, m.SetPollingSource | m.AddPushSource) and e.preprocess is not None:
             return replace(e, preprocess=normalize_transform(e.preprocess))
         if isinstance(e, m.SetTransform):

@@ -90,6 +90,14 @@ class GossipAdapter:
         """Pulls in flight for the core."""
         return self.service.fetches_running()
 
+    def follow_source(self, did: DatasetId, source: str, head: Multihash | None) -> None:
+        """The core follows ``did`` from ``source`` too."""
+        self.service.core.follow_source(did, source, head)
+
+    def source_head_accepted(self, did: DatasetId, source: str, head: Multihash) -> None:
+        """Through the service, so its decisions go through the executor."""
+        self.service.source_head_accepted(did, source, head)
+
 
 class NoGossip:
     """The gossip port of a node with ``[p2p] enabled = false``.
@@ -145,3 +153,9 @@ class NoGossip:
     def fetches_running(self) -> int:
         """Zero."""
         return 0
+
+    def follow_source(self, did: DatasetId, source: str, head: Multihash | None) -> None:
+        """No core."""
+
+    def source_head_accepted(self, did: DatasetId, source: str, head: Multihash) -> None:
+        """No core: :meth:`verification_completed` attests what verified anyway."""

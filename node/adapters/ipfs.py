@@ -1,4 +1,4 @@
-"""The IPFS port over the node's IPFS RPC endpoint (embedded js-ipfs or kubo)."""
+"""The IPFS port over the node's IPFS RPC endpoint (the embedded Helia node or kubo)."""
 
 from __future__ import annotations
 

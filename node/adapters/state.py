@@ -46,8 +46,12 @@ READS = frozenset(
         "attestations",
         "disputes",
         "equivocation_proofs",
+        "observations",
+        "split_views",
         "peer",
         "peers",
+        "key_rotations",
+        "key_revocations",
         "events",
         "recent_events",
         "pending_count",
@@ -56,6 +60,8 @@ READS = frozenset(
         "status_counts",
         "work",
         "work_item",
+        "schedules",
+        "schedule",
     }
 )
 """NodeState methods that only read."""
@@ -79,6 +85,10 @@ WRITES = frozenset(
         "add_attestation",
         "add_dispute",
         "add_equivocation_proof",
+        "add_observation",
+        "add_split_view",
+        "add_key_rotation",
+        "add_key_revocation",
         "upsert_peer",
         "log_event",
         "prune_events",
@@ -88,6 +98,9 @@ WRITES = frozenset(
         "fail",
         "release_claims",
         "prune_work",
+        "set_schedule",
+        "schedule_ran",
+        "remove_schedule",
     }
 )
 """NodeState methods that write (one transaction each, or one savepoint of a batch)."""

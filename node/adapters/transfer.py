@@ -4,18 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import os
+import shutil
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from coordinator.multiformats import Multihash
 from coordinator.storage.repository import DatasetRepository
 from node.adapters.loop_thread import LoopThread
+from node.app.errors import Unavailable
 from node.app.fetch import (
     PullDiverged,
+    PullOverBudget,
     PullRefused,
     PullRejected,
     PullTooSlow,
     PullUnreachable,
 )
+from node.app.ports import HeadProbe, MqttRequest, SourceResponse
 from node.config import NodeConfig
 from node.transfer.policy import SourcePolicy
 
@@ -38,8 +47,120 @@ def source_policy(config: NodeConfig | None) -> SourcePolicy:
     )
 
 
+def _tree_bytes(root: Path) -> int:
+    total = 0
+    stack = [root]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for e in it:
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(Path(e.path))
+                        elif e.is_file(follow_symlinks=False):
+                            total += e.stat(follow_symlinks=False).st_size
+                    except OSError:
+                        continue  # removed meanwhile (a pull's clean-up)
+        except OSError:
+            continue
+    return total
+
+
+class DiskBudget:
+    """``[storage]``: bytes of the datasets the node stores but does not own, against
+    ``max_bytes``, and the free space of their file system, against ``min_free_bytes``.
+
+    A pull asks :meth:`admit` for the bytes it will add once its chain is validated, before it
+    downloads data (``PullOptions.admit``); what concurrent pulls were admitted counts as used
+    until they end. The directory scan (every dataset directory without a dataset key, and
+    every hidden staging directory) is repeated at most every ``rescan_s`` seconds; in between,
+    admitted pulls are added to it.
+    """
+
+    def __init__(
+        self,
+        repo: DatasetRepository,
+        max_bytes: int,
+        min_free_bytes: int,
+        *,
+        rescan_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._repo = repo
+        self.max_bytes = max_bytes
+        self.min_free_bytes = min_free_bytes
+        self._rescan_s = rescan_s
+        self._clock = clock
+        self._used: int | None = None
+        self._scanned_at = 0.0
+        self._in_flight = 0
+
+    def scan(self) -> int:
+        """Bytes of the stored, not owned datasets (and of unfinished pulls), read from disk."""
+        root = self._repo.root
+        if not root.is_dir():
+            return 0
+        total = 0
+        owned = {h.root for h in self._repo.list() if self._repo.key_path(h.id).is_file()}
+        for p in root.iterdir():
+            if p.is_dir() and p not in owned:
+                total += _tree_bytes(p)
+        return total
+
+    async def refresh(self) -> None:
+        """Rescan if the last scan is older than ``rescan_s`` (off the calling loop)."""
+        if self.max_bytes and (
+            self._used is None or self._clock() - self._scanned_at >= self._rescan_s
+        ):
+            self._used = await asyncio.to_thread(self.scan)
+            self._scanned_at = self._clock()
+
+    @property
+    def used(self) -> int:
+        """Bytes in use as last scanned, plus what was admitted since."""
+        return (self._used or 0) + self._in_flight
+
+    def admit(self, need: int) -> None:
+        """Reserve ``need`` bytes for a pull, or refuse it.
+
+        Raises:
+            StorageBudgetExceeded: over ``max_bytes``, or under ``min_free_bytes`` free.
+        """
+        from node.transfer.errors import StorageBudgetExceeded
+
+        if self.max_bytes and self.used + need > self.max_bytes:
+            raise StorageBudgetExceeded(
+                f"the pull needs {need} bytes; followed datasets use {self.used} of the "
+                f"{self.max_bytes} allowed by [storage] max_bytes",
+                needed=need,
+                allowed=max(0, self.max_bytes - self.used),
+            )
+        free = shutil.disk_usage(self._repo.root).free - self._in_flight
+        if free - need < self.min_free_bytes:
+            raise StorageBudgetExceeded(
+                f"the pull needs {need} bytes; {free} are free on the datasets' file system and "
+                f"[storage] min_free_bytes keeps {self.min_free_bytes}",
+                needed=need,
+                allowed=max(0, free - self.min_free_bytes),
+            )
+        self._in_flight += need
+
+    def settle(self, need: int) -> None:
+        """A pull admitted for ``need`` bytes ended: count them as used (the next scan
+        corrects this if it wrote less)."""
+        self._in_flight -= need
+        if self._used is not None:
+            self._used += need
+
+
+_MAX_REF = 1024
+_MAX_BLOCK = 16 << 20
+
+
 class TransferAdapter:
     """:class:`~node.app.ports.TransferPort`: pulls into ``repo``; errors in the app's terms.
+    Also the :class:`~node.app.ports.SourcePort` of sources followed by URL (their polls share
+    the pulls' one HTTP session, whose connections ``[follow] max_connections`` bounds).
 
     ``config`` supplies the source policy and the pace of reads (``[network]``,
     ``[transfer]``); without one the defaults apply. User-requested pulls (``dataset.pull``,
@@ -74,6 +195,12 @@ class TransferAdapter:
         # With a loop thread, one HTTP session serves every pull (kept-alive connections); it
         # lives on that loop. Without one (the CLI's single pull), each pull has its own.
         self._http: SharedHttpSession | None = None
+        storage = config.storage if config is not None else None
+        self.budget = DiskBudget(
+            repo,
+            storage.max_bytes if storage else 0,
+            storage.min_free_bytes if storage else 0,
+        )
 
     async def pull(self, url: str, *, alias: str | None, force: bool = False) -> dict[str, Any]:
         """Pull ``url``; :class:`PullDiverged` / :class:`PullRejected` / :class:`PullRefused` /
@@ -86,15 +213,14 @@ class TransferAdapter:
             SourceRefused,
             SourceTooSlow,
             SourceUnreachable,
+            StorageBudgetExceeded,
         )
         from node.transfer.pull import PullOptions, pull_url
 
         if self._http is None and self._loop_thread is not None:
-            from node.transfer.sources import SharedHttpSession
+            self._http = self._session()
 
-            self._http = SharedHttpSession(policy=self._policy)
-
-        options = None
+        options = PullOptions()
         if self._config is not None:
             t = self._config.transfer
             options = PullOptions(
@@ -102,23 +228,49 @@ class TransferAdapter:
                 min_rate_bytes_per_s=float(t.min_rate_bytes_per_s),
                 first_contact_s=t.first_contact_s,
             )
-        pulling = pull_url(
-            self._repo,
-            url,
-            alias=alias,
-            force=force,
-            ipfs_api=self._ipfs_api(),
-            ipfs_gateway=self._ipfs_gateway,
-            options=options,
-            policy=self._policy,
-            http=self._http,
-            p2p_request=self._bridged_request if self._p2p_request is not None else None,
+        budget = self.budget
+        admitted: list[int] = []
+
+        def admit(need: int) -> None:
+            budget.admit(need)
+            admitted.append(need)
+
+        # With a budget, nothing is downloaded before the chain is validated and admitted:
+        # no speculative data download of a new dataset.
+        options = dataclasses.replace(
+            options,
+            admit=admit,
+            max_speculative_bytes=0 if budget.max_bytes else options.max_speculative_bytes,
         )
+        ipfs_api = self._ipfs_api()
+        bridged = self._bridged_request if self._p2p_request is not None else None
+
+        async def pulling() -> Any:
+            await budget.refresh()
+            try:
+                return await pull_url(
+                    self._repo,
+                    url,
+                    alias=alias,
+                    force=force,
+                    ipfs_api=ipfs_api,
+                    ipfs_gateway=self._ipfs_gateway,
+                    options=options,
+                    policy=self._policy,
+                    http=self._http,
+                    p2p_request=bridged,
+                )
+            finally:
+                for need in admitted:
+                    budget.settle(need)
+
         try:
             if self._loop_thread is not None:
-                result = await self._loop_thread.run(pulling)
+                result = await self._loop_thread.run(pulling())
             else:
-                result = await pulling
+                result = await pulling()
+        except StorageBudgetExceeded as e:
+            raise PullOverBudget(str(e), needed=e.needed, allowed=e.allowed) from e
         except DivergedHeads as e:
             raise PullDiverged(str(e)) from e
         except ObjectRejected as e:
@@ -143,6 +295,154 @@ class TransferAdapter:
         if home is None or home is asyncio.get_running_loop():
             return await call
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, home))  # type: ignore[arg-type]
+
+    async def fetch_source(
+        self, url: str, headers: dict[str, str], target: Path, max_bytes: int
+    ) -> SourceResponse:
+        """``GET`` a polling source's URL (see :mod:`node.transfer.source_fetch`)."""
+        from node.transfer.errors import InvalidSourceUrl, SourceRefused
+        from node.transfer.source_fetch import fetch_url_to_file
+
+        async def run() -> SourceResponse:
+            if self._http is not None:
+                got = await fetch_url_to_file(self._http, url, headers, target, max_bytes=max_bytes)
+            else:
+                http = self._session()
+                try:
+                    got = await fetch_url_to_file(http, url, headers, target, max_bytes=max_bytes)
+                finally:
+                    await http.close()
+            return SourceResponse(got.modified, got.etag, got.last_modified)
+
+        if self._http is None and self._loop_thread is not None:
+            self._http = self._session()
+        try:
+            result: SourceResponse = await self._run(run())
+        except (SourceRefused, InvalidSourceUrl) as e:
+            raise PullRefused(str(e)) from e
+        return result
+
+    async def fetch_mqtt(self, request: MqttRequest, target: Path) -> int:
+        """Fetch an ``Mqtt`` source's messages (see :mod:`node.transfer.mqtt_fetch`), in a
+        worker thread (the client blocks)."""
+        from node.transfer.errors import SourceRefused
+        from node.transfer.mqtt_fetch import fetch_mqtt
+
+        r = request
+        try:
+            got = await asyncio.to_thread(
+                fetch_mqtt,
+                host=r.host,
+                port=r.port,
+                topics=r.topics,
+                client=r.client_id,
+                target=target,
+                policy=self._policy,
+                username=r.username,
+                password=r.password,
+                max_bytes=r.max_bytes,
+                max_records=r.max_records,
+                idle_timeout_s=r.idle_timeout_s,
+            )
+        except SourceRefused as e:
+            raise PullRefused(str(e)) from e
+        return got.records
+
+    def _session(self) -> SharedHttpSession:
+        from node.transfer.sources import SharedHttpSession
+
+        limit = self._config.follow.max_connections if self._config is not None else 100
+        return SharedHttpSession(policy=self._policy, limit=limit)
+
+    async def _run(self, coro: Any) -> Any:
+        if self._loop_thread is not None:
+            return await self._loop_thread.run(coro)
+        return await coro
+
+    async def probe_head(self, url: str, etag: str | None, last_modified: str | None) -> HeadProbe:
+        """One poll of ``{url}/refs/head``: conditional over HTTP(S); a plain read elsewhere
+        (a directory, or IPFS / IPNS through the node's IPFS API or gateway)."""
+        from node.transfer.errors import InvalidSourceUrl, SourceRefused
+        from node.transfer.sources import HttpSource, TransientSourceError, open_source
+
+        if self._http is None and self._loop_thread is not None:
+            self._http = self._session()
+
+        async def http_probe(source: HttpSource) -> HeadProbe:
+            status, body, tag, modified = await source.conditional_head(etag, last_modified)
+            if status == 304:
+                return HeadProbe(False, None, tag, modified, 1, 0)
+            return HeadProbe(
+                True, body.decode("ascii", "replace").strip(), tag, modified, 1, len(body)
+            )
+
+        async def probe() -> HeadProbe:
+            source = open_source(
+                url,
+                ipfs_api=self._ipfs_api(),
+                ipfs_gateway=self._ipfs_gateway,
+                policy=self._policy,
+                http=self._http,
+            )
+            try:
+                if isinstance(source, HttpSource):
+                    return await http_probe(source)
+                buf = bytearray()
+                async with source.open("refs/head") as chunks:
+                    async for c in chunks:
+                        buf += c
+                        if len(buf) > _MAX_REF:
+                            raise TransientSourceError("refs/head too long")
+                return HeadProbe(
+                    True, buf.decode("ascii", "replace").strip(), None, None, 1, len(buf)
+                )
+            finally:
+                await source.close()
+
+        try:
+            result: HeadProbe = await self._run(probe())
+        except (SourceRefused, InvalidSourceUrl) as e:
+            raise PullRefused(str(e)) from e
+        except TransientSourceError as e:
+            raise Unavailable(f"{url}: {e}") from e
+        return result
+
+    async def read_block(self, url: str, block: Multihash) -> bytes:
+        """``{url}/blocks/<block>``, checked against its sha3-256 hash."""
+        from node.transfer.errors import InvalidSourceUrl, SourceRefused
+        from node.transfer.sources import TransientSourceError, open_source
+
+        if self._http is None and self._loop_thread is not None:
+            self._http = self._session()
+
+        async def read() -> bytes:
+            source = open_source(
+                url,
+                ipfs_api=self._ipfs_api(),
+                ipfs_gateway=self._ipfs_gateway,
+                policy=self._policy,
+                http=self._http,
+            )
+            try:
+                buf = bytearray()
+                async with source.open(f"blocks/{block.to_multibase()}") as chunks:
+                    async for c in chunks:
+                        buf += c
+                        if len(buf) > _MAX_BLOCK:
+                            raise TransientSourceError("block too large")
+                return bytes(buf)
+            finally:
+                await source.close()
+
+        try:
+            data: bytes = await self._run(read())
+        except (SourceRefused, InvalidSourceUrl) as e:
+            raise PullRefused(str(e)) from e
+        except TransientSourceError as e:
+            raise Unavailable(f"{url}: {e}") from e
+        if Multihash.sha3_256(data) != block:
+            raise PullRejected(f"{url}: blocks/{block.to_multibase()} does not match its hash")
+        return data
 
     async def close(self) -> None:
         """Close the shared HTTP session (on the loop the pulls ran on)."""

@@ -13,9 +13,9 @@ Read the daemon top down:
 4. ``node/app/ports.py`` — the typed async ports the use cases need (state, gossip, IPFS,
    transfer, engine, events, clock).
 5. ``node/adapters/`` and the infrastructure packages — SQLite state with its own writer
-   thread (``node/state``), the libp2p gossip service (``p2p``), js-ipfs/kubo
-   (``node/ipfs``), pulls (``node/transfer``), the Spark engine worker (``node/engine_client``),
-   and the JSON-RPC server (``node/rpc``).
+   thread (``node/state``), the libp2p gossip service (``p2p``), the embedded IPFS node
+   (Helia) or kubo (``node/ipfs``), pulls (``node/transfer``), the Spark engine worker
+   (``node/engine_client``), and the JSON-RPC server (``node/rpc``).
 
 The application layer imports no network, database or engine library (aiohttp, libp2p, trio,
 sqlite3, grpc, pyspark): an import-linter contract enforces it.
@@ -31,6 +31,8 @@ from coordinator.storage.repository import DatasetRepository
 from node.app.console import ConsoleQueries
 from node.app.datasets import CommitLocks, DatasetUseCases
 from node.app.errors import InvalidArgument, Unavailable
+from node.app.flows import FlowUseCases
+from node.app.intoto import AttestationExport
 from node.app.metrics import NodeMetrics
 from node.app.ports import (
     BackupPort,
@@ -90,6 +92,7 @@ class Application:
     console: ConsoleQueries | None = None
     events: EventSink | None = None
     backup_port: BackupPort | None = None
+    flows: FlowUseCases | None = None
 
     async def backup(self, file: str, datasets: bool = False) -> BackupResult:
         """Write a backup of the node to ``file`` (an absolute path; never over a file).
@@ -108,6 +111,11 @@ class Application:
     def queries(self) -> NodeQueries:
         """Read models over the state: peers, events, work items, trust evidence."""
         return NodeQueries(self.state)
+
+    @property
+    def exports(self) -> AttestationExport:
+        """The node's attestations and disputes as in-toto/DSSE envelopes, and their check."""
+        return AttestationExport(self.state, self.repo, self.verify.node_id, self.verify.seal)
 
     async def status(self) -> NodeStatus:
         """Identity, uptime, addresses, counts and queue depths (``None``: not running)."""

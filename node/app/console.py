@@ -349,10 +349,12 @@ class ConsoleQueries:
     # ---- trust
 
     async def disputes(self, did: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        """Disputes with their signed evidence: expected vs computed hashes, who, when."""
+        """Disputes with their signed evidence: expected vs computed hashes, who, when; and
+        split views of sources followed by URL (``kind`` ``split-view``, ``docs/follow.md``)
+        with both signed observations. Newest first, at most ``limit``."""
         if did is not None:
             did = parse_did(did).as_did_str()
-        out = []
+        out: list[dict[str, Any]] = []
         for x in await self._state.disputes(did=did, limit=limit):
             row: dict[str, Any] = {
                 "did": x.did,
@@ -377,7 +379,37 @@ class ConsoleQueries:
                     issued_at_ns=msg.issued_at_ns,
                 )
             out.append(row)
-        return out
+        for sv in await self._state.split_views(did, limit):
+            first, second = sv.first, sv.second
+            out.append(
+                {
+                    "did": sv.did,
+                    "block": second.head,
+                    "kind": "split-view",
+                    "signer": first.signer if first.own else second.signer,
+                    "own": True,
+                    "detail": sv.detail,
+                    "at_ns": sv.detected_ns,
+                    "expected": None,
+                    "computed": None,
+                    "issued_at_ns": None,
+                    "source": sv.source,
+                    # Both signed statements, envelopes in hex: the evidence anyone can check.
+                    "observations": [
+                        {
+                            "head": o.head,
+                            "sequence": o.sequence,
+                            "signer": o.signer,
+                            "own": o.own,
+                            "at_ns": o.observed_ns,
+                            "envelope": o.envelope.hex(),
+                        }
+                        for o in (first, second)
+                    ],
+                }
+            )
+        out.sort(key=lambda r: int(r["at_ns"]), reverse=True)
+        return out[:limit]
 
     # ---- peers, events, charts
 

@@ -12,8 +12,10 @@ import asyncio
 import os
 import stat
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,12 +26,13 @@ from coordinator.metadata.yaml_serde import block_to_dict
 from coordinator.storage.dataset import Dataset
 from coordinator.storage.repository import DatasetRepository
 from node.app.errors import InvalidArgument, NotOwner, UntrustedInput
-from node.app.ports import EnginePort, StatePort, TransferPort
+from node.app.ports import EnginePort, MqttRequest, StatePort, TransferPort
 from node.app.results import (
     CreatedDataset,
     DatasetRow,
     IngestResult,
     LogEntry,
+    PullResult,
     TransformResult,
     VerifyResult,
 )
@@ -73,13 +76,14 @@ def check_input_files(files: Sequence[Path]) -> None:
             raise InvalidArgument(f"input is not a regular file: {shown}")
 
 
-def read_snapshot_file(path: Path, limit: int) -> bytes:
+def read_snapshot_file(path: Path, limit: int, what: str = "snapshot file") -> bytes:
     """The bytes of a DatasetSnapshot file, at most ``limit + 1`` of them (the caller refuses more).
 
     The file must be a regular file. It is opened with ``O_NONBLOCK`` and checked with ``fstat``
     on the open descriptor, so a FIFO with no writer cannot block the command forever (a plain
     ``open`` waits for a writer) and a file swapped for a FIFO between a check and the open is
     still refused. ``-`` reads standard input instead, bounded the same way, for piping YAML.
+    ``what`` names the file in errors (the same rules serve other input files).
     """
     if str(path) == "-":
         return sys.stdin.buffer.read(limit + 1)
@@ -93,7 +97,7 @@ def read_snapshot_file(path: Path, limit: int) -> bytes:
     if not stat.S_ISREG(mode):
         os.close(fd)
         raise InvalidArgument(
-            f"snapshot file {shown} is {_file_kind(mode)}; "
+            f"{what} {shown} is {_file_kind(mode)}; "
             "give a regular file, or '-' to read standard input"
         )
     with os.fdopen(fd, "rb") as f:
@@ -135,6 +139,34 @@ def _file_kind(mode: int) -> str:
     return "not a regular file"
 
 
+class _LazyEngine:
+    """The engine for a source's preprocess query, obtained only if the source has one."""
+
+    def __init__(self, engine: Callable[[], EnginePort]) -> None:
+        self._engine = engine
+
+    def execute_raw_query(self, request: Any) -> Any:
+        return self._engine().execute_raw_query(request)
+
+
+@dataclass(frozen=True, slots=True)
+class PollingOptions:
+    """Bounds of a polling source's run (``[ingest]`` of the node's configuration)."""
+
+    max_fetch_bytes: int = 1 << 30
+    """``ingest.max_fetch_bytes``: the largest HTTP body a poll downloads."""
+    max_decompressed_bytes: int = 1 << 30
+    """``ingest.max_decompressed_bytes``: the most bytes one prepare step (or one
+    ``EsriShapefile`` archive read) may produce."""
+    allow_pipe: bool = False
+    """``ingest.allow_pipe``: run ``Pipe`` prepare steps (commands with the node's rights)."""
+    mqtt_max_records: int = 10_000
+    """``ingest.mqtt_max_records``: the most MQTT messages one poll takes (kamu's
+    ``target_records_per_slice``)."""
+    mqtt_idle_timeout_s: float = 1.0
+    """``ingest.mqtt_idle_timeout_s``: an MQTT poll ends once the broker is idle this long."""
+
+
 class DatasetUseCases:
     """The dataset commands over a repository, an engine and (in a daemon) state and publishing.
 
@@ -145,6 +177,7 @@ class DatasetUseCases:
         transfer: pulls (``None`` where pulling is not offered).
         on_commit: queues publication after a commit to an owned dataset (daemon only).
         locks: per-dataset commit locks shared with the node's pulls.
+        polling: bounds of polling-source runs (``dataset pull`` of an owned root).
 
     New blocks take their system time from the repository's injected clock (``repo.clock``).
     """
@@ -158,9 +191,11 @@ class DatasetUseCases:
         transfer: TransferPort | None = None,
         on_commit: OnCommit | None = None,
         locks: CommitLocks | None = None,
+        polling: PollingOptions | None = None,
         untrusted_input: Callable[[DatasetId], str | None] | None = None,
     ) -> None:
         self.repo = repo
+        self.polling = polling or PollingOptions()
         self._engine = engine
         # Why an input cannot be used now (its head is not trusted yet), or None.
         self._untrusted_input = untrusted_input
@@ -224,6 +259,8 @@ class DatasetUseCases:
                 source_name=source,
                 progress=progress,
                 linked_objects=linked,
+                engine=_LazyEngine(self._engine),
+                max_decompressed_bytes=self.polling.max_decompressed_bytes,
             )
         lo = result.linked_objects
         out = IngestResult(
@@ -332,6 +369,138 @@ class DatasetUseCases:
             raise InvalidArgument("pulling is not available here")
         return await self.transfer.pull(url, alias=alias, force=force)
 
+    def polling_source_of(self, ref: str) -> bool:
+        """Whether ``ref`` names a local dataset with an active polling source (so that
+        ``dataset pull ALIAS`` runs it instead of pulling a remote copy)."""
+        if "://" in ref:
+            return False
+        try:
+            handle = self.repo.resolve(ref)
+            return self.repo.open(handle.id.as_did_str()).state().polling_source
+        except (OdfNodeError, OSError, ValueError):
+            return False
+
+    async def poll(
+        self,
+        ref: str,
+        *,
+        publish: bool = True,
+        progress: Callable[[IngestProgress], None] | None = None,
+    ) -> PullResult:
+        """Run an owned root's polling source once (``kamu pull`` of a root); publish it.
+
+        Fetch (``http(s)`` by the transfer port, under the source policy; ``file://`` and
+        ``FilesGlob`` here), prepare, read, merge and commit: all or nothing, see
+        :mod:`coordinator.ingest.polling`.
+        """
+        await load_data_stack()
+        from coordinator.ingest.fetch import (
+            conditional_headers,
+            http_fetched,
+            mqtt_client_id,
+            mqtt_fetched,
+            mqtt_topics,
+        )
+        from coordinator.ingest.polling import (
+            fetch_local,
+            ingest_fetched,
+            is_http_source,
+            is_mqtt_source,
+            resolve_polling_source,
+        )
+        from coordinator.metadata import model as m
+
+        handle = self.repo.resolve(ref)
+        did = handle.id
+        self.require_owned(did)
+        opts = self.polling
+        async with self.locks.of(did):
+            ds = self.repo.open(did.as_did_str())
+            info = await asyncio.to_thread(resolve_polling_source, ds)
+            now = self.repo.clock()
+            ds.layout.info_dir.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix="poll-", dir=ds.layout.info_dir) as tmp:
+                workdir = Path(tmp)
+                fetch = info.source.fetch if isinstance(info.source, m.SetPollingSource) else None
+                if is_http_source(info):
+                    assert isinstance(fetch, m.FetchStepUrl)
+                    if self.transfer is None:
+                        raise InvalidArgument("fetching HTTP sources is not available here")
+                    headers = {h.name: h.value for h in fetch.headers or ()}
+                    headers.update(conditional_headers(info.source_state))
+                    target = workdir / "fetched"
+                    got = await self.transfer.fetch_source(
+                        fetch.url, headers, target, opts.max_fetch_bytes
+                    )
+                    fetched = (
+                        [http_fetched(fetch, target, got.etag, got.last_modified, now)]
+                        if got.modified
+                        else []
+                    )
+                elif is_mqtt_source(info):
+                    assert isinstance(fetch, m.FetchStepMqtt)
+                    if self.transfer is None:
+                        raise InvalidArgument("fetching MQTT sources is not available here")
+                    topics = mqtt_topics(fetch)
+                    target = workdir / "messages"
+                    request = MqttRequest(
+                        host=fetch.host,
+                        port=fetch.port,
+                        topics=topics,
+                        client_id=mqtt_client_id(did.as_did_str(), topics),
+                        username=fetch.username,
+                        password=fetch.password,
+                        max_bytes=opts.max_fetch_bytes,
+                        max_records=opts.mqtt_max_records,
+                        idle_timeout_s=opts.mqtt_idle_timeout_s,
+                    )
+                    count = await self.transfer.fetch_mqtt(request, target)
+                    fetched = [mqtt_fetched(target)] if count else []
+                else:
+                    fetched = await asyncio.to_thread(fetch_local, info, now)
+                result = None
+                if fetched:
+                    result = await asyncio.to_thread(
+                        ingest_fetched,
+                        ds,
+                        info,
+                        fetched,
+                        workdir,
+                        clock=lambda: now,
+                        progress=progress,
+                        max_decompressed_bytes=opts.max_decompressed_bytes,
+                        allow_pipe=opts.allow_pipe,
+                        engine=_LazyEngine(self._engine),
+                    )
+        committed = result is not None and not result.up_to_date
+        old_head = str(info.state.head) if info.state.head else None
+        state_now = info.source_state
+        if result is not None and committed and result.new_head is not None:
+            last = (await asyncio.to_thread(ds.get_block, result.new_head)).event
+            if isinstance(last, m.AddData):
+                state_now = last.new_source_state
+        out = PullResult(
+            alias=handle.alias,
+            id=did.as_did_str(),
+            comparison="local-behind" if committed else "equal",
+            old_head=old_head,
+            new_head=str(result.new_head) if result and result.new_head else old_head,
+            created=False,
+            forced=False,
+            new_blocks=len(result.new_blocks) if result else 0,
+            objects_downloaded=len(result.slices) if result else 0,
+            bytes_downloaded=sum(s.size for s in result.slices) if result else 0,
+            source="polling",
+            records=result.num_records if result else 0,
+            watermark=str(result.watermark) if result and result.watermark else None,
+            source_state=(
+                {"kind": state_now.kind, "value": state_now.value} if state_now else None
+            ),
+            publish_work_id=await self._published(did, committed, publish),
+        )
+        await self._log("dataset.poll", did.as_did_str(), out.to_json())
+        return out
+
     async def log(self, ref: str, limit: int | None = 50) -> list[LogEntry]:
         """The newest ``limit`` metadata blocks (kamu's YAML form as JSON), newest first."""
         ds = self.repo.open(ref)
@@ -390,4 +559,4 @@ class DatasetUseCases:
             raise NotOwner(f"this node does not hold the key of {did.as_did_str()}")
 
 
-__all__ = ["CommitLocks", "DatasetUseCases", "check_input_files"]
+__all__ = ["CommitLocks", "DatasetUseCases", "PollingOptions", "check_input_files"]

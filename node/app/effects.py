@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
+from node.app.keys import NodeKeyRecords
 from node.app.metrics import NodeMetrics
 from node.app.ports import EventSink, StatePort
 from node.app.trust import TrustDriver
@@ -29,6 +30,7 @@ from p2p.core import (
     HeadAccepted,
     Ignore,
     Penalise,
+    PollSource,
     PublishAttestation,
     PublishDispute,
     RejectHead,
@@ -40,11 +42,26 @@ from p2p.wire import (
     Dispute,
     EquivocationProof,
     HeadAnnouncement,
+    KeyRevocation,
+    KeyRotation,
+    Observation,
     SignedMessage,
     content_id,
 )
 
 log = logging.getLogger("odf_node.effects")
+
+
+class Witness(Protocol):
+    """What the effects tell the source follower (:class:`node.app.follow.SourceFollower`)."""
+
+    async def observed(self, sm: SignedMessage, o: Observation) -> None:
+        """A peer's signed observation passed the core's checks: store it, compare it."""
+        ...
+
+    def poll_now(self, did: Any, source: str) -> None:
+        """Poll ``source`` of ``did`` as soon as possible."""
+        ...
 
 
 class NodeEffects:
@@ -60,15 +77,20 @@ class NodeEffects:
         owns: Callable[[Any], bool],
         kick: Callable[[], None],
         trust: TrustDriver | None = None,
+        keys: NodeKeyRecords | None = None,
     ) -> None:
         self._state = state
         self._trust = trust
+        self._keys = keys
         self._verify = verify
         self._events = events
         self._metrics = metrics
         self._spawn = spawn
         self._owns = owns
         self._kick = kick
+        self.witness: Witness | None = None
+        """Told of peers' observations and asked to poll (the source follower, set by the
+        composition root)."""
         # State writes of decisions run one after another, in decision order.
         self._queue: asyncio.Queue[Callable[[], Awaitable[None]]] | None = None
 
@@ -117,6 +139,20 @@ class NodeEffects:
         elif isinstance(inner, Dispute):
             self._metrics.announcements.labels("dispute", "").inc()
             self._later(lambda: self._store_dispute(msg, inner))
+        elif isinstance(inner, Observation):
+            self._metrics.announcements.labels("observation", "").inc()
+            witness = self.witness
+            if witness is not None:
+                self._later(lambda: witness.observed(msg, inner))
+        elif isinstance(inner, KeyRotation | KeyRevocation):
+            self._metrics.announcements.labels("key_record", "").inc()
+            keys = self._keys
+            if keys is not None:
+
+                async def store() -> None:
+                    await keys.received(msg)
+
+                self._later(store)
 
     async def _store_attestation(self, sm: SignedMessage, a: Attestation) -> None:
         did, head = a.dataset.as_did_str(), a.head.to_multibase()
@@ -125,7 +161,7 @@ class NodeEffects:
         )
         self._events.publish("attestation", {"did": did, "head": head, "own": False})
         if self._trust is not None and not self._owns(a.dataset):
-            await self._trust.attestation(a.dataset, a.head, a.node, a.verdict)
+            await self._trust.attestation(a.dataset, a.head, a.node, a.verdict, a.issued_at_ns)
 
     async def _store_dispute(self, sm: SignedMessage, x: Dispute) -> None:
         did, block = x.dataset.as_did_str(), x.block.to_multibase()
@@ -135,11 +171,11 @@ class NodeEffects:
         self._events.publish("dispute", {"did": did, "block": block, "own": False})
         if self._trust is not None and not self._owns(x.dataset):
             evidence = "f1620" + content_id(sm.envelope).hex()  # as the state stores it
-            await self._trust.dispute(x.dataset, x.block, x.node, evidence)
+            await self._trust.dispute(x.dataset, x.block, x.node, evidence, x.issued_at_ns)
 
     def _store_proof(self, proof: EquivocationProof) -> None:
         async def write() -> None:
-            did = proof.first.message.dataset.as_did_str()
+            did = proof.dataset.as_did_str()
             if await self._state.add_equivocation_proof(did, proof.envelope):
                 await self._state.log_event("equivocation", did, {})
                 self._events.publish("equivocation", {"did": did})
@@ -231,6 +267,11 @@ class NodeEffects:
 
     def dispute(self, d: PublishDispute) -> None:
         """Nothing here, as for :meth:`attest`: the verify pipeline publishes the dispute."""
+
+    def poll_source(self, d: PollSource) -> None:
+        """A peer observed a source we follow showing another head: poll it now."""
+        if self.witness is not None:
+            self.witness.poll_now(d.dataset, d.source)
 
 
 __all__ = ["NodeEffects"]

@@ -75,6 +75,18 @@ class PullTooSlow(OdfNodeError):
     rpc_code = UNAVAILABLE
 
 
+class PullOverBudget(OdfNodeError):
+    """The pull would exceed the node's disk budget (``[storage] max_bytes``) or leave less
+    than ``[storage] min_free_bytes`` free; refused before any data was downloaded."""
+
+    rpc_code = UNAVAILABLE
+
+    def __init__(self, message: str, *, needed: int = 0, allowed: int = 0) -> None:
+        super().__init__(message)
+        self.needed = needed
+        self.allowed = allowed
+
+
 class PullDiverged(OdfNodeError):
     """The announced chain does not descend from our copy (ancestry fails)."""
 
@@ -116,6 +128,9 @@ class ChainFetcher:
         # (did, url) -> (reason, when last logged): the core retries a failing fetch every few
         # seconds; the same failure is logged again only after _RELOG_S.
         self._logged: dict[tuple[str, str], tuple[str, float]] = {}
+        # The head whose pull was last refused for space, per dataset: one event per head,
+        # not one per retry.
+        self._over_budget: dict[DatasetId, Multihash] = {}
 
     def _progress(self, topic: str, did: DatasetId, **data: object) -> None:
         # Live progress for the event stream (the console shows pulls as they happen).
@@ -182,6 +197,25 @@ class ChainFetcher:
                     self._progress("pull.finished", did, url=url, outcome="diverged")
                     log.warning("pull of %s from %s: %s", did, url, e)
                     return False
+                except PullOverBudget as e:
+                    # Every source would bring the same chain: paused, not tried elsewhere.
+                    # The core retries on the next announcement or anti-entropy round.
+                    self._metrics.pulls.labels("over_budget").inc()
+                    self._progress("pull.finished", did, url=url, outcome="over_budget")
+                    if self._over_budget.get(did) != req.head:
+                        self._over_budget[did] = req.head
+                        await self._state.log_event(
+                            "storage.budget_exceeded",
+                            did.as_did_str(),
+                            {
+                                "head": req.head.to_multibase(),
+                                "budget": "[storage] max_bytes / min_free_bytes",
+                                "needed_bytes": e.needed,
+                                "allowed_bytes": e.allowed,
+                                "error": str(e),
+                            },
+                        )
+                    raise RetryLater(f"paused: {e}") from e
                 except PullRefused as e:
                     # An announcement naming an address the policy forbids (an internal host,
                     # a metadata endpoint): logged for the operator, never contacted.
@@ -328,6 +362,7 @@ __all__ = [
     "ChainFetcher",
     "IpfsHint",
     "PullDiverged",
+    "PullOverBudget",
     "PullRefused",
     "PullRejected",
     "PullTooSlow",

@@ -30,6 +30,12 @@ class NodeMetrics:
             registry=r,
         )
         self.pulls = Counter("odf_pulls", "Dataset pulls by outcome", ["outcome"], registry=r)
+        self.source_polls = Counter(
+            "odf_source_polls",
+            "Polls of sources followed by URL, by outcome (docs/follow.md)",
+            ["outcome"],
+            registry=r,
+        )
         self.pull_seconds = Histogram(
             "odf_pull_seconds",
             "Duration of successful pulls",

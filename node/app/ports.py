@@ -2,21 +2,28 @@
 
 Each port is a :class:`typing.Protocol` written in the application's terms (``DatasetId``,
 ``Multihash``, typed rows); adapters implement them structurally (SQLite state with its own
-writer thread, the libp2p gossip service, js-ipfs/kubo over HTTP, the Spark engine worker over
-gRPC, HTTP/IPFS pulls), and every port has an in-memory twin for unit tests. Nothing here imports
-a network, database or engine library: the import-linter contract "The application layer is
-pure" checks it.
+writer thread, the libp2p gossip service, the embedded IPFS node (Helia) or kubo over HTTP, the
+Spark engine worker over gRPC, HTTP/IPFS pulls), and every port has an in-memory twin for unit
+tests. Nothing here imports a network, database or engine library: the import-linter contract
+"The application layer is pure" checks it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
-from coordinator.transform.model import TransformRequest, TransformResponse
+from coordinator.transform.model import (
+    RawQueryRequest,
+    RawQueryResponse,
+    TransformRequest,
+    TransformResponse,
+)
 from node.app.jsontypes import JsonFields, JsonObject
 from node.app.results import BackupResult
 from node.app.rows import (
@@ -25,7 +32,12 @@ from node.app.rows import (
     Dispute,
     EquivocationProof,
     Event,
+    KeyRevocationRecord,
+    KeyRotationRecord,
+    ObservationRecord,
     Peer,
+    Schedule,
+    SplitView,
     Subscription,
     TrustOverride,
     TrustRecord,
@@ -53,8 +65,10 @@ class StatePort(Protocol):
         alias: str | None = None,
         source_hint: str | None = None,
         override: TrustOverride | None = None,
+        source_url: str | None = None,
     ) -> Subscription:
-        """Follow ``did`` (idempotent; updates the alias and the trust override when given)."""
+        """Follow ``did`` (idempotent; updates the alias, the source URL and the trust override
+        when given)."""
         ...
 
     async def record_trust(self, did: str, trust: TrustRecord, trusted_head: str | None) -> bool:
@@ -125,6 +139,24 @@ class StatePort(Protocol):
         """Attestations, newest first."""
         ...
 
+    async def add_key_rotation(
+        self, old_id: str, new_id: str, issued_at_ns: int, envelope: bytes
+    ) -> bool:
+        """Store a node key rotation record (false if the old key already has one)."""
+        ...
+
+    async def key_rotations(self) -> list[KeyRotationRecord]:
+        """Every stored node key rotation record."""
+        ...
+
+    async def add_key_revocation(self, node_id: str, revoked_ns: int, envelope: bytes) -> bool:
+        """Store a node key revocation (false if an earlier one is stored)."""
+        ...
+
+    async def key_revocations(self) -> list[KeyRevocationRecord]:
+        """Every stored node key revocation."""
+        ...
+
     async def add_dispute(
         self,
         did: str,
@@ -140,6 +172,36 @@ class StatePort(Protocol):
 
     async def disputes(self, did: str | None = None, limit: int = 100) -> list[Dispute]:
         """Disputes, newest first."""
+        ...
+
+    async def add_observation(
+        self,
+        did: str,
+        source: str,
+        head: str,
+        sequence: int,
+        signer: str,
+        envelope: bytes,
+        own: bool,
+        observed_ns: int,
+    ) -> bool:
+        """Store a signed observation of a source (false if already known)."""
+        ...
+
+    async def observations(
+        self, did: str | None = None, source: str | None = None, limit: int = 100
+    ) -> list[ObservationRecord]:
+        """Observations, newest first."""
+        ...
+
+    async def add_split_view(
+        self, did: str, source: str, first: str, second: str, detail: str
+    ) -> bool:
+        """Store a split view between two stored observations (false if already known)."""
+        ...
+
+    async def split_views(self, did: str | None = None, limit: int = 100) -> list[SplitView]:
+        """Split views with both observations, newest first."""
         ...
 
     async def add_equivocation_proof(self, did: str, envelope: bytes) -> bool:
@@ -240,6 +302,37 @@ class StatePort(Protocol):
         """Delete items finished before ``finished_before_ns``."""
         ...
 
+    async def set_schedule(
+        self,
+        did: str,
+        *,
+        every_s: float | None = None,
+        cron: str | None = None,
+        on_input: bool = False,
+        next_ns: int | None = None,
+        inputs_seen: dict[str, str] | None = None,
+    ) -> Schedule:
+        """Set a dataset's flow trigger (replacing any)."""
+        ...
+
+    async def schedule_ran(
+        self, did: str, *, next_ns: int | None = None, inputs_seen: dict[str, str] | None = None
+    ) -> bool:
+        """Record a queued flow run: the next due time and/or the input heads."""
+        ...
+
+    async def remove_schedule(self, did: str) -> bool:
+        """Remove a dataset's flow trigger."""
+        ...
+
+    async def schedules(self) -> list[Schedule]:
+        """Every flow trigger."""
+        ...
+
+    async def schedule(self, did: str) -> Schedule | None:
+        """One dataset's flow trigger."""
+        ...
+
 
 class GossipPort(Protocol):
     """The node's gossip: topics, the protocol core's decisions, peers."""
@@ -296,6 +389,16 @@ class GossipPort(Protocol):
         """Pulls in flight on behalf of the core."""
         ...
 
+    def follow_source(self, did: DatasetId, source: str, head: Multihash | None) -> None:
+        """Tell the core ``did`` is followed from ``source`` (``head``: the newest accepted
+        from it), so peers' observations of it ask for a poll."""
+        ...
+
+    def source_head_accepted(self, did: DatasetId, source: str, head: Multihash) -> None:
+        """Tell the core a head pulled from ``source`` was accepted (it is then attested or
+        disputed like an announced head when its verification completes)."""
+        ...
+
 
 VerificationVerdict = PublishAttestation | PublishDispute | None
 """What the protocol core decided about a finished verification: attest it, dispute it, or
@@ -303,7 +406,7 @@ nothing (``None``: the head is no longer the accepted one, a newer head supersed
 
 
 class IpfsPort(Protocol):
-    """The node's IPFS node (embedded js-ipfs, or any kubo-compatible RPC endpoint)."""
+    """The node's IPFS node (the embedded Helia node, or any kubo-compatible RPC endpoint)."""
 
     @property
     def api_url(self) -> str | None:
@@ -327,11 +430,88 @@ class IpfsPort(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class SourceResponse:
+    """A polling source's answer: ``modified`` False for ``304 Not Modified``."""
+
+    modified: bool
+    etag: str | None = None
+    last_modified: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MqttRequest:
+    """One ``Mqtt`` fetch: the broker, the topics with their QoS, the session's client id and
+    the bounds (``[ingest]``)."""
+
+    host: str
+    port: int
+    topics: tuple[tuple[str, int], ...]
+    client_id: str
+    username: str | None
+    password: str | None
+    max_bytes: int
+    max_records: int
+    idle_timeout_s: float
+
+
 class TransferPort(Protocol):
     """Pulls over the ODF transfer protocols (IPFS, HTTP, local paths)."""
 
     async def pull(self, url: str, *, alias: str | None, force: bool = False) -> JsonObject:
         """Pull ``url`` into the repository; the pull summary (JSON-friendly)."""
+        ...
+
+    async def fetch_source(
+        self, url: str, headers: dict[str, str], target: Path, max_bytes: int
+    ) -> SourceResponse:
+        """``GET`` a polling source's ``http(s)`` URL into ``target`` under the source policy.
+
+        Raises ``SourceNotFound`` (404), ``SourceUnreachable``, ``FetchError`` (too large) of
+        :mod:`coordinator.errors`, or :class:`~node.app.fetch.PullRefused` (policy).
+        """
+        ...
+
+    async def fetch_mqtt(self, request: MqttRequest, target: Path) -> int:
+        """Write the MQTT messages received since the last poll into ``target``, one per line;
+        the number written (see :mod:`node.transfer.mqtt_fetch`).
+
+        Raises ``SourceUnreachable``, ``FetchError`` of :mod:`coordinator.errors`, or
+        :class:`~node.app.fetch.PullRefused` (the policy refuses the broker's address).
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class HeadProbe:
+    """What one poll of a source's ``refs/head`` found (:meth:`SourcePort.probe_head`).
+
+    ``changed`` is False when the source answered "not modified" to the conditional request
+    (HTTP 304), so ``head`` is None; else ``head`` is the multibase text it names. ``etag`` and
+    ``last_modified`` are the validators to send next time; ``requests`` and ``bytes`` what the
+    probe cost on the wire (body bytes).
+    """
+
+    changed: bool
+    head: str | None
+    etag: str | None = None
+    last_modified: str | None = None
+    requests: int = 1
+    bytes: int = 0
+
+
+class SourcePort(Protocol):
+    """Cheap reads of a source followed by URL (``docs/follow.md``): its head, one block."""
+
+    async def probe_head(self, url: str, etag: str | None, last_modified: str | None) -> HeadProbe:
+        """Read ``{url}/refs/head``, conditionally (``If-None-Match`` / ``If-Modified-Since``)
+        when validators are known. Raises :class:`~coordinator.errors.OdfNodeError` when the
+        source cannot be read (unreachable, an error status, refused by the source policy)."""
+        ...
+
+    async def read_block(self, url: str, block: Multihash) -> bytes:
+        """``{url}/blocks/<block>``, checked against its hash (raises when it does not match
+        or cannot be read)."""
         ...
 
 
@@ -352,6 +532,10 @@ class EnginePort(Protocol):
 
     def execute_transform(self, request: TransformRequest) -> TransformResponse:
         """Run one ODF transform request (blocking: call it from a worker thread)."""
+        ...
+
+    def execute_raw_query(self, request: RawQueryRequest) -> RawQueryResponse:
+        """Run a source's preprocess query (the view ``input``) on the engine it names."""
         ...
 
     def close(self) -> None:
@@ -386,7 +570,10 @@ __all__ = [
     "EnginePort",
     "EventSink",
     "GossipPort",
+    "HeadProbe",
     "IpfsPort",
+    "SourcePort",
+    "SourceResponse",
     "StatePort",
     "TransferPort",
     "VerificationVerdict",

@@ -6,6 +6,9 @@ without a daemon run the same queries over the same state, so their JSON is the 
 
 from __future__ import annotations
 
+from coordinator.errors import OdfNodeError
+from coordinator.identity import DatasetId
+from node.app.identities import NodeIdentities
 from node.app.ports import StatePort
 from node.app.results import (
     AttestationRow,
@@ -17,6 +20,16 @@ from node.app.results import (
 )
 from node.app.rows import WorkState
 from node.app.subscriptions import parse_did
+
+
+def _node_of(identities: NodeIdentities, signer: str) -> str:
+    """``signer``'s node as its newest key (``signer`` itself when it never rotated)."""
+    if identities.empty:
+        return signer
+    try:
+        return identities.canonical(DatasetId.parse(signer)).as_did_key()
+    except OdfNodeError:
+        return signer
 
 
 def _did(did: str | None) -> str | None:
@@ -70,7 +83,11 @@ class NodeQueries:
     async def attestations(
         self, did: str | None = None, head: str | None = None, limit: int = 100
     ) -> list[AttestationRow]:
-        """Attestations received or made, newest first."""
+        """Attestations received or made, newest first; ``node`` is the attesting node's
+        current id (its ``signer`` key followed through the node key rotations known)."""
+        identities = NodeIdentities()
+        for r in await self._state.key_rotations():
+            identities.add_rotation(DatasetId.parse(r.old_id), DatasetId.parse(r.new_id))
         return [
             AttestationRow(
                 did=a.did,
@@ -79,14 +96,15 @@ class NodeQueries:
                 signer=a.signer,
                 own=a.own,
                 at_ns=a.received_ns,
+                node=_node_of(identities, a.signer),
                 **_attested_engine(a.envelope),
             )
             for a in await self._state.attestations(did=_did(did), head=head, limit=limit)
         ]
 
     async def disputes(self, did: str | None = None, limit: int = 100) -> list[DisputeRow]:
-        """Disputes received or made, newest first."""
-        return [
+        """Disputes received or made, and split views of followed sources, newest first."""
+        rows = [
             DisputeRow(
                 did=x.did,
                 block=x.head,
@@ -98,6 +116,32 @@ class NodeQueries:
             )
             for x in await self._state.disputes(did=_did(did), limit=limit)
         ]
+        for s in await self._state.split_views(_did(did), limit):
+            rows.append(
+                DisputeRow(
+                    did=s.did,
+                    block=s.second.head,
+                    kind="split-view",
+                    signer=s.first.signer if s.first.own else s.second.signer,
+                    own=True,
+                    detail=s.detail,
+                    at_ns=s.detected_ns,
+                    source=s.source,
+                    observations=[
+                        {
+                            "head": o.head,
+                            "sequence": o.sequence,
+                            "signer": o.signer,
+                            "own": o.own,
+                            "at_ns": o.observed_ns,
+                            "envelope": o.envelope.hex(),
+                        }
+                        for o in (s.first, s.second)
+                    ],
+                )
+            )
+        rows.sort(key=lambda r: r.at_ns, reverse=True)
+        return rows[:limit]
 
     async def equivocations(self, did: str | None = None) -> list[EquivocationRow]:
         """Equivocation proofs known to this node."""

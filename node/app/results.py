@@ -126,7 +126,12 @@ class PublishResult(_Json):
 
 @dataclass(frozen=True)
 class PullResult(_Json):
-    """``dataset pull``: how the local head compares with the source's and what was fetched."""
+    """``dataset pull``: how the local head compares with the source's and what was fetched.
+
+    For a root with a polling source, the source's run: ``comparison`` is ``equal`` (nothing
+    new, nothing committed) or ``local-behind`` (new blocks committed); ``records`` the rows
+    added and ``source_state`` the state now recorded (kamu's ETag / Last-Modified / last file).
+    """
 
     alias: str
     id: str
@@ -138,6 +143,12 @@ class PullResult(_Json):
     new_blocks: int
     objects_downloaded: int
     bytes_downloaded: int
+    # A run of the dataset's own polling source (``source`` = "polling"); None for a pull.
+    source: str | None = None
+    records: int | None = None
+    watermark: str | None = None
+    source_state: dict[str, str] | None = None
+    publish_work_id: int | None = None
 
     @classmethod
     def from_summary(cls, summary: JsonObject) -> PullResult:
@@ -156,7 +167,9 @@ class SubscriptionRow(_Json):
     ``evidence`` and ``disputed_by`` when disputed); ``pull``: the sources that failed since
     the last successful pull of the dataset, newest first (``{"last_ok_ns", "attempts":
     [{"url", "reason", "error", "setting"?, "addresses"?, "at_ns"}]}``, from the
-    ``pull.source_failed`` events; ``None``: no pull recorded).
+    ``pull.source_failed`` events; ``None``: no pull recorded); ``source``: the URL the dataset
+    is followed from, the authority for its heads, which no owner signs (None: owner-signed
+    announcements over gossip; ``docs/follow.md``).
     """
 
     did: str
@@ -170,6 +183,7 @@ class SubscriptionRow(_Json):
     trusted_head: str | None = None
     trust: dict[str, Any] | None = None
     pull: dict[str, Any] | None = None
+    source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -230,8 +244,54 @@ class WorkRow(_Json):
 
 
 @dataclass(frozen=True)
+class ScheduleRow(_Json):
+    """``dataset schedule``, ``flows``: a dataset's flow trigger (``docs/flows.md``).
+
+    ``trigger`` is ``every Ns``, ``cron EXPR`` or ``on input``; ``next_run`` is when a time
+    trigger is next due (RFC 3339). After ``--off``, ``active`` is false and ``removed`` says
+    whether there was a trigger to remove.
+    """
+
+    id: str
+    alias: str | None
+    active: bool
+    removed: bool
+    trigger: str | None = None
+    every_s: float | None = None
+    cron: str | None = None
+    on_input: bool = False
+    next_run: str | None = None
+
+
+@dataclass(frozen=True)
+class FlowRunRow(_Json):
+    """``flows``: one flow run (a ``poll`` or ``transform`` work item)."""
+
+    id: int
+    kind: str
+    did: str
+    alias: str | None
+    trigger: str
+    state: str
+    attempts: int
+    created: str
+    updated: str
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class FlowsResult(_Json):
+    """``flows``: the triggers and the newest runs (newest first)."""
+
+    schedules: list[ScheduleRow]
+    runs: list[FlowRunRow]
+
+
+@dataclass(frozen=True)
 class AttestationRow(_Json):
     """``attestations``: a signed verdict on a head, ours (``own``) or received.
+
+    ``node`` is who attested, as its current node id (``signer`` is the key that signed).
 
     ``engine`` and ``engine_version``: what reproduced the head, as the attestation signs it
     (``None`` when the stored envelope does not carry them).
@@ -245,11 +305,44 @@ class AttestationRow(_Json):
     at_ns: int
     engine: str | None = None
     engine_version: str | None = None
+    node: str | None = None
+    """The attesting node's current id: ``signer`` followed through the node key rotations
+    this node knows (docs/operations.md, "Node key rotation"); ``signer`` if it never rotated."""
+
+
+@dataclass(frozen=True)
+class VerifiedEnvelope(_Json):
+    """``attestation verify``: one checked in-toto/DSSE envelope (``docs/attestations.md``).
+
+    ``ok`` false: ``problem`` says which check failed and the other fields are ``None``.
+    ``signer``: the envelope's key; ``node``: who made the attestation or dispute; ``relayed``:
+    they differ. ``predicate``: the statement's predicate without the embedded wire envelope.
+    """
+
+    ok: bool
+    problem: str | None
+    signer: str | None
+    node: str | None
+    relayed: bool | None
+    kind: str | None
+    predicate_type: str | None
+    dataset: str | None
+    block: str | None
+    digest: str | None
+    predicate: dict[str, Any] | None
+
+    @classmethod
+    def failed(cls, problem: str) -> VerifiedEnvelope:
+        """The row of an envelope that does not verify."""
+        return cls(False, problem, None, None, None, None, None, None, None, None, None)
 
 
 @dataclass(frozen=True)
 class DisputeRow(_Json):
-    """``disputes``: a signed dispute of a block, ours (``own``) or received."""
+    """``disputes``: a signed dispute of a block, ours (``own``) or received; or a split view
+    (``kind`` ``split-view``): a source followed by URL showed two heads that do not descend
+    one from the other, with the two signed observations (``source``, ``observations``: each
+    ``{"head", "sequence", "signer", "own", "at_ns", "envelope"}``, envelope in hex)."""
 
     did: str
     block: str
@@ -258,6 +351,8 @@ class DisputeRow(_Json):
     own: bool
     detail: str
     at_ns: int
+    source: str | None = None
+    observations: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -331,6 +426,8 @@ __all__ = [
     "DisputeRow",
     "EquivocationRow",
     "EventRow",
+    "FlowRunRow",
+    "FlowsResult",
     "IngestResult",
     "IpfsConnected",
     "LogEntry",
@@ -339,9 +436,11 @@ __all__ = [
     "PeerRow",
     "PublishResult",
     "PullResult",
+    "ScheduleRow",
     "SubscriptionRow",
     "TransformResult",
     "Unsubscribed",
+    "VerifiedEnvelope",
     "VerifyResult",
     "WorkRow",
 ]

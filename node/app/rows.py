@@ -67,6 +67,8 @@ class Subscription:
     override: TrustOverride = field(default_factory=TrustOverride)
     trusted_head: str | None = None
     trust: TrustRecord | None = None
+    source_url: str | None = None
+    """The URL the dataset is followed from (None: owner-signed announcements over gossip)."""
 
 
 @dataclass(frozen=True)
@@ -126,12 +128,63 @@ class Dispute:
 
 
 @dataclass(frozen=True)
+class ObservationRecord:
+    """A signed observation of a source (ours, ``own``, or a peer's): the head it showed."""
+
+    id: int
+    content_id: str
+    did: str
+    source: str
+    head: str
+    sequence: int
+    signer: str
+    envelope: bytes
+    own: bool
+    observed_ns: int
+    received_ns: int
+
+
+@dataclass(frozen=True)
+class SplitView:
+    """Two observations of one source whose heads do not descend one from the other."""
+
+    id: int
+    did: str
+    source: str
+    first: ObservationRecord
+    second: ObservationRecord
+    detail: str
+    detected_ns: int
+
+
+@dataclass(frozen=True)
 class EquivocationProof:
     """Evidence that a dataset's key signed two different heads for the same position."""
 
     id: int
     content_id: str
     did: str
+    envelope: bytes
+    received_ns: int
+
+
+@dataclass(frozen=True)
+class KeyRotationRecord:
+    """A node key ``old_id`` succeeded by ``new_id`` (both ``did:key``), as signed by both."""
+
+    old_id: str
+    new_id: str
+    issued_at_ns: int
+    envelope: bytes
+    received_ns: int
+
+
+@dataclass(frozen=True)
+class KeyRevocationRecord:
+    """A node key ``node_id`` that no longer counts from ``revoked_ns`` on (self-signed)."""
+
+    node_id: str
+    revoked_ns: int
     envelope: bytes
     received_ns: int
 
@@ -157,6 +210,22 @@ class Event:
     kind: str
     did: str | None
     data: dict[str, Any] = field(hash=False)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A dataset's flow trigger (``docs/flows.md``): exactly one of ``every_s``, ``cron`` and
+    ``on_input``. ``next_ns``: when a time trigger is next due; ``inputs_seen``: the input heads
+    (DID -> multibase head) the last transform was queued for."""
+
+    did: str
+    every_s: float | None
+    cron: str | None
+    on_input: bool
+    next_ns: int | None
+    inputs_seen: dict[str, str] = field(hash=False)
+    created_ns: int = 0
+    updated_ns: int = 0
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ for its head; from there the protocol core drives fetch -> accept -> verify -> a
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from coordinator.identity import DatasetId
 from coordinator.storage.repository import validate_alias
@@ -20,6 +21,9 @@ from p2p.trust import TrustConfig
 
 _PULL_EVENTS_READ = 500
 """How many of the newest ``pull.`` events ``subscriptions`` reads for its ``pull`` field."""
+
+if TYPE_CHECKING:
+    from node.app.follow import SourceFollower
 
 
 def parse_did(text: str) -> DatasetId:
@@ -37,6 +41,7 @@ def _row(sub: Subscription) -> SubscriptionRow:
         since_ns=sub.created_ns,
         policy=_override_json(sub.override),
         trusted_head=sub.trusted_head,
+        source=sub.source_url,
     )
 
 
@@ -90,6 +95,8 @@ class SubscriptionUseCases:
         self._loopback_only = loopback_only
         self._trust = trust or TrustConfig()
         self._on_trust_change = on_trust_change
+        self.follower: SourceFollower | None = None
+        """Polls datasets followed by URL (the daemon's; None without a daemon)."""
 
     async def subscribe(
         self,
@@ -99,17 +106,26 @@ class SubscriptionUseCases:
         policy: str | None = None,
         k: int | None = None,
         attesters: list[str] | None = None,
+        source: str | None = None,
     ) -> SubscriptionRow:
         """Follow a remote dataset: pull, verify, republish and attest every new head.
 
-        ``policy``, ``k`` and ``attesters`` override the node's ``[trust]`` for this dataset
-        (persisted with the subscription).
+        ``did`` is a ``did:odf`` (heads come signed by its owner over gossip) or a source URL
+        (``http(s)://``, ``ipfs://``, ``ipns://``, a path: polled, ``docs/follow.md``);
+        ``source`` follows a DID from that URL. ``policy``, ``k`` and ``attesters`` override
+        the node's ``[trust]`` for this dataset (persisted with the subscription).
 
         Raises:
             TrustConfigError: the override, applied over ``[trust]``, is invalid (the message
                 names the setting, e.g. ``[trust] trusted_attesters``).
+            Unavailable: a URL subscription without a running daemon (nothing would poll it).
         """
-        dataset = parse_did(did)
+        if not did.startswith("did:"):
+            did, source = "", did
+        dataset = parse_did(did) if did else None
+        if source is not None:
+            return await self._subscribe_source(source, dataset, alias, policy, k, attesters)
+        assert dataset is not None
         if alias is not None:
             validate_alias(alias)
         if self._owns(dataset):
@@ -137,38 +153,73 @@ class SubscriptionUseCases:
         await self._gossip.follow(dataset)
         return _row(sub)
 
+    async def _subscribe_source(
+        self,
+        source: str,
+        dataset: DatasetId | None,
+        alias: str | None,
+        policy: str | None,
+        k: int | None,
+        attesters: list[str] | None,
+    ) -> SubscriptionRow:
+        if self.follower is None:
+            raise Unavailable(
+                "following a dataset by URL needs a running daemon (it polls the source): "
+                "start `odf-node run`"
+            )
+        if dataset is not None and self._owns(dataset):
+            raise InvalidArgument(f"{dataset.as_did_str()} is owned by this node")
+        override = TrustOverride(policy, k, None if attesters is None else tuple(attesters))
+        if not override.empty:
+            effective_config(self._trust, override)  # refused before anything is stored
+        did = await self.follower.subscribe(source, dataset, alias, override)
+        if not override.empty and self._on_trust_change is not None:
+            await self._on_trust_change(did)
+        sub = await self._state.subscription(did.as_did_str())
+        assert sub is not None
+        return await self._full_row(sub)
+
     async def unsubscribe(self, did: str) -> Unsubscribed:
         """Stop following a dataset (its local copy is kept)."""
         dataset = parse_did(did)
+        if self.follower is not None:
+            self.follower.forget(dataset)
         removed = await self._state.unsubscribe(dataset.as_did_str())
         self._gossip.unfollow(dataset)
         return Unsubscribed(did=dataset.as_did_str(), removed=removed)
 
     async def subscriptions(self) -> list[SubscriptionRow]:
         """Followed datasets with their accepted head and last verification."""
-        out = []
         # The newest pull events of every dataset, in one read: what each pull tried and why
         # each source failed since its last success.
-        pulls = pull_attempts(await self._state.recent_events(_PULL_EVENTS_READ, "pull."))
-        for sub in await self._state.subscriptions():
-            acc = await self._state.accepted_head(sub.did)
-            ver = await self._state.verification(sub.did, acc.head) if acc else None
-            out.append(
-                SubscriptionRow(
-                    did=sub.did,
-                    alias=sub.alias,
-                    since_ns=sub.created_ns,
-                    accepted_head=acc.head if acc else None,
-                    sequence=acc.sequence if acc else None,
-                    verification=ver.outcome if ver else None,
-                    verification_detail=(ver.detail or None) if ver else None,
-                    policy=_override_json(sub.override),
-                    trusted_head=sub.trusted_head,
-                    trust=trust_json(sub, acc.head if acc else None),
-                    pull=pulls.get(sub.did),
-                )
-            )
-        return out
+        pulls = await self._pull_attempts()
+        return [await self._full_row(sub, pulls) for sub in await self._state.subscriptions()]
+
+    async def _pull_attempts(self) -> dict[str, dict[str, Any]]:
+        return pull_attempts(await self._state.recent_events(_PULL_EVENTS_READ, "pull."))
+
+    async def _full_row(
+        self, sub: Subscription, pulls: dict[str, dict[str, Any]] | None = None
+    ) -> SubscriptionRow:
+        """A subscription with its accepted head, verification, trust and failed pulls."""
+        if pulls is None:
+            pulls = await self._pull_attempts()
+        acc = await self._state.accepted_head(sub.did)
+        ver = await self._state.verification(sub.did, acc.head) if acc else None
+        return SubscriptionRow(
+            did=sub.did,
+            alias=sub.alias,
+            since_ns=sub.created_ns,
+            accepted_head=acc.head if acc else None,
+            sequence=acc.sequence if acc else None,
+            verification=ver.outcome if ver else None,
+            verification_detail=(ver.detail or None) if ver else None,
+            policy=_override_json(sub.override),
+            trusted_head=sub.trusted_head,
+            trust=trust_json(sub, acc.head if acc else None),
+            pull=pulls.get(sub.did),
+            source=sub.source_url,
+        )
 
     async def connect_peer(self, multiaddr: str) -> str:
         """Dial a gossip peer (remembered and redialled after a restart); its peer id."""

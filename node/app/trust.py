@@ -39,9 +39,11 @@ from typing import Protocol
 
 from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
+from node.app.identities import NodeIdentities
 from node.app.ports import Clock, EventSink, StatePort
 from node.app.rows import Subscription, TrustOverride, TrustRecord, VerificationOutcome
 from p2p.core.config import Rng
+from p2p.errors import WireDecodeError
 from p2p.trust import (
     AttestationSeen,
     DisputeSeen,
@@ -62,7 +64,7 @@ from p2p.trust import (
     TrustState,
     parse_attesters,
 )
-from p2p.wire import Verdict
+from p2p.wire import EquivocationProof, Verdict, decode_unverified
 
 log = logging.getLogger("odf_node.trust")
 
@@ -127,6 +129,7 @@ class TrustDriver:
         republish: Republish | None = None,
         current_head: Callable[[DatasetId], Multihash | None] = lambda _d: None,
         contains_block: Callable[[DatasetId, Multihash], bool] = lambda _d, _b: False,
+        identities: NodeIdentities | None = None,
     ) -> None:
         self.default = default
         self._state = state
@@ -141,6 +144,9 @@ class TrustDriver:
         self._trusted_head: dict[DatasetId, str] = {}
         self._latest: dict[DatasetId, Multihash] = {}  # newest accepted head per dataset
         self._quiet = False  # restoring: decisions are not carried out again
+        # Node key rotations and revocations: attesters are fed by their newest key, and a
+        # revoked key's attestations and disputes from its revocation on are not fed at all.
+        self.identities = identities if identities is not None else NodeIdentities()
 
     # ----------------------------------------------------------------- configuration
 
@@ -156,8 +162,19 @@ class TrustDriver:
     def _policy(self, did: DatasetId) -> TrustPolicy:
         policy = self._policies.get(did)
         if policy is None:
-            policy = self._policies[did] = TrustPolicy(self.default, self._rng)
+            policy = self._policies[did] = self._new_policy(self.default)
         return policy
+
+    def _new_policy(self, config: TrustConfig) -> TrustPolicy:
+        policy = TrustPolicy(config, self._rng)
+        policy.canonical = self.identities.canonical
+        return policy
+
+    async def identities_changed(self) -> None:
+        """A key rotation or revocation arrived: rebuild every policy from the stored evidence
+        (as after a restart), so that an old key's attestations count as its node's and a
+        revoked key's stop counting."""
+        await self.restore()
 
     async def restore(self) -> None:
         """Rebuild every subscription's policy from the stored evidence (at start-up)."""
@@ -177,7 +194,7 @@ class TrustDriver:
         except TrustConfigError as e:  # [trust] changed under a stored override
             log.warning("subscription %s: %s; using the node's [trust]", sub.did, e)
             config = self.default
-        self._policies[did] = TrustPolicy(config, self._rng)
+        self._policies[did] = self._new_policy(config)
         if sub.trusted_head is not None:
             self._trusted_head[did] = sub.trusted_head
         acc = await self._state.accepted_head(sub.did)
@@ -190,12 +207,16 @@ class TrustDriver:
             if x.own:
                 continue
             block = Multihash.from_multibase(x.head)
-            if block == head or self._contains_block(did, block):
-                feed.append(DisputeSeen(did, head, DatasetId.parse(x.signer), x.content_id, 0))
+            signer = self._counted(DatasetId.parse(x.signer), _issued_at(x.envelope))
+            if signer is not None and (block == head or self._contains_block(did, block)):
+                feed.append(DisputeSeen(did, head, signer, x.content_id, 0))
         for a in await self._state.attestations(sub.did, acc.head):
             verdict = _VERDICTS.get(a.verdict)
-            if not a.own and verdict is not None:
-                feed.append(AttestationSeen(did, head, DatasetId.parse(a.signer), verdict, 0))
+            if a.own or verdict is None:
+                continue
+            signer = self._counted(DatasetId.parse(a.signer), _issued_at(a.envelope))
+            if signer is not None:
+                feed.append(AttestationSeen(did, head, signer, verdict, 0))
         ver = await self._state.verification(sub.did, acc.head)
         if ver is not None and (outcome := _outcome(ver.outcome, conclusive=True)) is not None:
             feed.append(LocalVerdict(did, head, outcome, acc.accepted_ns, "local replay"))
@@ -236,19 +257,46 @@ class TrustDriver:
         if mapped is not None:
             await self._feed(did, LocalVerdict(did, head, mapped, self._clock(), evidence))
 
+    def _counted(self, signer: DatasetId, issued_at_ns: int | None) -> DatasetId | None:
+        """The identity ``signer``'s message counts under (its newest key), or None when the
+        key was revoked before the message was issued."""
+        if not self.identities.counts(signer, issued_at_ns):
+            return None
+        return self.identities.canonical(signer)
+
     async def attestation(
-        self, did: DatasetId, head: Multihash, attester: DatasetId, verdict: Verdict
+        self,
+        did: DatasetId,
+        head: Multihash,
+        attester: DatasetId,
+        verdict: Verdict,
+        issued_at_ns: int | None = None,
     ) -> None:
-        """A signed attestation from a peer (signature checked by the core)."""
-        await self._feed(did, AttestationSeen(did, head, attester, verdict, self._clock()))
+        """A signed attestation from a peer (signature checked by the core); counted under the
+        attester's newest key, and not at all if the key was revoked before ``issued_at_ns``."""
+        counted = self._counted(attester, issued_at_ns)
+        if counted is None:
+            log.info("attestation of %s by revoked key %s not counted", did, attester)
+            return
+        await self._feed(did, AttestationSeen(did, head, counted, verdict, self._clock()))
 
     async def dispute(
-        self, did: DatasetId, block: Multihash, attester: DatasetId, evidence: str
+        self,
+        did: DatasetId,
+        block: Multihash,
+        attester: DatasetId,
+        evidence: str,
+        issued_at_ns: int | None = None,
     ) -> None:
         """A signed dispute of ``block`` from a peer; ``evidence`` is its content id.
 
         A dispute of an older block of the stored chain disputes the newest accepted head too
-        (it descends from the disputed block)."""
+        (it descends from the disputed block). Counted as :meth:`attestation` counts."""
+        counted = self._counted(attester, issued_at_ns)
+        if counted is None:
+            log.info("dispute of %s by revoked key %s not counted", did, attester)
+            return
+        attester = counted
         now = self._clock()
         await self._feed(did, DisputeSeen(did, block, attester, evidence, now))
         latest = self._latest.get(did)
@@ -370,6 +418,15 @@ class TrustDriver:
         }
         await self._state.log_event("head.distrusted", did, data)
         self._events.publish("head.distrusted", {"did": did, **data})
+
+
+def _issued_at(envelope: bytes) -> int | None:
+    """The ``issued_at_ns`` a stored attestation or dispute envelope signs (None: unreadable)."""
+    try:
+        msg = decode_unverified(envelope)
+    except WireDecodeError:
+        return None
+    return None if isinstance(msg, EquivocationProof) else msg.message.issued_at_ns
 
 
 def _outcome(outcome: str, *, conclusive: bool) -> Outcome | None:

@@ -27,7 +27,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, assert_never
 
@@ -44,6 +44,7 @@ from node.app.metrics import NodeMetrics
 from node.app.ports import Clock, EnginePort, EventSink, GossipPort, IpfsPort, StatePort
 from node.app.rows import VerificationOutcome, WorkItem
 from p2p.core import PublishAttestation, PublishDispute
+from p2p.intoto import seal
 from p2p.wire import (
     Attestation,
     Checks,
@@ -148,11 +149,23 @@ class VerifyPipeline:
         self._node_id = self._key.dataset_id().as_did_key()
         self.trust: VerdictSink | None = None
         """Told the node's own verdicts (the trust driver, set by the composition root)."""
+        self.follow_input: Callable[[DatasetId, DatasetId], Awaitable[bool]] | None = None
+        """Follows a missing input of a dataset followed by URL from beside its source (the
+        source follower; True when it did)."""
 
     @property
     def node_id(self) -> str:
         """This node's ``did:key``."""
         return self._node_id
+
+    def seal(self, stmt: Mapping[str, Any]) -> dict[str, Any]:
+        """An in-toto statement in a DSSE envelope signed with the node key (``p2p/intoto.py``).
+
+        The key signs only the DSSE pre-authentication encoding (``DSSEv1 …``), which neither a
+        gossip message's signing input (``odf-node/<kind>/v1\\0 …``) nor a kamu proof starts
+        with: a signature made for one purpose cannot be passed off as the other.
+        """
+        return seal(stmt, self._node_id, self._key.sign)
 
     async def queue(
         self, did: DatasetId, head: Multihash, sequence: int, *, replay: bool | None = None
@@ -314,6 +327,11 @@ class VerifyPipeline:
             else:
                 missing.append(idid)
         for idid in missing:
+            # Inputs of a dataset followed by URL come from beside its source, if served there.
+            if self.follow_input is not None and await self.follow_input(
+                DatasetId.parse(did), idid
+            ):
+                continue
             # Inputs are pulled recursively: follow them like any subscription.
             await self._state.subscribe(idid.as_did_str(), None, f"input of {did}")
             await self._gossip.follow(idid)

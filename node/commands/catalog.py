@@ -6,6 +6,8 @@ then one :class:`~node.commands.spec.Command` here; ``docs/commands.md`` walks t
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from coordinator.errors import OdfNodeError
 from node.app import Application
 from node.app.datasets import load_data_stack
 from node.app.errors import InvalidArgument
+from node.app.flows import require_flows
 from node.app.results import (
     AttestationRow,
     BackupResult,
@@ -22,6 +25,7 @@ from node.app.results import (
     DisputeRow,
     EquivocationRow,
     EventRow,
+    FlowsResult,
     IngestResult,
     IpfsConnected,
     LogEntry,
@@ -30,9 +34,11 @@ from node.app.results import (
     PeerRow,
     PublishResult,
     PullResult,
+    ScheduleRow,
     SubscriptionRow,
     TransformResult,
     Unsubscribed,
+    VerifiedEnvelope,
     VerifyResult,
     WorkRow,
 )
@@ -148,8 +154,15 @@ async def _subscribe(
     policy: str | None = None,
     k: int | None = None,
     attesters: list[str] | None = None,
+    source: str | None = None,
 ) -> SubscriptionRow:
-    return await app.subscriptions.subscribe(did, alias, policy=policy, k=k, attesters=attesters)
+    if source is not None and not source.startswith(("http:", "https:", "ipfs:", "ipns:", "file:")):
+        source = str(Path(source).expanduser().absolute())  # the daemon has another cwd
+    if did.startswith((".", "~")) or (did.startswith("/") and not did.startswith("//")):
+        did = str(Path(did).expanduser().absolute())
+    return await app.subscriptions.subscribe(
+        did, alias, policy=policy, k=k, attesters=attesters, source=source
+    )
 
 
 async def _unsubscribe(app: Application, ctx: Context, did: str) -> Unsubscribed:
@@ -232,15 +245,49 @@ async def _dataset_publish(
 
 
 async def _dataset_pull(
-    app: Application, ctx: Context, url: str, alias: str | None = None, force: bool = False
+    app: Application,
+    ctx: Context,
+    url: str,
+    alias: str | None = None,
+    force: bool = False,
+    publish: bool = True,
 ) -> PullResult:
-    return PullResult.from_summary(await app.datasets.pull(url, alias=alias, force=force))
+    datasets = app.datasets
+    if await asyncio.to_thread(datasets.polling_source_of, url):
+        # A local root with a polling source: run the source once, as ``kamu pull`` does.
+        if alias is not None or force:
+            raise InvalidArgument(
+                f"{url[:200]} is a local dataset with a polling source: --as and --force apply "
+                "to pulls of remote datasets only"
+            )
+        return await datasets.poll(url, publish=publish, progress=ctx.ingest_progress)
+    return PullResult.from_summary(await datasets.pull(url, alias=alias, force=force))
 
 
 async def _dataset_log(
     app: Application, ctx: Context, ref: str, limit: int | None = 50
 ) -> list[LogEntry]:
     return await app.datasets.log(ref, limit)
+
+
+async def _dataset_schedule(
+    app: Application,
+    ctx: Context,
+    ref: str,
+    every: str | None = None,
+    cron: str | None = None,
+    on_input: bool = False,
+    off: bool = False,
+) -> ScheduleRow:
+    return await require_flows(app.flows).schedule(
+        ref, every=every, cron=cron, on_input=on_input, off=off
+    )
+
+
+async def _flows(
+    app: Application, ctx: Context, did: str | None = None, limit: int = 100
+) -> FlowsResult:
+    return await require_flows(app.flows).flows(did, limit)
 
 
 async def _work(
@@ -255,14 +302,38 @@ async def _attestations(
     did: str | None = None,
     head: str | None = None,
     limit: int = 100,
-) -> list[AttestationRow]:
+    format: str = "rows",
+    received: bool = False,
+) -> list[AttestationRow] | list[dict[str, Any]]:
+    if format == "in-toto":
+        return await app.exports.attestations(did, head, limit, received)
+    _rows_only(received)
     return await app.queries.attestations(did, head, limit)
 
 
 async def _disputes(
-    app: Application, ctx: Context, did: str | None = None, limit: int = 100
-) -> list[DisputeRow]:
+    app: Application,
+    ctx: Context,
+    did: str | None = None,
+    limit: int = 100,
+    format: str = "rows",
+    received: bool = False,
+) -> list[DisputeRow] | list[dict[str, Any]]:
+    if format == "in-toto":
+        return await app.exports.disputes(did, limit, received)
+    _rows_only(received)
     return await app.queries.disputes(did, limit)
+
+
+def _rows_only(received: bool) -> None:
+    if received:
+        raise InvalidArgument("--received goes with --format in-toto (rows list every signer)")
+
+
+async def _attestation_verify(
+    app: Application, ctx: Context, envelopes: str
+) -> list[VerifiedEnvelope]:
+    return app.exports.verify(envelopes)
 
 
 async def _equivocations(
@@ -436,7 +507,51 @@ def _render_verify(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
     )
 
 
+def _render_schedule(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    name = value["alias"] or value["id"]
+    if not value["active"]:
+        out.print(f"{name}: schedule removed" if value["removed"] else f"{name}: no schedule")
+    else:
+        nxt = f", next run {value['next_run']}" if value["next_run"] else ""
+        out.print(f"{name}: {value['trigger']}{nxt}")
+
+
+def _render_flows(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    out.table(
+        ["dataset", "trigger", "next run", "id"],
+        [
+            [s["alias"] or "", s["trigger"] or "", s["next_run"] or "", s["id"]]
+            for s in value["schedules"]
+        ],
+    )
+    out.table(
+        ["run", "kind", "dataset", "trigger", "state", "attempts", "updated", "last error"],
+        [
+            [
+                str(r["id"]),
+                r["kind"],
+                r["alias"] or r["did"],
+                r["trigger"],
+                r["state"],
+                str(r["attempts"]),
+                r["updated"],
+                (r["last_error"] or "")[:60],
+            ]
+            for r in value["runs"]
+        ],
+    )
+
+
 def _render_pull(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    if value.get("source") == "polling":
+        if value["comparison"] == "equal":
+            out.print(f"{value['alias']}: up to date (the polling source has nothing new)")
+        else:
+            out.print(
+                f"{value['alias']}: polled, {value['new_blocks']} new block(s), "
+                f"{value['records']} record(s); head {value['new_head']}"
+            )
+        return
     if value["comparison"] == "equal":
         out.print(f"{value['alias']}: up to date")
     elif value["comparison"] == "local-ahead":
@@ -457,6 +572,89 @@ def _render_publish(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
             f"{value['alias']}: publication queued as work item {value['work_id']} "
             f"(head {value['head']})"
         )
+
+
+def _export_params() -> tuple[Param, ...]:
+    """``--format in-toto`` and ``--received``: the export of ``attestations`` and ``disputes``."""
+    return (
+        Param(
+            "format",
+            {"type": "string", "enum": ["rows", "in-toto"]},
+            False,
+            "rows (the table) or in-toto: DSSE envelopes, one JSON line each (--json: an array).",
+            Cli(type=str),
+        ),
+        Param(
+            "received",
+            BOOL,
+            False,
+            "With --format in-toto: also the peers' (sealed by this node, theirs inside).",
+            Cli(),
+        ),
+    )
+
+
+def _render_exportable(columns: tuple[str, ...]) -> Any:
+    """Rows as a table; envelopes (``--format in-toto``) as JSON lines, ready for a file."""
+
+    def render(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+        if value and "payloadType" in value[0]:
+            from p2p.intoto import canonical_json
+
+            out.raw("".join(canonical_json(e).decode() + "\n" for e in value))
+        elif not value:
+            out.error("(none)")  # on stderr: an empty export redirected to a file stays empty
+        else:
+            out.table(list(columns), [[_cell(row.get(c)) for c in columns] for row in value])
+
+    return render
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, dict | list):
+        return json.dumps(v, default=str)
+    return "" if v is None else str(v)
+
+
+def _read_envelopes(path: Path) -> str:
+    """The text of an export file (bounded; ``-``: standard input); a FIFO is never waited on."""
+    from node.app.datasets import read_snapshot_file
+    from p2p.intoto import MAX_ENVELOPE_BYTES
+
+    limit = 64 * MAX_ENVELOPE_BYTES
+    data = read_snapshot_file(Path(path), limit, "envelope file")
+    if len(data) > limit:
+        raise InvalidArgument(f"{path}: larger than {limit} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidArgument(f"{path}: not UTF-8 text") from None
+
+
+def _render_verified(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    for v in value:
+        if not v["ok"]:
+            out.error(f"[red]✗[/] {v['problem']}")
+            continue
+        p = v["predicate"]
+        by = f"{v['node']}, relayed by {v['signer']}" if v["relayed"] else v["node"]
+        what = (
+            f"{p['verdict']} ({', '.join(p['checks'])}; engine {p['engine']['name']} "
+            f"{p['engine']['release']})"
+            if v["kind"] == "attestation"
+            else f"{p['kind']}: {p['detail']}"
+        )
+        out.print(f"[green]✓[/] {v['kind']} by {by}, {p['issuedAt']}")
+        out.print(f"  {v['dataset']}@{v['block']} (sha3_256 {v['digest']})")
+        out.print(f"  {what}")
+        if v["kind"] == "attestation":
+            inputs = p["inputs"]
+            shown = (
+                "not in the signer's copy"
+                if inputs is None
+                else ", ".join(f"{i['dataset']}@{i['block']}" for i in inputs) or "none"
+            )
+            out.print(f"  inputs: {shown}; logical hash: {p['logicalHash'] or '-'}")
 
 
 _NEEDS_IPFS = (
@@ -549,7 +747,15 @@ COMMANDS: tuple[Command, ...] = (
         "Follow a remote dataset: pull, verify, republish and attest each new head.",
         _subscribe,
         (
-            Param("did", STR, True, "did:odf:… of the dataset to follow.", Cli("argument")),
+            Param(
+                "did",
+                STR,
+                True,
+                "did:odf:… of the dataset to follow (owner-signed heads over gossip), or the URL "
+                "of its repository to poll: http(s)://, ipfs://, ipns:// or a path "
+                "(docs/follow.md).",
+                Cli("argument"),
+            ),
             Param("alias", STR, False, "Local name.", Cli(type=str)),
             Param(
                 "policy",
@@ -571,6 +777,13 @@ COMMANDS: tuple[Command, ...] = (
                 False,
                 "A trusted attester's node id (did:key:…), over [trust] trusted_attesters.",
                 Cli(flags=("--attester",), type=list[str], metavar="NODE_ID"),
+            ),
+            Param(
+                "source",
+                STR,
+                False,
+                "Follow the DID from this URL (polled; the source is the authority).",
+                Cli(type=str, metavar="URL"),
             ),
         ),
         cli=("subscribe",),
@@ -749,6 +962,13 @@ COMMANDS: tuple[Command, ...] = (
             ),
             Param("force", BOOL, False, "Replace the local chain if it has diverged.", Cli()),
             Param(
+                "publish",
+                BOOL,
+                False,
+                "After polling an owned root: publish and announce it (a pull of a remote "
+                "dataset ignores it).",
+            ),
+            Param(
                 "ipfs_api",
                 help="IPFS RPC API URL (kubo; without a daemon).",
                 cli=Cli(type=str, envvar="ODF_IPFS_API"),
@@ -762,6 +982,9 @@ COMMANDS: tuple[Command, ...] = (
             ),
         ),
         cli=("dataset", "pull"),
+        doc="An alias (or did:odf) of an owned root dataset with a polling source "
+        "(SetPollingSource) runs that source once, as `kamu pull` does: fetch, prepare, read, "
+        "merge, commit (all or nothing), then publish like an ingest.",
         render=_render_pull,
         write=True,
         result=object_of(PullResult),
@@ -788,6 +1011,56 @@ COMMANDS: tuple[Command, ...] = (
         "the whole chain, more than one RPC reply carries (limit <= 1000)",
     ),
     Command(
+        "dataset.schedule",
+        "Make a dataset update itself: poll a root on a schedule, transform a derivative when "
+        "an input changes.",
+        _dataset_schedule,
+        (
+            _ref("Owned dataset alias or did:odf."),
+            Param(
+                "every",
+                STR,
+                False,
+                "Poll a root's source this often (90, 30s, 15m, 1h, 1h30m, 1d).",
+                Cli(type=str),
+            ),
+            Param(
+                "cron",
+                STR,
+                False,
+                'Poll a root\'s source on a cron schedule, UTC ("0 * * * *", @daily).',
+                Cli(type=str),
+            ),
+            Param(
+                "on_input",
+                BOOL,
+                False,
+                "Transform a derivative when an input gets a new (trusted) head.",
+                Cli(),
+            ),
+            Param("off", BOOL, False, "Remove the dataset's schedule.", Cli()),
+        ),
+        cli=("dataset", "schedule"),
+        doc="Exactly one of --every, --cron, --on-input, --off. The daemon runs the flows "
+        "(each run a work item, retried with backoff) and publishes what they commit; "
+        "see docs/flows.md.",
+        render=_render_schedule,
+        write=True,
+        result=object_of(ScheduleRow),
+    ),
+    Command(
+        "flows.list",
+        "Flow schedules and the history of their runs (newest first).",
+        _flows,
+        (
+            _did_filter(),
+            Param("limit", LIMIT, False, "Show at most this many runs.", Cli(type=int)),
+        ),
+        cli=("flows",),
+        render=_render_flows,
+        result=object_of(FlowsResult),
+    ),
+    Command(
         "work.list",
         "Pipeline work items (verify, publish, dispute) and their states.",
         _work,
@@ -809,19 +1082,46 @@ COMMANDS: tuple[Command, ...] = (
         "attestations.list",
         "Attestations received and made (newest first).",
         _attestations,
-        (_did_filter(), Param("head", STR, False), Param("limit", LIMIT, False)),
+        (_did_filter(), Param("head", STR, False), Param("limit", LIMIT, False), *_export_params()),
         cli=("attestations",),
-        result=array_of(AttestationRow),
-        columns=("did", "head", "verdict", "signer", "own"),
+        doc="--format in-toto: the node's own attestations as in-toto Statements v1 in DSSE "
+        "envelopes signed with the node key (docs/attestations.md); check one with "
+        "`odf-node attestation verify FILE`.",
+        result={"type": "array", "items": {"type": "object"}},
+        render=_render_exportable(("did", "head", "verdict", "node", "signer", "own")),
     ),
     Command(
         "disputes.list",
         "Disputes received and made (newest first).",
         _disputes,
-        (_did_filter(), Param("limit", LIMIT, False)),
+        (_did_filter(), Param("limit", LIMIT, False), *_export_params()),
         cli=("disputes",),
-        result=array_of(DisputeRow),
-        columns=("did", "block", "kind", "signer", "own", "detail"),
+        doc="--format in-toto: as for `attestations` (docs/attestations.md).",
+        result={"type": "array", "items": {"type": "object"}},
+        render=_render_exportable(("did", "block", "kind", "signer", "own", "detail")),
+    ),
+    Command(
+        "attestation.verify",
+        "Check exported in-toto/DSSE envelopes and print what they attest.",
+        _attestation_verify,
+        (
+            Param(
+                "envelopes",
+                STR,
+                True,
+                "An export: one envelope, a JSON array or JSON lines; - for standard input.",
+                Cli("argument", type=Path, to_wire=_read_envelopes, metavar="FILE"),
+            ),
+        ),
+        cli=("attestation", "verify"),
+        doc="Checks the DSSE signature by the did:key of its keyid, the payload and statement "
+        "types, the subject's sha3_256 digest and the signed gossip envelope inside. Exit "
+        "status 2 when one does not verify.",
+        result=array_of(VerifiedEnvelope),
+        render=_render_verified,
+        exit_code=lambda value: 0 if value and all(v["ok"] for v in value) else 2,
+        in_process="a check of the file's bytes alone: no state is read, the file may be "
+        "larger than an RPC body",
     ),
     Command(
         "equivocations.list",

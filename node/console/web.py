@@ -32,7 +32,7 @@ from node.rpc.errors import FORBIDDEN, INVALID_REQUEST, UNAUTHORIZED, error_resp
 from node.rpc.server import RpcServer
 
 UI: Final = "/ui"
-PAGES: Final = ("overview", "datasets", "dataset", "peers", "work")
+PAGES: Final = ("overview", "datasets", "dataset", "peers", "work", "flows")
 """Each page is ``/ui/<name>`` (the overview also at ``/ui/``); the script renders it."""
 
 CONSOLE_METHODS: Final = frozenset(
@@ -48,6 +48,7 @@ CONSOLE_METHODS: Final = frozenset(
         "dataset.verify",
         "dataset.publish",
         "work.list",
+        "flows.list",
         "attestations.list",
         "disputes.list",
         "equivocations.list",

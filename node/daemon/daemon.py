@@ -25,6 +25,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from coordinator.errors import OdfNodeError
 from coordinator.identity import DatasetId, PrivateKey
 from coordinator.multiformats import Multihash
 from coordinator.storage.repository import DatasetRepository
@@ -36,11 +37,15 @@ from node.adapters.state import ThreadedState
 from node.adapters.transfer import TransferAdapter
 from node.app import Application, NodeInfo
 from node.app.console import ConsoleQueries
-from node.app.datasets import CommitLocks, DatasetUseCases
+from node.app.datasets import CommitLocks, DatasetUseCases, PollingOptions
 from node.app.effects import NodeEffects
 from node.app.errors import InvalidArgument
 from node.app.events import EventBus
 from node.app.fetch import ChainFetcher
+from node.app.flows import POLL, TRANSFORM, FlowUseCases
+from node.app.follow import FollowSettings, SourceFollower
+from node.app.identities import NodeIdentities
+from node.app.keys import NodeKeyRecords
 from node.app.metrics import NodeMetrics
 from node.app.ports import GossipPort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
@@ -58,10 +63,15 @@ from node.daemon.sdnotify import Notifier, ping_watchdog
 from node.daemon.services import FunctionService, ServiceGroup
 from node.home import NodeHome
 from p2p.core import CoreConfig, ProtocolCore
+from p2p.heap import trim_heap
 
 log = logging.getLogger("odf_node.daemon")
 
 _PRUNE_EVERY_NS = 600 * 1_000_000_000
+# A node that keeps finished work less than ~1.7 h (a compressed-time benchmark) prunes every
+# tenth of that window instead, so its state file still levels off at about one window of work.
+_PRUNE_WINDOW_FRACTION = 0.1
+_TRIM_HEAP_EVERY_NS = 60 * 1_000_000_000  # p2p/heap.py
 # The daemon runs four busy threads (this loop, the libp2p thread, the transfer loop, the state
 # writer). Each time this loop wakes (a socket ready, a result handed over) it needs the GIL,
 # and with Python's default 5 ms switch interval it waits up to that long behind a thread that
@@ -69,6 +79,9 @@ _PRUNE_EVERY_NS = 600 * 1_000_000_000
 _GIL_SWITCH_INTERVAL_S = 0.001
 _PEER_SCORES_EVERY_S = 10.0
 _REACHABILITY_POLL_S = 2.0
+# A connected peer learns our topics from our first subscription message; a record published
+# before that would not reach it (py-libp2p sends only to peers known in the topic).
+_KEY_RECORDS_DELAY_S = 2.0
 
 
 @dataclass
@@ -136,6 +149,10 @@ class Daemon:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Start every service, run until ``stop`` is set or a task crashes, then stop."""
+        if os.environ.get("ODF_NODE_TRACEMALLOC", "0") != "0":
+            from node.daemon.memdebug import start_if_requested
+
+            start_if_requested()
         lock = HomeLock(self.home.path)
         lock.acquire_daemon()
         sys.setswitchinterval(_GIL_SWITCH_INTERVAL_S)
@@ -382,6 +399,7 @@ class Daemon:
             kick=work.kick,
         )
         trust_config = self.config.trust_config()
+        identities = NodeIdentities()
         self.trust = trust = TrustDriver(
             trust_config,
             self.state,
@@ -392,8 +410,13 @@ class Daemon:
             republish=verify.republish,
             current_head=self._stored_head,
             contains_block=self._contains_block,
+            identities=identities,
         )
         verify.trust = trust
+        self.keys = keys = NodeKeyRecords(
+            self.state, identities, self.events, trust=trust, move_peer_score=self._move_peer_score
+        )
+        await keys.load()
         await trust.restore()
         work.handle("verify", verify.run)
         work.handle("publish", publish.run)
@@ -416,8 +439,25 @@ class Daemon:
             transfer=transfer,
             on_commit=publish.queue_id,
             locks=self.locks,
+            polling=PollingOptions(
+                self.config.ingest.max_fetch_bytes,
+                self.config.ingest.max_decompressed_bytes,
+                self.config.ingest.allow_pipe,
+                self.config.ingest.mqtt_max_records,
+                self.config.ingest.mqtt_idle_timeout_s,
+            ),
             untrusted_input=trust.untrusted_input,
         )
+        self.flows = flows = FlowUseCases(
+            self.repo,
+            self.state,
+            self.clock,
+            datasets,
+            kick=work.kick,
+            untrusted_input=trust.untrusted_input,
+        )
+        work.handle(POLL, flows.run_poll)
+        work.handle(TRANSFORM, flows.run_transform)
         subs = SubscriptionUseCases(
             self.state,
             _Late(self, "gossip"),
@@ -436,7 +476,36 @@ class Daemon:
             self.owns,
             work.kick,
             trust,
+            keys,
         )
+        f = self.config.follow
+        self.follower = follower = SourceFollower(
+            self.repo,
+            self.state,
+            transfer,
+            transfer,
+            _Late(self, "gossip"),
+            self.locks,
+            self.metrics,
+            self.events,
+            self.clock,
+            self.node_key,
+            trust.head_accepted,  # as for an announced head: the trust policy decides
+            settings=FollowSettings(
+                poll_interval_s=f.poll_interval_s,
+                jitter=f.jitter,
+                backoff_max_s=f.backoff_max_s,
+                min_gap_s=f.min_gap_s,
+                concurrency=f.max_connections,
+            ),
+            http_urls=self.http_urls,
+            rng=self.rng.random,
+            spawn=self._spawn,
+        )
+        subs.follower = follower
+        verify.follow_input = follower.follow_input
+        self.effects.witness = follower
+        await follower.restore()
         self.gossip = NoGossip()
         self.fetcher = ChainFetcher(
             self.repo,
@@ -467,6 +536,7 @@ class Daemon:
             console=ConsoleQueries(self.repo, self.state, _Late(self, "gossip"), self.metrics),
             events=self.events,
             backup_port=HomeBackup(self.home.path),
+            flows=flows,
         )
 
     def _stored_head(self, did: DatasetId) -> Multihash | None:
@@ -515,6 +585,12 @@ class Daemon:
                 relay_circuit_duration_s=p.relay_circuit_duration_s,
                 relay_circuit_bytes=p.relay_circuit_bytes,
                 reachability_interval_s=p.reachability_interval_s,
+                peers_high_water=p.peers_high_water,
+                peers_low_water=p.peers_low_water,
+                max_peers_per_ip=p.peers_per_ip_cap(self.config.network.loopback_only),
+                conn_grace_s=p.conn_grace_s,
+                dial_backoff_base_s=p.dial_backoff_base_s,
+                dial_backoff_max_s=p.dial_backoff_max_s,
             )
         )
         self._transport.on_restart = self.metrics.gossip_restarts.inc
@@ -526,12 +602,22 @@ class Daemon:
             ),
             self.rng,
         )
+        by_url: set[str] = set()
         for sub in await self.state.subscriptions():
             core.subscribe(DatasetId.parse(sub.did))
+            if sub.source_url is not None:
+                by_url.add(sub.did)
         for h in await asyncio.to_thread(self.repo.list):
             if self.owns(h.id):
                 core.subscribe(h.id)
         for acc in await self.state.accepted_heads():
+            if acc.did in by_url:
+                # A head pulled from a source: its "announcement" is our own observation.
+                did = DatasetId.parse(acc.did)
+                source = self.follower.source_of(did)
+                if source is not None:
+                    core.follow_source(did, source, Multihash.from_multibase(acc.head))
+                continue
             try:
                 core.restore_accepted(acc.envelope)
             except Exception as e:
@@ -541,6 +627,8 @@ class Daemon:
 
             self._transport.set_request_handler(STP_PROTOCOL, self._serve_stream)
         self._service = GossipService(core, self._transport, self.clock, self.fetcher, self.effects)
+        # Only a node that rotated or revoked a key has records of its own to gossip.
+        self._has_own_key_records = (self.home.path / "keys" / "retired").is_dir()
         self._service.on_peer_change(self._on_peer_change)
         await self._service.start()
         if p.discovery:
@@ -717,7 +805,26 @@ class Daemon:
         if self._transport is not None:
             await self._transport.stop()
 
+    def _move_peer_score(self, old_peer: str, new_peer: str) -> None:
+        """A peer rotated its node key: its score follows it to its new peer id."""
+        service = getattr(self, "_service", None)
+        if service is not None:
+            service.core.move_peer_score(old_peer, new_peer, self.clock())
+
+    async def _publish_own_key_records(self, delay_s: float) -> None:
+        """Gossip this node's key rotation and revocation records (node/keyrotation.py) on the
+        node topic, ``delay_s`` after a peer connected (once it has learnt our topics)."""
+        from node.keyrotation import own_records
+        from p2p.transport import NODE_TOPIC
+
+        await asyncio.sleep(delay_s)
+        records = await asyncio.to_thread(own_records, self.home)
+        for envelope in records:
+            await self._service.publish_best_effort(NODE_TOPIC, envelope)
+
     def _on_peer_change(self, peer: str, connected: bool) -> None:
+        if connected and self._has_own_key_records:
+            self._spawn(self._publish_own_key_records(_KEY_RECORDS_DELAY_S))
         self.metrics.peers.set(self.gossip.peer_count())
         self.events.publish("peer.connected" if connected else "peer.disconnected", {"peer": peer})
         self._spawn(self._store_peer(peer, connected))
@@ -751,17 +858,26 @@ class Daemon:
     async def _start_pipeline(self) -> None:
         for i in range(self.config.pipeline.concurrency):
             self.group.spawn(self.app.work.worker(), f"worker-{i}")
+        self.group.spawn_restarting(self.follower.run, "follow")
         self.group.spawn_restarting(self._housekeeping, "housekeeping")
+        self.group.spawn_restarting(self._flows, "flows")
         self.group.spawn_restarting(
             lambda: watch_event_loop(self.metrics.loop_lag.observe), "loop-monitor"
         )
 
     async def _housekeeping(self) -> None:
         last_prune: int | None = None
+        last_trim = self.clock()
+        keep_ns = self.config.pipeline.keep_finished_work_days * 86_400 * 1_000_000_000
+        prune_every_ns = (
+            min(_PRUNE_EVERY_NS, max(5_000_000_000, int(keep_ns * _PRUNE_WINDOW_FRACTION)))
+            if keep_ns > 0
+            else _PRUNE_EVERY_NS
+        )
         while True:
             self.metrics.sample_history(self.clock())
             pending = await self.state.pending_counts()
-            for kind in ("verify", "publish", "dispute"):
+            for kind in ("verify", "publish", "dispute", POLL, TRANSFORM):
                 self.metrics.queue_depth.labels(kind).set(pending.get(kind, 0))
             self.metrics.engine_running.set(1 if self._engine and self._engine.running else 0)
             if hasattr(self, "gc_pauses"):
@@ -769,12 +885,25 @@ class Daemon:
             await self.state.prune_events(100_000)
             await self.trust.tick()
             now = self.clock()
-            if last_prune is None or now - last_prune >= _PRUNE_EVERY_NS:
+            if now - last_trim >= _TRIM_HEAP_EVERY_NS:
+                # Off the loop: it walks the heap (a few ms); glibc serialises it per arena.
+                await asyncio.to_thread(trim_heap)
+                last_trim = now
+            if last_prune is None or now - last_prune >= prune_every_ns:
                 await prune_finished_work(
                     self.state, now, self.config.pipeline.keep_finished_work_days
                 )
                 last_prune = now
             await asyncio.sleep(5.0)
+
+    async def _flows(self) -> None:
+        """The flow scheduler (``docs/flows.md``): queue the flows that are due, every tick."""
+        while True:
+            try:
+                await self.flows.tick()
+            except OdfNodeError as e:  # a bad chain or state read: log it, try next tick
+                log.warning("flow scheduler: %s", e)
+            await asyncio.sleep(self.config.flows.tick_s)
 
     # ---- HTTP surface
 

@@ -1,11 +1,11 @@
-"""The daemon's embedded js-ipfs node, with recovery from a previous run that was killed.
+"""The daemon's embedded IPFS node (Helia), with recovery from a previous run that was killed.
 
-js-ipfs runs in its own session so a terminal's Ctrl-C reaches only the daemon, which stops it
+The IPFS node runs in its own session so a terminal's Ctrl-C reaches only the daemon, which stops it
 in order. If the daemon itself was SIGKILLed, the IPFS process it started dies with it (it holds
 the daemon's lifeline, ``node/lifeline.py``) but leaves its repo lock behind. Its PID is recorded
 next to the repo; the next start removes that stale lock and, should the process still run (a
 node started by an older odf-node without a lifeline), ends it — and only it: the PID must still
-run the js-ipfs daemon on this very repo — before starting afresh.
+run the IPFS node on this very repo — before starting afresh.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def _end_stale(repo: Path) -> None:
             time.sleep(0.2)
     # The PID file exists only between a start and a clean stop: its owner did not stop cleanly,
     # so the repo lock it may have left is stale (one daemon per home is enforced by node.lock).
-    # js-ipfs locks with a *directory* (proper-lockfile's mkdir lock); other repos use a file.
+    # js-ipfs (before Helia) locked with a *directory* (proper-lockfile's mkdir lock); Helia takes
+    # no lock file (one daemon per home is enough), but a repo left by js-ipfs may hold one.
     lock = repo / "repo.lock"
     if lock.is_dir() and not lock.is_symlink():
         shutil.rmtree(lock, ignore_errors=True)
@@ -73,7 +74,7 @@ def start_embedded_ipfs(
     swarm_port: int = 0,
     announce: tuple[str, ...] = (),
 ) -> EmbeddedIpfs:
-    """Start js-ipfs on ``repo`` (API on loopback, random ports unless ``swarm_port``) and
+    """Start the IPFS node on ``repo`` (API on loopback, random ports unless ``swarm_port``) and
     record its PID."""
     _end_stale(repo)
     node = EmbeddedIpfs(

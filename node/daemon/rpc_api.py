@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,10 @@ async def start_rpc(
         result={"type": "object", "required": ["url", "expires_in_s"]},
         summary="A one-time URL that logs a browser into the node console",
     )
+    # tracemalloc is imported only by a daemon asked to trace (node/daemon/memdebug.py).
+    traced = sys.modules.get("tracemalloc")
+    if traced is not None and traced.is_tracing():
+        _add_debug_memory(registry)
     await server.start()
     write_cookie(home, server.url, token)
     tasks: set[asyncio.Task[Any]] = set()
@@ -113,6 +118,24 @@ async def start_rpc(
 
     events.listen(forward)
     return RpcHandle(server, token)
+
+
+def _add_debug_memory(registry: RpcRegistry) -> None:
+    """``node.debug_memory``, only on a daemon started with ``ODF_NODE_TRACEMALLOC``."""
+    from node.daemon.memdebug import debug_memory
+
+    async def handler(baseline: bool = False) -> dict[str, Any]:
+        # A snapshot of a busy daemon takes a while: off the event loop.
+        return await asyncio.to_thread(debug_memory, baseline)
+
+    registry.add(
+        "node.debug_memory",
+        handler,
+        params=[Param("baseline", {"type": "boolean"}, False, "Take a new baseline snapshot.")],
+        result={"type": "object", "required": ["traced_mb", "top_growth"]},
+        summary="tracemalloc: the allocation sites that grew most since the baseline "
+        "(daemon started with ODF_NODE_TRACEMALLOC=1)",
+    )
 
 
 async def stop_rpc(home: Path, rpc: RpcHandle) -> None:

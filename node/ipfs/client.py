@@ -1,7 +1,8 @@
 """A small async client for the kubo RPC API (``/api/v0``) on aiohttp, and a gateway reader.
 
-Only calls and parameters that both kubo and js-ipfs 0.66 accept are used (see
-``docs/ipfs.md``, "The RPC subset the client uses"): ``block/put`` always sends
+Only calls and parameters that kubo and the embedded Helia node (``js/helia-ipfs.mjs``) both
+serve are used, and js-ipfs 0.66 accepted them too (see ``docs/ipfs.md``, "The RPC subset the
+client uses"): ``block/put`` always sends
 ``cid-codec=raw`` *and* ``format=raw``; ``add`` sends ``cid-base=base32`` so CIDv1 strings
 compare equal across daemons; every call has a timeout (an absent CID otherwise waits forever
 under ``Routing.Type none``).
@@ -141,7 +142,7 @@ class IpfsClient(_SessionOwner):
         return (await self._json("version"))[0]
 
     async def id(self) -> dict[str, Any]:
-        """``id`` (``ID``, ``Addresses`` -- the latter may be empty on js-ipfs)."""
+        """``id`` (``ID``, ``Addresses`` -- the latter was empty on js-ipfs)."""
         return (await self._json("id"))[0]
 
     async def swarm_addrs_local(self) -> list[str]:
@@ -160,7 +161,7 @@ class IpfsClient(_SessionOwner):
     # -- content -----------------------------------------------------------------------------
 
     async def block_put(self, data: bytes) -> str:
-        """Store a raw block; returns its CIDv1 (``bafk…``) on both kubo and js-ipfs."""
+        """Store a raw block; returns its CIDv1 (``bafk…``) on kubo and the embedded node."""
         form = aiohttp.FormData()
         form.add_field("file", data, filename="file", content_type="application/octet-stream")
         out = await self._json(
@@ -312,8 +313,8 @@ class IpfsClient(_SessionOwner):
     async def name_resolve(self, name: str) -> str:
         """Resolve an IPNS name to an ``/ipfs/…`` path (recursively, as kubo does by default).
 
-        js-ipfs 0.66 with ``Routing.Type none`` resolves names whose record is in its own
-        datastore (published by this node) without any network.
+        The embedded node (no DHT) resolves names whose record is in its own datastore
+        (published by this node, or received over IPNS pubsub) without any network.
         """
         out = await self._json("name/resolve", {"arg": name, "recursive": True})
         return str(out[0]["Path"])

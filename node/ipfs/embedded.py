@@ -1,9 +1,10 @@
-"""Start and stop an embedded js-ipfs daemon (``js/``, installed by ``npm ci``).
+"""Start and stop the embedded IPFS node: Helia behind kubo's RPC subset (``js/helia-ipfs.mjs``,
+installed by ``npm ci`` in ``js/``).
 
-The daemon gets its own repo directory and random loopback ports, and a config that keeps it on
-the loopback interface: empty bootstrap, no MDNS / webRTCStar, routing ``none`` (no DHT), no
-delegates, NAT port mapping off, every address on ``127.0.0.1``, and ``--enable-preload=false``.
-Only the process this object started is ever signalled, by its PID.
+The node gets its own repo directory and random loopback ports for its RPC API and gateway. Its
+swarm listens on ``127.0.0.1`` unless configured otherwise; it has no bootstrap peers, no MDNS,
+no DHT or delegated routing, no relay, AutoNAT or UPnP, and dials only what ``swarm/connect``
+names (``docs/ipfs.md``). Only the process this object started is ever signalled, by its PID.
 """
 
 from __future__ import annotations
@@ -30,13 +31,14 @@ class IpfsStartError(IpfsError):
     """The embedded IPFS node could not be started; the message says what to change."""
 
 
-# js-ipfs needs ~10-20 s to start on an idle 2-core machine and over 60 s under heavy load
-# (measured in a full CI run next to three daemons and their JVMs); waiting longer is harmless.
+# js-ipfs needed ~10-20 s to start on an idle 2-core machine and over 60 s under heavy load
+# (measured in a full CI run next to three daemons and their JVMs); Helia loads fewer modules,
+# but a loaded machine still makes start-up slow, and waiting longer is harmless.
 _READY_TIMEOUT_S = 180.0
 
 
 def js_dir() -> Path:
-    """The npm project holding js-ipfs (``<checkout>/js``, or ``$ODF_NODE_JS_DIR``)."""
+    """The npm project holding the IPFS node (``<checkout>/js``, or ``$ODF_NODE_JS_DIR``)."""
     env = os.environ.get("ODF_NODE_JS_DIR")
     if env:
         return Path(env)
@@ -56,40 +58,31 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
-def loopback_config(
-    config: dict[str, Any],
+def node_config(
     api: int,
     gateway: int,
-    rpc: int,
     swarm: int,
     *,
     swarm_host: str = "127.0.0.1",
     announce: tuple[str, ...] = (),
-) -> None:
-    """Rewrite a js-ipfs config in place: API, gateway and RPC on 127.0.0.1, the swarm on
-    ``swarm_host`` (127.0.0.1 unless the node runs in open mode), announcing ``announce``."""
-    config.setdefault("Addresses", {}).update(
-        API=f"/ip4/127.0.0.1/tcp/{api}",
-        Gateway=f"/ip4/127.0.0.1/tcp/{gateway}",
-        RPC=f"/ip4/127.0.0.1/tcp/{rpc}",
-        Swarm=[f"/ip4/{swarm_host}/tcp/{swarm}"],
-        Delegates=[],
-        Announce=list(announce),
-        NoAnnounce=[],
-    )
-    config["Bootstrap"] = []
-    config["Discovery"] = {
-        "MDNS": {"Enabled": False, "Interval": 10},
-        "webRTCStar": {"Enabled": False},
+    pubsub: bool = False,
+) -> dict[str, Any]:
+    """The ``config.json`` that ``js/helia-ipfs.mjs`` reads: API and gateway on 127.0.0.1, the
+    swarm on ``swarm_host`` (127.0.0.1 unless the node runs in open mode), announcing
+    ``announce``, IPNS over pubsub when ``pubsub``. Nothing else is configurable: the node has
+    no bootstrap, discovery or public routing to turn off (``docs/ipfs.md``)."""
+    return {
+        "api_port": api,
+        "gateway_port": gateway,
+        "swarm": [f"/ip4/{swarm_host}/tcp/{swarm}"],
+        "announce": list(announce),
+        "pubsub": pubsub,
     }
-    config["Routing"] = {"Type": "none"}
-    config.setdefault("Swarm", {})["DisableNatPortMap"] = True
-    config["Pubsub"] = {"Router": "gossipsub", "Enabled": True}
 
 
 @dataclass
 class EmbeddedIpfs:
-    """One js-ipfs daemon with its own repo.
+    """One embedded IPFS node (Helia) with its own repo.
 
     Use :meth:`start` / :meth:`stop` (or ``with``). ``require_isolation`` (default True) makes
     :meth:`start` refuse to run unless ``lo`` is the only network interface.
@@ -106,14 +99,12 @@ class EmbeddedIpfs:
     api_port: int = 0
     gateway_port: int = 0
     swarm_port: int = 0
-    #: ``jsipfs daemon`` flags beyond ``--enable-preload=false``. Measured with js-ipfs 0.66.1
-    #: and ``Routing.Type none`` (no DHT): by default a node resolves the IPNS names it
-    #: published itself (from its datastore) and no others ("record ... was not found in the
-    #: network"). With ``("--enable-namesys-pubsub",)`` a node resolves a foreign name after
-    #: its first ``name/resolve`` (which fails and subscribes to the name's topic) and the
-    #: owner's next ``name/publish`` over a swarm connection -- but then a node without peers
-    #: cannot resolve even its own names, so it is not the default.
-    daemon_args: tuple[str, ...] = ()
+    #: IPNS over pubsub (floodsub and libp2p-fetch on the swarm connections). Without it a node
+    #: resolves the IPNS names it published itself (from its datastore) and no others, as
+    #: js-ipfs did with ``Routing.Type none``. With it a node resolves a foreign name after its
+    #: first ``name/resolve`` (which fails and subscribes to the name's topic) and the owner's
+    #: next ``name/publish`` over a swarm connection (``docs/ipfs.md``).
+    ipns_pubsub: bool = False
     process: subprocess.Popen[bytes] | None = None
     _lifeline: Lifeline | None = field(default=None, repr=False)
 
@@ -137,32 +128,30 @@ class EmbeddedIpfs:
         """Where the daemon's stdout/stderr go."""
         return self.repo.with_name(self.repo.name + ".log")
 
-    def _bin(self) -> Path:
-        return self.js / "node_modules" / ".bin" / "jsipfs"
+    def _script(self) -> Path:
+        return self.js / "helia-ipfs.mjs"
+
+    def _installed(self) -> bool:
+        return self._script().exists() and (self.js / "node_modules" / "helia").is_dir()
 
     def _env(self) -> dict[str, str]:
         return {**os.environ, "IPFS_PATH": str(self.repo)}
 
     def init(self) -> None:
-        """Create the repo (if missing) and write a loopback-only config with fresh ports."""
-        if not (self.repo / "config").exists():
-            self.repo.parent.mkdir(parents=True, exist_ok=True)
-            subprocess.run(
-                [str(self._bin()), "init", "--empty-repo", "--profile", "test"],
-                env=self._env(),
-                check=True,
-                capture_output=True,
-                timeout=120,
-            )
-        api, gateway, rpc, swarm = _free_ports(4)
+        """Create the repo (if missing) and write its config with fresh ports."""
+        self.repo.mkdir(parents=True, exist_ok=True)
+        api, gateway, swarm = _free_ports(3)
         if self.fixed_swarm_port:
             swarm = self.fixed_swarm_port
-        cfg_path = self.repo / "config"
-        cfg = json.loads(cfg_path.read_text())
-        loopback_config(
-            cfg, api, gateway, rpc, swarm, swarm_host=self.swarm_host, announce=self.announce
+        cfg = node_config(
+            api,
+            gateway,
+            swarm,
+            swarm_host=self.swarm_host,
+            announce=self.announce,
+            pubsub=self.ipns_pubsub,
         )
-        cfg_path.write_text(json.dumps(cfg, indent=2))
+        (self.repo / "config.json").write_text(json.dumps(cfg, indent=2))
         self.api_port, self.gateway_port, self.swarm_port = api, gateway, swarm
 
     def start(self, timeout: float = _READY_TIMEOUT_S) -> None:
@@ -181,10 +170,10 @@ class EmbeddedIpfs:
             assert_loopback_only("the embedded IPFS node")
         if self.process is not None:
             raise RuntimeError("daemon already started")
-        if not self._bin().exists():
+        if not self._installed():
             raise IpfsStartError(
-                f"js-ipfs is not installed in {self.js}: run `make setup` (or `npm ci` in js/), "
-                "or set [ipfs] mode = \"external\" (a kubo RPC URL) or \"none\""
+                f"the IPFS node (Helia) is not installed in {self.js}: run `make setup` (or "
+                '`npm ci` in js/), or set [ipfs] mode = "external" (a kubo RPC URL) or "none"'
             )
         self.init()
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
@@ -196,10 +185,7 @@ class EmbeddedIpfs:
                 [
                     shutil.which("node") or "node",
                     str(self.js / "lifeline.mjs"),
-                    str(self._bin()),
-                    "daemon",
-                    "--enable-preload=false",
-                    *self.daemon_args,
+                    str(self._script()),
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -220,14 +206,14 @@ class EmbeddedIpfs:
             if self.process.poll() is not None:
                 out = self.log_path.read_text(errors="replace")[-2000:]
                 self.process = None
-                raise IpfsStartError(f"js-ipfs daemon exited during start-up:\n{out}")
+                raise IpfsStartError(f"the IPFS node exited during start-up:\n{out}")
             if self._api_ready():
                 return
             time.sleep(0.2)
         self.stop()
         raise IpfsStartError(
-            f"js-ipfs daemon not ready after {timeout:.0f} s (a loaded machine: start again, or "
-            "set [ipfs] mode = \"none\")"
+            f"the IPFS node is not ready after {timeout:.0f} s (a loaded machine: start again, or "
+            'set [ipfs] mode = "none")'
         )
 
     def _api_ready(self) -> bool:
@@ -254,8 +240,6 @@ class EmbeddedIpfs:
         if self._lifeline is not None:
             self._lifeline.cut()
             self._lifeline = None
-        # A crashed shutdown can leave the repo lock behind; the next start would refuse it.
-        (self.repo / "repo.lock").unlink(missing_ok=True)
 
     def __enter__(self) -> EmbeddedIpfs:
         self.start()

@@ -193,12 +193,88 @@ _V5: tuple[str, ...] = (
 )
 
 
+# Subscriptions by URL and witnessing (docs/follow.md): the source a dataset is followed from
+# (NULL: owner-signed announcements over gossip), the signed observations of sources (ours and
+# peers'), and the split views found among them (two observations whose heads do not descend one
+# from the other), each naming its two observations by content id.
+_V6: tuple[str, ...] = (
+    "ALTER TABLE subscriptions ADD COLUMN source_url TEXT",
+    """CREATE TABLE observations (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        content_id TEXT NOT NULL UNIQUE,
+        did TEXT NOT NULL,
+        source TEXT NOT NULL,
+        head TEXT NOT NULL,
+        sequence INTEGER NOT NULL CHECK (sequence >= 0),
+        signer TEXT NOT NULL,
+        envelope BLOB NOT NULL,
+        own INTEGER NOT NULL CHECK (own IN (0, 1)),
+        observed_ns INTEGER NOT NULL,
+        received_ns INTEGER NOT NULL
+    )""",
+    "CREATE INDEX observations_did_source ON observations (did, source, id)",
+    """CREATE TABLE split_views (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        did TEXT NOT NULL,
+        source TEXT NOT NULL,
+        first TEXT NOT NULL,
+        second TEXT NOT NULL,
+        detail TEXT NOT NULL,
+        detected_ns INTEGER NOT NULL,
+        UNIQUE (first, second)
+    )""",
+    "CREATE INDEX split_views_did ON split_views (did)",
+)
+
+
+# Flows (docs/flows.md): a dataset's schedule, exactly one trigger per row: every N seconds or
+# a cron expression (a polling root), or on a new input head (a derivative); when it is next
+# due, and the input heads a transform was last queued for (JSON), so that a restart neither
+# runs a flow twice nor misses one.
+_V7: tuple[str, ...] = (
+    """CREATE TABLE schedules (
+        did TEXT PRIMARY KEY,
+        every_s REAL CHECK (every_s IS NULL OR every_s > 0),
+        cron TEXT,
+        on_input INTEGER NOT NULL DEFAULT 0 CHECK (on_input IN (0, 1)),
+        next_ns INTEGER,
+        inputs_seen TEXT,
+        created_ns INTEGER NOT NULL,
+        updated_ns INTEGER NOT NULL,
+        CHECK ((every_s IS NOT NULL) + (cron IS NOT NULL) + on_input = 1)
+    )""",
+)
+
+
+# Node key rotations and revocations (docs/operations.md, "Node key rotation"): the signed
+# records this node received or made, so that attestations by a rotated key keep counting as
+# their node and a revoked key's stop counting, across restarts. One rotation per old key.
+_V8: tuple[str, ...] = (
+    """CREATE TABLE key_rotations (
+        old_id TEXT PRIMARY KEY,
+        new_id TEXT NOT NULL CHECK (new_id <> old_id),
+        issued_at_ns INTEGER NOT NULL,
+        envelope BLOB NOT NULL,
+        received_ns INTEGER NOT NULL
+    )""",
+    """CREATE TABLE key_revocations (
+        node_id TEXT PRIMARY KEY,
+        revoked_ns INTEGER NOT NULL,
+        envelope BLOB NOT NULL,
+        received_ns INTEGER NOT NULL
+    )""",
+)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _V1),
     Migration(2, "indexes for claim and events by kind", _v2_indexes),
     Migration(3, "verification outcome 'unverifiable'", _V3),
     Migration(4, "verification outcome 'inconclusive'", _V4),
     Migration(5, "subscription trust policy, trusted head and trust state", _V5),
+    Migration(6, "subscriptions by URL, observations and split views", _V6),
+    Migration(7, "flow schedules", _V7),
+    Migration(8, "node key rotations and revocations", _V8),
 )
 LATEST_VERSION: int = MIGRATIONS[-1].version
 

@@ -35,7 +35,12 @@ from node.app.rows import (
     Dispute,
     EquivocationProof,
     Event,
+    KeyRevocationRecord,
+    KeyRotationRecord,
+    ObservationRecord,
     Peer,
+    Schedule,
+    SplitView,
     Subscription,
     TrustOverride,
     TrustRecord,
@@ -191,9 +196,11 @@ class NodeState:
         alias: str | None = None,
         source_hint: str | None = None,
         override: TrustOverride | None = None,
+        source_url: str | None = None,
     ) -> Subscription:
         """Follow ``did``; idempotent. On an existing subscription, a non-None ``alias``,
-        ``source_hint`` or field of ``override`` replaces the stored one and None keeps it."""
+        ``source_hint``, ``source_url`` or field of ``override`` replaces the stored one and
+        None keeps it."""
         _check_did(did)
         now = self._clock()
         o = override or TrustOverride()
@@ -201,22 +208,24 @@ class NodeState:
         with self._tx() as c:
             c.execute(
                 """INSERT INTO subscriptions (did, alias, source_hint, created_ns, updated_ns,
-                                              trust_policy, trust_k, trust_attesters)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                                              trust_policy, trust_k, trust_attesters, source_url)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                    ON CONFLICT (did) DO UPDATE SET
                      alias = coalesce(excluded.alias, alias),
                      source_hint = coalesce(excluded.source_hint, source_hint),
+                     source_url = coalesce(excluded.source_url, source_url),
                      trust_policy = coalesce(excluded.trust_policy, trust_policy),
                      trust_k = coalesce(excluded.trust_k, trust_k),
                      trust_attesters = coalesce(excluded.trust_attesters, trust_attesters),
                      updated_ns = CASE
                        WHEN coalesce(excluded.alias, alias) IS NOT alias
                          OR coalesce(excluded.source_hint, source_hint) IS NOT source_hint
+                         OR coalesce(excluded.source_url, source_url) IS NOT source_url
                          OR excluded.trust_policy IS NOT NULL
                          OR excluded.trust_k IS NOT NULL
                          OR excluded.trust_attesters IS NOT NULL
                        THEN excluded.updated_ns ELSE updated_ns END""",
-                (did, alias, source_hint, now, now, o.policy, o.k, attesters),
+                (did, alias, source_hint, now, now, o.policy, o.k, attesters, source_url),
             )
         sub = self.subscription(did)
         assert sub is not None
@@ -408,6 +417,52 @@ class NodeState:
             for r in rows
         ]
 
+    # -- node key records -------------------------------------------------------------------
+
+    def add_key_rotation(
+        self, old_id: str, new_id: str, issued_at_ns: int, envelope: bytes
+    ) -> bool:
+        """Store a rotation record; False if ``old_id`` already has one (the first stays)."""
+        if not old_id or not new_id or old_id == new_id:
+            raise InvalidStateValue("a key rotation needs two different node ids")
+        with self._tx() as c:
+            cur = c.execute(
+                """INSERT INTO key_rotations (old_id, new_id, issued_at_ns, envelope, received_ns)
+                   VALUES (?, ?, ?, ?, ?) ON CONFLICT (old_id) DO NOTHING""",
+                (old_id, new_id, issued_at_ns, bytes(envelope), self._clock()),
+            )
+        return cur.rowcount > 0
+
+    def key_rotations(self) -> list[KeyRotationRecord]:
+        """Every stored rotation record, oldest first."""
+        rows = self._rows(
+            "SELECT old_id, new_id, issued_at_ns, envelope, received_ns FROM key_rotations"
+            " ORDER BY received_ns, old_id"
+        )
+        return [KeyRotationRecord(r[0], r[1], r[2], bytes(r[3]), r[4]) for r in rows]
+
+    def add_key_revocation(self, node_id: str, revoked_ns: int, envelope: bytes) -> bool:
+        """Store a revocation; False if ``node_id`` is already revoked (the earliest stays)."""
+        if not node_id:
+            raise InvalidStateValue("node_id must not be empty")
+        with self._tx() as c:
+            cur = c.execute(
+                """INSERT INTO key_revocations (node_id, revoked_ns, envelope, received_ns)
+                   VALUES (?, ?, ?, ?) ON CONFLICT (node_id) DO UPDATE SET
+                     revoked_ns = excluded.revoked_ns, envelope = excluded.envelope
+                   WHERE excluded.revoked_ns < key_revocations.revoked_ns""",
+                (node_id, revoked_ns, bytes(envelope), self._clock()),
+            )
+        return cur.rowcount > 0
+
+    def key_revocations(self) -> list[KeyRevocationRecord]:
+        """Every stored revocation."""
+        rows = self._rows(
+            "SELECT node_id, revoked_ns, envelope, received_ns FROM key_revocations"
+            " ORDER BY revoked_ns, node_id"
+        )
+        return [KeyRevocationRecord(r[0], r[1], bytes(r[2]), r[3]) for r in rows]
+
     def add_dispute(
         self,
         did: str,
@@ -450,6 +505,90 @@ class NodeState:
         )
         return [
             Dispute(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bool(r[7]), r[8], r[9])
+            for r in rows
+        ]
+
+    # -- observations and split views (docs/follow.md) ---------------------------------------
+
+    def add_observation(
+        self,
+        did: str,
+        source: str,
+        head: str,
+        sequence: int,
+        signer: str,
+        envelope: bytes,
+        own: bool,
+        observed_ns: int,
+    ) -> bool:
+        """Store a signed observation; False if the same envelope is already stored."""
+        _check_did(did)
+        _check_head(head)
+        with self._tx() as c:
+            cur = c.execute(
+                """INSERT INTO observations (content_id, did, source, head, sequence, signer,
+                                             envelope, own, observed_ns, received_ns)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (content_id) DO NOTHING""",
+                (
+                    content_id(envelope),
+                    did,
+                    source,
+                    head,
+                    int(sequence),
+                    signer,
+                    bytes(envelope),
+                    int(bool(own)),
+                    int(observed_ns),
+                    self._clock(),
+                ),
+            )
+        return cur.rowcount > 0
+
+    def observations(
+        self, did: str | None = None, source: str | None = None, limit: int = 100
+    ) -> list[ObservationRecord]:
+        """Observations, newest first, optionally of one DID and source, at most ``limit``."""
+        where, params = _filters(("did", did), ("source", source))
+        rows = self._rows(
+            f"{_OBS_SELECT}{where} ORDER BY id DESC LIMIT ?", [*params, _limit(limit)]
+        )
+        return [_observation(r) for r in rows]
+
+    def add_split_view(self, did: str, source: str, first: str, second: str, detail: str) -> bool:
+        """Store a split view between two stored observations (content ids, in either order);
+        False if that pair is already stored."""
+        _check_did(did)
+        a, b = sorted((first, second))
+        with self._tx() as c:
+            cur = c.execute(
+                """INSERT INTO split_views (did, source, first, second, detail, detected_ns)
+                   VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (first, second) DO NOTHING""",
+                (did, source, a, b, detail, self._clock()),
+            )
+        return cur.rowcount > 0
+
+    def split_views(self, did: str | None = None, limit: int = 100) -> list[SplitView]:
+        """Split views, newest first, with both observations (optionally of one DID)."""
+        where, params = _filters(("s.did", did))
+        cols = ", ".join(f"{t}.{c}" for t in ("a", "b") for c in _OBS_COLUMNS)
+        rows = self._rows(
+            f"SELECT s.id, s.did, s.source, s.detail, s.detected_ns, {cols} FROM split_views s"
+            " JOIN observations a ON a.content_id = s.first"
+            f" JOIN observations b ON b.content_id = s.second{where}"
+            " ORDER BY s.id DESC LIMIT ?",
+            [*params, _limit(limit)],
+        )
+        n = len(_OBS_COLUMNS)
+        return [
+            SplitView(
+                int(r[0]),
+                r[1],
+                r[2],
+                _observation(tuple(r[5 : 5 + n])),
+                _observation(tuple(r[5 + n : 5 + 2 * n])),
+                r[3],
+                int(r[4]),
+            )
             for r in rows
         ]
 
@@ -750,6 +889,71 @@ class NodeState:
             )
         return cur.rowcount
 
+    # -- flow schedules ---------------------------------------------------------------------
+
+    def set_schedule(
+        self,
+        did: str,
+        *,
+        every_s: float | None = None,
+        cron: str | None = None,
+        on_input: bool = False,
+        next_ns: int | None = None,
+        inputs_seen: dict[str, str] | None = None,
+    ) -> Schedule:
+        """Set ``did``'s flow trigger (replacing any): exactly one of ``every_s``, ``cron`` and
+        ``on_input``."""
+        _check_did(did)
+        if (every_s is not None) + (cron is not None) + bool(on_input) != 1:
+            raise InvalidStateValue("a schedule has exactly one of every_s, cron and on_input")
+        if every_s is not None and not every_s > 0:
+            raise InvalidStateValue("every_s must be > 0")
+        seen = _to_json(inputs_seen or {}, "schedule inputs")
+        now = self._clock()
+        with self._tx() as c:
+            c.execute(
+                """INSERT INTO schedules (did, every_s, cron, on_input, next_ns, inputs_seen,
+                                          created_ns, updated_ns)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (did) DO UPDATE SET
+                     every_s = excluded.every_s, cron = excluded.cron,
+                     on_input = excluded.on_input, next_ns = excluded.next_ns,
+                     inputs_seen = excluded.inputs_seen, updated_ns = excluded.updated_ns""",
+                (did, every_s, cron, int(on_input), next_ns, seen, now, now),
+            )
+        got = self.schedule(did)
+        assert got is not None
+        return got
+
+    def schedule_ran(
+        self, did: str, *, next_ns: int | None = None, inputs_seen: dict[str, str] | None = None
+    ) -> bool:
+        """Record that ``did``'s flow was queued: its next due time and/or the input heads it
+        was queued for (None keeps the stored value). False if ``did`` has no schedule."""
+        seen = None if inputs_seen is None else _to_json(inputs_seen, "schedule inputs")
+        with self._tx() as c:
+            cur = c.execute(
+                """UPDATE schedules SET next_ns = coalesce(?, next_ns),
+                     inputs_seen = coalesce(?, inputs_seen), updated_ns = ? WHERE did = ?""",
+                (next_ns, seen, self._clock(), did),
+            )
+        return cur.rowcount > 0
+
+    def remove_schedule(self, did: str) -> bool:
+        """Remove ``did``'s flow trigger; True if it had one (its runs' history stays)."""
+        with self._tx() as c:
+            cur = c.execute("DELETE FROM schedules WHERE did = ?", (did,))
+        return cur.rowcount > 0
+
+    def schedules(self) -> list[Schedule]:
+        """Every flow trigger, oldest first."""
+        return [_schedule(r) for r in self._rows(_SCHED_SELECT + " ORDER BY created_ns, did")]
+
+    def schedule(self, did: str) -> Schedule | None:
+        """``did``'s flow trigger, if any."""
+        rows = self._rows(_SCHED_SELECT + " WHERE did = ?", (did,))
+        return _schedule(rows[0]) if rows else None
+
 
 # -- helpers ----------------------------------------------------------------------------------
 
@@ -805,16 +1009,48 @@ def _filters(*pairs: tuple[str, object]) -> tuple[str, list[Any]]:
 
 _SUB_SELECT = (
     "SELECT did, alias, source_hint, created_ns, updated_ns, trust_policy, trust_k,"
-    " trust_attesters, trusted_head, trust FROM subscriptions"
+    " trust_attesters, trusted_head, trust, source_url FROM subscriptions"
 )
+_OBS_COLUMNS = (
+    "id",
+    "content_id",
+    "did",
+    "source",
+    "head",
+    "sequence",
+    "signer",
+    "envelope",
+    "own",
+    "observed_ns",
+    "received_ns",
+)
+_OBS_SELECT = f"SELECT {', '.join(_OBS_COLUMNS)} FROM observations"
 _HEAD_SELECT = (
     "SELECT did, epoch, sequence, head, source_peer, envelope, accepted_ns FROM accepted_heads"
 )
 _PEER_SELECT = "SELECT peer_id, addrs, score, connected, first_seen_ns, last_seen_ns FROM peers"
+_SCHED_SELECT = (
+    "SELECT did, every_s, cron, on_input, next_ns, inputs_seen, created_ns, updated_ns"
+    " FROM schedules"
+)
 _WORK_SELECT = (
     "SELECT id, kind, did, head, payload, state, attempts, not_before_ns, created_ns,"
     " updated_ns, claimed_ns, last_error FROM work"
 )
+
+
+def _schedule(r: sqlite3.Row) -> Schedule:
+    did, every_s, cron, on_input, next_ns, seen, created, updated = r
+    return Schedule(
+        did=did,
+        every_s=every_s,
+        cron=cron,
+        on_input=bool(on_input),
+        next_ns=next_ns,
+        inputs_seen=json.loads(seen or "{}"),
+        created_ns=created,
+        updated_ns=updated,
+    )
 
 
 def _subscription(r: sqlite3.Row) -> Subscription:
@@ -831,7 +1067,23 @@ def _subscription(r: sqlite3.Row) -> Subscription:
             t.get("evidence"),
             tuple(t.get("disputed_by") or ()),
         )
-    return Subscription(r[0], r[1], r[2], int(r[3]), int(r[4]), override, r[8], trust)
+    return Subscription(r[0], r[1], r[2], int(r[3]), int(r[4]), override, r[8], trust, r[10])
+
+
+def _observation(r: Any) -> ObservationRecord:
+    return ObservationRecord(
+        int(r[0]),
+        r[1],
+        r[2],
+        r[3],
+        r[4],
+        int(r[5]),
+        r[6],
+        bytes(r[7]),
+        bool(r[8]),
+        int(r[9]),
+        int(r[10]),
+    )
 
 
 def _accepted_head(r: sqlite3.Row) -> AcceptedHead:

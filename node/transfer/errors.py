@@ -69,6 +69,18 @@ class SourceRefused(TransferError):
         self.setting = setting
 
 
+class StorageBudgetExceeded(TransferError):
+    """A pull would take the stored datasets over ``[storage] max_bytes`` or the disk below
+    ``[storage] min_free_bytes``; refused before any data was downloaded (nothing committed)."""
+
+    rpc_code = UNAVAILABLE
+
+    def __init__(self, message: str, *, needed: int, allowed: int) -> None:
+        super().__init__(message)
+        self.needed = needed
+        self.allowed = allowed
+
+
 class ObjectRejected(TransferError):
     """The source served bytes that fail verification; ``object`` names what was requested."""
 
@@ -117,5 +129,6 @@ __all__ = [
     "SourceTooSlow",
     "SourceUnavailable",
     "SourceUnreachable",
+    "StorageBudgetExceeded",
     "TransferError",
 ]

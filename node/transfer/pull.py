@@ -94,6 +94,7 @@ from node.transfer.errors import (
     SourceTooSlow,
     SourceUnavailable,
     SourceUnreachable,
+    StorageBudgetExceeded,
 )
 from node.transfer.linked import LinkSummary, LinkSummaryError, link_choices, link_summary
 from node.transfer.policy import SourcePolicy
@@ -159,6 +160,11 @@ class PullOptions:
     deadline_base_s: float = 60.0
     min_rate_bytes_per_s: float = 16384.0
     first_contact_s: float | None = None
+    admit: Callable[[int], None] | None = field(default=None, compare=False)
+    """Called with the bytes the pull will add (its new blocks and the data parts and
+    checkpoints it must download) once the chain is validated, before any data is downloaded;
+    raising refuses the pull, which then removes what it fetched (the disk budget,
+    ``[storage]``: ``node.adapters.transfer``)."""
 
 
 @dataclass
@@ -1020,6 +1026,8 @@ async def pull(
             for o in objects
             if (spec is not None and spec.started(o[0])) or not o[1].contains(o[2])
         ]
+        if opts.admit is not None:
+            opts.admit(sum(o[3] for o in todo) + sum(len(d) for _, d, _ in new))
         if todo:  # lets sources that can list map names to direct addresses (IPFS CIDs)
             if spec is not None:  # its listing is already under way
                 await spec.settle_listing()
@@ -1037,9 +1045,15 @@ async def pull(
         await _gather_all([one(o) for o in todo])
         # Linked objects (RFC-017) are named inside the parts just verified; fetch them now.
         await fetch_linked_objects(f, ds, new, sem)
-    except BaseException:
+    except BaseException as e:
         if spec is not None:
             await spec.cancel_all()
+        if isinstance(e, StorageBudgetExceeded):
+            # Refused for space: give back what the walk fetched (the blocks' cache, and a new
+            # dataset's staging directory, which would otherwise wait for a later attempt).
+            shutil.rmtree(ds.layout.root.joinpath(*_CACHE_DIR[:2]), ignore_errors=True)
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
         raise
     if spec is not None:
         await spec.cancel_all()  # nothing left running; settles the listing

@@ -58,11 +58,24 @@ async def _head(request: web.Request) -> web.StreamResponse:
         if served == "":
             raise web.HTTPNotFound(text="no trusted head yet\n")
         if served is not None:
-            return web.Response(body=served.encode("ascii"), content_type="text/plain")
+            return _ref_response(request, served.encode("ascii"))
     path = ds.layout.refs_dir / HEAD_REF
     if not path.is_file():
         raise web.HTTPNotFound(text="empty dataset\n")
-    return web.Response(body=path.read_bytes(), content_type="text/plain")
+    return _ref_response(request, path.read_bytes())
+
+
+def _ref_response(request: web.Request, body: bytes) -> web.StreamResponse:
+    """``refs/head`` with an ``ETag`` naming the head itself, and 304 to a matching
+    ``If-None-Match``: a follower polling an idle dataset costs one small request
+    (``docs/follow.md``). No ``Last-Modified``: a head can move twice within its 1 s
+    resolution, and the ETag is exact."""
+    etag = '"' + body.decode("ascii", "replace").strip() + '"'
+    headers = {"ETag": etag, "Cache-Control": "no-cache"}
+    match = request.headers.get("If-None-Match", "")
+    if etag in (t.strip() for t in match.split(",")) or match.strip() == "*":
+        return web.Response(status=304, headers=headers)
+    return web.Response(body=body, content_type="text/plain", headers=headers)
 
 
 async def _object(request: web.Request) -> web.StreamResponse:

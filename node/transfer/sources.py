@@ -86,8 +86,12 @@ class SharedHttpSession:
         timeout_s: float = 30.0,
         policy: SourcePolicy | None = None,
         resolver: AbstractResolver | None = None,
+        limit: int = 100,
     ) -> None:
+        """``limit`` bounds the open connections of the session (aiohttp's connector limit):
+        every pull and every poll of a source followed by URL share them."""
         self.policy = policy if policy is not None else SourcePolicy()
+        self._limit = limit
         self._resolver = resolver
         self._timeout = aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_read=timeout_s)
         self._session: aiohttp.ClientSession | None = None
@@ -98,7 +102,9 @@ class SharedHttpSession:
             # Every host name goes through the policy resolver: aiohttp connects only to the
             # addresses it returns, so what is checked is what is connected to. No proxies from
             # the environment (trust_env=False): a proxy would connect on our behalf, unchecked.
-            connector = aiohttp.TCPConnector(resolver=PolicyResolver(self.policy, self._resolver))
+            connector = aiohttp.TCPConnector(
+                resolver=PolicyResolver(self.policy, self._resolver), limit=self._limit
+            )
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=self._timeout,
@@ -113,6 +119,38 @@ class SharedHttpSession:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+async def policy_get(
+    http: SharedHttpSession, url: str, headers: dict[str, str] | None = None
+) -> aiohttp.ClientResponse:
+    """``GET url``, following at most ``MAX_REDIRECTS`` redirects, each policy-checked.
+
+    aiohttp's own redirect following would contact any host a source names; here every
+    hop's URL is checked (scheme, IP literal) before it is requested, and its host name is
+    checked by the resolver like the first one.
+
+    Raises:
+        InvalidSourceUrl, SourceRefused: the URL or a redirect is not one the policy allows.
+        TransientSourceError: too many redirects.
+    """
+    policy = http.policy
+    target = policy.check_url(url, "source")
+    for _ in range(MAX_REDIRECTS + 1):
+        r = await http.get().get(target, allow_redirects=False, headers=headers)
+        location = r.headers.get("Location")
+        if r.status not in _REDIRECT_STATUSES or not location:
+            return r
+        r.release()
+        try:
+            nxt = target.join(URL(location))
+        except ValueError as e:
+            raise SourceRefused(f"redirect from {str(target)!r} to {location!r}: {e}") from None
+        try:
+            target = policy.check_url(nxt, f"redirect from {str(target)!r} to")
+        except InvalidSourceUrl as e:
+            raise SourceRefused(str(e)) from None
+    raise TransientSourceError(f"more than {MAX_REDIRECTS} redirects from {url}")
 
 
 class HttpSource:
@@ -149,29 +187,9 @@ class HttpSource:
     def _sess(self) -> aiohttp.ClientSession:
         return self._http.get()
 
-    async def _get(self, url: str) -> aiohttp.ClientResponse:
-        """``GET url``, following at most ``MAX_REDIRECTS`` redirects, each policy-checked.
-
-        aiohttp's own redirect following would contact any host a source names; here every
-        hop's URL is checked (scheme, IP literal) before it is requested, and its host name is
-        checked by the resolver like the first one.
-        """
-        target = self.policy.check_url(url, "source")
-        for _ in range(MAX_REDIRECTS + 1):
-            r = await self._sess().get(target, allow_redirects=False)
-            location = r.headers.get("Location")
-            if r.status not in _REDIRECT_STATUSES or not location:
-                return r
-            r.release()
-            try:
-                nxt = target.join(URL(location))
-            except ValueError as e:
-                raise SourceRefused(f"redirect from {str(target)!r} to {location!r}: {e}") from None
-            try:
-                target = self.policy.check_url(nxt, f"redirect from {str(target)!r} to")
-            except InvalidSourceUrl as e:
-                raise SourceRefused(str(e)) from None
-        raise TransientSourceError(f"more than {MAX_REDIRECTS} redirects from {url}")
+    async def _get(self, url: str, headers: dict[str, str] | None = None) -> aiohttp.ClientResponse:
+        """``GET url`` under the policy (see :func:`policy_get`)."""
+        return await policy_get(self._http, url, headers)
 
     @asynccontextmanager
     async def open(self, rel: str) -> AsyncIterator[AsyncIterator[bytes]]:
@@ -181,6 +199,32 @@ class HttpSource:
                 if r.status != 200:
                     raise TransientSourceError(f"HTTP {r.status}")
                 yield r.content.iter_any()
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise TransientSourceError(f"{type(e).__name__}: {e}") from e
+
+    async def conditional_head(
+        self, etag: str | None, last_modified: str | None, cap: int = 1024
+    ) -> tuple[int, bytes, str | None, str | None]:
+        """``GET {base}/refs/head`` with ``If-None-Match`` / ``If-Modified-Since`` when known:
+        ``(status, body, etag, last_modified)``; 304 has an empty body. A body over ``cap``
+        bytes, or any status but 200 and 304, raises :class:`TransientSourceError`."""
+        headers = {}
+        if etag:
+            headers["If-None-Match"] = etag
+        if last_modified:
+            headers["If-Modified-Since"] = last_modified
+        try:
+            async with await self._get(f"{self.base}/refs/head", headers) as r:
+                tag = r.headers.get("ETag") or etag
+                modified = r.headers.get("Last-Modified") or last_modified
+                if r.status == 304:
+                    return 304, b"", tag, modified
+                if r.status != 200:
+                    raise TransientSourceError(f"HTTP {r.status}")
+                body = await r.content.read(cap + 1)
+                if len(body) > cap:
+                    raise TransientSourceError(f"refs/head longer than {cap} bytes")
+                return 200, body, r.headers.get("ETag"), r.headers.get("Last-Modified")
         except (aiohttp.ClientError, TimeoutError) as e:
             raise TransientSourceError(f"{type(e).__name__}: {e}") from e
 

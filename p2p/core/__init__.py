@@ -33,7 +33,12 @@ Rules (``docs/p2p-wire-format.md`` §Processing rules):
 6. a fetch that fails or is abandoned (timeout) is retried with exponential backoff while its
    head is still the newest known; an anti-entropy reply carrying a known but unaccepted head
    restarts an idle dataset's fetch at once;
-7. peer scores decay exponentially towards zero.
+7. peer scores decay exponentially towards zero;
+8. datasets followed from a source URL (``follow_source``): a head the driver pulled from the
+   source (:class:`SourceHeadAccepted`) is judged like an accepted announcement when its
+   verification completes; a peer's :class:`~p2p.wire.Observation` of that source showing a
+   head other than the newest accepted from it asks the driver to poll it now
+   (:class:`PollSource`), so one follower's discovery reaches every follower in seconds.
 
 Gossip mapping for a libp2p validator: :class:`Forward` -> ACCEPT, :class:`Penalise` -> REJECT,
 otherwise IGNORE.
@@ -52,6 +57,7 @@ from p2p.core.decisions import (
     HeadAccepted,
     Ignore,
     Penalise,
+    PollSource,
     PublishAttestation,
     PublishDispute,
     RejectHead,
@@ -66,6 +72,7 @@ from p2p.core.events import (
     MessageReceived,
     PeerConnected,
     PeerDisconnected,
+    SourceHeadAccepted,
     Tick,
     VerificationCompleted,
 )
@@ -91,6 +98,7 @@ __all__ = [
     "PeerConnected",
     "PeerDisconnected",
     "Penalise",
+    "PollSource",
     "ProtocolCore",
     "PublishAttestation",
     "PublishDispute",
@@ -99,6 +107,7 @@ __all__ = [
     "RequestFetch",
     "Rng",
     "SeenCache",
+    "SourceHeadAccepted",
     "Tick",
     "VerificationCompleted",
 ]

@@ -134,6 +134,17 @@ class PublishDispute:
     head: Multihash
 
 
+@dataclass(frozen=True, slots=True)
+class PollSource:
+    """Poll ``source`` for ``dataset`` now: ``peer``'s node observed it showing ``head``, which is
+    not the newest head this node accepted from it (witnessing, ``docs/follow.md``)."""
+
+    dataset: DatasetId
+    source: str
+    head: Multihash
+    peer: str
+
+
 Decision = (
     Accept
     | Ignore
@@ -148,4 +159,5 @@ Decision = (
     | DisconnectPeer
     | PublishAttestation
     | PublishDispute
+    | PollSource
 )

@@ -61,6 +61,18 @@ class VerificationCompleted:
 
 
 @dataclass(frozen=True, slots=True)
+class SourceHeadAccepted:
+    """The driver pulled ``head`` of ``dataset`` from ``source`` (a URL subscription: the source
+    is the authority, no owner signs) and accepted it: its verification is judged like that of
+    an owner-announced head."""
+
+    dataset: DatasetId
+    source: str
+    head: Multihash
+    now_ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class PeerConnected:
     """A connection to ``peer`` was established."""
 
@@ -89,6 +101,7 @@ Event = (
     | FetchCompleted
     | FetchFailed
     | VerificationCompleted
+    | SourceHeadAccepted
     | PeerConnected
     | PeerDisconnected
     | Tick

@@ -20,6 +20,7 @@ from p2p.core.decisions import (
     HeadAccepted,
     Ignore,
     Penalise,
+    PollSource,
     PublishAttestation,
     PublishDispute,
     RejectHead,
@@ -34,6 +35,7 @@ from p2p.core.events import (
     MessageReceived,
     PeerConnected,
     PeerDisconnected,
+    SourceHeadAccepted,
     Tick,
     VerificationCompleted,
 )
@@ -51,6 +53,9 @@ from p2p.errors import InvalidEquivocationProof, WireDecodeError
 from p2p.wire import (
     EquivocationProof,
     HeadAnnouncement,
+    KeyRevocation,
+    KeyRotation,
+    Observation,
     SignedMessage,
     content_id,
     decode_unverified,
@@ -90,6 +95,19 @@ class ProtocolCore:
     def unsubscribe(self, did: DatasetId) -> None:
         """Stop following ``did`` and forget its state."""
         self._datasets.pop(did, None)
+
+    def follow_source(self, did: DatasetId, source: str, head: Multihash | None = None) -> None:
+        """Follow ``did`` from ``source`` as well (a URL subscription); ``head``: the newest head
+        already accepted from it (after a restart)."""
+        st = self._datasets.setdefault(did, DatasetState())
+        if head is not None or source not in st.sources:
+            st.sources[source] = head
+
+    def unfollow_source(self, did: DatasetId, source: str) -> None:
+        """Stop following ``did`` from ``source``."""
+        st = self._datasets.get(did)
+        if st is not None:
+            st.sources.pop(source, None)
 
     def subscriptions(self) -> tuple[DatasetId, ...]:
         """The followed datasets."""
@@ -139,6 +157,28 @@ class ProtocolCore:
         self._decay(p, now_ns)
         return p.score
 
+    def move_peer_score(self, old: str, new: str, now_ns: int) -> float | None:
+        """Carry ``old``'s score over to ``new`` (a node that rotated its key, whose libp2p
+        peer id follows the key); the score moved, or None when ``old`` has none.
+
+        A graylisted (negative) score moves too: a rotation does not launder a bad record. If
+        ``new`` already has a score, the lower of the two is kept for the same reason.
+        """
+        p = self._peers.get(old)
+        if p is None or old == new:
+            return None
+        self._decay(p, now_ns)
+        score = p.score
+        q = self._peer(new, now_ns)
+        self._decay(q, now_ns)
+        q.score = min(score, q.score) if q.score else score
+        q.graylisted = q.graylisted or p.graylisted
+        if not p.connected:
+            self._backlog_bytes -= self._peers.pop(old).backlog_bytes
+        else:
+            p.score = 0.0
+        return q.score
+
     def seen_count(self) -> int:
         """Entries in the seen-cache (for metrics and memory tests)."""
         return len(self._seen)
@@ -168,15 +208,18 @@ class ProtocolCore:
                 self._on_fetch_failed(event.dataset, event.head, event.now_ns, out)
             case VerificationCompleted():
                 st = self._datasets.get(event.dataset)
-                if (
-                    st is not None
-                    and st.accepted is not None
-                    and announcement_of(st.accepted).head == (event.head)
+                if st is not None and (
+                    (st.accepted is not None and announcement_of(st.accepted).head == event.head)
+                    or event.head in st.sources.values()
                 ):
                     if event.ok:
                         out.append(PublishAttestation(event.dataset, event.head))
                     else:
                         out.append(PublishDispute(event.dataset, event.head))
+            case SourceHeadAccepted():
+                st = self._datasets.get(event.dataset)
+                if st is not None and event.source in st.sources:
+                    st.sources[event.source] = event.head
             case PeerConnected():
                 p = self._peer(event.peer, event.now_ns)
                 p.connected = True
@@ -344,7 +387,7 @@ class ProtocolCore:
             if bad is not None:
                 self._penalise(peer, p, bad, self._penalty_for(bad), now_ns, out)
             elif via_ae:
-                self._on_known_via_ae(peer, data, now_ns, out)
+                self._on_known_via_ae(peer, p, data, now_ns, out)
             else:
                 out.append(Ignore(peer, "duplicate"))
             return
@@ -371,7 +414,12 @@ class ProtocolCore:
             return
         self._seen.add(cid, now_ns)
         # A delayed message is judged by when it arrived, not by how long it waited here.
-        if not via_ae and issued < received_ns - cfg.max_message_age_ns:
+        # Key records stay true for ever (republished at every start of their node).
+        if (
+            not via_ae
+            and not isinstance(msg.message, KeyRotation | KeyRevocation)
+            and issued < received_ns - cfg.max_message_age_ns
+        ):
             out.append(Ignore(peer, "expired"))
             return
         if isinstance(msg.message, HeadAnnouncement):
@@ -381,14 +429,30 @@ class ProtocolCore:
             out.append(Accept(peer, msg, via_ae))
             if not via_ae:
                 out.append(Forward(msg.content_id, msg.envelope, peer))
+            if isinstance(msg.message, Observation):
+                self._on_observation(peer, msg.message, out)
 
-    def _on_known_via_ae(self, peer: str, data: bytes, now_ns: int, out: list[Decision]) -> None:
+    def _on_observation(self, peer: str, o: Observation, out: list[Decision]) -> None:
+        """Rule 8: a peer saw a source we follow show another head: poll it now."""
+        st = self._datasets.get(o.dataset)
+        if st is None or o.source not in st.sources:
+            return
+        if st.sources[o.source] != o.head:
+            out.append(PollSource(o.dataset, o.source, o.head, peer))
+
+    def _on_known_via_ae(
+        self, peer: str, p: PeerState, data: bytes, now_ns: int, out: list[Decision]
+    ) -> None:
         """An anti-entropy reply repeats a message already checked: repair a stalled dataset.
 
         The bytes passed every check before (the seen-cache holds no bad reason for them), so
         only the core's own history is consulted: if they are the newest known announcement of an
         idle dataset and newer than its accepted head, its fetch starts again now rather than
-        at the next backoff step.
+        at the next backoff step. If the dataset's history does not know them at all, they
+        arrived while this node did not follow the dataset (ignored then as not subscribed) and
+        it follows it since: they are judged now as the announcement they are (without this a
+        dataset followed again stayed behind until the seen-cache forgot the owner's newest
+        announcement or the owner announced again; found by ``make bench-longrun``).
         """
         msg = decode_unverified(data)
         if isinstance(msg, SignedMessage) and isinstance(msg.message, HeadAnnouncement):
@@ -396,6 +460,9 @@ class ProtocolCore:
             st = self._datasets.get(a.dataset)
             if st is not None and st.inflight is None and st.queued is None:
                 known = st.history.get((a.epoch, a.sequence))
+                if known is None and a.head.digest not in st.rejected:
+                    self._on_announcement(peer, p, msg, now_ns, out, via_ae=True)
+                    return
                 newest = next(reversed(st.history.values()), None) if st.history else None
                 if (
                     known is not None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from coordinator.multiformats import Multihash
 from p2p.core.decisions import Decision, Ignore
 from p2p.wire import EquivocationProof, HeadAnnouncement, SignedMessage
 
@@ -54,6 +55,9 @@ class DatasetState:
     retry: SignedMessage | None = None
     retry_at_ns: int = 0
     attempts: int = 0
+    # Sources this node follows the dataset from (URL subscriptions, ``docs/follow.md``): each
+    # with the newest head accepted from it (None until the first poll brought one).
+    sources: dict[str, Multihash | None] = field(default_factory=dict)
 
 
 def supersede(out: list[Decision]) -> None:

@@ -2,7 +2,9 @@
 
 Each run: a fresh home (test config: random loopback ports, IPFS off), the daemon starts, serves
 RPC, the console, HTTP transfer and gossip, sits idle ``--settle`` seconds, then VmRSS of the
-daemon and of its libp2p child is read from ``/proc/<pid>/status``. Must run loopback-only:
+daemon and of its libp2p child is read from ``/proc/<pid>/status``. With ``--ipfs`` the daemon
+runs its embedded IPFS node too, and that child's VmRSS is reported as ``ipfs`` (not part of
+``total``, which stays the node's own processes). Must run loopback-only:
 
     unshare -rn bash -c 'ip link set lo up && exec .venv/bin/python tests/bench/bench_idle_rss.py'
 
@@ -22,11 +24,23 @@ import time
 from pathlib import Path
 
 
+def _ipfs_rss_mb(home: Path) -> float:
+    """VmRSS (MiB) of the embedded IPFS node, found by the PID file the daemon writes next to
+    its repo (``node/daemon/ipfs_process.py``; js-ipfs renames its process, so the command line
+    cannot tell)."""
+    pid = int((home / "ipfs.pid").read_text().strip())
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--source", default=str(Path(__file__).resolve().parents[2]))
     p.add_argument("--settle", type=float, default=20.0, help="seconds idle before reading RSS")
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--ipfs", action="store_true", help="run and measure the embedded IPFS node")
     args = p.parse_args()
     src = Path(args.source).resolve()
     sys.path[:0] = [str(src), str(src / "tests")]
@@ -36,14 +50,18 @@ def main() -> None:
     runs = []
     for _ in range(args.runs):
         work = Path(tempfile.mkdtemp(prefix="odf-bench-idle-"))
-        node = dh.NodeProcess(work / "node", "node", config={"ipfs": {"mode": "none"}})
+        ipfs_mode = "embedded" if args.ipfs else "none"
+        node = dh.NodeProcess(work / "node", "node", config={"ipfs": {"mode": ipfs_mode}})
         try:
             node.init()
             node.launch()
             node.wait_ready()
             assert node.proc is not None
             time.sleep(args.settle)
-            runs.append(dh.node_rss_mb(node.proc.pid))
+            rss = dh.node_rss_mb(node.proc.pid)
+            if args.ipfs:
+                rss["ipfs"] = _ipfs_rss_mb(node.home)
+            runs.append(rss)
         finally:
             node.stop()
             shutil.rmtree(work, ignore_errors=True)
@@ -52,7 +70,7 @@ def main() -> None:
             "median_mb": statistics.median(r.get(k, 0.0) for r in runs),
             "runs_mb": [r.get(k, 0.0) for r in runs],
         }
-        for k in ("daemon", "libp2p", "total")
+        for k in ("daemon", "libp2p", "total", *(("ipfs",) if args.ipfs else ()))
     }
     out["settle_s"] = args.settle
     print(json.dumps(out, indent=1))

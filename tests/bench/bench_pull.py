@@ -1,7 +1,7 @@
 """Benchmark: pull of a dataset from IPFS, next to raw ``cat`` of the same bytes.
 
 Builds a dataset with 1,000 blocks (Seed, SetDataSchema, 20 AddData blocks with 10 MB data
-parts, 978 watermark-only AddData blocks), adds it to an embedded js-ipfs daemon as kamu does,
+parts, 978 watermark-only AddData blocks), adds it to the embedded IPFS node as kamu does,
 then, from that same daemon's RPC API:
 
 * ``pull``: ``pull_url("ipfs://<cid>")`` into an empty store (walk, verify, parallel download
@@ -16,9 +16,9 @@ then, from that same daemon's RPC API:
 ``--rounds`` (default 3) repeats cat, pull and walk back to back against the same daemon and
 prints the median of each figure and the 1-minute load average.
 
-CPU accounting (from ``/proc/<pid>/stat`` of the js-ipfs process and ``getrusage`` of this
+CPU accounting (from ``/proc/<pid>/stat`` of the IPFS node process and ``getrusage`` of this
 one, all threads) shows where a pull's time can go on this machine: the least CPU any
-verified pull needs is what js-ipfs spends serving every byte the pull reads (``raw-all``)
+verified pull needs is what the IPFS node spends serving every byte the pull reads (``raw-all``)
 plus sha3-256 over the parts (timed here on one core); spread over all cores, that gives the
 best pull / cat ratio the machine allows (``bound``), next to the measured one.
 
@@ -208,7 +208,7 @@ async def bench(
             print(
                 f"round {i + 1}: cat {row['cat_mb_s']:.0f} MB/s, pull {row['pull_mb_s']:.0f} "
                 f"MB/s ({pull_s:.2f} s), ratio {row['ratio_pull_to_cat']:.2f}x, walk "
-                f"{walk_bps:.0f} blocks/s, raw-all {raw_s:.2f} s, CPU s (js-ipfs/this process): "
+                f"{walk_bps:.0f} blocks/s, raw-all {raw_s:.2f} s, CPU s (IPFS node/this process): "
                 f"cat {cat_ipfs_cpu:.2f}/{cat_self_cpu:.2f}, pull {pull_ipfs_cpu:.2f}/"
                 f"{pull_self_cpu:.2f}, sha3 {sha3_cpu:.2f}; bound {cat_s / floor_s:.2f}x, "
                 f"load {row['loadavg_1m']:.2f}",
@@ -256,14 +256,14 @@ def main() -> None:
     )
     print(f"metadata walk:           {res['walk_blocks_s']:.0f} blocks/s")
     print(
-        f"CPU seconds, js-ipfs / this process: cat {res['cat_ipfs_cpu_s']:.2f} / "
-        f"{res['cat_self_cpu_s']:.2f}; raw-all js-ipfs {res['raw_all_ipfs_cpu_s']:.2f}; pull "
+        f"CPU seconds, IPFS node / this process: cat {res['cat_ipfs_cpu_s']:.2f} / "
+        f"{res['cat_self_cpu_s']:.2f}; raw-all IPFS node {res['raw_all_ipfs_cpu_s']:.2f}; pull "
         f"{res['pull_ipfs_cpu_s']:.2f} / {res['pull_self_cpu_s']:.2f}; sha3-256 of the parts "
         f"{res['sha3_cpu_s']:.2f}"
     )
     print(
         f"least a verified pull needs on {res['cores']:.0f} cores: {res['bound_pull_s']:.2f} s "
-        f"(max of raw-all and (js-ipfs raw-all CPU + sha3 CPU) / cores) -> best possible "
+        f"(max of raw-all and (IPFS node raw-all CPU + sha3 CPU) / cores) -> best possible "
         f"pull / cat here: {res['bound_ratio_pull_to_cat']:.2f}x"
     )
 

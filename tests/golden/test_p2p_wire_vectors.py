@@ -47,6 +47,7 @@ def test_good_vector_decodes_and_reencodes(vec: dict[str, str]) -> None:
         signer = {
             STORED["keys"]["dataset_did"]: vectors.DATASET_SEED,
             STORED["keys"]["node_did"]: vectors.NODE_SEED,
+            STORED["keys"]["other_did"]: vectors.OTHER_SEED,
         }[msg.signer().as_did_str()]
         assert sign_message(msg.message, generate_private_key(signer)).envelope == data
     else:

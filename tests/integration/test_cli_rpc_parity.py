@@ -150,6 +150,8 @@ def test_every_command_has_one_json_shape(
     csv.write_text(
         "event_time,city,population\n2020-01-01T00:00:00Z,A,100\n2020-01-02T00:00:00Z,B,5\n"
     )
+    # An in-toto export to check (the frozen vectors: an attestation and a dispute).
+    envelopes = ROOT / "tests" / "golden" / "data" / "intoto_vectors.jsonl"
     # In order: later commands read what earlier ones made.
     runs: list[tuple[str, tuple[str, ...]]] = [
         ("dataset.create", ("dataset", "create", str(snap))),
@@ -170,6 +172,11 @@ def test_every_command_has_one_json_shape(
         ("attestations.list", ("attestations", DID)),
         ("disputes.list", ("disputes",)),
         ("equivocations.list", ("equivocations",)),
+        ("attestation.verify", ("attestation", "verify", str(envelopes))),
+        # Before any trigger: the daemon runs what is scheduled, the offline CLI does not, so
+        # the runs would differ after it.
+        ("flows.list", ("flows",)),
+        ("dataset.schedule", ("dataset", "schedule", "big", "--on-input")),
     ]
     data_printing = {c.name for c in COMMANDS if c.cli is not None}
     documented = {c.name for c in COMMANDS if c.cli is not None and c.parity is not None}

@@ -483,6 +483,9 @@ def test_peers_work_and_charts(nodes: dict[str, NodeProcess], browser: Any) -> N
     kinds = _texts(browser, "#work-table tbody tr td:nth-child(2)")
     assert "verify" in kinds and "done" in states
     _shot(browser, "08-work")
+    _open_page(browser, base + "/ui/flows", "flows")
+    assert _js(browser, "return !!document.querySelector('#flows-schedules')")
+    assert _js(browser, "return !!document.querySelector('#flows-runs')")
     _open_page(browser, base + "/ui/", "overview")
     outcomes = _data(browser, "#chart-verify circle", "outcome")
     assert "verified" in outcomes and "failed" in outcomes

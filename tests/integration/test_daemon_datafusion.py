@@ -1,5 +1,5 @@
 """Two real daemons and a DataFusion derivative: an owner and a subscriber, each with its own
-js-ipfs; no Spark anywhere.
+embedded IPFS node; no Spark anywhere.
 
 The owner creates a root dataset and a derivative with ``engine: datafusion``, ingests and runs
 ``dataset transform`` (on its newest pinned DataFusion release); the subscriber, subscribed by

@@ -1,4 +1,4 @@
-"""Three real daemons: an owner and two subscribers, each with its own js-ipfs and Spark.
+"""Three real daemons: an owner and two subscribers, each with its own embedded IPFS node and Spark.
 
 The owner creates a root dataset and a derivative, ingests and transforms; the subscribers,
 subscribed over RPC, pull through IPFS (bitswap from the owner's node), verify by replay,

@@ -103,7 +103,15 @@ def test_openrpc_document_lists_every_method(node: NodeProcess) -> None:
     names = {m["name"] for m in doc["methods"]}
     assert {c.name for c in COMMANDS} <= names
     sub = next(m for m in doc["methods"] if m["name"] == "subscriptions.add")
-    assert [p["name"] for p in sub["params"]] == ["did", "alias"]
+    # New parameters are appended, so positional calls of older clients keep their meaning.
+    assert [p["name"] for p in sub["params"]] == [
+        "did",
+        "alias",
+        "policy",
+        "k",
+        "attesters",
+        "source",
+    ]
 
 
 def test_metrics_report_event_loop_lag(node: NodeProcess) -> None:
@@ -205,6 +213,78 @@ def test_cli_ingests_linked_objects_through_the_daemon(node: NodeProcess, tmp_pa
     result = json.loads(r.stdout)
     assert result["linked_objects"] == {"num_objects_naive": 1, "size_naive": 20}
     assert isinstance(result["publish_work_id"], int)  # the daemon ran it: it queues publication
+
+
+def test_cli_polls_an_http_source_through_the_daemon(node: NodeProcess, tmp_path: Path) -> None:
+    """``dataset pull ALIAS`` of a root with a polling source runs on the daemon (its transfer
+    loop fetches the URL), commits and queues publication; a 304 adds nothing; a 404 is a
+    NOT_FOUND error and commits nothing."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = b"city,population\nA,1\nB,2\n"
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path != "/cities.csv":
+                self.send_error(404)
+            elif self.headers.get("If-None-Match") == '"1"':
+                self.send_response(304)
+                self.end_headers()
+            else:
+                self.send_response(200)
+                self.send_header("ETag", '"1"')
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{httpd.server_address[1]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ODF_NODE_")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "node.cli", *args, "--home", str(node.home), "--json"],
+            check=False,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=120,
+        )
+
+    try:
+        for name, path in (("polled", "cities.csv"), ("gone", "gone.csv")):
+            snap = tmp_path / f"{name}.yaml"
+            snap.write_text(
+                f"kind: DatasetSnapshot\nversion: 1\ncontent:\n  name: {name}\n  kind: Root\n"
+                "  metadata:\n    - kind: SetPollingSource\n"
+                f"      fetch: {{kind: Url, url: '{base}/{path}'}}\n"
+                "      read: {kind: Csv, header: true, schema: ['city STRING', 'population "
+                "BIGINT']}\n      merge: {kind: Ledger, primaryKey: [city]}\n"
+            )
+            assert cli("dataset", "create", str(snap)).returncode == 0
+        r = cli("dataset", "pull", "polled")
+        assert r.returncode == 0, r.stderr
+        result = json.loads(r.stdout)
+        assert result["source"] == "polling" and result["records"] == 2
+        assert isinstance(result["publish_work_id"], int)  # the daemon ran it
+        r = cli("dataset", "pull", "polled")
+        assert r.returncode == 0 and json.loads(r.stdout)["comparison"] == "equal", r.stderr
+        r = cli("dataset", "pull", "gone")
+        assert r.returncode == 1 and "HTTP 404" in r.stderr, r.stderr
+        with pytest.raises(RpcCallError) as e:
+            node.call("dataset.pull", url="gone")
+        assert e.value.code == -32001  # NOT_FOUND
+        (row,) = [d for d in node.call("dataset.list") if d["alias"] == "gone"]
+        assert row["blocks"] == 2  # Seed + SetPollingSource: nothing committed
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def test_sigterm_stops_cleanly_and_removes_the_cookie(tmp_path: Path) -> None:

@@ -475,10 +475,11 @@ def test_empty_snapshot_file_vs_headers_only(tmp_path: Path) -> None:
     assert rows(ds, res.slices[0], "op", "city") == [(1, "A")]
 
 
-def test_preprocess_is_rejected(tmp_path: Path) -> None:
+def test_preprocess_without_an_engine_is_rejected(tmp_path: Path) -> None:
+    # With an engine it runs: tests/integration/test_ingest_polling.py (preprocess cases).
     pre = m.TransformSql(engine="spark", queries=(m.SqlQueryStep(query="SELECT * FROM input"),))
     ds = make_dataset(tmp_path, csv_source(m.MergeStrategyAppend(), preprocess=pre))
-    with pytest.raises(UnsupportedPreprocess, match="need the Spark engine"):
+    with pytest.raises(UnsupportedPreprocess, match="runs on an engine"):
         ingest(ds, [write(tmp_path, "a.csv", "h,h\nA,1\n")], clock=lambda: T1)
 
 

@@ -1,4 +1,4 @@
-"""Publish on one js-ipfs node, pull via ipfs:// on another (bitswap over 127.0.0.1).
+"""Publish on one embedded IPFS node, pull via ipfs:// on another (bitswap over 127.0.0.1).
 
 Needs the loopback-only namespace (``unshare -rn``) and ``js/node_modules`` (``npm ci``).
 """

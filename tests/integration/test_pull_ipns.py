@@ -1,10 +1,10 @@
-"""``publish --ipns`` and ``ipns://`` pulls against real js-ipfs 0.66.1 nodes.
+"""``publish --ipns`` and ``ipns://`` pulls against real embedded IPFS (Helia) nodes.
 
-js-ipfs runs with ``Routing.Type none`` (no DHT). Measured: by default a node resolves the
-names it published itself, offline, and no foreign names. Started with
-``--enable-namesys-pubsub``, a node resolves a foreign name once it has subscribed to it (its
-first ``name/resolve`` fails and subscribes) and the owner publishes again over the swarm
-connection. Needs the loopback-only namespace (``unshare -rn``) and ``js/node_modules``.
+The nodes have no DHT. By default a node resolves the names it published itself, offline, and
+no foreign names. With IPNS over pubsub (``EmbeddedIpfs.ipns_pubsub``), a node resolves a
+foreign name once it has subscribed to it (its first ``name/resolve`` fails and subscribes) and
+the owner publishes again over the swarm connection. Needs the loopback-only namespace
+(``unshare -rn``) and ``js/node_modules``.
 """
 
 from __future__ import annotations
@@ -62,11 +62,10 @@ async def _connect(a: EmbeddedIpfs, b: EmbeddedIpfs) -> None:
 def pubsub_pair(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[EmbeddedIpfs, EmbeddedIpfs]]:
-    """Two js-ipfs daemons with IPNS over pubsub (loopback-only, stopped by PID)."""
+    """Two embedded IPFS nodes with IPNS over pubsub (loopback-only, stopped by PID)."""
     require_loopback_only()
     root = tmp_path_factory.mktemp("ipfs-pubsub")
-    flags = ("--enable-namesys-pubsub",)
-    nodes = [EmbeddedIpfs(root / n, daemon_args=flags) for n in ("a", "b")]
+    nodes = [EmbeddedIpfs(root / n, ipns_pubsub=True) for n in ("a", "b")]
     try:
         for n in nodes:
             n.launch()
@@ -91,7 +90,7 @@ def test_cli_publish_ipns_and_pull_ipns_same_node(
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     name = out["ipns"]
-    assert name and name.startswith("12D3Koo")  # js-ipfs names are peer ids
+    assert name and name.startswith("12D3Koo")  # the embedded node names keys by peer id
 
     sub = tmp_path / "home-b"
     pull_args = ["pull", f"ipns://{name}", "--as", "temps", "--ipfs-api", a.api_url]

@@ -172,11 +172,11 @@ def test_embedded_ipfs_dies_with_the_node(tmp_path: Path) -> None:
     assert _alive(ipfs) and ipfs in descendants(parent.pid)
     elapsed, left = _kill_parent_and_measure(parent)
     assert not _alive(ipfs) and not left, f"{left} outlived the killed parent"
-    print(f"js-ipfs gone {elapsed:.2f} s after its parent was killed")
+    print(f"IPFS node gone {elapsed:.2f} s after its parent was killed")
 
 
 def test_embedded_ipfs_exits_on_its_own_when_stopped(tmp_path: Path) -> None:
-    # The lifeline must not keep js-ipfs's event loop alive: on SIGTERM the node stops and its
+    # The lifeline must not keep the IPFS node's event loop alive: on SIGTERM the node stops and its
     # process exits by itself, rather than being SIGKILLed after stop()'s grace period.
     node = EmbeddedIpfs(tmp_path / "ipfs", require_isolation=True)
     node.start()
@@ -184,4 +184,4 @@ def test_embedded_ipfs_exits_on_its_own_when_stopped(tmp_path: Path) -> None:
     assert process is not None
     node.stop()
     assert process.returncode is not None
-    assert process.returncode != -signal.SIGKILL, "js-ipfs had to be killed"
+    assert process.returncode != -signal.SIGKILL, "the IPFS node had to be killed"

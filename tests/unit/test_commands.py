@@ -58,7 +58,7 @@ def test_the_rpc_registry_is_generated_from_the_declarations() -> None:
     assert {spec.name for spec in registry} == {c.name for c in COMMANDS}
     sub = registry.get("subscriptions.add")
     assert sub is not None
-    assert [p.name for p in sub.params] == ["did", "alias", "policy", "k", "attesters"]
+    assert [p.name for p in sub.params] == ["did", "alias", "policy", "k", "attesters", "source"]
     ingest = registry.get("dataset.ingest")
     assert ingest is not None
     assert [p.name for p in ingest.params][:4] == ["ref", "files", "source", "publish"]

@@ -2,9 +2,9 @@
 
 No Docker daemon runs where the suite runs, so the image is never built here. What can rot
 silently is checked instead: every path it copies exists in the project, it installs the
-same pinned dependency set as ``make setup`` (``constraints.txt``) and js-ipfs with the same
-``npm ci`` command, and the commands it runs (entry point, health check) are commands the
-installed CLI has. The compose file builds this Dockerfile.
+same pinned dependency set as ``make setup`` (``constraints.txt``) and the embedded IPFS node
+with the same ``npm ci`` command, and the commands it runs (entry point, health check) are
+commands the installed CLI has. The compose file builds this Dockerfile.
 """
 
 from __future__ import annotations
@@ -41,12 +41,25 @@ def makefile_setup_commands() -> list[str]:
 
 
 def test_every_copied_path_exists() -> None:
-    copies = [args for word, args in instructions() if word == "COPY"]
+    # COPY --from=STAGE copies from another image (the Node.js runtime), not from the project.
+    copies = [args for word, args in instructions() if word == "COPY" and "--from=" not in args]
     assert copies
     for args in copies:
         *sources, _dest = shlex.split(args)
         for src in sources:
             assert (ROOT / src).exists(), f"Dockerfile copies {src!r}, which is not in the project"
+
+
+def test_the_node_runtime_meets_the_embedded_ipfs_minimum() -> None:
+    """Helia needs Node.js >= 20, as `make setup` checks: the image copies it from the official
+    Node.js 20 image and checks the version at build time; Debian's own nodejs (18 on
+    bookworm) is not installed."""
+    stages = [args for word, args in instructions() if word == "FROM"]
+    node = next(a for a in stages if a.startswith("node:"))
+    assert int(re.match(r"node:(\d+)", node).group(1)) >= 20  # type: ignore[union-attr]
+    runs = " ".join(args for word, args in instructions() if word == "RUN")
+    assert "nodejs" not in runs.split("apt-get install", 1)[1].split("&&", 1)[0]
+    assert ">= 20" in runs
 
 
 def test_python_dependencies_are_the_pinned_set_of_make_setup() -> None:

@@ -31,7 +31,17 @@ DAEMON_MODULES = (
 )
 # numpy: the node state uses plain sqlite3 (sqlite-utils would import numpy) and the core loads
 # the flatbuffers runtime without its optional numpy support (coordinator/flatbuffers_runtime.py).
-HEAVY = ("pyarrow", "pyspark", "datafusion", "grpc", "pandas", "numpy", "sqlite_utils")
+# shapefile (pyshp) is light, but only an EsriShapefile read needs it.
+HEAVY = (
+    "pyarrow",
+    "pyspark",
+    "datafusion",
+    "grpc",
+    "pandas",
+    "numpy",
+    "sqlite_utils",
+    "shapefile",
+)
 # The CLI toolkit stays in the short-lived ``odf-node run`` process that execs the daemon.
 CLI_TOOLKIT = ("typer", "click", "rich")
 
@@ -55,6 +65,7 @@ def test_idle_daemon_imports_no_heavy_library() -> None:
 def test_the_check_sees_a_heavy_import() -> None:
     # The same probe does report them once a work-path module is imported.
     assert _loaded(("coordinator.ingest.push",)) == ["numpy", "pyarrow"]
+    assert _loaded(("coordinator.ingest.esri_shapefile",)) == ["shapefile"]
     assert _loaded(("node.cli",)) == ["rich", "typer"]
 
 

@@ -68,6 +68,25 @@ def test_csv_options(tmp_path: Path) -> None:
     ]
 
 
+def test_dates_with_a_one_digit_month_or_day(tmp_path: Path) -> None:
+    # arrow-rs's parse_date (kamu's CSV and JSON readers) reads YYYY-M-D, YYYY-MM-D and
+    # YYYY-M-DD; kamu's EsriShapefile reader writes .dbf dates that way ("2024-3-7").
+    step = m.ReadStepNdJson(ddl_schema=("d DATE",))
+    days = ["2024-3-7", "2024-12-7", "2024-3-17", "2024-03-07"]
+    p = write(tmp_path, "d.json", "".join(json.dumps({"d": d}) + "\n" for d in days))
+    assert [r["d"] for r in rows(step, p)] == [
+        dt.date(2024, 3, 7),
+        dt.date(2024, 12, 7),
+        dt.date(2024, 3, 17),
+        dt.date(2024, 3, 7),
+    ]
+    for bad in ("2024-13-1", "2024-3-7T00:00:00", "2024-1-"):
+        q = write(tmp_path, "bad.json", '{"d": "2024-1-1"}\n' + json.dumps({"d": bad}) + "\n")
+        with pytest.raises(BadInputData, match="cannot convert") as e:
+            rows(step, q)
+        assert e.value.row == 2 and e.value.column == "d"
+
+
 def test_csv_custom_timestamp_and_date_formats(tmp_path: Path) -> None:
     p = write(tmp_path, "a.csv", "01/02/2020 10:30,03.04.2021\n")
     step = m.ReadStepCsv(
@@ -136,7 +155,6 @@ def test_csv_streams_in_bounded_batches(tmp_path: Path) -> None:
         m.ReadStepCsv(ddl_schema=SCHEMA, timestamp_format="yyyy-MM-dd"),
         m.ReadStepCsv(ddl_schema=None),
         m.ReadStepCsv(ddl_schema=("a ARRAY<INT>",)),
-        m.ReadStepGeoJson(ddl_schema=SCHEMA),
     ],
 )
 def test_unsupported_options(tmp_path: Path, step: m.ReadStep) -> None:
@@ -333,3 +351,64 @@ def test_parse_timestamps_extreme_valid_offsets() -> None:
     got = parse_timestamps(pa.array(values)).cast(pa.int64()).to_pylist()
     day, span = 1577836800000, (23 * 60 + 59) * 60_000
     assert got == [day - span, day + span, day]
+
+
+# -- GeoJSON, NdGeoJSON (kamu-cli, src/infra/ingest-datafusion/tests/tests/test_reader_geojson.rs,
+# test_reader_ndgeojson.rs: the same inputs and expected rows) -------------------------------
+
+GEO_SCHEMA = ("id INT", "zipcode STRING", "name STRING", "geometry STRING")
+FEATURES = [
+    '{"type": "Feature", "properties": {"id": 0, "zipcode": "00101", "name": "A"}, "geometry": '
+    '{"type": "Polygon", "coordinates": [[[0.0, 0.0],[10.0, 0.0],[10.0, 10.0],[0.0, 10.0],'
+    "[0.0, 0.0]]]}}",
+    '{"type": "Feature", "properties": {"id": 1, "zipcode": "00202", "name": "B"}, "geometry": '
+    '{"type": "Polygon", "coordinates": [[[0.0, 0.0],[20.0, 0.0],[20.0, 20.0],[0.0, 20.0],'
+    "[0.0, 0.0]]]}}",
+]
+KAMU_GEO_ROWS = [
+    {
+        "id": 0,
+        "zipcode": "00101",
+        "name": "A",
+        "geometry": '{"coordinates":[[[0.0,0.0],[10.0,0.0],[10.0,10.0],[0.0,10.0],[0.0,0.0]]],'
+        '"type":"Polygon"}',
+    },
+    {
+        "id": 1,
+        "zipcode": "00202",
+        "name": "B",
+        "geometry": '{"coordinates":[[[0.0,0.0],[20.0,0.0],[20.0,20.0],[0.0,20.0],[0.0,0.0]]],'
+        '"type":"Polygon"}',
+    },
+]
+
+
+def test_geojson_feature_collection(tmp_path: Path) -> None:
+    text = '{"type":"FeatureCollection","features":[\n    ' + ",\n    ".join(FEATURES) + "\n]}\n"
+    p = write(tmp_path, "a.geojson", text)
+    assert rows(m.ReadStepGeoJson(ddl_schema=GEO_SCHEMA), p) == KAMU_GEO_ROWS
+
+
+def test_ndgeojson(tmp_path: Path) -> None:
+    p = write(tmp_path, "a.ndgeojson", "\n".join(FEATURES) + "\n\n")
+    assert rows(m.ReadStepNdGeoJson(ddl_schema=GEO_SCHEMA), p) == KAMU_GEO_ROWS
+    # Columns are matched by name, as for NDJSON: a subset and another order.
+    assert rows(m.ReadStepNdGeoJson(ddl_schema=("geometry STRING", "name STRING")), p) == [
+        {"geometry": r["geometry"], "name": r["name"]} for r in KAMU_GEO_ROWS
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"type": "Point", "coordinates": [1, 2]}', "Expected Feature type but got Point"),
+        ('{"type": "Feature", "properties": null, "geometry": {}}', "properties and geometry"),
+        ('{"type": "Feature", "properties": {"id": 1}', "invalid GeoJSON feature"),
+        ('{"type": "Feature", "properties": {"id": "x"}, "geometry": {}}', "id"),
+    ],
+)
+def test_ndgeojson_bad_features(tmp_path: Path, line: str, message: str) -> None:
+    p = write(tmp_path, "a.ndgeojson", FEATURES[0] + "\n" + line + "\n")
+    with pytest.raises(BadInputData, match=message) as e:
+        rows(m.ReadStepNdGeoJson(ddl_schema=GEO_SCHEMA), p)
+    assert e.value.line == 2 or e.value.row == 2

@@ -330,6 +330,24 @@ def test_anti_entropy_repeat_restarts_an_idle_stalled_dataset() -> None:
     assert reasons(after) == ["duplicate"] and not fetches(after)
 
 
+def test_anti_entropy_catches_up_a_dataset_followed_again() -> None:
+    """An announcement seen while the node did not follow the dataset (ignored then) is judged
+    when an anti-entropy reply repeats it after the node follows the dataset again."""
+    c = core()
+    accept_head(c, ann(4))
+    c.unsubscribe(DID)
+    sm = ann(5)
+    assert reasons(recv(c, sm)) == ["not-subscribed"]
+    c.subscribe(DID)
+    assert reasons(recv(c, sm, peer="p2")) == ["duplicate"]  # gossip repeats stay duplicates
+    out = c.handle(AntiEntropyReceived("p2", (sm.envelope,), T0 + NS_PER_S))
+    assert fetches(out) == [h("head-5")]
+    c.handle(FetchCompleted(DID, h("head-5"), True, T0 + 2 * NS_PER_S))
+    assert c.accepted(DID) == sm
+    after = c.handle(AntiEntropyReceived("p2", (sm.envelope,), T0 + 3 * NS_PER_S))
+    assert reasons(after) == ["duplicate"] and not fetches(after)
+
+
 def test_gossip_repeat_does_not_restart_a_stalled_dataset() -> None:
     c = core(fetch_retry_base_ns=60 * NS_PER_S, fetch_retry_max_ns=60 * NS_PER_S)
     sm = ann(5)

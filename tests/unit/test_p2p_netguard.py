@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from node.ipfs.embedded import EmbeddedIpfs, loopback_config
+from node.ipfs.embedded import EmbeddedIpfs, node_config
 from p2p import netguard
 from p2p.errors import NetworkNotIsolated
 from p2p.libp2p_host import Libp2pConfig, Libp2pTransport
@@ -66,18 +66,15 @@ def test_embedded_ipfs_launcher_is_guarded(
     assert node.process is None
 
 
-def test_loopback_ipfs_config() -> None:
-    cfg: dict[str, object] = {"Addresses": {"Swarm": ["/ip4/0.0.0.0/tcp/4002"]}, "Bootstrap": ["x"]}
-    loopback_config(cfg, 1, 2, 3, 4)
-    addrs = cfg["Addresses"]
-    assert isinstance(addrs, dict)
-    for v in addrs.values():
-        for a in v if isinstance(v, list) else [v]:
-            assert a.startswith("/ip4/127.0.0.1/")
-    assert cfg["Bootstrap"] == []
-    assert cfg["Routing"] == {"Type": "none"}
-    assert cfg["Discovery"]["MDNS"]["Enabled"] is False  # type: ignore[index]
-    assert cfg["Swarm"]["DisableNatPortMap"] is True  # type: ignore[index]
+def test_embedded_ipfs_config_is_loopback_by_default() -> None:
+    cfg = node_config(1, 2, 3)
+    assert cfg["swarm"] == ["/ip4/127.0.0.1/tcp/3"]
+    assert cfg["announce"] == [] and cfg["pubsub"] is False
+    # The API and gateway ports only: js/helia-ipfs.mjs binds both to 127.0.0.1 itself.
+    assert (cfg["api_port"], cfg["gateway_port"]) == (1, 2)
+    open_mode = node_config(1, 2, 4001, swarm_host="0.0.0.0", announce=("/ip4/192.0.2.1/tcp/4001",))
+    assert open_mode["swarm"] == ["/ip4/0.0.0.0/tcp/4001"]
+    assert open_mode["announce"] == ["/ip4/192.0.2.1/tcp/4001"]
 
 
 @pytest.mark.parametrize(

@@ -450,6 +450,11 @@ TRUSTED: dict[str, str] = {
         "applies a `pattern` of the server's own schemas to a client's string; no method has "
         "one (test_no_method_schema_has_a_pattern), a new one must be audited here"
     ),
+    "coordinator.ingest.fetch:_compile_path_pattern()": (
+        "the eventTime pattern of the owner's own SetPollingSource (only an owned dataset is "
+        "polled: DatasetUseCases.poll requires its key), applied to file names of the owner's "
+        "FilesGlob (at most 255 bytes)"
+    ),
 }
 """Regexes whose pattern and input both come from this code, and why."""
 

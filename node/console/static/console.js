@@ -8,7 +8,7 @@ const SVG_NS = "http://www.w3.org/2000/svg";
 const TOPICS = [
   "verify.started", "verify.progress", "verify.finished", "head.accepted", "attestation",
   "dispute", "equivocation", "announce", "pull.started", "pull.finished", "peer.connected",
-  "peer.disconnected", "head.trusted", "head.distrusted",
+  "peer.disconnected", "head.trusted", "head.distrusted", "source.split_view",
 ];
 const OUTCOMES = ["verified", "failed", "nondeterministic", "unverifiable"];
 
@@ -439,6 +439,23 @@ function evidenceTable(d) {
     h("tbody", {}, ...rows));
 }
 
+// A split view (docs/follow.md): the source showed two heads that do not descend one from the
+// other; both signed observations are the evidence (envelopes in hex, for anyone to check).
+function splitView(x) {
+  const rows = (x.observations || []).map((o) => h("tr", { "data-head": o.head, "data-signer": o.signer },
+    h("td", {}, code(o.head)), h("td", { class: "num", text: o.sequence }),
+    h("td", {}, code(o.signer, 16)), h("td", { text: o.own ? "this node" : "peer" }),
+    h("td", { text: when(o.at_ns) }),
+    h("td", {}, h("details", {}, h("summary", { text: "envelope" }), h("code", { class: "envelope", text: o.envelope })))));
+  return h("article", { class: "dispute split-view", "data-block": x.block, "data-source": x.source },
+    h("h3", {}, "Split view of source ", h("code", { text: x.source }), " — ", h("span", { class: "kind", text: x.kind })),
+    h("p", {}, "Detected at ", when(x.at_ns)),
+    h("p", { class: "detail", text: x.detail }),
+    h("table", { class: "observations" },
+      h("thead", {}, h("tr", {}, ...["Head", "Sequence", "Observed by", "By", "When", "Signed observation"].map((t) => h("th", { text: t })))),
+      h("tbody", {}, ...rows)));
+}
+
 async function dataset(main) {
   const id = new URLSearchParams(location.search).get("id");
   if (!id) { main.replaceChildren(h("p", { text: "No dataset given." })); return; }
@@ -473,7 +490,7 @@ async function dataset(main) {
       : table("preview-table", preview.columns, preview.rows.map((r) => h("tr", {}, ...r.map((c) => h("td", { text: c === null ? "null" : c })))));
     const attRows = atts.map((a) => h("tr", {}, h("td", {}, code(a.head)), h("td", {}, badge(a.verdict)),
       h("td", {}, code(a.signer, 16)), h("td", { text: a.own ? "this node" : "peer" }), h("td", { text: when(a.at_ns) })));
-    const disputes = disps.map((x) => h("article", { class: "dispute", "data-block": x.block },
+    const disputes = disps.map((x) => x.kind === "split-view" ? splitView(x) : h("article", { class: "dispute", "data-block": x.block },
       h("h3", {}, "Dispute of block ", code(x.block), " — ", h("span", { class: "kind", text: x.kind })),
       h("p", {}, "By ", code(x.signer, 16), x.own ? " (this node)" : " (peer)", " at ", when(x.issued_at_ns || x.at_ns)),
       h("p", { class: "detail", text: x.detail }),
@@ -502,7 +519,7 @@ async function dataset(main) {
     else if (ev.topic === "pull.started") progress.textContent = "Pulling from " + ev.url + "…";
     else if (ev.topic === "pull.finished") progress.textContent = "Pull " + ev.outcome;
     else if (ev.topic === "verify.finished") progress.textContent = "Verification " + ev.outcome;
-    if (["verify.finished", "head.accepted", "attestation", "dispute", "pull.finished", "head.trusted", "head.distrusted"].includes(ev.topic)) later();
+    if (["verify.finished", "head.accepted", "attestation", "dispute", "pull.finished", "head.trusted", "head.distrusted", "source.split_view"].includes(ev.topic)) later();
   });
 }
 
@@ -544,7 +561,31 @@ async function work(main) {
   Live.on((ev) => { if (ev.topic.startsWith("verify.") || ev.topic === "announce" || ev.topic === "dispute" || ev.topic === "attestation") later(); });
 }
 
-const PAGES = { overview, datasets, dataset, peers, work };
+async function flows(main) {
+  const schedules = h("div", {});
+  const runs = h("div", {});
+  async function refresh() {
+    const f = await rpc("flows.list", { limit: 200 });
+    schedules.replaceChildren(table("flows-schedules", ["Dataset", "Trigger", "Next run"],
+      f.schedules.map((s) => h("tr", { "data-id": s.id, "data-trigger": s.trigger },
+        h("td", {}, link(s.id, s.alias)), h("td", { text: s.trigger }), h("td", { text: s.next_run || "" })))));
+    runs.replaceChildren(table("flows-runs", ["Run", "Kind", "Dataset", "Trigger", "State", "Attempts", "Updated", "Last error"],
+      f.runs.map((r) => h("tr", { "data-id": r.id, "data-state": r.state, "data-kind": r.kind },
+        h("td", { class: "num", text: r.id }), h("td", { text: r.kind }), h("td", {}, link(r.did, r.alias)),
+        h("td", { text: r.trigger }), h("td", {}, h("span", { class: "badge state-" + r.state, text: r.state })),
+        h("td", { class: "num", text: r.attempts }), h("td", { text: r.updated }),
+        h("td", { class: "error", text: r.last_error || "" })))));
+    ready();
+  }
+  main.replaceChildren(h("h1", { text: "Flows" }),
+    h("p", { text: "Datasets that update themselves: `odf-node dataset schedule ALIAS --every 1h | --cron EXPR | --on-input`." }),
+    section("Schedules", schedules), section("Runs (newest first)", runs));
+  await refresh();
+  const later = debounce(refresh, 500);
+  Live.on((ev) => { if (ev.topic === "announce" || ev.topic.startsWith("dataset.")) later(); });
+}
+
+const PAGES = { overview, datasets, dataset, peers, work, flows };
 
 document.addEventListener("DOMContentLoaded", async () => {
   const name = location.pathname.replace(/^\/ui\/?/, "") || "overview";

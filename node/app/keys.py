@@ -1,0 +1,108 @@
+"""Node key rotation and revocation records, as the node receives them (gossip) or makes them.
+
+:class:`NodeKeyRecords` stores each new record (``key_rotations`` / ``key_revocations``, state
+schema v8), feeds :class:`~node.app.identities.NodeIdentities`, moves the rotated node's peer
+score to its new libp2p peer id (the host's identity is the node key), has the trust driver
+rebuild its policies, and logs ``node.key_rotated`` / ``node.key_revoked``. The records'
+signatures were checked by the protocol core (``p2p/wire.py``: a rotation is signed by the old
+and the new key, a revocation by the revoked key). docs/operations.md, "Node key rotation".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from coordinator.identity import DatasetId
+from node.app.identities import NodeIdentities
+from node.app.ports import EventSink, StatePort
+from node.app.trust import TrustDriver
+from p2p.transport import peer_id_of_node
+from p2p.wire import KeyRevocation, KeyRotation, SignedMessage
+
+log = logging.getLogger("odf_node.keys")
+
+MovePeerScore = Callable[[str, str], None]
+"""Carries a peer's score from its old libp2p peer id over to its new one (the core's)."""
+
+
+class NodeKeyRecords:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        state: StatePort,
+        identities: NodeIdentities,
+        events: EventSink,
+        *,
+        trust: TrustDriver | None = None,
+        move_peer_score: MovePeerScore | None = None,
+    ) -> None:
+        self._state = state
+        self.identities = identities
+        self._events = events
+        self._trust = trust
+        self._move_peer_score = move_peer_score
+
+    async def load(self) -> None:
+        """Feed the stored records to the identities (at start-up, before the trust driver
+        restores its policies)."""
+        for r in await self._state.key_rotations():
+            self.identities.add_rotation(DatasetId.parse(r.old_id), DatasetId.parse(r.new_id))
+        for x in await self._state.key_revocations():
+            self.identities.add_revocation(DatasetId.parse(x.node_id), x.revoked_ns)
+
+    async def received(self, sm: SignedMessage) -> bool:
+        """A checked record from gossip (or this node's own); whether it was new."""
+        msg = sm.message
+        if isinstance(msg, KeyRotation):
+            old, new = msg.old.as_did_key(), msg.new.as_did_key()
+            if not await self._state.add_key_rotation(old, new, msg.issued_at_ns, sm.envelope):
+                return False
+            if not self.identities.add_rotation(msg.old, msg.new):
+                log.warning("key rotation %s -> %s ignored: the key already rotated", old, new)
+                return False
+            old_peer, new_peer = peer_id_of_node(msg.old), peer_id_of_node(msg.new)
+            moved = await self._move_peer(old_peer, new_peer)
+            await self._state.log_event(
+                "node.key_rotated",
+                None,
+                {
+                    "old": old,
+                    "new": new,
+                    "old_peer": old_peer,
+                    "new_peer": new_peer,
+                    "score_moved": moved,
+                },
+            )
+            self._events.publish("node.key_rotated", {"old": old, "new": new})
+        elif isinstance(msg, KeyRevocation):
+            node = msg.node.as_did_key()
+            if not await self._state.add_key_revocation(node, msg.issued_at_ns, sm.envelope):
+                return False
+            self.identities.add_revocation(msg.node, msg.issued_at_ns)
+            await self._state.log_event(
+                "node.key_revoked", None, {"node": node, "revoked_ns": msg.issued_at_ns}
+            )
+            self._events.publish("node.key_revoked", {"node": node})
+        else:
+            return False
+        if self._trust is not None:
+            await self._trust.identities_changed()
+        return True
+
+    async def _move_peer(self, old_peer: str, new_peer: str) -> float | None:
+        """The core's score of ``old_peer`` moves to ``new_peer``, and so does the stored one
+        (``peers``: its addresses too, with the new peer id)."""
+        if self._move_peer_score is not None:
+            self._move_peer_score(old_peer, new_peer)
+        stored = next((p for p in await self._state.peers() if p.peer_id == old_peer), None)
+        if stored is None:
+            return None
+        addrs = [a.replace(f"/p2p/{old_peer}", f"/p2p/{new_peer}") for a in stored.addrs]
+        await self._state.upsert_peer(new_peer, addrs, stored.score, False)
+        await self._state.upsert_peer(old_peer, None, 0.0, False)
+        return stored.score
+
+
+__all__ = ["NodeKeyRecords"]

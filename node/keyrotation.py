@@ -1,0 +1,212 @@
+"""``odf-node key rotate`` and ``odf-node key revoke``: the node key changes, its identity stays.
+
+Rotation (docs/operations.md, "Node key rotation"): a new node key is generated, a
+:class:`p2p.wire.KeyRotation` record signed by the old and the new key is stored in the state
+(``key_rotations``), the old key is kept under ``keys/retired/<did>.key`` (mode 0600, so the
+node can later revoke it) and the new key becomes ``keys/node.key``. The daemon gossips the
+node's own records on the node topic whenever a peer connects; peers move the node's score to
+its new libp2p peer id and count the old key's attestations as the node's.
+
+Revocation: a :class:`p2p.wire.KeyRevocation` record signed by a retired key, stored in the
+state (``key_revocations``) and gossiped the same way; from its time on the key's attestations
+and disputes no longer count toward trust.
+
+Both need the daemon stopped (they change the key it runs with and write the state): they take
+the home's lock. Crash safety: the new key is written to ``keys/node.key.next`` first, then the
+old one to ``keys/retired/``, then the record to the state, and only then does ``node.key.next``
+replace ``node.key`` (one rename). A rotation interrupted before the rename is completed by the
+next ``key rotate`` (when the state holds its record) or discarded (when it does not).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from coordinator.errors import INVALID_INPUT, OdfNodeError
+from coordinator.identity import (
+    DatasetId,
+    PrivateKey,
+    generate_private_key,
+    load_private_key,
+    save_private_key,
+)
+from node.daemon.lock import HomeLock
+from node.home import NodeHome
+from node.state import NodeState
+from p2p.transport import peer_id_of_node
+from p2p.wire import KeyRevocation, KeyRotation, content_id, sign_message
+
+
+class KeyCommandError(OdfNodeError):
+    """A key rotation or revocation cannot be made (no such retired key, ...)."""
+
+    rpc_code = INVALID_INPUT
+
+
+@dataclass(frozen=True)
+class Rotated:
+    """What ``key rotate`` did."""
+
+    old_id: str
+    new_id: str
+    old_peer_id: str
+    new_peer_id: str
+    record: str
+    """The record's content id (hex)."""
+    resumed: bool = False
+    """True when it completed a rotation an earlier run was interrupted in."""
+
+
+@dataclass(frozen=True)
+class Revoked:
+    """What ``key revoke`` did."""
+
+    node_id: str
+    revoked_ns: int
+    record: str
+
+
+def retired_dir(home: NodeHome) -> Path:
+    """``keys/retired/``: the node's former keys, one ``<did:odf multibase>.key`` each."""
+    return home.path / "keys" / "retired"
+
+
+def retired_keys(home: NodeHome) -> list[PrivateKey]:
+    """The node's retired keys, oldest first (by file modification time)."""
+    d = retired_dir(home)
+    paths = sorted(d.glob("*.key"), key=lambda p: p.stat().st_mtime) if d.is_dir() else []
+    return [load_private_key(p) for p in paths]
+
+
+def _next_path(home: NodeHome) -> Path:
+    return home.node_key_path.with_name("node.key.next")
+
+
+def rotate(home: NodeHome, *, clock_ns: int | None = None) -> Rotated:
+    """Rotate the node key of ``home`` (the daemon must be stopped; see the module docstring).
+
+    Raises:
+        HomeLocked: a daemon (or another command) uses the home.
+    """
+    with HomeLock(home.path):
+        old = home.node_key()
+        pending = _next_path(home)
+        with NodeState.open(home.path / "state.db", time.time_ns) as st:
+            if pending.exists():
+                new = load_private_key(pending)
+                record = next(
+                    (
+                        r
+                        for r in st.key_rotations()
+                        if r.old_id == old.dataset_id().as_did_key()
+                        and r.new_id == new.dataset_id().as_did_key()
+                    ),
+                    None,
+                )
+                if record is not None:  # stored: only the rename was missing
+                    os.replace(pending, home.node_key_path)
+                    return _rotated(old, new, record.envelope, resumed=True)
+                pending.unlink()  # never announced: start again
+            new = generate_private_key()
+            save_private_key(pending, new)
+            save_private_key(retired_dir(home) / f"{old.dataset_id().as_multibase()}.key", old)
+            os.chmod(retired_dir(home), 0o700)
+            signed = KeyRotation.make(
+                old, new, clock_ns if clock_ns is not None else time.time_ns(), _nonce()
+            )
+            msg = signed.message
+            assert isinstance(msg, KeyRotation)
+            if not st.add_key_rotation(
+                msg.old.as_did_key(), msg.new.as_did_key(), msg.issued_at_ns, signed.envelope
+            ):
+                pending.unlink()
+                raise KeyCommandError(f"node key {msg.old.as_did_key()} has already rotated")
+            st.log_event(
+                "node.key_rotated",
+                None,
+                {"old": msg.old.as_did_key(), "new": msg.new.as_did_key(), "own": True},
+            )
+        os.replace(pending, home.node_key_path)
+        return _rotated(old, new, signed.envelope)
+
+
+def _rotated(
+    old: PrivateKey, new: PrivateKey, envelope: bytes, *, resumed: bool = False
+) -> Rotated:
+    return Rotated(
+        old.dataset_id().as_did_key(),
+        new.dataset_id().as_did_key(),
+        peer_id_of_node(old.dataset_id()),
+        peer_id_of_node(new.dataset_id()),
+        content_id(envelope).hex(),
+        resumed,
+    )
+
+
+def revoke(home: NodeHome, node_id: str | None = None, *, clock_ns: int | None = None) -> Revoked:
+    """Revoke one of the node's retired keys (default: the most recently retired).
+
+    Raises:
+        KeyCommandError: no retired key, or ``node_id`` is not one of them (the current key
+            cannot be revoked: rotate first).
+        HomeLocked: a daemon (or another command) uses the home.
+    """
+    with HomeLock(home.path):
+        keys = retired_keys(home)
+        if not keys:
+            raise KeyCommandError("this node has no retired key to revoke (rotate first)")
+        if node_id is None:
+            key = keys[-1]
+        else:
+            wanted = DatasetId.parse(node_id)
+            match = [k for k in keys if k.dataset_id() == wanted]
+            if not match:
+                raise KeyCommandError(
+                    f"{node_id} is not a retired key of this node "
+                    f"(retired: {', '.join(k.dataset_id().as_did_key() for k in keys)})"
+                )
+            key = match[0]
+        now = clock_ns if clock_ns is not None else time.time_ns()
+        signed = sign_message(KeyRevocation(key.dataset_id(), now, _nonce()), key)
+        did = key.dataset_id().as_did_key()
+        with NodeState.open(home.path / "state.db", time.time_ns) as st:
+            st.add_key_revocation(did, now, signed.envelope)
+            stored = next(r for r in st.key_revocations() if r.node_id == did)
+            st.log_event("node.key_revoked", None, {"node": did, "own": True})
+        return Revoked(did, stored.revoked_ns, content_id(stored.envelope).hex())
+
+
+def own_records(home: NodeHome, state: NodeState | None = None) -> list[bytes]:
+    """The signed records this node made (rotations of and revocations by its retired keys)."""
+    retired = {k.dataset_id().as_did_key() for k in retired_keys(home)}
+    if not retired:
+        return []
+
+    def read(st: NodeState) -> list[bytes]:
+        rot = [r.envelope for r in st.key_rotations() if r.old_id in retired]
+        rev = [r.envelope for r in st.key_revocations() if r.node_id in retired]
+        return rot + rev
+
+    if state is not None:
+        return read(state)
+    with NodeState.open(home.path / "state.db", time.time_ns) as st:
+        return read(st)
+
+
+def _nonce() -> bytes:
+    return secrets.token_bytes(16)
+
+
+__all__ = [
+    "KeyCommandError",
+    "Revoked",
+    "Rotated",
+    "own_records",
+    "retired_keys",
+    "revoke",
+    "rotate",
+]

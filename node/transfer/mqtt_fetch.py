@@ -1,0 +1,233 @@
+"""The ``Mqtt`` fetch step of a polling source (ODF v0.35): the messages received since the last
+poll, one per line, in a file.
+
+Behaviour follows kamu-cli's MQTT fetch (kamu-cli,
+``src/infra/core/src/services/ingest/fetch_service/mqtt.rs``):
+
+* a **persistent session** (MQTT 3.1.1, ``clean_session = false``) under a client id derived
+  from the dataset (:func:`coordinator.ingest.fetch.mqtt_client_id`), so the broker keeps the
+  messages of QoS 1 and 2 subscriptions that arrive between two polls and hands them over at
+  the next connect;
+* the topics are subscribed with the QoS the source gives (``AtMostOnce`` by default);
+* messages are read until the broker stays idle for ``idle_timeout_s`` (kamu: 1 s) or
+  ``max_records`` are read (kamu's ``target_records_per_slice``, 10,000);
+* each payload, UTF-8 with its surrounding whitespace trimmed, is one line of the file (kamu
+  joins them with spaces; one per line reads with every line-based read step, NdJson first);
+  no message is "up to date": nothing to ingest.
+
+Where it differs from kamu:
+
+* the topics are subscribed only when the broker has no session for the client id (a new one,
+  or a broker that restarted without persistence): re-subscribing makes the broker send the
+  retained messages again, which kamu then ingests at every poll. The client id includes a
+  digest of the topics, so a source whose topics change starts a session of its own;
+* every message is acknowledged as soon as it is written (the library's manual acknowledgement),
+  and the message that would cross ``max_bytes`` (``ingest.max_fetch_bytes``) or come after
+  ``max_records`` is *not* acknowledged: the poll ends there and the broker delivers it again at
+  the next connect (QoS 1 and 2). A single message larger than ``max_bytes`` is refused;
+* the broker's address must pass the node's source policy (every address its name resolves
+  to, as for HTTP sources, :mod:`node.transfer.policy`); the client connects to the address
+  that was checked.
+
+Like kamu, a poll that fails after the messages were received (they do not match the schema)
+loses them: they were acknowledged, nothing was committed. Messages published with QoS 0 while
+no poll is connected are not kept by the broker (MQTT's rule).
+
+The client is paho-mqtt (blocking, run in a worker thread by the caller).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from coordinator.errors import FetchError, SourceUnreachable
+from node.transfer.policy import SourcePolicy
+
+__all__ = ["DEFAULT_IDLE_TIMEOUT_S", "DEFAULT_MAX_RECORDS", "MqttFetch", "fetch_mqtt"]
+
+#: kamu's ``MqttSourceConfig.broker_idle_timeout_ms`` default.
+DEFAULT_IDLE_TIMEOUT_S: Final = 1.0
+#: kamu's ``SourceConfig.target_records_per_slice`` default.
+DEFAULT_MAX_RECORDS: Final = 10_000
+#: How long the CONNACK and SUBACK may take.
+_HANDSHAKE_S: Final = 10.0
+#: One turn of the network loop (the idle timeout is checked between turns).
+_TURN_S: Final = 0.05
+#: The longest the client reads what the broker still sends before it disconnects.
+_DRAIN_S: Final = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class MqttFetch:
+    """What one MQTT fetch wrote: ``records`` lines, ``size`` bytes; ``session_present`` tells
+    whether the broker still had the session (the topics were not subscribed again)."""
+
+    records: int
+    size: int
+    session_present: bool
+
+
+def _checked_address(host: str, port: int, policy: SourcePolicy) -> str:
+    """The address to connect to: ``host`` resolved, every address checked by ``policy``."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as e:
+        raise SourceUnreachable(f"MQTT broker {host}:{port}: cannot resolve: {e}") from None
+    addresses = [str(info[4][0]) for info in infos]
+    if not addresses:  # pragma: no cover - getaddrinfo raises instead
+        raise SourceUnreachable(f"MQTT broker {host}:{port}: no address")
+    for a in addresses:
+        policy.check_address(a, f"MQTT broker {host}:{port}")
+    return addresses[0]
+
+
+def fetch_mqtt(
+    *,
+    host: str,
+    port: int,
+    topics: Sequence[tuple[str, int]],
+    client: str,
+    target: Path,
+    policy: SourcePolicy,
+    username: str | None = None,
+    password: str | None = None,
+    max_bytes: int,
+    max_records: int = DEFAULT_MAX_RECORDS,
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> MqttFetch:
+    """Connect, subscribe if the session is new, and write the messages to ``target``.
+
+    Blocking: call it in a worker thread.
+
+    Raises:
+        SourceUnreachable: cannot resolve or connect, no CONNACK / SUBACK in time, the broker
+            refuses the connection (bad credentials: named) or drops it.
+        SourceRefused: the policy refuses the broker's address.
+        FetchError: a topic subscription is refused, a payload is not UTF-8 or is larger than
+            ``max_bytes``.
+    """
+    from paho.mqtt import client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
+
+    where = f"MQTT broker {host}:{port}"
+    address = _checked_address(host, port, policy)
+    c = mqtt.Client(
+        CallbackAPIVersion.VERSION2,
+        client_id=client,
+        clean_session=False,
+        protocol=mqtt.MQTTv311,
+        manual_ack=True,
+    )
+    c.connect_timeout = _HANDSHAKE_S
+    if username is not None:
+        c.username_pw_set(username, password)
+    state: dict[str, Any] = {"connack": None, "suback": None, "lost": None}
+    written = [0, 0]  # records, bytes
+    stop: list[str] = []  # why the message loop ends early (empty: go on)
+    last_message = [0.0]
+    arrived = [0]  # messages delivered by the broker, taken or not
+
+    def on_connect(_c: Any, _u: Any, flags: Any, reason: Any, _p: Any) -> None:
+        state["connack"] = (reason, bool(flags.session_present))
+
+    def on_subscribe(_c: Any, _u: Any, _mid: int, reasons: Any, _p: Any) -> None:
+        state["suback"] = list(reasons)
+
+    def on_disconnect(_c: Any, _u: Any, _f: Any, reason: Any, _p: Any) -> None:
+        state["lost"] = reason
+
+    def on_message(_c: Any, _u: Any, msg: Any) -> None:
+        arrived[0] += 1
+        if stop:
+            return  # not acknowledged: the broker delivers it again next time
+        try:
+            text = bytes(msg.payload).decode("utf-8").strip()
+        except UnicodeDecodeError:
+            stop.append(f"{where}: a message on {msg.topic[:200]!r} is not UTF-8 text")
+            return
+        line = text.encode() + b"\n"
+        if written[1] + len(line) > max_bytes:
+            if written[0] == 0:
+                stop.append(
+                    f"{where}: a message on {msg.topic[:200]!r} ({len(line):,} bytes) is larger "
+                    f"than ingest.max_fetch_bytes ({max_bytes:,})"
+                )
+            else:
+                stop.append("")  # full: this one waits for the next poll
+            return
+        out.write(line)
+        written[0] += 1
+        written[1] += len(line)
+        last_message[0] = clock()
+        c.ack(msg.mid, msg.qos)
+        if written[0] >= max_records:
+            stop.append("")
+
+    c.on_connect = on_connect
+    c.on_subscribe = on_subscribe
+    c.on_disconnect = on_disconnect
+    c.on_message = on_message
+
+    def turn_until(done: Callable[[], bool], what: str) -> None:
+        deadline = clock() + _HANDSHAKE_S
+        while not done():
+            if state["lost"] is not None:
+                raise SourceUnreachable(f"{where}: disconnected ({state['lost']}) {what}")
+            if clock() > deadline:
+                raise SourceUnreachable(f"{where}: no answer {what} within {_HANDSHAKE_S:g} s")
+            rc = c.loop(timeout=_TURN_S)
+            if rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_AGAIN):
+                raise SourceUnreachable(f"{where}: {mqtt.error_string(rc)} {what}")
+
+    with open(target, "wb") as out:
+        try:
+            try:
+                c.connect(address, port, keepalive=60)
+            except OSError as e:
+                raise SourceUnreachable(f"{where}: cannot connect: {e}") from None
+            turn_until(lambda: state["connack"] is not None, "waiting for CONNACK")
+            reason, session_present = state["connack"]
+            if reason.is_failure:
+                raise SourceUnreachable(f"{where}: connection refused: {reason}")
+            if not session_present:
+                result, _ = c.subscribe([(path, qos) for path, qos in topics])
+                if result != MQTTErrorCode.MQTT_ERR_SUCCESS:
+                    raise SourceUnreachable(f"{where}: {mqtt.error_string(result)} subscribing")
+                turn_until(lambda: state["suback"] is not None, "waiting for SUBACK")
+                for (path, _), granted in zip(topics, state["suback"], strict=False):
+                    if granted.is_failure:
+                        raise FetchError(f"{where}: subscription to {path[:200]!r} refused")
+            last_message[0] = clock()
+            while not stop and clock() - last_message[0] < idle_timeout_s:
+                if state["lost"] is not None:
+                    raise SourceUnreachable(f"{where}: disconnected ({state['lost']})")
+                rc = c.loop(timeout=_TURN_S)
+                if rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_AGAIN):
+                    raise SourceUnreachable(f"{where}: {mqtt.error_string(rc)}")
+            if stop and stop[0]:
+                raise FetchError(stop[0])
+        finally:
+            stop.append("")  # a message still arriving is left unacknowledged for next time
+            if c.is_connected():
+                # The acknowledgements written in the message callback are only queued: send
+                # them before the DISCONNECT, or the broker delivers those messages again.
+                for _ in range(100):
+                    if not c.want_write() or c.loop_write() != MQTTErrorCode.MQTT_ERR_SUCCESS:
+                        break
+                # Read (and leave unacknowledged) what the broker is still sending: closing a
+                # socket with unread bytes resets the connection, and the broker then drops the
+                # acknowledgements it had not read yet. Bounded by its in-flight window.
+                deadline = clock() + _DRAIN_S
+                seen = -1
+                while seen != arrived[0] and clock() < deadline:
+                    seen = arrived[0]
+                    if c.loop(timeout=_TURN_S) != MQTTErrorCode.MQTT_ERR_SUCCESS:
+                        break
+                c.disconnect()
+    return MqttFetch(written[0], written[1], session_present)

@@ -1,0 +1,339 @@
+"""Flows (``node/app/flows.py``, ``node/app/cron.py``): triggers, the scheduler's step with an
+injected clock (no sleeping), coalescing, trust gating, retries, and cron parsing."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from coordinator.errors import SourceUnreachable
+from coordinator.identity import DatasetId
+from coordinator.metadata import model as m
+from coordinator.storage.repository import DatasetRepository
+from node.adapters.state import InlineState
+from node.app.cron import CronError, CronSchedule
+from node.app.datasets import DatasetUseCases
+from node.app.errors import InvalidArgument, RetryLater
+from node.app.flows import POLL, TRANSFORM, FlowUseCases, parse_every
+from node.app.ports import StatePort
+from node.app.work import RetryPolicy, WorkRunner
+from node.state import NodeState
+
+S = 1_000_000_000
+T0 = int(dt.datetime(2050, 1, 1, 0, 0, 30, tzinfo=dt.UTC).timestamp()) * S
+
+ROOT = """\
+kind: DatasetSnapshot
+version: 1
+content:
+  name: {name}
+  kind: Root
+  metadata:
+    - kind: SetPollingSource
+      fetch:
+        kind: FilesGlob
+        path: /nonexistent/*.csv
+      read:
+        kind: Csv
+        header: true
+        schema: ["event_time TIMESTAMP", "v BIGINT"]
+      merge:
+        kind: Append
+"""
+DERIVED = """\
+kind: DatasetSnapshot
+version: 1
+content:
+  name: derived
+  kind: Derivative
+  metadata:
+    - kind: SetTransform
+      inputs:
+        - datasetRef: a
+      transform:
+        kind: Sql
+        engine: datafusion
+        query: SELECT * FROM a
+"""
+
+
+def ns(text: str) -> int:
+    return int(dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC).timestamp()) * S
+
+
+# ---------------------------------------------------------------------------- cron
+
+
+@pytest.mark.parametrize(
+    ("expr", "now", "want"),
+    [
+        ("*/5 * * * *", "2050-01-01 00:00:30", "2050-01-01 00:05:00"),
+        ("*/5 * * * *", "2050-01-01 00:05:00", "2050-01-01 00:10:00"),  # strictly after
+        ("0 * * * *", "2050-01-01 10:59:59", "2050-01-01 11:00:00"),
+        ("30 2 * * *", "2050-01-01 03:00:00", "2050-01-02 02:30:00"),
+        ("@daily", "2050-01-01 00:00:00", "2050-01-02 00:00:00"),
+        ("0 0 1 jan *", "2050-03-01 00:00:00", "2051-01-01 00:00:00"),
+        ("0 12 * * mon-fri", "2050-01-01 13:00:00", "2050-01-03 12:00:00"),  # Sat -> Mon
+        ("0 0 * * 7", "2050-01-01 00:00:00", "2050-01-02 00:00:00"),  # 7 is Sunday
+        ("0 0 29 2 *", "2050-01-01 00:00:00", "2052-02-29 00:00:00"),  # leap day
+        # Day of month and day of week both restricted: either (Vixie cron).
+        ("0 0 15 * fri", "2050-01-01 00:00:00", "2050-01-07 00:00:00"),
+        ("10-20/5 8 * * *", "2050-01-01 08:11:00", "2050-01-01 08:15:00"),
+        ("5/20 * * * *", "2050-01-01 00:26:00", "2050-01-01 00:45:00"),
+    ],
+)
+def test_cron_next_after(expr: str, now: str, want: str) -> None:
+    assert CronSchedule.parse(expr).next_after(ns(now)) == ns(want)
+
+
+@pytest.mark.parametrize(
+    ("expr", "message"),
+    [
+        ("* * * *", "has 4 fields"),
+        ("* * * * * *", "has 6 fields"),
+        ("60 * * * *", "minute: 60 is outside 0-59"),
+        ("* 24 * * *", "hour: 24 is outside 0-23"),
+        ("* * 0 * *", "day of month: 0 is outside 1-31"),
+        ("* * * 13 *", "month: 13 is outside 1-12"),
+        ("* * * * 8", "day of week: 8 is outside 0-7"),
+        ("x * * * *", "minute: 'x' is not a number"),
+        ("5-1 * * * *", "runs backwards"),
+        ("*/0 * * * *", "step '0'"),
+        ("1,,2 * * * *", "empty list item"),
+        ("", "has 0 fields"),
+    ],
+)
+def test_cron_that_does_not_parse_is_refused_naming_the_field(expr: str, message: str) -> None:
+    with pytest.raises(CronError, match=message):
+        CronSchedule.parse(expr)
+
+
+def test_cron_that_never_fires_is_refused() -> None:
+    with pytest.raises(CronError, match="never fires"):
+        CronSchedule.parse("0 0 31 2 *").next_after(T0)
+
+
+def test_every_durations() -> None:
+    assert parse_every("90") == 90
+    assert parse_every("30s") == 30
+    assert parse_every("15m") == 900
+    assert parse_every("1h30m") == 5400
+    assert parse_every("1d") == 86400
+    for bad in ("", "1x", "h", "1h 30m", "-5", "0.5s"):
+        with pytest.raises(InvalidArgument):
+            parse_every(bad)
+
+
+# ---------------------------------------------------------------------------- the scheduler
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class Node:
+    """A repository, an in-memory state and the flow use cases, on one injected clock."""
+
+    def __init__(self, tmp: Path, untrusted: set[str] | None = None) -> None:
+        self.clock = Clock()
+        self.repo = DatasetRepository(
+            tmp / "datasets", tmp / "keys", clock=lambda: m.Timestamp(self.clock.now), durable=False
+        )
+        self.sync = NodeState.in_memory(self.clock)
+        self.state = cast(StatePort, InlineState(self.sync))
+        self.datasets = DatasetUseCases(self.repo, lambda: None, state=self.state)
+        self.untrusted = untrusted if untrusted is not None else set()
+        self.kicks = 0
+        self.flows = FlowUseCases(
+            self.repo,
+            self.state,
+            self.clock,
+            self.datasets,
+            kick=self._kick,
+            untrusted_input=lambda d: "not trusted" if d.as_did_str() in self.untrusted else None,
+        )
+
+    def _kick(self) -> None:
+        self.kicks += 1
+
+    def run(self, coro: Any) -> Any:
+        return asyncio.run(coro)
+
+    def create(self, yaml: str) -> str:
+        (created,) = self.run(self.datasets.create(yaml))
+        return str(created.id)
+
+    def tick(self) -> list[tuple[str, str]]:
+        return [(w.kind, w.did) for w in self.run(self.flows.tick())]
+
+    def advance_input(self, did: str) -> None:
+        ds = self.repo.open(did)
+        st = ds.state()
+        ds.append(
+            m.MetadataBlock(
+                system_time=m.Timestamp(self.clock.now),
+                prev_block_hash=st.head,
+                sequence_number=st.sequence_number + 1,
+                event=m.SetInfo(description=f"at {self.clock.now}"),
+            )
+        )
+
+    def finish(self, kind: str) -> None:
+        item = self.sync.claim(self.clock.now, kinds=[kind])
+        assert item is not None
+        self.sync.complete(item.id)
+
+
+def test_every_polls_at_once_then_each_period_and_coalesces(tmp_path: Path) -> None:
+    n = Node(tmp_path)
+    a = n.create(ROOT.format(name="a"))
+    row = n.run(n.flows.schedule("a", every="10s"))
+    assert row.trigger == "every 10s" and row.next_run is not None
+    assert n.tick() == [(POLL, a)]  # due at once
+    n.clock.now += 1 * S
+    assert n.tick() == []
+    n.clock.now = T0 + 10 * S
+    # Still pending (not run yet): the due run joins it, no second item.
+    assert n.tick() == [(POLL, a)]
+    assert len(n.sync.work(state="pending")) == 1
+    n.finish(POLL)
+    # Down for 35 s: the missed runs are one run, the next one on the period's grid.
+    n.clock.now = T0 + 45 * S
+    assert n.tick() == [(POLL, a)]
+    assert n.sync.schedule(a).next_ns == T0 + 50 * S  # type: ignore[union-attr]
+    assert n.kicks >= 3
+
+
+def test_cron_schedule_runs_on_its_minutes(tmp_path: Path) -> None:
+    n = Node(tmp_path)
+    a = n.create(ROOT.format(name="a"))
+    row = n.run(n.flows.schedule("a", cron="*/5 * * * *"))
+    assert row.next_run == "2050-01-01T00:05:00Z"
+    n.clock.now = ns("2050-01-01 00:04:59")
+    assert n.tick() == []
+    n.clock.now = ns("2050-01-01 00:05:00")
+    assert n.tick() == [(POLL, a)]
+    assert n.sync.schedule(a).next_ns == ns("2050-01-01 00:10:00")  # type: ignore[union-attr]
+
+
+def test_bad_triggers_are_refused(tmp_path: Path) -> None:
+    n = Node(tmp_path)
+    n.create(ROOT.format(name="a"))
+    n.create(DERIVED)
+    for kwargs, message in [
+        ({"cron": "61 * * * *"}, "minute: 61"),
+        ({"every": "soon"}, "not a duration"),
+        ({"every": "1h", "cron": "@daily"}, "exactly one"),
+        ({}, "exactly one"),
+        ({"on_input": True}, "not a derivative"),
+    ]:
+        with pytest.raises(InvalidArgument, match=message):
+            n.run(n.flows.schedule("a", **kwargs))
+    with pytest.raises(InvalidArgument, match="no active polling source"):
+        n.run(n.flows.schedule("derived", every="1h"))
+    assert n.sync.schedules() == []
+    # --off removes, and says whether there was anything.
+    n.run(n.flows.schedule("a", every="1h"))
+    assert n.run(n.flows.schedule("a", off=True)).removed is True
+    assert n.run(n.flows.schedule("a", off=True)).removed is False
+
+
+def test_on_input_transforms_once_per_new_head_never_two_at_once(tmp_path: Path) -> None:
+    n = Node(tmp_path)
+    a = n.create(ROOT.format(name="a"))
+    d = n.create(DERIVED)
+    n.run(n.flows.schedule("derived", on_input=True))
+    assert n.tick() == [(TRANSFORM, d)]  # catches up at once
+    assert n.tick() == []  # nothing new
+    # A run is in flight when the input changes: no second one beside it...
+    item = n.sync.claim(n.clock.now, kinds=[TRANSFORM])
+    assert item is not None
+    n.advance_input(a)
+    assert n.tick() == []
+    assert n.sync.work(state="pending") == []
+    # ...and the change is picked up once it is done.
+    n.sync.complete(item.id)
+    assert n.tick() == [(TRANSFORM, d)]
+    # Two changes before the pending run starts: one run.
+    n.advance_input(a)
+    assert n.tick() == [(TRANSFORM, d)]
+    assert len([w for w in n.sync.work(state="pending") if w.kind == TRANSFORM]) == 1
+
+
+def test_on_input_waits_for_a_trusted_head(tmp_path: Path) -> None:
+    n = Node(tmp_path)
+    a = n.create(ROOT.format(name="a"))
+    d = n.create(DERIVED)
+    n.untrusted.add(a)
+    n.run(n.flows.schedule("derived", on_input=True))
+    assert n.tick() == []
+    n.untrusted.clear()
+    assert n.tick() == [(TRANSFORM, d)]
+
+
+class FailingDatasets:
+    """Stands in for DatasetUseCases: the source of ``down`` is unreachable."""
+
+    def __init__(self, down: str) -> None:
+        self.down = down
+        self.polled: list[str] = []
+
+    async def poll(self, ref: str, *, publish: bool = True) -> None:
+        if ref == self.down:
+            raise SourceUnreachable("http://127.0.0.1:9/a.csv: connection refused")
+        self.polled.append(ref)
+
+
+def test_a_failing_source_is_retried_with_backoff_and_blocks_no_other(tmp_path: Path) -> None:
+    n = Node(tmp_path)
+    a = n.create(ROOT.format(name="a"))
+    b = n.create(ROOT.format(name="b"))
+    fake = FailingDatasets(down=a)
+    flows = FlowUseCases(n.repo, n.state, n.clock, cast(DatasetUseCases, fake))
+    runner = WorkRunner(n.state, n.clock, RetryPolicy(base_s=5, cap_s=60), lambda: 0.5)
+    runner.handle(POLL, flows.run_poll)
+    n.run(n.flows.schedule("a", every="1h"))
+    n.run(n.flows.schedule("b", every="1h"))
+    assert sorted(n.tick()) == sorted([(POLL, a), (POLL, b)])
+
+    async def drain() -> None:
+        while (item := await n.state.claim(n.clock.now)) is not None:
+            await runner.run_item(item)
+
+    n.run(drain())
+    assert fake.polled == [b]  # b ran although a failed first
+    (retry,) = n.sync.work(state="pending")
+    assert retry.did == a and "connection refused" in (retry.last_error or "")
+    assert retry.not_before_ns > n.clock.now  # backoff: not runnable now
+    # An unreachable source waits as RetryLater: four times the attempts of a plain failure.
+    policy = RetryPolicy(max_attempts=2)
+    assert policy.next_attempt_ns(retry, RetryLater("x"), 0, lambda: 0.5) is not None
+    n.clock.now = retry.not_before_ns
+    n.run(drain())
+    assert n.sync.work_item(retry.id).attempts == 2  # type: ignore[union-attr]
+
+
+def test_flows_lists_triggers_and_runs_newest_first(tmp_path: Path) -> None:
+    n = Node(tmp_path)
+    a = n.create(ROOT.format(name="a"))
+    n.run(n.flows.schedule("a", every="1m"))
+    n.tick()
+    n.finish(POLL)
+    n.clock.now += 60 * S
+    n.tick()
+    out = n.run(n.flows.flows())
+    assert [s.alias for s in out.schedules] == ["a"]
+    assert [(r.kind, r.alias, r.state, r.trigger) for r in out.runs] == [
+        (POLL, "a", "pending", "every 60s"),
+        (POLL, "a", "done", "every 60s"),
+    ]
+    assert n.run(n.flows.flows(did="a", limit=1)).runs[0].state == "pending"
+    assert DatasetId.parse(a)

@@ -1,0 +1,89 @@
+"""The gossip host's connection manager (``p2p/connmgr.py``), on a fake clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from p2p.connmgr import ConnectionManager, ConnLimits, PeerConn
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _mgr(clock: Clock, **kw: object) -> ConnectionManager:
+    limits = ConnLimits(**{"high_water": 4, "low_water": 2, "grace_s": 10.0, **kw})  # type: ignore[arg-type]
+    return ConnectionManager(limits, clock, protected=frozenset({"boot"}))
+
+
+def _conns(*names: str, ip: str = "10.0.0.1", inbound: bool = True) -> list[PeerConn]:
+    return [PeerConn(n, ip, inbound) for n in names]
+
+
+def test_trims_to_low_water_inbound_newest_first_sparing_grace_and_bootstrap() -> None:
+    clock = Clock()
+    mgr = _mgr(clock)
+    out = [PeerConn("out1", "10.0.0.9", False)]
+    assert mgr.update(_conns("boot", "old1") + out) == []
+    clock.t += 1
+    assert mgr.update(_conns("boot", "old1", "old2") + out) == []
+    clock.t += 60
+    # 6 > 4 peers: down to 2 if it can. new1 and new2 are within their grace period and boot is
+    # protected, so old2 (the newer), old1 (inbound before outbound), then out1 go.
+    peers = _conns("boot", "old1", "old2", "new1", "new2") + out
+    assert mgr.update(peers) == ["old2", "old1", "out1"]
+    assert mgr.trimmed == 3
+    clock.t += 30
+    assert mgr.update(_conns("boot", "new1", "new2")) == []  # under high water: nothing more
+
+
+def test_outbound_trimmed_only_after_inbound() -> None:
+    clock = Clock()
+    mgr = _mgr(clock, grace_s=0.0)
+    peers = _conns("in1") + [PeerConn(f"out{i}", "10.0.0.9", False) for i in range(4)]
+    drop = mgr.update(peers)
+    assert drop[0] == "in1" and len(drop) == 3 and "boot" not in drop
+
+
+def test_per_ip_cap_disconnects_new_inbound_at_once() -> None:
+    clock = Clock()
+    mgr = _mgr(clock, max_per_ip=2, high_water=50, low_water=40)
+    assert mgr.update(_conns("a", "b")) == []
+    # A third inbound peer from the same address goes at once (no grace); another address and
+    # the bootstrap peer are not capped, nor an outbound connection this node chose to make.
+    new = _conns("a", "b", "c", "boot") + _conns("d", ip="10.0.0.2")
+    new.append(PeerConn("e", "10.0.0.1", False))
+    assert mgr.update(new) == ["c"]
+    assert mgr.refused_per_ip == 1
+    # Two arriving together past the cap: both go.
+    assert mgr.update([*new[:2], *_conns("f", "g")]) == ["f", "g"]
+
+
+def test_dial_backoff_doubles_resets_and_spares_bootstrap() -> None:
+    clock = Clock()
+    mgr = _mgr(clock, dial_backoff_base_s=5.0, dial_backoff_max_s=12.0)
+    assert mgr.dial_wait_s("p") == 0
+    mgr.dial_failed("p")
+    assert mgr.dial_wait_s("p") == 5.0
+    clock.t += 5
+    assert mgr.dial_wait_s("p") == 0
+    mgr.dial_failed("p")
+    assert mgr.dial_wait_s("p") == 10.0
+    clock.t += 10
+    mgr.dial_failed("p")
+    assert mgr.dial_wait_s("p") == 12.0  # capped
+    mgr.dial_succeeded("p")
+    assert mgr.dial_wait_s("p") == 0
+    mgr.dial_failed("boot")
+    assert mgr.dial_wait_s("boot") == 0  # p2p/redial.py paces bootstrap peers
+
+
+def test_limits_are_checked() -> None:
+    with pytest.raises(ValueError, match="low_water"):
+        ConnLimits(high_water=2, low_water=3)
+    with pytest.raises(ValueError, match="dial_backoff"):
+        ConnLimits(dial_backoff_base_s=10, dial_backoff_max_s=5)
