@@ -14,6 +14,10 @@ sockets; :class:`p2p.libp2p_host.Libp2pTransport` applies the decisions on its t
   (bootstrap) nor one connected less than ``grace_s`` ago.
 * **Per-IP cap.** A new inbound peer whose IP address already has ``max_per_ip`` connected
   peers is disconnected at once (protected peers exempt): one machine cannot take every slot.
+  A relayed connection has no IP of its own (its address is the relay's: every peer reached
+  through one relay would share it), so it is never capped.
+* **Relay reservations** (``p2p/relay.py``) are protected while held: a private node's
+  connection to its relay, and on a relay the connections of the peers holding a slot.
 * **Dial backoff.** A peer whose dial failed is not dialled again for ``dial_backoff_base_s``,
   doubling per further failure up to ``dial_backoff_max_s``; a successful connection resets it.
   Protected (bootstrap) peers are exempt: ``p2p/redial.py`` paces their redials itself.
@@ -21,7 +25,7 @@ sockets; :class:`p2p.libp2p_host.Libp2pTransport` applies the decisions on its t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 
@@ -73,9 +77,12 @@ class ConnectionManager:
     _backoff: dict[str, tuple[float, float]] = field(default_factory=dict)
     """peer -> (delay of the last failure, time it may be dialled again)."""
 
-    def update(self, conns: Iterable[PeerConn]) -> list[str]:
-        """Take the current connected peers; the peers to disconnect now, each once."""
+    def update(self, conns: Iterable[PeerConn], keep: Collection[str] = ()) -> list[str]:
+        """Take the current connected peers; the peers to disconnect now, each once. ``keep``:
+        peers protected for now besides :attr:`protected` (relay reservations, whose holders
+        are reachable only through that connection)."""
         now = self.clock()
+        protected = self.protected | frozenset(keep) if keep else self.protected
         current = {c.peer: c for c in conns}
         for peer in list(self._since):
             if peer not in current:
@@ -94,7 +101,7 @@ class ConnectionManager:
                     continue
                 if (
                     c.inbound
-                    and c.peer not in self.protected
+                    and c.peer not in protected
                     and per_ip.get(c.ip, 0) >= self.limits.max_per_ip
                 ):
                     drop.append(c.peer)
@@ -108,8 +115,7 @@ class ConnectionManager:
                 (
                     c
                     for c in remaining
-                    if c.peer not in self.protected
-                    and now - self._since[c.peer] >= self.limits.grace_s
+                    if c.peer not in protected and now - self._since[c.peer] >= self.limits.grace_s
                 ),
                 # inbound first, then the newest first
                 key=lambda c: (not c.inbound, -self._since[c.peer]),

@@ -690,7 +690,9 @@ class Libp2pTransport:
             peer = pid.to_string()
             ids[peer] = pid
             conns.append(_peer_conn(peer, peer_conns[0]))
-        for peer in self.connmgr.update(conns):
+        # A reservation lives on its connection: the relay's, and its holders' on a relay.
+        keep = self._relay.held_slots() if self._relay is not None else ()
+        for peer in self.connmgr.update(conns, keep):
             with contextlib.suppress(Exception):
                 await self._host.disconnect(ids[peer])
 
@@ -701,12 +703,32 @@ def _peer_conn(peer: str, conn: Any) -> PeerConn:
     ip: str | None = None
     with contextlib.suppress(Exception):
         remote = conn.muxed_conn.get_remote_address()
-        if remote is not None:
+        if remote is not None and not _relayed_conn(conn):
             ip = str(remote[0])
     # libp2p.rcmgr.metrics.Direction, an IntEnum whose INBOUND is 0 (falsy).
     direction = getattr(conn, "direction", None)
     inbound = str(getattr(direction, "name", direction)).lower() == "inbound"
     return PeerConn(peer, ip, inbound)
+
+
+def _relayed_conn(conn: Any) -> bool:
+    """Whether a libp2p connection runs over a circuit relay: its remote address is then the
+    relay's, shared by every peer reached through it, so the per-IP cap must not count it."""
+    from libp2p.connection_types import ConnectionType
+
+    from p2p.relay import RELAY_MARK
+
+    # py-libp2p 0.8.1 tags the swarm connection of an accepted circuit; the secured layers
+    # below it do not all pass the type through. Its own transport addresses only: without
+    # them get_transport_addresses() falls back to the peerstore's, which may list the peer's
+    # relayed address for a direct connection.
+    layer: Any
+    for layer in (conn, getattr(conn, "muxed_conn", None)):
+        with contextlib.suppress(Exception):
+            if layer.get_connection_type() == ConnectionType.RELAYED:
+                return True
+    addrs = getattr(conn, "_actual_transport_addresses", None) or ()
+    return any(RELAY_MARK in str(a) for a in addrs)
 
 
 async def _call(fn: Callable[[str, bytes], Awaitable[T]], peer: str, data: bytes) -> T:

@@ -132,6 +132,21 @@ class RelaySupport:
             "relay_errors": dict(self.refused),
         }
 
+    def held_slots(self) -> set[str]:
+        """Peer ids whose connection carries a reservation: the relays this host holds a slot
+        on and, on a relay, the peers holding a slot on it (their relayed address is their
+        only one). The connection manager does not disconnect them (``p2p/connmgr.py``)."""
+        import time
+
+        held = set(self.relayed)
+        if self.service:
+            # py-libp2p 0.8.1 has no public listing of a relay's reservations.
+            now = time.time()
+            for peer, res in list(self.protocol.resource_manager._reservations.items()):
+                if res.expires_at > now:
+                    held.add(peer.to_string())
+        return held
+
     async def dial(self, addr: str) -> None:
         """Connect to ``addr`` (``.../p2p/<relay>/p2p-circuit/p2p/<dest>``) through its relay."""
         import multiaddr

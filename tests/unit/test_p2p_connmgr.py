@@ -87,3 +87,22 @@ def test_limits_are_checked() -> None:
         ConnLimits(high_water=2, low_water=3)
     with pytest.raises(ValueError, match="dial_backoff"):
         ConnLimits(dial_backoff_base_s=10, dial_backoff_max_s=5)
+
+
+def test_reservations_kept_spare_peers_from_trim_and_per_ip_cap() -> None:
+    # On a relay, the peers holding a slot (``keep``, from p2p/relay.py) are reachable only
+    # through their connection: neither the water marks nor the per-IP cap (private nodes
+    # behind one NAT share its address) disconnect them; the others still go.
+    clock = Clock()
+    mgr = _mgr(clock, grace_s=0.0, max_per_ip=1)
+    assert mgr.update(_conns("r1")) == []
+    nat = _conns("r1", "r2", "r3")
+    assert mgr.update(nat, keep={"r2"}) == ["r3"]
+    clock.t += 1
+    crowd = _conns("r1", "r2") + [PeerConn(f"p{i}", f"10.0.1.{i}", True) for i in range(4)]
+    drop = mgr.update(crowd, keep={"r1", "r2"})
+    assert len(drop) == 4 and not {"r1", "r2"} & set(drop)
+    # Without the reservations they would be trimmed like any inbound peer.
+    clock.t += 1
+    crowd = _conns("r1", "r2") + [PeerConn(f"q{i}", f"10.0.2.{i}", False) for i in range(3)]
+    assert {"r1", "r2"} <= set(mgr.update(crowd))
