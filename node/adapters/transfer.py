@@ -362,8 +362,8 @@ class TransferAdapter:
     async def probe_head(self, url: str, etag: str | None, last_modified: str | None) -> HeadProbe:
         """One poll of ``{url}/refs/head``: conditional over HTTP(S); a plain read elsewhere
         (a directory, or IPFS / IPNS through the node's IPFS API or gateway)."""
-        from node.transfer.errors import InvalidSourceUrl, SourceRefused
-        from node.transfer.sources import HttpSource, TransientSourceError, open_source
+        from node.transfer.errors import InvalidSourceUrl, SourceRefused, TransientSourceError
+        from node.transfer.sources import HttpSource, open_source
 
         if self._http is None and self._loop_thread is not None:
             self._http = self._session()
@@ -409,8 +409,8 @@ class TransferAdapter:
 
     async def read_block(self, url: str, block: Multihash) -> bytes:
         """``{url}/blocks/<block>``, checked against its sha3-256 hash."""
-        from node.transfer.errors import InvalidSourceUrl, SourceRefused
-        from node.transfer.sources import TransientSourceError, open_source
+        from node.transfer.errors import InvalidSourceUrl, SourceRefused, TransientSourceError
+        from node.transfer.sources import open_source
 
         if self._http is None and self._loop_thread is not None:
             self._http = self._session()

@@ -29,6 +29,14 @@ class SourceUnavailable(TransferError):
         self.object = obj
 
 
+class TransientSourceError(OdfNodeError):
+    """The source failed to deliver this time (retryable). Here, not in
+    :mod:`node.transfer.sources` (which re-exports it), so the sources it opens
+    (:mod:`node.transfer.streams`) raise it without importing the module that opens them."""
+
+    rpc_code = UNAVAILABLE
+
+
 class SourceTooSlow(SourceUnavailable):
     """The source delivered an object slower than the minimum transfer rate allows.
 
@@ -131,4 +139,5 @@ __all__ = [
     "SourceUnreachable",
     "StorageBudgetExceeded",
     "TransferError",
+    "TransientSourceError",
 ]

@@ -95,6 +95,7 @@ from node.transfer.errors import (
     SourceUnavailable,
     SourceUnreachable,
     StorageBudgetExceeded,
+    TransientSourceError,
 )
 from node.transfer.linked import LinkSummary, LinkSummaryError, link_choices, link_summary
 from node.transfer.policy import SourcePolicy
@@ -102,7 +103,6 @@ from node.transfer.sources import (
     SharedHttpSession,
     Source,
     StreamRequest,
-    TransientSourceError,
     default_alias,
     open_source,
 )

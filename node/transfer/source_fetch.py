@@ -21,7 +21,8 @@ from pathlib import Path
 import aiohttp
 
 from coordinator.errors import FetchError, SourceNotFound, SourceUnreachable
-from node.transfer.sources import SharedHttpSession, TransientSourceError, policy_get
+from node.transfer.errors import TransientSourceError
+from node.transfer.sources import SharedHttpSession, policy_get
 
 __all__ = ["UrlFetch", "fetch_url_to_file"]
 

@@ -23,10 +23,9 @@ import aiohttp
 from aiohttp.abc import AbstractResolver
 from yarl import URL
 
-from coordinator.errors import UNAVAILABLE, OdfNodeError
 from node.ipfs.car import RAW_CODEC, CarError, read_car
 from node.ipfs.client import GatewayReader, IpfsClient, IpfsError, IpfsReader
-from node.transfer.errors import InvalidSourceUrl, SourceRefused
+from node.transfer.errors import InvalidSourceUrl, SourceRefused, TransientSourceError
 from node.transfer.policy import PolicyResolver, SourcePolicy
 
 _CHUNK = 1 << 20
@@ -34,12 +33,6 @@ StreamRequest = Callable[[str, str, bytes, float], Awaitable[bytes]]
 """``(peer, protocol, data, timeout_s) -> response`` of the gossip transport."""
 MAX_REDIRECTS = 5
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-
-
-class TransientSourceError(OdfNodeError):
-    """The source failed to deliver this time (retryable)."""
-
-    rpc_code = UNAVAILABLE
 
 
 class Source(Protocol):

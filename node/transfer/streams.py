@@ -32,7 +32,7 @@ from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import HEAD_REF
 from coordinator.storage.repository import DatasetRepository
-from node.transfer.errors import InvalidSourceUrl
+from node.transfer.errors import InvalidSourceUrl, TransientSourceError
 
 PROTOCOL = "/odf/stp/1.0.0"
 MAX_CHUNK = 512 * 1024
@@ -98,7 +98,7 @@ class StreamSource:
     """A dataset of a connected peer read over ``/odf/stp/1.0.0`` (``libp2p://peer/dataset``).
 
     Failures to obtain bytes (no connection, a dropped stream, a timeout, not found) raise
-    :class:`~node.transfer.sources.TransientSourceError`, as for every source.
+    :class:`~node.transfer.errors.TransientSourceError`, as for every source.
     """
 
     def __init__(self, url: str, request: Request, *, timeout_s: float = 30.0) -> None:
@@ -126,7 +126,6 @@ class StreamSource:
         self._timeout_s = timeout_s
 
     async def _chunk(self, rel: str, offset: int) -> tuple[int, bytes]:
-        from node.transfer.sources import TransientSourceError
 
         body = json.dumps(
             {"dataset": self.dataset, "path": rel, "offset": offset, "length": MAX_CHUNK}
@@ -160,7 +159,6 @@ class StreamSource:
         size, first = await self._chunk(rel, 0)
 
         async def chunks() -> AsyncIterator[bytes]:
-            from node.transfer.sources import TransientSourceError
 
             got, data = len(first), first
             yield data

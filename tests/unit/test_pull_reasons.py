@@ -30,10 +30,9 @@ from node.app.fetch import (
 from node.app.metrics import NodeMetrics
 from node.app.rows import Event
 from node.daemon.reachability import ipfs_hints, start_warnings, withheld_ipfs
-from node.transfer.errors import SourceRefused, SourceUnreachable
+from node.transfer.errors import SourceRefused, SourceUnreachable, TransientSourceError
 from node.transfer.policy import SourcePolicy
 from node.transfer.pull import PullOptions, pull
-from node.transfer.sources import TransientSourceError
 from p2p.core import RequestFetch
 from p2p.wire import FetchLocations
 

@@ -17,8 +17,8 @@ from node.engine_client import EngineUnavailable
 from node.ipfs.client import IpfsError
 from node.rpc import errors as re
 from node.transfer import errors as te
+from node.transfer.errors import TransientSourceError
 from node.transfer.linked import LinkSummaryError
-from node.transfer.sources import TransientSourceError
 from p2p import errors as pe
 from p2p.transport import TransportError
 
