@@ -41,7 +41,7 @@ from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
 from node.app.identities import NodeIdentities
 from node.app.ports import Clock, EventSink, StatePort
-from node.app.rows import Subscription, TrustOverride, TrustRecord, VerificationOutcome
+from node.app.rows import Attestation, Subscription, TrustOverride, TrustRecord, VerificationOutcome
 from p2p.core.config import Rng
 from p2p.errors import WireDecodeError
 from p2p.trust import (
@@ -64,7 +64,8 @@ from p2p.trust import (
     TrustState,
     parse_attesters,
 )
-from p2p.wire import EquivocationProof, Verdict, decode_unverified
+from p2p.wire import Attestation as WireAttestation
+from p2p.wire import Checks, EquivocationProof, Verdict, decode_unverified
 
 log = logging.getLogger("odf_node.trust")
 
@@ -210,15 +211,23 @@ class TrustDriver:
             signer = self._counted(DatasetId.parse(x.signer), _issued_at(x.envelope))
             if signer is not None and (block == head or self._contains_block(did, block)):
                 feed.append(DisputeSeen(did, head, signer, x.content_id, 0))
+        conclusive = False  # whether the node's own check of the head was conclusive
         for a in await self._state.attestations(sub.did, acc.head):
             verdict = _VERDICTS.get(a.verdict)
-            if a.own or verdict is None:
+            if a.own:
+                conclusive = conclusive or _conclusive(a)
+                continue
+            if verdict is None:
                 continue
             signer = self._counted(DatasetId.parse(a.signer), _issued_at(a.envelope))
             if signer is not None:
                 feed.append(AttestationSeen(did, head, signer, verdict, 0))
+        # Fed as :meth:`local_verdict` fed it live: a stored ``verified`` may be a light node's
+        # integrity check of a derivative, which proves nothing (taken for a replay, it trusted
+        # a forged head once a redelivered dispute made the rebuilt state persist).
         ver = await self._state.verification(sub.did, acc.head)
-        if ver is not None and (outcome := _outcome(ver.outcome, conclusive=True)) is not None:
+        outcome = None if ver is None else _outcome(ver.outcome, conclusive=conclusive)
+        if outcome is not None:
             feed.append(LocalVerdict(did, head, outcome, acc.accepted_ns, "local replay"))
         feed.append(HeadSeen(did, head, acc.accepted_ns))
         self._quiet = True
@@ -427,6 +436,22 @@ def _issued_at(envelope: bytes) -> int | None:
     except WireDecodeError:
         return None
     return None if isinstance(msg, EquivocationProof) else msg.message.issued_at_ns
+
+
+def _conclusive(own: Attestation) -> bool:
+    """Whether the node's own attestation says its check was conclusive, as
+    :meth:`TrustDriver.local_verdict` is told by the verify pipeline: a replay (``REPLAY`` among
+    its checks) or a root's integrity check (the only ``verified`` without a replay). With no
+    own attestation stored (the node stopped before publishing it) only a failure is fed."""
+    if own.verdict == Verdict.VERIFIED.name.lower():
+        return True
+    try:
+        msg = decode_unverified(own.envelope)
+    except WireDecodeError:
+        return False
+    if isinstance(msg, EquivocationProof) or not isinstance(msg.message, WireAttestation):
+        return False
+    return Checks.REPLAY in msg.message.checks
 
 
 def _outcome(outcome: str, *, conclusive: bool) -> Outcome | None:

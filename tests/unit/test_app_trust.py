@@ -369,3 +369,67 @@ def test_a_restart_neither_re_trusts_nor_forgets_a_dispute(tmp_path: Path) -> No
         assert again.published == []
 
     _run(scenario)
+
+
+def test_a_restart_does_not_take_an_integrity_check_for_a_replay(tmp_path: Path) -> None:
+    """A light node's passing integrity check of a derivative's head proves nothing; rebuilt
+    after a restart it must not trust the head, even once a redelivered dispute (gossip catching
+    up after the start) makes the driver persist the rebuilt state."""
+
+    async def scenario() -> None:
+        path = tmp_path / "state.db"
+        first = _Node(_quorum(can_replay=False), InlineState(NodeState.open(path, lambda: T0)))  # type: ignore[arg-type]
+        await first.state.subscribe(DID)
+        await first.driver.restore()
+        await first.accept(H1)
+        for who in (A, B):
+            await first.driver.attestation(OWNER, H1, who, Verdict.VERIFIED)
+        await first.accept(H2, 2)
+        # The node's own check of H2 (integrity only: no engine) passed, as a forgery's does.
+        await first.state.record_verification(DID, H2.to_multibase(), "verified", "", 0.1)
+        await first.driver.local_verdict(OWNER, H2, "verified", conclusive=False, evidence="")
+        await first.state.add_dispute(
+            DID, H2.to_multibase(), "replay_mismatch", C.as_did_key(), b"dispute", False, "forged"
+        )
+        x = (await first.state.disputes(DID))[0]
+        await first.driver.dispute(OWNER, H2, C, x.content_id)
+        assert (await first.row()).trust.state == "disputed"
+        first.state.close()  # type: ignore[attr-defined]
+
+        again = _Node(_quorum(can_replay=False), InlineState(NodeState.open(path, lambda: T0)))  # type: ignore[arg-type]
+        again.stored_head = H2
+        await again.driver.restore()
+        await again.driver.dispute(OWNER, H2, C, x.content_id)  # the same dispute, redelivered
+        row = await again.row()
+        assert row.trust.state == "disputed" and row.trust.head == H2.to_multibase()
+        assert row.trusted_head == H1.to_multibase()
+        assert again.driver.served_head(OWNER) == H1.to_multibase()
+        assert again.published == []
+
+    _run(scenario)
+
+
+def test_a_restart_still_takes_the_nodes_own_replay_as_final(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        path = tmp_path / "state.db"
+        first = _Node(_quorum(can_replay=True), InlineState(NodeState.open(path, lambda: T0)))  # type: ignore[arg-type]
+        await first.state.subscribe(DID)
+        await first.driver.restore()
+        await first.accept(H1)
+        await first.state.record_verification(DID, H1.to_multibase(), "verified", "", 1.0)
+        await first.driver.local_verdict(OWNER, H1, "verified", conclusive=True, evidence="")
+        # The node's own attestation of its replay, as the verify pipeline publishes it.
+        await first.state.add_attestation(
+            DID, H1.to_multibase(), "verified", OWNER.as_did_key(), b"own", True
+        )
+        first.state.close()  # type: ignore[attr-defined]
+
+        again = _Node(_quorum(can_replay=True), InlineState(NodeState.open(path, lambda: T0)))  # type: ignore[arg-type]
+        again.stored_head = H1
+        await again.driver.restore()
+        await again.driver.dispute(OWNER, H1, C, "f1620" + "11" * 32)  # too late: replay is final
+        row = await again.row()
+        assert (row.trust.state, row.trust.by) == ("trusted", "local")
+        assert again.verify.queued == [] and again.published == []
+
+    _run(scenario)
