@@ -209,10 +209,12 @@ class RelaySupport:
 
     def _drop_lost(self, connected: set[str]) -> bool:
         """Forget the reservations on relays this host is no longer connected to (a restarted
-        relay has forgotten them); the next check reserves again once reconnected."""
+        relay has forgotten them) or that lapsed (a refresh failed); the next check reserves
+        again once connected."""
         from libp2p.peer.id import ID
 
-        lost = [r for r in self.relayed if r not in connected]
+        held = self.transport._reservations  # expired ones are removed by its refresher
+        lost = [r for r in self.relayed if r not in connected or ID.from_base58(r) not in held]
         for relay in lost:
             del self.relayed[relay]
             # The transport keeps its own table, refreshed until expiry whatever the relay
