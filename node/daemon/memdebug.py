@@ -6,11 +6,18 @@ first call (or one with ``baseline: true``) takes the baseline snapshot, each la
 answers the allocation sites that grew most since it. Off by default: tracing slows every
 allocation and costs memory of its own. Only the daemon process is traced (the libp2p process
 and the engine workers are processes of their own). docs/operations.md ("Hunting a leak").
+
+Every answer also carries ``native``: what tracemalloc cannot see, the native allocators of the
+process (:func:`native_memory`: Arrow's memory pool and glibc's ``mallinfo2``), so that a
+resident-size growth can be told apart from a Python-heap growth.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
+import sys
 import tracemalloc
 from typing import Any
 
@@ -38,12 +45,70 @@ def _snapshot() -> tracemalloc.Snapshot:
     )
 
 
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (glibc 2.33+): every field a ``size_t``."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+def _mb(n: int) -> float:
+    return round(n / 2**20, 2)
+
+
+def native_memory() -> dict[str, Any]:
+    """Arrow's default pool (backend, bytes it holds now and at most) if Arrow is loaded, and
+    glibc's heap (``mallinfo2``: bytes obtained from the system by ``brk``/arenas, in use, free
+    inside them, and in ``mmap``-ed chunks) where the libc has it; ``None`` for what is not
+    there."""
+    out: dict[str, Any] = {"arrow": None, "glibc": None}
+    arrow = sys.modules.get("pyarrow")
+    if arrow is not None:
+        pool = arrow.default_memory_pool()
+        out["arrow"] = {
+            "backend": pool.backend_name,
+            "allocated_mb": _mb(pool.bytes_allocated()),
+            "max_mb": _mb(pool.max_memory() or 0),
+            "total_allocated_mb": _mb(arrow.total_allocated_bytes()),
+        }
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        fn = libc.mallinfo2
+    except (OSError, AttributeError):
+        return out
+    fn.restype = _MallInfo2
+    info = fn()
+    out["glibc"] = {
+        "arena_mb": _mb(info.arena),
+        "in_use_mb": _mb(info.uordblks),
+        "free_mb": _mb(info.fordblks),
+        "mmap_mb": _mb(info.hblkhd),
+        "releasable_top_mb": _mb(info.keepcost),
+    }
+    return out
+
+
 def debug_memory(baseline: bool = False, top: int = 15) -> dict[str, Any]:
-    """Take the baseline snapshot (first call, or ``baseline``), else the top growth since it."""
+    """Take the baseline snapshot (first call, or ``baseline``), else the top growth since it;
+    with the native allocators' figures either way."""
     current, peak = tracemalloc.get_traced_memory()
     out: dict[str, Any] = {
         "traced_mb": round(current / 2**20, 2),
         "peak_mb": round(peak / 2**20, 2),
+        "native": native_memory(),
         "top_growth": [],
     }
     snap = _snapshot()

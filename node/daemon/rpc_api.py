@@ -103,10 +103,7 @@ async def start_rpc(
         result={"type": "object", "required": ["url", "expires_in_s"]},
         summary="A one-time URL that logs a browser into the node console",
     )
-    # tracemalloc is imported only by a daemon asked to trace (node/daemon/memdebug.py).
-    traced = sys.modules.get("tracemalloc")
-    if traced is not None and traced.is_tracing():
-        _add_debug_memory(registry)
+    _add_debug_memory(registry)
     await server.start()
     write_cookie(home, server.url, token)
     tasks: set[asyncio.Task[Any]] = set()
@@ -121,20 +118,29 @@ async def start_rpc(
 
 
 def _add_debug_memory(registry: RpcRegistry) -> None:
-    """``node.debug_memory``, only on a daemon started with ``ODF_NODE_TRACEMALLOC``."""
-    from node.daemon.memdebug import debug_memory
+    """``node.debug_memory``: the native allocators' figures always, tracemalloc's growth on a
+    daemon started with ``ODF_NODE_TRACEMALLOC`` (node/daemon/memdebug.py)."""
+
+    def answer(baseline: bool) -> dict[str, Any]:
+        # tracemalloc is imported only by a daemon asked to trace, and by this call.
+        from node.daemon.memdebug import debug_memory, native_memory
+
+        traced = sys.modules.get("tracemalloc")
+        if traced is not None and traced.is_tracing():
+            return debug_memory(baseline)
+        return {"traced_mb": None, "native": native_memory(), "top_growth": []}
 
     async def handler(baseline: bool = False) -> dict[str, Any]:
         # A snapshot of a busy daemon takes a while: off the event loop.
-        return await asyncio.to_thread(debug_memory, baseline)
+        return await asyncio.to_thread(answer, baseline)
 
     registry.add(
         "node.debug_memory",
         handler,
         params=[Param("baseline", {"type": "boolean"}, False, "Take a new baseline snapshot.")],
-        result={"type": "object", "required": ["traced_mb", "top_growth"]},
-        summary="tracemalloc: the allocation sites that grew most since the baseline "
-        "(daemon started with ODF_NODE_TRACEMALLOC=1)",
+        result={"type": "object", "required": ["traced_mb", "native", "top_growth"]},
+        summary="Native allocators (Arrow's pool, glibc's heap); with ODF_NODE_TRACEMALLOC=1 "
+        "also the allocation sites that grew most since the baseline",
     )
 
 

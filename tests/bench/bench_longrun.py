@@ -33,6 +33,11 @@ default a sixth of the run, at most 10 min) against the bound of 2 MB/h, fd coun
 after warm-up (flat: range within 12), ``state.db`` size at each keep window,
 and ``lost_work_items`` (must be 0). The process exit code is 1 when a bound is missed.
 
+Every minute A's native allocators are sampled too (``node.debug_memory``'s ``native``: Arrow's
+pool backend and bytes, glibc's heap in use and free), and their slopes after warm-up reported
+beside RSS's. ``--daemon-env KEY=VALUE`` (repeatable) sets a variable in A's environment only
+(e.g. ``ARROW_DEFAULT_MEMORY_POOL=system``, ``MALLOC_ARENA_MAX=2``) to compare allocators.
+
 With ``ODF_NODE_TRACEMALLOC=1`` set A runs with tracemalloc, and the report ends with the 15
 allocation sites that grew most between warm-up and the end (``node.debug_memory``,
 docs/operations.md).
@@ -148,7 +153,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "pipeline": {"keep_finished_work_days": keep_days},
     }
     env = {"ODF_NODE_TRACEMALLOC": "1"} if os.environ.get("ODF_NODE_TRACEMALLOC") else {}
-    a = NodeProcess(work / "a", "a", config=conf, env=env)
+    a_env = dict(env)
+    for kv in args.daemon_env:
+        key, _, value = kv.partition("=")
+        a_env[key] = value
+    a = NodeProcess(work / "a", "a", config=conf, env=a_env)
     b = NodeProcess(work / "b", "b", config=conf)
     churn: dict[int, tuple[subprocess.Popen[bytes], float]] = {}
     result: dict[str, Any] = {
@@ -156,6 +165,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "datasets_per_owner": args.datasets,
         "keep_finished_work_days": round(keep_days, 5),
         "keep_finished_work_min": round(keep_days * 24 * 60, 1),
+        "a_daemon_env": args.daemon_env,
     }
 
     async def call(node: NodeProcess, method: str, **params: Any) -> Any:
@@ -301,6 +311,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     traced_baseline = True
                     await call(a, "node.debug_memory", baseline=True)
                 status = await call(a, "node.status")
+                native = None
+                if not env and len(samples) % 6 == 0:
+                    # Without tracing the call is cheap (no snapshot): Arrow's pool, glibc's heap.
+                    native = (await call(a, "node.debug_memory"))["native"]
                 samples.append(
                     {
                         "t_s": round(now - t0),
@@ -311,6 +325,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         "work_done_stored": len(await call(a, "work.list", state="done")),
                         "peers": status["p2p"]["peers"],
                         "churn_peers": len(churn),
+                        **({"native": native} if native is not None else {}),
                     }
                 )
                 print(json.dumps(samples[-1]), file=sys.stderr, flush=True)
@@ -397,6 +412,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "libp2p_rss_slope_mb_per_h": _round(
                     slope_per_hour([(s["t_s"], s["rss_mb"].get("libp2p", 0.0)) for s in after])
                 ),
+                **_native_slopes(after),
                 "fds_after_warmup_min_max": [min(fds), max(fds)] if fds else None,
                 "fds_slope_per_h": _round(slope_per_hour([(s["t_s"], s["fds"]) for s in after])),
                 "state_db_mb_by_keep_window": _by_window(samples, keep_days * 86400),
@@ -451,6 +467,23 @@ def _round(v: float | None) -> float | None:
     return round(v, 2) if v is not None else None
 
 
+def _native_slopes(after: list[dict[str, Any]]) -> dict[str, Any]:
+    """Slopes (MB/h) after warm-up of A's native allocators, and their first and last figures:
+    what part of the daemon's RSS growth Arrow's pool and glibc's heap account for."""
+    nat = [(s["t_s"], s["native"]) for s in after if s.get("native")]
+    if not nat:
+        return {}
+    out: dict[str, Any] = {
+        "native_after_warmup": nat[0][1],
+        "native_end": nat[-1][1],
+        "arrow_backend": (nat[-1][1].get("arrow") or {}).get("backend"),
+    }
+    for part, field in (("arrow", "allocated_mb"), ("glibc", "in_use_mb"), ("glibc", "arena_mb")):
+        pts = [(t, n[part][field]) for t, n in nat if n.get(part)]
+        out[f"{part}_{field}_slope_mb_per_h"] = _round(slope_per_hour(pts))
+    return out
+
+
 def _by_window(samples: list[dict[str, Any]], window_s: float) -> list[list[float]]:
     """``[t_s, state_db_mb]`` at the end of each keep window (after it, pruning bounds it)."""
     out: list[list[float]] = []
@@ -471,6 +504,13 @@ def main() -> None:
     p.add_argument("--warmup-minutes", type=float, default=None)
     p.add_argument("--settle-minutes", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=30)
+    p.add_argument(
+        "--daemon-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a variable of node A's environment only (repeatable)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the work directory (homes, logs)")
     args = p.parse_args()
     if args.warmup_minutes is None:

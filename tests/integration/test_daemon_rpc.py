@@ -114,6 +114,18 @@ def test_openrpc_document_lists_every_method(node: NodeProcess) -> None:
     ]
 
 
+def test_debug_memory_answers_native_figures_without_tracing(node: NodeProcess) -> None:
+    """``node.debug_memory`` on a daemon without ``ODF_NODE_TRACEMALLOC``: no tracemalloc figures,
+    the native allocators' (glibc's heap; Arrow's pool once Arrow is loaded)."""
+    out = node.call("node.debug_memory")
+    assert out["traced_mb"] is None and out["top_growth"] == []
+    glibc = out["native"]["glibc"]
+    assert glibc["in_use_mb"] > 1
+    assert glibc["arena_mb"] >= glibc["in_use_mb"]
+    arrow = out["native"]["arrow"]
+    assert arrow is None or arrow["backend"] in {"mimalloc", "jemalloc", "system"}
+
+
 def test_metrics_report_event_loop_lag(node: NodeProcess) -> None:
     """The loop monitor runs: its histogram counts observations (one per 0.5 s)."""
     import time
