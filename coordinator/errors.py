@@ -45,6 +45,10 @@ class InvalidDatasetId(DecodeError):
     """A ``did:odf`` / ``did:key`` identifier is malformed or uses an unsupported key type."""
 
 
+class InvalidResource(DecodeError):
+    """A resource manifest (ODF v0.39 resource framework, RFC-018) is malformed."""
+
+
 class InvalidBlock(DecodeError):
     """A metadata block's bytes are not a valid ODF manifest / block."""
 

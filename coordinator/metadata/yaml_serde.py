@@ -42,6 +42,7 @@ import math
 import re
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Final
 
@@ -470,6 +471,36 @@ def _analyze_scalar(s: str) -> _Analysis:
     return _Analysis(False, line_breaks, flow_plain, block_plain, single, block)
 
 
+def format_float(value: float) -> str:
+    """``value`` as serde_yaml writes an ``f64``: ``.inf`` / ``-.inf`` / ``.nan``, otherwise
+    ryu's shortest round-trip digits in ryu's layout (upstream dtolnay/ryu ``src/pretty/mod.rs``,
+    ``format64``).
+
+    Python's ``repr`` finds the same shortest digits but lays them out differently (``1e+20``,
+    ``1e-07``); ryu writes ``1e20``, ``1e-7``, ``100.0``, ``0.0001`` and ``1e16``.
+    """
+    if math.isnan(value):
+        return ".nan"
+    if math.isinf(value):
+        return ".inf" if value > 0 else "-.inf"
+    sign = "-" if math.copysign(1.0, value) < 0 else ""
+    if value == 0:
+        return sign + "0.0"
+    # repr() gives the shortest digits that round-trip, as ryu does: value = digits * 10**exp.
+    decimal = Decimal(repr(abs(value))).normalize().as_tuple()
+    digits = "".join(map(str, decimal.digits))
+    length = len(digits)
+    point = length + int(decimal.exponent)  # 10**(point - 1) <= value < 10**point
+    if length <= point <= 16:
+        return f"{sign}{digits}{'0' * (point - length)}.0"
+    if 0 < point <= 16:
+        return f"{sign}{digits[:point]}.{digits[point:]}"
+    if -5 < point <= 0:
+        return f"{sign}0.{'0' * -point}{digits}"
+    rest = f".{digits[1:]}" if length > 1 else ""
+    return f"{sign}{digits[0]}{rest}e{point - 1}"
+
+
 def _infer_str_style(s: str) -> str:
     """serde_yaml's ``serialize_str``: literal if multi-line, quoted if it reads as non-string."""
     if "\n" in s:
@@ -567,10 +598,14 @@ class _Emitter:
                 self._emit_empty_flow("[", "]", value)
             else:
                 self._emit_block_sequence(value)
+        elif value is None:
+            self._emit_scalar("null", _PLAIN)
         elif isinstance(value, bool):
             self._emit_scalar("true" if value else "false", _PLAIN)
         elif isinstance(value, int):
             self._emit_scalar(str(value), _PLAIN)
+        elif isinstance(value, float):
+            self._emit_scalar(format_float(value), _PLAIN)
         elif isinstance(value, str):
             self._emit_scalar(value, _infer_str_style(value))
         else:
@@ -732,7 +767,7 @@ class _Emitter:
 
 
 def dump_yaml(data: Mapping[str, Any]) -> str:
-    """Render plain data (dict / list / tuple / str / int / bool) exactly as kamu's
+    """Render plain data (dict / list / tuple / str / int / float / bool / None) exactly as kamu's
     ``serde_yaml::to_string`` renders the equivalent Rust value.
 
     Dict order is kept. Strings that would read back as another type are single-quoted, strings

@@ -34,7 +34,7 @@ from aiohttp.test_utils import make_mocked_request
 from hostile_bodies import SHAPES, adversarial_body
 
 from coordinator.ingest import ddl, readers
-from coordinator.metadata import snapshot, timestamp, yaml_serde
+from coordinator.metadata import resource, snapshot, timestamp, yaml_serde
 from coordinator.metadata.yaml_serde import MAX_YAML_SIZE
 from coordinator.storage import repository
 from coordinator.transform import engines, verify
@@ -244,6 +244,32 @@ REGISTRY: list[Case] = [
         YAML,
         dashes=lambda n: rep("a-", n, "", "-"),
         slashes=lambda n: rep("a-a.", n, "", "/a/"),
+    ),
+    # ---- resource manifests (coordinator/metadata/resource.py): names, type names, short refs
+    *cases(
+        "coordinator.metadata.resource:_HOSTNAME",
+        resource._HOSTNAME,
+        fullmatch,
+        YAML,
+        dashes=lambda n: rep("a-", n, "", "-"),
+        dots=lambda n: rep("a.a-", n, "", "!"),
+    ),
+    *cases(
+        "coordinator.metadata.resource:_TYPE_NAME",
+        resource._TYPE_NAME,
+        fullmatch,
+        YAML,
+        dashes=lambda n: rep("a-", n, "", "-"),
+        dots=lambda n: rep("a-a", n, "", "."),
+    ),
+    *cases(
+        "coordinator.metadata.resource:_RESOURCE_REF",
+        resource._RESOURCE_REF,
+        fullmatch,
+        YAML,
+        account=lambda n: rep("a.a-", n, "T:", "a/"),
+        name=lambda n: rep("a-a.", n, "T:a/", "!"),
+        type=lambda n: rep("a-", n, "", "a:"),
     ),
     *cases(
         "coordinator.multiformats:_HEX_RE",
