@@ -4,8 +4,8 @@ Expected texts from kamu-cli HEAD ``src/odf/metadata/tests/tests/test_serde_yaml
 whose text did not change since v0.153 (``serde_metadata_block`` with ``version: 3``, the
 obsolete version, the dataset snapshots, ``serde_fetch_step_files_glob``, ``serde_transform``,
 ``serde_enum_tagging``, ``serde_string_enum_names``) are in ``test_yaml_vectors.py``. The cases on
-IaC resources (``Secrets``, ``ResourceInput``, ``Relations``, spec v0.39 resource framework) are
-not metadata-chain content and have no counterpart here. See docs/odf-wire-format.md, "YAML".
+v0.39 resources (``test_serde_resource_*``) and ``serde_set_data_schema_validation`` are in
+``test_yaml_resource_vectors.py``. See docs/odf-wire-format.md, "YAML".
 """
 
 from __future__ import annotations
