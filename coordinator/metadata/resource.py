@@ -185,6 +185,7 @@ class Did:
 JsonValue: TypeAlias = Any
 
 SpecT = TypeVar("SpecT")
+SpecU = TypeVar("SpecU")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -330,7 +331,7 @@ class Resource(Generic[SpecT]):
     spec: SpecT
     status: ResourceStatus
 
-    def to_input(self, spec_to_input: Callable[[SpecT], Any]) -> ResourceInput[Any]:
+    def to_input(self, spec_to_input: Callable[[SpecT], SpecU]) -> ResourceInput[SpecU]:
         """The input form of this resource: status dropped, headers as
         :meth:`ResourceHeaders.to_input`, the spec mapped by ``spec_to_input`` (kamu's
         ``From<Resource<SpecT>> for ResourceInput<SpecTInput>``)."""
