@@ -383,6 +383,10 @@ class TrustPolicy:
             return _UNKNOWN
         return HeadTrust(h.state, h.by, h.attesters, h.evidence, tuple(h.disputes))
 
+    def head_count(self) -> int:
+        """Heads remembered (bounded by ``max_heads``; for metrics and memory tests)."""
+        return len(self._heads)
+
     def reputation(self, attester: DatasetId) -> float:
         """``attester``'s local reputation (moved only by this node's own replays)."""
         return self._reputation.get(attester, 0.0)

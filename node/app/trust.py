@@ -67,6 +67,17 @@ from p2p.trust import (
 from p2p.wire import Attestation as WireAttestation
 from p2p.wire import Checks, EquivocationProof, Verdict, decode_unverified
 
+HEADS_PER_DATASET = 16
+"""Heads each dataset's policy remembers, the oldest forgotten first.
+
+:data:`p2p.trust.MAX_HEADS` bounds a policy that judges every dataset of a node (the
+simulator's); here each followed dataset has a policy of its own, so that bound would let each
+keep 4,096 heads: a dataset updated every minute filled it for three days, and a node following
+many grew by every head it ever saw (``make bench-longrun``: about 1,700 heads an hour). A head
+16 updates behind the newest no longer decides what the node serves (the newest trusted head is
+kept apart, in the subscription), so late attestations of it need not be counted.
+"""
+
 log = logging.getLogger("odf_node.trust")
 
 _VERDICTS = {v.name.lower(): v for v in Verdict}
@@ -167,6 +178,7 @@ class TrustDriver:
         return policy
 
     def _new_policy(self, config: TrustConfig) -> TrustPolicy:
+        config = dataclasses.replace(config, max_heads=min(config.max_heads, HEADS_PER_DATASET))
         policy = TrustPolicy(config, self._rng)
         policy.canonical = self.identities.canonical
         return policy
@@ -322,6 +334,10 @@ class TrustDriver:
             await self._carry_out(did, policy, policy.handle(Tick(now)), 0)
 
     # ----------------------------------------------------------------- what trust changes
+
+    def heads_tracked(self) -> int:
+        """Heads the policies of every dataset remember (at most :data:`HEADS_PER_DATASET` each)."""
+        return sum(p.head_count() for p in self._policies.values())
 
     def served_head(self, did: DatasetId) -> str | None:
         """The head to serve of ``did``: None serves the stored head (verify-all, owned or

@@ -18,7 +18,7 @@ from node.adapters.state import InlineState
 from node.app.events import EventBus
 from node.app.ports import GossipPort, IpfsPort, StatePort
 from node.app.subscriptions import SubscriptionUseCases
-from node.app.trust import TrustDriver
+from node.app.trust import HEADS_PER_DATASET, TrustDriver
 from node.config import ConfigError, load_config
 from node.state.store import NodeState
 from p2p.trust import Policy, TrustConfig, TrustConfigError
@@ -431,5 +431,24 @@ def test_a_restart_still_takes_the_nodes_own_replay_as_final(tmp_path: Path) -> 
         row = await again.row()
         assert (row.trust.state, row.trust.by) == ("trusted", "local")
         assert again.verify.queued == [] and again.published == []
+
+    _run(scenario)
+
+
+def test_each_datasets_policy_remembers_a_bounded_number_of_heads() -> None:
+    """A followed dataset's heads come for months: its policy forgets the oldest (the newest
+    trusted head stays in the subscription), so memory does not grow with every head."""
+
+    async def scenario() -> None:
+        n = _Node(TrustConfig())
+        await n.state.subscribe(DID)
+        await n.driver.restore()
+        heads = [Multihash.sha3_256(i.to_bytes(4, "big")) for i in range(3 * HEADS_PER_DATASET)]
+        for seq, head in enumerate(heads, start=1):
+            await n.accept(head, seq)
+            await n.driver.local_verdict(OWNER, head, "verified", conclusive=True, evidence="")
+        assert n.driver.heads_tracked() == HEADS_PER_DATASET
+        assert (await n.row()).trusted_head == heads[-1].to_multibase()
+        assert n.driver.served_head(OWNER) is None  # verify-all: served as stored
 
     _run(scenario)
