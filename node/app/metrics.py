@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from typing import Any
 
@@ -80,8 +81,14 @@ class NodeMetrics:
             registry=r,
         )
 
-        # (at_ns, {family: {outcome: running total}}): what the console's rate charts draw.
-        self.history: deque[tuple[int, dict[str, dict[str, float]]]] = deque(maxlen=HISTORY_SAMPLES)
+        # What the console's rate charts draw: (at_ns, running totals), each total at the index
+        # of its (family, outcome) in ``_history_keys`` (a sample taken before a key first
+        # appeared is shorter). A flat array, not a dict of dicts per sample: ~150 bytes a
+        # sample instead of ~1 KB, so the hour of samples costs ~0.1 MB, not ~0.8 MB, and the
+        # daemon's memory does not climb through its first hour for it (make bench-longrun).
+        self.history: deque[tuple[int, array[float]]] = deque(maxlen=HISTORY_SAMPLES)
+        self._history_keys: list[tuple[str, str]] = []
+        self._history_index: dict[tuple[str, str], int] = {}
 
     def totals(self) -> dict[str, dict[str, float]]:
         """Running totals by outcome of announcements, verifications and pulls."""
@@ -102,11 +109,31 @@ class NodeMetrics:
 
     def sample_history(self, now_ns: int) -> None:
         """Remember the current totals (called every few seconds by the daemon)."""
-        self.history.append((now_ns, self.totals()))
+        values: list[float] = [0.0] * len(self._history_keys)
+        for family, by_outcome in self.totals().items():
+            for outcome, total in by_outcome.items():
+                i = self._history_index.get((family, outcome))
+                if i is None:
+                    i = self._history_index[(family, outcome)] = len(self._history_keys)
+                    self._history_keys.append((family, outcome))
+                    values.append(0.0)
+                values[i] = total
+        self.history.append((now_ns, array("d", values)))
 
     def history_json(self) -> list[dict[str, Any]]:
-        """The remembered samples, oldest first, JSON-friendly."""
-        return [{"at_ns": at, "totals": totals} for at, totals in self.history]
+        """The remembered samples, oldest first, JSON-friendly:
+        ``{"at_ns": …, "totals": {family: {outcome: running total}}}``."""
+        out: list[dict[str, Any]] = []
+        for at, values in self.history:
+            totals: dict[str, dict[str, float]] = {
+                "announcements": {},
+                "verifications": {},
+                "pulls": {},
+            }
+            for (family, outcome), total in zip(self._history_keys, values, strict=False):
+                totals[family][outcome] = total
+            out.append({"at_ns": at, "totals": totals})
+        return out
 
     def render(self) -> tuple[bytes, str]:
         """The text exposition and its content type."""
