@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import logging
 import os
 import signal
@@ -152,7 +153,20 @@ class _Relay:
             await asyncio.sleep(interval_s)
 
 
+def _report_memory() -> None:
+    """``SIGUSR2`` on a traced process: baseline first, then growth, on standard error."""
+    from p2p.memdebug import debug_memory
+
+    sys.stderr.write(f"memdebug {json.dumps(debug_memory())}\n")
+    sys.stderr.flush()
+
+
 async def _main(fd: int) -> None:
+    from p2p.memdebug import start_if_requested
+
+    if start_if_requested():
+        # A leak hunt (docs/operations.md): the daemon's RPC cannot reach into this process.
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, _report_memory)
     sock = socket.socket(fileno=fd)
     reader, writer = await asyncio.open_unix_connection(sock=sock, limit=MAX_FRAME)
     relay = _Relay(writer)

@@ -150,7 +150,7 @@ class Daemon:
     async def run(self, stop: asyncio.Event) -> None:
         """Start every service, run until ``stop`` is set or a task crashes, then stop."""
         if os.environ.get("ODF_NODE_TRACEMALLOC", "0") != "0":
-            from node.daemon.memdebug import start_if_requested
+            from p2p.memdebug import start_if_requested
 
             start_if_requested()
         lock = HomeLock(self.home.path)

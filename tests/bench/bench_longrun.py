@@ -53,6 +53,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -101,6 +102,29 @@ def fd_count(pid: int) -> int:
         except OSError:
             pass
     return total
+
+
+def signal_libp2p(node: Any) -> None:
+    """Ask A's traced libp2p process for its baseline (first) or growth (later): ``SIGUSR2``
+    (p2p/memdebug.py; the answer is a ``memdebug`` line in A's log)."""
+    from daemon_harness import node_pids
+
+    pid = node_pids(node.proc.pid).get("libp2p")
+    if pid is not None:
+        os.kill(pid, signal.SIGUSR2)
+
+
+async def libp2p_growth(node: Any) -> list[dict[str, Any]]:
+    """The traced libp2p process's allocation sites that grew most since its baseline."""
+    mark = len(node.log_path.read_bytes())
+    signal_libp2p(node)
+    for _ in range(300):  # a snapshot of a busy process takes a while
+        await asyncio.sleep(1)
+        for line in node.log_path.read_bytes()[mark:].decode(errors="replace").splitlines():
+            if line.startswith("memdebug {"):
+                growth: list[dict[str, Any]] = json.loads(line[len("memdebug ") :])["top_growth"]
+                return growth
+    return []
 
 
 def db_bytes(home: Path) -> int:
@@ -310,6 +334,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 if env and not traced_baseline and now - t0 >= args.warmup_minutes * 60:
                     traced_baseline = True
                     await call(a, "node.debug_memory", baseline=True)
+                    signal_libp2p(a)
                 status = await call(a, "node.status")
                 native = None
                 if not env and len(samples) % 6 == 0:
@@ -429,6 +454,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         if env:
             result["tracemalloc_top_growth"] = (await call(a, "node.debug_memory"))["top_growth"]
+            result["libp2p_tracemalloc_top_growth"] = await libp2p_growth(a)
         ok = (
             result["lost_work_items"] == 0
             and slope is not None

@@ -1,12 +1,15 @@
-"""``node.debug_memory``'s native figures (node/daemon/memdebug.py): Arrow's pool, glibc's heap."""
+"""``node.debug_memory``'s native figures (p2p/memdebug.py): Arrow's pool, glibc's heap."""
 
 from __future__ import annotations
 
+import json
 import sys
+import tracemalloc
 
 import pyarrow as pa
+import pytest
 
-from node.daemon.memdebug import native_memory
+from p2p.memdebug import native_memory
 
 
 def test_arrow_pool_backend_and_bytes_follow_an_allocation() -> None:
@@ -31,3 +34,26 @@ def test_glibc_heap_counts_a_large_malloc() -> None:
     assert during["in_use_mb"] >= 0 and during["free_mb"] >= 0
     del block
     assert native_memory()["glibc"]["mmap_mb"] <= during["mmap_mb"] - 31.9
+
+
+def test_the_libp2p_process_reports_its_growth_on_stderr(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The libp2p process has no RPC: ``SIGUSR2`` writes baseline, then growth, to stderr."""
+    from p2p import libp2p_child, memdebug
+
+    memdebug._baseline.clear()  # another test of this process may have taken one
+    tracemalloc.start()
+    try:
+        libp2p_child._report_memory()
+        kept = [bytearray(1024) for _ in range(2000)]  # ~2 MB that stays
+        libp2p_child._report_memory()
+    finally:
+        tracemalloc.stop()
+    lines = capsys.readouterr().err.splitlines()
+    first, second = (json.loads(line.removeprefix("memdebug ")) for line in lines)
+    assert first["baseline"] is True and first["top_growth"] == []
+    assert second["baseline"] is False
+    top = second["top_growth"][0]
+    assert "test_memdebug.py" in top["site"] and top["size_diff_kb"] >= 1900
+    assert len(kept) == 2000

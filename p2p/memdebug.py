@@ -4,8 +4,10 @@ A daemon started with ``ODF_NODE_TRACEMALLOC=1`` (or a frame depth, e.g. ``=10``
 ``tracemalloc`` from its first line of ``run`` on, and its RPC gains ``node.debug_memory``: the
 first call (or one with ``baseline: true``) takes the baseline snapshot, each later call
 answers the allocation sites that grew most since it. Off by default: tracing slows every
-allocation and costs memory of its own. Only the daemon process is traced (the libp2p process
-and the engine workers are processes of their own). docs/operations.md ("Hunting a leak").
+allocation and costs memory of its own. The libp2p process (``p2p/libp2p_child.py``) inherits
+the variable and traces itself too: each ``SIGUSR2`` takes its baseline (first) or writes its
+growth since (later) as one ``memdebug {json}`` line to its standard error, the daemon's log.
+Engine workers are not traced. docs/operations.md ("Hunting a leak").
 
 Every answer also carries ``native``: what tracemalloc cannot see, the native allocators of the
 process (:func:`native_memory`: Arrow's memory pool and glibc's ``mallinfo2``), so that a
