@@ -96,6 +96,7 @@ class P2pSection:
     relay_circuit_duration_s: int
     relay_circuit_bytes: int
     reachability_interval_s: float
+    hole_punching: bool
     peers_high_water: int
     peers_low_water: int
     max_peers_per_ip: int

@@ -100,6 +100,8 @@ class _Relay:
                 self.set_request_handler(args[0])
             elif name == "reachability":
                 value = t.reachability()
+            elif name == "hole_punching":
+                value = t.hole_punching()
             else:
                 raise TransportError(f"unknown call {name!r}")
         except Exception as e:

@@ -15,6 +15,7 @@ content-addressed message ids, seqno counter seeded from the wall clock, and a m
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hashlib
 import logging
@@ -44,6 +45,7 @@ MAX_REQUEST_SIZE = 1 << 20
 # arriving (well under a second on loopback); the library defaults are 100 messages and 30 s.
 _PENDING_PER_PEER = 16
 _PENDING_TTL_S = 5.0
+_OUTCOMES_KEPT = 64
 
 
 class _QuietPendingQueue(logging.Filter):
@@ -114,6 +116,9 @@ class Libp2pConfig:
     relay_circuit_duration_s: int = 600
     relay_circuit_bytes: int = 64 << 20
     reachability_interval_s: float = 60.0
+    # DCUtR (p2p/holepunch.py, docs/nat.md): with ``nat``, a relayed connection is upgraded to
+    # a direct one by a hole punch where the NATs allow it.
+    hole_punching: bool = True
     # Connection manager (p2p/connmgr.py, docs/libp2p.md "Connection manager"): above
     # peers_high_water connected peers, trim to peers_low_water; at most max_peers_per_ip
     # inbound peers per remote IP (0: no cap); a new peer is not trimmed for conn_grace_s; a
@@ -185,6 +190,13 @@ class Libp2pTransport:
         # The relay machinery (trio side) and its last snapshot (asyncio side).
         self._relay: Any = None
         self._reachability: dict[str, Any] = {"status": "unknown", "relayed_addrs": []}
+        # Hole punching (trio side) and what it posted (asyncio side): the last outcomes and,
+        # per connected peer, ``direct`` or ``relayed``.
+        self._puncher: Any = None
+        self._punch_outcomes: collections.deque[dict[str, Any]] = collections.deque(
+            maxlen=_OUTCOMES_KEPT
+        )
+        self._conn_kinds: dict[str, str] = {}
 
         from p2p.redial import peer_id_of
 
@@ -374,6 +386,39 @@ class Libp2pTransport:
                     await trio.sleep_forever()
 
         nursery.start_soon(serve_relay)
+        if cfg.nat and cfg.hole_punching:
+            from p2p.holepunch import HolePuncher, connection_kinds
+
+            def outcome(o: dict[str, Any]) -> None:
+                # With the connection kinds as they are now: the outcome and status agree.
+                kinds = connection_kinds(self._host)
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self._set_conn_kinds, kinds)
+                    loop.call_soon_threadsafe(self._punch_outcomes.append, o)
+
+            self._puncher = HolePuncher(self._host, outcome)
+
+            async def serve_punch() -> None:
+                async with background_trio_service(self._puncher):
+                    import trio
+
+                    await trio.sleep_forever()
+
+            nursery.start_soon(serve_punch)
+
+    def hole_punching(self) -> dict[str, Any]:
+        """``{"enabled": bool, "connections": {peer: "direct"|"relayed"}, "outcomes": [...]}``:
+        the last hole-punch outcomes (``p2p/holepunch.py``, oldest first, each with a ``seq``
+        that grows) and the kind of every connected peer's best connection (empty without
+        ``nat``)."""
+        return {
+            "enabled": self._puncher is not None,
+            "connections": dict(self._conn_kinds),
+            "outcomes": list(self._punch_outcomes),
+        }
+
+    def _set_conn_kinds(self, kinds: dict[str, str]) -> None:
+        self._conn_kinds = kinds
 
     def _set_reachability(self, snapshot: dict[str, Any]) -> None:
         self._reachability = snapshot
@@ -648,9 +693,20 @@ class Libp2pTransport:
         import trio
 
         last: tuple[str, ...] | None = None
+        last_kinds: dict[str, str] = {}
         while True:
             if self._host.get_connected_peers():
                 await self._manage_connections()
+            if self._relay is not None:
+                from p2p.holepunch import connection_kinds
+
+                kinds = connection_kinds(self._host)
+                if kinds != last_kinds:
+                    last_kinds = kinds
+                    loop = self._loop
+                    assert loop is not None
+                    with contextlib.suppress(RuntimeError):
+                        loop.call_soon_threadsafe(self._set_conn_kinds, kinds)
             peers = tuple(sorted(p.to_string() for p in self._host.get_connected_peers()))
             if peers != last:
                 if last:
@@ -700,35 +756,17 @@ class Libp2pTransport:
 def _peer_conn(peer: str, conn: Any) -> PeerConn:
     """What the connection manager needs of a libp2p connection (best effort: py-libp2p's
     connection types differ in what they expose)."""
+    from p2p.relay import is_relayed_conn
+
     ip: str | None = None
     with contextlib.suppress(Exception):
         remote = conn.muxed_conn.get_remote_address()
-        if remote is not None and not _relayed_conn(conn):
+        if remote is not None and not is_relayed_conn(conn):
             ip = str(remote[0])
     # libp2p.rcmgr.metrics.Direction, an IntEnum whose INBOUND is 0 (falsy).
     direction = getattr(conn, "direction", None)
     inbound = str(getattr(direction, "name", direction)).lower() == "inbound"
     return PeerConn(peer, ip, inbound)
-
-
-def _relayed_conn(conn: Any) -> bool:
-    """Whether a libp2p connection runs over a circuit relay: its remote address is then the
-    relay's, shared by every peer reached through it, so the per-IP cap must not count it."""
-    from libp2p.connection_types import ConnectionType
-
-    from p2p.relay import RELAY_MARK
-
-    # py-libp2p 0.8.1 tags the swarm connection of an accepted circuit; the secured layers
-    # below it do not all pass the type through. Its own transport addresses only: without
-    # them get_transport_addresses() falls back to the peerstore's, which may list the peer's
-    # relayed address for a direct connection.
-    layer: Any
-    for layer in (conn, getattr(conn, "muxed_conn", None)):
-        with contextlib.suppress(Exception):
-            if layer.get_connection_type() == ConnectionType.RELAYED:
-                return True
-    addrs = getattr(conn, "_actual_transport_addresses", None) or ()
-    return any(RELAY_MARK in str(a) for a in addrs)
 
 
 async def _call(fn: Callable[[str, bytes], Awaitable[T]], peer: str, data: bytes) -> T:

@@ -11,7 +11,8 @@ Frames are ``u32 length || marshal(tuple)``; both ends run the same code, and ma
 only plain values (str, bytes, int, float, bool, None, tuples, lists, dicts). The parent sends
 
 * ``("start", config)`` once, then ``("call", id, name, args)`` for connect, publish, topic_peers,
-  request, subscribe, join, set_validator, set_request_handler and reachability;
+  request, subscribe, join, set_validator, set_request_handler, reachability and
+  hole_punching;
 * ``("verdict", id, value)`` and ``("response", id, ok, payload)`` answering the child;
 
 and the child sends ``("ready", peer_id, addrs)``, ``("result", id, ok, value)``,
@@ -410,6 +411,11 @@ class Libp2pProcessTransport:
         """The host's reachability snapshot (``p2p/relay.py``; AutoNAT status, relayed
         addresses, relay service, why reservations failed)."""
         return dict(await self._call("reachability"))
+
+    async def hole_punching(self) -> dict[str, Any]:
+        """The host's hole punching (``p2p/holepunch.py``): whether it runs, the connection
+        kind (``direct``/``relayed``) per connected peer and the last outcomes."""
+        return dict(await self._call("hole_punching"))
 
     async def request(self, peer: str, protocol: str, data: bytes, timeout_s: float) -> bytes:
         """One request/response exchange on a fresh stream (run by the child)."""

@@ -21,7 +21,7 @@ Runs on the host's trio thread (:class:`p2p.libp2p_host.Libp2pTransport` owns on
   (STOP) and can dial relayed addresses. A private node with no reservation is
   ``unreachable``: peers cannot dial it.
 
-DCUtR (hole punching over the relayed connection) is not used: see ``docs/nat.md``.
+DCUtR (a relayed connection upgraded to a direct one by a hole punch) is ``p2p/holepunch.py``.
 """
 
 from __future__ import annotations
@@ -63,6 +63,26 @@ def circuit_addr(relay_addr: str, relay_peer: str, own_peer: str) -> str:
 def dest_peer(addr: str) -> str:
     """The peer id a (relayed or direct) ``.../p2p/<id>`` multiaddr ends with."""
     return addr.rstrip("/").rsplit("/p2p/", 1)[1]
+
+
+def is_relayed_conn(conn: Any) -> bool:
+    """Whether a libp2p connection runs over a circuit relay: its remote address is then the
+    relay's, shared by every peer reached through it, so the per-IP cap must not count it."""
+    import contextlib
+
+    from libp2p.connection_types import ConnectionType
+
+    # py-libp2p 0.8.1 tags the swarm connection of an accepted circuit; the secured layers
+    # below it do not all pass the type through. Its own transport addresses only: without
+    # them get_transport_addresses() falls back to the peerstore's, which may list the peer's
+    # relayed address for a direct connection.
+    layer: Any
+    for layer in (conn, getattr(conn, "muxed_conn", None)):
+        with contextlib.suppress(Exception):
+            if layer.get_connection_type() == ConnectionType.RELAYED:
+                return True
+    addrs = getattr(conn, "_actual_transport_addresses", None) or ()
+    return any(RELAY_MARK in str(a) for a in addrs)
 
 
 class RelaySupport:
@@ -283,4 +303,12 @@ def _first_line(e: BaseException) -> str:
     return (text[0] if text else type(e).__name__)[:200]
 
 
-__all__ = ["RELAY_MARK", "RelayLimits", "RelaySupport", "circuit_addr", "dest_peer", "is_relayed"]
+__all__ = [
+    "RELAY_MARK",
+    "RelayLimits",
+    "RelaySupport",
+    "circuit_addr",
+    "dest_peer",
+    "is_relayed",
+    "is_relayed_conn",
+]

@@ -138,13 +138,34 @@ class _Host:
 
 
 def nat_ruleset(j: int, kind: NatKind) -> str:
-    """The nftables ruleset of router ``j``: masquerade what its LAN sends out of ``eth0``."""
+    """The nftables ruleset of router ``j``: masquerade what its LAN sends out of ``eth0``, and
+    drop what arrives on ``eth0`` outside a connection the LAN opened.
+
+    The drop is what a home router's firewall does, and TCP hole punching depends on it: without
+    it the router's own stack answers an unsolicited SYN to a mapped port with a RST, which
+    kills the peer's half of a simultaneous open (the SYN that crosses first arrives before the
+    other side's SYN has opened the mapping) -- measured in the lab: every punch failed with
+    "Connection refused" on both ends. A dropped SYN leaves no trace (its conntrack entry is
+    never confirmed), so the other side's SYN, a moment later, opens the mapping and the next
+    SYN gets through (docs/nat.md, "Hole punching").
+    """
     flags = " fully-random" if kind == "symmetric" else ""
+    wan = f'iifname "{HOST_IFACE}"'
     return (
         "table ip odfnat {\n"
         " chain post {\n"
         "  type nat hook postrouting priority srcnat; policy accept;\n"
         f'  ip saddr {nat_subnet(j)} oifname "{HOST_IFACE}" masquerade{flags}\n'
+        " }\n"
+        " chain wan_in {\n"
+        "  type filter hook input priority filter; policy accept;\n"
+        f"  {wan} ct state established,related accept\n"
+        f"  {wan} drop\n"
+        " }\n"
+        " chain wan_fwd {\n"
+        "  type filter hook forward priority filter; policy accept;\n"
+        f"  {wan} ct state established,related accept\n"
+        f"  {wan} drop\n"
         " }\n"
         "}\n"
     )
@@ -645,8 +666,9 @@ def nat_check() -> dict[str, Any]:
 
     For each private host: the addresses and ports two public hosts observe for one UDP socket
     and one TCP source port (``udp`` / ``tcp``, as ``ip:port``), and whether a public host can
-    reach the private host on its own (``direct``: no route) or send it an unsolicited datagram
-    to the router's mapped port (``inbound``).
+    reach the private host on its own (``direct``: no route), send it an unsolicited datagram
+    to the router's mapped port (``inbound``) or open a TCP connection to the mapped TCP port
+    (``inbound_tcp``: ``unreachable: TimeoutError`` when the router drops it, as it must).
     """
     port, src = 7701, 40000
     result: dict[str, Any] = {}
@@ -685,6 +707,13 @@ def nat_check() -> dict[str, Any]:
                     ],
                 )
                 out, _ = listener.communicate(timeout=10)
+                # And a TCP connection to the router's mapped port: dropped (a timeout), not
+                # refused by the router's stack (TCP hole punching needs that: nat_ruleset).
+                tcp_mapped = int(seen["tcp"][0].rsplit(":", 1)[1])
+                inbound_tcp = lab.run(
+                    2,
+                    [sys.executable, "-c", _PROBE, lab.public_address(k), str(tcp_mapped), "1"],
+                ).stdout.strip()
                 result[nat] = {
                     "private": lab.address(k),
                     "router": lab.public_address(k),
@@ -692,6 +721,7 @@ def nat_check() -> dict[str, Any]:
                     "tcp": seen["tcp"],
                     "direct": direct,
                     "inbound": out.decode().strip(),
+                    "inbound_tcp": inbound_tcp,
                 }
         finally:
             for r in reflectors:

@@ -69,6 +69,9 @@ class NodeInfo:
     """Reachability problems found at start (``status``' ``warnings``)."""
     reachability: dict[str, Any] = field(default_factory=dict)
     """The gossip host's reachability behind NAT (``status``' ``p2p.reachability``)."""
+    connections: dict[str, str] = field(default_factory=dict)
+    """Per connected peer, ``direct`` or ``relayed`` (``status``' ``p2p.connections``; open
+    mode with ``[p2p] hole_punching``, else empty)."""
 
 
 @dataclass
@@ -146,6 +149,7 @@ class Application:
                 "peers": self.gossip.peer_count(),
                 "fetches_running": self.gossip.fetches_running(),
                 "reachability": dict(info.reachability) or None,
+                "connections": dict(info.connections),
             },
             ipfs=self.ipfs.info(),
             engine={

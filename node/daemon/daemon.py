@@ -585,6 +585,7 @@ class Daemon:
                 relay_circuit_duration_s=p.relay_circuit_duration_s,
                 relay_circuit_bytes=p.relay_circuit_bytes,
                 reachability_interval_s=p.reachability_interval_s,
+                hole_punching=p.hole_punching,
                 peers_high_water=p.peers_high_water,
                 peers_low_water=p.peers_low_water,
                 max_peers_per_ip=p.peers_per_ip_cap(self.config.network.loopback_only),
@@ -683,8 +684,10 @@ class Daemon:
     async def _watch_reachability(self) -> None:
         """Follow the gossip host's AutoNAT verdict and relay reservations (docs/nat.md): into
         ``status`` (``p2p.reachability``), the log and ``node.reachability`` events; a private
-        node that holds no relay slot says it is unreachable."""
+        node that holds no relay slot says it is unreachable. Hole punching's outcomes too
+        (:meth:`_poll_hole_punching`)."""
         last: dict[str, Any] | None = None
+        punch_seq = 0
         while True:
             try:
                 snap = await self._transport.reachability()
@@ -722,7 +725,41 @@ class Daemon:
                 await self.state.log_event("node.reachability", None, data)
                 if relayed and self._discovery is not None:
                     self._discovery.trigger()
+            if self.config.p2p.hole_punching:
+                punch_seq = await self._poll_hole_punching(punch_seq)
             await asyncio.sleep(_REACHABILITY_POLL_S)
+
+    async def _poll_hole_punching(self, last_seq: int) -> int:
+        """The gossip host's hole punching (``p2p/holepunch.py``, docs/nat.md): the kind of
+        each connected peer's connection into ``status`` (``p2p.connections``), each new
+        outcome into a ``p2p.hole_punch`` event and the log; the last outcome's ``seq``."""
+        try:
+            punch = await self._transport.hole_punching()
+        except Exception as e:  # the gossip process restarting
+            log.debug("hole punching: %s", e)
+            return last_seq
+        self.info.connections = dict(punch.get("connections") or {})
+        outcomes = list(punch.get("outcomes") or [])
+        if outcomes and outcomes[-1]["seq"] < last_seq:
+            last_seq = 0  # a restarted gossip process counts from 1 again
+        for o in outcomes:
+            if o["seq"] <= last_seq:
+                continue
+            last_seq = o["seq"]
+            data = {k: v for k, v in o.items() if k not in ("seq", "at_ns")}
+            if o["result"] == "direct":
+                log.info("hole punch with %s: direct (%s)", o["peer"], o["reason"])
+            else:
+                log.warning(
+                    "hole punch with %s failed (%s): %s; the relay keeps carrying the connection",
+                    o["peer"],
+                    f"attempt {o['attempt']} of {o.get('max_attempts')}"
+                    if o.get("attempt")
+                    else "answering the peer's attempt",
+                    o["reason"],
+                )
+            await self.state.log_event("p2p.hole_punch", None, data)
+        return last_seq
 
     async def _stream_request(self, peer: str, protocol: str, data: bytes, timeout: float) -> bytes:
         """A request over the gossip host (``libp2p://`` pull sources)."""

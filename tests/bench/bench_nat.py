@@ -12,7 +12,12 @@ then the relay (the bootstrap node) is restarted: relay stopped -> the owner say
 unreachable, and relay ready -> the owner holds a slot again. ``--rounds`` repeats the
 subscribe measurement with a new derivative head each round.
 
-Usage: .venv/bin/python tests/bench/bench_nat.py [--rounds 3] [--json FILE]
+Then hole punching (DCUtR, :func:`punch`) in a second lab where the subscriber too is behind an
+endpoint-independent NAT: per owner NAT kind, whether the relayed connection became direct and
+how long that took, over ``--punch-trials`` fresh subscribers (median reported).
+
+Usage: .venv/bin/python tests/bench/bench_nat.py [--rounds 3] [--punch-trials 3] [--punch-only]
+[--json FILE]
 """
 
 from __future__ import annotations
@@ -132,6 +137,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             r["subscribe_or_commit_to_verified_s"] = [round(x, 1) for x in verified]
             r["verified_median_s"] = round(statistics.median(verified), 1)
             r["data_paths"] = sorted(paths)
+            # The subscriber is public: the owner's hole punch ends in a plain direct dial to it
+            # (whatever its NAT), and the connection kind says so.
+            owner_peer = owner.call("node.status")["p2p"]["peer_id"]
+            r["sub_connection_to_owner"] = sub.call("node.status")["p2p"]["connections"].get(
+                owner_peer
+            )
+            r["owner_hole_punches"] = [
+                {k: e["data"][k] for k in ("result", "reason", "since_relayed_s")}
+                for e in owner.call("node.events", kind="p2p.hole_punch", limit=20)
+            ]
             out[name] = r
         # The relay restarts.
         t0 = time.monotonic()
@@ -161,18 +176,144 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             shutil.rmtree(work, ignore_errors=True)
 
 
+def punch(args: argparse.Namespace) -> dict[str, Any]:
+    """Hole punching between two NATed nodes: a subscriber behind an endpoint-independent NAT
+    and, per trial, a fresh subscriber home (a new peer, new flows) that subscribes to a root
+    dataset of an owner behind another endpoint-independent NAT and of one behind a symmetric
+    NAT, reached through the bootstrap node's relay. Per owner and trial: whether the owner's
+    hole punch made the connection direct, the time from the relayed connection to the first
+    outcome (``since_relayed_s``) and from subscribe to it, and subscribe -> first head
+    pulled."""
+    from daemon_harness import CITIES_SNAPSHOT
+    from multihost import HostNode, open_config, stop_all
+
+    from sim.netlab import Nat, NetLab
+
+    root = CITIES_SNAPSHOT.rstrip().removesuffix("---")
+    work = Path(tempfile.mkdtemp(prefix="bench-punch-"))
+    lab = NetLab(1, [Nat("eim"), Nat("eim"), Nat("symmetric")])
+    lab.start()
+    nodes: dict[str, Any] = {}
+    out: dict[str, Any] = {"load_before": os.getloadavg()[0], "trials": []}
+    try:
+        boot = HostNode(lab, 1, work / "boot", "boot")
+        boot.config.update(open_config(boot.address))
+        boot.config["p2p"].update(port=BOOTSTRAP_PORT, relay_service=True)
+        boot.config["ipfs"] = {"mode": "none"}
+        boot.config["http"] = {"enabled": False}
+        boot.init()
+        nodes["boot"] = boot
+        bootstrap = f"/ip4/{boot.address}/tcp/{BOOTSTRAP_PORT}/p2p/{_peer_id(work / 'boot')}"
+
+        def node(k: int, name: str) -> Any:
+            n = HostNode(lab, k, work / name, name)
+            n.config.update(open_config(n.address, [bootstrap]))
+            n.config["p2p"]["reachability_interval_s"] = 5.0
+            n.config["ipfs"] = {"mode": "none"}
+            n.init()
+            nodes[name] = n
+            return n
+
+        owners = {"eim": node(2, "owner-eim"), "symmetric": node(4, "owner-sym")}
+        boot.launch()
+        boot.wait_ready()
+        for o in owners.values():
+            o.launch()
+        dids: dict[str, str] = {}
+        for kind, o in owners.items():
+            o.wait_ready()
+            o.wait_for("a relay slot", lambda o=o: _reach(o).get("relayed_addrs"), 120, 0.2)
+            (created,) = o.call("dataset.create", snapshot_yaml=root)
+            csv = work / f"{kind}.csv"
+            csv.write_text("event_time,city,population\n2020-01-01T00:00:00Z,A,1000\n")
+            o.call("dataset.ingest", ref="cities", files=[str(csv)])
+            dids[kind] = created["id"]
+        for t in range(args.punch_trials):
+            sub = node(3, f"sub-{t}")
+            sub.launch()
+            sub.wait_ready()
+            sub.wait_for("a relay slot", lambda s=sub: _reach(s).get("relayed_addrs"), 120, 0.2)
+            sub_peer = sub.call("node.status")["p2p"]["peer_id"]
+            t0 = time.monotonic()
+            for did in dids.values():
+                sub.call("subscriptions.add", did=did)
+            trial: dict[str, Any] = {}
+            pending = set(owners)
+            deadline = t0 + 180
+            while pending and time.monotonic() < deadline:
+                listed = {d["id"]: d for d in sub.call("dataset.list")}
+                for kind in list(pending):
+                    r = trial.setdefault(kind, {})
+                    if "pulled_s" not in r and listed.get(dids[kind], {}).get("head"):
+                        r["pulled_s"] = round(time.monotonic() - t0, 1)
+                    if "result" not in r:
+                        ev = [
+                            e["data"]
+                            for e in owners[kind].call("node.events", kind="p2p.hole_punch")
+                            if e["data"]["peer"] == sub_peer
+                        ]
+                        if ev:
+                            first = ev[0]  # oldest first
+                            r.update(
+                                result=first["result"],
+                                reason=first["reason"],
+                                since_relayed_s=first["since_relayed_s"],
+                                subscribe_to_outcome_s=round(time.monotonic() - t0, 1),
+                            )
+                    if "pulled_s" in r and "result" in r:
+                        # The subscriber's status follows its host every 2 s: let it settle.
+                        owner_peer = owners[kind].call("node.status")["p2p"]["peer_id"]
+                        want = "direct" if r["result"] == "direct" else "relayed"
+                        settle = time.monotonic() + 5
+                        while True:
+                            conns = sub.call("node.status")["p2p"]["connections"]
+                            r["connection"] = conns.get(owner_peer)
+                            if r["connection"] == want or time.monotonic() > settle:
+                                break
+                            time.sleep(0.2)
+                        pending.discard(kind)
+                time.sleep(0.2)
+            out["trials"].append(trial)
+            sub.stop()
+            del nodes[f"sub-{t}"]
+        for kind in owners:
+            rs = [tr.get(kind, {}) for tr in out["trials"]]
+            times = [r["since_relayed_s"] for r in rs if r.get("result") == "direct"]
+            out[kind] = {
+                "upgraded": [r.get("result") == "direct" for r in rs],
+                "connection_after": [r.get("connection") for r in rs],
+                "relayed_to_direct_median_s": round(statistics.median(times), 2) if times else None,
+                "relayed_to_outcome_s": [r.get("since_relayed_s") for r in rs],
+                "subscribe_to_pulled_s": [r.get("pulled_s") for r in rs],
+                "reasons": sorted({str(r.get("reason")) for r in rs}),
+            }
+        out["load_after"] = os.getloadavg()[0]
+        return out
+    finally:
+        stop_all(list(nodes.values()))
+        lab.close()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     """Parse the arguments, arrange the loopback-only namespace, run, print."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json", type=Path, help="also write the result here")
+    p.add_argument(
+        "--punch-trials", type=int, default=3, help="hole-punch trials (0: none; punch())"
+    )
+    p.add_argument("--punch-only", action="store_true", help="only the hole-punch trials")
     p.add_argument("--keep", action="store_true", help="keep the node homes (for debugging)")
     args = p.parse_args()
     if os.environ.get("ODF_BENCH_IN_NETNS") != "1":
         cmd = "ip link set lo up && exec " + " ".join([sys.executable, *sys.argv])
         env = {**os.environ, "ODF_BENCH_IN_NETNS": "1"}
         sys.exit(subprocess.call(["unshare", "-rn", "bash", "-c", cmd], env=env))
-    r = run(args)
+    r = {} if args.punch_only else run(args)
+    if args.punch_trials:
+        r["hole_punching"] = punch(args)
     if args.json:
         args.json.write_text(json.dumps(r, indent=2))
     print(json.dumps(r, indent=2))
