@@ -172,7 +172,14 @@ class HolePuncher(DCUtRProtocol):
             if ok:
                 reason = "simultaneous dial connected"
             elif errors:
-                reason = "every dial failed: " + "; ".join(dict.fromkeys(errors))
+                # In the order the addresses were given: the dials run concurrently, and the
+                # same failure should read the same way every time.
+                order = {_bare(a): i for i, a in enumerate(addrs)}
+                ranked = sorted(
+                    dict.fromkeys(errors),
+                    key=lambda e: order.get(e.split(": ", 1)[0], len(order)),
+                )
+                reason = "every dial failed: " + "; ".join(ranked)
             else:
                 reason = "no direct address to dial"
             self._report(peer_id, ok, role, reason, [str(a) for a in addrs])
