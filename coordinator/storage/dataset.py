@@ -25,6 +25,7 @@ from pathlib import Path
 
 from coordinator.chain.validation import ChainState, validate_append
 from coordinator.errors import BlockNotFound, ChainRuleViolation, HashMismatch, InvalidBlock
+from coordinator.identity import DatasetId
 from coordinator.metadata.flatbuffers_serde import (
     decode_block,
     encode_block,
@@ -41,10 +42,27 @@ HEAD_REF = "head"
 # the whole chain behind it (blocks are content-addressed and name their predecessor), so a
 # state validated once stays right for that head wherever it is stored; a node that opens a
 # dataset per request (the daemon) then folds only the blocks added since, not the chain
-# from the Seed on every pull. Bounded LRU; guarded because states are computed in threads.
+# from the Seed on every pull. Bounded twice: the newest few heads of each dataset (a pull or an
+# append folds from the dataset's current head; older heads' states are never asked for again,
+# and keeping them grew a long-running node by every head it ever stored until 4,096 of them,
+# ~1,100 an hour in make bench-longrun), and an LRU over all datasets. Guarded because states
+# are computed in threads.
 _SHARED_STATES: OrderedDict[Multihash, ChainState] = OrderedDict()
 _SHARED_STATES_MAX = 4096
+_STATES_PER_DATASET = 4
+_HEADS_BY_DATASET: dict[DatasetId | None, OrderedDict[Multihash, None]] = {}
 _SHARED_STATES_LOCK = threading.Lock()
+
+
+def _forget_state(head: Multihash) -> None:
+    state = _SHARED_STATES.pop(head, None)
+    if state is None:
+        return
+    heads = _HEADS_BY_DATASET.get(state.dataset_id)
+    if heads is not None:
+        heads.pop(head, None)
+        if not heads:
+            del _HEADS_BY_DATASET[state.dataset_id]
 
 
 def remember_chain_state(state: ChainState) -> None:
@@ -54,8 +72,21 @@ def remember_chain_state(state: ChainState) -> None:
     with _SHARED_STATES_LOCK:
         _SHARED_STATES[state.head] = state
         _SHARED_STATES.move_to_end(state.head)
+        heads = _HEADS_BY_DATASET.setdefault(state.dataset_id, OrderedDict())
+        heads[state.head] = None
+        heads.move_to_end(state.head)
+        while len(heads) > _STATES_PER_DATASET:
+            old = next(iter(heads))
+            del heads[old]
+            _SHARED_STATES.pop(old, None)
         while len(_SHARED_STATES) > _SHARED_STATES_MAX:
-            _SHARED_STATES.popitem(last=False)
+            _forget_state(next(iter(_SHARED_STATES)))
+
+
+def shared_chain_states() -> int:
+    """Chain states the process keeps (for memory tests and figures)."""
+    with _SHARED_STATES_LOCK:
+        return len(_SHARED_STATES)
 
 
 def known_chain_state(head: Multihash) -> ChainState | None:
@@ -278,4 +309,5 @@ __all__ = [
     "InvalidBlock",
     "known_chain_state",
     "remember_chain_state",
+    "shared_chain_states",
 ]
