@@ -725,8 +725,8 @@ class Daemon:
                 await self.state.log_event("node.reachability", None, data)
                 if relayed and self._discovery is not None:
                     self._discovery.trigger()
-            if self.config.p2p.hole_punching:
-                punch_seq = await self._poll_hole_punching(punch_seq)
+            # With hole punching off too: status still says which peers are only relayed.
+            punch_seq = await self._poll_hole_punching(punch_seq)
             await asyncio.sleep(_REACHABILITY_POLL_S)
 
     async def _poll_hole_punching(self, last_seq: int) -> int:
