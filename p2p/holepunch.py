@@ -349,11 +349,13 @@ class HolePuncher(DCUtRProtocol):
             "max_attempts": MAX_HOLE_PUNCH_ATTEMPTS,
             "addrs": addrs[:8],
             "since_relayed_s": round(trio.current_time() - since, 3) if since is not None else None,
+            # False: no connection to the peer is left (it left, or its relayed connection
+            # closed): a failure there is nothing the relay keeps carrying.
+            "peer_connected": bool(self.host.get_network().get_connections_map().get(peer_id)),
             "at_ns": time.time_ns(),
         }
-        (log.info if ok else log.warning)(
-            "hole punch %s %s: %s", "to" if role == "initiator" else "from", peer_id, reason
-        )
+        # The daemon logs each outcome (INFO, WARNING for a failure with the peer connected).
+        log.debug("hole punch %s %s: %s", "to" if role == "initiator" else "from", peer_id, reason)
         self._on_outcome(outcome)
 
 

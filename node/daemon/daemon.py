@@ -749,6 +749,9 @@ class Daemon:
             data = {k: v for k, v in o.items() if k not in ("seq", "at_ns")}
             if o["result"] == "direct":
                 log.info("hole punch with %s: direct (%s)", o["peer"], o["reason"])
+            elif o.get("peer_connected") is False:
+                # Nothing left to upgrade (the peer left): not a failure anyone acts on.
+                log.info("hole punch with %s ended: %s", o["peer"], o["reason"])
             else:
                 log.warning(
                     "hole punch with %s failed (%s): %s; the relay keeps carrying the connection",

@@ -340,6 +340,10 @@ def test_a_relayed_connection_gone_during_the_attempt_is_named_as_such() -> None
         silent.to_string(): "the DCUtR exchange over the relayed connection did not complete "
         "(no /libp2p/dcutr on the peer, the stream failed or timed out)",
     }
+    assert {o["peer"]: o["peer_connected"] for o in outcomes} == {
+        left.to_string(): False,
+        silent.to_string(): True,
+    }
     assert all(o["since_relayed_s"] == 0.7 for o in outcomes)
 
 
