@@ -19,6 +19,8 @@ What :class:`HolePuncher` changes, and why:
   ``direct`` or ``failed``, the reason -- the dials' errors, or why no dial was made --, the
   role, the time from the relayed connection to the outcome) handed to ``on_outcome``, which
   the daemon turns into ``p2p.hole_punch`` events.
+* **Quiet dials.** The library logs each failed punch dial at ERROR; the expected failures
+  are dropped (:class:`QuietPunchDials`), since the outcome names them.
 * **Connection kinds.** :func:`connection_kinds` tells, per connected peer, whether
   a direct connection exists (``direct``) or only relayed ones (``relayed``), for ``status``.
 
@@ -29,7 +31,10 @@ the library closes the relayed one after a grace period (60 s) while the direct 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import errno
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -47,6 +52,90 @@ DRIVE_INTERVAL_S = 1.0
 PUNCH_DIAL_TIMEOUT_S = 5
 """One hole-punch dial: the SYNs cross within the RTT or not at all; a dial to an address no
 NAT mapping answers for would otherwise hold the attempt for the library's 10 s."""
+
+
+# Why a hole-punch dial fails when the NATs do not line up: the expected outcomes of a punch,
+# each already named in the attempt's outcome (``p2p.hole_punch`` and the daemon's log).
+_EXPECTED_PUNCH_ERRNOS = frozenset(
+    {
+        errno.ECONNREFUSED,
+        errno.ECONNRESET,
+        errno.ENETUNREACH,
+        errno.EHOSTUNREACH,
+        errno.ETIMEDOUT,
+        # The other side's SYN already joined the two sockets on that 4-tuple.
+        errno.EADDRINUSE,
+        errno.EADDRNOTAVAIL,
+    }
+)
+_TCP_LOGGER = "libp2p.transport.tcp.tcp"
+_DCUTR_LOGGER = "libp2p.relay.circuit_v2.dcutr"
+_TCP_FAILURES = ("Failed to open TCP stream", "Unexpected error opening TCP stream")
+
+_in_punch_dial: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "odf_in_punch_dial", default=False
+)
+"""True inside :meth:`HolePuncher._dial_peer` (trio tasks inherit it, the library's dial runs
+in the calling task): what the TCP transport logs there is a hole-punch dial's."""
+
+
+def _expected_dial_error(err: object) -> bool:
+    """Whether ``err`` (what the transport logged) ends in an OS error a punch expects: the
+    errno of the OS error below it, or of every attempt trio's ``open_tcp_stream`` made ("all
+    attempts to connect to ... failed", an exception group beneath)."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [err] if isinstance(err, BaseException) else []
+    found = False
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno is not None:
+            if e.errno not in _EXPECTED_PUNCH_ERRNOS:
+                return False
+            found = True
+        if isinstance(e, BaseExceptionGroup):
+            todo.extend(e.exceptions)
+        if e.__cause__ is not None:
+            todo.append(e.__cause__)
+    return found
+
+
+class QuietPunchDials(logging.Filter):
+    """Drops the library's log lines for hole-punch dials that failed the expected way.
+
+    py-libp2p's TCP transport logs every failed dial at ERROR ("Unexpected error opening TCP
+    stream: Failed to connect A from B: [Errno 101] Network is unreachable" for a dial from the
+    listen port, "Failed to open TCP stream: all attempts to connect to A failed" for the plain
+    dial a punch tries first, once per retry), and its DCUtR responder adds "Failed to establish
+    direct connection with ..." at WARNING. During a punch most dials are meant to fail (a
+    private address the other side cannot route to, a symmetric NAT's wrong port), and
+    :class:`HolePuncher` reports each attempt once, naming every dial and its error. Kept: any
+    dial outside a hole punch, and a punch dial that failed with another error (no socket, no
+    permission, ...).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False for an expected punch-dial failure (see the class docstring)."""
+        if record.name == _DCUTR_LOGGER:
+            return not str(record.msg).startswith("Failed to establish direct connection with")
+        if (
+            record.name != _TCP_LOGGER
+            or not _in_punch_dial.get()
+            or not str(record.msg).startswith(_TCP_FAILURES)
+        ):
+            return True
+        err = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        return not _expected_dial_error(err)
+
+
+def quiet_punch_dials() -> None:
+    """Install :class:`QuietPunchDials` on the library's TCP and DCUtR loggers (once)."""
+    for name in (_TCP_LOGGER, _DCUTR_LOGGER):
+        lg = logging.getLogger(name)
+        if not any(isinstance(f, QuietPunchDials) for f in lg.filters):
+            lg.addFilter(QuietPunchDials())
 
 
 def conn_kind(conn: Any) -> str:
@@ -78,13 +167,21 @@ def _inbound(conn: Any) -> bool:
 def dial_error(e: BaseException) -> str:
     """Why a dial failed, short: the innermost cause's (py-libp2p wraps the socket error in two
     or three layers of "fail to open connection" / "unexpected error" messages); an OS error by
-    its ``strerror`` ("Connection refused", "Network is unreachable")."""
+    its errno's text ("Connection refused", "Network is unreachable"; trio words it "Error
+    connecting to (host, port): ..." and puts a plain dial's under an exception group)."""
     inner: BaseException = e
     seen = {id(e)}
-    while (nxt := inner.__cause__ or inner.__context__) is not None and id(nxt) not in seen:
+    while True:
+        nxt = inner.__cause__ or inner.__context__
+        if nxt is None and isinstance(inner, BaseExceptionGroup) and inner.exceptions:
+            nxt = inner.exceptions[0]
+        if nxt is None or id(nxt) in seen:
+            break
         seen.add(id(nxt))
         inner = nxt
     for exc in (inner, e):
+        if isinstance(exc, OSError) and exc.errno:
+            return os.strerror(exc.errno)
         if isinstance(exc, OSError) and exc.strerror:
             return exc.strerror
     text = str(inner).strip().splitlines()
@@ -99,11 +196,16 @@ class HolePuncher(DCUtRProtocol):
     def __init__(self, host: Any, on_outcome: Callable[[dict[str, Any]], None]) -> None:
         """``on_outcome`` receives each attempt's outcome dict (called on the trio thread)."""
         super().__init__(host, dial_timeout=PUNCH_DIAL_TIMEOUT_S)
+        quiet_punch_dials()
         self._on_outcome = on_outcome
         self._dial_errors: dict[ID, list[str]] = {}
         self._reported: set[ID] = set()  # peers whose current attempt has been reported
         self._driving: set[ID] = set()
-        self._relayed_since: dict[ID, float] = {}  # first seen relayed-only (monotonic)
+        self._relayed_since: dict[ID, float] = {}  # first seen relayed-only (trio clock)
+        # When the connection the current attempt upgrades was first seen relayed-only: the
+        # loop forgets _relayed_since the moment a direct connection appears, which can be
+        # before the attempt that made it has reported.
+        self._attempt_since: dict[ID, float] = {}
         self._seq = 0
 
     # ---- driving (overrides the library's loop: receiving side only)
@@ -111,7 +213,7 @@ class HolePuncher(DCUtRProtocol):
     async def _auto_drive_loop(self) -> None:
         while True:
             await trio.sleep(DRIVE_INTERVAL_S)
-            now = time.monotonic()
+            now = trio.current_time()
             conns_map = self.host.get_network().get_connections_map()
             for pid in list(self._relayed_since):
                 if pid not in conns_map:
@@ -135,6 +237,9 @@ class HolePuncher(DCUtRProtocol):
 
     async def _drive(self, peer_id: ID) -> None:
         self._reported.discard(peer_id)
+        since = self._relayed_since.get(peer_id)
+        if since is not None:
+            self._attempt_since[peer_id] = since
         try:
             ok = await self.initiate_hole_punch(peer_id)
         except Exception as e:  # the library catches its own; a bug must not end the loop
@@ -142,19 +247,25 @@ class HolePuncher(DCUtRProtocol):
             log.debug("hole punch to %s: %s", peer_id, e)
         finally:
             self._driving.discard(peer_id)
-        if peer_id not in self._reported:
-            # No hole-punch dial was made: the unilateral direct dial (spec step 0) connected,
-            # or the exchange over the relayed connection did not complete.
-            self._report(
-                peer_id,
-                ok,
-                "initiator",
-                "the peer was dialed directly (no hole punch needed)"
-                if ok
-                else "the DCUtR exchange over the relayed connection did not complete "
-                "(no /libp2p/dcutr on the peer, the stream failed or timed out)",
-                [],
-            )
+        try:
+            if peer_id not in self._reported:
+                # No hole-punch dial was made: the unilateral direct dial (spec step 0)
+                # connected, or the exchange over the relayed connection did not complete.
+                if ok:
+                    reason = "the peer was dialed directly (no hole punch needed)"
+                elif not self.host.get_network().get_connections_map().get(peer_id):
+                    # The peer left (or the relay closed the circuit) while the attempt ran:
+                    # nothing was wrong with the exchange, there was no connection left to
+                    # upgrade.
+                    reason = "the relayed connection closed before the DCUtR exchange"
+                else:
+                    reason = (
+                        "the DCUtR exchange over the relayed connection did not complete "
+                        "(no /libp2p/dcutr on the peer, the stream failed or timed out)"
+                    )
+                self._report(peer_id, ok, "initiator", reason, [])
+        finally:
+            self._attempt_since.pop(peer_id, None)
 
     # ---- outcomes
 
@@ -162,6 +273,10 @@ class HolePuncher(DCUtRProtocol):
         self, peer_id: ID, addrs: list[Any], as_responder: bool = False
     ) -> bool:
         self._dial_errors[peer_id] = []
+        # The responder's attempt (the initiator's _drive already holds its start).
+        answering = peer_id not in self._attempt_since and peer_id in self._relayed_since
+        if answering:
+            self._attempt_since[peer_id] = self._relayed_since[peer_id]
         ok = False
         try:
             ok = await super()._perform_hole_punch(peer_id, addrs, as_responder)
@@ -183,6 +298,8 @@ class HolePuncher(DCUtRProtocol):
             else:
                 reason = "no direct address to dial"
             self._report(peer_id, ok, role, reason, [str(a) for a in addrs])
+            if answering:
+                self._attempt_since.pop(peer_id, None)
         return ok
 
     async def _dial_peer(
@@ -199,6 +316,7 @@ class HolePuncher(DCUtRProtocol):
         except Exception:
             known = []
         network = self.host.get_network()
+        token = _in_punch_dial.set(True)
         try:
             with trio.fail_after(self.dial_timeout):
                 if as_responder:
@@ -217,13 +335,15 @@ class HolePuncher(DCUtRProtocol):
                 with contextlib.suppress(Exception):
                     store.add_addrs(peer_id, known, 600)
             return
+        finally:
+            _in_punch_dial.reset(token)
         if await self._verify_direct_connection(peer_id):
             self._direct_connections.add(peer_id)
 
     def _report(self, peer_id: ID, ok: bool, role: str, reason: str, addrs: list[str]) -> None:
         self._reported.add(peer_id)
         self._seq += 1
-        since = self._relayed_since.get(peer_id)
+        since = self._attempt_since.get(peer_id, self._relayed_since.get(peer_id))
         outcome = {
             "seq": self._seq,
             "peer": peer_id.to_string(),
@@ -235,13 +355,23 @@ class HolePuncher(DCUtRProtocol):
             "attempt": self._hole_punch_attempts.get(peer_id, 0) if role == "initiator" else None,
             "max_attempts": MAX_HOLE_PUNCH_ATTEMPTS,
             "addrs": addrs[:8],
-            "since_relayed_s": round(time.monotonic() - since, 3) if since is not None else None,
+            "since_relayed_s": round(trio.current_time() - since, 3) if since is not None else None,
+            # False: no connection to the peer is left (it left, or its relayed connection
+            # closed): a failure there is nothing the relay keeps carrying.
+            "peer_connected": bool(self.host.get_network().get_connections_map().get(peer_id)),
             "at_ns": time.time_ns(),
         }
-        (log.info if ok else log.warning)(
-            "hole punch %s %s: %s", "to" if role == "initiator" else "from", peer_id, reason
-        )
+        # The daemon logs each outcome (INFO, WARNING for a failure with the peer connected).
+        log.debug("hole punch %s %s: %s", "to" if role == "initiator" else "from", peer_id, reason)
         self._on_outcome(outcome)
 
 
-__all__ = ["DRIVE_INTERVAL_S", "HolePuncher", "conn_kind", "connection_kinds", "dial_error"]
+__all__ = [
+    "DRIVE_INTERVAL_S",
+    "HolePuncher",
+    "QuietPunchDials",
+    "conn_kind",
+    "connection_kinds",
+    "dial_error",
+    "quiet_punch_dials",
+]

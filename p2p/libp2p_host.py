@@ -386,25 +386,38 @@ class Libp2pTransport:
                     await trio.sleep_forever()
 
         nursery.start_soon(serve_relay)
-        if cfg.nat and cfg.hole_punching:
-            from p2p.holepunch import HolePuncher, connection_kinds
+        self._start_hole_punching(nursery)
 
-            def outcome(o: dict[str, Any]) -> None:
-                # With the connection kinds as they are now: the outcome and status agree.
-                kinds = connection_kinds(self._host)
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(self._set_conn_kinds, kinds)
-                    loop.call_soon_threadsafe(self._punch_outcomes.append, o)
+    def _start_hole_punching(self, nursery: Any) -> None:
+        """With ``nat`` and ``hole_punching``: the DCUtR service (``p2p/holepunch.py``), which
+        registers ``/libp2p/dcutr`` and drives punches. Without, nothing: no punch is driven,
+        a peer's attempt finds no ``/libp2p/dcutr`` here, and relayed connections stay relayed
+        (``status`` still tells direct from relayed, from :meth:`_watch_peers`)."""
+        from libp2p.tools.anyio_service import background_trio_service
 
-            self._puncher = HolePuncher(self._host, outcome)
+        cfg = self.config
+        loop = self._loop
+        assert loop is not None
+        if not (cfg.nat and cfg.hole_punching):
+            return
+        from p2p.holepunch import HolePuncher, connection_kinds
 
-            async def serve_punch() -> None:
-                async with background_trio_service(self._puncher):
-                    import trio
+        def outcome(o: dict[str, Any]) -> None:
+            # With the connection kinds as they are now: the outcome and status agree.
+            kinds = connection_kinds(self._host)
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._set_conn_kinds, kinds)
+                loop.call_soon_threadsafe(self._punch_outcomes.append, o)
 
-                    await trio.sleep_forever()
+        self._puncher = HolePuncher(self._host, outcome)
 
-            nursery.start_soon(serve_punch)
+        async def serve_punch() -> None:
+            async with background_trio_service(self._puncher):
+                import trio
+
+                await trio.sleep_forever()
+
+        nursery.start_soon(serve_punch)
 
     def hole_punching(self) -> dict[str, Any]:
         """``{"enabled": bool, "connections": {peer: "direct"|"relayed"}, "outcomes": [...]}``:

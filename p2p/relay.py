@@ -12,7 +12,8 @@ Runs on the host's trio thread (:class:`p2p.libp2p_host.Libp2pTransport` owns on
   connections is not detected.
 * **Relay service** (``[p2p] relay_service``): a public node answers circuit relay v2 HOP
   requests within :class:`RelayLimits` (reservations, concurrent circuits, and per circuit a
-  duration and a byte budget, after which the relay closes it).
+  duration and a byte budget, after which the relay closes it); each circuit ends by its own
+  streams (``p2p/relay_hop.py``: the library's closes another circuit of the same peer).
 * **Relay client**: a node AutoNAT calls ``private`` reserves a slot on each connected
   bootstrap peer that offers a relay, and advertises
   ``<relay addr>/p2p-circuit/p2p/<own id>`` for each reservation; reservations are refreshed
@@ -104,13 +105,11 @@ class RelaySupport:
         :meth:`snapshot` (called on the trio thread)."""
         from libp2p.host.autonat import AutoNATService
         from libp2p.relay.circuit_v2.config import RelayConfig, RelayRole
-        from libp2p.relay.circuit_v2.protocol import (
-            PROTOCOL_ID,
-            STOP_PROTOCOL_ID,
-            CircuitV2Protocol,
-        )
+        from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID, STOP_PROTOCOL_ID
         from libp2p.relay.circuit_v2.resources import RelayLimits as LibLimits
         from libp2p.relay.circuit_v2.transport import CircuitV2Transport
+
+        from p2p.relay_hop import OwnCircuitsProtocol
 
         self.host = host
         self.service = service
@@ -126,7 +125,9 @@ class RelaySupport:
             max_reservations=limits.max_reservations,
             reservation_ttl=limits.reservation_ttl_s,
         )
-        self.protocol = CircuitV2Protocol(host, limits=lib_limits, allow_hop=service)
+        # The library's HOP side, with each circuit ended by its own streams: the library's
+        # closes the streams of another circuit to or from the same peer (p2p/relay_hop.py).
+        self.protocol = OwnCircuitsProtocol(host, limits=lib_limits, allow_hop=service)
         if service:
             host.set_stream_handler(PROTOCOL_ID, self.protocol._handle_hop_stream)
         # Every host accepts relayed connections and can dial relayed addresses.

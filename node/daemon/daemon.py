@@ -725,8 +725,8 @@ class Daemon:
                 await self.state.log_event("node.reachability", None, data)
                 if relayed and self._discovery is not None:
                     self._discovery.trigger()
-            if self.config.p2p.hole_punching:
-                punch_seq = await self._poll_hole_punching(punch_seq)
+            # With hole punching off too: status still says which peers are only relayed.
+            punch_seq = await self._poll_hole_punching(punch_seq)
             await asyncio.sleep(_REACHABILITY_POLL_S)
 
     async def _poll_hole_punching(self, last_seq: int) -> int:
@@ -749,6 +749,9 @@ class Daemon:
             data = {k: v for k, v in o.items() if k not in ("seq", "at_ns")}
             if o["result"] == "direct":
                 log.info("hole punch with %s: direct (%s)", o["peer"], o["reason"])
+            elif o.get("peer_connected") is False:
+                # Nothing left to upgrade (the peer left): not a failure anyone acts on.
+                log.info("hole punch with %s ended: %s", o["peer"], o["reason"])
             else:
                 log.warning(
                     "hole punch with %s failed (%s): %s; the relay keeps carrying the connection",

@@ -17,7 +17,7 @@ endpoint-independent NAT: per owner NAT kind, whether the relayed connection bec
 how long that took, over ``--punch-trials`` fresh subscribers (median reported).
 
 Usage: .venv/bin/python tests/bench/bench_nat.py [--rounds 3] [--punch-trials 3] [--punch-only]
-[--json FILE]
+[--json FILE] [--keep]
 """
 
 from __future__ import annotations
@@ -274,13 +274,20 @@ def punch(args: argparse.Namespace) -> dict[str, Any]:
                         pending.discard(kind)
                 time.sleep(0.2)
             out["trials"].append(trial)
+            print(f"trial {t + 1}: {json.dumps(trial)}", file=sys.stderr, flush=True)
             sub.stop()
             del nodes[f"sub-{t}"]
         for kind in owners:
             rs = [tr.get(kind, {}) for tr in out["trials"]]
-            times = [r["since_relayed_s"] for r in rs if r.get("result") == "direct"]
+            times = [
+                r["since_relayed_s"]
+                for r in rs
+                if r.get("result") == "direct" and r.get("since_relayed_s") is not None
+            ]
+            upgraded = [r.get("result") == "direct" for r in rs]
             out[kind] = {
-                "upgraded": [r.get("result") == "direct" for r in rs],
+                "upgraded": upgraded,
+                "upgraded_n": f"{sum(upgraded)}/{len(upgraded)}",
                 "connection_after": [r.get("connection") for r in rs],
                 "relayed_to_direct_median_s": round(statistics.median(times), 2) if times else None,
                 "relayed_to_outcome_s": [r.get("since_relayed_s") for r in rs],
