@@ -277,6 +277,8 @@ class Libp2pTransport:
         from libp2p.pubsub.pubsub import Pubsub
         from libp2p.tools.anyio_service import background_trio_service
 
+        from p2p.inbound_conns import end_inbound_handlers_with_their_connections
+
         cfg = self.config
         _quiet_gossipsub_logs()
         host = new_host(
@@ -288,6 +290,9 @@ class Libp2pTransport:
             enable_quic=False,
             bootstrap=None,
         )
+        # py-libp2p 0.8.1 keeps every inbound connection's handler until the swarm stops
+        # (p2p/inbound_conns.py): end each with its connection.
+        end_inbound_handlers_with_their_connections(host.get_network())
         gossipsub = GossipSub(
             [PROTOCOL_ID_V12, PROTOCOL_ID_V11, PROTOCOL_ID],
             degree=cfg.degree,
