@@ -713,6 +713,8 @@ class Libp2pTransport:
         last: tuple[str, ...] | None = None
         last_kinds: dict[str, str] = {}
         while True:
+            if self._pubsub is not None:
+                prune_unread_gossip_bookkeeping(self._pubsub.router)
             if self._host.get_connected_peers():
                 await self._manage_connections()
             if self._relay is not None:
@@ -769,6 +771,22 @@ class Libp2pTransport:
         for peer in self.connmgr.update(conns, keep):
             with contextlib.suppress(Exception):
                 await self._host.disconnect(ids[peer])
+
+
+def prune_unread_gossip_bookkeeping(router: Any) -> None:
+    """Drop what py-libp2p 0.8.1's gossipsub records for a feature this node turns off.
+
+    Its router appends the time of every message it routes to ``recent_message_deliveries``
+    (one list per topic), which only its adaptive gossip reads and prunes, in the heartbeat,
+    when ``adaptive_gossip_enabled`` -- off here (see ``_trio_main``): the lists then grew by
+    one float per message for the life of the process. Cleared on the trio thread, where the
+    router appends.
+    """
+    if getattr(router, "adaptive_gossip_enabled", True):
+        return
+    deliveries = getattr(router, "recent_message_deliveries", None)
+    if deliveries:
+        deliveries.clear()
 
 
 def _peer_conn(peer: str, conn: Any) -> PeerConn:
