@@ -18,15 +18,25 @@ sockets; :class:`p2p.libp2p_host.Libp2pTransport` applies the decisions on its t
   through one relay would share it), so it is never capped.
 * **Relay reservations** (``p2p/relay.py``) are protected while held: a private node's
   connection to its relay, and on a relay the connections of the peers holding a slot.
-* **Dial backoff.** A peer whose dial failed is not dialled again for ``dial_backoff_base_s``,
-  doubling per further failure up to ``dial_backoff_max_s``; a successful connection resets it.
-  Protected (bootstrap) peers are exempt: ``p2p/redial.py`` paces their redials itself.
+* **Dial backoff, per (peer, address)**, as go-libp2p's swarm keeps it (libp2p/go-libp2p,
+  ``p2p/net/swarm/swarm_dial.go``, ``DialBackoff.Backoff(peer, addr)``): an address whose dial
+  failed is not dialled again for ``dial_backoff_base_s``, doubling per further failure up to
+  ``dial_backoff_max_s``; an address of the same peer never tried (a discovery record with a
+  relayed address, after the private one failed) is dialled at once. A successful connection
+  resets every address of the peer. Protected (bootstrap) peers are exempt: ``p2p/redial.py``
+  paces their redials itself. At most :data:`MAX_BACKOFF_ENTRIES` addresses are remembered
+  (expired ones go first, then those whose backoff ends soonest: forgetting one only lets a
+  dial through early).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
+
+MAX_BACKOFF_ENTRIES = 4096
+"""The (peer, address) dial backoffs remembered at most (bounded memory: discovery may
+try thousands of addresses)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +84,10 @@ class ConnectionManager:
     refused_per_ip: int = 0
     """Inbound peers disconnected for the per-IP cap, so far."""
     _since: dict[str, float] = field(default_factory=dict)
-    _backoff: dict[str, tuple[float, float]] = field(default_factory=dict)
-    """peer -> (delay of the last failure, time it may be dialled again)."""
+    _backoff: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
+    """peer -> address -> (delay of the last failure, time it may be dialled again)."""
+    _entries: int = 0
+    """Addresses in :attr:`_backoff`, all peers together."""
 
     def update(self, conns: Iterable[PeerConn], keep: Collection[str] = ()) -> list[str]:
         """Take the current connected peers; the peers to disconnect now, each once. ``keep``:
@@ -128,29 +140,48 @@ class ConnectionManager:
             self._since.pop(peer, None)
         return drop
 
-    def dial_wait_s(self, peer: str) -> float:
-        """Seconds before ``peer`` may be dialled again (0: now)."""
+    def dial_wait_s(self, peer: str, addr: str) -> float:
+        """Seconds before ``peer`` may be dialled again at ``addr`` (0: now)."""
         if peer in self.protected:
             return 0.0
-        entry = self._backoff.get(peer)
+        entry = self._backoff.get(peer, {}).get(addr)
         return max(0.0, entry[1] - self.clock()) if entry else 0.0
 
-    def dial_failed(self, peer: str) -> None:
-        """Record a failed dial of ``peer``: its backoff doubles."""
-        last = self._backoff.get(peer)
+    def dial_failed(self, peer: str, addr: str) -> None:
+        """Record a failed dial of ``peer`` at ``addr``: that address's backoff doubles."""
+        addrs = self._backoff.setdefault(peer, {})
+        last = addrs.get(addr)
         delay = (
             self.limits.dial_backoff_base_s
             if last is None
             else min(last[0] * 2, self.limits.dial_backoff_max_s)
         )
-        self._backoff[peer] = (delay, self.clock() + delay)
-        # Bounded: expired entries go (a peer dialled once a day must not keep one for ever).
-        if len(self._backoff) > 4096:
-            now = self.clock()
-            for p, (_, until) in list(self._backoff.items()):
-                if until <= now:
-                    del self._backoff[p]
+        if last is None:
+            self._entries += 1
+        addrs[addr] = (delay, self.clock() + delay)
+        if self._entries > MAX_BACKOFF_ENTRIES:
+            self._shrink()
 
     def dial_succeeded(self, peer: str) -> None:
-        """``peer`` is connected: its backoff is reset."""
-        self._backoff.pop(peer, None)
+        """``peer`` is connected: the backoff of each of its addresses is reset."""
+        self._entries -= len(self._backoff.pop(peer, {}))
+
+    def _shrink(self) -> None:
+        # Expired entries go (a peer dialled once a day must not keep one for ever); if every
+        # entry is still running (a flood of failing addresses), those ending soonest go until
+        # a quarter of the room is free, so this runs once per many failures, not per failure.
+        now = self.clock()
+        flat = [
+            (until, p, a) for p, addrs in self._backoff.items() for a, (_, until) in addrs.items()
+        ]
+        flat.sort()
+        target = MAX_BACKOFF_ENTRIES * 3 // 4
+        drop = [e for e in flat if e[0] <= now]
+        if len(flat) - len(drop) > target:
+            drop = flat[: len(flat) - target]
+        for _, p, a in drop:
+            addrs = self._backoff[p]
+            del addrs[a]
+            if not addrs:
+                del self._backoff[p]
+        self._entries = len(flat) - len(drop)

@@ -513,7 +513,7 @@ class Libp2pTransport:
             raise TransportError(f"cannot connect to {addr}: relayed addresses need [p2p] nat")
         info = parse_peer_multiaddr(addr)
         peer = str(info.peer_id.to_string())
-        wait = self.connmgr.dial_wait_s(peer)
+        wait = self.connmgr.dial_wait_s(peer, addr)
         if wait > 0 and peer not in self._peer_snapshot:
             raise TransportError(
                 f"cannot connect to {addr}: its last dial failed; dial backoff, next try in "
@@ -524,6 +524,13 @@ class Libp2pTransport:
             if relayed:
                 await self._relay.dial(addr)
             else:
+                # The swarm refuses every dial to a peer for 60 s once one failed (its negative
+                # peer cache, docs/libp2p.md "Behind NAT"): an address of that peer not in this
+                # node's own per-address backoff is dialled all the same.
+                network = self._host.get_network()
+                negative = getattr(network, "_negative_peer_cache", None)
+                if negative is not None:
+                    negative.evict(peer)
                 await self._host.connect(info)
             peers = tuple(sorted(p.to_string() for p in self._host.get_connected_peers()))
             loop = self._loop
@@ -533,7 +540,7 @@ class Libp2pTransport:
         try:
             await self._run_in_trio(dial)
         except Exception as e:
-            self.connmgr.dial_failed(peer)
+            self.connmgr.dial_failed(peer, addr)
             raise TransportError(f"cannot connect to {addr}: {e}") from e
         self.connmgr.dial_succeeded(peer)
         return peer

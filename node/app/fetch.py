@@ -108,13 +108,16 @@ class ChainFetcher:
         events: EventSink | None = None,
         ipfs_hints: Callable[[DatasetId], Sequence[IpfsHint]] | None = None,
         stream_peers: Callable[[DatasetId], Sequence[str]] | None = None,
+        peer_connected: Callable[[str], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``ipfs_hints`` names the IPFS addresses of the dataset's providers this node could
         not connect to (discovery's), for the reason an IPFS source was unreachable;
         ``stream_peers`` lists the connected peers that carry a dataset, tried last over
         libp2p streams (``libp2p://<peer>/<did>``: a provider behind NAT, reached through a
-        relay); ``clock`` paces repeated events (monotonic seconds)."""
+        relay); ``peer_connected`` tells whether a peer is connected, for the peer a
+        derivative came from as a source of its inputs (:meth:`note_input`); ``clock`` paces
+        repeated events (monotonic seconds)."""
         self._repo = repo
         self._state = state
         self._transfer = transfer
@@ -124,7 +127,12 @@ class ChainFetcher:
         self._events = events
         self._ipfs_hints = ipfs_hints
         self._stream_peers = stream_peers
+        self._peer_connected = peer_connected
         self._clock = clock
+        # The peer each dataset was last pulled from over libp2p streams, and the derivatives
+        # each missing input belongs to (note_input): both bounded, oldest forgotten first.
+        self._served_by: dict[DatasetId, str] = {}
+        self._input_of: dict[DatasetId, list[DatasetId]] = {}
         # (did, url) -> (reason, when last logged): the core retries a failing fetch every few
         # seconds; the same failure is logged again only after _RELOG_S.
         self._logged: dict[tuple[str, str], tuple[str, float]] = {}
@@ -173,10 +181,46 @@ class ChainFetcher:
         if did is not None and self._stream_peers is not None:
             # Exactly the announced head, from whichever carrier has its blocks.
             at = f"?head={head.to_multibase()}" if head is not None else ""
-            urls += [f"libp2p://{p}/{did.as_did_str()}{at}" for p in self._stream_peers(did)]
+            peers = list(self._stream_peers(did))
+            peers += [p for p in self.input_origins(did) if p not in peers]
+            urls += [f"libp2p://{p}/{did.as_did_str()}{at}" for p in peers]
         if did is not None and ipfs and self._ipfs_hints is not None and self._ipfs_hints(did):
             return urls + ipfs
         return ipfs + urls
+
+    def note_input(self, of: DatasetId, input_did: DatasetId) -> None:
+        """``input_did``, an input of the derivative ``of``, is wanted here (verification
+        replays ``of``): the peer ``of`` came from over libp2p streams is a source of it.
+
+        The owner that served a derivative usually has its inputs, and discovery learns that
+        only from the next provider record it asks for (every ``4 × discovery_interval_s``);
+        meanwhile an input whose announcement names only an HTTP URL the source policy
+        refuses (an owner behind NAT, on a private address) would have no source at all.
+        """
+        ofs = self._input_of.pop(input_did, [])
+        if of not in ofs:
+            ofs = [*ofs[-(_MAX_INPUT_OF - 1) :], of]
+        self._input_of[input_did] = ofs
+        _bound(self._input_of)
+
+    def input_origins(self, did: DatasetId) -> list[str]:
+        """The connected peers that served a derivative ``did`` is a noted input of."""
+        if self._peer_connected is None:
+            return []
+        peers: list[str] = []
+        for of in self._input_of.get(did, ()):
+            peer = self._served_by.get(of)
+            if peer is not None and peer not in peers and self._peer_connected(peer):
+                peers.append(peer)
+        return peers
+
+    def _served(self, did: DatasetId, url: str) -> None:
+        # libp2p://<peer>/<did>[?head=...] (node/transfer/streams.py; node.app does not import
+        # node.transfer, the import contracts in pyproject.toml).
+        if url.startswith("libp2p://"):
+            self._served_by.pop(did, None)
+            self._served_by[did] = url.removeprefix("libp2p://").split("/", 1)[0]
+            _bound(self._served_by)
 
     async def __call__(self, req: RequestFetch) -> bool:
         """Pull ``req``'s chain; ``ancestry_ok``. Raises :class:`RetryLater` if no source works."""
@@ -247,6 +291,7 @@ class ChainFetcher:
                 self._progress("pull.finished", did, url=url, outcome="ok")
                 self._metrics.pull_seconds.observe(time.monotonic() - t0)
                 self._forget(did)
+                self._served(did, url)
                 await self._state.log_event("pull.ok", did.as_did_str(), {"url": url, **summary})
                 return await asyncio.to_thread(
                     lambda: descends(self._repo.open(did.as_did_str()), req.head, req.base)
@@ -308,6 +353,20 @@ class ChainFetcher:
         d = did.as_did_str()
         for key in [k for k in self._logged if k[0] == d]:
             del self._logged[key]
+
+
+_MAX_REMEMBERED = 4096
+"""Datasets :class:`ChainFetcher` remembers the serving peer of, and inputs it remembers the
+derivatives of (each)."""
+
+_MAX_INPUT_OF = 8
+"""Derivatives remembered per input (the newest)."""
+
+
+def _bound(d: dict[Any, Any]) -> None:
+    # Insertion order is age order (entries are re-inserted when renewed): the oldest go.
+    while len(d) > _MAX_REMEMBERED:
+        del d[next(iter(d))]
 
 
 _RELOG_S = 300.0

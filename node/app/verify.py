@@ -152,6 +152,9 @@ class VerifyPipeline:
         self.follow_input: Callable[[DatasetId, DatasetId], Awaitable[bool]] | None = None
         """Follows a missing input of a dataset followed by URL from beside its source (the
         source follower; True when it did)."""
+        self.input_missing: Callable[[DatasetId, DatasetId], None] | None = None
+        """Told ``(derivative, input)`` for each input a replay waits for (the fetcher: the
+        peer the derivative came from becomes a source of the input)."""
 
     @property
     def node_id(self) -> str:
@@ -327,6 +330,8 @@ class VerifyPipeline:
             else:
                 missing.append(idid)
         for idid in missing:
+            if self.input_missing is not None:
+                self.input_missing(DatasetId.parse(did), idid)
             # Inputs of a dataset followed by URL come from beside its source, if served there.
             if self.follow_input is not None and await self.follow_input(
                 DatasetId.parse(did), idid

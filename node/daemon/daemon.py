@@ -517,7 +517,9 @@ class Daemon:
             events=self.events,
             ipfs_hints=self._ipfs_hints,
             stream_peers=self._stream_peers,
+            peer_connected=self._peer_connected,
         )
+        verify.input_missing = self.fetcher.note_input
         self.app = Application(
             info=self.info,
             clock=self.clock,
@@ -788,6 +790,10 @@ class Daemon:
             for rec in self._discovery.providers()
             if d in rec.carries and rec.peer_id in connected
         ]
+
+    def _peer_connected(self, peer: str) -> bool:
+        """Whether the gossip host is connected to ``peer`` (a libp2p pull source)."""
+        return self._transport is not None and peer in self._transport.connected_peers()
 
     def _peer_record(self) -> Any:
         """This node's record for ``/odf/providers/1.0.0``: where peers reach it."""

@@ -14,6 +14,7 @@ from node.adapters.gossip import NoGossip
 from node.adapters.ipfs import NoIpfs
 from node.adapters.state import InlineState
 from node.app.datasets import DatasetUseCases
+from node.app.errors import RetryLater
 from node.app.events import EventBus
 from node.app.metrics import NodeMetrics
 from node.app.ports import GossipPort, StatePort, VerificationVerdict
@@ -251,3 +252,30 @@ def test_a_verdict_of_none_publishes_nothing_and_the_item_still_finishes(tmp_pat
     assert state.attestations(did=did.as_did_str()) == []
     assert state.disputes(did=did.as_did_str()) == []
     assert [w.state for w in state.work(did=did.as_did_str())] == ["done"]
+
+
+def test_a_missing_input_is_followed_and_told_to_the_fetcher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # node/app/fetch.py's ChainFetcher.note_input: the peer the derivative came from becomes a
+    # source of its input before discovery has a provider record for it (docs/nat.md).
+    node = Node(tmp_path)
+    told: list[tuple[DatasetId, DatasetId]] = []
+    node.verify.input_missing = lambda of, input_did: told.append((of, input_did))
+    did = _create(node, "datafusion")
+    chain = node.repo.open(did.as_did_str()).state()
+    assert chain.set_transform is not None
+    (inp,) = chain.set_transform.inputs
+    root = DatasetId.parse(inp.dataset_ref)
+    present = node.repo.contains
+    monkeypatch.setattr(node.repo, "contains", lambda d: d != root.as_did_str() and present(d))
+
+    with pytest.raises(RetryLater, match="waiting for 1 input dataset"):
+        asyncio.run(node.verify._inputs(did.as_did_str(), chain, True))
+    assert told == [(did, root)]
+    sub = asyncio.run(node.state.subscription(root.as_did_str()))
+    assert sub is not None
+    # Without replay no input is wanted, and nothing is told.
+    told.clear()
+    assert asyncio.run(node.verify._inputs(did.as_did_str(), chain, False)) == {}
+    assert told == []

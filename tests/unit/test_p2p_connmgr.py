@@ -63,23 +63,72 @@ def test_per_ip_cap_disconnects_new_inbound_at_once() -> None:
     assert mgr.update([*new[:2], *_conns("f", "g")]) == ["f", "g"]
 
 
+PRIV = "/ip4/192.168.7.2/tcp/4001/p2p/p"
+RELAYED = "/ip4/10.0.0.1/tcp/4001/p2p/relay/p2p-circuit/p2p/p"
+
+
 def test_dial_backoff_doubles_resets_and_spares_bootstrap() -> None:
     clock = Clock()
     mgr = _mgr(clock, dial_backoff_base_s=5.0, dial_backoff_max_s=12.0)
-    assert mgr.dial_wait_s("p") == 0
-    mgr.dial_failed("p")
-    assert mgr.dial_wait_s("p") == 5.0
+    assert mgr.dial_wait_s("p", PRIV) == 0
+    mgr.dial_failed("p", PRIV)
+    assert mgr.dial_wait_s("p", PRIV) == 5.0
     clock.t += 5
-    assert mgr.dial_wait_s("p") == 0
-    mgr.dial_failed("p")
-    assert mgr.dial_wait_s("p") == 10.0
+    assert mgr.dial_wait_s("p", PRIV) == 0
+    mgr.dial_failed("p", PRIV)
+    assert mgr.dial_wait_s("p", PRIV) == 10.0
     clock.t += 10
-    mgr.dial_failed("p")
-    assert mgr.dial_wait_s("p") == 12.0  # capped
+    mgr.dial_failed("p", PRIV)
+    assert mgr.dial_wait_s("p", PRIV) == 12.0  # capped
     mgr.dial_succeeded("p")
-    assert mgr.dial_wait_s("p") == 0
-    mgr.dial_failed("boot")
-    assert mgr.dial_wait_s("boot") == 0  # p2p/redial.py paces bootstrap peers
+    assert mgr.dial_wait_s("p", PRIV) == 0
+    mgr.dial_failed("boot", "/ip4/10.0.0.1/tcp/4001/p2p/boot")
+    assert mgr.dial_wait_s("boot", "/ip4/10.0.0.1/tcp/4001/p2p/boot") == 0  # p2p/redial.py
+
+
+def test_dial_backoff_is_per_address_a_new_address_is_dialled_at_once() -> None:
+    # The NAT lab's case (docs/nat.md): the private address failed for a while; the relayed
+    # address that a later discovery record brings is dialled at once, while the private one
+    # still backs off. A success resets both.
+    clock = Clock()
+    mgr = _mgr(clock, dial_backoff_base_s=5.0, dial_backoff_max_s=300.0)
+    for _ in range(3):
+        mgr.dial_failed("p", PRIV)
+        clock.t += 1
+    assert mgr.dial_wait_s("p", PRIV) == 19.0  # 20 s after the third failure, 1 s ago
+    assert mgr.dial_wait_s("p", RELAYED) == 0
+    assert mgr.dial_wait_s("q", PRIV.replace("/p2p/p", "/p2p/q")) == 0  # another peer
+    mgr.dial_failed("p", RELAYED)
+    assert mgr.dial_wait_s("p", RELAYED) == 5.0  # its own first failure, not the peer's fourth
+    assert mgr.dial_wait_s("p", PRIV) == 19.0
+    mgr.dial_succeeded("p")
+    assert mgr.dial_wait_s("p", PRIV) == mgr.dial_wait_s("p", RELAYED) == 0
+    assert mgr._entries == 0 and mgr._backoff == {}
+
+
+def test_dial_backoff_memory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from p2p import connmgr
+
+    monkeypatch.setattr(connmgr, "MAX_BACKOFF_ENTRIES", 8)
+    clock = Clock()
+    mgr = _mgr(clock, dial_backoff_base_s=5.0, dial_backoff_max_s=300.0)
+    # Expired entries go first: four old failures, expired, then five fresh ones.
+    for i in range(4):
+        mgr.dial_failed(f"old{i}", f"/ip4/10.1.0.{i}/tcp/1/p2p/old{i}")
+    clock.t += 60
+    for i in range(5):
+        mgr.dial_failed("flood", f"/ip4/10.2.0.{i}/tcp/1/p2p/flood")
+    assert mgr._entries == 5 and set(mgr._backoff) == {"flood"}
+    # All running: those ending soonest go, down to three quarters of the cap, and a later
+    # failure of a kept address still doubles.
+    for i in range(5, 9):
+        clock.t += 1
+        mgr.dial_failed("flood", f"/ip4/10.2.0.{i}/tcp/1/p2p/flood")
+    assert mgr._entries == sum(len(a) for a in mgr._backoff.values()) <= 8
+    kept = mgr._backoff["flood"]
+    assert "/ip4/10.2.0.8/tcp/1/p2p/flood" in kept and "/ip4/10.2.0.0/tcp/1/p2p/flood" not in kept
+    mgr.dial_failed("flood", "/ip4/10.2.0.8/tcp/1/p2p/flood")
+    assert mgr.dial_wait_s("flood", "/ip4/10.2.0.8/tcp/1/p2p/flood") == 10.0
 
 
 def test_limits_are_checked() -> None:

@@ -336,3 +336,84 @@ def test_ipfs_hints_say_which_setting_of_the_provider_to_change() -> None:
         ("/ip4/10.77.0.12/tcp/4003/p2p/Qm", ""),
     ]
     assert "HTTP 500" in hints[0].error and hints[1].error == "timeout"
+
+
+def test_an_input_is_pulled_from_the_peer_its_derivative_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The NAT lab's case (docs/nat.md): the derivative came from its owner over libp2p
+    # streams; discovery has no provider record for the input yet and the owner's HTTP URL
+    # is refused by the source policy. The owner is tried for the input at once.
+    deriv = generate_private_key(bytes([4]) * 32).dataset_id()
+    owner, other = "12D3KooWOwner", "12D3KooWOther"
+    connected = {owner, other}
+    carriers = {deriv: [owner]}  # discovery knows the derivative's carrier only
+    refused = PullRefused("10.77.0.11 is private", "[transfer] allowed_source_networks")
+    transfer = _Transfer({HTTP: refused})
+    served: list[str] = []
+
+    async def pull(url: str, *, alias: str | None, force: bool = False) -> dict[str, Any]:
+        transfer.tried.append(url)
+        if url.startswith("libp2p://"):
+            served.append(url)
+            return {}
+        raise transfer.errors[url]
+
+    monkeypatch.setattr(transfer, "pull", pull)
+    monkeypatch.setattr("node.app.fetch.descends", lambda ds, head, base: True)
+    fetcher = ChainFetcher(
+        _repo(tmp_path),
+        _State(),  # type: ignore[arg-type]
+        transfer,  # type: ignore[arg-type]
+        CommitLocks(),
+        NodeMetrics(),
+        ipfs_enabled=lambda: False,
+        stream_peers=lambda did: carriers.get(did, []),
+        peer_connected=connected.__contains__,
+    )
+    monkeypatch.setattr(fetcher._repo, "open", lambda did: None)
+    where = FetchLocations(ipfs_cids=(), http_urls=(HTTP,))
+    at = f"?head={HEAD.to_multibase()}"
+    from_owner = f"libp2p://{owner}/{DID.as_did_str()}{at}"
+
+    # Noted before the derivative was pulled: nobody to ask yet.
+    fetcher.note_input(deriv, DID)
+    assert fetcher.sources(where, DID, HEAD) == [HTTP]
+    assert asyncio.run(fetcher(RequestFetch(deriv, HEAD, 1, 0, None, where)))
+    assert served == [f"libp2p://{owner}/{deriv.as_did_str()}{at}"]
+    assert fetcher.sources(where, DID, HEAD) == [HTTP, from_owner]
+    transfer.tried.clear()
+    assert asyncio.run(fetcher(RequestFetch(DID, HEAD, 1, 0, None, where)))
+    assert transfer.tried == [HTTP, from_owner]
+    # Once discovery names the owner as a carrier too, it is tried once, discovery's first.
+    carriers[DID] = [other, owner]
+    assert fetcher.sources(where, DID, HEAD) == [
+        HTTP,
+        f"libp2p://{other}/{DID.as_did_str()}{at}",
+        from_owner,
+    ]
+    # A disconnected owner is no source.
+    del carriers[DID]
+    connected.discard(owner)
+    assert fetcher.sources(where, DID, HEAD) == [HTTP]
+    connected.add(owner)
+    assert fetcher.input_origins(DID) == [owner]
+    assert fetcher.input_origins(deriv) == []  # not anyone's input
+
+
+def test_the_fetchers_memory_of_origins_is_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("node.app.fetch._MAX_REMEMBERED", 3)
+    fetcher = _fetcher(tmp_path, _Transfer({}), _State(), lambda: 0.0)
+    ids = [generate_private_key(bytes([10 + i]) * 32).dataset_id() for i in range(12)]
+    for i, of in enumerate(ids[:10]):
+        fetcher.note_input(of, ids[10])  # one input of many derivatives: the newest 8
+        fetcher._served(of, f"libp2p://peer{i}/{of.as_did_str()}")
+    assert fetcher._input_of[ids[10]] == ids[2:10]
+    assert list(fetcher._served_by) == ids[7:10]
+    for of in ids[:5]:
+        fetcher.note_input(of, of)
+    assert len(fetcher._input_of) == 3
+    fetcher._served(ids[0], "http://10.0.0.1:7374/x")  # only libp2p sources are remembered
+    assert ids[0] not in fetcher._served_by
