@@ -71,12 +71,29 @@ def _mb(n: int) -> float:
     return round(n / 2**20, 2)
 
 
+def _sqlite_memory() -> dict[str, float] | None:
+    """What SQLite holds (every connection of the process: page caches, statements, schema),
+    from ``sqlite3_status64`` of the library the ``sqlite3`` module is linked to; None when
+    SQLite is not loaded or the symbol cannot be reached."""
+    if "_sqlite3" not in sys.modules:
+        return None
+    try:
+        lib = ctypes.CDLL(sys.modules["_sqlite3"].__file__)
+        status = lib.sqlite3_status64
+    except (OSError, AttributeError, TypeError):
+        return None
+    cur, high = ctypes.c_int64(), ctypes.c_int64()
+    if status(0, ctypes.byref(cur), ctypes.byref(high), 0) != 0:  # SQLITE_STATUS_MEMORY_USED
+        return None
+    return {"memory_used_mb": _mb(cur.value), "highwater_mb": _mb(high.value)}
+
+
 def native_memory() -> dict[str, Any]:
-    """Arrow's default pool (backend, bytes it holds now and at most) if Arrow is loaded, and
-    glibc's heap (``mallinfo2``: bytes obtained from the system by ``brk``/arenas, in use, free
-    inside them, and in ``mmap``-ed chunks) where the libc has it; ``None`` for what is not
-    there."""
-    out: dict[str, Any] = {"arrow": None, "glibc": None}
+    """Arrow's default pool (backend, bytes it holds now and at most) if Arrow is loaded,
+    SQLite's memory if it is loaded, and glibc's heap (``mallinfo2``: bytes obtained from the
+    system by ``brk``/arenas, in use, free inside them, and in ``mmap``-ed chunks) where the
+    libc has it; ``None`` for what is not there."""
+    out: dict[str, Any] = {"arrow": None, "glibc": None, "sqlite": _sqlite_memory()}
     arrow = sys.modules.get("pyarrow")
     if arrow is not None:
         pool = arrow.default_memory_pool()

@@ -61,3 +61,17 @@ def test_the_libp2p_process_reports_its_growth_on_stderr(
     top = second["top_growth"][0]
     assert "test_memdebug.py" in top["site"] and top["size_diff_kb"] >= 1900
     assert len(kept) == 2000
+
+
+def test_sqlite_memory_follows_a_connections_cache() -> None:
+    import sqlite3
+
+    before = native_memory()["sqlite"]
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE t (x BLOB)")
+    conn.executemany("INSERT INTO t VALUES (?)", [(b"x" * 1000,)] * 4000)  # ~4 MB of pages
+    during = native_memory()["sqlite"]
+    assert during["memory_used_mb"] - (before["memory_used_mb"] if before else 0) >= 3.5
+    assert during["highwater_mb"] >= during["memory_used_mb"]
+    conn.close()
+    assert native_memory()["sqlite"]["memory_used_mb"] <= during["memory_used_mb"] - 3.5
