@@ -15,6 +15,13 @@ savepoint of a batch, committed together), so each state transition of a work it
 after a crash (SIGKILL at any moment) the file is consistent and an item is either claimed or
 not. ``release_claims()`` at start-up returns the items a dead process had claimed to
 ``pending`` — that, plus ``not_before_ns``, is how pending work resumes across restarts.
+
+Memory: each connection's page cache is :data:`CACHE_KIB` (SQLite's default is 2,000 KiB). The
+daemon holds three connections (writer, reader, status), and a cache fills with the pages it
+touches as the file grows with what is kept by design (attestations, verifications, events):
+at the default the daemon's memory grew with ``state.db`` for hours (``make bench-longrun``:
+SQLite's share of it ~4 MB an hour, docs/operations.md). Its queries are indexed lookups and
+the file is in the operating system's cache, so a small page cache costs little.
 """
 
 from __future__ import annotations
@@ -958,6 +965,10 @@ class NodeState:
 # -- helpers ----------------------------------------------------------------------------------
 
 
+CACHE_KIB = 256
+"""Page cache of each connection, KiB (the module docstring says why it is small)."""
+
+
 def _configure(
     conn: sqlite3.Connection, *, wal: bool, busy_timeout_ms: int = BUSY_TIMEOUT_MS
 ) -> None:
@@ -969,6 +980,7 @@ def _configure(
             raise sqlite3.OperationalError(f"could not enable WAL journal mode (got {mode!r})")
     conn.execute("PRAGMA synchronous = FULL")
     conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute(f"PRAGMA cache_size = -{int(CACHE_KIB)}")
 
 
 def _is_int(value: object) -> bool:
