@@ -127,6 +127,18 @@ async def libp2p_growth(node: Any) -> list[dict[str, Any]]:
     return []
 
 
+def _quarter_slopes(after: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Total RSS slope over each quarter of the samples after warm-up (from-to in seconds)."""
+    out: list[dict[str, Any]] = []
+    n = len(after) // 4
+    for q in range(4):
+        part = after[q * n : (q + 1) * n if q < 3 else len(after)]
+        slope = slope_per_hour([(s["t_s"], s["rss_mb"]["total"]) for s in part])
+        if part and slope is not None:
+            out.append({"t_s": [part[0]["t_s"], part[-1]["t_s"]], "mb_per_h": round(slope, 2)})
+    return out
+
+
 def db_bytes(home: Path) -> int:
     return sum(
         (home / n).stat().st_size for n in ("state.db", "state.db-wal") if (home / n).exists()
@@ -437,6 +449,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "libp2p_rss_slope_mb_per_h": _round(
                     slope_per_hour([(s["t_s"], s["rss_mb"].get("libp2p", 0.0)) for s in after])
                 ),
+                # Where the slope levels off: the same fit over each quarter after warm-up.
+                "rss_slope_by_quarter_mb_per_h": _quarter_slopes(after),
                 **_native_slopes(after),
                 "fds_after_warmup_min_max": [min(fds), max(fds)] if fds else None,
                 "fds_slope_per_h": _round(slope_per_hour([(s["t_s"], s["fds"]) for s in after])),
