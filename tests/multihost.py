@@ -103,6 +103,32 @@ class HostNode(NodeProcess):
         return addrs[0]
 
 
+BOOTSTRAP_PORT = 7375
+"""The gossip port of the lab's bootstrap node (fixed: its multiaddr is given before it runs)."""
+
+
+def peer_id_of(home: Path) -> str:
+    """The libp2p peer id of a node home (as its gossip host derives it from the node key)."""
+    from libp2p.crypto.ed25519 import create_new_key_pair
+    from libp2p.peer.id import ID
+
+    from node.home import NodeHome
+
+    return str(ID.from_pubkey(create_new_key_pair(NodeHome(home).node_key().seed()).public_key))
+
+
+def relay_bootstrap(lab: NetLab, home: Path, k: int = 1) -> tuple[HostNode, str]:
+    """A public bootstrap node on lab host ``k`` offering a circuit relay (no IPFS node, no HTTP
+    listener), initialised but not started, and its multiaddr for the others' bootstrap list."""
+    boot = HostNode(lab, k, home, "boot")
+    boot.config.update(open_config(boot.address))
+    boot.config["p2p"].update(port=BOOTSTRAP_PORT, relay_service=True)
+    boot.config["ipfs"] = {"mode": "none"}
+    boot.config["http"] = {"enabled": False}
+    boot.init()
+    return boot, f"/ip4/{boot.address}/tcp/{BOOTSTRAP_PORT}/p2p/{peer_id_of(home)}"
+
+
 def stop_all(nodes: list[HostNode]) -> None:
     """Stop the nodes in parallel (each stop waits for its daemon's orderly shutdown)."""
     threads = [threading.Thread(target=n.stop) for n in nodes]

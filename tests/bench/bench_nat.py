@@ -38,17 +38,6 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-BOOTSTRAP_PORT = 7375
-
-
-def _peer_id(home: Path) -> str:
-    from libp2p.crypto.ed25519 import create_new_key_pair
-    from libp2p.peer.id import ID
-
-    from node.home import NodeHome
-
-    return str(ID.from_pubkey(create_new_key_pair(NodeHome(home).node_key().seed()).public_key))
-
 
 def _reach(node: Any) -> dict[str, Any]:
     r: dict[str, Any] = node.call("node.status")["p2p"]["reachability"] or {}
@@ -58,7 +47,7 @@ def _reach(node: Any) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Build the lab, run the daemons, measure (module docstring)."""
     from daemon_harness import CITIES_SNAPSHOT
-    from multihost import HostNode, open_config, stop_all
+    from multihost import HostNode, open_config, relay_bootstrap, stop_all
 
     from sim.netlab import Nat, NetLab
 
@@ -69,14 +58,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     nodes: dict[str, Any] = {}
     out: dict[str, Any] = {"load_before": os.getloadavg()[0]}
     try:
-        boot = HostNode(lab, 1, work / "boot", "boot")
-        boot.config.update(open_config(boot.address))
-        boot.config["p2p"].update(port=BOOTSTRAP_PORT, relay_service=True)
-        boot.config["ipfs"] = {"mode": "none"}
-        boot.config["http"] = {"enabled": False}
-        boot.init()
+        boot, bootstrap = relay_bootstrap(lab, work / "boot")
         nodes["boot"] = boot
-        bootstrap = f"/ip4/{boot.address}/tcp/{BOOTSTRAP_PORT}/p2p/{_peer_id(work / 'boot')}"
         for k, name in ((2, "sub"), (3, "eim"), (4, "symmetric")):
             n = HostNode(lab, k, work / name, name)
             n.config.update(open_config(n.address, [bootstrap]))
@@ -185,7 +168,7 @@ def punch(args: argparse.Namespace) -> dict[str, Any]:
     outcome (``since_relayed_s``) and from subscribe to it, and subscribe -> first head
     pulled."""
     from daemon_harness import CITIES_SNAPSHOT
-    from multihost import HostNode, open_config, stop_all
+    from multihost import HostNode, open_config, relay_bootstrap, stop_all
 
     from sim.netlab import Nat, NetLab
 
@@ -196,14 +179,8 @@ def punch(args: argparse.Namespace) -> dict[str, Any]:
     nodes: dict[str, Any] = {}
     out: dict[str, Any] = {"load_before": os.getloadavg()[0], "trials": []}
     try:
-        boot = HostNode(lab, 1, work / "boot", "boot")
-        boot.config.update(open_config(boot.address))
-        boot.config["p2p"].update(port=BOOTSTRAP_PORT, relay_service=True)
-        boot.config["ipfs"] = {"mode": "none"}
-        boot.config["http"] = {"enabled": False}
-        boot.init()
+        boot, bootstrap = relay_bootstrap(lab, work / "boot")
         nodes["boot"] = boot
-        bootstrap = f"/ip4/{boot.address}/tcp/{BOOTSTRAP_PORT}/p2p/{_peer_id(work / 'boot')}"
 
         def node(k: int, name: str) -> Any:
             n = HostNode(lab, k, work / name, name)

@@ -26,26 +26,17 @@ from typing import Any
 
 import pytest
 from daemon_harness import CITIES_SNAPSHOT
-from multihost import HostNode, open_config, stop_all
+from multihost import HostNode, open_config, relay_bootstrap, stop_all
 from netns import require_loopback_only
 
-from node.home import NodeHome
 from sim.netlab import Nat, NetLab
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-BOOTSTRAP_PORT = 7375
 CSV1 = "event_time,city,population\n2020-01-01T00:00:00Z,A,1000\n2020-01-02T00:00:00Z,B,20\n"
 # The harness's snapshot ends with a document separator (for a derivative to follow): one root.
 ROOT_SNAPSHOT = CITIES_SNAPSHOT.rstrip().removesuffix("---")
 CSV2 = "event_time,city,population\n2020-01-03T00:00:00Z,C,3000\n"
-
-
-def _peer_id(home: Path) -> str:
-    from libp2p.crypto.ed25519 import create_new_key_pair
-    from libp2p.peer.id import ID
-
-    return str(ID.from_pubkey(create_new_key_pair(NodeHome(home).node_key().seed()).public_key))
 
 
 @pytest.fixture(scope="module")
@@ -56,14 +47,8 @@ def lab_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Ho
     lab.start()
     nodes: dict[str, HostNode] = {}
     try:
-        boot = HostNode(lab, 1, base / "boot", "boot")
-        boot.config.update(open_config(boot.address))
-        boot.config["p2p"].update(port=BOOTSTRAP_PORT, relay_service=True)
-        boot.config["ipfs"] = {"mode": "none"}
-        boot.config["http"] = {"enabled": False}
-        boot.init()
+        boot, bootstrap = relay_bootstrap(lab, base / "boot")
         nodes["boot"] = boot
-        bootstrap = f"/ip4/{boot.address}/tcp/{BOOTSTRAP_PORT}/p2p/{_peer_id(base / 'boot')}"
         for k, name in ((2, "owner-eim"), (3, "sub"), (4, "owner-sym")):
             n = HostNode(lab, k, base / name, name)
             n.config.update(open_config(n.address, [bootstrap]))

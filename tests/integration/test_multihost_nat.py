@@ -22,15 +22,13 @@ from typing import Any
 
 import pytest
 from daemon_harness import CITIES_SNAPSHOT
-from multihost import HostNode, open_config, stop_all
+from multihost import HostNode, open_config, peer_id_of, relay_bootstrap, stop_all
 from netns import require_loopback_only
 
-from node.home import NodeHome
 from sim.netlab import Nat, NetLab
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
-BOOTSTRAP_PORT = 7375
 SUB_PORT = 7376
 DERIVATIVE = (
     CITIES_SNAPSHOT
@@ -42,13 +40,6 @@ CSV = (
 )
 
 
-def _peer_id(home: Path) -> str:
-    from libp2p.crypto.ed25519 import create_new_key_pair
-    from libp2p.peer.id import ID
-
-    return str(ID.from_pubkey(create_new_key_pair(NodeHome(home).node_key().seed()).public_key))
-
-
 @pytest.fixture(scope="module")
 def lab_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, HostNode]]:
     require_loopback_only()
@@ -57,20 +48,13 @@ def lab_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Ho
     lab.start()
     nodes: dict[str, HostNode] = {}
     try:
-        boot = HostNode(lab, 1, base / "boot", "boot")
-        boot.config.update(open_config(boot.address))
-        boot.config["p2p"]["port"] = BOOTSTRAP_PORT
-        boot.config["p2p"]["relay_service"] = True
-        boot.config["ipfs"] = {"mode": "none"}
-        boot.config["http"] = {"enabled": False}
-        boot.init()
+        boot, bootstrap = relay_bootstrap(lab, base / "boot")
         nodes["boot"] = boot
-        bootstrap = f"/ip4/{boot.address}/tcp/{BOOTSTRAP_PORT}/p2p/{_peer_id(base / 'boot')}"
         for k, name in ((2, "sub"), (3, "owner-eim"), (5, "owner-sym"), (4, "lonely")):
             n = HostNode(lab, k, base / name, name)
             peers = [bootstrap]
             if name == "lonely":  # behind the first NAT, knowing only the subscriber (no relay)
-                peers = [f"/ip4/{lab.address(2)}/tcp/{SUB_PORT}/p2p/{_peer_id(base / 'sub')}"]
+                peers = [f"/ip4/{lab.address(2)}/tcp/{SUB_PORT}/p2p/{peer_id_of(base / 'sub')}"]
             n.config.update(open_config(n.address, peers))
             if name == "sub":
                 n.config["p2p"]["port"] = SUB_PORT
