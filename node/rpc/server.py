@@ -64,6 +64,10 @@ MAX_JSON_DEPTH: Final = 64
 MAX_WS_TOPICS: Final = 64
 """Default limit of topics one WebSocket may subscribe to (the console uses 12): the set is kept
 per socket and checked on every event, so a client must not grow it without bound."""
+MAX_WS_CLIENTS: Final = 64
+"""Default limit of WebSockets open at once (the console holds one per browser tab): each has a
+send task, a queue and a topic set, and every event is checked against every socket, so an
+authenticated client looping on connects must not grow them without bound."""
 MAX_TOPIC_LENGTH: Final = 128
 """Longest topic name ``rpc.subscribe``/``rpc.unsubscribe`` accept, in characters."""
 _TOPICS_SCHEMA: Final = {
@@ -95,6 +99,8 @@ class RpcServer:
     ``ws_queue_size`` bounds each WebSocket client's pending messages: a client that falls that
     far behind is disconnected (close code 4000) rather than slowing the daemon.
     ``max_ws_topics`` bounds the topics of each WebSocket (:class:`TooManyTopics` beyond it).
+    ``max_ws_clients`` bounds the WebSockets open at once: one more is answered HTTP 503 (with
+    ``Retry-After``) before the upgrade.
     """
 
     def __init__(
@@ -113,6 +119,7 @@ class RpcServer:
         unix_path: Path | None = None,
         idle_timeout_s: float = 10.0,
         max_ws_topics: int = MAX_WS_TOPICS,
+        max_ws_clients: int = MAX_WS_CLIENTS,
     ) -> None:
         if not token:
             raise ValueError("an RPC token is required")
@@ -126,6 +133,7 @@ class RpcServer:
         self._origins = frozenset(o.lower().rstrip("/") for o in allowed_origins)
         self._ws_queue_size = ws_queue_size
         self._max_ws_topics = max_ws_topics
+        self._max_ws_clients = max_ws_clients
         # Also served on a Unix socket (mode 0600): it reaches a daemon running in another
         # network namespace (`make run` isolates the node with `unshare -rn`).
         self._unix_path = unix_path
@@ -596,6 +604,20 @@ class RpcServer:
     async def _serve_ws(
         self, request: web.Request, allowed: frozenset[str] | None
     ) -> web.StreamResponse:
+        if len(self._clients) >= self._max_ws_clients:
+            # Refused before the upgrade: a plain HTTP answer every WebSocket client reports.
+            return web.json_response(
+                {
+                    "error": "too many WebSockets",
+                    "limit": self._max_ws_clients,
+                    "message": (
+                        f"this node serves at most {self._max_ws_clients} WebSockets at once "
+                        "(constant node.rpc.server.MAX_WS_CLIENTS); close one and retry"
+                    ),
+                },
+                status=503,
+                headers={"Retry-After": "5"},
+            )
         ws = web.WebSocketResponse(max_msg_size=self._max_body, heartbeat=30.0)
         await ws.prepare(request)
         client = _WsClient(ws, request, asyncio.Queue(self._ws_queue_size), allowed=allowed)
@@ -735,6 +757,7 @@ __all__ = [
     "INTERNAL_ERROR",
     "MAX_JSON_DEPTH",
     "MAX_TOPIC_LENGTH",
+    "MAX_WS_CLIENTS",
     "MAX_WS_TOPICS",
     "RPC_PATH",
     "WS_PATH",

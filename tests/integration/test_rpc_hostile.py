@@ -289,6 +289,53 @@ def test_topics_per_websocket_are_limited_and_a_refusal_adds_nothing() -> None:
     run(go, max_ws_topics=8)
 
 
+async def _ws_ping(ws: aiohttp.ClientWebSocketResponse) -> Any:
+    await ws.send_json({"jsonrpc": "2.0", "id": 1, "method": "rpc.ping"})
+    return json.loads((await ws.receive(timeout=10)).data)["result"]
+
+
+def test_websockets_open_at_once_are_limited_and_a_closed_one_frees_its_place() -> None:
+    """An authenticated client looping on connects grew the sockets (a send task, a queue and a
+    topic set each, every event checked against all of them) without bound. One more than
+    ``max_ws_clients`` is answered HTTP 503 naming the limit, before the upgrade."""
+
+    async def go(server: RpcServer) -> None:
+        ws_url = server.url.replace("http://", "ws://") + "/ws"
+        async with aiohttp.ClientSession() as s:
+            held = [await s.ws_connect(ws_url, headers=AUTH) for _ in range(3)]
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await s.ws_connect(ws_url, headers=AUTH)
+            assert refused.value.status == 503
+            async with s.get(
+                ws_url,
+                headers={
+                    **AUTH,
+                    "Connection": "Upgrade",
+                    "Upgrade": "websocket",
+                    "Sec-WebSocket-Version": "13",
+                    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                },
+            ) as r:
+                body = await r.json()
+                assert (r.status, r.headers["Retry-After"], body["limit"]) == (503, "5", 3)
+                assert "MAX_WS_CLIENTS" in body["message"]
+            assert await _ws_ping(held[0]) == "pong"  # the open ones are untouched
+            await held.pop().close()
+            for _ in range(100):  # the server sees the close a moment later
+                try:
+                    held.append(await s.ws_connect(ws_url, headers=AUTH))
+                    break
+                except aiohttp.WSServerHandshakeError:
+                    await asyncio.sleep(0.02)
+            assert len(held) == 3
+            assert await _ws_ping(held[-1]) == "pong"
+            for ws in held:
+                await ws.close()
+        await alive(server)
+
+    run(go, max_ws_clients=3)
+
+
 @pytest.mark.parametrize(
     ("method", "topic"), [("rpc.subscribe", "x" * 129), ("rpc.unsubscribe", "y" * 100_000)]
 )
