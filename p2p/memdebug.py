@@ -25,6 +25,9 @@ from typing import Any
 
 ENV = "ODF_NODE_TRACEMALLOC"
 
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+"""The repository's root, cut from file names in stacks."""
+
 _baseline: list[tracemalloc.Snapshot] = []
 """The baseline snapshot (none until the first call)."""
 
@@ -120,6 +123,14 @@ def native_memory() -> dict[str, Any]:
     return out
 
 
+def _short(path: str) -> str:
+    """A frame's file relative to the package roots it lives under (stacks stay readable)."""
+    for root in ("site-packages/", _REPO):
+        if root in path:
+            return path.split(root, 1)[1]
+    return path.rsplit("/lib/", 1)[-1]  # the standard library: ``python3.11/…``
+
+
 def debug_memory(baseline: bool = False, top: int = 15) -> dict[str, Any]:
     """Take the baseline snapshot (first call, or ``baseline``), else the top growth since it;
     with the native allocators' figures either way."""
@@ -136,14 +147,22 @@ def debug_memory(baseline: bool = False, top: int = 15) -> dict[str, Any]:
         out["baseline"] = True
         return out
     out["baseline"] = False
-    for stat in snap.compare_to(_baseline[0], "lineno")[:top]:
-        frame = stat.traceback[0]
-        out["top_growth"].append(
-            {
-                "site": f"{frame.filename}:{frame.lineno}",
-                "size_diff_kb": round(stat.size_diff / 1024, 1),
-                "size_kb": round(stat.size / 1024, 1),
-                "count_diff": stat.count_diff,
-            }
-        )
+    # With a frame depth (``ODF_NODE_TRACEMALLOC=10``) the growth is grouped by whole stack, so
+    # that a site inside a library (``trio.Event``'s generated ``__init__``) names its caller.
+    by_stack = tracemalloc.get_traceback_limit() > 1
+    stats = snap.compare_to(_baseline[0], "traceback" if by_stack else "lineno")
+    # Everything the Python heap gained, to set beside the resident size's growth.
+    out["growth_total_kb"] = round(sum(s.size_diff for s in stats) / 1024, 1)
+    for stat in stats[:top]:
+        frames = list(stat.traceback)  # oldest first
+        frame = frames[-1]
+        row: dict[str, Any] = {
+            "site": f"{frame.filename}:{frame.lineno}",
+            "size_diff_kb": round(stat.size_diff / 1024, 1),
+            "size_kb": round(stat.size / 1024, 1),
+            "count_diff": stat.count_diff,
+        }
+        if by_stack:
+            row["stack"] = [f"{_short(f.filename)}:{f.lineno}" for f in reversed(frames[-8:])]
+        out["top_growth"].append(row)
     return out

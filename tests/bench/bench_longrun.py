@@ -39,7 +39,8 @@ beside RSS's. ``--daemon-env KEY=VALUE`` (repeatable) sets a variable in A's env
 (e.g. ``ARROW_DEFAULT_MEMORY_POOL=system``, ``MALLOC_ARENA_MAX=2``) to compare allocators.
 
 With ``ODF_NODE_TRACEMALLOC=1`` set A runs with tracemalloc, and the report ends with the 15
-allocation sites that grew most between warm-up and the end (``node.debug_memory``,
+allocation sites that grew most between warm-up and the end (with a frame depth, e.g. ``=10``,
+whole stacks), and the Python heap's whole growth (``node.debug_memory``,
 docs/operations.md).
 
 Usage: .venv/bin/python tests/bench/bench_longrun.py [--minutes 60]   (make bench-longrun)
@@ -114,7 +115,7 @@ def signal_libp2p(node: Any) -> None:
         os.kill(pid, signal.SIGUSR2)
 
 
-async def libp2p_growth(node: Any) -> list[dict[str, Any]]:
+async def libp2p_growth(node: Any) -> dict[str, Any]:
     """The traced libp2p process's allocation sites that grew most since its baseline."""
     mark = len(node.log_path.read_bytes())
     signal_libp2p(node)
@@ -122,9 +123,9 @@ async def libp2p_growth(node: Any) -> list[dict[str, Any]]:
         await asyncio.sleep(1)
         for line in node.log_path.read_bytes()[mark:].decode(errors="replace").splitlines():
             if line.startswith("memdebug {"):
-                growth: list[dict[str, Any]] = json.loads(line[len("memdebug ") :])["top_growth"]
+                growth: dict[str, Any] = json.loads(line[len("memdebug ") :])
                 return growth
-    return []
+    return {}
 
 
 def _quarter_slopes(after: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -188,7 +189,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "ipfs": {"mode": "none"},
         "pipeline": {"keep_finished_work_days": keep_days},
     }
-    env = {"ODF_NODE_TRACEMALLOC": "1"} if os.environ.get("ODF_NODE_TRACEMALLOC") else {}
+    # The value passes through: a frame depth (``=10``) groups the growth by whole stack.
+    traced = os.environ.get("ODF_NODE_TRACEMALLOC", "")
+    env = {"ODF_NODE_TRACEMALLOC": traced} if traced and traced != "0" else {}
     a_env = dict(env)
     for kv in args.daemon_env:
         key, _, value = kv.partition("=")
@@ -467,8 +470,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             }
         )
         if env:
-            result["tracemalloc_top_growth"] = (await call(a, "node.debug_memory"))["top_growth"]
-            result["libp2p_tracemalloc_top_growth"] = await libp2p_growth(a)
+            daemon_growth = await call(a, "node.debug_memory")
+            libp2p = await libp2p_growth(a)
+            result["tracemalloc_growth_total_kb"] = daemon_growth.get("growth_total_kb")
+            result["tracemalloc_top_growth"] = daemon_growth["top_growth"]
+            result["libp2p_tracemalloc_growth_total_kb"] = libp2p.get("growth_total_kb")
+            result["libp2p_tracemalloc_top_growth"] = libp2p.get("top_growth", [])
         ok = (
             result["lost_work_items"] == 0
             and slope is not None

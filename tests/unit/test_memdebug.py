@@ -75,3 +75,31 @@ def test_sqlite_memory_follows_a_connections_cache() -> None:
     assert during["highwater_mb"] >= during["memory_used_mb"]
     conn.close()
     assert native_memory()["sqlite"]["memory_used_mb"] <= during["memory_used_mb"] - 3.5
+
+
+def _keep_blocks(n: int) -> list[bytearray]:
+    return [bytearray(1024) for _ in range(n)]
+
+
+def test_with_a_frame_depth_growth_is_grouped_by_stack_and_totalled() -> None:
+    """With ``ODF_NODE_TRACEMALLOC=10`` a site names its callers (a library's generated
+    ``__init__`` alone says nothing), and the Python heap's whole growth is given."""
+    from p2p import memdebug
+
+    memdebug._baseline.clear()
+    tracemalloc.start(10)
+    try:
+        memdebug.debug_memory(baseline=True)
+        kept = _keep_blocks(2000)  # ~2 MB that stays, made by a helper of this test
+        out = memdebug.debug_memory()
+    finally:
+        tracemalloc.stop()
+        memdebug._baseline.clear()
+    assert len(kept) == 2000
+    assert out["growth_total_kb"] >= 2000
+    top = out["top_growth"][0]
+    assert top["site"].endswith("test_memdebug.py:" + str(_keep_blocks.__code__.co_firstlineno + 1))
+    assert top["stack"][0] == "tests/unit/test_memdebug.py:" + top["site"].rsplit(":", 1)[1]
+    # The caller is named too: the test's line that called the helper.
+    assert top["stack"][1].startswith("tests/unit/test_memdebug.py:")
+    assert top["stack"][1] != top["stack"][0]
