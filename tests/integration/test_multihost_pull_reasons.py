@@ -20,23 +20,13 @@ from typing import Any
 
 import pytest
 from daemon_harness import CITIES_SNAPSHOT
-from multihost import HostNode, lab_network, open_config, stop_all
+from multihost import HostNode, lab_network, open_config, peer_id_of, stop_all
 from netns import require_loopback_only
-
-from node.home import NodeHome
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 BOOTSTRAP_PORT = 7375
 CSV = "event_time,city,population\n2020-01-01T00:00:00Z,A,1000\n"
-
-
-def _peer_id(home: Path) -> str:
-    """The libp2p peer id of a node home (as its gossip host derives it)."""
-    from libp2p.crypto.ed25519 import create_new_key_pair
-    from libp2p.peer.id import ID
-
-    return str(ID.from_pubkey(create_new_key_pair(NodeHome(home).node_key().seed()).public_key))
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +43,7 @@ def lan(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, HostNode
             boot.config["http"] = {"enabled": False}
             boot.init()
             nodes["boot"] = boot
-            bootstrap = f"/ip4/{boot.address}/tcp/{BOOTSTRAP_PORT}/p2p/{_peer_id(base / 'boot')}"
+            bootstrap = f"/ip4/{boot.address}/tcp/{BOOTSTRAP_PORT}/p2p/{peer_id_of(base / 'boot')}"
             for k, name in ((1, "owner"), (3, "sub")):
                 n = HostNode(lab, k, base / name, name)
                 n.config.update(open_config(n.address, [bootstrap]))
