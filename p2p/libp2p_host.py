@@ -788,9 +788,9 @@ class SlimMessage:
     The router keeps the first message of every (origin, seqno) it sees, up to 1,000, as the
     protobuf object itself. A parsed protobuf message keeps its whole parse arena alive (the
     ``RPC`` it came in, every other message and control field of it): about 2.8 KB of native
-    memory for an 840-byte gossip RPC, against ~110 bytes tracemalloc can see, so the libp2p
-    process's resident size grew ~1.5 MB/h under ``make bench-longrun`` while its Python heap
-    did not. Plain copies hold only the two fields.
+    memory for an 840-byte gossip RPC, against ~110 bytes tracemalloc can see: 1,000 records
+    held ~2 MB that no Python heap census shows (one part of the libp2p process's growth under
+    ``make bench-longrun``, docs/operations.md). Plain copies hold only the two fields.
     """
 
     __slots__ = ("data", "topicIDs")

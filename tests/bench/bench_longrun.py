@@ -116,7 +116,8 @@ def signal_libp2p(node: Any) -> None:
 
 
 async def libp2p_growth(node: Any) -> dict[str, Any]:
-    """The traced libp2p process's allocation sites that grew most since its baseline."""
+    """The traced libp2p process's ``memdebug`` answer since its baseline: the sites that grew
+    most (``top_growth``) and the Python heap's whole growth (``growth_total_kb``)."""
     mark = len(node.log_path.read_bytes())
     signal_libp2p(node)
     for _ in range(300):  # a snapshot of a busy process takes a while
