@@ -46,6 +46,8 @@ MAX_REQUEST_SIZE = 1 << 20
 _PENDING_PER_PEER = 16
 _PENDING_TTL_S = 5.0
 _OUTCOMES_KEPT = 64
+# How often what py-libp2p keeps of departed peers is pruned (prune_idle_peer_records).
+_PEER_RECORDS_PRUNE_EVERY_S = 30.0
 
 
 class _QuietPendingQueue(logging.Filter):
@@ -719,10 +721,17 @@ class Libp2pTransport:
 
         last: tuple[str, ...] | None = None
         last_kinds: dict[str, str] = {}
+        next_peer_prune = time.monotonic() + _PEER_RECORDS_PRUNE_EVERY_S
         while True:
             if self._pubsub is not None:
                 prune_unread_gossip_bookkeeping(self._pubsub.router)
-                slim_equivocation_records(self._pubsub.router)
+                slim_equivocation_records(
+                    self._pubsub.router, time.monotonic(), float(self.config.seen_ttl_s)
+                )
+            if time.monotonic() >= next_peer_prune:
+                next_peer_prune = time.monotonic() + _PEER_RECORDS_PRUNE_EVERY_S
+                connected = {p.to_string() for p in self._host.get_connected_peers()}
+                prune_idle_peer_records(self._host.get_network(), connected, time.time())
             if self._host.get_connected_peers():
                 await self._manage_connections()
             if self._relay is not None:
@@ -781,31 +790,63 @@ class Libp2pTransport:
                 await self._host.disconnect(ids[peer])
 
 
-class SlimMessage:
-    """What py-libp2p's equivocation check reads of a message it keeps: ``data`` and
-    ``topicIDs`` (gossipsub ``_check_equivocation`` compares those two and nothing else).
+class _Digest:
+    """Stands for a message's ``data`` in an equivocation record: equal to exactly the byte
+    strings with the same BLAKE2b-256 digest, so the check's ``existing.data != msg.data``
+    reads as before while the record keeps 32 bytes instead of the whole payload."""
 
-    The router keeps the first message of every (origin, seqno) it sees, up to 1,000, as the
-    protobuf object itself. A parsed protobuf message keeps its whole parse arena alive (the
-    ``RPC`` it came in, every other message and control field of it): about 2.8 KB of native
-    memory for an 840-byte gossip RPC, against ~110 bytes tracemalloc can see: 1,000 records
-    held ~2 MB that no Python heap census shows (one part of the libp2p process's growth under
-    ``make bench-longrun``, docs/operations.md). Plain copies hold only the two fields.
+    __slots__ = ("digest",)
+
+    def __init__(self, data: bytes) -> None:
+        self.digest = hashlib.blake2b(data, digest_size=32).digest()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _Digest):
+            return self.digest == other.digest
+        if isinstance(other, bytes | bytearray | memoryview):
+            return self.digest == hashlib.blake2b(other, digest_size=32).digest()
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None  # type: ignore[assignment]  # compared, never a key
+
+
+class SlimMessage:
+    """What py-libp2p's equivocation check reads of a message it keeps: ``data`` (here a
+    :class:`_Digest` of it) and ``topicIDs`` (gossipsub ``_check_equivocation`` compares those
+    two and nothing else), and when the record was made slim (``at``, monotonic seconds).
+
+    The router keeps the first message of every (origin, seqno) it sees, up to 1,000 (then
+    the newest 500), as the protobuf object itself. A parsed protobuf message keeps its whole
+    parse arena alive (the ``RPC`` it came in, every other message and control field of it):
+    about 2.8 KB of native memory for an 840-byte gossip RPC, against ~110 bytes tracemalloc
+    can see: 1,000 records held ~2 MB that no Python heap census shows (one part of the libp2p
+    process's growth under ``make bench-longrun``, docs/operations.md). A slim record holds a
+    digest and the topic list: ~0.3 KB instead of the payload's copy.
     """
 
-    __slots__ = ("data", "topicIDs")
+    __slots__ = ("at", "data", "topicIDs")
 
-    def __init__(self, data: bytes, topic_ids: list[str]) -> None:
-        self.data = data
+    def __init__(self, data: bytes, topic_ids: list[str], at: float = 0.0) -> None:
+        self.data = _Digest(data)
         self.topicIDs = topic_ids
+        self.at = at
 
 
-def slim_equivocation_records(router: Any) -> int:
+def slim_equivocation_records(router: Any, now: float = 0.0, keep_s: float | None = None) -> int:
     """Replace the protobuf messages py-libp2p's gossipsub keeps for its equivocation check by
-    :class:`SlimMessage` copies, newest first until one is already slim; how many were.
+    :class:`SlimMessage` records stamped ``now``, newest first until one is already slim; with
+    ``keep_s``, drop the slim records older than that; how many were made slim.
 
-    The check's outcome is unchanged: the same ``data`` bytes and the same topic list. Run on
-    the trio thread, where the router adds them.
+    The check's outcome is unchanged for every record kept: the same digest of ``data`` and
+    the same topic list. ``keep_s`` is the pubsub seen-cache lifetime: a message whose id the
+    seen cache has forgotten is delivered as new anyway, so a record older than that guards
+    nothing the seen cache does not, and the records reach their steady size within that time
+    instead of filling towards 1,000 for as long as that takes (~20 minutes at one message a
+    second). Run on the trio thread, where the router adds them.
     """
     records = getattr(router, "equivocation_detection", None)
     if not records:
@@ -815,9 +856,59 @@ def slim_equivocation_records(router: Any) -> int:
         msg = records[key]
         if isinstance(msg, SlimMessage):
             break
-        records[key] = SlimMessage(bytes(msg.data), list(msg.topicIDs))
+        records[key] = SlimMessage(bytes(msg.data), list(msg.topicIDs), now)
         done += 1
+    if keep_s is not None:
+        expired = []
+        for key, msg in records.items():  # oldest first
+            if not isinstance(msg, SlimMessage) or now - msg.at <= keep_s:
+                break
+            expired.append(key)
+        for key in expired:
+            del records[key]
     return done
+
+
+def prune_idle_peer_records(network: Any, connected: set[str], wall_now: float) -> int:
+    """Drop what py-libp2p 0.8.1 keeps per peer after the peer has gone and the record no
+    longer changes anything; how many records went. Run on the trio thread.
+
+    * The resource manager's per-peer connection rate limiter keeps a token bucket for each
+      of the last 1,000 peers (evicting only when a new one needs room): a bucket of a peer
+      that is not connected and has refilled to at least a new bucket's tokens allows nothing
+      a new one would not, so it goes.
+    * The auto-connector remembers every disconnect, pruned only past 500 entries; an entry
+      counts only during its re-dial backoff (60 s), so older ones go.
+
+    Under churn (``make bench-longrun``: 200 new peers an hour) both grew for hours before
+    their caps, a few hundred bytes a peer: that is warm-up the node never finished within the
+    bench's hour. ``wall_now`` is ``time.time()``: py-libp2p stamps both with the wall clock.
+    """
+    dropped = 0
+    auto = getattr(network, "auto_connector", None)
+    recent = getattr(auto, "_recent_disconnects", None)
+    if isinstance(recent, dict):
+        backoff = float(getattr(auto, "_disconnect_backoff", 60.0))
+        for pid in [p for p, at in recent.items() if wall_now - at > backoff]:
+            del recent[pid]
+            dropped += 1
+    manager = getattr(network, "_resource_manager", None)
+    limiter: Any = getattr(manager, "connection_rate_limiter", None)
+    buckets = getattr(limiter, "_token_buckets", None)
+    if isinstance(buckets, dict):
+        for key in list(buckets):
+            if not key.startswith("peer:") or key[5:] in connected:
+                continue
+            bucket = buckets[key]
+            config = bucket.config
+            elapsed = max(0.0, wall_now - bucket._last_refill_time)
+            tokens = min(bucket._tokens + elapsed * config.refill_rate, config.capacity)
+            if tokens >= config.initial_tokens:
+                del buckets[key]
+                limiter._last_request_times.pop(key, None)
+                limiter._window_counts.pop(key, None)
+                dropped += 1
+    return dropped
 
 
 def prune_unread_gossip_bookkeeping(router: Any) -> None:
