@@ -39,6 +39,7 @@ from p2p.transport import (
 )
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 _LEN = struct.Struct(">I")
 MAX_REQUEST_SIZE = 1 << 20
 # The pending queue covers the moment between a connection and the peer's subscriptions
@@ -723,15 +724,21 @@ class Libp2pTransport:
         last_kinds: dict[str, str] = {}
         next_peer_prune = time.monotonic() + _PEER_RECORDS_PRUNE_EVERY_S
         while True:
-            if self._pubsub is not None:
-                prune_unread_gossip_bookkeeping(self._pubsub.router)
-                slim_equivocation_records(
-                    self._pubsub.router, time.monotonic(), float(self.config.seen_ttl_s)
-                )
-            if time.monotonic() >= next_peer_prune:
-                next_peer_prune = time.monotonic() + _PEER_RECORDS_PRUNE_EVERY_S
-                connected = {p.to_string() for p in self._host.get_connected_peers()}
-                prune_idle_peer_records(self._host.get_network(), connected, time.time())
+            # Housekeeping of py-libp2p's own records reads its private attributes: whatever
+            # it meets, it must never end this loop (the peer snapshots and the connection
+            # manager run here).
+            try:
+                if self._pubsub is not None:
+                    prune_unread_gossip_bookkeeping(self._pubsub.router)
+                    slim_equivocation_records(
+                        self._pubsub.router, time.monotonic(), float(self.config.seen_ttl_s)
+                    )
+                if time.monotonic() >= next_peer_prune:
+                    next_peer_prune = time.monotonic() + _PEER_RECORDS_PRUNE_EVERY_S
+                    connected = {p.to_string() for p in self._host.get_connected_peers()}
+                    prune_idle_peer_records(self._host.get_network(), connected, time.time())
+            except Exception:
+                log.exception("libp2p bookkeeping failed; the peer watch goes on")
             if self._host.get_connected_peers():
                 await self._manage_connections()
             if self._relay is not None:
