@@ -812,11 +812,7 @@ class _Digest:
             return self.digest == other.digest
         if isinstance(other, bytes | bytearray | memoryview):
             return self.digest == hashlib.blake2b(other, digest_size=32).digest()
-        return NotImplemented
-
-    def __ne__(self, other: object) -> bool:
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
+        return NotImplemented  # (``!=`` is the inverse: Python derives it from ``__eq__``)
 
     __hash__ = None  # type: ignore[assignment]  # compared, never a key
 
