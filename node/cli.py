@@ -96,6 +96,8 @@ def run(
     import subprocess
     import tempfile
 
+    from node.config import check_listeners
+
     tmp: Path | None = None
     if ephemeral and home is None:
         tmp = Path(tempfile.mkdtemp(prefix="odf-node-"))
@@ -118,7 +120,9 @@ def run(
     put("node", "log_format", log_format)
     h = _home(home)
     try:
-        h.config(overrides)  # a bad option or config file fails here, before the exec
+        # A bad option or config file fails here, before the exec, as do listeners the
+        # daemon could not advertise.
+        check_listeners(h.config(overrides))
     except OdfNodeError as e:
         fail(str(e))
     # The daemon runs as ``python -m node.daemon`` in this same process (exec: same PID, stdio

@@ -495,13 +495,25 @@ _WILDCARDS = frozenset({"0.0.0.0", "::", ""})
 
 
 def _validate_hosts(cfg: NodeConfig) -> None:
-    """Listen hosts must be addresses; a wildcard listener needs an address to advertise."""
+    """An advertised host, when given, must be something peers can dial (checked at every load)."""
     adv = cfg.network.advertise_host
     if adv in _WILDCARDS - {""} or any(c in adv for c in "/ "):
         raise ConfigError(
             f"network.advertise_host = {adv!r}: expected a host name or an address peers can reach"
         )
-    if adv:
+
+
+def check_listeners(cfg: NodeConfig) -> None:
+    """What only a starting daemon needs: a wildcard listener needs an address to advertise.
+
+    Checked when the daemon starts (``odf-node run``, ``python -m node.daemon``), not at every
+    load: a CLI command run beside the daemon (``docker exec … odf-node status``) binds
+    nothing, and must work in the same environment as the daemon whatever it advertises.
+
+    Raises:
+        ConfigError: naming the setting and its environment variable.
+    """
+    if cfg.network.advertise_host:
         return
     wild = [
         what
@@ -514,8 +526,9 @@ def _validate_hosts(cfg: NodeConfig) -> None:
     ]
     if wild:
         raise ConfigError(
-            f"{', '.join(wild)} listen on every interface: set network.advertise_host to the "
-            "address or name peers reach this node at"
+            f"{', '.join(wild)} listen on every interface: set network.advertise_host (environment "
+            "variable ODF_NODE_NETWORK_ADVERTISE_HOST) to the address or name peers reach this "
+            "node at"
         )
 
 
@@ -589,6 +602,7 @@ __all__ = [
     "RpcSection",
     "TransferSection",
     "TrustSection",
+    "check_listeners",
     "default_config_text",
     "load_config",
 ]

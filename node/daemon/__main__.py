@@ -28,7 +28,7 @@ def run_daemon(
 ) -> int:
     """Run the daemon in the foreground until SIGINT/SIGTERM; the process exit status."""
     from coordinator.errors import OdfNodeError
-    from node.config import ConfigError
+    from node.config import ConfigError, check_listeners
     from node.daemon.daemon import Daemon, install_signal_handlers
     from node.daemon.lock import HomeLocked
     from node.daemon.logs import setup_logging
@@ -40,6 +40,7 @@ def run_daemon(
             h.init()
         try:
             cfg = h.config(overrides)
+            check_listeners(cfg)
         except ConfigError as e:
             return _fail(str(e))
         setup_logging(cfg.node.log_level, cfg.node.log_format)
