@@ -60,7 +60,17 @@ class Policy(enum.StrEnum):
 MAX_HEADS: Final = 4096
 """Heads tracked per node by default; the oldest is forgotten first (bounds memory)."""
 MAX_RECORDED_PER_HEAD: Final = 1024
-"""Attestations (and, separately, disputes) kept per head; later ones from new signers drop."""
+"""Strangers' attestations (and, separately, disputes) kept per head; later ones from new
+signers drop. A stranger is a signer neither in ``trusted_attesters`` nor with a reputation
+earned by this node's own replays; the attesters with an earned reputation have a room of the
+same size of their own, and the ``trusted_attesters`` are always recorded (their number is the
+operator's), so no number of fresh keys can crowd a trusted attester's dispute out."""
+STRANGER_HEADS_PER_SIGNER: Final = 4
+"""Heads a stranger's messages alone may make a policy remember at once (heads not seen, with
+no trusted evidence): more from the same signer are dropped. At least this many and at most a
+sixteenth of ``max_heads`` (the simulator's policies judge thousands of heads each)."""
+SHOWN_DISPUTERS: Final = 32
+"""Disputers :meth:`TrustPolicy.status` names besides the trusted ones (the count is exact)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,8 +329,11 @@ class HeadTrust:
     """A head's trust state as a node answers it.
 
     ``attesters``: who made it trusted by quorum (empty otherwise); ``evidence``: what disputed
-    it (a dispute's reference or the local replay's); ``disputed_by``: every signer that disputed
-    it, trusted or not (recorded and shown, never enough alone to block unless trusted).
+    it (a dispute's reference or the local replay's); ``disputed_by``: the signers that
+    disputed it, trusted or not (never enough alone to block unless trusted): every
+    ``trusted_attesters`` entry that did, then the first :data:`SHOWN_DISPUTERS` others;
+    ``disputes``: how many signers' disputes are recorded (at most
+    :data:`MAX_RECORDED_PER_HEAD` strangers among them).
     """
 
     state: TrustState
@@ -328,6 +341,7 @@ class HeadTrust:
     attesters: tuple[DatasetId, ...] = ()
     evidence: str | None = None
     disputed_by: tuple[DatasetId, ...] = ()
+    disputes: int = 0
 
 
 _UNKNOWN: Final = HeadTrust(TrustState.PENDING)
@@ -345,9 +359,20 @@ class _Head:
     replaying: ReplayReason | None = None
     verified_by: dict[DatasetId, None] = field(default_factory=dict)
     disputes: dict[DatasetId, str] = field(default_factory=dict)
+    listed_disputers: list[DatasetId] = field(default_factory=list)
+    """The ``trusted_attesters`` among ``disputes``: looked at first, shown first."""
+    strangers: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    """Recorded attestations and disputes by room: [_STRANGER], [_EARNED], each + _DISPUTES."""
+    creator: DatasetId | None = None
+    """The stranger whose message alone made the policy remember this head (its share)."""
+    epoch: int = -1
+    """:attr:`TrustPolicy._epoch` when ``counted`` and ``weight`` were summed."""
+    counted: list[DatasetId] = field(default_factory=list)
+    weight: float = 0.0
 
 
 _Key = tuple[DatasetId, Multihash]
+_STRANGER, _EARNED, _DISPUTES = 0, 1, 2
 
 
 # --------------------------------------------------------------------------- the policy
@@ -366,8 +391,16 @@ class TrustPolicy:
         self._rng = rng
         self._fallback_ns = int(config.fallback_verify_s * NS_PER_S)
         self._heads: dict[_Key, _Head] = {}
+        # Which heads go first when memory is full: three rooms, oldest first in each, so that
+        # no stranger's message can push out a head the node saw or a trusted signer named.
+        self._kept: dict[_Key, None] = {}  # seen or named by a trusted signer: max_heads
+        self._guarded: dict[_Key, None] = {}  # disputed by a trusted signer or own replay
+        self._strangers: dict[_Key, None] = {}  # named only by strangers: max_heads
+        self._shares: dict[DatasetId, int] = {}  # heads in _strangers per creator
+        self._per_signer = max(STRANGER_HEADS_PER_SIGNER, config.max_heads // 16)
         self._pending: dict[_Key, int] = {}  # seen, pending, no replay asked: seen_ns
         self._reputation: dict[DatasetId, float] = {}
+        self._epoch = 0  # bumped when a reputation moves: heads' cached quorums are stale
         self.canonical: Callable[[DatasetId], DatasetId] = _same
         """Maps a node id to its newest key (node key rotations, ``node/app/identities.py``);
         events carry canonical ids, and a listed attester is compared by its canonical id, so
@@ -381,11 +414,26 @@ class TrustPolicy:
         h = self._heads.get((dataset, head))
         if h is None:
             return _UNKNOWN
-        return HeadTrust(h.state, h.by, h.attesters, h.evidence, tuple(h.disputes))
+        shown = list(h.listed_disputers)
+        others = 0
+        for a in h.disputes:  # listed disputers are skipped: at most len(trusted_attesters)
+            if others >= SHOWN_DISPUTERS:
+                break
+            if a not in h.listed_disputers:
+                shown.append(a)
+                others += 1
+        return HeadTrust(h.state, h.by, h.attesters, h.evidence, tuple(shown), len(h.disputes))
 
     def head_count(self) -> int:
-        """Heads remembered (bounded by ``max_heads``; for metrics and memory tests)."""
+        """Heads remembered (at most ``max_heads`` seen or named by trusted signers, as many
+        disputed by a trusted signer or the node's own replay, and ``max_heads`` named only by
+        strangers; for metrics and memory tests)."""
         return len(self._heads)
+
+    def is_guarded(self, dataset: DatasetId, head: Multihash) -> bool:
+        """Whether ``head`` is kept apart from eviction by other heads: a trusted attester
+        disputed it or the node's own replay failed (for tests and ``docs/trust.md``)."""
+        return (dataset, head) in self._guarded
 
     def reputation(self, attester: DatasetId) -> float:
         """``attester``'s local reputation (moved only by this node's own replays)."""
@@ -431,19 +479,72 @@ class TrustPolicy:
             case _:
                 assert_never(event)
 
-    def _head(self, key: _Key) -> _Head:
+    def _head(self, key: _Key, stranger: DatasetId | None = None) -> _Head | None:
+        """The record of ``key``, made if new. ``stranger``: only a stranger's message names
+        it, so a new record goes to the strangers' room, within that signer's share (None when
+        it has no share left); else the record is (or moves) in the main room."""
         h = self._heads.get(key)
-        if h is None:
+        if h is not None:
+            if stranger is None and h.creator is not None:
+                self._unshare(key, h)
+                self._kept[key] = None
+                self._trim(self._kept)
+            return h
+        if stranger is None:
             h = self._heads[key] = _Head()
-            if len(self._heads) > self.config.max_heads:
-                old = next(iter(self._heads))
-                del self._heads[old]
-                self._pending.pop(old, None)
+            self._kept[key] = None
+            self._trim(self._kept)
+            return h
+        if self._shares.get(stranger, 0) >= self._per_signer:
+            return None
+        h = self._heads[key] = _Head(creator=stranger)
+        self._shares[stranger] = self._shares.get(stranger, 0) + 1
+        self._strangers[key] = None
+        self._trim(self._strangers)
         return h
+
+    def _seen_head(self, key: _Key) -> _Head:
+        h = self._head(key)
+        assert h is not None  # no stranger: always made
+        return h
+
+    def _unshare(self, key: _Key, h: _Head) -> None:
+        """Take ``h`` out of the strangers' room (its creator's share freed)."""
+        assert h.creator is not None
+        del self._strangers[key]
+        left = self._shares[h.creator] - 1
+        if left:
+            self._shares[h.creator] = left
+        else:
+            del self._shares[h.creator]
+        h.creator = None
+
+    def _guard(self, key: _Key, h: _Head) -> None:
+        """A trusted signer's dispute or the node's own failed replay: never evicted by other
+        heads (only by newer guarded heads past ``max_heads`` of them, a bound no stranger
+        can reach)."""
+        if key in self._guarded:
+            return
+        if h.creator is not None:
+            self._unshare(key, h)
+        self._kept.pop(key, None)
+        self._guarded[key] = None
+        self._trim(self._guarded)
+
+    def _trim(self, room: dict[_Key, None]) -> None:
+        """Forget the oldest heads of ``room`` past ``max_heads`` (never the newest)."""
+        while len(room) > self.config.max_heads:
+            old = next(iter(room))
+            h = self._heads.pop(old)
+            if h.creator is not None:
+                self._unshare(old, h)
+            else:
+                del room[old]
+            self._pending.pop(old, None)
 
     def _on_seen(self, ev: HeadSeen) -> list[TrustDecision]:
         key = (ev.dataset, ev.head)
-        h = self._head(key)
+        h = self._seen_head(key)
         if h.seen_ns is not None:
             return []
         h.seen_ns = ev.now_ns
@@ -481,7 +582,7 @@ class TrustPolicy:
 
     def _on_local(self, ev: LocalVerdict) -> list[TrustDecision]:
         key = (ev.dataset, ev.head)
-        h = self._head(key)
+        h = self._seen_head(key)
         if h.local in (Outcome.VERIFIED, Outcome.FAILED):
             return []  # the first definitive verdict is final
         h.local = ev.outcome
@@ -490,12 +591,17 @@ class TrustPolicy:
         c = self.config
         match ev.outcome:
             case Outcome.VERIFIED:
+                if h.verified_by:
+                    self._epoch += 1
                 for a in h.verified_by:
                     self._reputation[a] = self.reputation(a) + c.reward
                 return self._set(key, h, TrustState.TRUSTED, by=TrustedBy.LOCAL)
             case Outcome.FAILED:
+                if h.verified_by:
+                    self._epoch += 1
                 for a in h.verified_by:
                     self._reputation[a] = self.reputation(a) - c.penalty
+                self._guard(key, h)
                 return self._set(key, h, TrustState.DISPUTED, evidence=ev.evidence)
             case Outcome.UNVERIFIABLE:
                 if h.state is TrustState.TRUSTED:
@@ -512,20 +618,41 @@ class TrustPolicy:
             return []  # integrity-only or unverifiable attestations never count
         c = self.config
         closed = c.policy in (Policy.QUORUM, Policy.SAMPLE) and not c.any_attester
-        if closed and not self._listed(ev.attester):
+        listed = self._listed(ev.attester)
+        if closed and not listed:
             return []  # never counts: not worth the memory
         key = (ev.dataset, ev.head)
-        h = self._head(key)
-        if ev.attester in h.verified_by or len(h.verified_by) >= MAX_RECORDED_PER_HEAD:
+        room = None if listed else self._room(ev.attester)
+        h = self._head(key, ev.attester if room is not None else None)
+        if h is None or ev.attester in h.verified_by:
             return []
+        if room is not None:
+            if h.strangers[room] >= MAX_RECORDED_PER_HEAD:
+                return []  # that room is full; the trusted attesters' is not
+            h.strangers[room] += 1
         h.verified_by[ev.attester] = None
+        if self.config.policy is not Policy.VERIFY_ALL:
+            self._tally(h, ev.attester)
         return self._evaluate(key, h)
+
+    def _room(self, signer: DatasetId) -> int:
+        """The room a signer not in ``trusted_attesters`` is counted in."""
+        return _EARNED if self.reputation(signer) > 0 else _STRANGER
 
     def _on_dispute(self, ev: DisputeSeen) -> list[TrustDecision]:
         key = (ev.dataset, ev.head)
-        h = self._head(key)
-        if ev.attester in h.disputes or len(h.disputes) >= MAX_RECORDED_PER_HEAD:
+        listed = self._listed(ev.attester)
+        room = None if listed else self._room(ev.attester)
+        h = self._head(key, ev.attester if room is not None else None)
+        if h is None or ev.attester in h.disputes:
             return []
+        if room is None:
+            h.listed_disputers.append(ev.attester)
+            self._guard(key, h)
+        elif h.strangers[_DISPUTES + room] >= MAX_RECORDED_PER_HEAD:
+            return []  # that room is full; the trusted attesters' is not
+        else:
+            h.strangers[_DISPUTES + room] += 1
         h.disputes[ev.attester] = ev.evidence
         if h.local is not None and h.local is not Outcome.UNVERIFIABLE:
             return []  # the node's own replay already decided
@@ -556,9 +683,14 @@ class TrustPolicy:
         return max(0.0, self.config.base_weight + self.reputation(attester))
 
     def _trusted_dispute(self, h: _Head) -> DatasetId | None:
-        for a in h.disputes:
+        for a in h.listed_disputers:
             if self.is_trusted_attester(a):
                 return a
+        c = self.config
+        if c.policy is Policy.REPUTATION or c.any_attester:
+            for a in h.disputes:  # anyone may weigh: once per head, when it is seen
+                if self.is_trusted_attester(a):
+                    return a
         return None
 
     def _quorum(self, h: _Head) -> tuple[DatasetId, ...] | None:
@@ -568,15 +700,29 @@ class TrustPolicy:
             case Policy.VERIFY_ALL:
                 return None
             case Policy.QUORUM | Policy.SAMPLE:
-                counted = tuple(a for a in h.verified_by if self.is_trusted_attester(a))
-                return counted if len(counted) >= c.k else None
+                self._tally(h)
+                return tuple(h.counted) if len(h.counted) >= c.k else None
             case Policy.REPUTATION:
-                weights = [(a, self._weight(a)) for a in h.verified_by]
-                if sum(w for _, w in weights) >= c.threshold:
-                    return tuple(a for a, w in weights if w > 0)
+                self._tally(h)
+                if h.weight >= c.threshold:
+                    return tuple(a for a in h.verified_by if self._weight(a) > 0)
                 return None
             case _:
                 assert_never(c.policy)
+
+    def _tally(self, h: _Head, new: DatasetId | None = None) -> None:
+        """Bring ``h.counted`` (its attesters that count) and ``h.weight`` (the sum of their
+        weights) up to date: add ``new`` (just recorded) only, unless a reputation moved since
+        the last tally (then every attester again), so that an attestation costs O(1) in the
+        number of earlier ones."""
+        if h.epoch != self._epoch:
+            h.epoch = self._epoch
+            h.counted = [a for a in h.verified_by if self.is_trusted_attester(a)]
+            h.weight = sum((self._weight(a) for a in h.verified_by), 0.0)
+        elif new is not None:
+            if self.is_trusted_attester(new):
+                h.counted.append(new)
+            h.weight += self._weight(new)
 
     def _evaluate(self, key: _Key, h: _Head) -> list[TrustDecision]:
         """Trust a seen head by quorum when nothing forbids it."""

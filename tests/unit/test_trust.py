@@ -10,6 +10,9 @@ from coordinator.errors import OdfNodeError
 from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
 from p2p.trust import (
+    MAX_RECORDED_PER_HEAD,
+    SHOWN_DISPUTERS,
+    STRANGER_HEADS_PER_SIGNER,
     AttestationSeen,
     DisputeSeen,
     Distrusted,
@@ -370,3 +373,88 @@ def test_an_own_verdict_before_the_head_is_seen_stays_final() -> None:
     assert q.handle(Tick(10_000 * NS)) == []
     q.handle(att(A))
     assert q.handle(att(B)) == [Trusted(DS, H, TrustedBy.QUORUM, (A, B))]
+
+
+# ----------------------------------------------------------------------------- under attack
+
+
+def _fresh(n: int) -> list[DatasetId]:
+    """``n`` strangers' keys, none in ``TRUSTED`` (a sybil flood's fresh keys)."""
+    return [DatasetId(b"\xee" + i.to_bytes(31, "big")) for i in range(n)]
+
+
+def test_a_sybil_flood_cannot_crowd_a_trusted_dispute_out() -> None:
+    """Issue 39, defect 1: 1,024 disputes from fresh keys filled the head's slots first come,
+    first served; the trusted attester's dispute that followed was dropped and a quorum trusted
+    the disputed head."""
+    p = policy(Policy.QUORUM, k=2, can_replay=False)
+    p.handle(seen())
+    for who in _fresh(MAX_RECORDED_PER_HEAD + 10):
+        assert p.handle(dispute(who)) == []
+    assert p.handle(dispute(C)) == [Distrusted(DS, H, TrustState.DISPUTED, "dispute-12", C)]
+    p.handle(att(A))
+    assert p.handle(att(B)) == []  # the quorum does not trust a head a trusted attester disputed
+    st = p.status(DS, H)
+    assert st.state is TrustState.DISPUTED and st.disputed_by[0] == C
+    assert st.disputes == MAX_RECORDED_PER_HEAD + 1  # the strangers' room stays bounded
+    assert len(st.disputed_by) == 1 + SHOWN_DISPUTERS
+
+
+def test_a_sybil_flood_before_the_head_is_seen_still_blocks_it_on_arrival() -> None:
+    p = policy(Policy.QUORUM, k=2, can_replay=False)
+    for who in _fresh(MAX_RECORDED_PER_HEAD + 1):
+        p.handle(dispute(who))
+    p.handle(dispute(C))
+    p.handle(att(A))
+    p.handle(att(B))
+    assert p.handle(seen()) == [Distrusted(DS, H, TrustState.DISPUTED, "dispute-12", C)]
+
+
+def test_strangers_attestations_cannot_crowd_out_an_earned_reputation() -> None:
+    """Under ``reputation`` with no weight for strangers, the attesters whose reputation the
+    node's own replays earned have a room of their own."""
+    p = policy(Policy.REPUTATION, base_weight=0.0, threshold=1.0, p=0.0)
+    h0 = Multihash.sha3_256(b"h0")
+    p.handle(HeadSeen(DS, h0, 0))
+    p.handle(AttestationSeen(DS, h0, X, Verdict.VERIFIED, 0))
+    p.handle(LocalVerdict(DS, h0, Outcome.VERIFIED, 0))
+    assert p.reputation(X) == 1.0
+    p.handle(seen())
+    for who in _fresh(MAX_RECORDED_PER_HEAD):
+        assert p.handle(att(who)) == []  # no weight: never trusted by them
+    assert p.handle(att(X)) == [Trusted(DS, H, TrustedBy.QUORUM, (X,))]
+
+
+def test_strangers_heads_never_evict_a_seen_head() -> None:
+    """Issue 39, defect 2 (live): disputes of unknown blocks made the policy forget the head
+    it had seen (and the trusted dispute of it); strangers' heads have a room of their own,
+    and one signer a share of it."""
+    p = policy(Policy.QUORUM, k=2, can_replay=False, max_heads=4)
+    p.handle(seen())
+    p.handle(att(A))
+    noise = [Multihash.sha3_256(i.to_bytes(4, "big")) for i in range(64)]
+    for block in noise:  # one key, 64 random blocks
+        p.handle(DisputeSeen(DS, block, X, "noise", NS))
+    for who, block in zip(_fresh(64), noise, strict=True):  # fresh keys
+        p.handle(DisputeSeen(DS, block, who, "noise", NS))
+    assert p.head_count() == 1 + 4  # the seen head and the strangers' room
+    assert p.handle(att(B)) == [Trusted(DS, H, TrustedBy.QUORUM, (A, B))]
+    q = policy(Policy.QUORUM, k=2, can_replay=False, max_heads=64)
+    for block in noise:
+        q.handle(DisputeSeen(DS, block, X, "noise", NS))
+    assert q.head_count() == STRANGER_HEADS_PER_SIGNER  # one signer's share
+
+
+def test_a_head_a_trusted_attester_disputed_is_never_evicted_by_other_heads() -> None:
+    p = policy(Policy.QUORUM, k=2, can_replay=False, max_heads=4)
+    p.handle(seen())
+    p.handle(dispute(C))
+    for i in range(40):  # newer heads, seen ones and strangers' alike
+        p.handle(HeadSeen(DS, Multihash.sha3_256(i.to_bytes(4, "big")), i))
+        p.handle(DisputeSeen(DS, Multihash.sha3_256(b"x" + bytes([i])), X, "n", i))
+    p.handle(att(A))
+    p.handle(att(B))
+    st = p.status(DS, H)
+    assert st.state is TrustState.DISPUTED and st.disputed_by == (C,)
+    assert p.is_guarded(DS, H)
+    assert p.head_count() <= 3 * 4  # every room stays bounded
