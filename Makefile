@@ -15,7 +15,7 @@ DATAFUSION_VERSIONS := 51.0.0 41.0.0
 ENGINES := $(VENV)/engines
 DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.installed)
 
-.PHONY: browser nftables test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-longrun bench-follow bench-follow-urls bench-hostile bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-nat bench-decode fuzz p2p-vectors clean
+.PHONY: browser nftables test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-longrun bench-follow bench-follow-urls bench-hostile bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-nat bench-decode fuzz p2p-vectors test-image image-inputs clean
 
 setup: $(STAMP) $(DF_STAMPS)
 
@@ -188,6 +188,36 @@ bench-state: setup
 # Regenerates the frozen p2p wire-format vectors (only when the format version changes).
 p2p-vectors: setup
 	$(BIN)/python -m p2p.vectors > schemas/p2p_vectors.json
+
+# The container image (Dockerfile), built and run by a real container runtime: podman, runc and
+# debootstrap from Debian's packages; stand-ins for the base images made from the package
+# registries (tests/image/standins.sh, no image registry needed); the image built in Docker's
+# format (tests/image/build.sh); then tests/image/check_image.py runs its containers in a
+# private network namespace with only `lo`. podman reads tests/image/containers.conf (runc,
+# cgroupfs, no default ulimits), never the machine's own. On success the digest of the image's
+# inputs is recorded in tests/image/tested-inputs.sha256; .ci/run runs this target when the newest
+# commit changed those inputs or they differ from the recorded digest.
+IMAGE_ENV := CONTAINERS_CONF=$(CURDIR)/tests/image/containers.conf
+IMAGE_INPUTS := Dockerfile .dockerignore constraints.txt pyproject.toml js/package.json \
+	js/package-lock.json engine/requirements-datafusion.txt tests/image/standins.sh \
+	tests/image/build.sh tests/image/check_image.py tests/image/containers.conf \
+	tests/image/pip.conf tests/image/npmrc
+
+test-image: setup
+	@missing=; for c in podman runc debootstrap; do command -v $$c >/dev/null || \
+	  [ -x /usr/sbin/$$c ] || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    $$SUDO apt-get install -y -qq --no-install-recommends podman runc debootstrap; fi
+	$(IMAGE_ENV) bash tests/image/standins.sh
+	$(IMAGE_ENV) bash tests/image/build.sh
+	$(IMAGE_ENV) unshare -n bash -c 'ip link set lo up && exec $(BIN)/pytest -q -p no:cacheprovider tests/image/check_image.py'
+	$(MAKE) -s image-inputs > tests/image/tested-inputs.sha256
+
+# The digest of the image's inputs (what test-image records and .ci/run compares).
+image-inputs:
+	@cat $(IMAGE_INPUTS) | sha256sum | cut -d' ' -f1
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache js/node_modules
