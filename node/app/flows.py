@@ -50,10 +50,21 @@ TRANSFORM: Final = "transform"
 FLOW_KINDS: Final = (POLL, TRANSFORM)
 #: The shortest ``--every``: one tick of the scheduler.
 MIN_EVERY_S: Final = 1.0
+#: The longest ``--every``: a year and a day. Due times are nanoseconds in a signed 64-bit
+#: SQLite integer (which ends in 2262); without a bound, ``--every 107000d`` was accepted and its
+#: first run's next time overflowed, and the failing write stopped every other schedule.
+MAX_EVERY_S: Final = 366 * 86400.0
+#: The largest due time the state can store (SQLite INTEGER).
+_MAX_NS: Final = 2**63 - 1
+#: How long a schedule whose step failed waits before the scheduler tries it again: a row that
+#: fails on every tick would otherwise log every second.
+FAILED_RETRY_S: Final = 60
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 __all__ = [
+    "FAILED_RETRY_S",
     "FLOW_KINDS",
+    "MAX_EVERY_S",
     "POLL",
     "TRANSFORM",
     "FlowUseCases",
@@ -68,7 +79,7 @@ def parse_every(text: str) -> float:
     A hand-written scanner (no regex: the text comes from a client, docs/resource-budget.md).
 
     Raises:
-        InvalidArgument: anything else, or under :data:`MIN_EVERY_S`.
+        InvalidArgument: anything else, under :data:`MIN_EVERY_S` or over :data:`MAX_EVERY_S`.
     """
     t = text.strip().lower()
     bad = InvalidArgument(
@@ -92,6 +103,11 @@ def parse_every(text: str) -> float:
         seconds = float(number)
     if seconds < MIN_EVERY_S:
         raise InvalidArgument(f"--every must be at least {MIN_EVERY_S:g} s, got {text[:50]!r}")
+    if seconds > MAX_EVERY_S:
+        raise InvalidArgument(
+            f"--every must be at most 366d ({MAX_EVERY_S:.0f} s), got {text[:50]!r}; "
+            "for rarer runs use --cron (e.g. @yearly)"
+        )
     return seconds
 
 
@@ -122,6 +138,9 @@ class FlowUseCases:
         self._datasets = datasets
         self._kick = kick
         self._untrusted_input = untrusted_input
+        # A schedule whose step failed: when it may be tried again, and the error (shown by
+        # ``flows``). In memory: a restart tries every schedule again at once.
+        self._failed: dict[str, tuple[int, str]] = {}
 
     # ------------------------------------------------------------------ commands
 
@@ -194,6 +213,7 @@ class FlowUseCases:
             cron=s.cron,
             on_input=s.on_input,
             next_run=Timestamp(s.next_ns).to_rfc3339() if s.next_ns is not None else None,
+            error=self._failed[s.did][1] if s.did in self._failed else None,
         )
 
     def _alias(self, did: str) -> str | None:
@@ -247,38 +267,85 @@ class FlowUseCases:
         now = self._clock()
         queued: list[WorkItem] = []
         schedules = await self._state.schedules()
-        reactive = [s for s in schedules if s.on_input]
+        reactive = [s for s in schedules if s.on_input and not self._held(s.did, now)]
         for s in schedules:
-            if s.on_input or s.next_ns is None or s.next_ns > now:
+            if s.on_input or s.next_ns is None or s.next_ns > now or self._held(s.did, now):
                 continue
             try:
+                # The next time first: a row whose next time cannot be computed or stored
+                # queues nothing (it would otherwise queue on every tick).
                 nxt = self._next_time(s, now)
-            except InvalidArgument as e:  # pragma: no cover - refused when it was set
-                log.warning("flow of %s: %s", s.did, e)
-                nxt = None
-            item = await self._state.enqueue(POLL, s.did, None, {"trigger": _trigger_text(s)})
-            await self._state.schedule_ran(s.did, next_ns=nxt if nxt is not None else now)
+                item = await self._state.enqueue(POLL, s.did, None, {"trigger": _trigger_text(s)})
+                await self._state.schedule_ran(s.did, next_ns=nxt)
+            except Exception as e:  # one bad row must not stop the others
+                await self._schedule_failed(s, now, e)
+                continue
+            self._failed.pop(s.did, None)
             queued.append(item)
         if reactive:
             changed = await asyncio.to_thread(self._changed_inputs, reactive)
             for s, heads in changed:
-                item = await self._state.enqueue(TRANSFORM, s.did, None, {"trigger": "on input"})
-                if item.state == "claimed":
-                    continue  # running: this change is picked up once it is done
-                await self._state.schedule_ran(s.did, inputs_seen=heads)
+                try:
+                    item = await self._state.enqueue(
+                        TRANSFORM, s.did, None, {"trigger": "on input"}
+                    )
+                    if item.state == "claimed":
+                        continue  # running: this change is picked up once it is done
+                    await self._state.schedule_ran(s.did, inputs_seen=heads)
+                except Exception as e:  # one bad row must not stop the others
+                    await self._schedule_failed(s, now, e)
+                    continue
+                self._failed.pop(s.did, None)
                 queued.append(item)
         if queued:
             self._kick()
         return queued
 
+    def _held(self, did: str, now: int) -> bool:
+        """Whether ``did``'s schedule failed lately and waits before it is tried again."""
+        failed = self._failed.get(did)
+        return failed is not None and now < failed[0]
+
+    async def _schedule_failed(self, s: Schedule, now: int, e: Exception) -> None:
+        """Log and mark a schedule whose step failed; it is tried again after
+        :data:`FAILED_RETRY_S` (``flows`` shows the error meanwhile)."""
+        message = f"{type(e).__name__}: {e}"[:500]
+        first = self._failed.get(s.did, (0, ""))[1] != message
+        self._failed[s.did] = (now + FAILED_RETRY_S * 1_000_000_000, message)
+        if not first:
+            return  # said already; the retry is quiet until the error changes
+        # A typed error is the row's own fault; anything else is a bug worth its traceback.
+        log.warning(
+            "flow schedule of %s (%s) failed, the other schedules go on; retried in %d s: %s",
+            s.did,
+            _trigger_text(s),
+            FAILED_RETRY_S,
+            message,
+            exc_info=not isinstance(e, OdfNodeError),
+        )
+        try:
+            await self._state.log_event("flow.schedule_failed", s.did, {"error": message})
+        except Exception as log_error:  # the state itself may be what failed
+            log.warning("flow schedule of %s: cannot record the failure: %s", s.did, log_error)
+
     def _next_time(self, s: Schedule, now: int) -> int:
         if s.every_s is not None:
+            if not MIN_EVERY_S <= s.every_s <= MAX_EVERY_S:
+                # Stored by an older version that had no upper bound.
+                raise InvalidArgument(
+                    f"every {s.every_s:.0f}s is outside {MIN_EVERY_S:g}-{MAX_EVERY_S:.0f} s; "
+                    "set the schedule again"
+                )
             period = int(s.every_s * 1_000_000_000)
             due = s.next_ns if s.next_ns is not None else now
             missed = max(0, (now - due) // period)
-            return due + (missed + 1) * period
-        assert s.cron is not None
-        return CronSchedule.parse(s.cron).next_after(now)
+            nxt = due + (missed + 1) * period
+        else:
+            assert s.cron is not None
+            nxt = CronSchedule.parse(s.cron).next_after(now)
+        if nxt > _MAX_NS:
+            raise InvalidArgument(f"the next run of {_trigger_text(s)} is past the year 2262")
+        return nxt
 
     def _changed_inputs(self, reactive: list[Schedule]) -> list[tuple[Schedule, dict[str, str]]]:
         """The ``on_input`` triggers whose inputs changed, with the inputs' current heads (in a

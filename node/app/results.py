@@ -249,7 +249,8 @@ class ScheduleRow(_Json):
 
     ``trigger`` is ``every Ns``, ``cron EXPR`` or ``on input``; ``next_run`` is when a time
     trigger is next due (RFC 3339). After ``--off``, ``active`` is false and ``removed`` says
-    whether there was a trigger to remove.
+    whether there was a trigger to remove. ``error`` is set while the scheduler holds back a
+    trigger whose last step failed (it is tried again a minute later; the others go on).
     """
 
     id: str
@@ -261,6 +262,7 @@ class ScheduleRow(_Json):
     cron: str | None = None
     on_input: bool = False
     next_run: str | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True)

@@ -520,7 +520,13 @@ def _render_flows(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
     out.table(
         ["dataset", "trigger", "next run", "id"],
         [
-            [s["alias"] or "", s["trigger"] or "", s["next_run"] or "", s["id"]]
+            [
+                s["alias"] or "",
+                s["trigger"] or "",
+                # A failing trigger is held back: its error says why its run does not come.
+                f"held: {s['error']}" if s.get("error") else s["next_run"] or "",
+                s["id"],
+            ]
             for s in value["schedules"]
         ],
     )

@@ -18,7 +18,14 @@ from node.adapters.state import InlineState
 from node.app.cron import CronError, CronSchedule
 from node.app.datasets import DatasetUseCases
 from node.app.errors import InvalidArgument, RetryLater
-from node.app.flows import POLL, TRANSFORM, FlowUseCases, parse_every
+from node.app.flows import (
+    FAILED_RETRY_S,
+    MAX_EVERY_S,
+    POLL,
+    TRANSFORM,
+    FlowUseCases,
+    parse_every,
+)
 from node.app.ports import StatePort
 from node.app.work import RetryPolicy, WorkRunner
 from node.state import NodeState
@@ -128,6 +135,14 @@ def test_every_durations() -> None:
             parse_every(bad)
 
 
+def test_every_has_an_upper_bound_named_in_the_error() -> None:
+    assert parse_every("366d") == MAX_EVERY_S
+    # 107000 days in nanoseconds does not fit a signed 64-bit SQLite integer.
+    for bad in ("107000d", "367d", "9" * 40):
+        with pytest.raises(InvalidArgument, match=r"at most 366d \(31622400 s\)"):
+            parse_every(bad)
+
+
 # ---------------------------------------------------------------------------- the scheduler
 
 
@@ -224,6 +239,60 @@ def test_cron_schedule_runs_on_its_minutes(tmp_path: Path) -> None:
     assert n.sync.schedule(a).next_ns == ns("2050-01-01 00:10:00")  # type: ignore[union-attr]
 
 
+def test_a_bad_schedule_row_stops_no_other_schedule(tmp_path: Path) -> None:
+    """A row the scheduler cannot step (here one stored before ``--every`` had a bound: its next
+    time overflows SQLite) is logged, marked and held back; the others run on every tick."""
+    n = Node(tmp_path)
+    a = n.create(ROOT.format(name="a"))
+    b = n.create(ROOT.format(name="b"))
+    n.sync.set_schedule(a, every_s=107000 * 86400.0, next_ns=T0)  # older version's row
+    n.run(n.flows.schedule("b", every="10s"))
+    assert n.tick() == [(POLL, b)]
+    (row_a,) = [s for s in n.run(n.flows.flows()).schedules if s.id == a]
+    assert row_a.error is not None and "outside 1-31622400 s" in row_a.error
+    assert [e for e in n.sync.events() if e.kind == "flow.schedule_failed"]
+    n.finish(POLL)
+    n.clock.now += 10 * S
+    assert n.tick() == [(POLL, b)]  # a is held back, b goes on
+    # a's failure is retried after a while, and does not stop b then either.
+    n.finish(POLL)
+    n.clock.now += FAILED_RETRY_S * S
+    assert n.tick() == [(POLL, b)]
+    # Set again within the bound, a runs.
+    n.run(n.flows.schedule("a", every="1d"))
+    n.clock.now += FAILED_RETRY_S * S
+    assert sorted(n.tick()) == sorted([(POLL, a), (POLL, b)])
+    assert all(s.error is None for s in n.run(n.flows.flows()).schedules)
+
+
+class _BrokenState:
+    """The state port with ``schedule_ran`` failing for one dataset (any error, not typed)."""
+
+    def __init__(self, inner: StatePort, bad: str) -> None:
+        self._inner = inner
+        self._bad = bad
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def schedule_ran(self, did: str, **kw: Any) -> bool:
+        if did == self._bad:
+            raise OverflowError("Python int too large to convert to SQLite INTEGER")
+        return await self._inner.schedule_ran(did, **kw)
+
+
+def test_a_failing_state_write_for_one_schedule_stops_no_other(tmp_path: Path) -> None:
+    n = Node(tmp_path)
+    a = n.create(ROOT.format(name="a"))
+    b = n.create(ROOT.format(name="b"))
+    n.run(n.flows.schedule("a", every="10s"))  # a first: it used to stop the loop
+    n.run(n.flows.schedule("b", every="10s"))
+    flows = FlowUseCases(n.repo, cast(StatePort, _BrokenState(n.state, a)), n.clock, n.datasets)
+    assert [(w.kind, w.did) for w in n.run(flows.tick())] == [(POLL, b)]
+    (row_a,) = [s for s in n.run(flows.flows()).schedules if s.id == a]
+    assert row_a.error is not None and "OverflowError" in row_a.error
+
+
 def test_bad_triggers_are_refused(tmp_path: Path) -> None:
     n = Node(tmp_path)
     n.create(ROOT.format(name="a"))
@@ -231,6 +300,7 @@ def test_bad_triggers_are_refused(tmp_path: Path) -> None:
     for kwargs, message in [
         ({"cron": "61 * * * *"}, "minute: 61"),
         ({"every": "soon"}, "not a duration"),
+        ({"every": "107000d"}, "at most 366d"),
         ({"every": "1h", "cron": "@daily"}, "exactly one"),
         ({}, "exactly one"),
         ({"on_input": True}, "not a derivative"),
