@@ -42,6 +42,10 @@ DIGEST_ALGORITHM: Final = "sha3_256"
 """The in-toto DigestSet name of SHA3-256 (in-toto/attestation ``spec/v1/digest_set.md``)."""
 MAX_ENVELOPE_BYTES: Final = 64 * 1024
 """An exported envelope is a few KiB; anything much larger is refused before decoding."""
+_MAX_HASH_CHARS: Final = 128
+"""A multibase hash or did:odf is under 100 characters."""
+_MAX_INPUTS: Final = 1024
+"""More inputs than any transform reads; an envelope is at most 64 KiB anyway."""
 
 _CHECK_NAMES: Final = (
     (Checks.METADATA_INTEGRITY, "metadata-integrity"),
@@ -181,6 +185,8 @@ class VerifiedStatement:
 
     ``signer``: the envelope's key (a ``did:key``); ``node``: who made the attestation or dispute
     (the wire envelope's signer); ``relayed``: they differ (the signer exported what it received).
+    ``predicate``: the checked fields only: those the wire envelope signs, and for an attestation
+    ``inputs`` and ``logicalHash`` (signed by ``signer`` alone); no ``wireEnvelope``.
     """
 
     signer: str
@@ -222,7 +228,10 @@ def verify_envelope(envelope: Mapping[str, Any]) -> VerifiedStatement:
     the predicate type; the embedded gossip envelope, decoded strictly with its own signature
     checked; and that the statement says what that signed envelope says (dataset, block,
     node, verdict or kind). ``inputs`` and ``logicalHash`` are the signer's reading of the block
-    and are checked only against the block itself (``docs/attestations.md``).
+    and are checked only against the block itself (``docs/attestations.md``). A field the
+    statement v1 does not have (at the top or in the predicate) is refused: the envelope's
+    signer could add anything to a peer's verdict. The returned predicate holds exactly the
+    checked fields, without the embedded wire envelope.
 
     Raises:
         EnvelopeError: any check fails (the message says which).
@@ -286,6 +295,22 @@ def verify_envelope(envelope: Mapping[str, Any]) -> VerifiedStatement:
     for k in keys:
         if predicate.get(k) != want[k]:
             raise EnvelopeError(f"predicate.{k} differs from the signed wire envelope")
+    # Whoever seals the statement signs all of it, and can add fields of its own to a peer's
+    # verdict (a relay re-sealing what it received): a v1 statement has a fixed set of fields,
+    # so any other is refused, and only the checked fields are returned (never the input's).
+    extra = sorted(set(stmt) - set(expected))
+    if extra:
+        raise EnvelopeError(f"statement.{extra[0][:64]} is not a field of an in-toto statement v1")
+    extra = sorted(set(predicate) - set(want))
+    if extra:
+        raise EnvelopeError(
+            f"predicate.{extra[0][:64]} is not a field of {predicate_type} "
+            "(added outside the signed wire envelope)"
+        )
+    out = {k: want[k] for k in keys}
+    if predicate_type == ATTESTATION_PREDICATE:
+        out["inputs"] = _checked_inputs(predicate.get("inputs"))
+        out["logicalHash"] = _checked_hash(predicate.get("logicalHash"), "predicate.logicalHash")
     node = str(want["node"])
     return VerifiedStatement(
         signer=keyid,
@@ -296,8 +321,35 @@ def verify_envelope(envelope: Mapping[str, Any]) -> VerifiedStatement:
         dataset=str(want["dataset"]),
         block=str(want["block"]),
         digest=digest,
-        predicate=predicate,
+        predicate=out,
     )
+
+
+def _checked_hash(value: Any, what: str) -> str | None:
+    """A block or logical hash as the envelope's signer wrote it: null or a short string."""
+    if value is None or (isinstance(value, str) and 0 < len(value) <= _MAX_HASH_CHARS):
+        return value
+    raise EnvelopeError(f"{what} must be null or a multibase hash")
+
+
+def _checked_inputs(value: Any) -> list[dict[str, str | None]] | None:
+    """``predicate.inputs`` of an attestation: null or ``[{"dataset", "block"}]``, nothing else
+    (the signer's reading of the block, checked against the block itself, not the wire)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) > _MAX_INPUTS:
+        raise EnvelopeError(f"predicate.inputs must be null or a list of at most {_MAX_INPUTS}")
+    out: list[dict[str, str | None]] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict) or set(item) != {"dataset", "block"}:
+            raise EnvelopeError(f"predicate.inputs[{i}] must be exactly {{dataset, block}}")
+        dataset = item["dataset"]
+        if not isinstance(dataset, str) or not 0 < len(dataset) <= _MAX_HASH_CHARS:
+            raise EnvelopeError(f"predicate.inputs[{i}].dataset must be a did:odf")
+        out.append(
+            {"dataset": dataset, "block": _checked_hash(item["block"], f"predicate.inputs[{i}]")}
+        )
+    return out
 
 
 def parse_envelopes(text: str) -> list[Any]:

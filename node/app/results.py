@@ -318,7 +318,10 @@ class VerifiedEnvelope(_Json):
 
     ``ok`` false: ``problem`` says which check failed and the other fields are ``None``.
     ``signer``: the envelope's key; ``node``: who made the attestation or dispute; ``relayed``:
-    they differ. ``predicate``: the statement's predicate without the embedded wire envelope.
+    they differ. ``predicate``: exactly the checked fields of the statement's predicate (those
+    the node's wire envelope signs; for an attestation also ``inputs`` and ``logicalHash``, the
+    signer's reading of the block), without the embedded wire envelope; an envelope whose
+    statement has any other field does not verify.
     """
 
     ok: bool

@@ -189,9 +189,25 @@ def test_a_predicate_that_contradicts_the_signed_wire_envelope_is_refused() -> N
         verify_envelope(seal(stmt, NODE_ID, NODE_KEY.sign))
 
 
+def test_verify_returns_exactly_the_checked_fields() -> None:
+    """What a verifier shows is rebuilt from what it checked, never copied from the input."""
+    v = verify_envelope(envelope(key=OTHER_KEY, signer=NODE_KEY))
+    stmt = statement(sign_message(vectors.attestation(), NODE_KEY), FACTS)
+    assert v.predicate == {k: x for k, x in stmt["predicate"].items() if k != "wireEnvelope"}
+
+
 @pytest.mark.parametrize(
     ("change", "match"),
     [
+        # A relay re-sealing a peer's verdict adds fields of its own: DSSE-valid, refused.
+        (lambda s: s["predicate"].update(trustedBy=["x"]), r"predicate\.trustedBy is not a field"),
+        (lambda s: s.update(note="trust me"), r"statement\.note is not a field"),
+        (lambda s: s["predicate"].update(inputs={"a": 1}), r"predicate\.inputs must be"),
+        (
+            lambda s: s["predicate"]["inputs"][0].update(extra=1),
+            r"predicate\.inputs\[0\] must be exactly",
+        ),
+        (lambda s: s["predicate"].update(logicalHash=["x"]), r"predicate\.logicalHash must be"),
         (lambda s: s.update(_type="https://in-toto.io/Statement/v0.1"), "not an in-toto statement"),
         (lambda s: s["subject"][0].update(digest={"sha256": "00" * 32}), "no sha3_256 digest"),
         (lambda s: s.update(subject=[]), "expected one subject"),

@@ -18,12 +18,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from coordinator.identity import DatasetId
+from coordinator.identity import DatasetId, PrivateKey
 from coordinator.multiformats import Multihash
 from node.cli import app
 from node.home import NodeHome
 from node.state import NodeState
 from p2p import vectors
+from p2p.intoto import seal
 from p2p.wire import sign_message
 
 _, _, PEER_KEY = vectors.keys()
@@ -154,6 +155,46 @@ def test_a_tampered_export_fails_with_exit_status_2(
     assert code == 1 and "not JSON" in err
     code, _, err = run(h, "attestation", "verify", str(tmp_path))
     assert code == 1 and "envelope file" in err and "is a directory" in err
+
+
+def test_fields_a_stranger_adds_when_resealing_are_not_passed_through(
+    home: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    """A stranger re-seals a peer's attestation with predicate fields of its own: the DSSE layer
+    is intact (the stranger signed it all), but the node's wire envelope signs none of them, so
+    ``verify --json`` must never show them under ``ok: true``."""
+    h, did, _ = home
+    _, out, _ = run(h, "attestations", did, "--format", "in-toto", "--received")
+    peer_env = next(
+        e
+        for e in map(json.loads, out.splitlines())
+        if PEER_KEY.dataset_id().as_did_key() in base64.b64decode(e["payload"]).decode()
+    )
+    stmt = json.loads(base64.b64decode(peer_env["payload"]))
+    stmt["predicate"]["trustedBy"] = ["did:key:z6MkEveryone"]
+    stmt["predicate"]["note"] = "verified by the dataset owner"
+    stranger = PrivateKey.from_seed(b"\x5a" * 32)
+    resealed = seal(stmt, stranger.dataset_id().as_did_key(), stranger.sign)
+    bad = tmp_path / "resealed.json"
+    bad.write_text(json.dumps(resealed))
+    code, (row,) = verify(h, bad)
+    assert code == 2 and not row["ok"] and row["predicate"] is None
+    assert "predicate.note is not a field" in row["problem"]
+    code, out, err = run(h, "attestation", "verify", str(bad))
+    assert code == 2 and "trustedBy" not in out and "not a field" in err
+    # A field beside the predicate is refused the same way.
+    stmt = json.loads(base64.b64decode(peer_env["payload"]))
+    stmt["unsigned"] = {"trusted": True}
+    bad.write_text(json.dumps(seal(stmt, stranger.dataset_id().as_did_key(), stranger.sign)))
+    code, (row,) = verify(h, bad)
+    assert code == 2 and "statement.unsigned is not a field" in row["problem"]
+    # Re-sealed untouched, the same statement verifies, with exactly its checked fields.
+    stmt = json.loads(base64.b64decode(peer_env["payload"]))
+    bad.write_text(json.dumps(seal(stmt, stranger.dataset_id().as_did_key(), stranger.sign)))
+    code, (row,) = verify(h, bad)
+    assert code == 0 and row["ok"] and row["relayed"]
+    want = {k: v for k, v in stmt["predicate"].items() if k != "wireEnvelope"}
+    assert row["predicate"] == want
 
 
 def test_an_empty_export_writes_nothing_on_stdout(home: tuple[Path, str, str]) -> None:
