@@ -10,7 +10,7 @@ tests. Nothing here imports a network, database or engine library: the import-li
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -172,6 +172,21 @@ class StatePort(Protocol):
 
     async def disputes(self, did: str | None = None, limit: int = 100) -> list[Dispute]:
         """Disputes, newest first."""
+        ...
+
+    async def disputed_blocks(self, did: str) -> list[str]:
+        """The distinct blocks of ``did`` that others disputed."""
+        ...
+
+    async def disputes_of_block(
+        self, did: str, head: str, signers: Sequence[str] = (), limit: int = 100
+    ) -> list[Dispute]:
+        """Others' disputes of block ``head``, oldest first: all by ``signers``, ``limit``
+        others."""
+        ...
+
+    async def datasets_signed_by(self, signers: Sequence[str]) -> list[str]:
+        """The datasets with an attestation or a dispute by one of ``signers``."""
         ...
 
     async def add_observation(

@@ -266,6 +266,16 @@ _V8: tuple[str, ...] = (
 )
 
 
+# Evidence by block and by signer (docs/trust.md, "Under attack"): a rebuild reads the
+# disputes of each block it judges, never the newest N of the dataset (strangers' disputes of
+# random blocks pushed a trusted one out), and a node key change rebuilds only the datasets the
+# changed key signed evidence of.
+_V9: tuple[str, ...] = (
+    "CREATE INDEX disputes_did_head ON disputes (did, head, id)",
+    "CREATE INDEX disputes_signer ON disputes (signer, did)",
+    "CREATE INDEX attestations_signer ON attestations (signer, did)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _V1),
     Migration(2, "indexes for claim and events by kind", _v2_indexes),
@@ -275,6 +285,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "subscriptions by URL, observations and split views", _V6),
     Migration(7, "flow schedules", _V7),
     Migration(8, "node key rotations and revocations", _V8),
+    Migration(9, "evidence by block and by signer", _V9),
 )
 LATEST_VERSION: int = MIGRATIONS[-1].version
 

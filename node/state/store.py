@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -435,7 +435,8 @@ class NodeState:
         with self._tx() as c:
             cur = c.execute(
                 """INSERT INTO key_rotations (old_id, new_id, issued_at_ns, envelope, received_ns)
-                   VALUES (?, ?, ?, ?, ?) ON CONFLICT (old_id) DO NOTHING""",
+                   VALUES (?, ?, ?, ?, ?) ON CONFLICT (old_id) """
+                + conflict,
                 (old_id, new_id, issued_at_ns, bytes(envelope), self._clock()),
             )
         return cur.rowcount > 0
@@ -514,6 +515,49 @@ class NodeState:
             Dispute(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bool(r[7]), r[8], r[9])
             for r in rows
         ]
+
+    def disputed_blocks(self, did: str) -> list[str]:
+        """The distinct blocks of ``did`` that others (not this node) disputed."""
+        rows = self._rows(
+            "SELECT DISTINCT head FROM disputes WHERE did = ? AND own = 0 ORDER BY head", (did,)
+        )
+        return [r[0] for r in rows]
+
+    def disputes_of_block(
+        self, did: str, head: str, signers: Sequence[str] = (), limit: int = 100
+    ) -> list[Dispute]:
+        """Others' disputes of block ``head`` of ``did``, oldest first: every one signed by
+        one of ``signers`` (the trusted attesters' keys) and the first ``limit`` others, so that
+        no number of strangers' disputes can hide a trusted one."""
+        select = (
+            "SELECT id, content_id, did, head, kind, signer, envelope, own, detail, received_ns"
+            " FROM disputes WHERE did = ? AND head = ? AND own = 0"
+        )
+        rows = list(self._rows(select + " ORDER BY id LIMIT ?", (did, head, _limit(limit))))
+        ids = {r[0] for r in rows}
+        for chunk in _chunks(sorted(set(signers)), 500):
+            marks = ", ".join("?" * len(chunk))
+            extra = self._rows(select + f" AND signer IN ({marks})", (did, head, *chunk))
+            rows += [r for r in extra if r[0] not in ids]
+            ids |= {r[0] for r in extra}
+        rows.sort(key=lambda r: int(r[0]))
+        return [
+            Dispute(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bool(r[7]), r[8], r[9])
+            for r in rows
+        ]
+
+    def datasets_signed_by(self, signers: Sequence[str]) -> list[str]:
+        """The datasets with an attestation or a dispute by one of ``signers`` (node ids)."""
+        out: set[str] = set()
+        for chunk in _chunks(sorted(set(signers)), 500):
+            marks = ", ".join("?" * len(chunk))
+            rows = self._rows(
+                f"SELECT did FROM attestations WHERE signer IN ({marks})"
+                f" UNION SELECT did FROM disputes WHERE signer IN ({marks})",
+                (*chunk, *chunk),
+            )
+            out |= {r[0] for r in rows}
+        return sorted(out)
 
     # -- observations and split views (docs/follow.md) ---------------------------------------
 
@@ -1001,6 +1045,12 @@ def _limit(limit: int) -> int:
     if limit < 0:
         raise InvalidStateValue(f"limit must be >= 0, got {limit}")
     return limit
+
+
+def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+    """``items`` in pieces of ``size`` (SQLite bounds the parameters of one statement)."""
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
 
 
 def _to_json(data: dict[str, Any], what: str) -> str:
