@@ -34,11 +34,12 @@ from coordinator.identity import (
     load_private_key,
     save_private_key,
 )
+from node.app.identities import NodeIdentities, load_records
 from node.daemon.lock import HomeLock
 from node.home import NodeHome
 from node.state import NodeState
 from p2p.transport import peer_id_of_node
-from p2p.wire import KeyRevocation, KeyRotation, content_id, sign_message
+from p2p.wire import KeyRevocation, KeyRotation, content_id, next_key_digest, sign_message
 
 
 class KeyCommandError(OdfNodeError):
@@ -83,13 +84,49 @@ def retired_keys(home: NodeHome) -> list[PrivateKey]:
 
 
 def _next_path(home: NodeHome) -> Path:
+    """``keys/node.key.next``: the new node key of a rotation in progress."""
     return home.node_key_path.with_name("node.key.next")
 
 
-def rotate(home: NodeHome, *, clock_ns: int | None = None) -> Rotated:
+def committed_key_path(home: NodeHome) -> Path:
+    """``keys/next.key``: the key the current node key committed to (pre-rotation), written by
+    ``key rotate`` and read only by ``key rotate`` and ``key revoke``, never by the daemon.
+    Keep a copy of it offline (or move it there and pass ``--next-key``): a thief who steals
+    ``node.key`` without it cannot take the identity over."""
+    return home.path / "keys" / "next.key"
+
+
+def _pending_committed_path(home: NodeHome) -> Path:
+    """``keys/next.key.next``: the next key a rotation in progress commits to."""
+    return committed_key_path(home).with_name("next.key.next")
+
+
+def _identities(st: NodeState) -> NodeIdentities:
+    ids = NodeIdentities()
+    load_records(ids, st.key_rotations(), st.key_revocations())
+    return ids
+
+
+def _finish(home: NodeHome, pending: Path) -> None:
+    """The last steps of a rotation whose record is stored: the new next key, then the new
+    node key, each one rename."""
+    pending_committed = _pending_committed_path(home)
+    if pending_committed.exists():
+        os.replace(pending_committed, committed_key_path(home))
+    os.replace(pending, home.node_key_path)
+
+
+def rotate(home: NodeHome, *, clock_ns: int | None = None, next_key: Path | None = None) -> Rotated:
     """Rotate the node key of ``home`` (the daemon must be stopped; see the module docstring).
 
+    Pre-rotation: when the current key committed to a next key (it was itself introduced by
+    a version 2 rotation), the new key is that committed key, read from ``next_key`` (default
+    ``keys/next.key``); otherwise (a node's first key, or a key from before pre-rotation) a
+    fresh key is generated. Either way a fresh key after it is generated, committed to by
+    the record and written to ``keys/next.key``.
+
     Raises:
+        KeyCommandError: the committed key is missing or is not the committed one.
         HomeLocked: a daemon (or another command) uses the home.
     """
     with HomeLock(home.path):
@@ -107,31 +144,69 @@ def rotate(home: NodeHome, *, clock_ns: int | None = None) -> Rotated:
                     ),
                     None,
                 )
-                if record is not None:  # stored: only the rename was missing
-                    os.replace(pending, home.node_key_path)
+                if record is not None:  # stored: only the renames were missing
+                    _finish(home, pending)
                     return _rotated(old, new, record.envelope, resumed=True)
                 pending.unlink()  # never announced: start again
-            new = generate_private_key()
+                _pending_committed_path(home).unlink(missing_ok=True)
+            ids = _identities(st)
+            new = _successor_key(home, ids, old, next_key)
+            after = generate_private_key()
             save_private_key(pending, new)
+            save_private_key(_pending_committed_path(home), after)
             save_private_key(retired_dir(home) / f"{old.dataset_id().as_multibase()}.key", old)
             os.chmod(retired_dir(home), 0o700)
             signed = KeyRotation.make(
-                old, new, clock_ns if clock_ns is not None else time.time_ns(), _nonce()
+                old,
+                new,
+                clock_ns if clock_ns is not None else time.time_ns(),
+                _nonce(),
+                next_key_digest(after.dataset_id()),
             )
             msg = signed.message
             assert isinstance(msg, KeyRotation)
-            if not st.add_key_rotation(
-                msg.old.as_did_key(), msg.new.as_did_key(), msg.issued_at_ns, signed.envelope
+            if not ids.add_rotation(msg.old, msg.new, msg.next_digest) or not (
+                st.add_key_rotation(
+                    msg.old.as_did_key(),
+                    msg.new.as_did_key(),
+                    msg.issued_at_ns,
+                    signed.envelope,
+                    replace=True,
+                )
             ):
                 pending.unlink()
+                _pending_committed_path(home).unlink()
                 raise KeyCommandError(f"node key {msg.old.as_did_key()} has already rotated")
             st.log_event(
                 "node.key_rotated",
                 None,
                 {"old": msg.old.as_did_key(), "new": msg.new.as_did_key(), "own": True},
             )
-        os.replace(pending, home.node_key_path)
+        _finish(home, pending)
         return _rotated(old, new, signed.envelope)
+
+
+def _successor_key(
+    home: NodeHome, ids: NodeIdentities, old: PrivateKey, next_key: Path | None
+) -> PrivateKey:
+    """The key ``old`` hands over to: the one it committed to, or a fresh one if it made no
+    commitment (a node's first key, or one from before pre-rotation)."""
+    committed = ids.commitment(old.dataset_id())
+    if committed is None:
+        return generate_private_key()
+    path = next_key if next_key is not None else committed_key_path(home)
+    if not path.is_file():
+        raise KeyCommandError(
+            f"node key {old.dataset_id().as_did_key()} committed to a next key, and {path} "
+            "does not exist: restore it from your copy (or pass its path with --next-key)"
+        )
+    key = load_private_key(path)
+    if next_key_digest(key.dataset_id()) != committed:
+        raise KeyCommandError(
+            f"{path} holds {key.dataset_id().as_did_key()}, not the key node key "
+            f"{old.dataset_id().as_did_key()} committed to"
+        )
+    return key
 
 
 def _rotated(
@@ -171,13 +246,32 @@ def revoke(home: NodeHome, node_id: str | None = None, *, clock_ns: int | None =
                 )
             key = match[0]
         now = clock_ns if clock_ns is not None else time.time_ns()
-        signed = sign_message(KeyRevocation(key.dataset_id(), now, _nonce()), key)
         did = key.dataset_id().as_did_key()
         with NodeState.open(home.path / "state.db", time.time_ns) as st:
+            signer = _committed_successor(home, _identities(st), key)
+            if signer is None:  # no commitment: the key revokes itself
+                signed = sign_message(KeyRevocation(key.dataset_id(), now, _nonce()), key)
+            else:
+                msg = KeyRevocation(key.dataset_id(), now, _nonce(), by=signer.dataset_id())
+                signed = sign_message(msg, signer)
             st.add_key_revocation(did, now, signed.envelope)
             stored = next(r for r in st.key_revocations() if r.node_id == did)
             st.log_event("node.key_revoked", None, {"node": did, "own": True})
         return Revoked(did, stored.revoked_ns, content_id(stored.envelope).hex())
+
+
+def _committed_successor(home: NodeHome, ids: NodeIdentities, key: PrivateKey) -> PrivateKey | None:
+    """The private key that ``key`` committed to and handed over to, if this node holds it (the
+    current node key or a retired one): a revocation it signs beats any rotation by ``key``
+    (docs/operations.md, "What a stolen node key can and cannot do")."""
+    successor = ids.successor(key.dataset_id())
+    committed = ids.commitment(key.dataset_id())
+    if successor is None or committed is None or next_key_digest(successor) != committed:
+        return None
+    for candidate in (home.node_key(), *retired_keys(home)):
+        if candidate.dataset_id() == successor:
+            return candidate
+    return None
 
 
 def own_records(home: NodeHome, state: NodeState | None = None) -> list[bytes]:
@@ -205,6 +299,7 @@ __all__ = [
     "KeyCommandError",
     "Revoked",
     "Rotated",
+    "committed_key_path",
     "own_records",
     "retired_keys",
     "revoke",

@@ -28,6 +28,7 @@ from p2p.wire import (
     Observation,
     SignedMessage,
     Verdict,
+    next_key_digest,
     sign_message,
 )
 
@@ -126,17 +127,38 @@ def observation(head: str = "head-7", sequence: int = 7) -> Observation:
 
 
 def key_rotation() -> SignedMessage:
-    """A deterministic rotation of the node key to the "other" key (signed by both)."""
+    """A deterministic version 1 rotation (no commitment) of the node key to the "other" key
+    (signed by both): the format before pre-rotation, still read."""
     _, node, other = keys()
-    return KeyRotation.make(node, other, ISSUED_AT_NS + 3, bytes([0x3C]) * 16)
+    return KeyRotation.make(node, other, ISSUED_AT_NS + 3, bytes([0x3C]) * 16, None)
 
 
 def key_revocation() -> SignedMessage:
-    """A deterministic revocation of the node key, by itself."""
+    """A deterministic version 1 revocation of the node key, by itself."""
     _, node, _ = keys()
     return sign_message(
-        KeyRevocation(node.dataset_id(), ISSUED_AT_NS + 4, bytes([0xC3]) * 16), node
+        KeyRevocation(node.dataset_id(), ISSUED_AT_NS + 4, bytes([0xC3]) * 16, version=1), node
     )
+
+
+def key_rotation_v2() -> SignedMessage:
+    """A deterministic version 2 rotation of the node key to the "other" key, committing to
+    the dataset key as the one after it (pre-rotation)."""
+    ds, node, other = keys()
+    return KeyRotation.make(
+        node, other, ISSUED_AT_NS + 5, bytes([0x5C]) * 16, next_key_digest(ds.dataset_id())
+    )
+
+
+def key_revocation_by_next_key() -> SignedMessage:
+    """A deterministic version 2 revocation of the node key, signed by the "other" key (its
+    committed next key in :func:`key_rotation_v2`'s chain when the node key is that chain's
+    new key)."""
+    _, node, other = keys()
+    msg = KeyRevocation(
+        node.dataset_id(), ISSUED_AT_NS + 6, bytes([0xC5]) * 16, by=other.dataset_id()
+    )
+    return sign_message(msg, other)
 
 
 def _forge(msg: HeadAnnouncement, domain_kind: MessageKind) -> bytes:
@@ -191,13 +213,24 @@ def build() -> dict[str, Any]:
         rot_msg.issued_at_ns,
         rot_msg.nonce,
         rot_msg.old_signature[:-1] + bytes([rot_msg.old_signature[-1] ^ 0x01]),
+        version=1,
     )
     rot_forged_old = sign_message(
-        KeyRotation(rot_msg.old, rot_msg.new, rot_msg.issued_at_ns, rot_msg.nonce, bytes(64)),
+        KeyRotation(
+            rot_msg.old, rot_msg.new, rot_msg.issued_at_ns, rot_msg.nonce, bytes(64), version=1
+        ),
         other,
     )
     rot_same = bytearray(rot.envelope)
     rot_same[7 + 34 : 7 + 68] = rot.envelope[7 : 7 + 34]  # new := old
+    rot2 = key_rotation_v2()
+    rev_next = key_revocation_by_next_key()
+    rev_next_msg = rev_next.message
+    assert isinstance(rev_next_msg, KeyRevocation)
+    # A version 2 rotation read as version 1 (the commitment's bytes then shift every field).
+    rot2_as_v1 = rot2.envelope[:6] + b"\x01" + rot2.envelope[7:]
+    rev_self_named = bytearray(rev_next.envelope)
+    rev_self_named[7 + 34 + 1 : 7 + 34 + 1 + 34] = rev_next.envelope[7 : 7 + 34]  # by := node
 
     env = ann.envelope
     prev_tag_at = 6 + 34 + 1 + 34 + 8  # header, dataset, head len+hash, sequence
@@ -217,6 +250,8 @@ def build() -> dict[str, Any]:
         "observation": obs,
         "key_rotation": rot,
         "key_revocation": rev,
+        "key_rotation_v2": rot2,
+        "key_revocation_by_next_key": rev_next,
     }
     bad: list[tuple[str, bytes, str]] = [
         ("empty", b"", "decode:truncated"),
@@ -263,10 +298,22 @@ def build() -> dict[str, Any]:
         ("key_rotation_same_key", bytes(rot_same), "decode:same-key"),
         (
             "key_rotation_unknown_record_version",
-            rot.envelope[:6] + b"\x02" + rot.envelope[7:],
+            rot.envelope[:6] + b"\x03" + rot.envelope[7:],
             "decode:unknown-version",
         ),
         ("key_revocation_by_other_key", sign_message(rev.message, other).envelope, "signature"),
+        ("key_rotation_v2_read_as_v1", rot2_as_v1, "decode:trailing-bytes"),
+        (
+            "key_rotation_v2_tampered_next_digest",
+            rot2.envelope[: 7 + 68] + bytes([rot2.envelope[7 + 68] ^ 1]) + rot2.envelope[7 + 69 :],
+            "signature",
+        ),
+        (
+            "key_revocation_by_next_key_signed_by_revoked_key",
+            sign_message(rev_next_msg, node).envelope,
+            "signature",
+        ),
+        ("key_revocation_names_itself_as_signer", bytes(rev_self_named), "decode:same-key"),
     ]
     return {
         "format": "odf-node p2p wire format v1 (docs/p2p-wire-format.md)",

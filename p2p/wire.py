@@ -84,8 +84,17 @@ DOMAINS: Final[dict[MessageKind, bytes]] = {
 ROTATION_OLD_KEY_DOMAIN: Final = b"odf-node/key-rotation/old-key/v1\x00"
 """Domain of the old key's signature inside a :class:`KeyRotation` (the envelope's own
 signature, by the new key, uses ``DOMAINS[KEY_ROTATION]``)."""
-KEY_RECORD_VERSION: Final = 1
-"""The ``version`` field of key rotation and revocation records."""
+KEY_RECORD_VERSION: Final = 2
+"""The ``version`` field of key rotation and revocation records this node makes.
+
+Version 2 adds pre-rotation: a rotation commits to the digest of the key that will succeed its
+new key (:func:`next_key_digest`), and a revocation may be signed by the revoked key's committed
+next key. Version 1 records (no commitment, self-signed revocations) are still read."""
+KEY_RECORD_VERSIONS: Final = frozenset({1, 2})
+"""Key record versions the decoder accepts."""
+NEXT_KEY_DOMAIN: Final = b"odf-node/next-key/v1\x00"
+"""Domain of :func:`next_key_digest`."""
+NEXT_KEY_DIGEST_LEN: Final = 32
 
 OBSERVATION_VERSION: Final = 1
 """The ``version`` field of an :class:`Observation` body (its layout may change on its own)."""
@@ -626,11 +635,25 @@ class Observation:
         )
 
 
+def next_key_digest(key: DatasetId) -> bytes:
+    """The pre-rotation commitment to ``key``: SHA3-256 of ``NEXT_KEY_DOMAIN || did bytes``.
+
+    A rotation record publishes this digest of the key that will succeed its new key, so that
+    whoever later holds only the current key cannot choose the next one (KERI's pre-rotation).
+    """
+    return hashlib.sha3_256(NEXT_KEY_DOMAIN + key.to_bytes()).digest()
+
+
 def _read_record_version(r: _Reader) -> int:
     v = r.u8("record version")
-    if v != KEY_RECORD_VERSION:
+    if v not in KEY_RECORD_VERSIONS:
         raise WireDecodeError("unknown-version", f"unknown key record version {v}")
     return v
+
+
+def _check_record_version(version: int) -> None:
+    if version not in KEY_RECORD_VERSIONS:
+        raise WireEncodeError(f"unknown key record version {version}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -638,10 +661,16 @@ class KeyRotation:
     """ "Node key ``old`` is succeeded by node key ``new``", signed by both.
 
     The envelope is signed by the new key (:meth:`signer`); ``old_signature`` is the old key's
-    signature over ``ROTATION_OLD_KEY_DOMAIN || header || version || old || new ||
-    issued_at_ns || nonce`` and sits at the end of the body, so the new key's signature covers
-    it too. Neither key alone can make a record: a stolen old key cannot hand the identity to
-    the thief without the new key, and a new key cannot claim an identity it does not hold.
+    signature over ``ROTATION_OLD_KEY_DOMAIN || header || <the body without old_signature>``
+    and sits at the end of the body, so the new key's signature covers it too. Neither key
+    alone can make a record: a new key cannot claim an identity it does not hold.
+
+    Version 2 body: ``version (=2) || old || new || next_digest (32) || issued_at_ns ||
+    nonce || old_signature``, where ``next_digest`` is :func:`next_key_digest` of the key that
+    will succeed ``new`` (pre-rotation). Receivers accept a rotation of a key whose commitment
+    they know only if ``next_key_digest(new)`` equals it, so a thief holding only the current
+    key cannot hand the identity to a key of its own (docs/operations.md, "Node key
+    rotation"). Version 1 (no ``next_digest``) is the format before pre-rotation, still read.
     Build with :meth:`make`.
     """
 
@@ -650,6 +679,8 @@ class KeyRotation:
     issued_at_ns: int
     nonce: bytes
     old_signature: bytes
+    next_digest: bytes | None = None
+    """Commitment to the key after ``new`` (version 2); None in a version 1 record."""
     version: int = KEY_RECORD_VERSION
 
     KIND = MessageKind.KEY_ROTATION
@@ -660,13 +691,16 @@ class KeyRotation:
 
     def _fields(self, w: _Writer) -> None:
         _check_nonce(self.nonce)
-        if self.version != KEY_RECORD_VERSION:
-            raise WireEncodeError(f"unknown key record version {self.version}")
+        _check_record_version(self.version)
         if self.old == self.new:
             raise WireEncodeError("a key rotation needs two different keys")
+        if (self.version >= 2) != (self.next_digest is not None):
+            raise WireEncodeError("a version 2 key rotation (only) has a next key digest")
         w.u8(self.version)
         w.fixed(self.old.to_bytes(), DID_LEN)
         w.fixed(self.new.to_bytes(), DID_LEN)
+        if self.next_digest is not None:
+            w.fixed(self.next_digest, NEXT_KEY_DIGEST_LEN)
         w.u64(self.issued_at_ns)
         w.fixed(self.nonce, NONCE_LEN)
 
@@ -694,67 +728,92 @@ class KeyRotation:
         old, new = r.did("old"), r.did("new")
         if old == new:
             raise WireDecodeError("same-key", "a key rotation names the same key twice")
+        next_digest = r.take(NEXT_KEY_DIGEST_LEN, "next_digest") if version >= 2 else None
         return cls(
             old=old,
             new=new,
             issued_at_ns=r.u64("issued_at_ns"),
             nonce=r.take(NONCE_LEN, "nonce"),
             old_signature=r.take(SIGNATURE_LEN, "old_signature"),
+            next_digest=next_digest,
             version=version,
         )
 
     @classmethod
     def make(
-        cls, old: PrivateKey, new: PrivateKey, issued_at_ns: int, nonce: bytes
+        cls,
+        old: PrivateKey,
+        new: PrivateKey,
+        issued_at_ns: int,
+        nonce: bytes,
+        next_digest: bytes | None,
     ) -> SignedMessage:
-        """The signed record of ``old`` handing over to ``new``."""
-        unsigned = cls(old.dataset_id(), new.dataset_id(), issued_at_ns, nonce, b"\0" * 64)
-        record = cls(
-            unsigned.old,
-            unsigned.new,
-            issued_at_ns,
-            nonce,
-            old.sign(unsigned.old_signing_input()),
-        )
+        """The signed record of ``old`` handing over to ``new``, committing to the key after
+        ``new`` (``next_digest``: :func:`next_key_digest` of it). ``None`` makes a version 1
+        record without a commitment (the format before pre-rotation: test vectors, upgrades).
+        """
+        version = 1 if next_digest is None else KEY_RECORD_VERSION
+        fields = (old.dataset_id(), new.dataset_id(), issued_at_ns, nonce)
+        unsigned = cls(*fields, b"\0" * 64, next_digest, version)
+        record = cls(*fields, old.sign(unsigned.old_signing_input()), next_digest, version)
         return sign_message(record, new)
 
 
 @dataclass(frozen=True, slots=True)
 class KeyRevocation:
-    """ "Node key ``node`` no longer counts from ``issued_at_ns`` on", signed by that key.
+    """ "Node key ``node`` no longer counts from ``issued_at_ns`` on".
 
-    Self-signed, so anyone can check it and only the key's holder can make it; a thief holding
-    a stolen key can at worst revoke it, which is what its owner wants.
+    Signed by ``node`` itself (``by`` is None), or (version 2) by ``by``: the key ``node``
+    committed to as its next one. A self-signed revocation can be made by anyone holding the
+    key, a thief included, which at worst kills the stolen key (what its owner wants). A
+    revocation by the committed next key can be made only by the owner (the thief never held
+    that key) and beats any rotation the revoked key signed: receivers check
+    ``next_key_digest(by)`` against the commitment they know (``node/app/identities.py``).
+
+    Version 2 body: ``version (=2) || node || by (option tag, DID) || issued_at_ns || nonce``;
+    version 1: ``version (=1) || node || issued_at_ns || nonce``.
     """
 
     node: DatasetId
     issued_at_ns: int
     nonce: bytes
     version: int = KEY_RECORD_VERSION
+    by: DatasetId | None = None
+    """The committed next key of ``node`` that signed this revocation; None: ``node`` did."""
 
     KIND = MessageKind.KEY_REVOCATION
 
     def signer(self) -> DatasetId:
-        """The key that must sign the envelope: the revoked key itself."""
-        return self.node
+        """The key that must sign the envelope: ``by``, or the revoked key itself."""
+        return self.by if self.by is not None else self.node
 
     def _write(self, w: _Writer) -> None:
         _check_nonce(self.nonce)
-        if self.version != KEY_RECORD_VERSION:
-            raise WireEncodeError(f"unknown key record version {self.version}")
+        _check_record_version(self.version)
+        if self.by is not None and (self.version < 2 or self.by == self.node):
+            raise WireEncodeError("only a version 2 revocation names another key as signer")
         w.u8(self.version)
         w.fixed(self.node.to_bytes(), DID_LEN)
+        if self.version >= 2:
+            w.u8(0 if self.by is None else 1)
+            if self.by is not None:
+                w.fixed(self.by.to_bytes(), DID_LEN)
         w.u64(self.issued_at_ns)
         w.fixed(self.nonce, NONCE_LEN)
 
     @classmethod
     def _read(cls, r: _Reader) -> KeyRevocation:
         version = _read_record_version(r)
+        node = r.did("node")
+        by = r.did("by") if version >= 2 and r.tag("by") else None
+        if by == node:
+            raise WireDecodeError("same-key", "a revocation names the revoked key as its signer")
         return cls(
-            node=r.did("node"),
+            node=node,
             issued_at_ns=r.u64("issued_at_ns"),
             nonce=r.take(NONCE_LEN, "nonce"),
             version=version,
+            by=by,
         )
 
 

@@ -5,7 +5,9 @@ schema v8), feeds :class:`~node.app.identities.NodeIdentities`, moves the rotate
 score to its new libp2p peer id (the host's identity is the node key), has the trust driver
 rebuild its policies, and logs ``node.key_rotated`` / ``node.key_revoked``. The records'
 signatures were checked by the protocol core (``p2p/wire.py``: a rotation is signed by the old
-and the new key, a revocation by the revoked key). docs/operations.md, "Node key rotation".
+and the new key, a revocation by the revoked key or its committed next key); whether a record
+counts (pre-rotation) is the identities' decision, and only records that count are stored.
+docs/operations.md, "Node key rotation".
 """
 
 from __future__ import annotations
@@ -13,8 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from coordinator.identity import DatasetId
-from node.app.identities import NodeIdentities
+from node.app.identities import NodeIdentities, load_records
 from node.app.ports import EventSink, StatePort
 from node.app.trust import TrustDriver
 from p2p.transport import peer_id_of_node
@@ -47,21 +48,25 @@ class NodeKeyRecords:
     async def load(self) -> None:
         """Feed the stored records to the identities (at start-up, before the trust driver
         restores its policies)."""
-        for r in await self._state.key_rotations():
-            self.identities.add_rotation(DatasetId.parse(r.old_id), DatasetId.parse(r.new_id))
-        for x in await self._state.key_revocations():
-            self.identities.add_revocation(DatasetId.parse(x.node_id), x.revoked_ns)
+        load_records(
+            self.identities, await self._state.key_rotations(), await self._state.key_revocations()
+        )
 
     async def received(self, sm: SignedMessage) -> bool:
         """A checked record from gossip (or this node's own); whether it was new."""
         msg = sm.message
         if isinstance(msg, KeyRotation):
             old, new = msg.old.as_did_key(), msg.new.as_did_key()
-            if not await self._state.add_key_rotation(old, new, msg.issued_at_ns, sm.envelope):
+            # The identities decide (pre-rotation: only the committed next key can succeed a
+            # key whose commitment is known); only an accepted record is stored, replacing a
+            # rotation of the same key that the commitment has since voided.
+            if not self.identities.add_rotation(msg.old, msg.new, msg.next_digest):
+                if self.identities.successor(msg.old) != msg.new:
+                    log.warning("key rotation %s -> %s refused: %s", old, new, self._refusal(msg))
                 return False
-            if not self.identities.add_rotation(msg.old, msg.new):
-                log.warning("key rotation %s -> %s ignored: the key already rotated", old, new)
-                return False
+            await self._state.add_key_rotation(
+                old, new, msg.issued_at_ns, sm.envelope, replace=True
+            )
             old_peer, new_peer = peer_id_of_node(msg.old), peer_id_of_node(msg.new)
             moved = await self._move_peer(old_peer, new_peer)
             await self._state.log_event(
@@ -78,9 +83,15 @@ class NodeKeyRecords:
             self._events.publish("node.key_rotated", {"old": old, "new": new})
         elif isinstance(msg, KeyRevocation):
             node = msg.node.as_did_key()
-            if not await self._state.add_key_revocation(node, msg.issued_at_ns, sm.envelope):
+            if not self.identities.add_revocation(msg.node, msg.issued_at_ns, msg.by):
+                if msg.by is not None and self.identities.revoked_at(msg.node) is None:
+                    log.warning(
+                        "key revocation of %s by %s refused: not its committed next key",
+                        node,
+                        msg.by.as_did_key(),
+                    )
                 return False
-            self.identities.add_revocation(msg.node, msg.issued_at_ns)
+            await self._state.add_key_revocation(node, msg.issued_at_ns, sm.envelope)
             await self._state.log_event(
                 "node.key_revoked", None, {"node": node, "revoked_ns": msg.issued_at_ns}
             )
@@ -90,6 +101,14 @@ class NodeKeyRecords:
         if self._trust is not None:
             await self._trust.identities_changed()
         return True
+
+    def _refusal(self, msg: KeyRotation) -> str:
+        """Why the identities refused ``msg`` (for the log)."""
+        if self.identities.commitment(msg.old) is not None:
+            return "its new key is not the one the old key committed to (pre-rotation)"
+        if self.identities.successor(msg.old) is not None:
+            return "the key already rotated (it has no commitment: the first rotation stays)"
+        return "the new key already belongs to an identity"
 
     async def _move_peer(self, old_peer: str, new_peer: str) -> float | None:
         """The core's score of ``old_peer`` moves to ``new_peer``, and so does the stored one

@@ -140,9 +140,10 @@ class StatePort(Protocol):
         ...
 
     async def add_key_rotation(
-        self, old_id: str, new_id: str, issued_at_ns: int, envelope: bytes
+        self, old_id: str, new_id: str, issued_at_ns: int, envelope: bytes, *, replace: bool = False
     ) -> bool:
-        """Store a node key rotation record (false if the old key already has one)."""
+        """Store a node key rotation record (false if the old key already has one, unless
+        ``replace``: the record voids the stored one)."""
         ...
 
     async def key_rotations(self) -> list[KeyRotationRecord]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from coordinator.errors import OdfNodeError
 from coordinator.identity import DatasetId
-from node.app.identities import NodeIdentities
+from node.app.identities import NodeIdentities, load_records
 from node.app.ports import StatePort
 from node.app.results import (
     AttestationRow,
@@ -86,8 +86,7 @@ class NodeQueries:
         """Attestations received or made, newest first; ``node`` is the attesting node's
         current id (its ``signer`` key followed through the node key rotations known)."""
         identities = NodeIdentities()
-        for r in await self._state.key_rotations():
-            identities.add_rotation(DatasetId.parse(r.old_id), DatasetId.parse(r.new_id))
+        load_records(identities, await self._state.key_rotations())
         return [
             AttestationRow(
                 did=a.did,
@@ -127,6 +126,8 @@ class NodeQueries:
                     detail=s.detail,
                     at_ns=s.detected_ns,
                     source=s.source,
+                    seen=s.seen,
+                    last_seen_ns=s.last_seen_ns,
                     observations=[
                         {
                             "head": o.head,

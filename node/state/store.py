@@ -427,11 +427,20 @@ class NodeState:
     # -- node key records -------------------------------------------------------------------
 
     def add_key_rotation(
-        self, old_id: str, new_id: str, issued_at_ns: int, envelope: bytes
+        self, old_id: str, new_id: str, issued_at_ns: int, envelope: bytes, *, replace: bool = False
     ) -> bool:
-        """Store a rotation record; False if ``old_id`` already has one (the first stays)."""
+        """Store a rotation record; False if ``old_id`` already has one (the first stays),
+        unless ``replace``: the caller decided that this record voids the stored one
+        (pre-rotation, ``node/app/identities.py``)."""
         if not old_id or not new_id or old_id == new_id:
             raise InvalidStateValue("a key rotation needs two different node ids")
+        conflict = (
+            """DO UPDATE SET new_id = excluded.new_id, issued_at_ns = excluded.issued_at_ns,
+                 envelope = excluded.envelope, received_ns = excluded.received_ns
+               WHERE key_rotations.envelope <> excluded.envelope"""
+            if replace
+            else "DO NOTHING"
+        )
         with self._tx() as c:
             cur = c.execute(
                 """INSERT INTO key_rotations (old_id, new_id, issued_at_ns, envelope, received_ns)

@@ -34,6 +34,7 @@ from p2p.wire import (
     KeyRotation,
     Verdict,
     decode,
+    next_key_digest,
     sign_message,
 )
 
@@ -42,12 +43,14 @@ HEAD = Multihash.sha3_256(b"head")
 
 
 def test_rotation_record_needs_both_keys() -> None:
-    sm = KeyRotation.make(OLD, NEW, 1, b"\x01" * 16)
+    sm = KeyRotation.make(OLD, NEW, 1, b"\x01" * 16, next_key_digest(NEWER.dataset_id()))
     msg = decode(sm.envelope)
     assert isinstance(msg.message, KeyRotation)  # type: ignore[union-attr]
     assert msg.message.old == OLD.dataset_id() and msg.signer() == NEW.dataset_id()  # type: ignore[union-attr]
     # The new key alone cannot claim the old identity.
-    forged = KeyRotation(OLD.dataset_id(), NEW.dataset_id(), 1, b"\x01" * 16, b"\x00" * 64)
+    forged = KeyRotation(
+        OLD.dataset_id(), NEW.dataset_id(), 1, b"\x01" * 16, b"\x00" * 64, b"\x00" * 32
+    )
     with pytest.raises(SignatureError):
         decode(sign_message(forged, NEW).envelope)
     # Nor can the old key alone hand it over (the envelope must be signed by the new key).
@@ -131,7 +134,7 @@ def test_listed_old_key_follows_the_rotation_and_revocation_stops_counting() -> 
         await trust.attestation(did, HEAD, NEW.dataset_id(), Verdict.VERIFIED, 500)
         assert trust._policy(did).status(did, HEAD).state.value == "pending"
         # The rotation arrives: the stored attestation is re-counted under the new id.
-        assert await keys.received(KeyRotation.make(OLD, NEW, 400, b"\x02" * 16))
+        assert await keys.received(KeyRotation.make(OLD, NEW, 400, b"\x02" * 16, None))
         status = trust._policy(did).status(did, HEAD)
         assert status.state.value == "trusted" and status.attesters == (NEW.dataset_id(),)
         # Queries show the old key's attestations as the same node (the new id).
@@ -152,7 +155,7 @@ def test_listed_old_key_follows_the_rotation_and_revocation_stops_counting() -> 
         assert {r.node for r in rows} == {NEW.dataset_id().as_did_key()}
         assert [e for e in st.events(0, 100) if e.kind == "node.key_rotated"]
         # A duplicate record changes nothing.
-        assert not await keys.received(KeyRotation.make(OLD, NEW, 400, b"\x02" * 16))
+        assert not await keys.received(KeyRotation.make(OLD, NEW, 400, b"\x02" * 16, None))
 
         # Revocation of NEW at 1,000: its attestation of a later head issued at 2,000 does not
         # count; one issued before the revocation does.
