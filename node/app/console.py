@@ -394,6 +394,8 @@ class ConsoleQueries:
                     "computed": None,
                     "issued_at_ns": None,
                     "source": sv.source,
+                    "seen": sv.seen,
+                    "last_seen_ns": sv.last_seen_ns,
                     # Both signed statements, envelopes in hex: the evidence anyone can check.
                     "observations": [
                         {

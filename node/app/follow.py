@@ -444,6 +444,10 @@ class SourceFollower:
         head = self._stored_head(src.did)
         if head is not None and head != src.head and summary.get("comparison") == "local-behind":
             await self._accepted(src, head)
+        if head is not None and head != remote:
+            # refs/head named one head and the pull (which reads refs/head again) got another:
+            # a source answering differently per request shows two histories in one poll.
+            await self._two_heads(src, remote, head)
 
     async def _accepted(self, src: _Source, head: Multihash) -> None:
         """A head pulled from the source descends from the accepted one: observe it, accept
@@ -512,19 +516,66 @@ class SourceFollower:
         except Exception as e:  # the evidence cannot be signed without its sequence number
             log.warning("diverged head %s of %s unreadable: %s", remote, src.url, e)
             return
-        await self._observe(src, remote, block.sequence_number)
-        mine = await self._state.observations(did, src.url, limit=50)
-        theirs = next((o for o in mine if o.own and o.head == remote.to_multibase()), None)
-        ours = next(
-            (o for o in mine if o.own and src.head and o.head == src.head.to_multibase()), None
-        )
-        if theirs is not None and ours is not None:
+        # Our observations of both heads, signed once: a source that stays diverged is seen
+        # again on every poll, and each poll signing (and gossiping) a new one made a new
+        # split view record each time.
+        theirs = await self._own_observation(src, remote, block.sequence_number)
+        if src.head is None or theirs is None:
+            return
+        ours = await self._own_observation(src, src.head, src.sequence)
+        if ours is not None:
             await self._split(
                 src,
                 ours,
                 theirs,
                 "the source replaced the accepted head by one that does not descend from it",
             )
+
+    async def _two_heads(self, src: _Source, shown: Multihash, pulled: Multihash) -> None:
+        """Within one poll the source named ``shown`` and the pull got ``pulled``: a split view
+        unless one descends from the other (the source may just have moved on meanwhile)."""
+        try:
+            block = decode_block(await self._sources.read_block(src.url, shown))
+        except Exception as e:  # cannot compare without the block: not evidence either way
+            log.debug("head %s shown by %s unreadable: %s", shown, src.url, e)
+            return
+        ds = self._repo.open(src.did.as_did_str())
+        ours = await asyncio.to_thread(ds.get_block, pulled, verify=False)
+        relation = await self.relation(
+            src.did,
+            pulled,
+            ours.sequence_number,
+            shown,
+            block.sequence_number,
+            [src.url],
+        )
+        if relation != "split":
+            return
+        a = await self._own_observation(src, pulled, ours.sequence_number)
+        b = await self._own_observation(src, shown, block.sequence_number)
+        if a is not None and b is not None:
+            await self._split(
+                src,
+                a,
+                b,
+                "the source showed two heads that do not descend one from the other in one poll",
+            )
+
+    async def _own_observation(
+        self, src: _Source, head: Multihash, seq: int
+    ) -> ObservationRecord | None:
+        """Our stored observation of ``head`` at the source, signed (and gossiped) now if we
+        have none among the newest (None for a local path: nothing to observe)."""
+        text = head.to_multibase()
+        did = src.did.as_did_str()
+        for _ in range(2):
+            mine = await self._state.observations(did, src.url, limit=50)
+            found = next((o for o in mine if o.own and o.head == text), None)
+            if found is not None:
+                return found
+            if await self._observe(src, head, seq) is None:
+                return None
+        return None
 
     # ---- witnessing
 
@@ -630,6 +681,7 @@ class SourceFollower:
             f"{detail}: {a.head} (sequence {a.sequence}, observed by {a.signer}) and "
             f"{b.head} (sequence {b.sequence}, observed by {b.signer})"
         )
+        # One record per (source, fork): a fork seen again counts, it is not news again.
         if not await self._state.add_split_view(did, src.url, a.content_id, b.content_id, text):
             return
         self._metrics.source_polls.labels("split_view").inc()

@@ -347,7 +347,8 @@ class DisputeRow(_Json):
     """``disputes``: a signed dispute of a block, ours (``own``) or received; or a split view
     (``kind`` ``split-view``): a source followed by URL showed two heads that do not descend
     one from the other, with the two signed observations (``source``, ``observations``: each
-    ``{"head", "sequence", "signer", "own", "at_ns", "envelope"}``, envelope in hex)."""
+    ``{"head", "sequence", "signer", "own", "at_ns", "envelope"}``, envelope in hex); one row
+    per source and fork, ``seen`` times, the last at ``last_seen_ns`` (``at_ns``: the first)."""
 
     did: str
     block: str
@@ -358,6 +359,8 @@ class DisputeRow(_Json):
     at_ns: int
     source: str | None = None
     observations: list[dict[str, Any]] | None = None
+    seen: int | None = None
+    last_seen_ns: int | None = None
 
 
 @dataclass(frozen=True)

@@ -146,7 +146,11 @@ class ObservationRecord:
 
 @dataclass(frozen=True)
 class SplitView:
-    """Two observations of one source whose heads do not descend one from the other."""
+    """Two observations of one source whose heads do not descend one from the other.
+
+    One per (dataset, source, fork): ``seen`` counts the times the node found that fork (once
+    per poll that shows it), ``last_seen_ns`` is the latest; ``detected_ns`` the first.
+    """
 
     id: int
     did: str
@@ -155,6 +159,8 @@ class SplitView:
     second: ObservationRecord
     detail: str
     detected_ns: int
+    seen: int = 1
+    last_seen_ns: int = 0
 
 
 @dataclass(frozen=True)

@@ -276,6 +276,30 @@ _V9: tuple[str, ...] = (
     "CREATE INDEX attestations_signer ON attestations (signer, did)",
 )
 
+# Split views, one record per (dataset, source, fork) (docs/follow.md): the fork is the two
+# heads, sorted, space-separated; ``seen`` counts the polls that showed it, ``last_seen_ns`` the
+# latest. A diverged source used to add a record on every poll: the rows of one fork are merged
+# into the oldest (its evidence kept, the count and the latest time carried over).
+_V10: tuple[str, ...] = (
+    "ALTER TABLE split_views ADD COLUMN fork TEXT",
+    "ALTER TABLE split_views ADD COLUMN seen INTEGER NOT NULL DEFAULT 1 CHECK (seen >= 1)",
+    "ALTER TABLE split_views ADD COLUMN last_seen_ns INTEGER",
+    """UPDATE split_views SET last_seen_ns = detected_ns, fork = coalesce(
+        (SELECT min(a.head, b.head) || ' ' || max(a.head, b.head)
+           FROM observations a, observations b
+          WHERE a.content_id = split_views.first AND b.content_id = split_views.second),
+        first || ' ' || second)""",
+    """UPDATE split_views SET
+        seen = (SELECT count(*) FROM split_views s WHERE s.did = split_views.did
+                  AND s.source = split_views.source AND s.fork = split_views.fork),
+        last_seen_ns = (SELECT max(s.detected_ns) FROM split_views s
+                  WHERE s.did = split_views.did AND s.source = split_views.source
+                    AND s.fork = split_views.fork)""",
+    """DELETE FROM split_views WHERE id NOT IN
+        (SELECT min(id) FROM split_views GROUP BY did, source, fork)""",
+    "CREATE UNIQUE INDEX split_views_fork ON split_views (did, source, fork)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _V1),
     Migration(2, "indexes for claim and events by kind", _v2_indexes),
@@ -286,6 +310,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "flow schedules", _V7),
     Migration(8, "node key rotations and revocations", _V8),
     Migration(9, "evidence by block and by signer", _V9),
+    Migration(10, "split views: one per source and fork, counted", _V10),
 )
 LATEST_VERSION: int = MIGRATIONS[-1].version
 

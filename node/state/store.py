@@ -615,15 +615,36 @@ class NodeState:
         return [_observation(r) for r in rows]
 
     def add_split_view(self, did: str, source: str, first: str, second: str, detail: str) -> bool:
-        """Store a split view between two stored observations (content ids, in either order);
-        False if that pair is already stored."""
+        """Record a split view between two stored observations (content ids, in either order).
+
+        One record per (dataset, source, fork), the fork being the two heads: a fork recorded
+        before (by any pair of observations of those heads) has its ``seen`` counter and
+        ``last_seen_ns`` bumped instead, so a source that stays diverged is one record, not one
+        per poll. True if the record is new.
+        """
         _check_did(did)
         a, b = sorted((first, second))
+        now = self._clock()
         with self._tx() as c:
+            heads = sorted(
+                str(r[0])
+                for r in c.execute(
+                    "SELECT head FROM observations WHERE content_id IN (?, ?)", (a, b)
+                )
+            )
+            fork = " ".join(heads) if len(heads) == 2 else f"{a} {b}"
             cur = c.execute(
-                """INSERT INTO split_views (did, source, first, second, detail, detected_ns)
-                   VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (first, second) DO NOTHING""",
-                (did, source, a, b, detail, self._clock()),
+                """UPDATE split_views SET seen = seen + 1, last_seen_ns = ?
+                   WHERE did = ? AND source = ? AND fork = ?""",
+                (now, did, source, fork),
+            )
+            if cur.rowcount > 0:
+                return False
+            cur = c.execute(
+                """INSERT INTO split_views (did, source, first, second, detail, detected_ns,
+                                            fork, seen, last_seen_ns)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?) ON CONFLICT (first, second) DO NOTHING""",
+                (did, source, a, b, detail, now, fork, now),
             )
         return cur.rowcount > 0
 
@@ -632,7 +653,8 @@ class NodeState:
         where, params = _filters(("s.did", did))
         cols = ", ".join(f"{t}.{c}" for t in ("a", "b") for c in _OBS_COLUMNS)
         rows = self._rows(
-            f"SELECT s.id, s.did, s.source, s.detail, s.detected_ns, {cols} FROM split_views s"
+            f"SELECT s.id, s.did, s.source, s.detail, s.detected_ns, s.seen, s.last_seen_ns,"
+            f" {cols} FROM split_views s"
             " JOIN observations a ON a.content_id = s.first"
             f" JOIN observations b ON b.content_id = s.second{where}"
             " ORDER BY s.id DESC LIMIT ?",
@@ -644,10 +666,12 @@ class NodeState:
                 int(r[0]),
                 r[1],
                 r[2],
-                _observation(tuple(r[5 : 5 + n])),
-                _observation(tuple(r[5 + n : 5 + 2 * n])),
+                _observation(tuple(r[7 : 7 + n])),
+                _observation(tuple(r[7 + n : 7 + 2 * n])),
                 r[3],
                 int(r[4]),
+                seen=int(r[5]),
+                last_seen_ns=int(r[6]),
             )
             for r in rows
         ]
