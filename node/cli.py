@@ -178,10 +178,23 @@ def restore(
 
 
 @key_app.command("rotate")
-def key_rotate(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
-    """Replace the node key by a new one; the node keeps its identity.
+def key_rotate(
+    home: HomeOpt = None,
+    as_json: JsonOpt = False,
+    next_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--next-key",
+            help="The key the current node key committed to, if kept outside keys/next.key.",
+        ),
+    ] = None,
+) -> None:
+    """Replace the node key by the key it committed to; the node keeps its identity.
 
-    A record signed by the old and the new key is stored and gossiped by the daemon at its next
+    Pre-rotation: the new key is the one the current key committed to (keys/next.key, or
+    --next-key; a fresh one if the current key made no commitment), and the record commits to
+    a fresh key after it, written to keys/next.key: keep a copy of that file off the node. The
+    record, signed by the old and the new key, is stored and gossiped by the daemon at its next
     start: peers move the node's score to its new peer id and count attestations signed by the
     old key as the node's. The old key is kept in keys/retired/ (for `key revoke`). Update
     `[p2p] bootstrap` entries of other nodes that name this node's old peer id.
@@ -190,7 +203,7 @@ def key_rotate(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
     from node.keyrotation import rotate
 
     try:
-        r = rotate(_home(home))
+        r = rotate(_home(home), next_key=next_key)
     except OdfNodeError as e:
         fail(str(e))
     if as_json:
@@ -199,6 +212,7 @@ def key_rotate(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
     out.print(
         f"Node key rotated: {r.old_id} -> [bold]{r.new_id}[/]\n"
         f"peer id: {r.old_peer_id} -> {r.new_peer_id}\n"
+        "committed to the next key in keys/next.key: keep a copy of it off this node\n"
         "the rotation record is gossiped when the daemon starts (odf-node run)"
     )
 
@@ -214,7 +228,8 @@ def key_revoke(
 ) -> None:
     """Revoke a retired node key: from now on its attestations and disputes no longer count.
 
-    Signed by the revoked key itself and gossiped by the daemon at its next start. The current
+    Signed by the key the revoked key committed to (its successor) when it made a commitment,
+    else by the revoked key itself, and gossiped by the daemon at its next start. The current
     key cannot be revoked: rotate first. docs/operations.md ("Node key rotation").
     """
     from node.keyrotation import revoke

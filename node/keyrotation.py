@@ -1,21 +1,26 @@
 """``odf-node key rotate`` and ``odf-node key revoke``: the node key changes, its identity stays.
 
-Rotation (docs/operations.md, "Node key rotation"): a new node key is generated, a
-:class:`p2p.wire.KeyRotation` record signed by the old and the new key is stored in the state
-(``key_rotations``), the old key is kept under ``keys/retired/<did>.key`` (mode 0600, so the
-node can later revoke it) and the new key becomes ``keys/node.key``. The daemon gossips the
-node's own records on the node topic whenever a peer connects; peers move the node's score to
-its new libp2p peer id and count the old key's attestations as the node's.
+Rotation (docs/operations.md, "Node key rotation"): the node key hands over to the key it
+committed to (pre-rotation: ``keys/next.key``, or a fresh key when the current key made no
+commitment), a :class:`p2p.wire.KeyRotation` record signed by the old and the new key and
+committing to a fresh key after the new one is stored in the state (``key_rotations``), the
+fresh key becomes ``keys/next.key`` (mode 0600; the daemon never reads it, so a thief of the
+running node's key does not get it), the old key is kept under ``keys/retired/<did>.key``
+(mode 0600, so the node can later revoke it) and the new key becomes ``keys/node.key``. The
+daemon gossips the node's own records on the node topic whenever a peer connects; peers move
+the node's score to its new libp2p peer id and count the old key's attestations as the node's.
 
-Revocation: a :class:`p2p.wire.KeyRevocation` record signed by a retired key, stored in the
-state (``key_revocations``) and gossiped the same way; from its time on the key's attestations
-and disputes no longer count toward trust.
+Revocation: a :class:`p2p.wire.KeyRevocation` record signed by the key the retired key committed
+to (when it did: a revocation a thief of the retired key cannot make) or by the retired key
+itself, stored in the state (``key_revocations``) and gossiped the same way; from its time on
+the key's attestations and disputes no longer count toward trust.
 
 Both need the daemon stopped (they change the key it runs with and write the state): they take
-the home's lock. Crash safety: the new key is written to ``keys/node.key.next`` first, then the
-old one to ``keys/retired/``, then the record to the state, and only then does ``node.key.next``
-replace ``node.key`` (one rename). A rotation interrupted before the rename is completed by the
-next ``key rotate`` (when the state holds its record) or discarded (when it does not).
+the home's lock. Crash safety: the new key is written to ``keys/node.key.next`` and the key
+after it to ``keys/next.key.next`` first, then the old one to ``keys/retired/``, then the record
+to the state, and only then do the two renames make them current (``next.key`` first). A
+rotation interrupted before the renames is completed by the next ``key rotate`` (when the state
+holds its record) or discarded (when it does not).
 """
 
 from __future__ import annotations
