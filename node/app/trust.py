@@ -27,14 +27,25 @@ no engine) and served as soon as it is stored.
 After a restart :meth:`restore` re-feeds each subscription's stored evidence (its accepted head,
 the node's verification, the attestations and disputes received) without carrying out the
 decisions again (no event, no republication): the state is rebuilt, a dispute is not forgotten,
-and a head is not trusted twice.
+and a head is not trusted twice. The disputes are read block by block (the blocks of the
+accepted head's chain that others disputed), each trusted attester's in full, so no number of
+strangers' disputes can push a trusted one out of a rebuild. A node key rotation or revocation
+rebuilds only the datasets that the keys it names signed evidence of
+(:meth:`TrustDriver.identities_changed`): a stranger's rotation between two fresh keys costs an
+index lookup, not a rebuild of every policy.
+
+What a dispute costs (issue 39): the policy's work is O(1) in the number of earlier disputes
+(``p2p/trust.py``), the persisted record names the trusted disputers and at most
+:data:`p2p.trust.SHOWN_DISPUTERS` others, node ids are encoded as did:key once (a bounded
+cache), and a record that did not change is not written again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
 from coordinator.identity import DatasetId
@@ -45,6 +56,7 @@ from node.app.rows import Attestation, Subscription, TrustOverride, TrustRecord,
 from p2p.core.config import Rng
 from p2p.errors import WireDecodeError
 from p2p.trust import (
+    MAX_RECORDED_PER_HEAD,
     AttestationSeen,
     DisputeSeen,
     Distrusted,
@@ -65,7 +77,14 @@ from p2p.trust import (
     parse_attesters,
 )
 from p2p.wire import Attestation as WireAttestation
-from p2p.wire import Checks, EquivocationProof, Verdict, decode_unverified
+from p2p.wire import (
+    Checks,
+    EquivocationProof,
+    KeyRevocation,
+    KeyRotation,
+    Verdict,
+    decode_unverified,
+)
 
 HEADS_PER_DATASET = 16
 """Heads each dataset's policy remembers, the oldest forgotten first.
@@ -79,6 +98,23 @@ kept apart, in the subscription), so late attestations of it need not be counted
 """
 
 log = logging.getLogger("odf_node.trust")
+
+DID_KEY_CACHE = 8192
+"""Node ids whose did:key text is kept (each dispute re-encoded every disputer of the head:
+15.8 ms per dispute at first, 281 ms by the 1,024th, issue 39)."""
+
+
+@functools.lru_cache(maxsize=DID_KEY_CACHE)
+def _did_key(node: DatasetId) -> str:
+    return node.as_did_key()
+
+
+def keys_named(record: KeyRotation | KeyRevocation) -> tuple[DatasetId, ...]:
+    """Every node key a key record names (a rotation's old and new key, a revocation's key and
+    the key that signed it): what :meth:`TrustDriver.identities_changed` re-evaluates."""
+    values = (getattr(record, f.name) for f in dataclasses.fields(record))
+    return tuple(v for v in values if isinstance(v, DatasetId))
+
 
 _VERDICTS = {v.name.lower(): v for v in Verdict}
 
@@ -155,6 +191,7 @@ class TrustDriver:
         self._policies: dict[DatasetId, TrustPolicy] = {}
         self._trusted_head: dict[DatasetId, str] = {}
         self._latest: dict[DatasetId, Multihash] = {}  # newest accepted head per dataset
+        self._written: dict[DatasetId, tuple[TrustRecord, str | None]] = {}  # last persisted
         self._quiet = False  # restoring: decisions are not carried out again
         # Node key rotations and revocations: attesters are fed by their newest key, and a
         # revoked key's attestations and disputes from its revocation on are not fed at all.
@@ -183,11 +220,26 @@ class TrustDriver:
         policy.canonical = self.identities.canonical
         return policy
 
-    async def identities_changed(self) -> None:
-        """A key rotation or revocation arrived: rebuild every policy from the stored evidence
-        (as after a restart), so that an old key's attestations count as its node's and a
-        revoked key's stop counting."""
-        await self.restore()
+    async def identities_changed(self, *named: DatasetId) -> None:
+        """A key rotation or revocation naming the keys ``named`` arrived (:func:`keys_named`):
+        rebuild, from the stored evidence, the policies of the datasets that any key of those
+        keys' nodes signed an attestation or a dispute of, so that an old key's attestations
+        count as its node's and a revoked key's stop counting. Nothing else is rebuilt (a
+        stranger's rotation between two fresh keys touches nothing); with no key named, every
+        policy is."""
+        if not named:
+            await self.restore()
+            return
+        keys: set[DatasetId] = set()
+        for node in named:
+            keys |= self.identities.aliases(node)
+            keys |= self.identities.aliases(self.identities.canonical(node))
+            keys.add(node)
+        touched = await self._state.datasets_signed_by(sorted(_did_key(k) for k in keys))
+        for text in touched:
+            did = DatasetId.parse(text)
+            if did in self._policies:
+                await self.configure(did)
 
     async def restore(self) -> None:
         """Rebuild every subscription's policy from the stored evidence (at start-up)."""
@@ -207,7 +259,8 @@ class TrustDriver:
         except TrustConfigError as e:  # [trust] changed under a stored override
             log.warning("subscription %s: %s; using the node's [trust]", sub.did, e)
             config = self.default
-        self._policies[did] = self._new_policy(config)
+        self._policies[did] = policy = self._new_policy(config)
+        self._written.pop(did, None)
         if sub.trusted_head is not None:
             self._trusted_head[did] = sub.trusted_head
         acc = await self._state.accepted_head(sub.did)
@@ -216,13 +269,20 @@ class TrustDriver:
         head = Multihash.from_multibase(acc.head)
         self._latest[did] = head
         feed: list[TrustEvent] = []
-        for x in await self._state.disputes(sub.did, 1000):
-            if x.own:
+        # The disputes of each block of the head's chain, never "the newest N of the dataset"
+        # (strangers' disputes of random blocks pushed the trusted one out): every trusted
+        # attester's (any key of theirs) and the first strangers' the policy would keep.
+        trusted = sorted(_did_key(k) for k in self._trusted_keys(policy.config))
+        for text in await self._state.disputed_blocks(sub.did):
+            block = Multihash.from_multibase(text)
+            if block != head and not self._contains_block(did, block):
                 continue
-            block = Multihash.from_multibase(x.head)
-            signer = self._counted(DatasetId.parse(x.signer), _issued_at(x.envelope))
-            if signer is not None and (block == head or self._contains_block(did, block)):
-                feed.append(DisputeSeen(did, head, signer, x.content_id, 0))
+            for x in await self._state.disputes_of_block(
+                sub.did, text, trusted, MAX_RECORDED_PER_HEAD
+            ):
+                signer = self._counted(DatasetId.parse(x.signer), _issued_at(x.envelope))
+                if signer is not None:
+                    feed.append(DisputeSeen(did, head, signer, x.content_id, 0))
         conclusive = False  # whether the node's own check of the head was conclusive
         for a in await self._state.attestations(sub.did, acc.head):
             verdict = _VERDICTS.get(a.verdict)
@@ -277,6 +337,14 @@ class TrustDriver:
         mapped = _outcome(outcome, conclusive=conclusive)
         if mapped is not None:
             await self._feed(did, LocalVerdict(did, head, mapped, self._clock(), evidence))
+
+    def _trusted_keys(self, config: TrustConfig) -> Iterable[DatasetId]:
+        """Every key of every ``trusted_attesters`` node (its rotations' old and new keys)."""
+        keys: set[DatasetId] = set()
+        for a in config.trusted_attesters:
+            keys |= self.identities.aliases(a)
+            keys.add(a)
+        return keys
 
     def _counted(self, signer: DatasetId, issued_at_ns: int | None) -> DatasetId | None:
         """The identity ``signer``'s message counts under (its newest key), or None when the
@@ -407,11 +475,14 @@ class TrustDriver:
             head=head.to_multibase(),
             state=st.state.value,
             by=st.by.value if st.by is not None else None,
-            attesters=tuple(a.as_did_key() for a in st.attesters),
+            attesters=tuple(_did_key(a) for a in st.attesters),
             evidence=st.evidence,
-            disputed_by=tuple(a.as_did_key() for a in st.disputed_by),
+            disputed_by=tuple(_did_key(a) for a in st.disputed_by),
         )
+        if self._written.get(did) == (record, trusted):
+            return True  # e.g. a stranger's dispute past the shown ones: nothing to write
         await self._state.record_trust(did.as_did_str(), record, trusted)
+        self._written[did] = (record, trusted)
         return True
 
     async def _trusted(self, policy: TrustPolicy, d: Trusted) -> None:
@@ -421,7 +492,7 @@ class TrustDriver:
         data = {
             "head": head,
             "by": d.by.value,
-            "attesters": [a.as_did_key() for a in d.attesters],
+            "attesters": [_did_key(a) for a in d.attesters],
         }
         await self._state.log_event("head.trusted", did, data)
         self._events.publish("head.trusted", {"did": did, **data})
@@ -439,7 +510,7 @@ class TrustDriver:
             "head": head,
             "state": d.state.value,
             "evidence": d.evidence,
-            "disputer": d.disputer.as_did_key() if d.disputer is not None else None,
+            "disputer": _did_key(d.disputer) if d.disputer is not None else None,
         }
         await self._state.log_event("head.distrusted", did, data)
         self._events.publish("head.distrusted", {"did": did, **data})
@@ -483,4 +554,4 @@ def _outcome(outcome: str, *, conclusive: bool) -> Outcome | None:
     return None
 
 
-__all__ = ["ReplayPort", "Republish", "TrustDriver", "effective_config"]
+__all__ = ["ReplayPort", "Republish", "TrustDriver", "effective_config", "keys_named"]

@@ -21,7 +21,7 @@ from node.app.subscriptions import SubscriptionUseCases
 from node.app.trust import HEADS_PER_DATASET, TrustDriver
 from node.config import ConfigError, load_config
 from node.state.store import NodeState
-from p2p.trust import Policy, TrustConfig, TrustConfigError
+from p2p.trust import SHOWN_DISPUTERS, Policy, TrustConfig, TrustConfigError
 from p2p.wire import Verdict
 
 T0 = 1_800_000_000 * 1_000_000_000
@@ -452,3 +452,155 @@ def test_each_datasets_policy_remembers_a_bounded_number_of_heads() -> None:
         assert n.driver.served_head(OWNER) is None  # verify-all: served as stored
 
     _run(scenario)
+
+
+# --------------------------------------------------------------------- under attack (issue 39)
+
+
+def _stranger(i: int) -> DatasetId:
+    return DatasetId(b"\xee" + i.to_bytes(31, "big"))
+
+
+async def _stored_dispute(n: _Node, block: Multihash, who: DatasetId, tag: bytes) -> str:
+    """A dispute as the effects store it; its content id (the evidence the driver is fed)."""
+    await n.state.add_dispute(
+        DID, block.to_multibase(), "replay_mismatch", who.as_did_key(), tag, False, ""
+    )
+    return next(x.content_id for x in await n.state.disputes_of_block(DID, block.to_multibase()))
+
+
+def test_a_rebuild_reads_each_blocks_disputes_not_the_datasets_newest(tmp_path: Path) -> None:
+    """Defect 2: the rebuild read the newest 1,000 disputes of the dataset before filtering by
+    block, so strangers' disputes of random blocks (or of the same block) pushed the trusted
+    attester's out, and the rebuilt policy trusted the disputed head by quorum."""
+
+    async def scenario() -> None:
+        path = tmp_path / "state.db"
+        first = _Node(_quorum(can_replay=False), InlineState(NodeState.open(path, lambda: T0)))  # type: ignore[arg-type]
+        await first.state.subscribe(DID)
+        await first.driver.restore()
+        await first.accept(H1)
+        evidence = await _stored_dispute(first, H1, C, b"the trusted dispute")
+        await first.driver.dispute(OWNER, H1, C, evidence)
+        for i in range(1100):  # noise of random blocks, then of the disputed head itself
+            block = Multihash.sha3_256(i.to_bytes(4, "big")) if i < 600 else H1
+            await first.state.add_dispute(
+                DID, block.to_multibase(), "replay_mismatch", _stranger(i).as_did_key(),
+                b"noise-%d" % i, False, "",
+            )  # fmt: skip
+        first.state.close()  # type: ignore[attr-defined]
+
+        again = _Node(_quorum(can_replay=False), InlineState(NodeState.open(path, lambda: T0)))  # type: ignore[arg-type]
+        again.stored_head = H1
+        await again.driver.restore()
+        for who in (A, B):
+            await again.driver.attestation(OWNER, H1, who, Verdict.VERIFIED)
+        assert again.driver.served_head(OWNER) == ""  # never trusted by the quorum
+        assert again.published == []
+        row = await again.row()
+        assert row.trust.state == "disputed" and row.trust.disputed_by[0] == C.as_did_key()
+
+    _run(scenario)
+
+
+def test_disputes_of_unknown_blocks_from_one_key_do_not_evict_the_disputed_head() -> None:
+    """Defect 2, live: 16 disputes of unknown blocks from one key made the dataset's policy
+    forget the disputed head (HEADS_PER_DATASET), and the operator saw ``pending`` with no
+    disputer."""
+
+    async def scenario() -> None:
+        n = _Node(_quorum(can_replay=False))
+        await n.state.subscribe(DID)
+        await n.driver.restore()
+        await n.accept(H1)
+        await n.driver.dispute(OWNER, H1, C, "f1620" + "11" * 32)
+        for i in range(4 * HEADS_PER_DATASET):
+            await n.driver.dispute(OWNER, Multihash.sha3_256(i.to_bytes(4, "big")), X, f"n{i}")
+        await n.driver.dispute(OWNER, H1, _stranger(1), "f1620" + "22" * 32)
+        row = await n.row()
+        assert row.trust.state == "disputed"
+        assert row.trust.disputed_by == (C.as_did_key(), _stranger(1).as_did_key())
+        for who in (A, B):
+            await n.driver.attestation(OWNER, H1, who, Verdict.VERIFIED)
+        assert n.driver.served_head(OWNER) == "" and (await n.row()).trust.state == "disputed"
+        assert n.driver.heads_tracked() <= 3 * HEADS_PER_DATASET
+
+    _run(scenario)
+
+
+def test_a_dispute_costs_the_same_after_a_thousand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Defect 3: each dispute re-encoded every disputer of the head as a did:key and rewrote
+    them all (15.8 ms per dispute at first, 281 ms by the 1,024th)."""
+
+    async def scenario() -> None:
+        n = _Node(_quorum(can_replay=False))
+        await n.state.subscribe(DID)
+        await n.driver.restore()
+        await n.accept(H1)
+        for i in range(1000):
+            await n.driver.dispute(OWNER, H1, _stranger(i), f"e{i}")
+        encoded = 0
+        real = DatasetId.as_did_key
+
+        def counting(self: DatasetId) -> str:
+            nonlocal encoded
+            encoded += 1
+            return real(self)
+
+        monkeypatch.setattr(DatasetId, "as_did_key", counting)
+        writes = 0
+        record = n.state.record_trust
+
+        async def counting_writes(*args: Any) -> Any:
+            nonlocal writes
+            writes += 1
+            return await record(*args)
+
+        monkeypatch.setattr(n.state, "record_trust", counting_writes, raising=False)
+        await n.driver.dispute(OWNER, H1, _stranger(5000), "e5000")
+        assert encoded <= 1 and writes == 0  # the new key once; nothing shown changed
+        row = await n.row()
+        assert len(row.trust.disputed_by) == SHOWN_DISPUTERS
+
+    _run(scenario)
+
+
+def test_an_identity_change_rebuilds_only_the_datasets_its_keys_signed_for() -> None:
+    """Defect 2/3: any key rotation (a stranger's, between two fresh keys) rebuilt every
+    policy from the state (2.2 s with 20 followed datasets)."""
+
+    async def scenario() -> None:
+        n = _Node(_quorum(can_replay=False))
+        other = generate_private_key(b"\x05" * 32).dataset_id()
+        for did in (DID, other.as_did_str()):
+            await n.state.subscribe(did)
+        await n.driver.restore()
+        await n.accept(H1)
+        await n.state.add_attestation(
+            DID, H1.to_multibase(), "verified", A.as_did_key(), b"att-a", False
+        )
+        rebuilt: list[DatasetId] = []
+        configure = n.driver.configure
+
+        async def spy(did: DatasetId) -> None:
+            rebuilt.append(did)
+            await configure(did)
+
+        n.driver.configure = spy  # type: ignore[method-assign]
+        await n.driver.identities_changed(_stranger(1), _stranger(2))
+        assert rebuilt == []  # fresh keys signed nothing: nothing to re-evaluate
+        n.driver.identities.add_rotation(A, _stranger(3))
+        await n.driver.identities_changed(A, _stranger(3))
+        assert rebuilt == [OWNER]  # A attested OWNER's head only
+        assert keys_named_of_rotation(A, _stranger(3)) == (A, _stranger(3))
+
+    _run(scenario)
+
+
+def keys_named_of_rotation(old: DatasetId, new: DatasetId) -> tuple[DatasetId, ...]:
+    """:func:`node.app.trust.keys_named` of a rotation record ``old`` -> ``new``."""
+    from node.app.trust import keys_named
+    from p2p.wire import KeyRotation
+
+    record = KeyRotation(old, new, T0, b"\x00" * 16, b"\x00" * 64)
+    return keys_named(record)
