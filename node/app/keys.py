@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from node.app.identities import NodeIdentities, load_records
 from node.app.ports import EventSink, StatePort
-from node.app.trust import TrustDriver
+from node.app.trust import TrustDriver, keys_named
 from p2p.transport import peer_id_of_node
 from p2p.wire import KeyRevocation, KeyRotation, SignedMessage
 
@@ -99,7 +99,7 @@ class NodeKeyRecords:
         else:
             return False
         if self._trust is not None:
-            await self._trust.identities_changed()
+            await self._trust.identities_changed(*keys_named(msg))
         return True
 
     def _refusal(self, msg: KeyRotation) -> str:
