@@ -44,6 +44,7 @@ READS = frozenset(
         "verification",
         "verifications_of_heads",
         "attestations",
+        "attestations_of_head",
         "disputes",
         "disputed_blocks",
         "disputes_of_block",

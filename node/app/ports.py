@@ -139,6 +139,13 @@ class StatePort(Protocol):
         """Attestations, newest first."""
         ...
 
+    async def attestations_of_head(
+        self, did: str, head: str, signers: Sequence[str] = (), limit: int = 100
+    ) -> list[Attestation]:
+        """The attestations of ``head``, oldest first: the node's own, all by ``signers``,
+        ``limit`` others."""
+        ...
+
     async def add_key_rotation(
         self, old_id: str, new_id: str, issued_at_ns: int, envelope: bytes, *, replace: bool = False
     ) -> bool:

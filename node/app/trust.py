@@ -284,7 +284,9 @@ class TrustDriver:
                 if signer is not None:
                     feed.append(DisputeSeen(did, head, signer, x.content_id, 0))
         conclusive = False  # whether the node's own check of the head was conclusive
-        for a in await self._state.attestations(sub.did, acc.head):
+        for a in await self._state.attestations_of_head(
+            sub.did, acc.head, trusted, MAX_RECORDED_PER_HEAD
+        ):
             verdict = _VERDICTS.get(a.verdict)
             if a.own:
                 conclusive = conclusive or _conclusive(a)

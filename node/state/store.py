@@ -424,6 +424,32 @@ class NodeState:
             for r in rows
         ]
 
+    def attestations_of_head(
+        self, did: str, head: str, signers: Sequence[str] = (), limit: int = 100
+    ) -> list[Attestation]:
+        """The attestations of ``head`` of ``did``, oldest first: the node's own, every one
+        signed by one of ``signers`` (the trusted attesters' keys) and the first ``limit``
+        others, so that no number of strangers' attestations can hide a trusted one."""
+        select = (
+            "SELECT id, content_id, did, head, verdict, signer, envelope, own, received_ns"
+            " FROM attestations WHERE did = ? AND head = ?"
+        )
+        rows = list(
+            self._rows(select + " AND own = 0 ORDER BY id LIMIT ?", (did, head, _limit(limit)))
+        )
+        rows += self._rows(select + " AND own = 1", (did, head))
+        ids = {r[0] for r in rows}
+        for chunk in _chunks(sorted(set(signers)), 500):
+            marks = ", ".join("?" * len(chunk))
+            extra = self._rows(select + f" AND signer IN ({marks})", (did, head, *chunk))
+            rows += [r for r in extra if r[0] not in ids]
+            ids |= {r[0] for r in extra}
+        rows.sort(key=lambda r: int(r[0]))
+        return [
+            Attestation(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bool(r[7]), r[8])
+            for r in rows
+        ]
+
     # -- node key records -------------------------------------------------------------------
 
     def add_key_rotation(

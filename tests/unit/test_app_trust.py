@@ -604,3 +604,28 @@ def keys_named_of_rotation(old: DatasetId, new: DatasetId) -> tuple[DatasetId, .
 
     record = KeyRotation(old, new, T0, b"\x00" * 16, b"\x00" * 64)
     return keys_named(record)
+
+
+def test_a_rebuild_keeps_a_trusted_attestation_under_strangers_ones(tmp_path: Path) -> None:
+    """The rebuild read the newest 100 attestations of the head: strangers' pushed a trusted
+    attester's out, and the quorum it was one of was never reached after a restart."""
+
+    async def scenario() -> None:
+        path = tmp_path / "state.db"
+        first = _Node(_quorum(can_replay=False), InlineState(NodeState.open(path, lambda: T0)))  # type: ignore[arg-type]
+        await first.state.subscribe(DID)
+        await first.driver.restore()
+        await first.accept(H1)
+        for i, who in enumerate([A, *(_stranger(i) for i in range(300))]):
+            await first.state.add_attestation(
+                DID, H1.to_multibase(), "verified", who.as_did_key(), b"att-%d" % i, False
+            )
+        first.state.close()  # type: ignore[attr-defined]
+
+        again = _Node(_quorum(can_replay=False), InlineState(NodeState.open(path, lambda: T0)))  # type: ignore[arg-type]
+        again.stored_head = H1
+        await again.driver.restore()
+        await again.driver.attestation(OWNER, H1, B, Verdict.VERIFIED)
+        assert again.driver.served_head(OWNER) == H1.to_multibase()  # A's and B's quorum
+
+    _run(scenario)
