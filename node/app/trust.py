@@ -273,16 +273,7 @@ class TrustDriver:
         # (strangers' disputes of random blocks pushed the trusted one out): every trusted
         # attester's (any key of theirs) and the first strangers' the policy would keep.
         trusted = sorted(_did_key(k) for k in self._trusted_keys(policy.config))
-        for text in await self._state.disputed_blocks(sub.did):
-            block = Multihash.from_multibase(text)
-            if block != head and not self._contains_block(did, block):
-                continue
-            for x in await self._state.disputes_of_block(
-                sub.did, text, trusted, MAX_RECORDED_PER_HEAD
-            ):
-                signer = self._counted(DatasetId.parse(x.signer), _issued_at(x.envelope))
-                if signer is not None:
-                    feed.append(DisputeSeen(did, head, signer, x.content_id, 0))
+        feed += await self._chain_disputes(did, head, trusted, MAX_RECORDED_PER_HEAD, 0)
         conclusive = False  # whether the node's own check of the head was conclusive
         for a in await self._state.attestations_of_head(
             sub.did, acc.head, trusted, MAX_RECORDED_PER_HEAD
@@ -317,6 +308,14 @@ class TrustDriver:
         """The core accepted ``head``: start its trust clock and queue the node's own check
         (a replay when the policy asks for one, else integrity checks only)."""
         self._latest[did] = head
+        policy = self._policy(did)
+        if policy.config.policy is not Policy.VERIFY_ALL:
+            # A head over a block a trusted attester disputed is disputed too, live as after a
+            # restart (a colluding quorum trusted the forged head's successor until then).
+            trusted = sorted(_did_key(k) for k in self._trusted_keys(policy.config))
+            now = self._clock()
+            for ev in await self._chain_disputes(did, head, trusted, 0, now):
+                await self._feed(did, ev)
         replays = await self._feed(did, HeadSeen(did, head, self._clock()), sequence=sequence)
         if self.config_for(did).policy is not Policy.VERIFY_ALL:
             # The new head's state (pending, or what the policy decided) replaces the old one's.
@@ -339,6 +338,23 @@ class TrustDriver:
         mapped = _outcome(outcome, conclusive=conclusive)
         if mapped is not None:
             await self._feed(did, LocalVerdict(did, head, mapped, self._clock(), evidence))
+
+    async def _chain_disputes(
+        self, did: DatasetId, head: Multihash, trusted: list[str], others: int, now_ns: int
+    ) -> list[DisputeSeen]:
+        """``head``'s disputes as stored: those of every block of its chain that others
+        disputed, each block's read apart (all by ``trusted`` keys, the first ``others`` by
+        anyone else), each under its signer's newest key unless revoked before it was issued."""
+        out: list[DisputeSeen] = []
+        for text in await self._state.disputed_blocks(did.as_did_str()):
+            block = Multihash.from_multibase(text)
+            if block != head and not self._contains_block(did, block):
+                continue
+            for x in await self._state.disputes_of_block(did.as_did_str(), text, trusted, others):
+                signer = self._counted(DatasetId.parse(x.signer), _issued_at(x.envelope))
+                if signer is not None:
+                    out.append(DisputeSeen(did, head, signer, x.content_id, now_ns))
+        return out
 
     def _trusted_keys(self, config: TrustConfig) -> Iterable[DatasetId]:
         """Every key of every ``trusted_attesters`` node (its rotations' old and new keys)."""

@@ -629,3 +629,29 @@ def test_a_rebuild_keeps_a_trusted_attestation_under_strangers_ones(tmp_path: Pa
         assert again.driver.served_head(OWNER) == H1.to_multibase()  # A's and B's quorum
 
     _run(scenario)
+
+
+def test_a_head_over_a_block_a_trusted_attester_disputed_is_disputed_live() -> None:
+    """A restart disputed the successor of a disputed block (its chain holds the block), but
+    live the successor started clean and a colluding quorum trusted it."""
+
+    async def scenario() -> None:
+        n = _Node(_quorum(can_replay=False))
+        chain: set[Multihash] = set()
+        n.driver._contains_block = lambda _d, b: b in chain
+        await n.state.subscribe(DID)
+        await n.driver.restore()
+        await n.accept(H1)
+        chain.add(H1)
+        evidence = await _stored_dispute(n, H1, C, b"the trusted dispute")
+        await n.driver.dispute(OWNER, H1, C, evidence)
+        await n.accept(H2, 2)
+        chain.add(H2)
+        for who in (A, B):
+            await n.driver.attestation(OWNER, H2, who, Verdict.VERIFIED)
+        assert n.driver.served_head(OWNER) == ""
+        row = await n.row()
+        assert (row.trust.head, row.trust.state) == (H2.to_multibase(), "disputed")
+        assert row.trust.disputed_by == (C.as_did_key(),)
+
+    _run(scenario)
