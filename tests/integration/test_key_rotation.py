@@ -7,11 +7,16 @@ rotate``) and starts again: its rotation record reaches both other nodes, the ow
 peer score to the new peer id, and for the next head the owner hears the attestation signed by
 the new key and shows both the old and the new attestation under the new id, while the light
 node trusts the head by a quorum naming the new id (its config still names the old one).
+
+Then a thief copies the attester's new key (not ``keys/next.key``), rotates it to a key of its
+own and runs a daemon that gossips that record: both nodes refuse it (pre-rotation). The
+attester rotates to the key it committed to and revokes the stolen key; both nodes accept.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -191,3 +196,68 @@ def test_rotated_attester_keeps_its_identity_across_three_daemons(
         180,
     )
     assert t2["by"] == "quorum" and t2["attesters"] == [new_id]
+
+    # A thief copies the attester's current node key (not keys/next.key), rotates it to a key
+    # of its own on a home of its own and runs a daemon there, which gossips that record:
+    # the owner and the light node refuse it (the key committed to another next key).
+    thief = NodeProcess(tmp_path / "thief", "thief", config=BASE)
+    thief.init()
+    shutil.copyfile(attester.home / "keys" / "node.key", thief.home / "keys" / "node.key")
+    stolen = _cli("key", "rotate", "--home", str(thief.home), "--json")
+    assert stolen["old_id"] == new_id
+    thief_id = stolen["new_id"]
+    try:
+        thief.launch()
+        thief.wait_ready(120)
+        for n in (owner, light):
+            n.call("peers.connect", multiaddr=_addr(thief))
+        for n in (owner, light):
+            n.wait_for(
+                "the thief's rotation refused",
+                lambda n=n: f"key rotation {new_id} -> {thief_id} refused" in n.tail(200_000),
+                60,
+            )
+            assert [e["data"]["new"] for e in n.call("node.events", kind="node.key_rotated")] == [
+                new_id
+            ]
+    finally:
+        thief.stop()
+
+    # The owner rotates to the key it committed to and revokes the stolen key (signed by that
+    # committed key): both count at the owner and the light node.
+    attester.stop()
+    recovered = _cli("key", "rotate", "--home", str(attester.home), "--json")
+    assert recovered["old_id"] == new_id and recovered["new_id"] != thief_id
+    _cli("key", "revoke", new_id, "--home", str(attester.home), "--json")
+    attester.launch()
+    attester.wait_ready(120)
+    attester.call("peers.connect", multiaddr=_addr(owner))
+    light.call("peers.connect", multiaddr=_addr(attester))
+    for n in (owner, light):
+        n.wait_for(
+            "the owner's rotation after the theft",
+            lambda n=n: any(
+                e["data"]["new"] == recovered["new_id"]
+                for e in n.call("node.events", kind="node.key_rotated")
+            ),
+            60,
+        )
+        n.wait_for(
+            "the revocation of the stolen key",
+            lambda n=n: any(
+                e["data"]["node"] == new_id for e in n.call("node.events", kind="node.key_revoked")
+            ),
+            60,
+        )
+
+
+def _cli(*args: str) -> dict[str, Any]:
+    """``odf-node <args>`` (with ``--json``), its output parsed."""
+    out = subprocess.run(
+        [sys.executable, "-m", "node.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return dict(json.loads(out.stdout))
