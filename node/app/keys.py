@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from coordinator.identity import DatasetId
 from node.app.identities import NodeIdentities, load_records
 from node.app.ports import EventSink, StatePort
 from node.app.trust import TrustDriver, keys_named
@@ -55,8 +56,10 @@ class NodeKeyRecords:
     async def received(self, sm: SignedMessage) -> bool:
         """A checked record from gossip (or this node's own); whether it was new."""
         msg = sm.message
+        voided: list[DatasetId] = []
         if isinstance(msg, KeyRotation):
             old, new = msg.old.as_did_key(), msg.new.as_did_key()
+            before = [self.identities.successor(k) for k in (msg.old, msg.new)]
             # The identities decide (pre-rotation: only the committed next key can succeed a
             # key whose commitment is known); only an accepted record is stored, replacing a
             # rotation of the same key that the commitment has since voided.
@@ -67,6 +70,10 @@ class NodeKeyRecords:
             await self._state.add_key_rotation(
                 old, new, msg.issued_at_ns, sm.envelope, replace=True
             )
+            # Successors the record voided (a rotation accepted before the commitment was
+            # known): their keys' evidence no longer counts as this node's.
+            after = [self.identities.successor(k) for k in (msg.old, msg.new)]
+            voided = [k for k, a in zip(before, after, strict=True) if k is not None and k != a]
             old_peer, new_peer = peer_id_of_node(msg.old), peer_id_of_node(msg.new)
             moved = await self._move_peer(old_peer, new_peer)
             await self._state.log_event(
@@ -99,7 +106,7 @@ class NodeKeyRecords:
         else:
             return False
         if self._trust is not None:
-            await self._trust.identities_changed(*keys_named(msg))
+            await self._trust.identities_changed(*keys_named(msg), *voided)
         return True
 
     def _refusal(self, msg: KeyRotation) -> str:

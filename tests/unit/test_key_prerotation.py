@@ -22,6 +22,7 @@ from node.app.events import EventBus
 from node.app.identities import NodeIdentities, load_records
 from node.app.keys import NodeKeyRecords
 from node.app.ports import StatePort
+from node.app.trust import TrustDriver
 from node.home import NodeHome
 from node.keyrotation import KeyCommandError, committed_key_path, own_records, revoke, rotate
 from node.state import NodeState
@@ -106,6 +107,36 @@ def test_a_thief_rotation_seen_before_the_commitment_is_voided_by_it() -> None:
             N.dataset_id().as_did_key(),
         }
         assert _reloaded(st).canonical(S.dataset_id()) == N.dataset_id()
+
+    asyncio.run(go())
+
+
+class _RecordingTrust:
+    def __init__(self) -> None:
+        self.named: list[set[object]] = []
+
+    async def identities_changed(self, *named: object) -> None:
+        self.named.append(set(named))
+
+
+def test_a_voided_rotation_re_evaluates_the_thiefs_key_too() -> None:
+    """When the commitment voids the thief's T -> A, the trust driver is told about A as well
+    (A's evidence no longer counts as the node's)."""
+
+    async def go() -> None:
+        st = NodeState.in_memory(lambda: 1_000)
+        trust = _RecordingTrust()
+        keys = NodeKeyRecords(
+            cast(StatePort, InlineState(st)),
+            NodeIdentities(),
+            EventBus(),
+            trust=cast(TrustDriver, trust),
+        )
+        assert await keys.received(_rot(T, A, A2, 200))
+        assert await keys.received(_rot(S, T, N, 100))
+        assert A.dataset_id() in trust.named[-1]
+        assert await keys.received(_rot(T, N, N2, 300))
+        assert {T.dataset_id(), N.dataset_id()} <= trust.named[-1]
 
     asyncio.run(go())
 
