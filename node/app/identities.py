@@ -179,7 +179,8 @@ def load_records(
     """Feed stored records to ``identities``, in the order they were received.
 
     Rotations are applied until nothing changes, so that the outcome does not depend on the
-    order in which a commitment and a rotation it refuses arrived (at most a pass per record).
+    order in which a commitment and a rotation it refuses arrived (a pass per link of a chain
+    at most, and no more than ``MAX_CHAIN``: longer chains are not followed anyway).
     Revocations follow, once every commitment is known.
     """
     parsed: list[tuple[DatasetId, DatasetId, bytes | None]] = []
@@ -189,7 +190,7 @@ def load_records(
             parsed.append((msg.old, msg.new, msg.next_digest))
         else:
             parsed.append((DatasetId.parse(r.old_id), DatasetId.parse(r.new_id), None))
-    for _ in range(len(parsed) + 1):
+    for _ in range(min(len(parsed), MAX_CHAIN) + 1):
         if not any([identities.add_rotation(*p) for p in parsed]):
             break
     for x in revocations:
