@@ -20,11 +20,16 @@ is never worth a compression oracle). Its members, in order:
 Not included: the embedded IPFS repository (``ipfs/``: content the restored node republishes
 from its datasets), the RPC cookie and socket, locks and logs.
 
-A restore extracts into a staging directory next to the target, checks every member (regular
-files under the names above only: no links, no absolute or ``..`` paths), gives keys mode 0600
-and their directories 0700, opens the state database once (which migrates an older schema and
-refuses a newer one), then renames the staging directory to the target: an interrupted restore
-leaves no half-made home. It refuses a target that exists and is not empty.
+A restore reads the archive twice. The first pass reads the members' headers only and the
+manifest (parsed entry by entry: bounded memory and depth, at most ``MAX_MANIFEST_BYTES``).
+The second extracts into a staging directory next to the target, checking every member against
+the manifest *before* writing it: a plain regular file (no links, devices, FIFOs, directories or
+sparse files) under the names above (no absolute or ``..`` paths), listed, once, with the listed
+size; its sha256 as it is written. It gives keys mode 0600 and their directories 0700, opens
+the state database once (which migrates an older schema and refuses a newer one), then renames
+the staging directory to the target: an interrupted restore leaves no half-made home. It
+refuses a target that exists and is not empty. Anything wrong with the archive is a
+:class:`MalformedArchive` naming the member.
 """
 
 from __future__ import annotations
@@ -316,16 +321,64 @@ def _info(name: str, size: int, mode: int) -> tarfile.TarInfo:
 
 # ---- restore
 
+#: The most bytes a manifest may have: ~150 bytes a file, so ~440,000 files (a node with 1,000
+#: datasets of ~100 blocks and parts each holds ~200,000). It is parsed entry by entry (below).
+MAX_MANIFEST_BYTES: Final = 64 << 20
+#: The most members (and manifest entries) an archive may have.
+MAX_MEMBERS: Final = 1_000_000
+#: The most bytes one manifest entry (``{"path", "size", "sha256"}``) may have.
+_MAX_ENTRY_CHARS: Final = 4096
+#: The member types a backup writes: regular files only.
+_REGULAR: Final = (tarfile.REGTYPE, tarfile.AREGTYPE)
+_KINDS: Final = {
+    tarfile.SYMTYPE: "a symbolic link",
+    tarfile.LNKTYPE: "a hard link",
+    tarfile.CHRTYPE: "a character device",
+    tarfile.BLKTYPE: "a block device",
+    tarfile.FIFOTYPE: "a FIFO",
+    tarfile.DIRTYPE: "a directory",
+    tarfile.CONTTYPE: "a contiguous file",
+    tarfile.GNUTYPE_SPARSE: "a GNU sparse file",
+}
+
+
+class MalformedArchive(BackupError):
+    """An archive that is not a backup this node restores; ``member`` names the archive member
+    at fault (``None``: the archive as a whole)."""
+
+    def __init__(self, member: str | None, reason: str) -> None:
+        super().__init__(reason)
+        self.member = member
+
+
+@dataclass(frozen=True)
+class _Listed:
+    """A file the manifest lists: its size and sha256 (hex)."""
+
+    size: int
+    sha256: str
+
 
 def read_header(archive: Path) -> int:
     """The format version of ``archive`` (:class:`BackupFormatTooNew` when newer than ours)."""
     with _open(archive) as tar:
-        return _check_header(tar, tar.next())
+        return _check_header(tar, _next(tar, None))
 
 
 def restore_backup(archive: Path, target: Path) -> RestoreSummary:
-    """Restore ``archive`` into the new home ``target`` (see the module docstring)."""
-    from node.state import LATEST_VERSION, NodeState
+    """Restore ``archive`` into the new home ``target`` (see the module docstring).
+
+    Two passes over the archive: the first reads only the members' headers and the manifest
+    (the last member) and writes nothing; the second checks each member against the manifest
+    (a regular file, listed once, of the listed size) *before* writing it, and its sha256 as it
+    is written. So a hostile archive writes at most its own listed bytes before it is refused
+    (a GNU sparse member once expanded 10 KB into 2 GiB before any check).
+
+    Raises:
+        BackupError: the target exists and is not empty, and (:class:`MalformedArchive`,
+            naming the member) anything wrong with the archive; :class:`BackupFormatTooNew`.
+    """
+    from node.state import LATEST_VERSION
 
     target = target.absolute()
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
@@ -336,44 +389,15 @@ def restore_backup(archive: Path, target: Path) -> RestoreSummary:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.restore-", dir=target.parent))
     try:
-        with _open(archive) as tar:
-            first = tar.next()
-            version = _check_header(tar, first)
-            seen: dict[str, dict[str, Any]] = {}
-            manifest: dict[str, Any] | None = None
-            for member in tar:
-                if member is first:
-                    continue  # iterating yields the members read so far again
-                if manifest is not None:
-                    raise BackupError(f"{archive}: a member follows {MANIFEST}: {member.name!r}")
-                if member.name == MANIFEST and member.isfile():
-                    manifest = _read_manifest(tar, member)
-                    continue
-                seen[member.name] = _extract(tar, member, staging)
-        if manifest is None:
-            raise BackupError(f"{archive}: no {MANIFEST} (an incomplete archive?)")
-        _check_files(manifest, seen)
-        schema = int(manifest.get("state_schema_version", 0))
+        version, manifest, listed = _read_manifest_pass(archive)
+        schema = manifest["state_schema_version"]
         if schema > LATEST_VERSION:
             raise BackupError(
                 f"the backup's state schema version {schema} is newer than this odf-node "
                 f"knows ({LATEST_VERSION}); restore it with a newer odf-node"
             )
-        home = NodeHome(staging)
-        if not home.node_key_path.is_file() or not home.config_path.is_file():
-            raise BackupError(f"{archive}: no keys/node.key or config.toml")
-        node_id = load_private_key(home.node_key_path).dataset_id().as_did_key()
-        if node_id != manifest.get("node_id"):
-            raise BackupError(
-                f"{archive}: its node key is {node_id}, the manifest says {manifest.get('node_id')}"
-            )
-        home.init()  # the directories a backup without datasets lacks; modes 0700
-        subscriptions = 0
-        if (staging / "state.db").is_file():
-            # Opens (and migrates an older schema) now, so a bad file fails the restore.
-            with NodeState.open(staging / "state.db", time.time_ns) as st:
-                subscriptions = st.subscription_count()
-        datasets = sum(1 for _ in home.repository().list())
+        files = _extract_pass(archive, staging, listed)
+        node_id, subscriptions, datasets = _check_home(archive, staging, manifest)
         _fsync_tree(staging)
         if target.exists():
             target.rmdir()  # empty, checked above
@@ -389,8 +413,105 @@ def restore_backup(archive: Path, target: Path) -> RestoreSummary:
         state_schema_version=schema,
         subscriptions=subscriptions,
         datasets=datasets,
-        files=len(seen),
+        files=files,
     )
+
+
+def _read_manifest_pass(archive: Path) -> tuple[int, dict[str, Any], dict[str, _Listed]]:
+    """First pass: the header's format version, the manifest and its file list (by path)."""
+    with _open(archive) as tar:
+        version = _check_header(tar, _next(tar, None))
+        manifest: dict[str, Any] | None = None
+        count = 0
+        last = HEADER
+        while (member := _next(tar, last)) is not None:
+            last = member.name
+            _forget_headers(tar)
+            count += 1
+            if count > MAX_MEMBERS:
+                raise MalformedArchive(None, f"{archive}: more than {MAX_MEMBERS} members")
+            if manifest is not None:
+                raise MalformedArchive(
+                    member.name, f"{archive}: a member follows {MANIFEST}: {member.name!r}"
+                )
+            if member.name == MANIFEST:
+                _check_regular(member)
+                manifest, listed = _read_manifest(tar, member)
+    if manifest is None:
+        raise MalformedArchive(MANIFEST, f"{archive}: no {MANIFEST} (an incomplete archive?)")
+    return version, manifest, listed
+
+
+def _extract_pass(archive: Path, staging: Path, listed: dict[str, _Listed]) -> int:
+    """Second pass: extract each member checked against the manifest; the files written."""
+    seen: set[str] = set()
+    with _open(archive) as tar:
+        last = HEADER
+        _next(tar, None)  # the header, checked by the first pass
+        while (member := _next(tar, last)) is not None:
+            last = member.name
+            _forget_headers(tar)
+            if member.name == MANIFEST:
+                break  # the last member (first pass)
+            name = member.name
+            _safe_name(name)
+            _check_regular(member)
+            want = listed.get(name)
+            if want is None:
+                raise MalformedArchive(name, f"archive member {name!r} is not in the manifest")
+            if name in seen:
+                raise MalformedArchive(name, f"archive member {name!r} appears twice")
+            if member.size != want.size:  # before a byte of it is written
+                raise MalformedArchive(
+                    name,
+                    f"archive member {name!r} is damaged: {member.size} bytes, the manifest "
+                    f"says {want.size}",
+                )
+            got = _extract(tar, member, staging)
+            if got != want:
+                raise MalformedArchive(
+                    name, f"archive member {name!r} is damaged (size or sha256 differ)"
+                )
+            seen.add(name)
+    missing = sorted(set(listed) - seen)
+    if missing:
+        raise MalformedArchive(
+            missing[0], f"the archive does not match its manifest: missing {missing[:5]}"
+        )
+    return len(seen)
+
+
+def _check_home(archive: Path, staging: Path, manifest: dict[str, Any]) -> tuple[str, int, int]:
+    """The restored home holds a node key (the manifest's) and a config, and its state opens
+    (migrating an older schema); the node id, subscriptions and datasets."""
+    from node.state import NodeState
+
+    home = NodeHome(staging)
+    if not home.node_key_path.is_file() or not home.config_path.is_file():
+        raise MalformedArchive(None, f"{archive}: no keys/node.key or config.toml")
+    try:
+        node_id = load_private_key(home.node_key_path).dataset_id().as_did_key()
+    except (OdfNodeError, OSError, ValueError) as e:
+        raise MalformedArchive("keys/node.key", f"{archive}: keys/node.key: {e}") from e
+    if node_id != manifest.get("node_id"):
+        raise MalformedArchive(
+            "keys/node.key",
+            f"{archive}: its node key is {node_id}, the manifest says {manifest.get('node_id')}",
+        )
+    home.init()  # the directories a backup without datasets lacks; modes 0700
+    subscriptions = 0
+    if (staging / "state.db").is_file():
+        # Opens (and migrates an older schema) now, so a bad file fails the restore.
+        try:
+            with NodeState.open(staging / "state.db", time.time_ns) as st:
+                subscriptions = st.subscription_count()
+        except (OdfNodeError, sqlite3.Error, OSError, ValueError) as e:
+            raise MalformedArchive("state.db", f"{archive}: state.db does not open: {e}") from e
+    try:
+        datasets = sum(1 for _ in home.repository().list())
+    except (OdfNodeError, OSError, ValueError) as e:
+        raise MalformedArchive("datasets", f"{archive}: the datasets do not load: {e}") from e
+    return node_id, subscriptions, datasets
 
 
 @contextlib.contextmanager
@@ -398,41 +519,200 @@ def _open(archive: Path) -> Iterator[tarfile.TarFile]:
     try:
         tar = tarfile.open(archive, mode="r:")  # noqa: SIM115 (closed by the with below)
     except (OSError, tarfile.TarError) as e:
-        raise BackupError(f"cannot read the backup {archive}: {e}") from e
+        raise MalformedArchive(None, f"cannot read the backup {archive}: {e}") from e
     with tar:
         yield tar
 
 
-def _check_header(tar: tarfile.TarFile, first: tarfile.TarInfo | None) -> int:
-    if first is None or first.name != HEADER or not first.isfile() or first.size > 4096:
-        raise BackupError(f"not an odf-node backup: the first member is not {HEADER}")
-    f = tar.extractfile(first)
-    assert f is not None
+def _next(tar: tarfile.TarFile, after: str | None) -> tarfile.TarInfo | None:
+    """The next member's header; a header tarfile cannot read (or the end of the data of the
+    member ``after``, which it skips) is a typed error naming ``after``."""
     try:
+        return tar.next()
+    except (tarfile.TarError, OSError, EOFError, ValueError, UnicodeError) as e:
+        where = f" after {after!r}" if after else ""
+        raise MalformedArchive(after, f"unreadable archive{where}: {e}") from e
+
+
+def _forget_headers(tar: tarfile.TarFile) -> None:
+    """Drop the headers tarfile keeps of every member read (its ``members`` list): a restore
+    reads each member once, and an archive of a million tiny members must not stay in memory."""
+    members = getattr(tar, "members", None)
+    if isinstance(members, list):
+        members.clear()
+
+
+def _check_regular(member: tarfile.TarInfo) -> None:
+    """Refuse anything but a plain regular file: links, devices, FIFOs, directories and sparse
+    files (whose declared size is not the bytes the archive holds)."""
+    if member.type in _REGULAR and member.sparse is None:
+        return
+    kind = _KINDS.get(member.type) or ("a sparse file" if member.sparse is not None else None)
+    kind = kind or f"of type {member.type!r}"
+    raise MalformedArchive(
+        member.name, f"refusing archive member {member.name!r}: {kind}, not a regular file"
+    )
+
+
+def _check_header(tar: tarfile.TarFile, first: tarfile.TarInfo | None) -> int:
+    if first is None or first.name != HEADER or first.size > 4096:
+        raise MalformedArchive(
+            None if first is None else first.name,
+            f"not an odf-node backup: the first member is not {HEADER}",
+        )
+    _check_regular(first)
+    try:
+        f = tar.extractfile(first)
+        assert f is not None
         header = json.loads(f.read())
         version = header["version"]
         fmt = header["format"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise BackupError(f"not an odf-node backup: unreadable {HEADER} ({e})") from None
+    # RecursionError: 4 KB of brackets nest deeper than the decoder recurses.
+    except (ValueError, KeyError, TypeError, RecursionError, tarfile.TarError, OSError) as e:
+        raise MalformedArchive(
+            HEADER, f"not an odf-node backup: unreadable {HEADER} ({e})"
+        ) from None
     if fmt != FORMAT or not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise BackupError(f"not an odf-node backup: format {fmt!r} version {version!r}")
+        raise MalformedArchive(
+            HEADER, f"not an odf-node backup: format {fmt!r} version {version!r}"
+        )
     if version > FORMAT_VERSION:
         raise BackupFormatTooNew(version)
     return version
 
 
-def _read_manifest(tar: tarfile.TarFile, member: tarfile.TarInfo) -> dict[str, Any]:
-    if member.size > 256 << 20:
-        raise BackupError(f"{MANIFEST} is implausibly large ({member.size} bytes)")
-    f = tar.extractfile(member)
-    assert f is not None
+def _read_manifest(
+    tar: tarfile.TarFile, member: tarfile.TarInfo
+) -> tuple[dict[str, Any], dict[str, _Listed]]:
+    """The manifest's scalar fields and its file list by path (:func:`_parse_manifest`)."""
+    if member.size > MAX_MANIFEST_BYTES:
+        raise MalformedArchive(
+            MANIFEST,
+            f"{MANIFEST} is implausibly large ({member.size} bytes; at most {MAX_MANIFEST_BYTES})",
+        )
     try:
-        manifest = json.loads(f.read())
-    except ValueError as e:
-        raise BackupError(f"unreadable {MANIFEST}: {e}") from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
-        raise BackupError(f"{MANIFEST} has no file list")
-    return manifest
+        f = tar.extractfile(member)
+        assert f is not None
+        text = f.read().decode("utf-8")
+    except (tarfile.TarError, OSError, EOFError) as e:
+        raise MalformedArchive(MANIFEST, f"unreadable {MANIFEST}: {e}") from e
+    except UnicodeDecodeError as e:
+        raise MalformedArchive(MANIFEST, f"unreadable {MANIFEST}: not UTF-8 ({e})") from None
+    manifest, listed = _parse_manifest(text)
+    if listed is None:
+        raise MalformedArchive(MANIFEST, f"{MANIFEST} has no file list")
+    schema = manifest.get("state_schema_version", 0)
+    if not isinstance(schema, int) or isinstance(schema, bool) or schema < 0:
+        raise MalformedArchive(MANIFEST, f"{MANIFEST}: state_schema_version {schema!r}")
+    manifest["state_schema_version"] = schema
+    return manifest, listed
+
+
+def _parse_manifest(text: str) -> tuple[dict[str, Any], dict[str, _Listed] | None]:
+    """The manifest's scalar fields, and its ``files`` by path (None: no file list).
+
+    Parsed with bounded memory and depth: a JSON object whose ``files`` and ``datasets`` are
+    lists of flat objects and whose other values are scalars (what :func:`write_backup`
+    writes). Each list entry is decoded on its own (at most :data:`_MAX_ENTRY_CHARS`) and
+    checked at once, a file kept as its size and hash, a dataset entry not kept (a restore
+    reads the datasets themselves): never the whole document at once, as ``json.loads`` of a
+    48 MB manifest of tiny objects took 1.3 GB, and of deep nesting raised a RecursionError.
+    """
+    decoder = json.JSONDecoder()
+
+    def bad(why: str) -> MalformedArchive:
+        return MalformedArchive(MANIFEST, f"unreadable {MANIFEST}: {why}")
+
+    def ws(i: int) -> int:
+        while i < len(text) and text[i] in " \t\r\n":
+            i += 1
+        return i
+
+    def expect(i: int, ch: str) -> int:
+        i = ws(i)
+        if text[i : i + 1] != ch:
+            raise bad(f"expected {ch!r} at offset {i}")
+        return i + 1
+
+    def scalar(i: int, key: str) -> tuple[Any, int]:
+        if text[i : i + 1] not in ('"', "-", "t", "f", "n") and not text[i : i + 1].isdigit():
+            raise bad(f"{key!r} is not a string, number, boolean or null")
+        try:
+            value, end = decoder.raw_decode(text, i)
+        except ValueError as e:  # ValueError: also an integer of too many digits
+            raise bad(f"{key!r}: {e}") from None
+        return value, end
+
+    def entries(i: int, key: str, take: Callable[[int, dict[str, Any]], None]) -> int:
+        i = ws(expect(i, "["))
+        if text[i : i + 1] == "]":
+            return i + 1
+        n = 0
+        while True:
+            i = ws(i)
+            if text[i : i + 1] != "{":
+                raise bad(f"{key}[{n}] is not an object")
+            # A flat object ends at its first "}" (no value a backup writes holds one).
+            end = text.find("}", i, i + _MAX_ENTRY_CHARS)
+            if end < 0:
+                raise bad(f"{key}[{n}] is not a flat object of at most {_MAX_ENTRY_CHARS} bytes")
+            try:
+                item = json.loads(text[i : end + 1])
+            except ValueError as e:
+                raise bad(f"{key}[{n}]: {e}") from None
+            if not all(v is None or isinstance(v, (str, int, float)) for v in item.values()):
+                raise bad(f"{key}[{n}] is not a flat object")
+            take(n, item)
+            n += 1
+            if n > MAX_MEMBERS:
+                raise bad(f"{key} has more than {MAX_MEMBERS} entries")
+            i = ws(end + 1)
+            if text[i : i + 1] == "]":
+                return i + 1
+            i = expect(i, ",")
+
+    listed: dict[str, _Listed] | None = None
+    manifest: dict[str, Any] = {}
+
+    def take_file(n: int, f: dict[str, Any]) -> None:
+        assert listed is not None
+        path, size, sha = f.get("path"), f.get("size"), f.get("sha256")
+        if not isinstance(path, str) or path in listed:
+            raise MalformedArchive(MANIFEST, f"{MANIFEST}: files[{n}] has no path or repeats one")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise MalformedArchive(path, f"{MANIFEST}: {path!r} has no size")
+        if not isinstance(sha, str) or len(sha) != 64:
+            raise MalformedArchive(path, f"{MANIFEST}: {path!r} has no sha256")
+        listed[path] = _Listed(size, sha)
+
+    i = expect(0, "{")
+    if text[ws(i) : ws(i) + 1] == "}":
+        i = ws(i) + 1
+    else:
+        while True:
+            i = ws(i)
+            if text[i : i + 1] != '"':
+                raise bad(f"expected a key at offset {i}")
+            key, i = scalar(i, "key")
+            i = ws(expect(i, ":"))
+            if key in manifest or (key == "files" and listed is not None):
+                raise bad(f"{key!r} appears twice")
+            if key == "files":
+                listed = {}
+                i = entries(i, key, take_file)
+            elif key == "datasets":
+                manifest[key] = True
+                i = entries(i, key, lambda _n, _d: None)
+            else:
+                manifest[key], i = scalar(i, key)
+            i = ws(i)
+            if text[i : i + 1] == "}":
+                i += 1
+                break
+            i = expect(i, ",")
+    if ws(i) != len(text):
+        raise bad(f"data after the object at offset {ws(i)}")
+    return manifest, listed
 
 
 _TOP_LEVEL = frozenset({"config.toml", "state.db", "keys", "datasets"})
@@ -448,43 +728,37 @@ def _safe_name(name: str) -> PurePosixPath:
         or "\\" in name
         or "\0" in name
     ):
-        raise BackupError(f"refusing archive member {name!r}: not a path a backup writes")
+        raise MalformedArchive(
+            name, f"refusing archive member {name!r}: not a path a backup writes"
+        )
     return p
 
 
-def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, root: Path) -> dict[str, Any]:
-    """Write one regular member under ``root`` (keys 0600, the rest 0644); its size and hash."""
+def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, root: Path) -> _Listed:
+    """Write one regular member under ``root`` (keys 0600, the rest 0644); its size and hash.
+
+    A member whose path collides with another's (a file where a directory must be) or whose
+    data ends early is a :class:`MalformedArchive` naming it."""
     rel = _safe_name(member.name)
-    if not member.isfile():
-        raise BackupError(f"refusing archive member {member.name!r}: not a regular file")
     dest = root.joinpath(*rel.parts)
-    dest.parent.mkdir(parents=True, exist_ok=True)
     mode = 0o600 if rel.parts[0] in ("keys", "config.toml", "state.db") else 0o644
-    src = tar.extractfile(member)
-    assert src is not None
     digest = hashlib.sha256()
     size = 0
-    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    with os.fdopen(fd, "wb") as out:
-        while chunk := src.read(_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-            out.write(chunk)
-    return {"size": size, "sha256": digest.hexdigest()}
-
-
-def _check_files(manifest: dict[str, Any], seen: dict[str, dict[str, Any]]) -> None:
-    listed = {str(f.get("path")): f for f in manifest["files"] if isinstance(f, dict)}
-    missing = sorted(set(listed) - set(seen))
-    extra = sorted(set(seen) - set(listed))
-    if missing or extra:
-        raise BackupError(
-            f"the archive does not match its manifest: missing {missing[:5]}, unlisted {extra[:5]}"
-        )
-    for name, got in seen.items():
-        want = listed[name]
-        if got["size"] != want.get("size") or got["sha256"] != want.get("sha256"):
-            raise BackupError(f"archive member {name!r} is damaged (size or sha256 differ)")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        src = tar.extractfile(member)
+        assert src is not None
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        with os.fdopen(fd, "wb") as out:
+            while chunk := src.read(_CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+                out.write(chunk)
+    except (OSError, tarfile.TarError, EOFError) as e:
+        raise MalformedArchive(
+            member.name, f"archive member {member.name!r} cannot be written: {e}"
+        ) from e
+    return _Listed(size, digest.hexdigest())
 
 
 def _fsync_tree(root: Path) -> None:
@@ -510,6 +784,7 @@ __all__ = [
     "BackupError",
     "BackupFormatTooNew",
     "BackupSummary",
+    "MalformedArchive",
     "RestoreSummary",
     "read_header",
     "restore_backup",

@@ -5,6 +5,7 @@ hostile archive, and leaves nothing behind when it refuses."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import sqlite3
@@ -15,12 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.errors import OdfNodeError
 from coordinator.identity import generate_private_key
 from node.backup import (
     FORMAT_VERSION,
     HEADER,
     BackupError,
     BackupFormatTooNew,
+    MalformedArchive,
     read_header,
     restore_backup,
     write_backup,
@@ -258,3 +261,231 @@ def test_thousand_subscriptions_round_trip_quickly(tmp_path: Path) -> None:
     restore_backup(tmp_path / "b.tar", tmp_path / "dst")
     with NodeState.open(tmp_path / "dst" / "state.db", time.time_ns) as st:
         assert sorted(s.did for s in st.subscriptions()) == followed
+
+
+# ---- hostile archives (issue 39): each refused as a typed error naming the member, before
+# it writes what it declares, and never as a Python traceback from the CLI.
+
+
+def gnu_sparse_header(name: str, stored: int, realsize: int) -> bytes:
+    """A GNU tar header of a sparse member (type ``S``): ``stored`` bytes in the archive, read
+    back as ``realsize`` bytes (holes of zeros before them). tarfile reads these but cannot
+    write them."""
+    h = bytearray(512)
+
+    def put(off: int, data: bytes) -> None:
+        h[off : off + len(data)] = data
+
+    put(0, name.encode())
+    put(100, b"0000644\0")
+    put(108, b"0000000\0")
+    put(116, b"0000000\0")
+    put(124, b"%011o\0" % stored)
+    put(136, b"%011o\0" % 0)
+    put(148, b" " * 8)
+    put(156, b"S")
+    put(257, b"ustar  \0")  # the GNU magic
+    put(386, b"%011o\0" % (realsize - stored))  # one data run at the end of the file
+    put(398, b"%011o\0" % stored)
+    put(483, b"%011o\0" % realsize)
+    put(148, b"%06o\0 " % sum(h))
+    return bytes(h)
+
+
+def insert_before_manifest(archive: Path, out: Path, raw: bytes) -> None:
+    """Copy ``archive`` to ``out`` with raw tar blocks ``raw`` placed before the manifest."""
+    with tarfile.open(archive) as t:
+        manifest = t.getmember("manifest.json")
+    data = archive.read_bytes()
+    out.write_bytes(data[: manifest.offset] + raw + data[manifest.offset :])
+
+
+def test_a_gnu_sparse_member_is_refused_before_it_is_written(archive: Path, tmp_path: Path) -> None:
+    """A 2 KB member that tarfile expands to 64 MiB of zeros (the issue's 10 KB archive wrote
+    2 GiB before the manifest check): refused by its type, nothing of it written."""
+    bad = tmp_path / "sparse.tar"
+    name = "datasets/sparse"
+    insert_before_manifest(archive, bad, gnu_sparse_header(name, 512, 64 << 20) + b"x" * 512)
+    with tarfile.open(bad) as t:
+        assert t.getmember(name).size == 64 << 20  # what an extraction would write
+    with pytest.raises(MalformedArchive, match="a GNU sparse file, not a regular file") as e:
+        restore_backup(bad, tmp_path / "dst")
+    assert e.value.member == name and isinstance(e.value, OdfNodeError)
+    assert not (tmp_path / "dst").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".dst")]
+
+
+@pytest.mark.parametrize(
+    ("kind", "words"),
+    [
+        (tarfile.CHRTYPE, "a character device"),
+        (tarfile.BLKTYPE, "a block device"),
+        (tarfile.FIFOTYPE, "a FIFO"),
+        (tarfile.LNKTYPE, "a hard link"),
+        (tarfile.DIRTYPE, "a directory"),
+        (tarfile.CONTTYPE, "a contiguous file"),
+    ],
+)
+def test_special_members_are_refused_by_kind(
+    archive: Path, tmp_path: Path, kind: bytes, words: str
+) -> None:
+    bad = tmp_path / "bad.tar"
+    with tarfile.open(archive) as src, tarfile.open(bad, "w", format=tarfile.GNU_FORMAT) as dst:
+        for m in src.getmembers():
+            if m.name == "manifest.json":
+                special = tarfile.TarInfo("keys/special")
+                special.type = kind
+                special.linkname = "../../../etc/passwd"
+                special.size = 4 if kind == tarfile.CONTTYPE else 0
+                dst.addfile(special, io.BytesIO(b"abcd") if special.size else None)
+            dst.addfile(m, src.extractfile(m))
+    with pytest.raises(MalformedArchive, match=f"'keys/special': {words}, not a regular") as e:
+        restore_backup(bad, tmp_path / "dst")
+    assert e.value.member == "keys/special"
+
+
+def test_a_member_larger_than_listed_is_refused_before_it_is_written(
+    archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from node import backup
+
+    written: list[str] = []
+    real = backup._extract
+    monkeypatch.setattr(
+        backup, "_extract", lambda tar, m, root: written.append(m.name) or real(tar, m, root)
+    )
+    bad = tmp_path / "bad.tar"
+    rewrite(archive, bad, {"config.toml": b"x" * 100_000})
+    with pytest.raises(MalformedArchive, match=r"'config\.toml' is damaged: 100000 bytes") as e:
+        restore_backup(bad, tmp_path / "dst")
+    assert e.value.member == "config.toml" and "config.toml" not in written
+
+
+def manifest_of(archive: Path) -> dict[str, object]:
+    with tarfile.open(archive) as t:
+        f = t.extractfile("manifest.json")
+        assert f is not None
+        return json.loads(f.read())  # type: ignore[no-any-return]
+
+
+def test_the_manifest_is_parsed_with_bounded_memory(archive: Path, tmp_path: Path) -> None:
+    """4 MB of tiny objects in the file list: json.loads held ~1.4 M dicts (the issue's 48 MB
+    manifest took 1.3 GB); entry by entry, the first bad one ends the parse."""
+    import tracemalloc
+
+    from node.backup import _parse_manifest
+
+    text = '{"files": [' + ",".join(["{}"] * 1_400_000) + "]}"
+    tracemalloc.start()
+    try:
+        with pytest.raises(MalformedArchive, match=r"files\[0\] has no path"):
+            _parse_manifest(text)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
+    # A well-formed manifest reads back its files and scalars.
+    manifest = manifest_of(archive)
+    fields, files = _parse_manifest(json.dumps(manifest, indent=1))
+    assert files is not None and set(files) == {f["path"] for f in manifest["files"]}  # type: ignore[attr-defined]
+    assert fields["node_id"] == manifest["node_id"]
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('{"files": ' + "[" * 100_000 + "]" * 100_000 + "}", r"files\[0\] is not an object"),
+        ('{"files": [], "node_id": ' + "[" * 100_000 + "}", "'node_id' is not a string"),
+        ('{"files": [{"path": {"a": 1}}]}', "not a flat object|files\\[0\\]"),
+        ('{"files": [{"path": "x", "size": "1", "sha256": "0"}]}', "'x' has no size"),
+        ('{"files": [], "files": []}', "appears twice"),
+        ('{"files": []} trailing', "data after the object"),
+        ("[]", "expected '{'"),
+        ('{"state_schema_version": 9' + "9" * 5000 + ', "files": []}', "state_schema_version"),
+    ],
+)
+def test_a_hostile_manifest_is_a_typed_error(
+    archive: Path, tmp_path: Path, text: str, words: str
+) -> None:
+    bad = tmp_path / "bad.tar"
+    rewrite(archive, bad, {"manifest.json": text.encode()})
+    with pytest.raises(MalformedArchive, match=words) as e:
+        restore_backup(bad, tmp_path / "dst")
+    assert e.value.member in ("manifest.json", "x")
+
+
+def hostile_archives(archive: Path, tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    """Malformed archives that once raised past the CLI (a Python traceback), by the member
+    the error must name."""
+    out: dict[str, tuple[Path, str]] = {}
+    sparse = tmp_path / "sparse.tar"
+    insert_before_manifest(
+        archive, sparse, gnu_sparse_header("datasets/s", 512, 1 << 20) + bytes(512)
+    )
+    out["sparse"] = (sparse, "datasets/s")
+    deep = tmp_path / "deep.tar"
+    rewrite(archive, deep, {"manifest.json": b'{"files": ' + b"[" * 100_000 + b"}"})
+    out["deep manifest"] = (deep, "manifest.json")
+    deep_header = tmp_path / "deep-header.tar"
+    rewrite(archive, deep_header, {HEADER: b"[" * 4000})
+    out["deep header"] = (deep_header, HEADER)
+    schema = manifest_of(archive)
+    schema["state_schema_version"] = "9"
+    typed = tmp_path / "schema.tar"
+    rewrite(archive, typed, {"manifest.json": json.dumps(schema).encode()})
+    out["schema not a number"] = (typed, "manifest.json")
+    # The same name twice, both listed sizes right: the second used to hit O_EXCL.
+    dup = tmp_path / "dup.tar"
+    with tarfile.open(archive) as src, tarfile.open(dup, "w") as dst:
+        for m in src.getmembers():
+            dst.addfile(m, src.extractfile(m))
+            if m.name == "config.toml":
+                dst.addfile(m, src.extractfile(m))
+    out["duplicate"] = (dup, "config.toml")
+    # A file where a directory must be: "keys" as a file before keys/node.key.
+    clash = tmp_path / "clash.tar"
+    manifest = manifest_of(archive)
+    manifest["files"].insert(  # type: ignore[attr-defined]
+        0, {"path": "keys", "size": 1, "sha256": hashlib.sha256(b"k").hexdigest()}
+    )
+    with tarfile.open(archive) as src, tarfile.open(clash, "w") as dst:
+        for m in src.getmembers():
+            if m.name == "config.toml":
+                add(dst, "keys", b"k")
+            if m.name == "manifest.json":
+                add(dst, "manifest.json", json.dumps(manifest).encode())
+                continue
+            dst.addfile(m, src.extractfile(m))
+    out["file for a directory"] = (clash, "keys/node.key")
+    # Cut short inside a member's data.
+    cut = tmp_path / "cut.tar"
+    with tarfile.open(archive) as t:
+        state = t.getmember("state.db")
+    cut.write_bytes(archive.read_bytes()[: state.offset_data + 1000])
+    out["truncated"] = (cut, "state.db")
+    return out
+
+
+def test_malformed_archives_are_typed_errors_naming_the_member(
+    archive: Path, tmp_path: Path
+) -> None:
+    for what, (path, member) in hostile_archives(archive, tmp_path).items():
+        with pytest.raises(MalformedArchive) as e:
+            restore_backup(path, tmp_path / "dst")
+        assert isinstance(e.value, OdfNodeError), what
+        if member:
+            assert e.value.member == member, (what, e.value.member, str(e.value))
+        assert not (tmp_path / "dst").exists(), what
+
+
+def test_the_cli_prints_no_traceback_for_a_malformed_archive(archive: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from node.cli import app
+
+    for what, (path, _member) in hostile_archives(archive, tmp_path).items():
+        result = CliRunner().invoke(app, ["restore", str(path), "--home", str(tmp_path / "dst")])
+        assert result.exit_code == 1, (what, result.output)
+        # A handled error ends in SystemExit; anything else escaped the CLI as a traceback.
+        assert isinstance(result.exception, SystemExit), (what, result.exception)
+        assert "Traceback" not in result.output, what
