@@ -17,8 +17,9 @@ Signatures are ed25519 over ``DOMAIN[kind] || header || body`` where ``header`` 
 magic+version+kind prefix and ``DOMAIN`` is a NUL-terminated per-kind string, so a signature for
 one message kind can never be replayed as another kind (or as anything else the key signs, such as
 a kamu ``Ed25519Signature2020`` proof). Announcements are signed by the dataset key (the DID);
-attestations, disputes, observations and key revocations by the node key, key rotations by
-the new key (and, inside the body, the old one).
+attestations, disputes and observations by the node key, key revocations by the revoked key or
+(record version 2) by the key it committed to as its next one, key rotations by the new key
+(and, inside the body, the old one).
 
 The *content id* of a message is the SHA3-256 digest of its full envelope bytes.
 """
