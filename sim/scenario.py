@@ -131,6 +131,13 @@ class Adversary:
     sybil_degree: int = 4
     flood_rate: float = 10.0
     flood_s: float = 30.0
+    dispute_flood: int = 0
+    """Disputes of each spoofed head, each signed by a fresh key, that the spoofing owner
+    publishes right after the head (the sybil-dispute flood of issue 39: they filled a head's
+    dispute slots before a trusted attester's dispute came)."""
+    collude_after_s: float = 0.0
+    """Colluders attest a spoofed head this long after accepting it (0: at once): past the
+    honest attesters' replay, their quorum comes after the trusted disputes."""
     eclipse_target: int = -1
     eclipse_peers: int = 8
     eclipse_at_s: float = 0.0
@@ -196,6 +203,8 @@ class Scenario:
             raise ScenarioError("policy.name = 'quorum' needs policy.trusted = 'attesters'")
         if pol.trusted_colluders < 0:
             raise ScenarioError("policy.trusted_colluders must be >= 0")
+        if self.adversary.dispute_flood < 0 or self.adversary.collude_after_s < 0:
+            raise ScenarioError("adversary.dispute_flood and collude_after_s must be >= 0")
         if self.latency.model not in ("constant", "uniform", "lognormal", "matrix"):
             raise ScenarioError(f"unknown latency model {self.latency.model!r}")
         if self.latency.model == "matrix" and not self.latency.matrix:

@@ -686,7 +686,11 @@ class Simulator:
             # colluders vouch for their own side's datasets (every head of a spoofing owner)
             spoofed = self.heads[hid].dataset < self.sc.adversary.spoof_owners
             if spoofed and self.sc.adversary.false_attest and n.key is not None:
-                self._attest(n, d.dataset, d.head)
+                later = self.sc.adversary.collude_after_s
+                if later > 0:
+                    self._at(later, self._attest, n, d.dataset, d.head)
+                else:
+                    self._attest(n, d.dataset, d.head)
             return
         if n.policy is None:
             return
@@ -790,6 +794,29 @@ class Simulator:
         cid = self._register(sm.envelope, -1, False)
         self._publish(n, cid)
 
+    def _dispute_flood(self, n: SimNode, d: int, head: Multihash) -> None:
+        """``adversary.dispute_flood`` disputes of ``head``, each by a fresh key, published by
+        ``n`` (issue 39: noise that filled the head's dispute slots first)."""
+        for _ in range(self.sc.adversary.dispute_flood):
+            self._nonce += 1
+            key = generate_private_key(
+                b"\xd1"
+                + (self.seed & 0xFFFFFFFF).to_bytes(4, "big")
+                + self._nonce.to_bytes(27, "big")
+            )
+            dis = Dispute(
+                node=key.dataset_id(),
+                dataset=self.dids[d],
+                block=head,
+                kind=DisputeKind.REPLAY_MISMATCH,
+                expected=_EVIDENCE,
+                computed=_EVIDENCE_BAD,
+                detail="sim: sybil dispute",
+                issued_at_ns=self.now,
+                nonce=self._next_nonce(),
+            )
+            self._publish(n, self._register(sign_message(dis, key).envelope, -1, True))
+
     # ------------------------------------------------------------------ owners and adversaries
 
     def _new_head(self, d: int, seq: int, good: bool, fork: bool) -> tuple[int, SignedMessage]:
@@ -834,6 +861,8 @@ class Simulator:
             self._publish(owner, cid2, peers[half:])
         elif owner.online:
             self._publish(owner, cid)
+            if not good:
+                self._dispute_flood(owner, d, self._head_hash(hid))
         if (
             good
             and self.heads[hid].honest_owner

@@ -165,3 +165,29 @@ def test_quorum_needs_a_closed_trusted_set() -> None:
         from_dict({"policy": {"name": "quorum"}})
     with pytest.raises(ScenarioError, match="trusted_colluders"):
         Simulator(small(policy={"name": "quorum", "trusted": "attesters", "trusted_colluders": 5}))
+
+
+def sybil_disputes(flood: int) -> Scenario:
+    """Issue 39's attack: ``flood`` disputes of each spoofed head from fresh keys right after
+    it, then the honest trusted attesters' disputes, then a quorum of k colluders inside the
+    trusted set (attesting 200 s after the head, past the honest attesters' replay)."""
+    sc = quorum(colluders=3)
+    sc.adversary.dispute_flood = flood
+    sc.adversary.collude_after_s = 200.0
+    return sc
+
+
+def test_a_sybil_dispute_flood_never_gets_a_disputed_head_trusted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same policy code as the daemon's, the same attack: fresh keys' disputes fill the
+    strangers' room of each spoofed head (its size cut to 8 so that the run stays small), and
+    the honest trusted attesters' disputes still block the colluders' quorum (before the fix,
+    they were dropped and every spoofed head was trusted)."""
+    import p2p.trust
+
+    monkeypatch.setattr(p2p.trust, "MAX_RECORDED_PER_HEAD", 8)
+    for seed in (1, 2):
+        res = run(sybil_disputes(flood=12), seed=seed)
+        assert res["bad_head_receipts"] > 0, seed
+        assert res["bad_heads_trusted"] == 0, (seed, res["bad_heads_trusted"])
