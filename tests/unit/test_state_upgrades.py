@@ -70,8 +70,8 @@ def test_old_home_opens_migrates_and_keeps_its_data(
             # Columns a later migration added are NULL in rows an older version wrote, but for
             # those it fills in (make_homes.migrated).
             width = len(got[0]) if got else 0
-            want = [make_homes.migrated(table, r) for r in want]
-            padded = [r + (None,) * (width - len(r)) for r in want]
+            filled = [make_homes.migrated(table, r) for r in want]
+            padded = [r + (None,) * (width - len(r)) for r in filled]
             assert got == sorted(padded, key=lambda r: (r[0], r[1])), table
         # The typed API reads them too, and the migrated schema takes today's values.
         subs = st.subscriptions()
