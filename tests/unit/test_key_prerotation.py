@@ -258,3 +258,32 @@ def test_stolen_key_of_a_home_cannot_take_the_identity(tmp_path: Path) -> None:
         assert _reloaded(st).canonical(stolen.dataset_id()) == owner_now
 
     asyncio.run(go())
+
+
+def test_once_the_owners_record_is_known_no_order_of_the_thiefs_records_wins() -> None:
+    """Every order of the thief's records (T -> A, E -> T, a revocation of T by A) and the
+    owner's (T -> N, a revocation of T by N), after the owner's S -> T: the identity ends at
+    N, T is revoked, and a restart from the stored records agrees."""
+    import itertools
+
+    later = [
+        _rot(T, A, A2, 200),
+        _rot(E, T, A, 210),
+        _rev(T, A, 220),
+        _rot(T, N, N2, 300),
+        _rev(T, N, 400),
+    ]
+
+    async def go(order: tuple[SignedMessage, ...]) -> None:
+        st, keys = _peer()
+        await keys.received(_rot(S, T, N, 100))
+        for sm in order:
+            await keys.received(sm)
+        for ids in (keys.identities, _reloaded(st)):
+            assert ids.canonical(S.dataset_id()) == N.dataset_id()
+            assert ids.canonical(E.dataset_id()) == E.dataset_id()
+            assert ids.canonical(A.dataset_id()) == A.dataset_id()
+            assert ids.revoked_at(T.dataset_id()) == 400
+
+    for order in itertools.permutations(later):
+        asyncio.run(go(order))
