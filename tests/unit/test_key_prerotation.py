@@ -287,3 +287,24 @@ def test_once_the_owners_record_is_known_no_order_of_the_thiefs_records_wins() -
 
     for order in itertools.permutations(later):
         asyncio.run(go(order))
+
+
+def test_key_record_fields_match_their_version() -> None:
+    from p2p.errors import WireEncodeError
+
+    nonce = b"\x07" * 16
+    with pytest.raises(WireEncodeError):  # version 2 needs a commitment
+        sign_message(KeyRotation(S.dataset_id(), T.dataset_id(), 1, nonce, bytes(64)), T)
+    with pytest.raises(WireEncodeError):  # version 1 has none
+        sign_message(
+            KeyRotation(S.dataset_id(), T.dataset_id(), 1, nonce, bytes(64), bytes(32), 1), T
+        )
+    with pytest.raises(WireEncodeError):  # only version 2 names another signer
+        sign_message(KeyRevocation(T.dataset_id(), 1, nonce, 1, by=N.dataset_id()), N)
+    with pytest.raises(WireEncodeError):  # and never the revoked key itself
+        sign_message(KeyRevocation(T.dataset_id(), 1, nonce, by=T.dataset_id()), T)
+    v1 = decode(sign_message(KeyRevocation(T.dataset_id(), 1, nonce, 1), T).envelope)
+    assert isinstance(v1, SignedMessage) and isinstance(v1.message, KeyRevocation)
+    assert v1.message.by is None and v1.message.version == 1
+    v2 = decode(_rev(T, N, 5).envelope)
+    assert isinstance(v2, SignedMessage) and v2.signer() == N.dataset_id()
