@@ -187,7 +187,8 @@ class KeyRotationRecord:
 
 @dataclass(frozen=True)
 class KeyRevocationRecord:
-    """A node key ``node_id`` that no longer counts from ``revoked_ns`` on (self-signed)."""
+    """A node key ``node_id`` that no longer counts from ``revoked_ns`` on (signed by that key or
+    by the key it committed to as its next one)."""
 
     node_id: str
     revoked_ns: int
