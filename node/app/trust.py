@@ -94,7 +94,9 @@ simulator's); here each followed dataset has a policy of its own, so that bound 
 keep 4,096 heads: a dataset updated every minute filled it for three days, and a node following
 many grew by every head it ever saw (``make bench-longrun``: about 1,700 heads an hour). A head
 16 updates behind the newest no longer decides what the node serves (the newest trusted head is
-kept apart, in the subscription), so late attestations of it need not be counted.
+kept apart, in the subscription), so late attestations of it need not be counted. It is the size
+of each of the policy's three rooms (``p2p/trust.py``: heads seen, heads guarded by a trusted
+dispute, heads named only by strangers), so no stranger can push the current head out.
 """
 
 log = logging.getLogger("odf_node.trust")
@@ -422,7 +424,8 @@ class TrustDriver:
     # ----------------------------------------------------------------- what trust changes
 
     def heads_tracked(self) -> int:
-        """Heads the policies of every dataset remember (at most :data:`HEADS_PER_DATASET` each)."""
+        """Heads the policies of every dataset remember (at most :data:`HEADS_PER_DATASET` in
+        each of a policy's three rooms)."""
         return sum(p.head_count() for p in self._policies.values())
 
     def served_head(self, did: DatasetId) -> str | None:
