@@ -407,3 +407,26 @@ def test_flows_lists_triggers_and_runs_newest_first(tmp_path: Path) -> None:
     ]
     assert n.run(n.flows.flows(did="a", limit=1)).runs[0].state == "pending"
     assert DatasetId.parse(a)
+
+
+def test_cli_refuses_a_period_past_the_bound_naming_it(tmp_path: Path) -> None:
+    """``dataset schedule --every 107000d`` was accepted, then the scheduler crash-looped on an
+    SQLite integer overflow: the CLI now refuses it with the limit, and stores nothing."""
+    from typer.testing import CliRunner
+
+    from node.cli import app
+
+    home = tmp_path / "home"
+    snap = tmp_path / "a.yaml"
+    snap.write_text(ROOT.format(name="a"))
+
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(app, [*args, "--home", str(home)])
+
+    assert run("dataset", "create", str(snap)).exit_code == 0
+    result = run("dataset", "schedule", "a", "--every", "107000d")
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert "--every must be at most 366d (31622400 s)" in result.stderr
+    with NodeState.open(home / "state.db", lambda: T0) as st:
+        assert st.schedules() == []
+    assert run("dataset", "schedule", "a", "--every", "366d").exit_code == 0
