@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from coordinator.identity import DatasetId
@@ -194,6 +194,7 @@ class TrustDriver:
         self._trusted_head: dict[DatasetId, str] = {}
         self._latest: dict[DatasetId, Multihash] = {}  # newest accepted head per dataset
         self._written: dict[DatasetId, tuple[TrustRecord, str | None]] = {}  # last persisted
+        self._trusted_key_cache: dict[frozenset[DatasetId], list[str]] = {}
         self._quiet = False  # restoring: decisions are not carried out again
         # Node key rotations and revocations: attesters are fed by their newest key, and a
         # revoked key's attestations and disputes from its revocation on are not fed at all.
@@ -229,6 +230,7 @@ class TrustDriver:
         count as its node's and a revoked key's stop counting. Nothing else is rebuilt (a
         stranger's rotation between two fresh keys touches nothing); with no key named, every
         policy is."""
+        self._trusted_key_cache.clear()
         if not named:
             await self.restore()
             return
@@ -274,7 +276,7 @@ class TrustDriver:
         # The disputes of each block of the head's chain, never "the newest N of the dataset"
         # (strangers' disputes of random blocks pushed the trusted one out): every trusted
         # attester's (any key of theirs) and the first strangers' the policy would keep.
-        trusted = sorted(_did_key(k) for k in self._trusted_keys(policy.config))
+        trusted = self._trusted_keys(policy.config)
         feed += await self._chain_disputes(did, head, trusted, MAX_RECORDED_PER_HEAD, 0)
         conclusive = False  # whether the node's own check of the head was conclusive
         for a in await self._state.attestations_of_head(
@@ -314,7 +316,7 @@ class TrustDriver:
         if policy.config.policy is not Policy.VERIFY_ALL:
             # A head over a block a trusted attester disputed is disputed too, live as after a
             # restart (a colluding quorum trusted the forged head's successor until then).
-            trusted = sorted(_did_key(k) for k in self._trusted_keys(policy.config))
+            trusted = self._trusted_keys(policy.config)
             now = self._clock()
             for ev in await self._chain_disputes(did, head, trusted, 0, now):
                 await self._feed(did, ev)
@@ -358,13 +360,21 @@ class TrustDriver:
                     out.append(DisputeSeen(did, head, signer, x.content_id, now_ns))
         return out
 
-    def _trusted_keys(self, config: TrustConfig) -> Iterable[DatasetId]:
-        """Every key of every ``trusted_attesters`` node (its rotations' old and new keys)."""
+    def _trusted_keys(self, config: TrustConfig) -> list[str]:
+        """Every key of every ``trusted_attesters`` node (its rotations' old and new keys), as
+        the state stores signers; kept until the identities change (finding a node's keys
+        walks every rotation the node knows, strangers' included)."""
+        known = self._trusted_key_cache.get(config.trusted_attesters)
+        if known is not None:
+            return known
         keys: set[DatasetId] = set()
         for a in config.trusted_attesters:
             keys |= self.identities.aliases(a)
             keys.add(a)
-        return keys
+        if len(self._trusted_key_cache) >= 64:  # one entry per distinct attester list
+            self._trusted_key_cache.clear()
+        out = self._trusted_key_cache[config.trusted_attesters] = sorted(_did_key(k) for k in keys)
+        return out
 
     def _counted(self, signer: DatasetId, issued_at_ns: int | None) -> DatasetId | None:
         """The identity ``signer``'s message counts under (its newest key), or None when the
