@@ -186,7 +186,13 @@ def write_backup(
                 "owned_dataset_keys": len(keys),
                 "files": files,
             }
-            _add_bytes(tar, MANIFEST, json.dumps(manifest, indent=1).encode(), 0o644)
+            body = json.dumps(manifest, indent=1).encode()
+            if len(body) > MAX_MANIFEST_BYTES:
+                raise BackupError(
+                    f"{len(files)} files make a {MANIFEST} of {len(body)} bytes, more than a "
+                    f"restore reads ({MAX_MANIFEST_BYTES}); back up without --datasets"
+                )
+            _add_bytes(tar, MANIFEST, body, 0o644)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o600)  # it holds private keys
@@ -321,9 +327,11 @@ def _info(name: str, size: int, mode: int) -> tarfile.TarInfo:
 
 # ---- restore
 
-#: The most bytes a manifest may have: ~150 bytes a file, so ~440,000 files (a node with 1,000
-#: datasets of ~100 blocks and parts each holds ~200,000). It is parsed entry by entry (below).
-MAX_MANIFEST_BYTES: Final = 64 << 20
+#: The most bytes a manifest may have: ~283 bytes a dataset file, so ~470,000 files (a node
+#: with 1,000 datasets of ~100 blocks and parts each holds ~200,000). It is parsed entry by
+#: entry (below): a restore's memory is about this plus ~300 bytes a listed file. A backup
+#: whose manifest would be larger is refused when it is written, never made unrestorable.
+MAX_MANIFEST_BYTES: Final = 128 << 20
 #: The most members (and manifest entries) an archive may have.
 MAX_MEMBERS: Final = 1_000_000
 #: The most bytes one manifest entry (``{"path", "size", "sha256"}``) may have.

@@ -489,3 +489,15 @@ def test_the_cli_prints_no_traceback_for_a_malformed_archive(archive: Path, tmp_
         # A handled error ends in SystemExit; anything else escaped the CLI as a traceback.
         assert isinstance(result.exception, SystemExit), (what, result.exception)
         assert "Traceback" not in result.output, what
+
+
+def test_a_backup_no_restore_would_read_is_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from node import backup
+
+    src = make_home(tmp_path / "src", subscriptions=0)
+    monkeypatch.setattr(backup, "MAX_MANIFEST_BYTES", 200)
+    with pytest.raises(BackupError, match=r"more than a restore reads \(200\)"):
+        write_backup(src.path, tmp_path / "b.tar", datasets=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["src"]  # no archive, no partial file
