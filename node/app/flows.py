@@ -283,7 +283,9 @@ class FlowUseCases:
             self._failed.pop(s.did, None)
             queued.append(item)
         if reactive:
-            changed = await asyncio.to_thread(self._changed_inputs, reactive)
+            changed, failed = await asyncio.to_thread(self._changed_inputs, reactive)
+            for s, error in failed:
+                await self._schedule_failed(s, now, error)
             for s, heads in changed:
                 try:
                     item = await self._state.enqueue(
@@ -347,43 +349,52 @@ class FlowUseCases:
             raise InvalidArgument(f"the next run of {_trigger_text(s)} is past the year 2262")
         return nxt
 
-    def _changed_inputs(self, reactive: list[Schedule]) -> list[tuple[Schedule, dict[str, str]]]:
-        """The ``on_input`` triggers whose inputs changed, with the inputs' current heads (in a
-        worker thread: it reads the chains' heads)."""
+    def _changed_inputs(
+        self, reactive: list[Schedule]
+    ) -> tuple[list[tuple[Schedule, dict[str, str]]], list[tuple[Schedule, Exception]]]:
+        """The ``on_input`` triggers whose inputs changed, with the inputs' current heads, and
+        those whose inputs could not be read (in a worker thread: it reads the chains' heads).
+        """
         out = []
+        failed: list[tuple[Schedule, Exception]] = []
         for s in reactive:
             try:
-                if not self._repo.contains(s.did):
-                    continue
-                st = self._repo.open(s.did).state().set_transform
-            except (OdfNodeError, OSError) as e:
-                log.warning("flow of %s: cannot read its chain: %s", s.did, e)
+                heads = self._input_heads(s)
+            except Exception as e:  # one derivative's bad chain must not stop the others
+                failed.append((s, e))
                 continue
-            if st is None:
-                continue
-            heads: dict[str, str] = {}
-            waiting = False
-            for i in st.inputs:
-                try:
-                    input_id = DatasetId.parse(i.dataset_ref)
-                except (OdfNodeError, ValueError):
-                    waiting = True
-                    break
-                key = input_id.as_did_str()
-                if not self._repo.contains(key):
-                    waiting = True  # not pulled yet
-                    break
-                head = self._repo.open(key).head()
-                if head is None:
-                    waiting = True
-                    break
-                if self._untrusted_input is not None and self._untrusted_input(input_id):
-                    waiting = True  # followed, its newest head not trusted yet
-                    break
-                heads[key] = head.to_multibase()
-            if not waiting and heads != s.inputs_seen:
+            if heads is not None and heads != s.inputs_seen:
                 out.append((s, heads))
-        return out
+        return out, failed
+
+    def _input_heads(self, s: Schedule) -> dict[str, str] | None:
+        """The current heads of ``s``'s inputs; None while it waits (not a derivative here,
+        an input not pulled yet, no head, or not trusted yet)."""
+        try:
+            if not self._repo.contains(s.did):
+                return None
+            st = self._repo.open(s.did).state().set_transform
+        except (OdfNodeError, OSError) as e:
+            log.warning("flow of %s: cannot read its chain: %s", s.did, e)
+            return None
+        if st is None:
+            return None
+        heads: dict[str, str] = {}
+        for i in st.inputs:
+            try:
+                input_id = DatasetId.parse(i.dataset_ref)
+            except (OdfNodeError, ValueError):
+                return None
+            key = input_id.as_did_str()
+            if not self._repo.contains(key):
+                return None  # not pulled yet
+            head = self._repo.open(key).head()
+            if head is None:
+                return None
+            if self._untrusted_input is not None and self._untrusted_input(input_id):
+                return None  # followed, its newest head not trusted yet
+            heads[key] = head.to_multibase()
+        return heads
 
     # ------------------------------------------------------------------ work handlers
 

@@ -430,3 +430,30 @@ def test_cli_refuses_a_period_past_the_bound_naming_it(tmp_path: Path) -> None:
     with NodeState.open(home / "state.db", lambda: T0) as st:
         assert st.schedules() == []
     assert run("dataset", "schedule", "a", "--every", "366d").exit_code == 0
+
+
+def test_a_derivative_whose_inputs_cannot_be_read_stops_no_other(tmp_path: Path) -> None:
+    """Reading one derivative's inputs fails with an untyped error: the other derivative is
+    still transformed, the failing one marked."""
+    a_did = ""
+
+    def untrusted(d: DatasetId) -> str | None:
+        if d.as_did_str() == a_did:
+            raise RuntimeError("trust state unreadable")
+        return None
+
+    n = Node(tmp_path)
+    a_did = n.create(ROOT.format(name="a"))
+    n.create(ROOT.format(name="b"))
+    d1 = n.create(DERIVED)
+    d2 = n.create(
+        DERIVED.replace("name: derived", "name: derived2")
+        .replace("datasetRef: a", "datasetRef: b")
+        .replace("FROM a", "FROM b")
+    )
+    flows = FlowUseCases(n.repo, n.state, n.clock, n.datasets, untrusted_input=untrusted)
+    n.run(flows.schedule("derived", on_input=True))
+    n.run(flows.schedule("derived2", on_input=True))
+    assert [(w.kind, w.did) for w in n.run(flows.tick())] == [(TRANSFORM, d2)]
+    (row,) = [s for s in n.run(flows.flows()).schedules if s.id == d1]
+    assert row.error is not None and "trust state unreadable" in row.error
