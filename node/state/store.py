@@ -1162,13 +1162,21 @@ _WORK_SELECT = (
 
 def _schedule(r: sqlite3.Row) -> Schedule:
     did, every_s, cron, on_input, next_ns, seen, created, updated = r
+    try:
+        inputs_seen = json.loads(seen or "{}")
+    except ValueError:
+        # One damaged row must not make every schedule unreadable (docs/flows.md): its
+        # derivative is transformed once more, as if no input had been seen.
+        inputs_seen = {}
+    if not isinstance(inputs_seen, dict):
+        inputs_seen = {}
     return Schedule(
         did=did,
         every_s=every_s,
         cron=cron,
         on_input=bool(on_input),
         next_ns=next_ns,
-        inputs_seen=json.loads(seen or "{}"),
+        inputs_seen=inputs_seen,
         created_ns=created,
         updated_ns=updated,
     )

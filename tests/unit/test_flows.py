@@ -457,3 +457,14 @@ def test_a_derivative_whose_inputs_cannot_be_read_stops_no_other(tmp_path: Path)
     assert [(w.kind, w.did) for w in n.run(flows.tick())] == [(TRANSFORM, d2)]
     (row,) = [s for s in n.run(flows.flows()).schedules if s.id == d1]
     assert row.error is not None and "trust state unreadable" in row.error
+
+
+def test_a_damaged_schedule_row_leaves_the_others_readable(tmp_path: Path) -> None:
+    n = Node(tmp_path)
+    n.create(ROOT.format(name="a"))
+    b = n.create(ROOT.format(name="b"))
+    d = n.create(DERIVED)
+    n.run(n.flows.schedule("derived", on_input=True))
+    n.run(n.flows.schedule("b", every="10s"))
+    n.sync.conn.execute("UPDATE schedules SET inputs_seen = '{not json' WHERE did = ?", (d,))
+    assert sorted(n.tick()) == sorted([(POLL, b), (TRANSFORM, d)])
