@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.errors import INVALID_INPUT, OdfNodeError
+from node.app.rows import EvidenceCaps
 from p2p.trust import TrustConfig, TrustConfigError
 
 
@@ -103,6 +104,8 @@ class P2pSection:
     conn_grace_s: float
     dial_backoff_base_s: float
     dial_backoff_max_s: float
+    signer_rate_burst: float
+    signer_rate_per_s: float
 
     def peers_per_ip_cap(self, loopback_only: bool) -> int:
         """The per-IP cap in force: ``max_peers_per_ip``, where -1 means 8 on an open network
@@ -230,6 +233,19 @@ class StorageSection:
 
     max_bytes: int
     min_free_bytes: int
+    evidence_per_signer: int
+    evidence_per_dataset: int
+    evidence_total: int
+    key_records_max: int
+
+    def evidence_caps(self) -> EvidenceCaps:
+        """The caps on strangers' attestations, disputes and key records in ``state.db``."""
+        return EvidenceCaps(
+            self.evidence_per_signer,
+            self.evidence_per_dataset,
+            self.evidence_total,
+            self.key_records_max,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,6 +418,14 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError("p2p: need 0 < dial_backoff_base_s <= dial_backoff_max_s")
     if cfg.storage.max_bytes < 0 or cfg.storage.min_free_bytes < 0:
         raise ConfigError("storage.max_bytes and storage.min_free_bytes must be >= 0")
+    s = cfg.storage
+    if min(s.evidence_per_signer, s.evidence_per_dataset, s.evidence_total, s.key_records_max) < 1:
+        raise ConfigError(
+            "storage.evidence_per_signer, evidence_per_dataset, evidence_total and "
+            "key_records_max must be >= 1"
+        )
+    if p.signer_rate_burst < 1 or p.signer_rate_per_s <= 0:
+        raise ConfigError("p2p: need signer_rate_burst >= 1 and signer_rate_per_s > 0")
     _validate_hosts(cfg)
     f = cfg.follow
     if f.poll_interval_s <= 0 or f.min_gap_s < 0 or f.backoff_max_s < f.poll_interval_s:

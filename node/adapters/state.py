@@ -44,6 +44,7 @@ READS = frozenset(
         "verification",
         "verifications_of_heads",
         "attestations",
+        "evidence_count",
         "attestations_of_head",
         "disputes",
         "disputed_blocks",

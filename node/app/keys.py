@@ -8,16 +8,21 @@ signatures were checked by the protocol core (``p2p/wire.py``: a rotation is sig
 and the new key, a revocation by the revoked key or its committed next key); whether a record
 counts (pre-rotation) is the identities' decision, and only records that count are stored.
 docs/operations.md, "Node key rotation".
+
+Strangers' records are bounded (issue 39): a record that names no key of a node the node's
+``[trust]`` trusts is stored within ``cap`` records of its kind, the oldest evicted first; a
+trusted node's are kept. (Records stored without a cap, the node's own, are kept.)
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from coordinator.identity import DatasetId
 from node.app.identities import NodeIdentities, load_records
 from node.app.ports import EventSink, StatePort
+from node.app.rows import EvidenceCaps
 from node.app.trust import TrustDriver, keys_named
 from p2p.transport import peer_id_of_node
 from p2p.wire import KeyRevocation, KeyRotation, SignedMessage
@@ -39,8 +44,12 @@ class NodeKeyRecords:
         *,
         trust: TrustDriver | None = None,
         move_peer_score: MovePeerScore | None = None,
+        cap: int = EvidenceCaps().key_records,
+        trusted_nodes: Callable[[], Iterable[DatasetId]] = tuple,
     ) -> None:
         self._state = state
+        self._cap = cap
+        self._trusted_nodes = trusted_nodes
         self.identities = identities
         self._events = events
         self._trust = trust
@@ -68,7 +77,13 @@ class NodeKeyRecords:
                     log.warning("key rotation %s -> %s refused: %s", old, new, self._refusal(msg))
                 return False
             await self._state.add_key_rotation(
-                old, new, msg.issued_at_ns, sm.envelope, replace=True
+                old,
+                new,
+                msg.issued_at_ns,
+                sm.envelope,
+                replace=True,
+                kept=self._kept(msg),
+                cap=self._cap,
             )
             # Successors the record voided (a rotation accepted before the commitment was
             # known): their keys' evidence no longer counts as this node's.
@@ -98,7 +113,9 @@ class NodeKeyRecords:
                         msg.by.as_did_key(),
                     )
                 return False
-            await self._state.add_key_revocation(node, msg.issued_at_ns, sm.envelope)
+            await self._state.add_key_revocation(
+                node, msg.issued_at_ns, sm.envelope, kept=self._kept(msg), cap=self._cap
+            )
             await self._state.log_event(
                 "node.key_revoked", None, {"node": node, "revoked_ns": msg.issued_at_ns}
             )
@@ -108,6 +125,13 @@ class NodeKeyRecords:
         if self._trust is not None:
             await self._trust.identities_changed(*keys_named(msg), *voided)
         return True
+
+    def _kept(self, msg: KeyRotation | KeyRevocation) -> bool:
+        """Whether ``msg`` names a key of a trusted node (``trusted_nodes``: the ``[trust]``
+        policy's attesters), kept, never evicted by strangers' records."""
+        ids = self.identities
+        roots = {ids.canonical(a) for a in self._trusted_nodes()}
+        return any(ids.canonical(k) in roots for k in keys_named(msg))
 
     def _refusal(self, msg: KeyRotation) -> str:
         """Why the identities refused ``msg`` (for the log)."""

@@ -32,6 +32,7 @@ from node.app.rows import (
     Dispute,
     EquivocationProof,
     Event,
+    EvidenceCaps,
     KeyRevocationRecord,
     KeyRotationRecord,
     ObservationRecord,
@@ -128,9 +129,19 @@ class StatePort(Protocol):
         ...
 
     async def add_attestation(
-        self, did: str, head: str, verdict: str, signer: str, envelope: bytes, own: bool
+        self,
+        did: str,
+        head: str,
+        verdict: str,
+        signer: str,
+        envelope: bytes,
+        own: bool,
+        *,
+        trusted: Sequence[str] = (),
+        caps: EvidenceCaps | None = None,
     ) -> bool:
-        """Store an attestation (false if already known)."""
+        """Store an attestation (false if already known, or evicted at once by ``caps``);
+        the ``trusted`` keys' evidence of ``did`` is kept, never evicted."""
         ...
 
     async def attestations(
@@ -147,18 +158,36 @@ class StatePort(Protocol):
         ...
 
     async def add_key_rotation(
-        self, old_id: str, new_id: str, issued_at_ns: int, envelope: bytes, *, replace: bool = False
+        self,
+        old_id: str,
+        new_id: str,
+        issued_at_ns: int,
+        envelope: bytes,
+        *,
+        replace: bool = False,
+        kept: bool = False,
+        cap: int | None = None,
     ) -> bool:
         """Store a node key rotation record (false if the old key already has one, unless
-        ``replace``: the record voids the stored one)."""
+        ``replace``: the record voids the stored one); ``kept``: never evicted, else at most
+        ``cap`` such records are kept."""
         ...
 
     async def key_rotations(self) -> list[KeyRotationRecord]:
         """Every stored node key rotation record."""
         ...
 
-    async def add_key_revocation(self, node_id: str, revoked_ns: int, envelope: bytes) -> bool:
-        """Store a node key revocation (false if an earlier one is stored)."""
+    async def add_key_revocation(
+        self,
+        node_id: str,
+        revoked_ns: int,
+        envelope: bytes,
+        *,
+        kept: bool = False,
+        cap: int | None = None,
+    ) -> bool:
+        """Store a node key revocation (false if an earlier one is stored); ``kept`` and
+        ``cap`` as for :meth:`add_key_rotation`."""
         ...
 
     async def key_revocations(self) -> list[KeyRevocationRecord]:
@@ -174,8 +203,17 @@ class StatePort(Protocol):
         envelope: bytes,
         own: bool,
         detail: str = "",
+        *,
+        trusted: Sequence[str] = (),
+        caps: EvidenceCaps | None = None,
     ) -> bool:
-        """Store a dispute (false if already known)."""
+        """Store a dispute (false if already known, or evicted at once by ``caps``); the
+        ``trusted`` keys' evidence of ``did`` is kept, never evicted."""
+        ...
+
+    async def evidence_count(self, table: str, scope: str = "*") -> int:
+        """Strangers' rows of ``table`` counted against the evidence caps (in total, of a
+        dataset or of a signer)."""
         ...
 
     async def disputes(self, did: str | None = None, limit: int = 100) -> list[Dispute]:

@@ -255,3 +255,25 @@ class WorkItem:
     updated_ns: int = 0
     claimed_ns: int | None = None
     last_error: str | None = None
+
+
+@dataclass(frozen=True)
+class EvidenceCaps:
+    """How many strangers' attestations, disputes and key records the state keeps
+    (``[storage]``, docs/operations.md "Strangers' evidence").
+
+    A stranger's row is one neither this node's own nor signed by a key the caller marks kept
+    (a trusted attester's of the dataset). Per table: at most ``per_signer`` rows of one signing
+    key, ``per_dataset`` of one dataset and ``total`` in all; past a cap the oldest strangers'
+    row of that scope is deleted. Key rotations and revocations: at most ``key_records`` each.
+    Kept rows are never evicted and never counted.
+    """
+
+    per_signer: int = 256
+    per_dataset: int = 2048
+    total: int = 16384
+    key_records: int = 4096
+
+    def __post_init__(self) -> None:
+        if min(self.per_signer, self.per_dataset, self.total, self.key_records) < 1:
+            raise ValueError("evidence caps must be >= 1")

@@ -413,8 +413,15 @@ class Daemon:
             identities=identities,
         )
         verify.trust = trust
+        caps = self.config.storage.evidence_caps()
         self.keys = keys = NodeKeyRecords(
-            self.state, identities, self.events, trust=trust, move_peer_score=self._move_peer_score
+            self.state,
+            identities,
+            self.events,
+            trust=trust,
+            move_peer_score=self._move_peer_score,
+            cap=caps.key_records,
+            trusted_nodes=lambda: trust.default.trusted_attesters,
         )
         await keys.load()
         await trust.restore()
@@ -477,6 +484,7 @@ class Daemon:
             work.kick,
             trust,
             keys,
+            caps,
         )
         f = self.config.follow
         self.follower = follower = SourceFollower(
@@ -602,6 +610,8 @@ class Daemon:
             CoreConfig(
                 fetch_timeout_ns=int(p.fetch_timeout_s * 1e9),
                 anti_entropy_interval_ns=int(p.anti_entropy_interval_s * 1e9),
+                signer_rate_burst=p.signer_rate_burst,
+                signer_rate_per_s=p.signer_rate_per_s,
             ),
             self.rng,
         )

@@ -300,6 +300,82 @@ _V10: tuple[str, ...] = (
     "CREATE UNIQUE INDEX split_views_fork ON split_views (did, source, fork)",
 )
 
+# Strangers' evidence is bounded (docs/operations.md, "Strangers' evidence"): ``kept`` marks an
+# attestation, dispute or key record of a trusted signer (never evicted, never counted), and
+# ``evidence_counts`` holds the number of the others per table in total ('*'), per dataset (its
+# did:odf) and per signer (its did:key), kept by triggers, so that checking a cap costs one
+# lookup, not a count of the table. Partial indexes find the oldest evictable row at once.
+_EVIDENCE_TABLES = ("attestations", "disputes")
+_KEY_TABLES = ("key_rotations", "key_revocations")
+
+
+def _v11_bounded_evidence(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        """CREATE TABLE evidence_counts (
+            tbl TEXT NOT NULL,
+            scope TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            PRIMARY KEY (tbl, scope)
+        ) WITHOUT ROWID"""
+    )
+    for t in _EVIDENCE_TABLES:
+        conn.execute(f"ALTER TABLE {t} ADD COLUMN kept INTEGER NOT NULL DEFAULT 0")
+        conn.execute(f"CREATE INDEX {t}_evictable ON {t} (id) WHERE own = 0 AND kept = 0")
+        conn.execute(f"CREATE INDEX {t}_evictable_did ON {t} (did, id) WHERE own = 0 AND kept = 0")
+        conn.execute(
+            f"CREATE INDEX {t}_evictable_signer ON {t} (signer, id) WHERE own = 0 AND kept = 0"
+        )
+        stranger = "own = 0 AND kept = 0"
+        add = f"""INSERT INTO evidence_counts (tbl, scope, n)
+                  VALUES ('{t}', '*', 1), ('{t}', new.did, 1), ('{t}', new.signer, 1)
+                  ON CONFLICT (tbl, scope) DO UPDATE SET n = n + 1;"""
+        sub = f"""UPDATE evidence_counts SET n = n - 1
+                    WHERE tbl = '{t}' AND scope IN ('*', old.did, old.signer);
+                  DELETE FROM evidence_counts
+                    WHERE tbl = '{t}' AND scope IN (old.did, old.signer) AND n <= 0;"""
+        conn.execute(
+            f"CREATE TRIGGER {t}_counted AFTER INSERT ON {t}"
+            f" WHEN new.own = 0 AND new.kept = 0 BEGIN {add} END"
+        )
+        conn.execute(
+            f"CREATE TRIGGER {t}_uncounted AFTER DELETE ON {t}"
+            f" WHEN old.own = 0 AND old.kept = 0 BEGIN {sub} END"
+        )
+        conn.execute(
+            f"CREATE TRIGGER {t}_kept AFTER UPDATE OF kept ON {t}"
+            f" WHEN old.own = 0 AND old.kept = 0 AND new.kept = 1 BEGIN {sub} END"
+        )
+        for scope in ("'*'", "did", "signer"):
+            conn.execute(
+                f"INSERT INTO evidence_counts (tbl, scope, n) SELECT '{t}', {scope}, count(*)"
+                f" FROM {t} WHERE {stranger} GROUP BY {scope} HAVING count(*) > 0"
+            )
+    for t in _KEY_TABLES:
+        # Records stored before are kept: among them may be the node's own (written by the
+        # CLI), which must never be evicted; only gossip stores strangers' under a cap.
+        conn.execute(f"ALTER TABLE {t} ADD COLUMN kept INTEGER NOT NULL DEFAULT 0")
+        conn.execute(f"UPDATE {t} SET kept = 1")
+        conn.execute(f"CREATE INDEX {t}_evictable ON {t} (received_ns) WHERE kept = 0")
+        conn.execute(
+            f"CREATE TRIGGER {t}_counted AFTER INSERT ON {t} WHEN new.kept = 0 BEGIN"
+            f" INSERT INTO evidence_counts (tbl, scope, n) VALUES ('{t}', '*', 1)"
+            " ON CONFLICT (tbl, scope) DO UPDATE SET n = n + 1; END"
+        )
+        for event, when in (
+            ("DELETE", "old.kept = 0"),
+            ("UPDATE OF kept", "old.kept = 0 AND new.kept = 1"),
+        ):
+            conn.execute(
+                f"CREATE TRIGGER {t}_{event.split()[0].lower()}_counted AFTER {event} ON {t}"
+                f" WHEN {when} BEGIN UPDATE evidence_counts SET n = n - 1"
+                f" WHERE tbl = '{t}' AND scope = '*'; END"
+            )
+        conn.execute(
+            f"INSERT INTO evidence_counts (tbl, scope, n) SELECT '{t}', '*', count(*) FROM {t}"
+            " WHERE kept = 0 HAVING count(*) > 0"
+        )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _V1),
     Migration(2, "indexes for claim and events by kind", _v2_indexes),
@@ -311,6 +387,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "node key rotations and revocations", _V8),
     Migration(9, "evidence by block and by signer", _V9),
     Migration(10, "split views: one per source and fork, counted", _V10),
+    Migration(11, "strangers' evidence bounded: kept rows, counts", _v11_bounded_evidence),
 )
 LATEST_VERSION: int = MIGRATIONS[-1].version
 

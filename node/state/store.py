@@ -42,6 +42,7 @@ from node.app.rows import (
     Dispute,
     EquivocationProof,
     Event,
+    EvidenceCaps,
     KeyRevocationRecord,
     KeyRotationRecord,
     ObservationRecord,
@@ -386,16 +387,28 @@ class NodeState:
     # -- attestations, disputes, equivocation proofs ----------------------------------------
 
     def add_attestation(
-        self, did: str, head: str, verdict: str, signer: str, envelope: bytes, own: bool
+        self,
+        did: str,
+        head: str,
+        verdict: str,
+        signer: str,
+        envelope: bytes,
+        own: bool,
+        *,
+        trusted: Sequence[str] = (),
+        caps: EvidenceCaps | None = None,
     ) -> bool:
-        """Store an attestation; False if the same envelope (by content id) is already stored."""
+        """Store an attestation; False if the same envelope (by content id) is already stored,
+        or the caps evicted it at once. ``trusted``: the keys whose evidence of ``did`` is kept
+        (never evicted nor counted); ``caps``: bound the others' (:meth:`_bound`)."""
         _check_did(did)
         _check_head(head)
         with self._tx() as c:
+            self._keep(c, "attestations", did, trusted)
             cur = c.execute(
                 """INSERT INTO attestations
-                     (content_id, did, head, verdict, signer, envelope, own, received_ns)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (content_id) DO NOTHING""",
+                     (content_id, did, head, verdict, signer, envelope, own, received_ns, kept)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (content_id) DO NOTHING""",
                 (
                     content_id(envelope),
                     did,
@@ -405,9 +418,10 @@ class NodeState:
                     bytes(envelope),
                     int(bool(own)),
                     self._clock(),
+                    int(signer in trusted),
                 ),
             )
-        return cur.rowcount > 0
+            return cur.rowcount > 0 and self._bound(c, "attestations", cur.lastrowid, caps)
 
     def attestations(
         self, did: str | None = None, head: str | None = None, limit: int = 100
@@ -453,11 +467,21 @@ class NodeState:
     # -- node key records -------------------------------------------------------------------
 
     def add_key_rotation(
-        self, old_id: str, new_id: str, issued_at_ns: int, envelope: bytes, *, replace: bool = False
+        self,
+        old_id: str,
+        new_id: str,
+        issued_at_ns: int,
+        envelope: bytes,
+        *,
+        replace: bool = False,
+        kept: bool = False,
+        cap: int | None = None,
     ) -> bool:
         """Store a rotation record; False if ``old_id`` already has one (the first stays),
         unless ``replace``: the caller decided that this record voids the stored one
-        (pre-rotation, ``node/app/identities.py``)."""
+        (pre-rotation, ``node/app/identities.py``). ``kept``: the record names a trusted key
+        (never evicted); ``cap``: at most that many others, the oldest evicted first. Without
+        a cap the record is kept (the node's own, written by the CLI or its daemon)."""
         if not old_id or not new_id or old_id == new_id:
             raise InvalidStateValue("a key rotation needs two different node ids")
         conflict = (
@@ -469,12 +493,42 @@ class NodeState:
         )
         with self._tx() as c:
             cur = c.execute(
-                """INSERT INTO key_rotations (old_id, new_id, issued_at_ns, envelope, received_ns)
-                   VALUES (?, ?, ?, ?, ?) ON CONFLICT (old_id) """
+                """INSERT INTO key_rotations
+                     (old_id, new_id, issued_at_ns, envelope, received_ns, kept)
+                   VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (old_id) """
                 + conflict,
-                (old_id, new_id, issued_at_ns, bytes(envelope), self._clock()),
+                (
+                    old_id,
+                    new_id,
+                    issued_at_ns,
+                    bytes(envelope),
+                    self._clock(),
+                    int(kept := kept or cap is None),
+                ),
             )
-        return cur.rowcount > 0
+            if kept:
+                c.execute("UPDATE key_rotations SET kept = 1 WHERE old_id = ?", (old_id,))
+            return cur.rowcount > 0 and self._bound_keys(c, "key_rotations", "old_id", old_id, cap)
+
+    @staticmethod
+    def _bound_keys(
+        c: sqlite3.Connection, table: str, key: str, value: str, cap: int | None
+    ) -> bool:
+        """Hold strangers' key records of ``table`` within ``cap``, the oldest received evicted
+        first (as :meth:`_bound`); whether the record ``key = value`` is still there."""
+        if cap is None:
+            return True
+        got = c.execute(
+            "SELECT n FROM evidence_counts WHERE tbl = ? AND scope = '*'", (table,)
+        ).fetchone()
+        excess = (got[0] if got else 0) - cap
+        if excess > 0:
+            c.execute(
+                f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table}"
+                " WHERE kept = 0 ORDER BY received_ns, rowid LIMIT ?)",
+                (excess,),
+            )
+        return c.execute(f"SELECT 1 FROM {table} WHERE {key} = ?", (value,)).fetchone() is not None
 
     def key_rotations(self) -> list[KeyRotationRecord]:
         """Every stored rotation record, oldest first."""
@@ -484,19 +538,37 @@ class NodeState:
         )
         return [KeyRotationRecord(r[0], r[1], r[2], bytes(r[3]), r[4]) for r in rows]
 
-    def add_key_revocation(self, node_id: str, revoked_ns: int, envelope: bytes) -> bool:
-        """Store a revocation; False if ``node_id`` is already revoked (the earliest stays)."""
+    def add_key_revocation(
+        self,
+        node_id: str,
+        revoked_ns: int,
+        envelope: bytes,
+        *,
+        kept: bool = False,
+        cap: int | None = None,
+    ) -> bool:
+        """Store a revocation; False if ``node_id`` is already revoked (the earliest stays).
+        ``kept`` and ``cap`` as for :meth:`add_key_rotation`."""
         if not node_id:
             raise InvalidStateValue("node_id must not be empty")
         with self._tx() as c:
             cur = c.execute(
-                """INSERT INTO key_revocations (node_id, revoked_ns, envelope, received_ns)
-                   VALUES (?, ?, ?, ?) ON CONFLICT (node_id) DO UPDATE SET
+                """INSERT INTO key_revocations (node_id, revoked_ns, envelope, received_ns, kept)
+                   VALUES (?, ?, ?, ?, ?) ON CONFLICT (node_id) DO UPDATE SET
                      revoked_ns = excluded.revoked_ns, envelope = excluded.envelope
                    WHERE excluded.revoked_ns < key_revocations.revoked_ns""",
-                (node_id, revoked_ns, bytes(envelope), self._clock()),
+                (
+                    node_id,
+                    revoked_ns,
+                    bytes(envelope),
+                    self._clock(),
+                    int(kept := kept or cap is None),
+                ),
             )
-        return cur.rowcount > 0
+            if kept:
+                c.execute("UPDATE key_revocations SET kept = 1 WHERE node_id = ?", (node_id,))
+            stored = cur.rowcount > 0
+            return stored and self._bound_keys(c, "key_revocations", "node_id", node_id, cap)
 
     def key_revocations(self) -> list[KeyRevocationRecord]:
         """Every stored revocation."""
@@ -515,15 +587,21 @@ class NodeState:
         envelope: bytes,
         own: bool,
         detail: str = "",
+        *,
+        trusted: Sequence[str] = (),
+        caps: EvidenceCaps | None = None,
     ) -> bool:
-        """Store a dispute; False if the same envelope (by content id) is already stored."""
+        """Store a dispute; False if the same envelope (by content id) is already stored, or
+        the caps evicted it at once. ``trusted`` and ``caps`` as for :meth:`add_attestation`."""
         _check_did(did)
         _check_head(head)
         with self._tx() as c:
+            self._keep(c, "disputes", did, trusted)
             cur = c.execute(
                 """INSERT INTO disputes
-                     (content_id, did, head, kind, signer, envelope, own, detail, received_ns)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (content_id) DO NOTHING""",
+                     (content_id, did, head, kind, signer, envelope, own, detail, received_ns,
+                      kept)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (content_id) DO NOTHING""",
                 (
                     content_id(envelope),
                     did,
@@ -534,9 +612,63 @@ class NodeState:
                     int(bool(own)),
                     detail,
                     self._clock(),
+                    int(signer in trusted),
                 ),
             )
-        return cur.rowcount > 0
+            return cur.rowcount > 0 and self._bound(c, "disputes", cur.lastrowid, caps)
+
+    @staticmethod
+    def _keep(c: sqlite3.Connection, table: str, did: str, trusted: Sequence[str]) -> None:
+        """Mark the stored evidence of ``did`` by ``trusted`` keys kept, before any eviction: a
+        key the operator trusts since it was stored must not lose it (an index lookup per key,
+        nothing to update once marked)."""
+        for chunk in _chunks(sorted(set(trusted)), 500):
+            marks = ", ".join("?" * len(chunk))
+            c.execute(
+                f"UPDATE {table} SET kept = 1"
+                f" WHERE signer IN ({marks}) AND did = ? AND own = 0 AND kept = 0",
+                (*chunk, did),
+            )
+
+    @staticmethod
+    def _bound(
+        c: sqlite3.Connection, table: str, row_id: int | None, caps: EvidenceCaps | None
+    ) -> bool:
+        """Hold strangers' rows of ``table`` within ``caps`` after the insert of ``row_id``:
+        past the cap of its signer, of its dataset or in total, the oldest strangers' rows of
+        that scope go (kept and own rows are neither counted nor evicted). The counts are kept
+        by triggers (state migration 11), so a check is a primary-key lookup and an eviction
+        the first entry of a partial index: O(1) in the number of rows stored. Whether the
+        new row is still there."""
+        if caps is None or row_id is None:
+            return True
+        row = c.execute(f"SELECT did, signer FROM {table} WHERE id = ?", (row_id,)).fetchone()
+        did, signer = row[0], row[1]
+        for scope, cap, where, params in (
+            (signer, caps.per_signer, " AND signer = ?", (signer,)),
+            (did, caps.per_dataset, " AND did = ?", (did,)),
+            ("*", caps.total, "", ()),
+        ):
+            got = c.execute(
+                "SELECT n FROM evidence_counts WHERE tbl = ? AND scope = ?", (table, scope)
+            ).fetchone()
+            excess = (got[0] if got else 0) - cap
+            if excess > 0:
+                c.execute(
+                    f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table}"
+                    f" WHERE own = 0 AND kept = 0{where} ORDER BY id LIMIT ?)",
+                    (*params, excess),
+                )
+        return c.execute(f"SELECT 1 FROM {table} WHERE id = ?", (row_id,)).fetchone() is not None
+
+    def evidence_count(self, table: str, scope: str = "*") -> int:
+        """Strangers' rows of ``table`` (attestations, disputes, key_rotations,
+        key_revocations) counted against the caps: in total (``*``), of a dataset or a
+        signer."""
+        rows = self._rows(
+            "SELECT n FROM evidence_counts WHERE tbl = ? AND scope = ?", (table, scope)
+        )
+        return int(rows[0][0]) if rows else 0
 
     def disputes(self, did: str | None = None, limit: int = 100) -> list[Dispute]:
         """Disputes, newest first, optionally for one DID, at most ``limit``."""

@@ -25,6 +25,11 @@ Rules (``docs/p2p-wire-format.md`` §Processing rules):
 4. ``issued_at`` no further in the future than the skew bound; gossip older than
    ``max_message_age_ns`` is ignored (anti-entropy replies are exempt: the sequence rules make
    replays harmless there);
+4a. every other message (attestation, dispute, observation, key record) costs its signing key a
+   token (a rotation its old key) from a per-key bucket (``signer_rate_burst``,
+   ``signer_rate_per_s``), whichever peer brought it: past it the message is ignored, neither
+   accepted nor forwarded, and the peer is not blamed. A per-peer limit alone let one key's
+   flood through every peer it used;
 5. announcements: epoch and sequence monotonic per DID; two owner-signed announcements with the same
    DID, epoch and sequence and different heads produce an :class:`EquivocationProof`; a newer head
    is forwarded at once but *accepted* only after the driver reports that its chain was fetched

@@ -53,12 +53,24 @@ class CoreConfig:
     history_per_dataset: int = 16
     max_peers: int = 4096
     max_known_proofs: int = 4096
+    # Attestations, disputes, observations and key records accepted (hence forwarded) per
+    # signing key, whichever peer brings them (issue 39: one key's 20,000 disputes, sent
+    # through many peers, each within its own rate, reached every node). An honest node signs
+    # one attestation per head it verifies; a key past its budget is ignored, its peers not
+    # blamed (they may only relay it). ``max_signers`` bounds the buckets kept (LRU).
+    signer_rate_burst: float = 120.0
+    signer_rate_per_s: float = 2.0
+    max_signers: int = 16_384
 
     def __post_init__(self) -> None:
         if self.seen_ttl_ns < self.max_message_age_ns + self.max_clock_skew_ns:
             raise ValueError("seen_ttl_ns must cover max_message_age_ns + max_clock_skew_ns")
         if self.rate_burst < 1 or self.rate_per_s <= 0 or self.seen_capacity < 1:
             raise ValueError("rate_burst >= 1, rate_per_s > 0 and seen_capacity >= 1 required")
+        if self.signer_rate_burst < 1 or self.signer_rate_per_s <= 0 or self.max_signers < 1:
+            raise ValueError(
+                "signer_rate_burst >= 1, signer_rate_per_s > 0 and max_signers >= 1 required"
+            )
         if self.backlog_bytes_per_peer < self.max_message_size:
             raise ValueError("backlog_bytes_per_peer must hold at least one message")
         if not 0 < self.fetch_retry_base_ns <= self.fetch_retry_max_ns:

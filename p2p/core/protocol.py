@@ -45,6 +45,7 @@ from p2p.core.state import (
     FetchState,
     PeerState,
     SeenCache,
+    SignerBucket,
     announcement_of,
     order_of,
     supersede,
@@ -81,6 +82,7 @@ class ProtocolCore:
         self._peers: OrderedDict[str, PeerState] = OrderedDict()
         self._datasets: dict[DatasetId, DatasetState] = {}
         self._known_proofs: OrderedDict[bytes, None] = OrderedDict()
+        self._signers: OrderedDict[DatasetId, SignerBucket] = OrderedDict()
         self._next_anti_entropy_ns: int | None = None
         self._backlog_bytes = 0
         for did in subscriptions:
@@ -186,6 +188,10 @@ class ProtocolCore:
     def peer_count(self) -> int:
         """Peers with state (bounded by ``max_peers``)."""
         return len(self._peers)
+
+    def signer_count(self) -> int:
+        """Signing keys with a token bucket (bounded by ``max_signers``)."""
+        return len(self._signers)
 
     def backlog_bytes(self) -> int:
         """Bytes of delayed messages waiting for their senders' tokens (for metrics)."""
@@ -424,6 +430,10 @@ class ProtocolCore:
             return
         if isinstance(msg.message, HeadAnnouncement):
             self._on_announcement(peer, p, msg, now_ns, out, via_ae=via_ae)
+        elif not self._take_signer_token(_budget_key(msg), now_ns):
+            # Rule 4a: the signing key spent its budget, whichever peers brought its messages.
+            # Neither stored nor forwarded; the peer is not blamed (it may only relay).
+            out.append(Ignore(peer, "signer-rate-limited"))
         else:
             self._reward(p, now_ns)
             out.append(Accept(peer, msg, via_ae))
@@ -431,6 +441,25 @@ class ProtocolCore:
                 out.append(Forward(msg.content_id, msg.envelope, peer))
             if isinstance(msg.message, Observation):
                 self._on_observation(peer, msg.message, out)
+
+    def _take_signer_token(self, signer: DatasetId, now_ns: int) -> bool:
+        """A token from ``signer``'s bucket (created full; the least recently used of
+        ``max_signers`` forgotten: a forgotten key starts full again, as a fresh key would)."""
+        cfg = self.config
+        b = self._signers.get(signer)
+        if b is None:
+            b = self._signers[signer] = SignerBucket(cfg.signer_rate_burst, now_ns)
+            while len(self._signers) > cfg.max_signers:
+                self._signers.popitem(last=False)
+        else:
+            self._signers.move_to_end(signer)
+        dt = max(0, now_ns - b.refilled_ns)
+        b.tokens = min(cfg.signer_rate_burst, b.tokens + dt * cfg.signer_rate_per_s / NS_PER_S)
+        b.refilled_ns = max(b.refilled_ns, now_ns)
+        if b.tokens >= 1.0:
+            b.tokens -= 1.0
+            return True
+        return False
 
     def _on_observation(self, peer: str, o: Observation, out: list[Decision]) -> None:
         """Rule 8: a peer saw a source we follow show another head: poll it now."""
@@ -763,3 +792,11 @@ class ProtocolCore:
 
     def _jitter(self) -> int:
         return int(self.config.anti_entropy_interval_ns * (0.5 + self._rng.random()))
+
+
+def _budget_key(sm: SignedMessage) -> DatasetId:
+    """The key whose forwarding budget ``sm`` spends: its signer, but a rotation's old key
+    (each rotation is signed by a new key, which costs nothing to make; the old one is the
+    identity that rotates)."""
+    msg = sm.message
+    return msg.old if isinstance(msg, KeyRotation) else sm.signer()

@@ -37,6 +37,14 @@ class PeerState:
 
 
 @dataclass(slots=True)
+class SignerBucket:
+    """One signing key's token bucket (rule 4a: forwarding per signer)."""
+
+    tokens: float
+    refilled_ns: int
+
+
+@dataclass(slots=True)
 class FetchState:
     announcement: SignedMessage
     started_ns: int
