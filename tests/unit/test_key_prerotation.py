@@ -26,6 +26,7 @@ from node.app.trust import TrustDriver
 from node.home import NodeHome
 from node.keyrotation import KeyCommandError, committed_key_path, own_records, revoke, rotate
 from node.state import NodeState
+from p2p.trust import TrustConfig
 from p2p.wire import (
     KeyRevocation,
     KeyRotation,
@@ -112,8 +113,11 @@ def test_a_thief_rotation_seen_before_the_commitment_is_voided_by_it() -> None:
 
 
 class _RecordingTrust:
+    """The trust driver's side NodeKeyRecords uses: what it was told, and no trusted node."""
+
     def __init__(self) -> None:
         self.named: list[set[object]] = []
+        self.default = TrustConfig.from_settings({}, can_replay=False)
 
     async def identities_changed(self, *named: object) -> None:
         self.named.append(set(named))
