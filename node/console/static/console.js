@@ -449,7 +449,9 @@ function splitView(x) {
     h("td", {}, h("details", {}, h("summary", { text: "envelope" }), h("code", { class: "envelope", text: o.envelope })))));
   return h("article", { class: "dispute split-view", "data-block": x.block, "data-source": x.source },
     h("h3", {}, "Split view of source ", h("code", { text: x.source }), " — ", h("span", { class: "kind", text: x.kind })),
-    h("p", {}, "Detected at ", when(x.at_ns)),
+    // One record per source and fork: a fork found again counts, it is not a new record.
+    h("p", {}, "Detected at ", when(x.at_ns),
+      x.seen > 1 && h("span", { class: "seen", text: `; seen ${x.seen} times, last at ${when(x.last_seen_ns)}` })),
     h("p", { class: "detail", text: x.detail }),
     h("table", { class: "observations" },
       h("thead", {}, h("tr", {}, ...["Head", "Sequence", "Observed by", "By", "When", "Signed observation"].map((t) => h("th", { text: t })))),
