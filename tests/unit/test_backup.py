@@ -457,6 +457,15 @@ def hostile_archives(archive: Path, tmp_path: Path) -> dict[str, tuple[Path, str
                 continue
             dst.addfile(m, src.extractfile(m))
     out["file for a directory"] = (clash, "keys/node.key")
+    # Listed with the right size and hash, but not what its name says.
+    for name, junk in (("state.db", b"not a database" * 100), ("keys/node.key", b"not a key")):
+        relisted = manifest_of(archive)
+        for f in relisted["files"]:  # type: ignore[attr-defined]
+            if f["path"] == name:
+                f.update(size=len(junk), sha256=hashlib.sha256(junk).hexdigest())
+        path = tmp_path / f"junk-{name.replace('/', '-')}.tar"
+        rewrite(archive, path, {name: junk, "manifest.json": json.dumps(relisted).encode()})
+        out[f"junk {name}"] = (path, name)
     # Cut short inside a member's data.
     cut = tmp_path / "cut.tar"
     with tarfile.open(archive) as t:
