@@ -166,6 +166,7 @@ bench-longrun: setup
 # 100 ms: must answer within 250 ms throughout and never restart (isolates itself).
 bench-hostile: setup
 	$(BIN)/python tests/bench/bench_hostile.py
+	$(BIN)/python tests/bench/bench_hostile_inputs.py
 
 # The console's datasets page with 1,000 followed datasets in headless chromium (median load
 # time) and the daemon's idle RSS (isolates itself).
