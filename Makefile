@@ -15,7 +15,7 @@ DATAFUSION_VERSIONS := 51.0.0 41.0.0
 ENGINES := $(VENV)/engines
 DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.installed)
 
-.PHONY: browser nftables test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-longrun bench-follow bench-follow-urls bench-hostile bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-nat bench-decode fuzz p2p-vectors test-image image-inputs clean
+.PHONY: browser nftables test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-longrun bench-follow bench-follow-urls bench-hostile bench-evidence-flood bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-nat bench-decode fuzz p2p-vectors test-image image-inputs clean
 
 setup: $(STAMP) $(DF_STAMPS)
 
@@ -163,10 +163,17 @@ bench-longrun: setup
 	$(BIN)/python tests/bench/bench_longrun.py $(LONGRUN_ARGS)
 
 # One daemon fed every hostile case (RPC, pulls, gossip) while node.status is sampled every
-# 100 ms: must answer within 250 ms throughout and never restart (isolates itself).
+# 100 ms: must answer within 250 ms throughout and never restart (isolates itself); then the
+# dispute flood of bench-evidence-flood.
 bench-hostile: setup
 	$(BIN)/python tests/bench/bench_hostile.py
 	$(BIN)/python tests/bench/bench_hostile_inputs.py
+	$(BIN)/python tests/bench/bench_evidence_flood.py
+
+# state.db growth and forwarding under 20,000 disputes from one key and 2,000 from fresh keys,
+# without caps and with the default [storage] caps and [p2p] signer budget (docs/operations.md).
+bench-evidence-flood: setup
+	$(BIN)/python tests/bench/bench_evidence_flood.py
 
 # The console's datasets page with 1,000 followed datasets in headless chromium (median load
 # time) and the daemon's idle RSS (isolates itself).
