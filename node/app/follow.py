@@ -31,7 +31,7 @@ import heapq
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlparse
 
@@ -69,6 +69,9 @@ asked for now (``poll_now``) wakes it at once."""
 
 MAX_SPLIT_WALK = 10_000
 """Blocks a split-view check reads from another chain at most (beyond: "unknown")."""
+
+MAX_JUDGED = 16
+"""Pairs of heads named within one poll whose relation a source remembers."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,10 @@ class _Source:
     polling: bool = False
     again: bool = False
     last_poll: float = -1e18
+    judged: dict[tuple[Multihash, Multihash], tuple[Relation, int]] = field(default_factory=dict)
+    """How two heads this source named within one poll relate (and the one's sequence number),
+    judged once: a source that flips between two forks on every request costs one walk of
+    the other chain, not one a poll (at most :data:`MAX_JUDGED` pairs are kept)."""
 
 
 class SourceFollower:
@@ -534,25 +541,29 @@ class SourceFollower:
     async def _two_heads(self, src: _Source, shown: Multihash, pulled: Multihash) -> None:
         """Within one poll the source named ``shown`` and the pull got ``pulled``: a split view
         unless one descends from the other (the source may just have moved on meanwhile)."""
-        try:
-            block = decode_block(await self._sources.read_block(src.url, shown))
-        except Exception as e:  # cannot compare without the block: not evidence either way
-            log.debug("head %s shown by %s unreadable: %s", shown, src.url, e)
-            return
         ds = self._repo.open(src.did.as_did_str())
         ours = await asyncio.to_thread(ds.get_block, pulled, verify=False)
-        relation = await self.relation(
-            src.did,
-            pulled,
-            ours.sequence_number,
-            shown,
-            block.sequence_number,
-            [src.url],
-        )
+        known = src.judged.get((pulled, shown))
+        if known is not None:
+            relation, shown_seq = known
+        else:
+            try:
+                block = decode_block(await self._sources.read_block(src.url, shown))
+            except Exception as e:  # cannot compare without the block: not evidence either way
+                log.debug("head %s shown by %s unreadable: %s", shown, src.url, e)
+                return
+            shown_seq = block.sequence_number
+            relation = await self.relation(
+                src.did, pulled, ours.sequence_number, shown, shown_seq, [src.url]
+            )
+            if relation != "unknown":  # unknown: a source that did not answer; ask again
+                if len(src.judged) >= MAX_JUDGED:
+                    src.judged.clear()
+                src.judged[(pulled, shown)] = (relation, shown_seq)
         if relation != "split":
             return
         a = await self._own_observation(src, pulled, ours.sequence_number)
-        b = await self._own_observation(src, shown, block.sequence_number)
+        b = await self._own_observation(src, shown, shown_seq)
         if a is not None and b is not None:
             await self._split(
                 src,

@@ -55,6 +55,7 @@ class Source:
         self.heads: list[Multihash] = []
         self.blocks: dict[Multihash, bytes] = {}
         self.probes = 0
+        self.reads = 0
 
     async def probe_head(self, url: str, etag: str | None, last_modified: str | None) -> HeadProbe:
         head = self.heads[self.probes % len(self.heads)]
@@ -62,6 +63,7 @@ class Source:
         return HeadProbe(True, head.to_multibase())
 
     async def read_block(self, url: str, block: Multihash) -> bytes:
+        self.reads += 1
         return self.blocks[block]
 
 
@@ -186,6 +188,7 @@ def test_a_source_naming_two_forks_within_one_poll_is_recorded(tmp_path: Path) -
     assert sv.seen == 3
     assert {sv.first.head, sv.second.head} == {w.ours.to_multibase(), w.theirs.to_multibase()}
     assert "in one poll" in sv.detail
+    assert w.source.reads == 1  # the two heads' relation judged once, not walked every poll
     # Seen by the other path too (the pull diverges now): still the same record.
     w.pull.diverged = True
     w.poll(1)
