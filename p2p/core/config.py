@@ -58,8 +58,8 @@ class CoreConfig:
     # through many peers, each within its own rate, reached every node). An honest node signs
     # one attestation per head it verifies; a key past its budget is ignored, its peers not
     # blamed (they may only relay it). ``max_signers`` bounds the buckets kept (LRU).
-    signer_rate_burst: float = 120.0
-    signer_rate_per_s: float = 2.0
+    signer_rate_burst: float = 200.0
+    signer_rate_per_s: float = 10.0
     max_signers: int = 16_384
 
     def __post_init__(self) -> None:

@@ -359,7 +359,8 @@ def test_by_default_the_core_forwards_one_keys_flood_only_within_its_budget() ->
         t = T0 + i * NS_PER_S // 100  # 100 a second: 10 s in all
         out = core.handle(MessageReceived(f"peer-{i % 50}", dispute(MALLORY).envelope, t))
         forwarded += sum(isinstance(d, Forward) for d in out)
-    assert forwarded <= 120 + 2 * 10
+    cfg = CoreConfig()
+    assert forwarded <= cfg.signer_rate_burst + cfg.signer_rate_per_s * 10 < 1000
 
 
 def test_by_default_the_effects_store_one_keys_flood_within_its_cap() -> None:
@@ -385,3 +386,18 @@ def test_by_default_the_effects_store_one_keys_flood_within_its_cap() -> None:
             t.cancel()
 
     asyncio.run(scenario())
+
+
+def test_the_settings_load_from_the_config_and_are_checked() -> None:
+    from node.config import ConfigError, load_config
+
+    cfg = load_config(environ={"ODF_NODE_STORAGE_EVIDENCE_PER_SIGNER": "7"})
+    assert cfg.storage.evidence_caps() == EvidenceCaps(per_signer=7)
+    assert (cfg.p2p.signer_rate_burst, cfg.p2p.signer_rate_per_s) == (
+        CoreConfig().signer_rate_burst,
+        CoreConfig().signer_rate_per_s,
+    )
+    with pytest.raises(ConfigError, match="evidence_total"):
+        load_config(environ={}, overrides={"storage": {"evidence_total": 0}})
+    with pytest.raises(ConfigError, match="signer_rate_per_s"):
+        load_config(environ={}, overrides={"p2p": {"signer_rate_per_s": 0.0}})
