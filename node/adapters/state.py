@@ -89,6 +89,7 @@ WRITES = frozenset(
         "record_verification",
         "add_attestation",
         "add_dispute",
+        "keep_evidence",
         "add_equivocation_proof",
         "add_observation",
         "add_split_view",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from coordinator.identity import DatasetId
@@ -186,6 +186,26 @@ class NodeEffects:
         if ids.canonical(signer) in roots:
             keys.add(signer)
         return tuple(sorted(_did_key(k) for k in keys))
+
+    async def keep_trusted(self, datasets: Iterable[DatasetId]) -> None:
+        """Mark the stored evidence of ``datasets`` by every key of their trusted attesters
+        kept (at start-up, and when a dataset's trust policy changes): a key trusted since its
+        evidence was stored is otherwise marked only when evidence of the same dataset next
+        arrives, and another dataset's flood could evict it before. Each attester's keys are
+        found once per call (finding them walks every rotation the node knows)."""
+        trust = self._trust
+        if trust is None:
+            return
+        ids = trust.identities
+        keys: dict[DatasetId, set[str]] = {}
+        for did in datasets:
+            signers: set[str] = set()
+            for a in trust.config_for(did).trusted_attesters:
+                if a not in keys:
+                    keys[a] = {_did_key(k) for k in {a, *ids.aliases(a)}}
+                signers |= keys[a]
+            if signers:
+                await self._state.keep_evidence(did.as_did_str(), sorted(signers))
 
     async def _store_attestation(self, sm: SignedMessage, a: Attestation) -> None:
         did, head = a.dataset.as_did_str(), a.head.to_multibase()

@@ -211,6 +211,10 @@ class StatePort(Protocol):
         ``trusted`` keys' evidence of ``did`` is kept, never evicted."""
         ...
 
+    async def keep_evidence(self, did: str, trusted: Sequence[str]) -> None:
+        """Mark the stored evidence of ``did`` by ``trusted`` keys kept (never evicted)."""
+        ...
+
     async def evidence_count(self, table: str, scope: str = "*") -> int:
         """Strangers' rows of ``table`` counted against the evidence caps (in total, of a
         dataset or of a signer)."""

@@ -465,6 +465,11 @@ class Daemon:
         )
         work.handle(POLL, flows.run_poll)
         work.handle(TRANSFORM, flows.run_transform)
+
+        async def trust_changed(did: DatasetId) -> None:
+            await trust.configure(did)
+            await self.effects.keep_trusted((did,))  # its newly trusted keys' evidence
+
         subs = SubscriptionUseCases(
             self.state,
             _Late(self, "gossip"),
@@ -472,7 +477,7 @@ class Daemon:
             self.owns,
             loopback_only=self.config.network.loopback_only,
             trust=trust_config,
-            on_trust_change=trust.configure,
+            on_trust_change=trust_changed,
         )
         self.effects = NodeEffects(
             self.state,
@@ -485,6 +490,10 @@ class Daemon:
             trust,
             keys,
             caps,
+        )
+        # Evidence of keys trusted since it was stored ([trust] changed) is kept from now on.
+        await self.effects.keep_trusted(
+            DatasetId.parse(s.did) for s in await self.state.subscriptions()
         )
         f = self.config.follow
         self.follower = follower = SourceFollower(

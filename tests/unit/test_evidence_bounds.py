@@ -401,3 +401,38 @@ def test_the_settings_load_from_the_config_and_are_checked() -> None:
         load_config(environ={}, overrides={"storage": {"evidence_total": 0}})
     with pytest.raises(ConfigError, match="signer_rate_per_s"):
         load_config(environ={}, overrides={"p2p": {"signer_rate_per_s": 0.0}})
+
+
+def test_keep_trusted_protects_a_newly_trusted_keys_evidence_from_other_datasets_floods() -> None:
+    """A key trusted since its dispute of one dataset was stored, and a flood of another
+    dataset past the total cap: without the sweep (start-up, trust change) it was evicted."""
+
+    async def scenario(sweep: bool) -> bool:
+        sync = NodeState.in_memory(lambda: T0)
+        tasks: set[asyncio.Task[Any]] = set()
+        trust = _Trust(())
+        effects = NodeEffects(
+            cast(StatePort, InlineState(sync)),
+            cast(VerifyPipeline, None),
+            EventBus(),
+            NodeMetrics(),
+            lambda coro: tasks.add(asyncio.ensure_future(coro)),  # type: ignore[func-returns-value]
+            lambda did: False,
+            lambda: None,
+            cast(TrustDriver, trust),
+            caps=EvidenceCaps(per_signer=100, per_dataset=100, total=5),
+        )
+        effects.accepted(Accept("p", dispute(TRUSTED, "forged")))  # a stranger's then
+        await effects.flush()
+        trust.trusted = (TRUSTED.dataset_id(),)  # the operator trusts it now
+        if sweep:
+            await effects.keep_trusted([DID])
+        for _ in range(10):
+            effects.accepted(Accept("p", dispute(fresh_key(), dataset=OTHER)))
+        await effects.flush()
+        for t in tasks:
+            t.cancel()
+        return TRUSTED.dataset_id().as_did_key() in signers(sync)
+
+    assert asyncio.run(scenario(sweep=True))
+    assert not asyncio.run(scenario(sweep=False))
