@@ -1,15 +1,17 @@
 """A sybil-dispute flood over real libp2p (issue 39, defects 1 and 2).
 
 An owner publishes a DataFusion derivative (a light node's integrity check of a root would be
-its own conclusive verdict); a light node (``quorum``, k = 2 of three trusted attesters
-A, B, C whose keys this test holds, no replay) follows it and accepts the head. Four libp2p hosts
-started here (not daemons: adversarial peers) then publish on the dataset's topic 1,100
-disputes of that head, each signed by a fresh key (more than ``MAX_RECORDED_PER_HEAD``), each
-host within the core's per-peer rate; then C disputes the head and A and B, a colluding
-quorum, attest it VERIFIED. Before the fix the strangers filled the head's dispute slots, C's
-dispute was dropped and the quorum trusted the head. The light node must show it disputed by
-C and never trust it, before and after a restart, and answer ``node.status`` within 250 ms
-(p99) while the flood runs.
+its own conclusive verdict); a light node (``quorum``, k = 2 of three trusted attesters A, B, C
+whose keys this test holds, no replay) follows it and accepts the head. Four libp2p hosts
+started here (not daemons: adversarial peers) then publish on the dataset's topic 1,400
+disputes, each signed by a fresh key, each host within the core's per-peer rate: 1,050 of that
+head (more than ``MAX_RECORDED_PER_HEAD``) and 350 of random blocks; then C disputes the head,
+A and B (a colluding quorum) attest it VERIFIED, and 20 strangers' key rotations follow (half
+of them by keys of the flood, which make the light node rebuild the dataset's policy from its
+stored evidence). Before the fix the strangers filled the head's dispute slots, C's dispute
+was dropped and the quorum trusted the head. The light node must show the head disputed by C
+and never trust it, before and after a restart, and answer ``node.status`` within 250 ms (p99)
+while the flood runs.
 """
 
 from __future__ import annotations
@@ -53,9 +55,15 @@ content:
 )
 CSV = "event_time,city,population\n2020-01-01T00:00:00Z,A,1000\n2020-01-02T00:00:00Z,B,20\n"
 A, B, C = (generate_private_key(bytes([0x61 + i]) * 32) for i in range(3))
-FLOOD = 1100
+FLOOD = 1400
 HOSTS = 4
 PER_HOST_PER_S = 12.0  # under the core's 20 messages a second per peer
+ROTATIONS = 20
+
+
+def _sybil(n: int) -> PrivateKey:
+    """The ``n``-th fresh key of the flood."""
+    return generate_private_key(b"\xee" + n.to_bytes(31, "big"))
 
 
 @pytest.fixture
@@ -128,7 +136,8 @@ def _attestation(key: PrivateKey, did: Any, head: Multihash) -> bytes:
 async def _attack(addr: str, did_text: str, head_text: str) -> None:
     from coordinator.identity import DatasetId
     from p2p.libp2p_host import Libp2pConfig, Libp2pTransport
-    from p2p.transport import dataset_topic
+    from p2p.transport import NODE_TOPIC, dataset_topic
+    from p2p.wire import KeyRotation, next_key_digest
 
     did, head = DatasetId.parse(did_text), Multihash.from_multibase(head_text)
     topic = dataset_topic(did.as_multibase())
@@ -141,8 +150,10 @@ async def _attack(addr: str, did_text: str, head_text: str) -> None:
 
         async def flood(i: int, t: Any) -> None:
             for n in range(i, FLOOD, HOSTS):
-                key = generate_private_key(b"\xee" + n.to_bytes(31, "big"))
-                await t.publish(topic, _dispute(key, did, head))
+                # A quarter dispute random blocks: they pushed the trusted dispute out of the
+                # rebuild's "newest 1,000 of the dataset".
+                block = Multihash.sha3_256(b"noise-%d" % n) if n % 4 == 0 else head
+                await t.publish(topic, _dispute(_sybil(n), did, block))
                 await asyncio.sleep(1 / PER_HOST_PER_S)
 
         await asyncio.gather(*(flood(i, t) for i, t in enumerate(hosts)))
@@ -151,6 +162,25 @@ async def _attack(addr: str, did_text: str, head_text: str) -> None:
         await asyncio.sleep(1)
         await hosts[1].publish(topic, _attestation(A, did, head))
         await hosts[2].publish(topic, _attestation(B, did, head))
+        await asyncio.sleep(3)
+        # Strangers' key rotations: sybil keys that disputed hand over to fresh keys, so that
+        # the light node re-evaluates the dataset from its stored evidence (a rebuild), and
+        # rotations between two fresh keys, which touch nothing.
+        for n in range(ROTATIONS):
+            old = (
+                _sybil(n) if n % 2 == 0 else generate_private_key(b"\xf0" + bytes(30) + bytes([n]))
+            )
+            new = generate_private_key(b"\xf1" + bytes(30) + bytes([n]))
+            after = generate_private_key(b"\xf2" + bytes(30) + bytes([n]))
+            record = KeyRotation.make(
+                old,
+                new,
+                time.time_ns(),
+                secrets.token_bytes(16),
+                next_key_digest(after.dataset_id()),
+            )
+            await hosts[3].publish(NODE_TOPIC, record.envelope)
+            await asyncio.sleep(1 / PER_HOST_PER_S)
         await asyncio.sleep(3)
     finally:
         for t in hosts:
@@ -200,6 +230,12 @@ def test_a_sybil_dispute_flood_does_not_silence_a_trusted_attester(
         return row if c_id in (trust.get("disputed_by") or ()) else None
 
     row = light.wait_for("C's dispute recorded", disputed_by_c, 60)
+    rotated = light.wait_for(
+        "strangers' rotations taken (half of them rebuild the dataset's policy)",
+        lambda: light.call("node.events", kind="node.key_rotated", limit=1000),
+        30,
+    )
+    print(f"strangers' rotations the light node took: {len(rotated)} of {ROTATIONS}")
     assert row["trust"]["state"] == "disputed", row
     # The flood did reach the node (the state may keep fewer of strangers' disputes than
     # arrived, and the RPC lists at most 1,000).
