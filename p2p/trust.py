@@ -67,8 +67,8 @@ same size of their own, and the ``trusted_attesters`` are always recorded (their
 operator's), so no number of fresh keys can crowd a trusted attester's dispute out."""
 STRANGER_HEADS_PER_SIGNER: Final = 4
 """Heads a stranger's messages alone may make a policy remember at once (heads not seen, with
-no trusted evidence): more from the same signer are dropped. At least this many and at most a
-sixteenth of ``max_heads`` (the simulator's policies judge thousands of heads each)."""
+no trusted evidence): more from the same signer are dropped. A sixteenth of ``max_heads`` when
+that is more (the simulator's policies judge thousands of heads each)."""
 SHOWN_DISPUTERS: Final = 32
 """Disputers :meth:`TrustPolicy.status` names besides the trusted ones (the count is exact)."""
 
