@@ -1,7 +1,7 @@
 """The Dockerfile at the repository root, checked without a Docker daemon.
 
-No Docker daemon runs where the suite runs, so the image is never built here. What can rot
-silently is checked instead: every path it copies exists in the project, it installs the
+``make test`` builds no image (``make test-image`` builds and runs it with podman:
+tests/image/check_image.py). What can rot silently is checked here, in a second: every path it copies exists in the project, it installs the
 same pinned dependency set as ``make setup`` (``constraints.txt``) and the embedded IPFS node
 with the same ``npm ci`` command, and the commands it runs (entry point, health check) are
 commands the installed CLI has. The compose file builds this Dockerfile.
@@ -64,7 +64,7 @@ def test_the_node_runtime_meets_the_embedded_ipfs_minimum() -> None:
 
 def test_python_dependencies_are_the_pinned_set_of_make_setup() -> None:
     runs = " ".join(args for word, args in instructions() if word == "RUN")
-    assert re.search(r"pip install [^&]*-c constraints\.txt \.", runs), runs
+    assert re.search(r"pip install [^&]*-c constraints\.txt (-e )?\.", runs), runs
     assert any("-c constraints.txt" in c for c in makefile_setup_commands())
     copied = " ".join(args for word, args in instructions() if word == "COPY")
     assert "constraints.txt" in copied
