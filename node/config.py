@@ -96,6 +96,10 @@ class P2pSection:
     relay_max_circuits: int
     relay_circuit_duration_s: int
     relay_circuit_bytes: int
+    relay_max_circuits_per_peer: int
+    relay_peer_bytes: int
+    relay_total_bytes: int
+    relay_bytes_window_s: int
     reachability_interval_s: float
     hole_punching: bool
     peers_high_water: int
@@ -399,12 +403,21 @@ def _validate(cfg: NodeConfig) -> None:
             "must be > 0"
         )
     p = cfg.p2p
-    if min(p.relay_max_reservations, p.relay_max_circuits, p.relay_circuit_bytes) < 1 or (
-        p.relay_circuit_duration_s < 1 or p.reachability_interval_s <= 0
-    ):
+    relay_limits = (
+        p.relay_max_reservations,
+        p.relay_max_circuits,
+        p.relay_circuit_bytes,
+        p.relay_circuit_duration_s,
+        p.relay_max_circuits_per_peer,
+        p.relay_peer_bytes,
+        p.relay_total_bytes,
+        p.relay_bytes_window_s,
+    )
+    if min(relay_limits) < 1 or p.reachability_interval_s <= 0:
         raise ConfigError(
             "p2p.relay_max_reservations, relay_max_circuits, relay_circuit_duration_s, "
-            "relay_circuit_bytes and reachability_interval_s must be > 0"
+            "relay_circuit_bytes, relay_max_circuits_per_peer, relay_peer_bytes, "
+            "relay_total_bytes, relay_bytes_window_s and reachability_interval_s must be > 0"
         )
     if p.relay_service and cfg.network.loopback_only:
         raise ConfigError(

@@ -118,6 +118,10 @@ class Libp2pConfig:
     relay_max_circuits: int = 16
     relay_circuit_duration_s: int = 600
     relay_circuit_bytes: int = 64 << 20
+    relay_max_circuits_per_peer: int = 4
+    relay_peer_bytes: int = 256 << 20
+    relay_total_bytes: int = 1 << 30
+    relay_bytes_window_s: int = 3600
     reachability_interval_s: float = 60.0
     # DCUtR (p2p/holepunch.py, docs/nat.md): with ``nat``, a relayed connection is upgraded to
     # a direct one by a hole punch where the NATs allow it.
@@ -376,6 +380,10 @@ class Libp2pTransport:
                 max_circuits=cfg.relay_max_circuits,
                 circuit_duration_s=cfg.relay_circuit_duration_s,
                 circuit_bytes=cfg.relay_circuit_bytes,
+                max_circuits_per_peer=cfg.relay_max_circuits_per_peer,
+                peer_bytes=cfg.relay_peer_bytes,
+                total_bytes=cfg.relay_total_bytes,
+                bytes_window_s=cfg.relay_bytes_window_s,
             ),
             candidates=lambda: cfg.bootstrap,
             on_change=post,

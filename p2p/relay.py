@@ -11,8 +11,9 @@ Runs on the host's trio thread (:class:`p2p.libp2p_host.Libp2pTransport` owns on
   (a NAT router), ``public`` otherwise. A public address behind a firewall that drops inbound
   connections is not detected.
 * **Relay service** (``[p2p] relay_service``): a public node answers circuit relay v2 HOP
-  requests within :class:`RelayLimits` (reservations, concurrent circuits, and per circuit a
-  duration and a byte budget, after which the relay closes it); each circuit ends by its own
+  requests within :class:`RelayLimits` (reservations of connected peers; circuits open in total
+  and per peer; per circuit a duration, idle or not, and a byte budget; bytes per peer and in
+  total per window -- after any of them the relay closes the circuit); each circuit ends by its own
   streams (``p2p/relay_hop.py``: the library's closes another circuit of the same peer).
 * **Relay client**: a node AutoNAT calls ``private`` reserves a slot on each connected
   bootstrap peer that offers a relay, and advertises
@@ -48,6 +49,10 @@ class RelayLimits:
     circuit_duration_s: int = 600
     circuit_bytes: int = 64 << 20
     reservation_ttl_s: int = 3600
+    max_circuits_per_peer: int = 4
+    peer_bytes: int = 256 << 20
+    total_bytes: int = 1 << 30
+    bytes_window_s: int = 3600
 
 
 def is_relayed(addr: str) -> bool:
@@ -109,7 +114,7 @@ class RelaySupport:
         from libp2p.relay.circuit_v2.resources import RelayLimits as LibLimits
         from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 
-        from p2p.relay_hop import OwnCircuitsProtocol
+        from p2p.relay_hop import CircuitLimits, OwnCircuitsProtocol
 
         self.host = host
         self.service = service
@@ -121,13 +126,26 @@ class RelaySupport:
         lib_limits = LibLimits(
             duration=limits.circuit_duration_s,
             data=limits.circuit_bytes,
-            max_circuit_conns=limits.max_circuits,
+            # Per destination in the library; the total and per-source caps are ours.
+            max_circuit_conns=limits.max_circuits_per_peer,
             max_reservations=limits.max_reservations,
             reservation_ttl=limits.reservation_ttl_s,
         )
         # The library's HOP side, with each circuit ended by its own streams: the library's
         # closes the streams of another circuit to or from the same peer (p2p/relay_hop.py).
-        self.protocol = OwnCircuitsProtocol(host, limits=lib_limits, allow_hop=service)
+        self.protocol = OwnCircuitsProtocol(
+            host,
+            limits=lib_limits,
+            allow_hop=service,
+            circuits=CircuitLimits(
+                max_circuits=limits.max_circuits,
+                max_circuits_per_peer=limits.max_circuits_per_peer,
+                circuit_duration_s=limits.circuit_duration_s,
+                peer_bytes=limits.peer_bytes,
+                total_bytes=limits.total_bytes,
+                window_s=limits.bytes_window_s,
+            ),
+        )
         if service:
             host.set_stream_handler(PROTOCOL_ID, self.protocol._handle_hop_stream)
         # Every host accepts relayed connections and can dial relayed addresses.

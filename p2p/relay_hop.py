@@ -21,14 +21,163 @@ ends each circuit by its own two streams: when one direction ends (EOF, reset, a
 streams of that circuit are closed (reset if closing times out), and no other circuit is
 touched. ``_active_relays`` stays empty (nothing reads it but the cleanup replaced here, and the
 library's service stop, which the cancelled pumps now cover).
+
+It also bounds what the relay carries for others where the library does not (measured in
+docs/nat.md, "The relay under abuse"):
+
+* **Circuits in total and per peer** (:class:`CircuitAccounts`): the library caps circuits per
+  *destination* reservation only (``max_circuit_conns``), so 16 reservations allowed 16 x 16
+  circuits, and a source without a reservation was not capped at all. A CONNECT beyond
+  ``max_circuits`` open circuits, or beyond ``max_circuits_per_peer`` circuits to or from either
+  end, is refused with ``RESOURCE_LIMIT_EXCEEDED``.
+* **A circuit's duration, idle or not**: the library checks the deadline only after a read
+  returns, so a circuit nobody writes into was held open for good. Each read now waits at most
+  until the circuit's deadline.
+* **Bytes per peer and in total per window**: the library budgets bytes per circuit only, and a
+  peer opened a new circuit when one ran out. Every byte relayed counts against both ends'
+  ``peer_bytes`` and against ``total_bytes`` in the current ``window_s``; a circuit whose
+  budget is spent is closed.
+* **Reservations of peers that left** (:class:`ConnectedReservations`): the library counted a
+  reservation against ``max_reservations`` until its TTL (an hour) even after its peer
+  disconnected, so 16 fresh identities that reserved and left locked the relay for an hour. A
+  reservation is valid only while its peer is connected (circuit relay v2 spec); one of a peer
+  that left frees its slot.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import trio
 from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
+from libp2p.relay.circuit_v2.resources import RelayResourceManager
+
+
+@dataclass(frozen=True, slots=True)
+class CircuitLimits:
+    """What the relay carries for others beyond the library's per-circuit limits
+    (``[p2p] relay_*``, module docstring)."""
+
+    max_circuits: int = 16
+    max_circuits_per_peer: int = 4
+    circuit_duration_s: float = 600.0
+    peer_bytes: int = 256 << 20
+    total_bytes: int = 1 << 30
+    window_s: float = 3600.0
+
+
+class CircuitAccounts:
+    """Open circuits and relayed bytes, per peer and in total (sans-IO; ``clock`` in seconds).
+
+    Bytes are counted in fixed windows of ``window_s`` (every counter restarts when the clock
+    enters the next window), so the state is one entry per peer that had a circuit in the
+    current window."""
+
+    def __init__(self, limits: CircuitLimits, clock: Callable[[], float]) -> None:
+        self.limits = limits
+        self._clock = clock
+        self.open_total = 0
+        self._open: dict[str, int] = {}
+        self._window = -1
+        self._bytes: dict[str, int] = {}
+        self.bytes_total = 0
+
+    def _roll(self) -> None:
+        window = int(self._clock() // self.limits.window_s)
+        if window != self._window:
+            self._window = window
+            self._bytes.clear()
+            self.bytes_total = 0
+
+    def refusal(self, src: str, dst: str) -> str | None:
+        """Why a circuit ``src`` -> ``dst`` may not open now, or None."""
+        lim = self.limits
+        self._roll()
+        if self.open_total >= lim.max_circuits:
+            return f"relay circuits full ({lim.max_circuits} open)"
+        for peer in (src, dst):
+            if self._open.get(peer, 0) >= lim.max_circuits_per_peer:
+                return f"peer {peer} has {lim.max_circuits_per_peer} circuits open"
+            if self._bytes.get(peer, 0) >= lim.peer_bytes:
+                return f"peer {peer} spent its relay byte budget ({lim.peer_bytes} B)"
+        if self.bytes_total >= lim.total_bytes:
+            return f"relay byte budget spent ({lim.total_bytes} B)"
+        return None
+
+    def open(self, src: str, dst: str) -> str | None:
+        """Count a circuit ``src`` -> ``dst`` as open; or why not (nothing counted)."""
+        why = self.refusal(src, dst)
+        if why is None:
+            self.open_total += 1
+            for peer in (src, dst):
+                self._open[peer] = self._open.get(peer, 0) + 1
+        return why
+
+    def close(self, src: str, dst: str) -> None:
+        """A circuit counted by :meth:`open` ended."""
+        self.open_total = max(0, self.open_total - 1)
+        for peer in (src, dst):
+            left = self._open.get(peer, 0) - 1
+            if left > 0:
+                self._open[peer] = left
+            else:
+                self._open.pop(peer, None)
+
+    def charge(self, src: str, dst: str, n: int) -> bool:
+        """Count ``n`` bytes relayed between ``src`` and ``dst``; False when that goes past
+        either peer's budget or the total one (the bytes are not relayed)."""
+        lim = self.limits
+        self._roll()
+        if self.bytes_total + n > lim.total_bytes:
+            return False
+        if any(self._bytes.get(p, 0) + n > lim.peer_bytes for p in (src, dst)):
+            return False
+        self.bytes_total += n
+        for peer in (src, dst):
+            self._bytes[peer] = self._bytes.get(peer, 0) + n
+        return True
+
+
+class ConnectedReservations(RelayResourceManager):
+    """py-libp2p's reservations, of connected peers only: a reservation of a peer that left no
+    longer counts against ``max_reservations`` (module docstring)."""
+
+    def _clean_expired(self) -> None:
+        super()._clean_expired()
+        for peer in [p for p in self._reservations if not self._is_peer_connected(p)]:
+            del self._reservations[peer]
+
+
+@dataclass(slots=True)
+class _Circuit:
+    src: str
+    dst: str
+    deadline: float
+
+
+class _Metered:
+    """The stream a pump reads from: a read waits at most until the circuit's deadline and
+    charges what it read to the circuit's budgets; at the deadline or past a budget it returns
+    ``b""`` (the end of the stream), which ends the circuit."""
+
+    def __init__(self, stream: Any, circuit: _Circuit, accounts: CircuitAccounts) -> None:
+        self._stream = stream
+        self._circuit = circuit
+        self._accounts = accounts
+
+    async def read(self, n: int = -1) -> bytes:
+        c = self._circuit
+        with trio.move_on_after(max(0.0, c.deadline - trio.current_time())):
+            data = await self._stream.read(n)
+            if data and not self._accounts.charge(c.src, c.dst, len(data)):
+                return b""
+            return bytes(data or b"")
+        return b""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 class _NoPeerKeyedCircuits(dict[Any, Any]):
@@ -42,10 +191,33 @@ class _NoPeerKeyedCircuits(dict[Any, Any]):
 class OwnCircuitsProtocol(CircuitV2Protocol):
     """Circuit relay v2 whose circuits end by their own streams (module docstring)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """As :class:`CircuitV2Protocol`."""
+    def __init__(self, *args: Any, circuits: CircuitLimits | None = None, **kwargs: Any) -> None:
+        """As :class:`CircuitV2Protocol`; ``circuits`` bounds circuits and bytes beyond it."""
         super().__init__(*args, **kwargs)
         self._active_relays = _NoPeerKeyedCircuits()
+        self.resource_manager = ConnectedReservations(self.limits, self.host)
+        self.accounts = CircuitAccounts(circuits or CircuitLimits(), trio.current_time)
+        self._circuits: dict[int, _Circuit] = {}  # id(source stream) -> its circuit
+
+    async def _handle_connect(self, stream: Any, msg: Any) -> None:
+        """The library's CONNECT, within :attr:`accounts`: refused with
+        ``RESOURCE_LIMIT_EXCEEDED`` beyond them; counted while the circuit is open."""
+        from libp2p.peer.id import ID
+        from libp2p.relay.circuit_v2.protocol_buffer import StatusCode
+
+        src, dst = str(stream.muxed_conn.peer_id), str(ID(msg.peer.id))
+        why = self.accounts.open(src, dst)
+        if why is not None:
+            await self._send_status(stream, StatusCode.RESOURCE_LIMIT_EXCEEDED, why)
+            await stream.reset()
+            return
+        deadline = trio.current_time() + self.accounts.limits.circuit_duration_s
+        self._circuits[id(stream)] = _Circuit(src, dst, deadline)
+        try:
+            await super()._handle_connect(stream, msg)
+        finally:
+            self._circuits.pop(id(stream), None)
+            self.accounts.close(src, dst)
 
     async def _relay_data(
         self,
@@ -58,12 +230,21 @@ class OwnCircuitsProtocol(CircuitV2Protocol):
         """One direction of a circuit (the library's pump); when it ends, for whatever reason
         (including cancellation when the host stops), close both streams of this circuit: the
         other direction then ends too."""
+        circuit = self._circuits.get(id(src_stream)) or self._circuits.get(id(dst_stream))
+        reader: Any = (
+            src_stream if circuit is None else _Metered(src_stream, circuit, self.accounts)
+        )
         try:
-            await super()._relay_data(src_stream, dst_stream, peer_id, deadline, circuit_data_limit)
+            await super()._relay_data(reader, dst_stream, peer_id, deadline, circuit_data_limit)
         finally:
             with trio.CancelScope(shield=True):
                 await self._close_stream(src_stream)
                 await self._close_stream(dst_stream)
 
 
-__all__ = ["OwnCircuitsProtocol"]
+__all__ = [
+    "CircuitAccounts",
+    "CircuitLimits",
+    "ConnectedReservations",
+    "OwnCircuitsProtocol",
+]
