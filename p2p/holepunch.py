@@ -21,6 +21,11 @@ What :class:`HolePuncher` changes, and why:
   the daemon turns into ``p2p.hole_punch`` events.
 * **Quiet dials.** The library logs each failed punch dial at ERROR; the expected failures
   are dropped (:class:`QuietPunchDials`), since the outcome names them.
+* **Answering within bounds.** The library answers every CONNECT, any number at once, and dials
+  every address the peer names, three rounds each. Here the responder answers one attempt per
+  peer at a time and at most ``MAX_HOLE_PUNCH_ATTEMPTS`` per relayed connection, and an attempt
+  dials at most :data:`MAX_PUNCH_ADDRS` distinct addresses (docs/nat.md, "Hole punching under
+  abuse").
 * **Connection kinds.** :func:`connection_kinds` tells, per connected peer, whether
   a direct connection exists (``direct``) or only relayed ones (``relayed``), for ``status``.
 
@@ -50,6 +55,10 @@ log = logging.getLogger(__name__)
 DRIVE_INTERVAL_S = 1.0
 """How often the receiving side looks for relayed-only peers to punch a hole to."""
 PUNCH_DIAL_TIMEOUT_S = 5
+MAX_PUNCH_ADDRS = 8
+"""Distinct addresses one hole-punch attempt dials. The peer names them (its CONNECT message, up
+to 4 KiB: about 400 addresses; its identify record): without a cap a relayed stranger had this
+node dial 400 addresses of its choosing three times over per CONNECT (docs/nat.md)."""
 """One hole-punch dial: the SYNs cross within the RTT or not at all; a dial to an address no
 NAT mapping answers for would otherwise hold the attempt for the library's 10 s."""
 
@@ -207,6 +216,9 @@ class HolePuncher(DCUtRProtocol):
         # before the attempt that made it has reported.
         self._attempt_since: dict[ID, float] = {}
         self._seq = 0
+        self._answering: set[ID] = set()  # peers whose CONNECT this node is answering now
+        self._answered: dict[ID, int] = {}  # answers per relayed connection (reset when it goes)
+        self._punch_addrs: dict[ID, set[str]] = {}  # the addresses the current attempt dials
 
     # ---- driving (overrides the library's loop: receiving side only)
 
@@ -218,6 +230,9 @@ class HolePuncher(DCUtRProtocol):
             for pid in list(self._relayed_since):
                 if pid not in conns_map:
                     del self._relayed_since[pid]
+            for pid in list(self._answered):
+                if pid not in self._relayed_since and pid not in self._answering:
+                    del self._answered[pid]
             for pid, conns in conns_map.items():
                 if not conns or pid == self.host.get_id():
                     continue
@@ -272,7 +287,26 @@ class HolePuncher(DCUtRProtocol):
     async def _perform_hole_punch(
         self, peer_id: ID, addrs: list[Any], as_responder: bool = False
     ) -> bool:
+        if not as_responder:  # answering the peer's CONNECT (the library's roles, inverted)
+            if peer_id in self._answering:
+                log.debug("hole punch from %s: one is already being answered", peer_id)
+                return False
+            if self._answered.get(peer_id, 0) >= MAX_HOLE_PUNCH_ATTEMPTS:
+                log.debug(
+                    "hole punch from %s: %d answered already", peer_id, MAX_HOLE_PUNCH_ATTEMPTS
+                )
+                return False
+            self._answered[peer_id] = self._answered.get(peer_id, 0) + 1
+            self._answering.add(peer_id)
+        try:
+            return await self._punch(peer_id, addrs, as_responder)
+        finally:
+            if not as_responder:
+                self._answering.discard(peer_id)
+
+    async def _punch(self, peer_id: ID, addrs: list[Any], as_responder: bool) -> bool:
         self._dial_errors[peer_id] = []
+        self._punch_addrs[peer_id] = set()
         # The responder's attempt (the initiator's _drive already holds its start).
         answering = peer_id not in self._attempt_since and peer_id in self._relayed_since
         if answering:
@@ -281,6 +315,7 @@ class HolePuncher(DCUtRProtocol):
         try:
             ok = await super()._perform_hole_punch(peer_id, addrs, as_responder)
         finally:
+            self._punch_addrs.pop(peer_id, None)
             errors = self._dial_errors.pop(peer_id, [])
             # The library's initiator dials "as responder" (module docstring).
             role = "initiator" if as_responder else "responder"
@@ -310,6 +345,11 @@ class HolePuncher(DCUtRProtocol):
         as_responder: bool = False,
     ) -> None:
         """The library's dial, recording why it failed (it only logs at DEBUG)."""
+        chosen = self._punch_addrs.get(peer_id)
+        if chosen is not None and _bare(addr) not in chosen:
+            if len(chosen) >= MAX_PUNCH_ADDRS:
+                return  # past the cap: not dialled (every round skips it alike)
+            chosen.add(_bare(addr))
         store = self.host.get_peerstore()
         try:
             known = list(store.addrs(peer_id))
@@ -368,6 +408,7 @@ class HolePuncher(DCUtRProtocol):
 
 __all__ = [
     "DRIVE_INTERVAL_S",
+    "MAX_PUNCH_ADDRS",
     "HolePuncher",
     "QuietPunchDials",
     "conn_kind",

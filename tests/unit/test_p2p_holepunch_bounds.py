@@ -1,0 +1,145 @@
+"""Hole punching under abuse (p2p/holepunch.py): a relayed peer's CONNECT names the addresses
+this node dials, so the answer is bounded -- at most MAX_PUNCH_ADDRS distinct addresses per
+attempt, one answer per peer at a time, MAX_HOLE_PUNCH_ATTEMPTS answers per relayed connection.
+Fake host, trio's virtual clock; docs/nat.md "Hole punching under abuse"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+import trio.testing
+from libp2p.connection_types import ConnectionType
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
+from libp2p.relay.circuit_v2.dcutr import MAX_HOLE_PUNCH_ATTEMPTS
+from multiaddr import Multiaddr
+
+from p2p.holepunch import MAX_PUNCH_ADDRS, HolePuncher
+
+
+def _pid(n: int) -> ID:
+    return ID.from_pubkey(create_new_key_pair(bytes([n]) * 32).public_key)
+
+
+class _Conn:
+    direction = 0  # inbound
+
+    def get_connection_type(self) -> ConnectionType:
+        return ConnectionType.RELAYED
+
+    def get_transport_addresses(self) -> list[Multiaddr]:
+        return []
+
+
+class _Network:
+    def __init__(self, conns: dict[ID, list[_Conn]]) -> None:
+        self.connections = conns
+        self.dials: list[str] = []
+
+    def get_connections_map(self) -> dict[ID, list[_Conn]]:
+        return self.connections
+
+    async def _dial(self, addr: Multiaddr, peer: ID, source: Any) -> None:
+        self.dials.append(str(addr))
+        await trio.sleep(1)
+        raise RuntimeError("Connection refused")
+
+    dial_addr = _dial
+    dial_addr_as_responder = _dial
+
+
+class _Store:
+    def addrs(self, peer: ID) -> list[Multiaddr]:
+        return []
+
+    def add_addrs(self, peer: ID, addrs: list[Multiaddr], ttl: int) -> None:
+        pass
+
+    def peer_info(self, peer: ID) -> Any:
+        raise KeyError(peer)
+
+
+class _Host:
+    def __init__(self, network: _Network) -> None:
+        self.network = network
+
+    def get_network(self) -> _Network:
+        return self.network
+
+    def get_peerstore(self) -> _Store:
+        return _Store()
+
+    def get_id(self) -> ID:
+        return _pid(99)
+
+    def get_addrs(self) -> list[Multiaddr]:
+        return [Multiaddr("/ip4/10.77.1.11/tcp/4001")]
+
+
+def _punch() -> tuple[HolePuncher, _Network, ID]:
+    peer = _pid(7)
+    net = _Network({peer: [_Conn()]})
+    punch = HolePuncher(_Host(net), lambda _: None)
+    punch._relayed_since[peer] = 0.0
+    return punch, net, peer
+
+
+def _run(fn: Any) -> Any:
+    return trio.run(fn, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_an_answer_dials_at_most_max_punch_addrs() -> None:
+    punch, net, peer = _punch()
+    # What fits in a 4 KiB CONNECT: about 400 addresses, here of a private network.
+    addrs = [Multiaddr(f"/ip4/10.0.{i // 250}.{i % 250 + 1}/tcp/22") for i in range(400)]
+
+    async def main() -> bool:
+        return await punch._perform_hole_punch(peer, addrs)  # answering the peer's CONNECT
+
+    assert _run(main) is False
+    # Three rounds over the same few addresses (before: 400 addresses, 1,200 dials).
+    assert len(set(net.dials)) == MAX_PUNCH_ADDRS
+    assert len(net.dials) == 3 * MAX_PUNCH_ADDRS
+
+
+def test_one_answer_per_peer_at_a_time_and_a_few_per_relayed_connection() -> None:
+    punch, net, peer = _punch()
+    addrs = [Multiaddr("/ip4/10.77.0.242/tcp/4002")]
+    results: list[bool] = []
+
+    async def answer() -> None:
+        results.append(await punch._perform_hole_punch(peer, addrs))
+
+    async def main() -> None:
+        async with trio.open_nursery() as n:
+            for _ in range(5):  # five CONNECTs at once
+                n.start_soon(answer)
+        for _ in range(5):  # then five more, one after the other
+            await answer()
+
+    _run(main)
+    assert results == [False] * 10
+    # One of the concurrent five was answered, then two more (before: all ten, 30 dials).
+    assert len(net.dials) == 3 * MAX_HOLE_PUNCH_ATTEMPTS
+
+
+def test_answers_are_counted_again_on_a_new_relayed_connection() -> None:
+    punch, net, peer = _punch()
+    addrs = [Multiaddr("/ip4/10.77.0.242/tcp/4002")]
+
+    async def main() -> None:
+        for _ in range(MAX_HOLE_PUNCH_ATTEMPTS + 1):
+            await punch._perform_hole_punch(peer, addrs)
+        # The relayed connection closes; the drive loop forgets the peer.
+        net.connections.clear()
+        async with trio.open_nursery() as n:
+            punch._nursery = n
+            n.start_soon(punch._auto_drive_loop)
+            await trio.sleep(1.5)
+            n.cancel_scope.cancel()
+        assert peer not in punch._answered
+        await punch._perform_hole_punch(peer, addrs)
+
+    _run(main)
+    assert len(net.dials) == 3 * (MAX_HOLE_PUNCH_ATTEMPTS + 1)
