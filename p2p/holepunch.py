@@ -46,7 +46,11 @@ from typing import Any
 
 import trio
 from libp2p.peer.id import ID
-from libp2p.relay.circuit_v2.dcutr import MAX_HOLE_PUNCH_ATTEMPTS, DCUtRProtocol
+from libp2p.relay.circuit_v2.dcutr import (
+    MAX_HOLE_PUNCH_ATTEMPTS,
+    MAX_OBSERVED_ADDRS,
+    DCUtRProtocol,
+)
 
 from p2p.relay import is_relayed_conn
 
@@ -81,6 +85,8 @@ _TCP_LOGGER = "libp2p.transport.tcp.tcp"
 _DCUTR_LOGGER = "libp2p.relay.circuit_v2.dcutr"
 _TCP_FAILURES = ("Failed to open TCP stream", "Unexpected error opening TCP stream")
 
+_in_answer: contextvars.ContextVar[bool] = contextvars.ContextVar("odf_in_answer", default=False)
+"""Set while :meth:`HolePuncher._handle_dcutr_stream` answers an admitted CONNECT."""
 _in_punch_dial: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "odf_in_punch_dial", default=False
 )
@@ -287,22 +293,51 @@ class HolePuncher(DCUtRProtocol):
     async def _perform_hole_punch(
         self, peer_id: ID, addrs: list[Any], as_responder: bool = False
     ) -> bool:
-        if not as_responder:  # answering the peer's CONNECT (the library's roles, inverted)
-            if peer_id in self._answering:
-                log.debug("hole punch from %s: one is already being answered", peer_id)
-                return False
-            if self._answered.get(peer_id, 0) >= MAX_HOLE_PUNCH_ATTEMPTS:
-                log.debug(
-                    "hole punch from %s: %d answered already", peer_id, MAX_HOLE_PUNCH_ATTEMPTS
-                )
-                return False
-            self._answered[peer_id] = self._answered.get(peer_id, 0) + 1
-            self._answering.add(peer_id)
+        # Answering the peer's CONNECT (the library's roles, inverted), outside a stream that
+        # _handle_dcutr_stream admitted already: admitted here.
+        admit = not as_responder and not _in_answer.get()
+        if admit and not self._admit(peer_id):
+            return False
         try:
             return await self._punch(peer_id, addrs, as_responder)
         finally:
-            if not as_responder:
+            if admit:
                 self._answering.discard(peer_id)
+
+    def _admit(self, peer_id: ID) -> bool:
+        """Whether to answer ``peer_id``'s CONNECT now (one at a time, at most
+        ``MAX_HOLE_PUNCH_ATTEMPTS`` per relayed connection); if so it is counted and marked
+        as being answered (the caller discards it from ``_answering`` when done)."""
+        if peer_id in self._answering:
+            log.debug("hole punch from %s: one is already being answered", peer_id)
+            return False
+        if self._answered.get(peer_id, 0) >= MAX_HOLE_PUNCH_ATTEMPTS:
+            log.debug("hole punch from %s: answered %d times", peer_id, MAX_HOLE_PUNCH_ATTEMPTS)
+            return False
+        self._answered[peer_id] = self._answered.get(peer_id, 0) + 1
+        self._answering.add(peer_id)
+        return True
+
+    async def _handle_dcutr_stream(self, stream: Any) -> None:
+        """The library's answer to a peer's CONNECT, admitted first (:meth:`_admit`): a stream
+        beyond the bounds is closed before its CONNECT is read, so its addresses are neither
+        stored nor dialled."""
+        peer_id = stream.muxed_conn.peer_id
+        if not self._admit(peer_id):
+            with contextlib.suppress(Exception):
+                await stream.close()
+            return
+        token = _in_answer.set(True)
+        try:
+            await super()._handle_dcutr_stream(stream)
+        finally:
+            _in_answer.reset(token)
+            self._answering.discard(peer_id)
+
+    def _decode_observed_addrs(self, addr_bytes: list[bytes]) -> list[Any]:
+        """The peer's CONNECT addresses, at most ``MAX_OBSERVED_ADDRS`` (what the library sends
+        of its own): the library stores every one in the peerstore for 10 minutes."""
+        return super()._decode_observed_addrs(addr_bytes[:MAX_OBSERVED_ADDRS])
 
     async def _punch(self, peer_id: ID, addrs: list[Any], as_responder: bool) -> bool:
         self._dial_errors[peer_id] = []

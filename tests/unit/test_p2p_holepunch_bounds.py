@@ -143,3 +143,66 @@ def test_answers_are_counted_again_on_a_new_relayed_connection() -> None:
 
     _run(main)
     assert len(net.dials) == 3 * (MAX_HOLE_PUNCH_ATTEMPTS + 1)
+
+
+class _Stream:
+    """A DCUtR stream from ``peer``: CONNECT (with ``addrs``), then SYNC."""
+
+    def __init__(self, peer: ID, addrs: list[Multiaddr]) -> None:
+        from libp2p.relay.circuit_v2.pb.dcutr_pb2 import HolePunch
+        from libp2p.utils.varint import encode_varint_prefixed
+
+        class _Muxed:
+            peer_id = peer
+
+        self.muxed_conn = _Muxed()
+        connect = HolePunch(type=HolePunch.CONNECT, ObsAddrs=[a.to_bytes() for a in addrs])
+        sync = HolePunch(type=HolePunch.SYNC)
+        self._buf = bytearray(
+            encode_varint_prefixed(connect.SerializeToString())
+            + encode_varint_prefixed(sync.SerializeToString())
+        )
+        self.read_from = False
+        self.closed = False
+
+    async def read(self, n: int = -1) -> bytes:
+        self.read_from = True
+        n = len(self._buf) if n < 0 else n
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
+        return out
+
+    async def write(self, data: bytes) -> None:
+        pass
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def test_connect_streams_beyond_the_bounds_are_closed_unread() -> None:
+    punch, net, peer = _punch()
+    punch._get_observed_addrs = _no_addrs  # type: ignore[method-assign]
+    added: list[int] = []
+    store = _Store()
+    store.add_addrs = lambda p, addrs, ttl: added.append(len(addrs))  # type: ignore[method-assign]
+    punch.host.get_peerstore = lambda: store  # type: ignore[attr-defined]
+    addrs = [Multiaddr(f"/ip4/10.1.{i // 250}.{i % 250 + 1}/tcp/22") for i in range(300)]
+    streams = [_Stream(peer, addrs) for _ in range(12)]
+
+    async def main() -> None:
+        async with trio.open_nursery() as n:
+            for s in streams[:6]:  # six CONNECTs at once, then six one after the other
+                n.start_soon(punch._handle_dcutr_stream, s)
+        for s in streams[6:]:
+            await punch._handle_dcutr_stream(s)
+
+    _run(main)
+    # One read at once; the addresses it stored are capped (before: 300 stored per CONNECT).
+    assert sum(s.read_from for s in streams) == MAX_HOLE_PUNCH_ATTEMPTS
+    assert all(s.closed for s in streams)
+    assert added and max(added) <= 20
+    assert len(set(net.dials)) == MAX_PUNCH_ADDRS
+
+
+async def _no_addrs() -> list[bytes]:
+    return []
