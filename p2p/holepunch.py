@@ -52,7 +52,7 @@ from libp2p.relay.circuit_v2.dcutr import (
     DCUtRProtocol,
 )
 
-from p2p.relay import is_relayed_conn
+from p2p.relay import RELAY_MARK, is_relayed_conn
 
 log = logging.getLogger(__name__)
 
@@ -341,7 +341,12 @@ class HolePuncher(DCUtRProtocol):
 
     async def _punch(self, peer_id: ID, addrs: list[Any], as_responder: bool) -> bool:
         self._dial_errors[peer_id] = []
-        self._punch_addrs[peer_id] = set()
+        # The first distinct addresses the peer named (the peerstore's fill what is left).
+        chosen: set[str] = set()
+        for a in addrs:
+            if len(chosen) < MAX_PUNCH_ADDRS and RELAY_MARK not in str(a):
+                chosen.add(_bare(a))
+        self._punch_addrs[peer_id] = chosen
         # The responder's attempt (the initiator's _drive already holds its start).
         answering = peer_id not in self._attempt_since and peer_id in self._relayed_since
         if answering:

@@ -183,9 +183,14 @@ def test_connect_streams_beyond_the_bounds_are_closed_unread() -> None:
     punch, net, peer = _punch()
     punch._get_observed_addrs = _no_addrs  # type: ignore[method-assign]
     added: list[int] = []
-    store = _Store()
-    store.add_addrs = lambda p, addrs, ttl: added.append(len(addrs))  # type: ignore[method-assign]
-    punch.host.get_peerstore = lambda: store  # type: ignore[attr-defined]
+
+    class _Counting(_Store):
+        def add_addrs(self, peer: ID, addrs: list[Multiaddr], ttl: int) -> None:
+            added.append(len(addrs))
+
+    store = _Counting()
+    host: Any = punch.host
+    host.get_peerstore = lambda: store
     addrs = [Multiaddr(f"/ip4/10.1.{i // 250}.{i % 250 + 1}/tcp/22") for i in range(300)]
     streams = [_Stream(peer, addrs) for _ in range(12)]
 
