@@ -1,10 +1,11 @@
-"""The Dockerfile at the repository root, checked without a Docker daemon.
+"""The Dockerfile at the repository root, checked without a container runtime.
 
 ``make test`` builds no image (``make test-image`` builds and runs it with podman:
-tests/image/check_image.py). What can rot silently is checked here, in a second: every path it copies exists in the project, it installs the
-same pinned dependency set as ``make setup`` (``constraints.txt``) and the embedded IPFS node
-with the same ``npm ci`` command, and the commands it runs (entry point, health check) are
-commands the installed CLI has. The compose file builds this Dockerfile.
+tests/image/check_image.py). What can rot silently is checked here, in a second: every path
+it copies exists in the project, it installs the same pinned dependency set as ``make setup``
+(``constraints.txt``) and the embedded IPFS node with the same ``npm ci`` command, and the
+commands it runs (entry point, health check) are commands the installed CLI has. The compose
+file builds this Dockerfile.
 """
 
 from __future__ import annotations
