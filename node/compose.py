@@ -64,6 +64,8 @@ def polling_options(config: NodeConfig) -> PollingOptions:
         i.allow_pipe,
         i.mqtt_max_records,
         i.mqtt_idle_timeout_s,
+        i.mqtt_max_message_bytes,
+        i.mqtt_max_poll_s,
     )
 
 

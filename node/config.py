@@ -177,6 +177,8 @@ class IngestSection:
     allow_pipe: bool
     mqtt_max_records: int
     mqtt_idle_timeout_s: float
+    mqtt_max_message_bytes: int
+    mqtt_max_poll_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -481,6 +483,10 @@ def _validate(cfg: NodeConfig) -> None:
     if cfg.ingest.mqtt_max_records < 1 or not 0 < cfg.ingest.mqtt_idle_timeout_s <= 3600:
         raise ConfigError(
             "ingest.mqtt_max_records must be >= 1 and ingest.mqtt_idle_timeout_s in (0, 3600]"
+        )
+    if cfg.ingest.mqtt_max_message_bytes < 1 or not 0 < cfg.ingest.mqtt_max_poll_s <= 86400:
+        raise ConfigError(
+            "ingest.mqtt_max_message_bytes must be >= 1 and ingest.mqtt_max_poll_s in (0, 86400]"
         )
     h = cfg.health
     if h.max_verify_backlog < 1 or h.engine_crash_failures < 1:

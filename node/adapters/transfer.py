@@ -343,6 +343,8 @@ class TransferAdapter:
                 max_bytes=r.max_bytes,
                 max_records=r.max_records,
                 idle_timeout_s=r.idle_timeout_s,
+                max_message_bytes=r.max_message_bytes,
+                max_poll_s=r.max_poll_s,
             )
         except SourceRefused as e:
             raise PullRefused(str(e)) from e

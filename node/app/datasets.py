@@ -165,6 +165,10 @@ class PollingOptions:
     ``target_records_per_slice``)."""
     mqtt_idle_timeout_s: float = 1.0
     """``ingest.mqtt_idle_timeout_s``: an MQTT poll ends once the broker is idle this long."""
+    mqtt_max_message_bytes: int = 16 << 20
+    """``ingest.mqtt_max_message_bytes``: the largest MQTT message a poll reads."""
+    mqtt_max_poll_s: float = 60.0
+    """``ingest.mqtt_max_poll_s``: the longest an MQTT poll reads messages."""
 
 
 class DatasetUseCases:
@@ -453,6 +457,8 @@ class DatasetUseCases:
                         max_bytes=opts.max_fetch_bytes,
                         max_records=opts.mqtt_max_records,
                         idle_timeout_s=opts.mqtt_idle_timeout_s,
+                        max_message_bytes=opts.mqtt_max_message_bytes,
+                        max_poll_s=opts.mqtt_max_poll_s,
                     )
                     count = await self.transfer.fetch_mqtt(request, target)
                     fetched = [mqtt_fetched(target)] if count else []

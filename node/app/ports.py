@@ -518,6 +518,8 @@ class MqttRequest:
     max_bytes: int
     max_records: int
     idle_timeout_s: float
+    max_message_bytes: int = 16 << 20
+    max_poll_s: float = 60.0
 
 
 class TransferPort(Protocol):

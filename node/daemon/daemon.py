@@ -452,6 +452,8 @@ class Daemon:
                 self.config.ingest.allow_pipe,
                 self.config.ingest.mqtt_max_records,
                 self.config.ingest.mqtt_idle_timeout_s,
+                self.config.ingest.mqtt_max_message_bytes,
+                self.config.ingest.mqtt_max_poll_s,
             ),
             untrusted_input=trust.untrusted_input,
         )

@@ -25,6 +25,14 @@ Where it differs from kamu:
   and the message that would cross ``max_bytes`` (``ingest.max_fetch_bytes``) or come after
   ``max_records`` is *not* acknowledged: the poll ends there and the broker delivers it again at
   the next connect (QoS 1 and 2). A single message larger than ``max_bytes`` is refused;
+* a poll reads messages for at most ``max_poll_s`` (``ingest.mqtt_max_poll_s``), whatever the
+  broker sends: a message every ``idle_timeout_s`` or less would otherwise keep a poll open
+  until ``max_records`` (10,000 messages a second apart: 2.8 hours); the messages after that
+  wait, unacknowledged, for the next poll;
+* a packet larger than ``max_message_bytes`` (``ingest.mqtt_max_message_bytes``) is refused
+  from its header, before its payload is read: paho-mqtt reads a whole packet into memory (and
+  the line is copied a few times), so a 200 MiB message took 1.1 GB of memory whatever
+  ``max_bytes`` said;
 * the broker's address must pass the node's source policy (every address its name resolves
   to, as for HTTP sources, :mod:`node.transfer.policy`); the client connects to the address
   that was checked.
@@ -48,12 +56,23 @@ from typing import Any, Final
 from coordinator.errors import FetchError, SourceUnreachable
 from node.transfer.policy import SourcePolicy
 
-__all__ = ["DEFAULT_IDLE_TIMEOUT_S", "DEFAULT_MAX_RECORDS", "MqttFetch", "fetch_mqtt"]
+__all__ = [
+    "DEFAULT_IDLE_TIMEOUT_S",
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_MAX_POLL_S",
+    "DEFAULT_MAX_RECORDS",
+    "MqttFetch",
+    "fetch_mqtt",
+]
 
 #: kamu's ``MqttSourceConfig.broker_idle_timeout_ms`` default.
 DEFAULT_IDLE_TIMEOUT_S: Final = 1.0
 #: kamu's ``SourceConfig.target_records_per_slice`` default.
 DEFAULT_MAX_RECORDS: Final = 10_000
+#: ``ingest.mqtt_max_message_bytes``: the largest MQTT packet read (docs/ingest-polling.md).
+DEFAULT_MAX_MESSAGE_BYTES: Final = 16 << 20
+#: ``ingest.mqtt_max_poll_s``: the longest one poll reads messages.
+DEFAULT_MAX_POLL_S: Final = 60.0
 #: How long the CONNACK and SUBACK may take.
 _HANDSHAKE_S: Final = 10.0
 #: One turn of the network loop (the idle timeout is checked between turns).
@@ -99,6 +118,8 @@ def fetch_mqtt(
     max_bytes: int,
     max_records: int = DEFAULT_MAX_RECORDS,
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    max_poll_s: float = DEFAULT_MAX_POLL_S,
     clock: Callable[[], float] = time.monotonic,
 ) -> MqttFetch:
     """Connect, subscribe if the session is new, and write the messages to ``target``.
@@ -110,14 +131,34 @@ def fetch_mqtt(
             refuses the connection (bad credentials: named) or drops it.
         SourceRefused: the policy refuses the broker's address.
         FetchError: a topic subscription is refused, a payload is not UTF-8 or is larger than
-            ``max_bytes``.
+            ``max_bytes``, a packet is larger than ``max_message_bytes``.
     """
     from paho.mqtt import client as mqtt
     from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 
     where = f"MQTT broker {host}:{port}"
     address = _checked_address(host, port, policy)
-    c = mqtt.Client(
+    oversized = [0]
+
+    class _BoundedClient(mqtt.Client):
+        """paho-mqtt's client, refusing a packet larger than ``max_message_bytes`` once its
+        header says so (the connection is dropped before the payload is read)."""
+
+        def _sock_recv(self, bufsize: int) -> bytes:
+            packet = self._in_packet
+            if packet["have_remaining"] and packet["remaining_length"] > max_message_bytes:
+                oversized[0] = int(packet["remaining_length"])
+                raise OSError(f"a packet of {oversized[0]:,} bytes")
+            return bytes(super()._sock_recv(bufsize))
+
+    def too_large() -> FetchError:
+        return FetchError(
+            f"{where}: a message of {oversized[0]:,} bytes is larger than "
+            f"ingest.mqtt_max_message_bytes ({max_message_bytes:,}); it stays in the broker's "
+            "session until that setting allows it or the session is cleared"
+        )
+
+    c = _BoundedClient(
         CallbackAPIVersion.VERSION2,
         client_id=client,
         clean_session=False,
@@ -182,6 +223,8 @@ def fetch_mqtt(
             if clock() > deadline:
                 raise SourceUnreachable(f"{where}: no answer {what} within {_HANDSHAKE_S:g} s")
             rc = c.loop(timeout=_TURN_S)
+            if oversized[0]:
+                raise too_large()
             if rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_AGAIN):
                 raise SourceUnreachable(f"{where}: {mqtt.error_string(rc)} {what}")
 
@@ -203,11 +246,18 @@ def fetch_mqtt(
                 for (path, _), granted in zip(topics, state["suback"], strict=False):
                     if granted.is_failure:
                         raise FetchError(f"{where}: subscription to {path[:200]!r} refused")
-            last_message[0] = clock()
+            last_message[0] = started = clock()
             while not stop and clock() - last_message[0] < idle_timeout_s:
+                if clock() - started >= max_poll_s:
+                    stop.append("")  # the rest waits, unacknowledged, for the next poll
+                    break
+                if oversized[0]:
+                    raise too_large()
                 if state["lost"] is not None:
                     raise SourceUnreachable(f"{where}: disconnected ({state['lost']})")
                 rc = c.loop(timeout=_TURN_S)
+                if oversized[0]:
+                    raise too_large()
                 if rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_AGAIN):
                     raise SourceUnreachable(f"{where}: {mqtt.error_string(rc)}")
             if stop and stop[0]:
