@@ -117,6 +117,10 @@ class _Source:
     """How two heads this source named within one poll relate (and the one's sequence number),
     judged once: a source that flips between two forks on every request costs one walk of
     the other chain, not one a poll (at most :data:`MAX_JUDGED` pairs are kept)."""
+    own: dict[Multihash, ObservationRecord] = field(default_factory=dict)
+    """The node's own stored observations of heads at this source (at most
+    :data:`MAX_JUDGED`): found without reading the source's newest observations, which
+    strangers' observations of the same source can fill."""
 
 
 class SourceFollower:
@@ -577,12 +581,18 @@ class SourceFollower:
     ) -> ObservationRecord | None:
         """Our stored observation of ``head`` at the source, signed (and gossiped) now if we
         have none among the newest (None for a local path: nothing to observe)."""
+        cached = src.own.get(head)
+        if cached is not None:
+            return cached
         text = head.to_multibase()
         did = src.did.as_did_str()
         for _ in range(2):
             mine = await self._state.observations(did, src.url, limit=50)
             found = next((o for o in mine if o.own and o.head == text), None)
             if found is not None:
+                if len(src.own) >= MAX_JUDGED:
+                    src.own.clear()
+                src.own[head] = found
                 return found
             if await self._observe(src, head, seq) is None:
                 return None
@@ -619,9 +629,9 @@ class SourceFollower:
         """Compare a peer's observation with our accepted head from the same source."""
         if src.head is None:
             return
-        did = src.did.as_did_str()
-        mine = await self._state.observations(did, src.url, limit=50)
-        ours = next((o for o in mine if o.own and o.head == src.head.to_multibase()), None)
+        # Ours by head, not among the source's newest observations: 50 strangers' observations
+        # of the same source pushed it out of those, and no fork was compared any more.
+        ours = await self._own_observation(src, src.head, src.sequence)
         if ours is None:
             return
         urls = [src.url, *_locations(theirs.envelope)]
