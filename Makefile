@@ -15,7 +15,7 @@ DATAFUSION_VERSIONS := 51.0.0 41.0.0
 ENGINES := $(VENV)/engines
 DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.installed)
 
-.PHONY: browser nftables test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-longrun bench-follow bench-follow-urls bench-hostile bench-evidence-flood bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-nat bench-decode fuzz p2p-vectors test-image image-inputs clean
+.PHONY: browser nftables test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-longrun bench-follow bench-follow-urls bench-hostile bench-hostile-flood bench-evidence-flood bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-nat bench-decode fuzz p2p-vectors test-image image-inputs clean
 
 setup: $(STAMP) $(DF_STAMPS)
 
@@ -169,6 +169,13 @@ bench-hostile: setup
 	$(BIN)/python tests/bench/bench_hostile.py
 	$(BIN)/python tests/bench/bench_hostile_inputs.py
 	$(BIN)/python tests/bench/bench_evidence_flood.py
+	$(BIN)/python tests/bench/bench_hostile_flood.py
+
+# Issue 39's acceptance shape on real daemons: 2,000 disputes from fresh keys, strangers' key
+# rotations and a trusted attester's dispute of a forged head, sent by eight libp2p hosts to a
+# light node (disputes/s accepted, node.status p50/p99, state.db bytes before/after).
+bench-hostile-flood: setup
+	$(BIN)/python tests/bench/bench_hostile_flood.py
 
 # state.db growth and forwarding under 20,000 disputes from one key and 2,000 from fresh keys,
 # without caps and with the default [storage] caps and [p2p] signer budget (docs/operations.md).
