@@ -69,3 +69,36 @@ def test_strangers_observations_do_not_hide_the_followers_own(tmp_path: Path) ->
     # The follower's own observation was found, not signed (and gossiped) again.
     own = [o for o in w.sync.observations(w.did.as_did_str(), limit=1000) if o.own]
     assert len(own) == 1
+
+
+def _longer_fork(w: World) -> tuple[Multihash, int]:
+    """The second follower's fork, one block longer than ours: ``base -> theirs -> theirs2``."""
+    from coordinator.metadata import encode_block
+
+    block = w.block("theirs2", w.theirs, w.base_seq + 2)
+    head = Multihash.sha3_256(encode_block(block))
+    w.source.blocks[head] = encode_block(block)
+    return head, w.base_seq + 2
+
+
+def test_a_longer_fork_is_read_from_the_source_and_recorded(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    _first_poll(w)
+    head, seq = _longer_fork(w)
+    sm, obs = _observation(w, 7, head, seq)
+    asyncio.run(w.follower.observed(sm, obs))  # type: ignore[arg-type]
+    (sv,) = w.sync.split_views()
+    assert {sv.first.head, sv.second.head} == {w.ours.to_multibase(), head.to_multibase()}
+    assert w.source.reads == 2  # theirs2, then theirs: down to our sequence number
+
+
+def test_a_longer_fork_served_nowhere_is_not_recorded(tmp_path: Path) -> None:
+    # The source serves this follower only its own chain, and the other follower names no
+    # HTTP location: the relation is unknown, and nothing is recorded (docs/follow.md).
+    w = World(tmp_path)
+    _first_poll(w)
+    head, seq = _longer_fork(w)
+    del w.source.blocks[head]
+    sm, obs = _observation(w, 7, head, seq)
+    asyncio.run(w.follower.observed(sm, obs))  # type: ignore[arg-type]
+    assert not w.sync.split_views()
