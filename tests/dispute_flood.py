@@ -120,6 +120,31 @@ def schedule(did: DatasetId, forged: Multihash) -> list[tuple[str, bytes]]:
     return out
 
 
+def storm(
+    did: DatasetId, head: Multihash, disputes: int, rotations: int
+) -> list[tuple[str, bytes]]:
+    """A rotation storm: ``disputes`` disputes of ``head`` by fresh keys, then a key rotation by
+    each of the first ``rotations`` of those keys (each makes the node re-evaluate the dataset
+    its key disputed), then C's dispute of ``head``."""
+    from p2p.transport import NODE_TOPIC, dataset_topic
+    from p2p.wire import KeyRotation, next_key_digest
+
+    topic = dataset_topic(did.as_multibase())
+    out = [(topic, dispute(sybil(n), did, head)) for n in range(disputes)]
+    for n in range(rotations):
+        new = generate_private_key(b"\xdb" + n.to_bytes(31, "big"))
+        after = generate_private_key(b"\xdc" + n.to_bytes(31, "big"))
+        record = KeyRotation.make(
+            sybil(n),
+            new,
+            time.time_ns(),
+            secrets.token_bytes(16),
+            next_key_digest(after.dataset_id()),
+        )
+        out.append((NODE_TOPIC, record.envelope))
+    return [*out, (topic, dispute(C, did, head))]
+
+
 async def run_hosts(addr: str, body: Callable[[list[Any]], Awaitable[None]]) -> None:
     """Start ``HOSTS`` libp2p hosts, connect them to ``addr``, run ``body`` on them, stop them."""
     from p2p.libp2p_host import Libp2pConfig, Libp2pTransport
@@ -159,11 +184,18 @@ def publish_all(addr: str, messages: list[tuple[str, bytes]]) -> float:
     return took
 
 
-def run(addr: str, did: str, head: str, *, attest_only: bool = False) -> dict[str, Any]:
-    """This module as a script in a child process (see the module docstring); its result."""
+def run(
+    addr: str, did: str, head: str, *, attest_only: bool = False, storm_of: str = ""
+) -> dict[str, Any]:
+    """This module as a script in a child process (see the module docstring); its result.
+    ``storm_of``: "DISPUTES,ROTATIONS" sends :func:`storm` instead of :func:`schedule`."""
     cmd = [sys.executable, str(Path(__file__).resolve()), addr, did, head]
+    if attest_only:
+        cmd.append("--attest-only")
+    if storm_of:
+        cmd += ["--storm", storm_of]
     out = subprocess.run(
-        [*cmd, "--attest-only"] if attest_only else cmd,
+        cmd,
         check=True,
         capture_output=True,
         text=True,
@@ -180,6 +212,7 @@ def main() -> None:
     p.add_argument(
         "--attest-only", action="store_true", help="A and B attest HEAD VERIFIED, nothing else"
     )
+    p.add_argument("--storm", default="", help="DISPUTES,ROTATIONS: a rotation storm instead")
     args = p.parse_args()
     did, head = DatasetId.parse(args.did), Multihash.from_multibase(args.head)
     if args.attest_only:
@@ -187,6 +220,9 @@ def main() -> None:
 
         topic = dataset_topic(did.as_multibase())
         messages = [(topic, attestation(k, did, head)) for k in (A, B)]
+    elif args.storm:
+        disputes, rotations = (int(x) for x in args.storm.split(","))
+        messages = storm(did, head, disputes, rotations)
     else:
         messages = schedule(did, head)
     took = publish_all(args.addr, messages)

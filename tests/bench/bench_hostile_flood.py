@@ -18,7 +18,14 @@ whether C's dispute holds after a restart, strangers' disputes and key rotations
 ``state.db`` bytes before and after (used pages, read through the WAL; and the file after the
 restart's checkpoint). About 70 s a run.
 
-Usage: .venv/bin/python tests/bench/bench_hostile_flood.py [--caps default,small] [--keep]
+Then (``--storm DISPUTES,ROTATIONS``, default 1100,400; on the default caps) a rotation storm:
+the honest head disputed by 1,100 fresh keys, then 400 of those keys rotate (each rotation makes
+the light node rebuild the dataset's policy from its stored evidence), then C disputes the
+head. Printed: how long after the storm was sent C's dispute was stored (it waits behind the
+rebuilds in the queue of gossip decisions), the rotations taken by then, and ``node.status``
+meanwhile.
+
+Usage: .venv/bin/python tests/bench/bench_hostile_flood.py [--caps default,small] [--storm D,R]
 """
 
 from __future__ import annotations
@@ -119,8 +126,8 @@ def _file_bytes(node: NodeProcess) -> int:
     )
 
 
-def run(name: str, work: Path) -> dict[str, Any]:
-    """One run of the shape with the ``[storage]`` caps ``CAPS[name]``; its figures."""
+def _nodes(work: Path, storage: dict[str, int]) -> tuple[NodeProcess, NodeProcess]:
+    """The owner and the light node (quorum, k = 2 of A, B, C, no replay), initialised."""
     owner = NodeProcess(work / "owner", "owner", config=BASE)
     light = NodeProcess(
         work / "light",
@@ -128,7 +135,7 @@ def run(name: str, work: Path) -> dict[str, Any]:
         config={
             **BASE,
             "pipeline": {"replay": False},
-            "storage": dict(CAPS[name]),
+            "storage": dict(storage),
             "trust": {
                 "policy": "quorum",
                 "k": 2,
@@ -140,6 +147,82 @@ def run(name: str, work: Path) -> dict[str, Any]:
     )
     owner.init()
     light.init()
+    return owner, light
+
+
+def _sampled(light: NodeProcess, body: Any) -> tuple[Any, list[float]]:
+    """``body()``'s result and the sorted latencies of ``node.status`` every 100 ms meanwhile."""
+    latencies: list[float] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            t = time.perf_counter()
+            light.call("node.status", timeout=60)
+            latencies.append(time.perf_counter() - t)
+            done.wait(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        out = body()
+    finally:
+        done.set()
+        sampler.join(90)
+    return out, sorted(latencies)
+
+
+def run_storm(work: Path, disputes: int, rotations: int) -> dict[str, Any]:
+    """The rotation storm (default caps): ``disputes`` disputes of the followed head by fresh
+    keys, a key rotation by each of the first ``rotations`` of those keys, then C's
+    dispute; how long the light node took to store C's dispute after the storm was sent, the
+    rotations it had taken by then, and ``node.status`` meanwhile."""
+    owner, light = _nodes(work, {})
+    try:
+        for n in (owner, light):
+            n.launch()
+        for n in (owner, light):
+            n.wait_ready(120)
+        csv = work / "1.csv"
+        csv.write_text(CSV1)
+        dids, honest = owner.create_and_transform(SNAPSHOTS, csv)
+        did = dids["big-cities"]
+        light.call("peers.connect", multiaddr=owner.call("node.status")["p2p"]["listen_addrs"][0])
+        light.call("subscriptions.add", did=did)
+        light.wait_for("the head", lambda: _row(light, did)["accepted_head"] == honest, 120)
+        addr = light.call("node.status")["p2p"]["listen_addrs"][0]
+        c_id = flood.C.dataset_id().as_did_key()
+
+        def body() -> tuple[dict[str, Any], float | None, int]:
+            sent = flood.run(addr, did, honest, storm_of=f"{disputes},{rotations}")
+            end = time.monotonic()
+            while time.monotonic() - end < 300:
+                stored = light.call("disputes.list", did=did, limit=1000)
+                if any(x["signer"] == c_id for x in stored):
+                    taken = len(light.call("node.events", kind="node.key_rotated", limit=1000))
+                    return sent, time.monotonic() - end, taken
+                time.sleep(0.5)
+            return sent, None, len(light.call("node.events", kind="node.key_rotated", limit=1000))
+
+        (sent, c_after_s, taken), latencies = _sampled(light, body)
+        return {
+            "sent": sent["messages"],
+            "flood_s": round(sent["took_s"], 1),
+            "c_stored_after_s": None if c_after_s is None else round(c_after_s, 1),
+            "rotations_taken": taken,
+            "status_p50_ms": round(1000 * latencies[len(latencies) // 2]),
+            "status_p99_ms": round(1000 * latencies[int(0.99 * (len(latencies) - 1))]),
+            "status_max_ms": round(1000 * latencies[-1]),
+            "status_over_250ms": sum(x > 0.25 for x in latencies),
+        }
+    finally:
+        for n in (owner, light):
+            n.stop()
+
+
+def run(name: str, work: Path) -> dict[str, Any]:
+    """One run of the shape with the ``[storage]`` caps ``CAPS[name]``; its figures."""
+    owner, light = _nodes(work, CAPS[name])
     try:
         for n in (owner, light):
             n.launch()
@@ -236,6 +319,11 @@ def run(name: str, work: Path) -> dict[str, Any]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--caps", default="default,small", help="comma list of: default, small")
+    p.add_argument(
+        "--storm",
+        default="1100,400",
+        help="DISPUTES,ROTATIONS of the rotation storm (default 1100,400); empty: none",
+    )
     p.add_argument("--keep", action="store_true", help="keep the work directory (daemon logs)")
     args = p.parse_args()
     if os.environ.get("ODF_HOSTILE_IN_NETNS") != "1":
@@ -266,6 +354,18 @@ def main() -> None:
                 flush=True,
             )
             failed |= r["forged_ever_trusted"] or not r["disputed_by_C_after_restart"]
+        if args.storm:
+            d, n = (int(x) for x in args.storm.split(","))
+            r = run_storm(work / "storm", d, n)
+            print(
+                f"rotation storm: {d} disputes of the followed head by fresh keys, then {n} of"
+                f" those keys rotate, then C disputes it: {r['sent']} messages in {r['flood_s']} s;"
+                f" C's dispute stored {r['c_stored_after_s']} s after the storm was sent"
+                f" ({r['rotations_taken']} rotations taken by then); node.status"
+                f" p50 {r['status_p50_ms']} ms p99 {r['status_p99_ms']} ms max {r['status_max_ms']}"
+                f" ms, {r['status_over_250ms']} samples over 250 ms",
+                flush=True,
+            )
     finally:
         if args.keep:
             print(f"work directory: {work}")
