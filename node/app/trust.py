@@ -31,8 +31,10 @@ and a head is not trusted twice. The disputes are read block by block (the block
 accepted head's chain that others disputed), each trusted attester's in full, so no number of
 strangers' disputes can push a trusted one out of a rebuild. A node key rotation or revocation
 rebuilds only the datasets that the keys it names signed evidence of
-(:meth:`TrustDriver.identities_changed`): a stranger's rotation between two fresh keys costs an
-index lookup, not a rebuild of every policy.
+(:meth:`TrustDriver.identities_changed`), and of those only the ones whose decisions a named
+key can move (a listed attester, one with an earned reputation, or anyone under
+``any_attester`` or a ``reputation`` base weight): a stranger's rotation, even by a key that
+disputed a followed head, costs an index lookup, not a rebuild.
 
 What a dispute costs (issue 39): the policy's work is O(1) in the number of earlier disputes
 (``p2p/trust.py``), the persisted record names the trusted disputers and at most
@@ -109,6 +111,20 @@ DID_KEY_CACHE = 8192
 @functools.lru_cache(maxsize=DID_KEY_CACHE)
 def _did_key(node: DatasetId) -> str:
     return node.as_did_key()
+
+
+def _counts_any(policy: TrustPolicy, keys: set[DatasetId]) -> bool:
+    """Whether evidence signed by any of ``keys`` can move ``policy``'s decisions: a key whose
+    attestations count or whose disputes block (a listed attester, or under ``any_attester``
+    or a ``reputation`` base weight everyone), or one with an earned reputation. Only then
+    does a rotation or revocation naming those keys change what the policy decides; a
+    strangers' rotation under a quorum of listed attesters changes nothing it decides, and
+    rebuilding for it let a storm of fresh keys' rotations (each ~150 ms over 1,500 stored
+    disputes) hold the serial queue of gossip decisions for a minute."""
+    listed = policy.config.trusted_attesters
+    return any(
+        k in listed or policy.is_trusted_attester(k) or policy.reputation(k) != 0 for k in keys
+    )
 
 
 def keys_named(record: KeyRotation | KeyRevocation) -> tuple[DatasetId, ...]:
@@ -242,7 +258,8 @@ class TrustDriver:
         touched = await self._state.datasets_signed_by(sorted(_did_key(k) for k in keys))
         for text in touched:
             did = DatasetId.parse(text)
-            if did in self._policies:
+            policy = self._policies.get(did)
+            if policy is not None and _counts_any(policy, keys):
                 await self.configure(did)
 
     async def restore(self) -> None:

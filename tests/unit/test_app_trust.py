@@ -597,6 +597,39 @@ def test_an_identity_change_rebuilds_only_the_datasets_its_keys_signed_for() -> 
     _run(scenario)
 
 
+def test_a_strangers_rotation_rebuilds_nothing_its_keys_cannot_move() -> None:
+    """A storm of rotations by fresh keys that had disputed a followed head rebuilt the
+    dataset's policy once per rotation (~150 ms each over 1,500 stored disputes), in the serial
+    queue of gossip decisions: a trusted attester's dispute behind 400 of them was stored
+    50-60 s late. Under a quorum of listed attesters a stranger's key moves no decision."""
+
+    async def scenario() -> None:
+        n = _Node(_quorum(can_replay=False))
+        await n.state.subscribe(DID)
+        await n.driver.restore()
+        await n.accept(H1)
+        await _stored_dispute(n, H1, _stranger(7), b"d-7")
+        await n.state.add_attestation(
+            DID, H1.to_multibase(), "verified", A.as_did_key(), b"att-a", False
+        )
+        rebuilt: list[DatasetId] = []
+        configure = n.driver.configure
+
+        async def spy(did: DatasetId) -> None:
+            rebuilt.append(did)
+            await configure(did)
+
+        n.driver.configure = spy  # type: ignore[method-assign]
+        n.driver.identities.add_rotation(_stranger(7), _stranger(8))
+        await n.driver.identities_changed(_stranger(7), _stranger(8))
+        assert rebuilt == []  # it signed a dispute of OWNER's head, but counts for nothing
+        n.driver.identities.add_rotation(A, _stranger(9))
+        await n.driver.identities_changed(A, _stranger(9))
+        assert rebuilt == [OWNER]  # a listed attester's rotation is re-evaluated
+
+    _run(scenario)
+
+
 def keys_named_of_rotation(old: DatasetId, new: DatasetId) -> tuple[DatasetId, ...]:
     """:func:`node.app.trust.keys_named` of a rotation record ``old`` -> ``new``."""
     from node.app.trust import keys_named
