@@ -164,11 +164,13 @@ bench-longrun: setup
 
 # One daemon fed every hostile case (RPC, pulls, gossip) while node.status is sampled every
 # 100 ms: must answer within 250 ms throughout and never restart (isolates itself); then the
-# dispute flood of bench-evidence-flood.
+# dispute flood of bench-evidence-flood, the trust driver's cost per dispute (bench_dispute_cost.py) and
+# bench-hostile-flood.
 bench-hostile: setup
 	$(BIN)/python tests/bench/bench_hostile.py
 	$(BIN)/python tests/bench/bench_hostile_inputs.py
 	$(BIN)/python tests/bench/bench_evidence_flood.py
+	$(BIN)/python tests/bench/bench_dispute_cost.py 2000
 	$(BIN)/python tests/bench/bench_hostile_flood.py
 
 # Issue 39's acceptance shape on real daemons: 2,000 disputes from fresh keys, strangers' key
