@@ -138,6 +138,21 @@ def timings(db: Path) -> dict[int, float]:
     return took
 
 
+def evidence_recount(conn: sqlite3.Connection) -> dict[tuple[str, str], int]:
+    """What migration 11's ``evidence_counts`` must hold: strangers' rows (not own, not kept)
+    per table in total ('*'), per dataset and per signer; key records in total."""
+    out: dict[tuple[str, str], int] = {}
+    for t in ("attestations", "disputes"):
+        for scope in ("'*'", "did", "signer"):
+            q = f"SELECT {scope}, count(*) FROM {t} WHERE own = 0 AND kept = 0 GROUP BY {scope}"
+            out.update(((t, str(k)), n) for k, n in conn.execute(q) if n)
+    for t in ("key_rotations", "key_revocations"):
+        (n,) = conn.execute(f"SELECT count(*) FROM {t} WHERE kept = 0").fetchone()
+        if n:
+            out[(t, "*")] = n
+    return out
+
+
 def test_sigkill_during_migrations_leaves_a_usable_home(bulky_v1: Path, tmp_path: Path) -> None:
     refs = reference_schemas(tmp_path)
     base_counts = counts(sqlite3.connect(bulky_v1))
@@ -182,11 +197,22 @@ def test_sigkill_during_migrations_leaves_a_usable_home(bulky_v1: Path, tmp_path
             after = counts(st.conn)
             # Every v1 table keeps its rows; the tables later migrations add start empty.
             kept = {t: n for t, n in after.items() if t in base_counts}
-            added = {t: n for t, n in after.items() if t not in base_counts}
+            # evidence_counts is derived (migration 11 counts the strangers' rows already
+            # stored): it must agree with a recount of those rows, not be empty.
+            added = {
+                t: n for t, n in after.items() if t not in base_counts and t != "evidence_counts"
+            }
             if schema_version(st.conn) != LATEST_VERSION or kept != base_counts:
                 problems.append("the re-run migration lost data")
             if any(added.values()):
                 problems.append(f"rows in the tables added since v1: {added}")
+            stored = dict(
+                ((t, scope), n)
+                for t, scope, n in st.conn.execute("SELECT tbl, scope, n FROM evidence_counts")
+                if n
+            )
+            if stored != evidence_recount(st.conn):
+                problems.append(f"evidence_counts {stored} != {evidence_recount(st.conn)}")
         if problems:
             broken.append(f"trial {trial} (killed in migration {target}): {problems}")
     print(f"\n{TRIALS} kills, {inside} inside a migration's statements; timings {took}")

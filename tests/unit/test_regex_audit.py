@@ -538,8 +538,14 @@ def cpu_seconds(fn: Callable[[], object]) -> float:
 def assert_linear(what: str, max_size: int, run: Callable[[int], float]) -> None:
     """``run(size)`` (CPU seconds) within the linear budget at every rung of :func:`sizes`."""
     for size in sizes(max_size):
-        took = run(size)
         budget = BUDGET_S_PER_MIB * size / (1 << 20) + SLACK_S
+        # Over budget, the least of three runs decides: a backtracking regex is slow every
+        # time, while a garbage collection or a descheduled core on a loaded machine lands on
+        # one run (a linear header parser once took 0.041 s for 4,096 characters with the
+        # suite beside it).
+        took = run(size)
+        if took > budget:
+            took = min(took, run(size), run(size))
         assert took <= budget, (
             f"{what}: {took:.3f} s of CPU for {size:,} characters, over the linear budget of "
             f"{budget:.3f} s ({BUDGET_S_PER_MIB} s per MiB): super-linear backtracking?"
