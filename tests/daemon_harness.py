@@ -46,6 +46,29 @@ content:
 """The root dataset the daemon tests publish (``cities``), ending with a document separator so
 that a test appends its derivative's snapshot."""
 
+BIG_CITIES_DF_SNAPSHOTS = (
+    CITIES_SNAPSHOT
+    + """\
+kind: DatasetSnapshot
+version: 1
+content:
+  name: big-cities
+  kind: Derivative
+  metadata:
+    - kind: SetTransform
+      inputs:
+        - datasetRef: cities
+      transform:
+        kind: Sql
+        engine: datafusion
+        query: |
+          SELECT op, event_time, city, population * 2 AS pop2
+          FROM cities WHERE population > 100
+"""
+)
+"""``cities`` and a DataFusion derivative of it, ``big-cities`` (the trust and key-rotation
+tests: a light node trusts or disputes its heads)."""
+
 TEST_CONFIG: dict[str, dict[str, Any]] = {
     "rpc": {"port": 0},
     "http": {"port": 0},

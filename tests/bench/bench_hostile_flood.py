@@ -48,33 +48,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import dispute_flood as flood  # noqa: E402
-from daemon_harness import CITIES_SNAPSHOT, NodeProcess, forge_next_step  # noqa: E402
+from daemon_harness import BIG_CITIES_DF_SNAPSHOTS, NodeProcess, forge_next_step  # noqa: E402
 
 CAPS: dict[str, dict[str, int]] = {
     "default": {},
     "small": {"evidence_per_dataset": 250, "key_records_max": 16},
 }
 BASE: dict[str, dict[str, Any]] = {"ipfs": {"mode": "none"}, "p2p": {"discovery": False}}
-SNAPSHOTS = (
-    CITIES_SNAPSHOT
-    + """\
-kind: DatasetSnapshot
-version: 1
-content:
-  name: big-cities
-  kind: Derivative
-  metadata:
-    - kind: SetTransform
-      inputs:
-        - datasetRef: cities
-      transform:
-        kind: Sql
-        engine: datafusion
-        query: |
-          SELECT op, event_time, city, population * 2 AS pop2
-          FROM cities WHERE population > 100
-"""
-)
+SNAPSHOTS = BIG_CITIES_DF_SNAPSHOTS
 CSV1 = "event_time,city,population\n2020-01-01T00:00:00Z,A,1000\n2020-01-02T00:00:00Z,B,20\n"
 CSV2 = "event_time,city,population\n2020-01-03T00:00:00Z,C,3000\n"
 

@@ -26,33 +26,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_harness import CITIES_SNAPSHOT, NodeProcess, _cmdline, descendants, forge_next_step
+from daemon_harness import (
+    BIG_CITIES_DF_SNAPSHOTS,
+    NodeProcess,
+    _cmdline,
+    descendants,
+    forge_next_step,
+)
 from netns import require_loopback_only
 
 from coordinator.transform.engines import DATAFUSION_VERSIONS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
-SNAPSHOTS = (
-    CITIES_SNAPSHOT
-    + """\
-kind: DatasetSnapshot
-version: 1
-content:
-  name: big-cities
-  kind: Derivative
-  metadata:
-    - kind: SetTransform
-      inputs:
-        - datasetRef: cities
-      transform:
-        kind: Sql
-        engine: datafusion
-        query: |
-          SELECT op, event_time, city, population * 2 AS pop2
-          FROM cities WHERE population > 100
-"""
-)
+SNAPSHOTS = BIG_CITIES_DF_SNAPSHOTS
 CSV1 = "event_time,city,population\n2020-01-01T00:00:00Z,A,1000\n2020-01-02T00:00:00Z,B,20\n"
 CSV2 = "event_time,city,population\n2020-01-03T00:00:00Z,C,3000\n"
 CSV3 = "event_time,city,population\n2020-01-04T00:00:00Z,D,4000\n"

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_harness import CITIES_SNAPSHOT, NodeProcess
+from daemon_harness import BIG_CITIES_DF_SNAPSHOTS, NodeProcess
 
 from coordinator.identity import PrivateKey, generate_private_key
 from coordinator.multiformats import Multicodec, Multihash
@@ -33,26 +33,7 @@ from coordinator.multiformats import Multicodec, Multihash
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 BASE = {"ipfs": {"mode": "none"}, "p2p": {"discovery": False}}
-SNAPSHOTS = (
-    CITIES_SNAPSHOT
-    + """\
-kind: DatasetSnapshot
-version: 1
-content:
-  name: big-cities
-  kind: Derivative
-  metadata:
-    - kind: SetTransform
-      inputs:
-        - datasetRef: cities
-      transform:
-        kind: Sql
-        engine: datafusion
-        query: |
-          SELECT op, event_time, city, population * 2 AS pop2
-          FROM cities WHERE population > 100
-"""
-)
+SNAPSHOTS = BIG_CITIES_DF_SNAPSHOTS
 CSV = "event_time,city,population\n2020-01-01T00:00:00Z,A,1000\n2020-01-02T00:00:00Z,B,20\n"
 A, B, C = (generate_private_key(bytes([0x61 + i]) * 32) for i in range(3))
 FLOOD = 1400
