@@ -275,6 +275,28 @@ class MetadataSection:
 
 
 @dataclass(frozen=True, slots=True)
+class QuerySection:
+    """``[query]``: reading verified data (SQL, tail, export, the HTTP data API, Flight SQL).
+
+    Every query runs in the transform sandbox, in a worker process the node kills at
+    ``deadline_s``; the caps bound what one answer may hold and what one client may run at once.
+    """
+
+    public: bool
+    deadline_s: float
+    memory_bytes: int
+    max_rows: int
+    max_bytes: int
+    max_sql_bytes: int
+    concurrency_per_client: int
+    concurrency_total: int
+    warm_workers: int
+    flight_sql_enabled: bool
+    flight_sql_host: str
+    flight_sql_port: int
+
+
+@dataclass(frozen=True, slots=True)
 class NodeConfig:
     """The whole validated configuration."""
 
@@ -294,6 +316,7 @@ class NodeConfig:
     trust: TrustSection
     health: HealthSection
     storage: StorageSection
+    query: QuerySection
 
     def trust_config(self) -> TrustConfig:
         """The validated default trust policy; ``can_replay`` is ``[pipeline] replay``.
@@ -335,6 +358,7 @@ _SECTION_TYPES = {
     "trust": TrustSection,
     "health": HealthSection,
     "storage": StorageSection,
+    "query": QuerySection,
 }
 
 _CHOICES: dict[tuple[str, str], frozenset[str]] = {
@@ -463,6 +487,17 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError(
             "engine.driver_host is set (a cluster's executors connect to the driver) but "
             "engine.isolate_network = true takes the driver's network away"
+        )
+    q = cfg.query
+    if not 0 <= q.flight_sql_port <= 65535:
+        raise ConfigError(f"query.flight_sql_port: {q.flight_sql_port} is not a TCP port")
+    if q.deadline_s <= 0 or min(q.memory_bytes, q.max_rows, q.max_bytes, q.max_sql_bytes) < 1:
+        raise ConfigError(
+            "query: need deadline_s > 0 and memory_bytes, max_rows, max_bytes, max_sql_bytes >= 1"
+        )
+    if min(q.concurrency_per_client, q.concurrency_total) < 1 or q.warm_workers < 0:
+        raise ConfigError(
+            "query: need concurrency_per_client >= 1, concurrency_total >= 1, warm_workers >= 0"
         )
     if cfg.metadata.block_version not in (2, 3):
         raise ConfigError(f"metadata.block_version: {cfg.metadata.block_version} is not 2 or 3")

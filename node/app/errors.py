@@ -36,4 +36,56 @@ class Unavailable(OdfNodeError):
     rpc_code = UNAVAILABLE
 
 
-__all__ = ["InvalidArgument", "NotOwner", "RetryLater", "Unavailable", "UntrustedInput"]
+class QueryError(OdfNodeError):
+    """A query over the node's data cannot be answered (the subclasses say why)."""
+
+    rpc_code = INVALID_INPUT
+
+
+class QueryRejected(QueryError):
+    """The sandbox refused the SQL (reads a file, calls a disallowed function, writes, is
+    too long...); ``reason`` says what."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class QueryDeadlineExceeded(QueryError):
+    """The query ran past ``[query] deadline_s`` and its worker was killed."""
+
+    rpc_code = UNAVAILABLE
+
+
+class QueryTooLarge(QueryError):
+    """The answer is over ``[query] max_rows`` / ``max_bytes`` or the query needed more than
+    ``[query] memory_bytes``: narrow it or page with ``skip``/``limit``."""
+
+
+class QueryBusy(QueryError):
+    """The client already runs ``[query] concurrency_per_client`` queries (or the node
+    ``concurrency_total``): retry when one finishes."""
+
+    rpc_code = UNAVAILABLE
+
+
+class HeadNotTrusted(QueryError):
+    """The dataset has no trusted head yet (docs/trust.md); ``--untrusted`` (``untrusted``)
+    reads the accepted head instead and says so."""
+
+    rpc_code = CONFLICT
+
+
+__all__ = [
+    "HeadNotTrusted",
+    "InvalidArgument",
+    "NotOwner",
+    "QueryBusy",
+    "QueryDeadlineExceeded",
+    "QueryError",
+    "QueryRejected",
+    "QueryTooLarge",
+    "RetryLater",
+    "Unavailable",
+    "UntrustedInput",
+]

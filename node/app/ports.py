@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
@@ -48,6 +48,9 @@ from node.app.rows import (
     WorkState,
 )
 from p2p.core import PublishAttestation, PublishDispute
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # not imported at the daemon's start
 
 Clock = Callable[[], int]
 """Nanoseconds since the Unix epoch (``time.time_ns`` in production, virtual in tests)."""
@@ -645,3 +648,51 @@ __all__ = [
     "TransferPort",
     "VerificationVerdict",
 ]
+
+
+# ---- reading verified data (docs/query.md)
+
+QueryDialect = Literal["datafusion", "spark"]
+"""The engine a query runs on: DataFusion (the default) or the node's Spark worker."""
+
+
+@dataclass(frozen=True)
+class QueryTable:
+    """One dataset as a table of a query: the name SQL uses (its alias, or its DID) and the
+    data files of the head being read, oldest first (absolute paths of parquet parts)."""
+
+    name: str
+    did: str
+    head: str | None
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class QueryLimits:
+    """What one query may use (``[query]``): the worker is killed at ``deadline_s``; the
+    answer holds at most ``max_rows`` rows and ``max_bytes`` bytes."""
+
+    deadline_s: float
+    memory_bytes: int
+    max_rows: int
+    max_bytes: int
+
+
+class QueryEnginePort(Protocol):
+    """Runs one read-only SQL statement over the given tables, in the transform sandbox and in a
+    process of its own (a sandbox refusal, an overrun or a failure is a
+    :class:`~node.app.errors.QueryError` subclass naming the setting)."""
+
+    async def query(
+        self,
+        sql: str,
+        tables: Sequence[QueryTable],
+        limits: QueryLimits,
+        dialect: QueryDialect = "datafusion",
+    ) -> pa.Table:
+        """The whole answer (at most ``limits.max_rows`` rows) as an Arrow table."""
+        ...
+
+    async def close(self) -> None:
+        """Stop the workers (a running query is killed)."""
+        ...
