@@ -689,8 +689,12 @@ class QueryEnginePort(Protocol):
         tables: Sequence[QueryTable],
         limits: QueryLimits,
         dialect: QueryDialect = "datafusion",
+        *,
+        skip: int = 0,
+        limit: int | None = None,
     ) -> pa.Table:
-        """The whole answer (at most ``limits.max_rows`` rows) as an Arrow table."""
+        """The answer's rows ``skip`` .. ``skip + limit`` (at most ``limits.max_rows``; more is
+        :class:`~node.app.errors.QueryTooLarge`) as an Arrow table."""
         ...
 
     async def close(self) -> None:
