@@ -64,6 +64,8 @@ class NodeInfo:
     started_at_ns: int = 0
     rpc_url: str | None = None
     http_url: str | None = None
+    flight_sql_url: str | None = None
+    """Where the Arrow Flight SQL server listens (``grpc://host:port``; None: not running)."""
     config: dict[str, Any] = field(default_factory=dict)
     warnings: list[dict[str, Any]] = field(default_factory=list)
     """Reachability problems found at start (``status``' ``warnings``)."""
@@ -143,6 +145,7 @@ class Application:
             ),
             rpc_url=info.rpc_url,
             http_url=info.http_url,
+            flight_sql_url=info.flight_sql_url,
             p2p={
                 "peer_id": self.gossip.peer_id(),
                 "listen_addrs": list(self.gossip.listen_addrs()),

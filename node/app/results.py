@@ -396,6 +396,9 @@ class NodeStatus(_Json):
     work: dict[str, int]
     running_work: int
     warnings: list[JsonObject] = field(default_factory=list)
+    flight_sql_url: str | None = None
+    """The Arrow Flight SQL server's ``grpc://host:port`` (``[query] flight_sql_*``; None: off
+    or no daemon); ``kamu.connect`` and the ADBC Flight SQL driver take it (docs/query.md)."""
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,8 @@ class Daemon:
     _service: Any = field(default=None, init=False)
     _discovery: Any = field(default=None, init=False)
     _http_runner: Any = field(default=None, init=False)
+    _flight_sql: Any = field(default=None, init=False)
+    _flight_sql_thread: Any = field(default=None, init=False)
     _rpc: Any = field(default=None, init=False)
     _threaded: ThreadedState | None = field(default=None, init=False)
     stopping: bool = field(default=False, init=False)
@@ -215,6 +217,9 @@ class Daemon:
         g.add(FunctionService("pipeline", self._start_pipeline, _noop))
         if self.config.http.enabled:
             g.add(FunctionService("http", self._start_http, self._stop_http))
+        if self.config.query.flight_sql_enabled:
+            # After the application (stopped before it): its calls run Application.data.
+            g.add(FunctionService("flight-sql", self._start_flight_sql, self._stop_flight_sql))
         g.add(FunctionService("rpc", self._start_rpc, self._stop_rpc))
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -1057,6 +1062,40 @@ class Daemon:
 
     async def _stop_http(self) -> None:
         await self._http_runner.cleanup()
+
+    # ---- Arrow Flight SQL (node/transfer/flight_sql.py, docs/query.md)
+
+    async def _start_flight_sql(self) -> None:
+        from node.transfer.flight_sql import FlightSqlServer, start_in_thread
+
+        q = self.config.query
+        data = getattr(self.app, "data", None)  # Application.data (issue 40) may not be wired
+        if data is None:
+            log.warning("flight-sql: the application has no data use case; not serving")
+            return
+        port = 0 if self.ephemeral else q.flight_sql_port
+        loop = asyncio.get_running_loop()
+        # gRPC binds and serves on its own threads; every call hands its query to this loop.
+        self._flight_sql = await asyncio.to_thread(
+            FlightSqlServer,
+            data,
+            loop,
+            host=q.flight_sql_host,
+            port=port,
+            public=q.public,
+            concurrency_per_client=q.concurrency_per_client,
+            deadline_s=q.deadline_s,
+        )
+        self._flight_sql_thread = start_in_thread(self._flight_sql)
+        self.info.flight_sql_url = self._flight_sql.url
+
+    async def _stop_flight_sql(self) -> None:
+        from node.transfer.flight_sql import stop
+
+        if self._flight_sql is not None:
+            # Waits for running calls, whose queries need this loop: off the loop.
+            await asyncio.to_thread(stop, self._flight_sql, self._flight_sql_thread)
+            self.info.flight_sql_url = None
 
     # ---- RPC
 
