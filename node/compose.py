@@ -39,6 +39,7 @@ from node.app.flows import FlowUseCases
 from node.app.metrics import NodeMetrics
 from node.app.ports import EnginePort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
+from node.app.query_proofs import CommitmentSigner
 from node.app.subscriptions import SubscriptionUseCases
 from node.app.verify import VerifyPipeline
 from node.app.work import RetryPolicy, WorkRunner
@@ -243,6 +244,7 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
         backup_port=HomeBackup(home.path),
         # Triggers are set and listed here; only a daemon runs them.
         flows=FlowUseCases(repo, ports, time.time_ns, datasets),
+        query_signer=CommitmentSigner(key.dataset_id().as_did_key(), key.sign),
     )
     try:
         yield app

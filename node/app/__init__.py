@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from coordinator.storage.repository import DatasetRepository
@@ -45,6 +46,8 @@ from node.app.ports import (
 )
 from node.app.publish import PublishPipeline
 from node.app.queries import NodeQueries
+from node.app.query_api import ApiSettings, QueryApi
+from node.app.query_proofs import CommitmentSigner
 from node.app.results import BackupResult, NodeStatus
 from node.app.subscriptions import SubscriptionUseCases
 from node.app.verify import VerifyPipeline
@@ -98,6 +101,8 @@ class Application:
     events: EventSink | None = None
     backup_port: BackupPort | None = None
     flows: FlowUseCases | None = None
+    query_signer: CommitmentSigner | None = None
+    """Signs the HTTP data API's query commitments with the node key (None: no proofs)."""
 
     async def backup(self, file: str, datasets: bool = False) -> BackupResult:
         """Write a backup of the node to ``file`` (an absolute path; never over a file).
@@ -121,6 +126,24 @@ class Application:
     def exports(self) -> AttestationExport:
         """The node's attestations and disputes as in-toto/DSSE envelopes, and their check."""
         return AttestationExport(self.state, self.repo, self.verify.node_id, self.verify.seal)
+
+    @cached_property
+    def query_api(self) -> QueryApi:
+        """kamu's HTTP data API over :attr:`data` (``/query``, ``/verify``, tail, metadata),
+        one per node: it holds the per-client query slots (``node/app/query_api.py``)."""
+        data = getattr(self, "data", None)
+        if data is None:
+            raise Unavailable("the verified-data reader (Application.data) is not wired")
+        exports = self.exports
+        return QueryApi(
+            data,
+            self.repo,
+            self.query_signer,
+            ApiSettings.from_config(self.info.config.get("query", {})),
+            attestations=lambda did, block: exports.attestations(
+                did, block, limit=1000, received=True
+            ),
+        )
 
     async def status(self) -> NodeStatus:
         """Identity, uptime, addresses, counts and queue depths (``None``: not running)."""

@@ -49,6 +49,7 @@ from node.app.keys import NodeKeyRecords
 from node.app.metrics import NodeMetrics
 from node.app.ports import GossipPort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
+from node.app.query_proofs import CommitmentSigner
 from node.app.subscriptions import SubscriptionUseCases
 from node.app.trust import TrustDriver
 from node.app.verify import VerifyPipeline
@@ -563,6 +564,7 @@ class Daemon:
             events=self.events,
             backup_port=HomeBackup(self.home.path),
             flows=flows,
+            query_signer=CommitmentSigner(self.node_id, self.node_key.sign),
         )
 
     def _stored_head(self, did: DatasetId) -> Multihash | None:
@@ -986,12 +988,20 @@ class Daemon:
     async def _start_http(self) -> None:
         from aiohttp import web
 
+        from node.transfer.data_api import add_routes as add_data_api
         from node.transfer.server import make_app
 
         app = make_app(self.repo, served_head=self._served_head)
         app.router.add_get("/metrics", self._metrics_handler)
         app.router.add_get("/healthz", self._healthz_handler)
         app.router.add_get("/readyz", self._readyz_handler)
+        # kamu's data API (/query, /verify, /{dataset}/tail, /{dataset}/metadata).
+        add_data_api(
+            app,
+            lambda: self.app.query_api,
+            public=self.config.query.public,
+            max_sql_bytes=self.config.query.max_sql_bytes,
+        )
         # keepalive_timeout also bounds a connection that never completes its request headers.
         self._http_runner = web.AppRunner(
             app, access_log=None, keepalive_timeout=self.config.http.idle_timeout_s
