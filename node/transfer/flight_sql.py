@@ -32,7 +32,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import ipaddress
+import logging
 import secrets
 import threading
 import time
@@ -47,7 +49,13 @@ import pyarrow.flight as fl
 import pyarrow.parquet as pq
 
 from coordinator.errors import OdfNodeError
-from node.app.errors import QueryBusy, QueryDeadlineExceeded, QueryError
+from node.app.errors import (
+    HeadNotTrusted,
+    QueryBusy,
+    QueryDeadlineExceeded,
+    QueryError,
+    QueryRejected,
+)
 from node.app.ports import QueryTable
 
 CATALOG = "kamu"
@@ -57,6 +65,8 @@ TABLE_TYPE = "TABLE"
 UNTRUSTED_HEADER = "x-odf-untrusted"
 """A call header (``true``) that reads untrusted heads, as ``--untrusted`` does; ADBC sets it
 with the option ``adbc.flight.sql.rpc.call_header.x-odf-untrusted``."""
+
+log = logging.getLogger(__name__)
 
 _SQL_PREFIX = "type.googleapis.com/arrow.flight.protocol.sql."
 _RESULT_TTL_S = 300.0
@@ -426,17 +436,46 @@ def flight_error(e: BaseException) -> Exception:
     """The Flight error a client sees for a use case's error (its message kept)."""
     msg = str(e) or type(e).__name__
     err: Exception
+    # Flight errors only: any other exception (pa.ArrowInvalid too) reaches the client with the
+    # server's Python traceback in its detail.
     if isinstance(e, QueryDeadlineExceeded):
         err = fl.FlightTimedOutError(msg)
     elif isinstance(e, QueryBusy):
         err = fl.FlightUnavailableError(msg)
+    elif isinstance(e, (QueryRejected, HeadNotTrusted)):
+        # What the sandbox or the trust rules do not permit: PERMISSION_DENIED (ADBC raises
+        # ProgrammingError), with the reason.
+        err = fl.FlightUnauthorizedError(f"{type(e).__name__}: {msg}")
     elif isinstance(e, (QueryError, OdfNodeError)):
-        # A refusal (QueryRejected: the sandbox's reason), an oversized answer (QueryTooLarge),
-        # an unknown table or untrusted head: the client's to fix, INVALID_ARGUMENT.
-        err = pa.ArrowInvalid(f"{type(e).__name__}: {msg}")
+        # QueryTooLarge, an unknown table, a failed query: UNKNOWN, with the use case's message.
+        err = fl.FlightServerError(f"{type(e).__name__}: {msg}")
     else:
         err = fl.FlightInternalError(f"internal error: {type(e).__name__}")
     return err
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _guarded(fn: F) -> F:
+    """An RPC method whose every failure reaches the client as a Flight error (any other
+    exception would carry the server's Python traceback to it)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except fl.FlightError:
+            raise
+        except (QueryError, OdfNodeError) as e:
+            raise flight_error(e) from None
+        except ValueError as e:  # a malformed command, ticket or action body
+            raise fl.FlightServerError(f"malformed request: {e}") from None
+        except Exception as e:
+            log.exception("flight-sql: %s failed", fn.__name__)
+            raise fl.FlightInternalError(f"internal error: {type(e).__name__}") from None
+
+    return wrapper  # type: ignore[return-value]
 
 
 def _peer_is_loopback(peer: str) -> bool:
@@ -598,16 +637,16 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
         try:
             name, f = unpack_any(cmd)
         except ValueError as e:
-            raise pa.ArrowInvalid(f"not a Flight SQL command: {e}") from e
+            raise fl.FlightServerError(f"not a Flight SQL command: {e}") from e
         if name == "CommandStatementQuery":
             if _bytes(f, 2):
-                raise pa.ArrowInvalid("transactions are not supported (the node is read-only)")
+                raise fl.FlightServerError("transactions are not supported (the node is read-only)")
             return self._run_sql(session, untrusted, _text(f, 1) or "")
         if name == "CommandPreparedStatementQuery":
             with self._lock:
                 sql = session.statements.get(_bytes(f, 1))
             if sql is None:
-                raise pa.ArrowInvalid("unknown prepared statement handle (closed or expired)")
+                raise fl.FlightServerError("unknown prepared statement handle (closed or expired)")
             return self._run_sql(session, untrusted, sql)
         if name == "CommandGetCatalogs":
             return pa.Table.from_pylist([{"catalog_name": CATALOG}], schema=_CATALOGS_SCHEMA)
@@ -639,11 +678,12 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
 
     # ---- Flight RPCs
 
+    @_guarded
     def get_flight_info(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
         """Compute the answer of a Flight SQL command; its ``FlightInfo`` names a ticket."""
         session, untrusted = self._session(context)
         if descriptor.descriptor_type != fl.DescriptorType.CMD:
-            raise pa.ArrowInvalid("this node serves Flight SQL commands, not paths")
+            raise fl.FlightServerError("this node serves Flight SQL commands, not paths")
         table = self._answer(session, untrusted, descriptor.command)
         handle = self._keep(session, table)
         ticket = fl.Ticket(pack_any("TicketStatementQuery", [(1, handle)]))
@@ -651,20 +691,22 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
             table.schema, descriptor, [fl.FlightEndpoint(ticket, [])], table.num_rows, -1
         )
 
+    @_guarded
     def get_schema(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.SchemaResult:
         """The schema of a command's answer (the answer is computed and dropped)."""
         session, untrusted = self._session(context)
         return fl.SchemaResult(self._answer(session, untrusted, descriptor.command).schema)
 
+    @_guarded
     def do_get(self, context: Any, ticket: fl.Ticket) -> fl.RecordBatchStream:
         """Stream a kept answer (each ticket is redeemed once, by the session that asked)."""
         session, _ = self._session(context)
         try:
             name, f = unpack_any(ticket.ticket)
         except ValueError as e:
-            raise pa.ArrowInvalid(f"not a ticket of this node: {e}") from e
+            raise fl.FlightServerError(f"not a ticket of this node: {e}") from e
         if name != "TicketStatementQuery":
-            raise pa.ArrowInvalid(f"not a ticket of this node: {name}")
+            raise fl.FlightServerError(f"not a ticket of this node: {name}")
         with self._lock:
             result = self._results.get(_bytes(f, 1))
             if result is not None and result.token == session.token:
@@ -672,12 +714,13 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
             else:
                 result = None
         if result is None or result.expires < time.monotonic():
-            raise pa.ArrowInvalid("unknown or expired ticket: run the statement again")
+            raise fl.FlightServerError("unknown or expired ticket: run the statement again")
         reader = pa.RecordBatchReader.from_batches(
             result.table.schema, result.table.to_batches(max_chunksize=_BATCH_ROWS)
         )
         return fl.RecordBatchStream(reader)
 
+    @_guarded
     def do_action(self, context: Any, action: fl.Action) -> Iterator[bytes]:
         """Prepared statements (no parameters) and ``CloseSession``."""
         session, _ = self._session(context)
@@ -685,7 +728,7 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
         if kind == "CreatePreparedStatement":
             _, f = unpack_any(action.body.to_pybytes())
             if _bytes(f, 2):
-                raise pa.ArrowInvalid("transactions are not supported (the node is read-only)")
+                raise fl.FlightServerError("transactions are not supported (the node is read-only)")
             handle = secrets.token_bytes(16)
             with self._lock:
                 session.statements[handle] = _text(f, 1) or ""
@@ -704,6 +747,7 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
             return iter([encode_fields([(1, 1)])])  # CloseSessionResult{status: CLOSED}
         raise fl.FlightServerError(f"action {kind} is not supported by this node")
 
+    @_guarded
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
         """The actions :meth:`do_action` takes."""
         return [
@@ -712,6 +756,7 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
             ("CloseSession", "end this session"),
         ]
 
+    @_guarded
     def do_put(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
         """Refused: the node's data is written by its datasets' chains, never by clients."""
         raise fl.FlightServerError("the node is read-only: updates and parameters are refused")
