@@ -41,6 +41,10 @@ attestation_app = typer.Typer(
     help="Check exported attestations (in-toto/DSSE envelopes).", no_args_is_help=True
 )
 app.add_typer(attestation_app, name="attestation")
+query_app = typer.Typer(
+    help="Check query commitments of the HTTP data API (docs/query.md).", no_args_is_help=True
+)
+app.add_typer(query_app, name="query")
 
 
 def _home(home: Path | None) -> NodeHome:
@@ -305,7 +309,7 @@ def rpc_raw(
         fail(str(e))
 
 
-add_commands(app, {"dataset": dataset_app, "attestation": attestation_app})
+add_commands(app, {"dataset": dataset_app, "attestation": attestation_app, "query": query_app})
 
 
 def _register_sim_commands() -> None:

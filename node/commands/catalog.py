@@ -342,6 +342,101 @@ async def _equivocations(
     return await app.queries.equivocations(did)
 
 
+# ---- kamu's HTTP data API (docs/query.md, "HTTP data API")
+
+
+async def _data_query_api(app: Application, ctx: Context, request: dict[str, Any]) -> Any:
+    return await app.query_api.query(request, client="rpc")
+
+
+_VERIFY_FIELDS = ("input", "subQueries", "commitment", "proof")
+_MAX_COMMITMENT_BYTES = 64 << 20
+
+
+def _read_commitment(path: Path) -> dict[str, Any]:
+    """A saved ``/query`` answer with a proof (or a ``/verify`` request): its commitment parts
+    (the output and attestations are dropped: the reproduction recomputes the output)."""
+    from node.app.datasets import read_snapshot_file
+
+    data = read_snapshot_file(Path(path), _MAX_COMMITMENT_BYTES, "commitment file")
+    if len(data) > _MAX_COMMITMENT_BYTES:
+        raise InvalidArgument(f"{path}: larger than {_MAX_COMMITMENT_BYTES} bytes")
+    try:
+        value = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise InvalidArgument(f"{path}: not JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"{path}: not a JSON object")
+    missing = [k for k in _VERIFY_FIELDS if k not in value]
+    if missing:
+        raise InvalidArgument(
+            f"{path}: no {', '.join(missing)}: not an answer with a proof "
+            '(ask /query with include: ["Proof"])'
+        )
+    return {k: value[k] for k in _VERIFY_FIELDS}
+
+
+async def _query_verify(
+    app: Application, ctx: Context, request: dict[str, Any], node: str | None = None
+) -> dict[str, Any]:
+    from node.app.query_proofs import CommitmentError, check_commitment, verify_response
+
+    try:
+        error = check_commitment(request)
+    except CommitmentError as e:
+        raise InvalidArgument(str(e)) from None
+    if error is not None:
+        return {**verify_response(error), "checkedBy": "offline"}
+    if node:
+        result = await asyncio.to_thread(_post_verify, node, request)
+        return {**result, "checkedBy": node}
+    result = await app.query_api.verify(request, client="rpc")
+    return {**result, "checkedBy": app.info.node_id}
+
+
+def _post_verify(node: str, request: dict[str, Any]) -> dict[str, Any]:
+    """``POST {node}/verify`` (another node's data API); its kamu ``VerifyResponse``."""
+    import urllib.error
+    import urllib.request
+
+    if not node.startswith(("http://", "https://")):
+        raise InvalidArgument(f"--node takes the node's HTTP URL (http://host:port), not {node!r}")
+    req = urllib.request.Request(
+        node.rstrip("/") + "/verify",
+        data=json.dumps(request).encode("utf-8"),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        # Only http(s) URLs get here (checked above): no file:// or other scheme.
+        with urllib.request.urlopen(req, timeout=300) as resp:
+            body = resp.read(1 << 20)
+    except urllib.error.HTTPError as e:
+        body = e.read(1 << 20)
+        if e.code != 400:
+            raise InvalidArgument(f"{node}/verify answered {e.code}: {body[:500]!r}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise InvalidArgument(f"cannot reach {node}: {e}") from None
+    try:
+        value = json.loads(body)
+    except ValueError:
+        raise InvalidArgument(f"{node}/verify did not answer JSON") from None
+    if not isinstance(value, dict) or "ok" not in value:
+        raise InvalidArgument(f"{node}/verify answered {value!r}"[:500])
+    return value
+
+
+def _render_query_verify(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    if value["ok"]:
+        out.print(f"[green]✓[/] the commitment holds (reproduced by {value['checkedBy']})")
+        return
+    err = value["error"]
+    out.error(f"[red]✗[/] {err['kind']} ({value['checkedBy']}): {err['message']}")
+    for k in ("expected_hash", "actual_hash", "dataset_id", "block_hash"):
+        if k in err:
+            out.error(f"  {k}: {err[k]}")
+
+
 # ---- the console's read models (RPC only: the console's pages call them)
 
 
@@ -1136,6 +1231,39 @@ COMMANDS: tuple[Command, ...] = (
         (_did_filter(),),
         cli=("equivocations",),
         result=array_of(EquivocationRow),
+    ),
+    Command(
+        "data.query_api",
+        "kamu's /query over RPC: a kamu request object in, the kamu response out.",
+        _data_query_api,
+        (Param("request", {"type": "object"}, True),),
+        doc="The request and response of GET/POST /query (docs/query.md, HTTP data API).",
+    ),
+    Command(
+        "query.verify",
+        "Check a saved query commitment: hashes and signature, then reproduce the query.",
+        _query_verify,
+        (
+            Param(
+                "request",
+                {"type": "object"},
+                True,
+                'A /query answer saved with include: ["Proof"]; - for standard input.',
+                Cli("argument", type=Path, to_wire=_read_commitment, metavar="FILE"),
+            ),
+            Param(
+                "node",
+                STR,
+                False,
+                "Ask this node's /verify (its HTTP URL) instead of reproducing it here.",
+            ),
+        ),
+        cli=("query", "verify"),
+        doc="First the commitment's own hashes and the signature (offline), then the query "
+        "reproduced at the pinned blocks on this node's verified copy (or by --node); kamu's "
+        "error kinds name what does not match. Exit status 2 when it does not hold.",
+        render=_render_query_verify,
+        exit_code=lambda value: 0 if value.get("ok") else 2,
     ),
     Command("console.datasets", "Stored and followed datasets.", _console_datasets, result=ARRAY),
     Command(

@@ -152,6 +152,12 @@ def test_every_command_has_one_json_shape(
     )
     # An in-toto export to check (the frozen vectors: an attestation and a dispute).
     envelopes = ROOT / "tests" / "golden" / "data" / "intoto_vectors.jsonl"
+    # A query commitment kamu made (tests/unit/test_query_proofs.py), its inputHash forged:
+    # the offline check refuses it the same way with and without a daemon.
+    commitment = json.loads((ROOT / "tests/golden/data/kamu_query_commitment.json").read_text())
+    commitment["commitment"]["inputHash"] = Multihash.sha3_256(b"forged").to_multibase()
+    forged = tmp_path / "forged-commitment.json"
+    forged.write_text(json.dumps(commitment))
     # In order: later commands read what earlier ones made.
     runs: list[tuple[str, tuple[str, ...]]] = [
         ("dataset.create", ("dataset", "create", str(snap))),
@@ -173,6 +179,7 @@ def test_every_command_has_one_json_shape(
         ("disputes.list", ("disputes",)),
         ("equivocations.list", ("equivocations",)),
         ("attestation.verify", ("attestation", "verify", str(envelopes))),
+        ("query.verify", ("query", "verify", str(forged))),
         # Before any trigger: the daemon runs what is scheduled, the offline CLI does not, so
         # the runs would differ after it.
         ("flows.list", ("flows",)),

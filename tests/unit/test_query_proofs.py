@@ -330,3 +330,14 @@ def test_non_json_values_are_refused() -> None:
         canonical_json(b"bytes")
     with pytest.raises(CommitmentError):
         canonical_json({1: "x"})
+
+
+def test_the_golden_file_is_kamus_response() -> None:
+    # tests/golden/data/kamu_query_commitment.json: KAMU_RESPONSE as a file (the CLI's input).
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "golden" / "data" / "kamu_query_commitment.json"
+    saved = json.loads(path.read_text())
+    assert saved == KAMU_RESPONSE
+    assert check_commitment({k: v for k, v in saved.items() if k != "output"}) is None
