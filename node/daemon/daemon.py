@@ -1095,6 +1095,8 @@ class Daemon:
             public=q.public,
             concurrency_per_client=q.concurrency_per_client,
             deadline_s=q.deadline_s,
+            # The HTTP data API's slots: [query] concurrency_total bounds both surfaces.
+            limiter=self.app.query_api.limiter,
         )
         self._flight_sql_thread = start_in_thread(self._flight_sql)
         self.info.flight_sql_url = self._flight_sql.url

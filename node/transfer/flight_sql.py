@@ -57,6 +57,7 @@ from node.app.errors import (
     QueryRejected,
 )
 from node.app.ports import QueryTable
+from node.app.query_api import ClientLimiter
 
 CATALOG = "kamu"
 """The catalog and schema name of every table (kamu's DataFusion session uses ``kamu``/``kamu``)."""
@@ -360,7 +361,6 @@ def _table_schema_bytes(table: QueryTable) -> bytes:
 @dataclass
 class _Session:
     token: str
-    running: int = 0
     statements: OrderedDict[bytes, str] = field(default_factory=OrderedDict)
 
 
@@ -507,11 +507,14 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
         public: bool = False,
         concurrency_per_client: int = 2,
         deadline_s: float = 30.0,
+        limiter: ClientLimiter | None = None,
     ) -> None:
         self._data = data
         self._loop = loop
         self._public = public
-        self._per_client = concurrency_per_client
+        # The daemon passes the HTTP data API's limiter: one [query] concurrency_total for both
+        # surfaces, and concurrency_per_client per HTTP peer or Flight SQL session.
+        self._limiter = limiter or ClientLimiter(concurrency_per_client, 1 << 30)
         self._deadline_s = deadline_s
         self._lock = threading.Lock()
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
@@ -581,22 +584,14 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
     def _run_sql(self, session: _Session, untrusted: bool, sql: str) -> pa.Table:
         if _is_show_tables(sql):
             return self._show_tables(untrusted)
-        with self._lock:
-            if session.running >= self._per_client:
-                raise flight_error(
-                    QueryBusy(
-                        f"this session already runs {session.running} queries "
-                        f"([query] concurrency_per_client = {self._per_client})"
-                    )
-                )
-            session.running += 1
-        try:
-            answer = self._on_loop(lambda: self._data.query(sql, untrusted=untrusted))
+
+        async def run() -> pa.Table:
+            async with self._limiter.slot(f"flight-sql:{session.token}"):
+                answer = await self._data.query(sql, untrusted=untrusted)
             table: pa.Table = answer.table
             return table
-        finally:
-            with self._lock:
-                session.running -= 1
+
+        return self._on_loop(run)
 
     def _tables(self, untrusted: bool) -> list[QueryTable]:
         readable = self._on_loop(lambda: self._data.tables(untrusted=untrusted))

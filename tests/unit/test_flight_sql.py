@@ -68,6 +68,7 @@ class StandIn:
         self.files = files
         self.untrusted_seen: list[bool] = []
         self.gate = threading.Event()
+        self.started = threading.Event()
         self.gate.set()
 
     async def tables(self, *, untrusted: bool = False) -> list[_Readable]:
@@ -83,6 +84,7 @@ class StandIn:
         if "sleep" in low:
             raise QueryDeadlineExceeded("the query ran past [query] deadline_s = 1.0 s")
         if "slow" in low:
+            self.started.set()
             await asyncio.to_thread(self.gate.wait)
         if "covid19.canada" in low:
             return _Answer(ROWS)
@@ -216,11 +218,8 @@ def test_auth_sessions_and_concurrency(served: tuple[FlightSqlServer, StandIn]) 
     t = threading.Thread(target=lambda: client.get_flight_info(slow, opts))
     t.start()
     try:
-        for _ in range(200):
-            if server._sessions[header[1].decode()[7:]].running:
-                break
-            threading.Event().wait(0.01)
-        with pytest.raises(fl.FlightUnavailableError, match="concurrency_per_client = 1"):
+        assert data.started.wait(10)
+        with pytest.raises(fl.FlightUnavailableError, match=r"\[query\] concurrency_per_client"):
             client.get_flight_info(cmd, opts)
         # Another session is not held up.
         other = fl.FlightCallOptions(headers=[client.authenticate_basic_token(b"anonymous", b"")])
