@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -468,3 +469,67 @@ def test_client_slots_are_bounded() -> None:
             pass
 
     run(scenario())
+
+
+# ---- the HTTP mapping (node/transfer/data_api.py), on mocked requests (no socket)
+
+
+def _http_call(remote: str, *, public: bool, error: Exception | None = None) -> Any:
+    from unittest import mock
+
+    from aiohttp import web
+    from aiohttp.test_utils import make_mocked_request
+
+    from node.transfer import data_api
+
+    transport = mock.Mock()
+    transport.get_extra_info.side_effect = lambda name, default=None: (
+        (remote, 40000) if name == "peername" else default
+    )
+    request = make_mocked_request("GET", "/query?query=select%201", transport=transport)
+
+    async def handler(api: Any, req: web.Request, guard: Any) -> web.StreamResponse:
+        if error is not None:
+            raise error
+        return web.json_response({"ok": True})
+
+    guard = data_api._Guard(api, public=public, body_limit=1 << 20)
+    return run(guard.wrap(handler)(request))
+
+
+def test_only_loopback_clients_unless_public() -> None:
+    for remote in ("127.0.0.1", "::1", "::ffff:127.0.0.1"):
+        assert _http_call(remote, public=False).status == 200
+    refused = _http_call("192.0.2.7", public=False)
+    assert refused.status == 403
+    assert "[query] public = true" in refused.text
+    assert _http_call("192.0.2.7", public=True).status == 200
+
+
+def test_typed_errors_get_their_status() -> None:
+    from node.app.errors import HeadNotTrusted, QueryDeadlineExceeded
+
+    cases: list[tuple[Exception, int]] = [
+        (ApiRequestInvalid("bad"), 400),
+        (QueryRejected("reads a file"), 400),
+        (DatasetNotFound("Dataset not found: x"), 404),
+        (PinnedBlockNotFound("did:odf:x", "f1620"), 404),
+        (HeadNotTrusted("no trusted head"), 409),
+        (QueryDeadlineExceeded("past 30 s"), 504),
+        (ResponseSigningNotConfigured("no key"), 501),
+    ]
+    limiter = ClientLimiter(per_client=0, total=1)
+    for total in (False, True):
+        try:
+            run(_enter(limiter if not total else ClientLimiter(per_client=1, total=0)))
+        except QueryBusy as e:
+            cases.append((e, 503 if total else 429))
+    for error, status in cases:
+        got = _http_call("127.0.0.1", public=False, error=error)
+        assert got.status == status, (error, got.status)
+        assert json.loads(got.text) == {"message": str(error), "kind": type(error).__name__}
+
+
+async def _enter(limiter: ClientLimiter) -> None:
+    async with limiter.slot("a"):
+        pass
