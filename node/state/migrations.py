@@ -353,27 +353,48 @@ def _v11_bounded_evidence(conn: sqlite3.Connection) -> None:
     for t in _KEY_TABLES:
         # Records stored before are kept: among them may be the node's own (written by the
         # CLI), which must never be evicted; only gossip stores strangers' under a cap.
-        conn.execute(f"ALTER TABLE {t} ADD COLUMN kept INTEGER NOT NULL DEFAULT 0")
-        conn.execute(f"UPDATE {t} SET kept = 1")
-        conn.execute(f"CREATE INDEX {t}_evictable ON {t} (received_ns) WHERE kept = 0")
+        _bound_key_table(conn, t)
+
+
+def _bound_key_table(conn: sqlite3.Connection, t: str) -> None:
+    """A ``kept`` column on key record table ``t`` and its '*' count in ``evidence_counts``,
+    kept by triggers (strangers' records only), as migration 11 made them."""
+    conn.execute(f"ALTER TABLE {t} ADD COLUMN kept INTEGER NOT NULL DEFAULT 0")
+    conn.execute(f"UPDATE {t} SET kept = 1")
+    conn.execute(f"CREATE INDEX {t}_evictable ON {t} (received_ns) WHERE kept = 0")
+    conn.execute(
+        f"CREATE TRIGGER {t}_counted AFTER INSERT ON {t} WHEN new.kept = 0 BEGIN"
+        f" INSERT INTO evidence_counts (tbl, scope, n) VALUES ('{t}', '*', 1)"
+        " ON CONFLICT (tbl, scope) DO UPDATE SET n = n + 1; END"
+    )
+    for event, when in (
+        ("DELETE", "old.kept = 0"),
+        ("UPDATE OF kept", "old.kept = 0 AND new.kept = 1"),
+    ):
         conn.execute(
-            f"CREATE TRIGGER {t}_counted AFTER INSERT ON {t} WHEN new.kept = 0 BEGIN"
-            f" INSERT INTO evidence_counts (tbl, scope, n) VALUES ('{t}', '*', 1)"
-            " ON CONFLICT (tbl, scope) DO UPDATE SET n = n + 1; END"
+            f"CREATE TRIGGER {t}_{event.split()[0].lower()}_counted AFTER {event} ON {t}"
+            f" WHEN {when} BEGIN UPDATE evidence_counts SET n = n - 1"
+            f" WHERE tbl = '{t}' AND scope = '*'; END"
         )
-        for event, when in (
-            ("DELETE", "old.kept = 0"),
-            ("UPDATE OF kept", "old.kept = 0 AND new.kept = 1"),
-        ):
-            conn.execute(
-                f"CREATE TRIGGER {t}_{event.split()[0].lower()}_counted AFTER {event} ON {t}"
-                f" WHEN {when} BEGIN UPDATE evidence_counts SET n = n - 1"
-                f" WHERE tbl = '{t}' AND scope = '*'; END"
-            )
-        conn.execute(
-            f"INSERT INTO evidence_counts (tbl, scope, n) SELECT '{t}', '*', count(*) FROM {t}"
-            " WHERE kept = 0 HAVING count(*) > 0"
-        )
+    conn.execute(
+        f"INSERT INTO evidence_counts (tbl, scope, n) SELECT '{t}', '*', count(*) FROM {t}"
+        " WHERE kept = 0 HAVING count(*) > 0"
+    )
+
+
+# Node key inceptions (docs/operations.md, "Rotating the node key"): a key's first commitment to
+# its next key, one per key, bounded like the other key records (strangers' evictable, a
+# trusted node's and the node's own kept).
+def _v12_key_inceptions(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        """CREATE TABLE key_inceptions (
+            node_id TEXT PRIMARY KEY,
+            issued_at_ns INTEGER NOT NULL,
+            envelope BLOB NOT NULL,
+            received_ns INTEGER NOT NULL
+        )"""
+    )
+    _bound_key_table(conn, "key_inceptions")
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -388,6 +409,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "evidence by block and by signer", _V9),
     Migration(10, "split views: one per source and fork, counted", _V10),
     Migration(11, "strangers' evidence bounded: kept rows, counts", _v11_bounded_evidence),
+    Migration(12, "node key inceptions", _v12_key_inceptions),
 )
 LATEST_VERSION: int = MIGRATIONS[-1].version
 
