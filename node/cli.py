@@ -57,14 +57,21 @@ def _home(home: Path | None) -> NodeHome:
 @app.command()
 def init(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
     """Create the node home: config, node key (mode 0600) and the dataset store."""
+    from node.keyrotation import MOVE_NEXT_KEY_ADVICE, init_inception
+
     h = NodeHome(home or default_home())
     created = h.init()
     did = h.node_key().dataset_id().as_did_key()
+    # The first key commits to its next one (keys/next.key): docs/operations.md.
+    incepted = init_inception(h)
     if as_json:
-        emit({"home": str(h.path), "node_id": did, "created": created}, True)
+        next_key = incepted.next_key if incepted is not None else None
+        emit({"home": str(h.path), "node_id": did, "created": created, "next_key": next_key}, True)
         return
     verb = "Initialised" if created else "Already initialised:"
     out.print(f"{verb} node home [bold]{h.path}[/]\nnode id: {did}")
+    if incepted is not None:
+        out.print(f"next key: {incepted.next_key}: {MOVE_NEXT_KEY_ADVICE}")
 
 
 @app.command()

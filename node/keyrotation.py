@@ -15,12 +15,18 @@ to (when it did: a revocation a thief of the retired key cannot make) or by the 
 itself, stored in the state (``key_revocations``) and gossiped the same way; from its time on
 the key's attestations and disputes no longer count toward trust.
 
-Both need the daemon stopped (they change the key it runs with and write the state): they take
-the home's lock. Crash safety: the new key is written to ``keys/node.key.next`` and the key
-after it to ``keys/next.key.next`` first, then the old one to ``keys/retired/``, then the record
-to the state, and only then do the two renames make them current (``next.key`` first). A
-rotation interrupted before the renames is completed by the next ``key rotate`` (when the state
-holds its record) or discarded (when it does not).
+Inception (issue 39): a node's first key (and one a version 1 rotation introduced) commits to its
+next key too, by a :class:`p2p.wire.KeyInception` record it signs: :func:`ensure_inception`
+writes ``keys/next.key`` and the record, stored in the state (``key_inceptions``). ``odf-node
+init`` calls it, and so does the daemon at every start (an existing node gets its inception on
+upgrade, without ``key rotate``); the daemon gossips it with the other records.
+
+Rotation and revocation need the daemon stopped (they change the key it runs with and write the
+state): they take the home's lock. Crash safety: the new key is written to
+``keys/node.key.next`` and the key after it to ``keys/next.key.next`` first, then the old one to
+``keys/retired/``, then the record to the state, and only then do the two renames make them
+current (``next.key`` first). A rotation interrupted before the renames is completed by the next
+``key rotate`` (when the state holds its record) or discarded (when it does not).
 """
 
 from __future__ import annotations
@@ -40,11 +46,18 @@ from coordinator.identity import (
     save_private_key,
 )
 from node.app.identities import NodeIdentities, load_records
-from node.daemon.lock import HomeLock
+from node.daemon.lock import HomeLock, HomeLocked
 from node.home import NodeHome
 from node.state import NodeState
 from p2p.transport import peer_id_of_node
-from p2p.wire import KeyRevocation, KeyRotation, content_id, next_key_digest, sign_message
+from p2p.wire import (
+    KeyInception,
+    KeyRevocation,
+    KeyRotation,
+    content_id,
+    next_key_digest,
+    sign_message,
+)
 
 
 class KeyCommandError(OdfNodeError):
@@ -74,6 +87,27 @@ class Revoked:
     node_id: str
     revoked_ns: int
     record: str
+
+
+@dataclass(frozen=True)
+class Incepted:
+    """What :func:`ensure_inception` did."""
+
+    node_id: str
+    next_key: str
+    """The path of the committed next key (``keys/next.key``)."""
+    created: bool
+    """Whether the next key was generated now (else an existing ``keys/next.key`` was used)."""
+    record: str
+    """The record's content id (hex)."""
+
+
+MOVE_NEXT_KEY_ADVICE = (
+    "move a copy of keys/next.key off this node (or the file itself, passing it back with "
+    "`odf-node key rotate --next-key PATH`): a thief of keys/node.key without it cannot take "
+    "the node's identity over"
+)
+"""What the operator is told to do once a node key commits to ``keys/next.key``."""
 
 
 def retired_dir(home: NodeHome) -> Path:
@@ -108,8 +142,61 @@ def _pending_committed_path(home: NodeHome) -> Path:
 
 def _identities(st: NodeState) -> NodeIdentities:
     ids = NodeIdentities()
-    load_records(ids, st.key_rotations(), st.key_revocations())
+    load_records(ids, st.key_rotations(), st.key_revocations(), st.key_inceptions())
     return ids
+
+
+def ensure_inception(
+    home: NodeHome, state: NodeState | None = None, *, clock_ns: int | None = None
+) -> Incepted | None:
+    """Commit the current node key to a next key if it has no commitment yet (a node's first
+    key, or one a version 1 rotation introduced): the next key is ``keys/next.key`` (generated,
+    mode 0600, unless it exists), the :class:`KeyInception` record signed by the node key is
+    stored (kept: never evicted) and ``node.key_incepted`` logged. None when the key already
+    has a commitment (nothing to do).
+
+    Crash safety: ``keys/next.key`` is written before the record, so a run interrupted
+    between the two commits to the same key the next time. Does not take the home's lock
+    (the daemon calls it holding it; ``odf-node init`` takes it).
+    """
+    if state is None:
+        with NodeState.open(home.path / "state.db", time.time_ns) as st:
+            return ensure_inception(home, st, clock_ns=clock_ns)
+    key = home.node_key()
+    ids = _identities(state)
+    if ids.commitment(key.dataset_id()) is not None:
+        return None
+    path = committed_key_path(home)
+    created = not path.is_file()
+    if created:
+        save_private_key(path, generate_private_key())
+    after = load_private_key(path)
+    now = clock_ns if clock_ns is not None else time.time_ns()
+    msg = KeyInception(key.dataset_id(), next_key_digest(after.dataset_id()), now, _nonce())
+    signed = sign_message(msg, key)
+    outcome = ids.add_inception(msg.node, msg.next_digest)
+    if outcome != "accepted":  # the key already rotated: its first rotation stays
+        if created:
+            path.unlink()
+        return None
+    did = key.dataset_id().as_did_key()
+    state.add_key_inception(did, now, signed.envelope)
+    state.log_event(
+        "node.key_incepted",
+        None,
+        {"node": did, "own": True, "next_key": "keys/next.key", "action": MOVE_NEXT_KEY_ADVICE},
+    )
+    return Incepted(did, str(path), created, content_id(signed.envelope).hex())
+
+
+def init_inception(home: NodeHome) -> Incepted | None:
+    """:func:`ensure_inception` for ``odf-node init``, under the home's lock; None when a
+    daemon holds it (the daemon makes the record at its start)."""
+    try:
+        with HomeLock(home.path):
+            return ensure_inception(home)
+    except HomeLocked:
+        return None
 
 
 def _finish(home: NodeHome, pending: Path) -> None:
@@ -280,15 +367,17 @@ def _committed_successor(home: NodeHome, ids: NodeIdentities, key: PrivateKey) -
 
 
 def own_records(home: NodeHome, state: NodeState | None = None) -> list[bytes]:
-    """The signed records this node made (rotations of and revocations by its retired keys)."""
+    """The signed records this node made: the inceptions of its keys (current and retired),
+    then the rotations of and revocations by its retired keys. Inceptions first, so that a
+    peer knows a key's commitment before it hears the key rotate."""
     retired = {k.dataset_id().as_did_key() for k in retired_keys(home)}
-    if not retired:
-        return []
+    own = {home.node_key().dataset_id().as_did_key(), *retired}
 
     def read(st: NodeState) -> list[bytes]:
+        inc = [r.envelope for r in st.key_inceptions() if r.node_id in own]
         rot = [r.envelope for r in st.key_rotations() if r.old_id in retired]
         rev = [r.envelope for r in st.key_revocations() if r.node_id in retired]
-        return rot + rev
+        return inc + rot + rev
 
     if state is not None:
         return read(state)
@@ -301,10 +390,14 @@ def _nonce() -> bytes:
 
 
 __all__ = [
+    "MOVE_NEXT_KEY_ADVICE",
+    "Incepted",
     "KeyCommandError",
     "Revoked",
     "Rotated",
     "committed_key_path",
+    "ensure_inception",
+    "init_inception",
     "own_records",
     "retired_keys",
     "revoke",

@@ -62,6 +62,7 @@ from p2p.transport import (
 from p2p.wire import (
     MAX_HEADS_PER_EXCHANGE,
     EquivocationProof,
+    KeyInception,
     KeyRevocation,
     KeyRotation,
     content_id,
@@ -438,6 +439,8 @@ def _topic_of(envelope: bytes) -> str:
     """The topic a checked envelope belongs on: its dataset's, or the node topic for proofs and
     node key records."""
     msg = decode_unverified(envelope)
-    if isinstance(msg, EquivocationProof) or isinstance(msg.message, KeyRotation | KeyRevocation):
+    if isinstance(msg, EquivocationProof) or isinstance(
+        msg.message, KeyRotation | KeyRevocation | KeyInception
+    ):
         return NODE_TOPIC
     return dataset_topic(msg.message.dataset.as_multibase())

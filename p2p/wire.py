@@ -5,13 +5,13 @@ Every message is an *envelope*::
     magic "ODFP" (4 bytes) || version u8 (=1) || kind u8 || body || signature (64 bytes)
 
 Observation (kind 5) is a node's signed statement of the head a source showed it (witnessing,
-``docs/follow.md``); KeyRotation (kind 6) and KeyRevocation (kind 7) are node key records
-(``docs/operations.md``). EquivocationProof (kind 4) has no signature: it is self-verifying. The
-body is a fixed sequence of fields per kind, encoded with a handful of primitives whose encoding
-is unique by construction (fixed-width big-endian integers, explicit lengths, 0/1 option tags).
-Decoding is strict: unknown magic/version/kind, truncation, trailing bytes, non-canonical
-multihashes, invalid UTF-8, bad option tags, unknown enum values or flag bits and oversize
-inputs are all rejected.
+``docs/follow.md``); KeyRotation (kind 6), KeyRevocation (kind 7) and KeyInception (kind 8) are
+node key records (``docs/operations.md``). EquivocationProof (kind 4) has no signature: it is
+self-verifying. The body is a fixed sequence of fields per kind, encoded with a handful of
+primitives whose encoding is unique by construction (fixed-width big-endian integers, explicit
+lengths, 0/1 option tags). Decoding is strict: unknown magic/version/kind, truncation, trailing
+bytes, non-canonical multihashes, invalid UTF-8, bad option tags, unknown enum values or flag bits
+and oversize inputs are all rejected.
 
 Signatures are ed25519 over ``DOMAIN[kind] || header || body`` where ``header`` is the 6-byte
 magic+version+kind prefix and ``DOMAIN`` is a NUL-terminated per-kind string, so a signature for
@@ -19,7 +19,7 @@ one message kind can never be replayed as another kind (or as anything else the 
 a kamu ``Ed25519Signature2020`` proof). Announcements are signed by the dataset key (the DID);
 attestations, disputes and observations by the node key, key revocations by the revoked key or
 (record version 2) by the key it committed to as its next one, key rotations by the new key
-(and, inside the body, the old one).
+(and, inside the body, the old one), key inceptions by the key they commit.
 
 The *content id* of a message is the SHA3-256 digest of its full envelope bytes.
 """
@@ -72,6 +72,7 @@ class MessageKind(enum.IntEnum):
     OBSERVATION = 5
     KEY_ROTATION = 6
     KEY_REVOCATION = 7
+    KEY_INCEPTION = 8
 
 
 DOMAINS: Final[dict[MessageKind, bytes]] = {
@@ -81,6 +82,7 @@ DOMAINS: Final[dict[MessageKind, bytes]] = {
     MessageKind.OBSERVATION: b"odf-node/observation/v1\x00",
     MessageKind.KEY_ROTATION: b"odf-node/key-rotation/v1\x00",
     MessageKind.KEY_REVOCATION: b"odf-node/key-revocation/v1\x00",
+    MessageKind.KEY_INCEPTION: b"odf-node/key-inception/v1\x00",
 }
 ROTATION_OLD_KEY_DOMAIN: Final = b"odf-node/key-rotation/old-key/v1\x00"
 """Domain of the old key's signature inside a :class:`KeyRotation` (the envelope's own
@@ -93,6 +95,8 @@ new key (:func:`next_key_digest`), and a revocation may be signed by the revoked
 next key. Version 1 records (no commitment, self-signed revocations) are still read."""
 KEY_RECORD_VERSIONS: Final = frozenset({1, 2})
 """Key record versions the decoder accepts."""
+KEY_INCEPTION_VERSION: Final = 1
+"""The ``version`` field of :class:`KeyInception` records (the only one there is)."""
 NEXT_KEY_DOMAIN: Final = b"odf-node/next-key/v1\x00"
 """Domain of :func:`next_key_digest`."""
 NEXT_KEY_DIGEST_LEN: Final = 32
@@ -818,8 +822,64 @@ class KeyRevocation:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class KeyInception:
+    """ "Node key ``node`` commits to the key whose digest is ``next_digest`` as its successor".
+
+    The first key of a node (or one a version 1 rotation introduced) has no commitment from a
+    rotation; this record, signed by ``node`` itself, gives it one, so that a thief who later
+    steals ``node`` alone cannot rotate it to a key of its own: receivers that know the
+    commitment accept only a rotation to the committed key, and a revocation signed by it
+    (``node/app/identities.py``). ``next_digest`` is :func:`next_key_digest` of that key, the
+    form a version 2 :class:`KeyRotation` commits with.
+
+    Body: ``version (=1) || node || next_digest (32) || issued_at_ns || nonce``.
+    """
+
+    node: DatasetId
+    next_digest: bytes
+    issued_at_ns: int
+    nonce: bytes
+    version: int = KEY_INCEPTION_VERSION
+
+    KIND = MessageKind.KEY_INCEPTION
+
+    def signer(self) -> DatasetId:
+        """The key that must sign the envelope: the committing key itself."""
+        return self.node
+
+    def _write(self, w: _Writer) -> None:
+        _check_nonce(self.nonce)
+        if self.version != KEY_INCEPTION_VERSION:
+            raise WireEncodeError(f"unknown key inception version {self.version}")
+        w.u8(self.version)
+        w.fixed(self.node.to_bytes(), DID_LEN)
+        w.fixed(self.next_digest, NEXT_KEY_DIGEST_LEN)
+        w.u64(self.issued_at_ns)
+        w.fixed(self.nonce, NONCE_LEN)
+
+    @classmethod
+    def _read(cls, r: _Reader) -> KeyInception:
+        version = r.u8("record version")
+        if version != KEY_INCEPTION_VERSION:
+            raise WireDecodeError("unknown-version", f"unknown key inception version {version}")
+        return cls(
+            node=r.did("node"),
+            next_digest=r.take(NEXT_KEY_DIGEST_LEN, "next_digest"),
+            issued_at_ns=r.u64("issued_at_ns"),
+            nonce=r.take(NONCE_LEN, "nonce"),
+            version=version,
+        )
+
+
 SignableMessage = (
-    HeadAnnouncement | Attestation | Dispute | Observation | KeyRotation | KeyRevocation
+    HeadAnnouncement
+    | Attestation
+    | Dispute
+    | Observation
+    | KeyRotation
+    | KeyRevocation
+    | KeyInception
 )
 
 
@@ -938,6 +998,7 @@ _READERS: Final[dict[MessageKind, Callable[[_Reader], SignableMessage]]] = {
     MessageKind.OBSERVATION: Observation._read,
     MessageKind.KEY_ROTATION: KeyRotation._read,
     MessageKind.KEY_REVOCATION: KeyRevocation._read,
+    MessageKind.KEY_INCEPTION: KeyInception._read,
 }
 
 

@@ -51,6 +51,7 @@ from p2p.wire import (
     Dispute,
     EquivocationProof,
     HeadAnnouncement,
+    KeyInception,
     KeyRevocation,
     KeyRotation,
     Observation,
@@ -161,7 +162,7 @@ class NodeEffects:
             witness = self.witness
             if witness is not None:
                 self._later(lambda: witness.observed(msg, inner))
-        elif isinstance(inner, KeyRotation | KeyRevocation):
+        elif isinstance(inner, KeyRotation | KeyRevocation | KeyInception):
             self._metrics.announcements.labels("key_record", "").inc()
             keys = self._keys
             if keys is not None:

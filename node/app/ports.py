@@ -33,6 +33,7 @@ from node.app.rows import (
     EquivocationProof,
     Event,
     EvidenceCaps,
+    KeyInceptionRecord,
     KeyRevocationRecord,
     KeyRotationRecord,
     ObservationRecord,
@@ -195,6 +196,23 @@ class StatePort(Protocol):
 
     async def key_revocations(self) -> list[KeyRevocationRecord]:
         """Every stored node key revocation."""
+        ...
+
+    async def add_key_inception(
+        self,
+        node_id: str,
+        issued_at_ns: int,
+        envelope: bytes,
+        *,
+        kept: bool = False,
+        cap: int | None = None,
+    ) -> bool:
+        """Store a node key inception (false if the key already has one); ``kept`` and
+        ``cap`` as for :meth:`add_key_rotation`."""
+        ...
+
+    async def key_inceptions(self) -> list[KeyInceptionRecord]:
+        """Every stored node key inception."""
         ...
 
     async def add_dispute(

@@ -183,6 +183,8 @@ class KeyRotationRecord:
     issued_at_ns: int
     envelope: bytes
     received_ns: int
+    kept: bool = True
+    """Never evicted (a trusted node's or the node's own), else a stranger's, evictable."""
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,21 @@ class KeyRevocationRecord:
     revoked_ns: int
     envelope: bytes
     received_ns: int
+    kept: bool = True
+    """As :attr:`KeyRotationRecord.kept`."""
+
+
+@dataclass(frozen=True)
+class KeyInceptionRecord:
+    """A node key ``node_id`` committing to the digest of its next key (a
+    :class:`p2p.wire.KeyInception`, signed by that key): its first commitment."""
+
+    node_id: str
+    issued_at_ns: int
+    envelope: bytes
+    received_ns: int
+    kept: bool = True
+    """As :attr:`KeyRotationRecord.kept`."""
 
 
 @dataclass(frozen=True)

@@ -405,7 +405,8 @@ class Daemon:
             kick=work.kick,
         )
         trust_config = self.config.trust_config()
-        identities = NodeIdentities()
+        # Strangers' key records are held in memory under the state's cap (issue 39).
+        identities = NodeIdentities(cap=self.config.storage.evidence_caps().key_records)
         self.trust = trust = TrustDriver(
             trust_config,
             self.state,
@@ -429,6 +430,7 @@ class Daemon:
             cap=caps.key_records,
             trusted_nodes=lambda: trust.default.trusted_attesters,
         )
+        await self._ensure_inception()
         await keys.load()
         await trust.restore()
         work.handle("verify", verify.run)
@@ -662,8 +664,8 @@ class Daemon:
 
             self._transport.set_request_handler(STP_PROTOCOL, self._serve_stream)
         self._service = GossipService(core, self._transport, self.clock, self.fetcher, self.effects)
-        # Only a node that rotated or revoked a key has records of its own to gossip.
-        self._has_own_key_records = (self.home.path / "keys" / "retired").is_dir()
+        # Every node has records of its own to gossip: its key's inception at least.
+        self._has_own_key_records = True
         self._service.on_peer_change(self._on_peer_change)
         await self._service.start()
         if p.discovery:
@@ -888,6 +890,20 @@ class Daemon:
         service = getattr(self, "_service", None)
         if service is not None:
             service.core.move_peer_score(old_peer, new_peer, self.clock())
+
+    async def _ensure_inception(self) -> None:
+        """Commit the node key to a next key if it has none (an upgraded node's first start,
+        or a home made before inceptions): node/keyrotation.py's ensure_inception."""
+        from node.keyrotation import MOVE_NEXT_KEY_ADVICE, ensure_inception
+
+        made = await asyncio.to_thread(ensure_inception, self.home)
+        if made is not None:
+            log.warning(
+                "node key %s now commits to its next key %s: %s",
+                made.node_id,
+                made.next_key,
+                MOVE_NEXT_KEY_ADVICE,
+            )
 
     async def _publish_own_key_records(self, delay_s: float) -> None:
         """Gossip this node's key rotation and revocation records (node/keyrotation.py) on the

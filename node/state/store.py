@@ -43,6 +43,7 @@ from node.app.rows import (
     EquivocationProof,
     Event,
     EvidenceCaps,
+    KeyInceptionRecord,
     KeyRevocationRecord,
     KeyRotationRecord,
     ObservationRecord,
@@ -533,10 +534,10 @@ class NodeState:
     def key_rotations(self) -> list[KeyRotationRecord]:
         """Every stored rotation record, oldest first."""
         rows = self._rows(
-            "SELECT old_id, new_id, issued_at_ns, envelope, received_ns FROM key_rotations"
+            "SELECT old_id, new_id, issued_at_ns, envelope, received_ns, kept FROM key_rotations"
             " ORDER BY received_ns, old_id"
         )
-        return [KeyRotationRecord(r[0], r[1], r[2], bytes(r[3]), r[4]) for r in rows]
+        return [KeyRotationRecord(r[0], r[1], r[2], bytes(r[3]), r[4], bool(r[5])) for r in rows]
 
     def add_key_revocation(
         self,
@@ -573,10 +574,49 @@ class NodeState:
     def key_revocations(self) -> list[KeyRevocationRecord]:
         """Every stored revocation."""
         rows = self._rows(
-            "SELECT node_id, revoked_ns, envelope, received_ns FROM key_revocations"
+            "SELECT node_id, revoked_ns, envelope, received_ns, kept FROM key_revocations"
             " ORDER BY revoked_ns, node_id"
         )
-        return [KeyRevocationRecord(r[0], r[1], bytes(r[2]), r[3]) for r in rows]
+        return [KeyRevocationRecord(r[0], r[1], bytes(r[2]), r[3], bool(r[4])) for r in rows]
+
+    def add_key_inception(
+        self,
+        node_id: str,
+        issued_at_ns: int,
+        envelope: bytes,
+        *,
+        kept: bool = False,
+        cap: int | None = None,
+    ) -> bool:
+        """Store a key inception; False if ``node_id`` already has one (the first stays: the
+        caller refused a different one). ``kept`` and ``cap`` as for
+        :meth:`add_key_rotation`."""
+        if not node_id:
+            raise InvalidStateValue("node_id must not be empty")
+        with self._tx() as c:
+            cur = c.execute(
+                """INSERT INTO key_inceptions (node_id, issued_at_ns, envelope, received_ns, kept)
+                   VALUES (?, ?, ?, ?, ?) ON CONFLICT (node_id) DO NOTHING""",
+                (
+                    node_id,
+                    issued_at_ns,
+                    bytes(envelope),
+                    self._clock(),
+                    int(kept := kept or cap is None),
+                ),
+            )
+            if kept:
+                c.execute("UPDATE key_inceptions SET kept = 1 WHERE node_id = ?", (node_id,))
+            stored = cur.rowcount > 0
+            return stored and self._bound_keys(c, "key_inceptions", "node_id", node_id, cap)
+
+    def key_inceptions(self) -> list[KeyInceptionRecord]:
+        """Every stored key inception, oldest received first."""
+        rows = self._rows(
+            "SELECT node_id, issued_at_ns, envelope, received_ns, kept FROM key_inceptions"
+            " ORDER BY received_ns, node_id"
+        )
+        return [KeyInceptionRecord(r[0], r[1], bytes(r[2]), r[3], bool(r[4])) for r in rows]
 
     def add_dispute(
         self,

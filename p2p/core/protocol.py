@@ -54,6 +54,7 @@ from p2p.errors import InvalidEquivocationProof, WireDecodeError
 from p2p.wire import (
     EquivocationProof,
     HeadAnnouncement,
+    KeyInception,
     KeyRevocation,
     KeyRotation,
     Observation,
@@ -423,7 +424,7 @@ class ProtocolCore:
         # Key records stay true for ever (republished at every start of their node).
         if (
             not via_ae
-            and not isinstance(msg.message, KeyRotation | KeyRevocation)
+            and not isinstance(msg.message, KeyRotation | KeyRevocation | KeyInception)
             and issued < received_ns - cfg.max_message_age_ns
         ):
             out.append(Ignore(peer, "expired"))
