@@ -22,6 +22,7 @@ from p2p.wire import (
     Evidence,
     FetchLocations,
     HeadAnnouncement,
+    KeyInception,
     KeyRevocation,
     KeyRotation,
     MessageKind,
@@ -161,6 +162,16 @@ def key_revocation_by_next_key() -> SignedMessage:
     return sign_message(msg, other)
 
 
+def key_inception() -> SignedMessage:
+    """A deterministic inception of the node key (signed by it), committing to the "other" key
+    as its next one (the form :func:`key_rotation_v2` commits with)."""
+    _, node, other = keys()
+    msg = KeyInception(
+        node.dataset_id(), next_key_digest(other.dataset_id()), ISSUED_AT_NS + 7, bytes([0x1C]) * 16
+    )
+    return sign_message(msg, node)
+
+
 def _forge(msg: HeadAnnouncement, domain_kind: MessageKind) -> bytes:
     """Sign ``msg`` with the dataset key but under another kind's domain string."""
     ds, _, _ = keys()
@@ -229,6 +240,9 @@ def build() -> dict[str, Any]:
     assert isinstance(rev_next_msg, KeyRevocation)
     # A version 2 rotation read as version 1 (the commitment's bytes then shift every field).
     rot2_as_v1 = rot2.envelope[:6] + b"\x01" + rot2.envelope[7:]
+    inc = key_inception()
+    inc_msg = inc.message
+    assert isinstance(inc_msg, KeyInception)
     rev_self_named = bytearray(rev_next.envelope)
     rev_self_named[7 + 34 + 1 : 7 + 34 + 1 + 34] = rev_next.envelope[7 : 7 + 34]  # by := node
 
@@ -252,6 +266,7 @@ def build() -> dict[str, Any]:
         "key_revocation": rev,
         "key_rotation_v2": rot2,
         "key_revocation_by_next_key": rev_next,
+        "key_inception": inc,
     }
     bad: list[tuple[str, bytes, str]] = [
         ("empty", b"", "decode:truncated"),
@@ -314,6 +329,25 @@ def build() -> dict[str, Any]:
             "signature",
         ),
         ("key_revocation_names_itself_as_signer", bytes(rev_self_named), "decode:same-key"),
+        # Only the committing key can sign its inception (a thief holding another key cannot
+        # give the node key a commitment of its choosing).
+        ("key_inception_signed_by_other_key", sign_message(inc_msg, other).envelope, "signature"),
+        (
+            "key_inception_tampered_next_digest",
+            inc.envelope[: 7 + 34] + bytes([inc.envelope[7 + 34] ^ 1]) + inc.envelope[7 + 35 :],
+            "signature",
+        ),
+        (
+            "key_inception_unknown_version",
+            inc.envelope[:6] + b"\x02" + inc.envelope[7:],
+            "decode:unknown-version",
+        ),
+        ("key_inception_truncated", inc.envelope[:-65] + inc.envelope[-64:], "decode:truncated"),
+        (
+            "key_inception_cross_domain_signature",
+            inc.envelope[:-64] + node.sign(DOMAINS[MessageKind.KEY_ROTATION] + inc.envelope[:-64]),
+            "signature",
+        ),
     ]
     return {
         "format": "odf-node p2p wire format v1 (docs/p2p-wire-format.md)",
