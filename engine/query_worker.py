@@ -1,0 +1,197 @@
+"""A query worker: one read-only SQL query over dataset tables, in the transform sandbox, then exit.
+
+``python -m engine.query_worker`` runs under a DataFusion release's Python (the node's
+``.venv/engines/datafusion-<version>``). It imports DataFusion, prints ``READY`` and waits for
+ONE request on stdin, so the node can start it before any query arrives (``[query]
+warm_workers``) and a query never waits for a process to start; and since a worker serves a single
+query, the node can kill it at the query's deadline (or when its memory grows too large) without
+harming any other query. After answering it exits; the node starts a replacement.
+
+Request (one JSON line)::
+
+    {"sql": "...", "tables": [{"name": "covid19.canada", "files": ["/abs/part.parquet", ...]}],
+     "memory_bytes": N, "max_rows": N, "max_bytes": N, "skip": 0, "limit": null,
+     "out": "/private/dir/answer.arrow", "scratch": "/private/dir"}
+
+Answer (one JSON line on stdout): ``{"ok": true, "rows": N}`` with the rows in ``out`` as an
+Arrow IPC file, or ``{"ok": false, "kind": K, "message": M}`` with ``K`` one of ``rejected``
+(the sandbox refused the SQL), ``too_large`` (over ``max_rows``/``max_bytes``), ``out_of_memory``
+(DataFusion's memory pool of ``memory_bytes`` was exhausted) or ``failed`` (the query does not
+plan or run: an unknown column, a type error...).
+
+The sandbox is the transforms' (:mod:`engine.datafusion_sandbox`): one statement, a query and
+nothing else (no DDL, DML, ``COPY``, ``SET``, ``EXPLAIN``), every ``TableScan`` one of the request's
+tables (so no file, URL or table function such as ``generate_series()``/``range()``), and the
+time, random and session functions refused. Those last are not dangerous in a query, but they
+make an answer that another node cannot reproduce, and a verifiable query (``/verify``) must be
+reproducible; one rule for transforms and queries is also one rule to explain.
+
+Table names are registered through the catalog API, not ``register_parquet``: DataFusion parses
+a name given there as ``schema.table``, so a dataset alias with a dot (``covid19.canada``) could
+not be registered as one table. Each table is a directory of symbolic links to its parquet parts
+(in the request's private ``scratch`` directory) read by DataFusion's native parquet scan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.datafusion_sandbox import SandboxViolation, check_plan, check_text
+from engine.lifeline import watch_lifeline
+
+
+class _Refusal(Exception):
+    """An answer the worker gives instead of rows (``kind`` as in the module docstring)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+def _context(df: Any, memory_bytes: int) -> Any:
+    config = (
+        df.SessionConfig()
+        .with_information_schema(False)
+        # As kamu's engine and the transforms: identifiers are case-sensitive as written.
+        .set("datafusion.sql_parser.enable_ident_normalization", "false")
+    )
+    runtime = df.RuntimeEnvBuilder().with_fair_spill_pool(memory_bytes)
+    return df.SessionContext(config, runtime)
+
+
+def _register(ctx: Any, tables: list[dict[str, Any]], scratch: Path) -> set[str]:
+    schema = ctx.catalog().schema("public")
+    names: set[str] = set()
+    for i, t in enumerate(tables):
+        name = str(t["name"])
+        files = [str(f) for f in t["files"]]
+        if not files:
+            continue  # a dataset with no data yet: its name stays unknown to the query
+        folder = scratch / f"t{i}"
+        folder.mkdir()
+        for k, f in enumerate(files):
+            (folder / f"p{k:08d}.parquet").symlink_to(f)
+        # The parquet scan gets a plain internal name (the one the plan's TableScan shows and
+        # the sandbox allows); the dataset's name is a view of it, registered through the
+        # catalog so that a dot in it stays part of the name.
+        raw = f"__odf_table_{i}"
+        ctx.register_parquet(raw, str(folder))
+        schema.register_table(name, ctx.table(raw).into_view())
+        names.add(raw)
+    return names
+
+
+def run(request: dict[str, Any]) -> int:
+    """Answer ``request``; returns the number of rows written to ``request["out"]``.
+
+    Raises:
+        _Refusal: the answer is a refusal or an error (see the module docstring).
+    """
+    import datafusion
+    import pyarrow as pa
+
+    sql = str(request["sql"])
+    max_rows = int(request["max_rows"])
+    max_bytes = int(request["max_bytes"])
+    skip = int(request.get("skip") or 0)
+    limit = request.get("limit")
+    try:
+        check_text(sql)
+    except SandboxViolation as e:
+        raise _Refusal("rejected", e.reason) from None
+    ctx = _context(datafusion, int(request["memory_bytes"]))
+    names = _register(ctx, list(request["tables"]), Path(request["scratch"]))
+    options = (
+        datafusion.SQLOptions()
+        .with_allow_ddl(False)
+        .with_allow_dml(False)
+        .with_allow_statements(False)
+    )
+    try:
+        frame = ctx.sql_with_options(sql.rstrip().rstrip(";"), options)
+    except Exception as e:
+        raise _Refusal(*_classify(e)) from None
+    try:
+        check_plan(frame.logical_plan().display_indent(), names)
+    except SandboxViolation as e:
+        reason = e.reason.replace("is not an input of the transform", "is not a dataset table")
+        raise _Refusal("rejected", reason) from None
+    # One row more than allowed tells "exactly max_rows" from "more than max_rows".
+    want = max_rows + 1 if limit is None else min(int(limit), max_rows + 1)
+    frame = frame.limit(want, offset=skip)
+    rows = 0
+    size = 0
+    out = Path(request["out"])
+    try:
+        stream = frame.execute_stream()
+        writer = None
+        try:
+            for batch in stream:
+                rb = batch.to_pyarrow()
+                rows += rb.num_rows
+                size += rb.nbytes
+                if rows > max_rows:
+                    raise _Refusal(
+                        "too_large",
+                        f"the answer has more than {max_rows} rows ([query] max_rows): "
+                        "narrow the query or page with skip/limit",
+                    )
+                if size > max_bytes:
+                    raise _Refusal(
+                        "too_large",
+                        f"the answer is over {max_bytes} bytes ([query] max_bytes): "
+                        "select fewer columns or page with skip/limit",
+                    )
+                if writer is None:
+                    writer = pa.ipc.new_file(str(out), rb.schema)
+                writer.write_batch(rb)
+            if writer is None:  # no rows: still the answer's schema
+                schema = frame.schema()
+                writer = pa.ipc.new_file(str(out), schema)
+        finally:
+            if writer is not None:
+                writer.close()
+    except _Refusal:
+        raise
+    except Exception as e:
+        raise _Refusal(*_classify(e)) from None
+    return rows
+
+
+def _classify(e: BaseException) -> tuple[str, str]:
+    text = str(e)
+    if "Resources exhausted" in text or "ResourcesExhausted" in text:
+        return "out_of_memory", text
+    return "failed", text
+
+
+def main() -> int:
+    """Serve one request from stdin (see the module docstring)."""
+    watch_lifeline()
+    import datafusion  # noqa: F401 - imported before READY: a warm worker is ready to plan
+    import pyarrow  # noqa: F401
+
+    print("READY", flush=True)
+    line = sys.stdin.readline()
+    if not line:
+        return 0
+    try:
+        request = json.loads(line)
+        rows = run(request)
+        answer: dict[str, Any] = {"ok": True, "rows": rows}
+    except _Refusal as r:
+        answer = {"ok": False, "kind": r.kind, "message": r.message}
+    except Exception as e:
+        answer = {"ok": False, "kind": "failed", "message": f"{type(e).__name__}: {e}"}
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+    os._exit(0)  # skip interpreter teardown: DataFusion's runtime threads can hold it up
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,353 @@
+"""The query engine adapter: read-only SQL over dataset tables in sandboxed DataFusion workers.
+
+:class:`DataFusionQueryEngine` implements :class:`~node.app.ports.QueryEnginePort`. Each query
+runs in a worker process of its own (``engine/query_worker.py``, under the DataFusion release's
+Python): the transform sandbox, DataFusion's memory pool of ``[query] memory_bytes``, at most
+``max_rows`` rows and ``max_bytes`` bytes in the answer. The adapter keeps ``[query]
+warm_workers`` workers started in advance (a DataFusion import takes ~0.3 s, far more than a
+small query), so a query never waits for a process to start; a worker serves one query, so the
+adapter can kill it when the query passes its deadline or its resident memory passes the bound
+(``memory_bytes`` and some slack for the interpreter) without harming any other query.
+
+Nothing here blocks the event loop: workers are asyncio subprocesses, and the answer (an Arrow
+IPC file in a private temporary directory) is read in a thread.
+
+:class:`InMemoryQueryEngine` is the in-memory twin for unit tests of the use cases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from node.app.errors import (
+    QueryDeadlineExceeded,
+    QueryError,
+    QueryRejected,
+    QueryTooLarge,
+    Unavailable,
+)
+from node.app.ports import QueryDialect, QueryEnginePort, QueryLimits, QueryTable
+from node.engine_client import PROJECT_ROOT
+from node.engine_router import datafusion_python
+from node.lifeline import Lifeline
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+QUERY_DATAFUSION_VERSION = "51.0.0"
+"""The DataFusion release queries run on (the newest pinned one: ``make setup`` builds it)."""
+MEMORY_SLACK_BYTES = 512 * 1024 * 1024
+"""Resident memory a worker may use beyond its DataFusion pool (the interpreter, DataFusion's
+own structures, batches being written) before it is killed."""
+MEMORY_POLL_S = 0.05
+
+
+@dataclass
+class _Worker:
+    proc: asyncio.subprocess.Process
+    lifeline: Lifeline
+    dir: Path
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.lifeline.cut()
+
+
+class DataFusionQueryEngine:
+    """Sandboxed DataFusion query workers (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        warm_workers: int = 1,
+        isolate_network: bool = False,
+        python: Path | None = None,
+        spark: QueryEnginePort | None = None,
+    ) -> None:
+        self._warm = max(0, warm_workers)
+        self._isolate = isolate_network
+        self._python = python or datafusion_python(QUERY_DATAFUSION_VERSION)
+        self._spark = spark
+        self._idle: list[_Worker] = []
+        self._starting: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self.started = 0
+        """Workers started (tests)."""
+
+    # -- workers -------------------------------------------------------------------------
+
+    async def _spawn(self) -> _Worker:
+        if not self._python.exists():
+            raise Unavailable(
+                f"the query engine's DataFusion environment is missing ({self._python}); "
+                "run `make setup`"
+            )
+        work = Path(tempfile.mkdtemp(prefix="odf-query-"))
+        cmd = [str(self._python), "-m", "engine.query_worker"]
+        if self._isolate:
+            cmd = ["unshare", "-rn", "sh", "-c", 'ip link set lo up 2>/dev/null; exec "$@"', "-"]
+            cmd += [str(self._python), "-m", "engine.query_worker"]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(PROJECT_ROOT), *filter(None, [env.get("PYTHONPATH")])]
+        )
+        lifeline = Lifeline()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *cmd,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=open(work / "worker.log", "ab"),  # noqa: SIM115 - the child keeps it
+                cwd=str(PROJECT_ROOT),
+                start_new_session=True,
+                **lifeline.popen_kwargs(env),  # type: ignore[arg-type]
+            )
+        finally:
+            lifeline.spawned()
+        self.started += 1
+        worker = _Worker(proc, lifeline, work)
+        assert proc.stdout is not None
+        try:
+            line = await asyncio.wait_for(proc.stdout.readline(), 60.0)
+        except TimeoutError:
+            line = b""
+        if line.strip() != b"READY":
+            worker.kill()
+            log = (work / "worker.log").read_text(errors="replace")[-500:]
+            shutil.rmtree(work, ignore_errors=True)
+            raise Unavailable(f"the query worker did not start: {log.strip() or 'no output'}")
+        return worker
+
+    def _refill(self) -> None:
+        if self._closed:
+            return
+        while len(self._idle) + len(self._starting) < self._warm:
+            task = asyncio.get_running_loop().create_task(self._prestart())
+            self._starting.add(task)
+            task.add_done_callback(self._starting.discard)
+
+    async def _prestart(self) -> None:
+        try:
+            worker = await self._spawn()
+        except Exception:
+            return
+        if self._closed:
+            self._discard(worker)
+        else:
+            self._idle.append(worker)
+
+    async def _take(self) -> _Worker:
+        while self._idle:
+            worker = self._idle.pop()
+            if worker.proc.returncode is None:
+                return worker
+            self._discard(worker)
+        return await self._spawn()
+
+    @staticmethod
+    def _discard(worker: _Worker) -> None:
+        worker.kill()
+        shutil.rmtree(worker.dir, ignore_errors=True)
+
+    # -- the port ------------------------------------------------------------------------
+
+    async def query(
+        self,
+        sql: str,
+        tables: Sequence[QueryTable],
+        limits: QueryLimits,
+        dialect: QueryDialect = "datafusion",
+        *,
+        skip: int = 0,
+        limit: int | None = None,
+    ) -> pa.Table:
+        """See :class:`~node.app.ports.QueryEnginePort`."""
+        if dialect == "spark":
+            if self._spark is None:
+                raise QueryRejected(
+                    "the spark dialect is not available on this node (no Spark query engine "
+                    "is configured): use the datafusion dialect"
+                )
+            return await self._spark.query(sql, tables, limits, dialect, skip=skip, limit=limit)
+        if self._closed:
+            raise Unavailable("the query engine is stopped")
+        if limit is not None and limit > limits.max_rows:
+            raise QueryTooLarge(
+                f"limit {limit} is over [query] max_rows ({limits.max_rows}): page with skip"
+            )
+        worker = await self._take()
+        self._refill()
+        try:
+            return await self._run(worker, sql, tables, limits, skip, limit)
+        finally:
+            self._discard(worker)
+
+    async def _run(
+        self,
+        worker: _Worker,
+        sql: str,
+        tables: Sequence[QueryTable],
+        limits: QueryLimits,
+        skip: int,
+        limit: int | None,
+    ) -> pa.Table:
+        out = worker.dir / "answer.arrow"
+        scratch = worker.dir / "tables"
+        scratch.mkdir()
+        request = {
+            "sql": sql,
+            "tables": [{"name": t.name, "files": list(t.files)} for t in tables],
+            "memory_bytes": limits.memory_bytes,
+            "max_rows": limits.max_rows,
+            "max_bytes": limits.max_bytes,
+            "skip": skip,
+            "limit": limit,
+            "out": str(out),
+            "scratch": str(scratch),
+        }
+        proc = worker.proc
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(request).encode() + b"\n")
+        await proc.stdin.drain()
+        bound = limits.memory_bytes + MEMORY_SLACK_BYTES
+        watch = asyncio.get_running_loop().create_task(_watch_memory(proc.pid, bound))
+        read = asyncio.get_running_loop().create_task(proc.stdout.readline())
+        try:
+            done, _ = await asyncio.wait(
+                {read, watch}, timeout=limits.deadline_s, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            watch.cancel()
+        if watch in done:
+            read.cancel()
+            raise QueryTooLarge(
+                f"the query needed more than {limits.memory_bytes} bytes of memory "
+                "([query] memory_bytes) and was stopped: narrow it or raise the setting"
+            )
+        if read not in done:
+            read.cancel()
+            worker.kill()
+            raise QueryDeadlineExceeded(
+                f"the query ran longer than {limits.deadline_s:g} s ([query] deadline_s) "
+                "and was stopped"
+            )
+        line = read.result()
+        if not line:
+            log = (worker.dir / "worker.log").read_text(errors="replace")[-300:]
+            raise QueryError(f"the query worker ended without an answer: {log.strip()}")
+        answer = json.loads(line)
+        if not answer.get("ok"):
+            kind, message = str(answer.get("kind")), str(answer.get("message"))
+            if kind == "rejected":
+                raise QueryRejected(message)
+            if kind == "too_large":
+                raise QueryTooLarge(message)
+            if kind == "out_of_memory":
+                raise QueryTooLarge(
+                    f"the query needed more than {limits.memory_bytes} bytes of memory "
+                    f"([query] memory_bytes): {message}"
+                )
+            raise QueryError(message)
+        return await asyncio.to_thread(_read_ipc, out)
+
+    async def close(self) -> None:
+        """Stop the idle workers (a running query's worker is killed when it returns)."""
+        self._closed = True
+        for task in list(self._starting):
+            task.cancel()
+        for worker in self._idle:
+            self._discard(worker)
+        self._idle.clear()
+        if self._spark is not None:
+            await self._spark.close()
+
+
+def _read_ipc(path: Path) -> pa.Table:
+    import pyarrow as pa
+
+    with pa.memory_map(str(path)) as source:
+        # Read into memory: the file is removed with the worker's directory.
+        return pa.ipc.open_file(source).read_all().combine_chunks()
+
+
+def _rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and its descendants (0 once gone)."""
+    total = 0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+async def _watch_memory(pid: int, bound: int) -> None:
+    """Returns when the worker's resident memory passes ``bound`` (never otherwise)."""
+    while True:
+        await asyncio.sleep(MEMORY_POLL_S)
+        if _rss(pid) > bound:
+            return
+
+
+@dataclass
+class InMemoryQueryEngine:
+    """The in-memory twin of :class:`DataFusionQueryEngine` for unit tests of use cases.
+
+    ``answer`` computes the result from the SQL and the tables (default: every row of the one
+    table named in the SQL, read with pyarrow); ``calls`` records each query.
+    """
+
+    answer: Callable[[str, Sequence[QueryTable]], pa.Table] | None = None
+    calls: list[tuple[str, tuple[QueryTable, ...], QueryDialect]] = field(default_factory=list)
+    closed: bool = False
+
+    async def query(
+        self,
+        sql: str,
+        tables: Sequence[QueryTable],
+        limits: QueryLimits,
+        dialect: QueryDialect = "datafusion",
+        *,
+        skip: int = 0,
+        limit: int | None = None,
+    ) -> pa.Table:
+        """See :class:`~node.app.ports.QueryEnginePort`."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.calls.append((sql, tuple(tables), dialect))
+        if self.answer is not None:
+            table = self.answer(sql, tables)
+        else:
+            named = [t for t in tables if f'"{t.name}"' in sql or t.name in sql.split()]
+            if not named:
+                raise QueryError(f"no known table in {sql!r}")
+            parts = [pq.read_table(f) for f in named[0].files]
+            table = pa.concat_tables(parts) if parts else pa.table({})
+        table = table.slice(skip, limit if limit is not None else None)
+        if table.num_rows > limits.max_rows:
+            raise QueryTooLarge(f"more than {limits.max_rows} rows ([query] max_rows)")
+        return table
+
+    async def close(self) -> None:
+        """Nothing to stop."""
+        self.closed = True
+
+
+__all__ = ["QUERY_DATAFUSION_VERSION", "DataFusionQueryEngine", "InMemoryQueryEngine"]
