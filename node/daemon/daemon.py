@@ -1121,8 +1121,14 @@ class Daemon:
         from node.transfer.flight_sql import stop
 
         if self._flight_sql is not None:
-            # Waits for running calls, whose queries need this loop: off the loop.
-            await asyncio.to_thread(stop, self._flight_sql, self._flight_sql_thread)
+            # Waits for running calls, whose queries need this loop: off the loop. A client that
+            # stops reading a stream would hold it forever: the daemon goes on after 15 s.
+            try:
+                await asyncio.wait_for(
+                    asyncio.to_thread(stop, self._flight_sql, self._flight_sql_thread), 15.0
+                )
+            except TimeoutError:
+                log.warning("flight-sql: calls still running after 15 s; stopping without them")
             self.info.flight_sql_url = None
 
     # ---- RPC
