@@ -15,7 +15,7 @@ DATAFUSION_VERSIONS := 51.0.0 41.0.0
 ENGINES := $(VENV)/engines
 DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.installed)
 
-.PHONY: browser nftables test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-longrun bench-follow bench-follow-urls bench-hostile bench-hostile-flood bench-evidence-flood bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-nat bench-decode fuzz p2p-vectors test-image image-inputs clean
+.PHONY: browser nftables test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-longrun bench-follow bench-follow-urls bench-hostile bench-hostile-flood bench-query bench-evidence-flood bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-nat bench-decode fuzz p2p-vectors test-image image-inputs clean
 
 setup: $(STAMP) $(DF_STAMPS)
 
@@ -166,6 +166,11 @@ bench-longrun: setup
 # 100 ms: must answer within 250 ms throughout and never restart (isolates itself); then the
 # dispute flood of bench-evidence-flood, the trust driver's cost per dispute (bench_dispute_cost.py) and
 # bench-hostile-flood.
+# Reading verified data: the query engine, /query and Flight SQL against the raw operation on
+# the same parquet files (tests/bench/bench_query.py; ratios, medians and the machine's load).
+bench-query: setup
+	$(NETNS) 'ip link set lo up && exec $(BIN)/python tests/bench/bench_query.py'
+
 bench-hostile: setup
 	$(BIN)/python tests/bench/bench_hostile.py
 	$(BIN)/python tests/bench/bench_hostile_inputs.py
