@@ -1,0 +1,319 @@
+"""The "spark" query dialect: read-only Spark SQL over dataset tables in the node's Spark worker.
+
+:class:`SparkQueryEngine` implements :class:`~node.app.ports.QueryEnginePort` for ``dialect=
+"spark"`` (``queryDialect: SqlSpark`` on the HTTP data API, ``odf-node sql --engine spark``);
+the DataFusion engine (:class:`~node.adapters.query_engine.DataFusionQueryEngine`) hands it
+those queries as its ``spark`` delegate. Queries run in one worker process,
+``python -m engine.spark_query_worker`` under the node's own Python (which has PySpark): a
+SparkSession on ``local[*]`` or the standalone master of ``[engine] spark_master``, with the
+transforms' settings and Spark sandbox (``engine/sandbox.py``), its JVM heap bounded by
+``[query] memory_bytes``.
+
+Spark takes seconds to start (~10 s on a small machine), so the worker starts on the first
+Spark query, not with the node, and stays for the next ones; queries take turns on it (one at a
+time: a Spark query uses every core already). The worker leads its own process group, so the
+adapter can kill it, JVM included, when a query passes ``[query] deadline_s`` (waiting for the
+worker counts) or its resident memory passes the bound; the next query starts a new one. With
+``isolate_network`` (and a local master) the worker runs in a network namespace of its own
+(``unshare -rn``), as the transform workers do.
+
+Nothing here blocks the event loop: the worker is an asyncio subprocess and the answer (an
+Arrow IPC file in a private temporary directory) is read in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from node.app.errors import (
+    QueryDeadlineExceeded,
+    QueryError,
+    QueryRejected,
+    QueryTooLarge,
+    Unavailable,
+)
+from node.app.ports import QueryDialect, QueryLimits, QueryTable
+from node.engine_client import PROJECT_ROOT
+from node.lifeline import Lifeline
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+START_TIMEOUT_S = 180.0
+"""How long the worker may take to start Spark and print ``READY``."""
+JVM_SLACK_BYTES = 1024 * 1024 * 1024
+"""Resident memory the worker may use beyond its JVM heap (``[query] memory_bytes``): the JVM's
+own structures, code cache and threads, and the Python side, before it is killed."""
+MIN_HEAP_MIB = 512
+"""The JVM heap is never set below this: Spark does not start in much less."""
+MEMORY_POLL_S = 0.1
+
+
+@dataclass
+class _Worker:
+    proc: asyncio.subprocess.Process
+    lifeline: Lifeline
+    dir: Path
+    served: int = 0
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.lifeline.cut()
+
+
+class SparkQueryEngine:
+    """Spark SQL queries in a lazily started, sandboxed Spark worker (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        master: str = "local[*]",
+        spark_conf: Mapping[str, str] | None = None,
+        isolate_network: bool = False,
+        driver_host: str = "",
+        python: str | None = None,
+    ) -> None:
+        """``master``: the ``[engine] spark_master``; ``driver_host``: where a cluster's
+        executors reach the driver (as for the transform worker; "" = loopback)."""
+        self._master = master
+        conf = dict(spark_conf or {})
+        if driver_host:
+            conf = {
+                "spark.driver.host": driver_host,
+                "spark.driver.bindAddress": driver_host,
+                **conf,
+            }
+        self._conf = conf
+        # A cluster's executors must reach the driver: no namespace then.
+        self._isolate = isolate_network and master.startswith("local") and not driver_host
+        self._python = python or sys.executable
+        self._worker: _Worker | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+        self.started = 0
+        """Workers started (tests)."""
+
+    # -- the worker ------------------------------------------------------------------------
+
+    async def _spawn(self, limits: QueryLimits) -> _Worker:
+        work = Path(tempfile.mkdtemp(prefix="odf-spark-query-"))
+        heap = max(MIN_HEAP_MIB, limits.memory_bytes >> 20)
+        cmd = [self._python, "-m", "engine.spark_query_worker", "--master", self._master]
+        for k, v in {"spark.driver.memory": f"{heap}m", **self._conf}.items():
+            cmd += ["--conf", f"{k}={v}"]
+        if self._isolate:
+            prefix = ["unshare", "-rn", "sh", "-c", 'ip link set lo up 2>/dev/null; exec "$@"', "-"]
+            cmd = prefix + cmd
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(PROJECT_ROOT), *filter(None, [env.get("PYTHONPATH")])]
+        )
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        lifeline = Lifeline()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *cmd,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=open(work / "worker.log", "ab"),  # noqa: SIM115 - the child keeps it
+                cwd=str(PROJECT_ROOT),
+                start_new_session=True,
+                **lifeline.popen_kwargs(env),  # type: ignore[arg-type]
+            )
+        finally:
+            lifeline.spawned()
+        self.started += 1
+        worker = _Worker(proc, lifeline, work)
+        assert proc.stdout is not None
+        try:
+            line = await asyncio.wait_for(proc.stdout.readline(), START_TIMEOUT_S)
+        except TimeoutError:
+            line = b""
+        except BaseException:
+            self._discard(worker)
+            raise
+        if line.strip() != b"READY":
+            log = (work / "worker.log").read_text(errors="replace")[-500:]
+            self._discard(worker)
+            raise Unavailable(f"the Spark query worker did not start: {log.strip() or 'no output'}")
+        return worker
+
+    @staticmethod
+    def _discard(worker: _Worker) -> None:
+        worker.kill()
+        shutil.rmtree(worker.dir, ignore_errors=True)
+
+    # -- the port --------------------------------------------------------------------------
+
+    async def query(
+        self,
+        sql: str,
+        tables: Sequence[QueryTable],
+        limits: QueryLimits,
+        dialect: QueryDialect = "spark",
+        *,
+        skip: int = 0,
+        limit: int | None = None,
+    ) -> pa.Table:
+        """See :class:`~node.app.ports.QueryEnginePort` (any ``dialect`` given runs on Spark).
+
+        The deadline counts from the call: waiting for another query or for Spark to start
+        is part of it (a first query may need more than a short ``deadline_s``; the worker it
+        started stays up for the next).
+        """
+        if self._closed:
+            raise Unavailable("the Spark query engine is stopped")
+        if limit is not None and limit > limits.max_rows:
+            raise QueryTooLarge(
+                f"limit {limit} is over [query] max_rows ({limits.max_rows}): page with skip"
+            )
+        deadline = time.monotonic() + limits.deadline_s
+        try:
+            async with asyncio.timeout(limits.deadline_s):
+                await self._lock.acquire()
+        except TimeoutError:
+            raise QueryDeadlineExceeded(
+                f"the query waited longer than {limits.deadline_s:g} s ([query] deadline_s) "
+                "for the Spark worker"
+            ) from None
+        try:
+            if self._worker is None or self._worker.proc.returncode is not None:
+                if self._worker is not None:
+                    self._discard(self._worker)
+                    self._worker = None
+                # Spark starts even past the deadline: the next query needs it anyway.
+                self._worker = await self._spawn(limits)
+            return await self._ask(
+                self._worker, sql, tables, limits, skip, limit, deadline - time.monotonic()
+            )
+        finally:
+            self._lock.release()
+
+    async def _ask(
+        self,
+        worker: _Worker,
+        sql: str,
+        tables: Sequence[QueryTable],
+        limits: QueryLimits,
+        skip: int,
+        limit: int | None,
+        remaining: float,
+    ) -> pa.Table:
+        here = worker.dir / f"q{worker.served}"
+        worker.served += 1
+        here.mkdir()
+        out = here / "answer.arrow"
+        request = {
+            "sql": sql,
+            "tables": [{"name": t.name, "files": list(t.files)} for t in tables],
+            "max_rows": limits.max_rows,
+            "max_bytes": limits.max_bytes,
+            "skip": skip,
+            "limit": limit,
+            "out": str(out),
+        }
+        proc = worker.proc
+        assert proc.stdin is not None and proc.stdout is not None
+        loop = asyncio.get_running_loop()
+        answered = False
+        try:
+            proc.stdin.write(json.dumps(request).encode() + b"\n")
+            await proc.stdin.drain()
+            bound = max(MIN_HEAP_MIB << 20, limits.memory_bytes) + JVM_SLACK_BYTES
+            watch = loop.create_task(_watch_memory(proc.pid, bound))
+            read = loop.create_task(proc.stdout.readline())
+            try:
+                done, _ = await asyncio.wait(
+                    {read, watch}, timeout=max(0.0, remaining), return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                watch.cancel()
+            if watch in done:
+                read.cancel()
+                raise QueryTooLarge(
+                    f"the Spark query needed more than {limits.memory_bytes} bytes of memory "
+                    "([query] memory_bytes) and was stopped: narrow it or raise the setting"
+                )
+            if read not in done:
+                read.cancel()
+                raise QueryDeadlineExceeded(
+                    f"the query ran longer than {limits.deadline_s:g} s ([query] deadline_s) "
+                    "and was stopped"
+                )
+            line = read.result()
+            if not line:
+                log = (worker.dir / "worker.log").read_text(errors="replace")[-300:]
+                raise QueryError(f"the Spark query worker ended without an answer: {log.strip()}")
+            answered = True
+            answer = json.loads(line)
+            if not answer.get("ok"):
+                kind, message = str(answer.get("kind")), str(answer.get("message"))
+                if kind == "rejected":
+                    raise QueryRejected(message)
+                if kind == "too_large":
+                    raise QueryTooLarge(message)
+                raise QueryError(message)
+            return await asyncio.to_thread(_read_ipc, out)
+        finally:
+            if not answered:
+                # Killed mid-query (deadline, memory, cancellation): the next query starts
+                # another worker.
+                self._discard(worker)
+                if self._worker is worker:
+                    self._worker = None
+            shutil.rmtree(here, ignore_errors=True)
+
+    async def close(self) -> None:
+        """Stop the worker (a running query is killed)."""
+        self._closed = True
+        if self._worker is not None:
+            self._discard(self._worker)
+            self._worker = None
+
+
+def _read_ipc(path: Path) -> pa.Table:
+    import pyarrow as pa
+
+    with pa.memory_map(str(path)) as source:
+        # Read into memory: the file is removed with the query's directory.
+        return pa.ipc.open_file(source).read_all().combine_chunks()
+
+
+def _rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and its descendants (0 once gone)."""
+    total = 0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+async def _watch_memory(pid: int, bound: int) -> None:
+    """Returns when the worker's resident memory passes ``bound`` (never otherwise)."""
+    while True:
+        await asyncio.sleep(MEMORY_POLL_S)
+        if await asyncio.to_thread(_rss, pid) > bound:
+            return
+
+
+__all__ = ["JVM_SLACK_BYTES", "SparkQueryEngine"]
