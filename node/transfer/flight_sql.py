@@ -75,6 +75,9 @@ _SESSIONS_MAX = 4096
 _RESULTS_MAX = 64
 _STATEMENTS_PER_SESSION = 64
 _BATCH_ROWS = 65536
+_BATCH_BYTES = 4 << 20
+"""Record batches of about this size: the Go gRPC client under ADBC refuses messages over
+16 MiB, so wide rows make smaller batches."""
 
 
 # ---- the use case this adapter serves (``node.app.data.VerifiedData``, by shape)
@@ -340,6 +343,16 @@ def sql_info_table(wanted: Sequence[int]) -> pa.Table:
         [0, 1, 2, 3, 4, 5],
     )
     return pa.Table.from_arrays([pa.array(codes, pa.uint32()), value], schema=_SQL_INFO_SCHEMA)
+
+
+def batches(table: pa.Table) -> list[pa.RecordBatch]:
+    """``table`` as record batches of at most ``_BATCH_ROWS`` rows and about ``_BATCH_BYTES``
+    (zero-copy slices)."""
+    if table.num_rows == 0:
+        return list(table.to_batches())
+    per_row = max(1, table.nbytes // table.num_rows)
+    rows = max(1, min(_BATCH_ROWS, _BATCH_BYTES // per_row))
+    return list(table.to_batches(max_chunksize=rows))
 
 
 def _is_show_tables(sql: str) -> bool:
@@ -710,9 +723,7 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
                 result = None
         if result is None or result.expires < time.monotonic():
             raise fl.FlightServerError("unknown or expired ticket: run the statement again")
-        reader = pa.RecordBatchReader.from_batches(
-            result.table.schema, result.table.to_batches(max_chunksize=_BATCH_ROWS)
-        )
+        reader = pa.RecordBatchReader.from_batches(result.table.schema, batches(result.table))
         return fl.RecordBatchStream(reader)
 
     @_guarded

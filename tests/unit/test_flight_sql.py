@@ -28,6 +28,7 @@ from node.app.errors import QueryDeadlineExceeded, QueryRejected
 from node.app.ports import QueryTable
 from node.transfer.flight_sql import (
     FlightSqlServer,
+    batches,
     decode_fields,
     encode_fields,
     like,
@@ -133,6 +134,14 @@ def test_protobuf_round_trip_and_like() -> None:
         {"info_name": 3, "value": True},
         {"info_name": 504, "value": '"'},
     ]
+
+
+def test_batches_stay_under_the_adbc_message_cap() -> None:
+    wide = pa.table({"s": ["x" * 100_000] * 300})  # 30 MB: one batch would be refused
+    parts = batches(wide)
+    assert sum(b.num_rows for b in parts) == 300 and max(b.nbytes for b in parts) <= 5 << 20
+    assert [b.num_rows for b in batches(ROWS)] == [3]
+    assert len(batches(ROWS.slice(0, 0))) <= 1
 
 
 def test_adbc_select_tables_and_pandas(served: tuple[FlightSqlServer, StandIn]) -> None:
