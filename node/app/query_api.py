@@ -381,6 +381,39 @@ class QueryApi:
             raise ResponseSigningNotConfigured(
                 "Response signing is not enabled by the node operator"
             )
+        answer, output, aliases = await self._output(req)
+        table = answer.table
+        response: dict[str, Any] = {}
+        if "Input" in include:
+            inp = dict(req)
+            # kamu echoes the schema format only with the schema (defaulted to ArrowJson).
+            if "Schema" in include:
+                inp["schemaFormat"] = req.get("schemaFormat", "ArrowJson")
+            inp["datasets"] = _read_inputs(answer.inputs, req, aliases)
+            response["input"] = _ordered_input(inp)
+        response["output"] = output
+        if "Proof" in include:
+            assert self._signer is not None
+            sub_queries: list[Any] = []
+            commitment = make_commitment(
+                response["input"], output, sub_queries, output_floats=has_floats(table.schema)
+            )
+            response["subQueries"] = sub_queries
+            response["commitment"] = commitment
+            response["proof"] = self._signer.proof(commitment)
+        if "Attestations" in include:
+            response["attestations"] = await self._envelopes(
+                response["input"]["datasets"]
+                if "input" in response
+                else _read_inputs(answer.inputs, req, aliases)
+            )
+        return response
+
+    async def _output(
+        self, req: dict[str, Any]
+    ) -> tuple[AnswerLike, dict[str, Any], dict[str, str]]:
+        """Run the request's query: the answer, kamu's ``output`` of it, and the pinned
+        datasets' aliases as the request names them."""
         untrusted = bool(req.get("untrusted", False))
         pinned, aliases = await self._pins(req.get("datasets"), untrusted)
         answer = await self._data.query(
@@ -396,33 +429,11 @@ class QueryApi:
             "data": encode_data(table, req["dataFormat"]),
             "dataFormat": req["dataFormat"],
         }
-        if "Schema" in include:
+        if "Schema" in req["include"]:
             fmt = req.get("schemaFormat", "ArrowJson")
             output["schema"] = render_schema(table.schema, fmt)
             output["schemaFormat"] = fmt
-        response: dict[str, Any] = {}
-        if "Input" in include:
-            inp = dict(req)
-            # kamu echoes the schema format only with the schema (defaulted to ArrowJson).
-            if "Schema" in include:
-                inp["schemaFormat"] = req.get("schemaFormat", "ArrowJson")
-            inp["datasets"] = _read_inputs(answer.inputs, req, aliases)
-            response["input"] = _ordered_input(inp)
-        response["output"] = output
-        if "Proof" in include:
-            assert self._signer is not None
-            sub_queries: list[Any] = []
-            commitment = make_commitment(response["input"], output, sub_queries)
-            response["subQueries"] = sub_queries
-            response["commitment"] = commitment
-            response["proof"] = self._signer.proof(commitment)
-        if "Attestations" in include:
-            response["attestations"] = await self._envelopes(
-                response["input"]["datasets"]
-                if "input" in response
-                else _read_inputs(answer.inputs, req, aliases)
-            )
-        return response
+        return answer, output, aliases
 
     async def _pins(
         self, datasets: list[dict[str, Any]] | None, untrusted: bool
@@ -501,7 +512,7 @@ class QueryApi:
         try:
             req = self.normalise(reproduce)
             async with self.limiter.slot(client):
-                answer = await self._answer(req)
+                answer, output, _ = await self._output(req)
         except DatasetNotFound:
             return verify_response(dataset_not_found_error(_missing_dataset(body["input"])))
         except PinnedBlockNotFound as e:
@@ -512,7 +523,7 @@ class QueryApi:
                     "so it cannot reproduce the query there"
                 )
             return verify_response(err)
-        actual = hash_of(answer["output"])
+        actual = hash_of(output, floats=has_floats(answer.table.schema))
         expected = body["commitment"]["outputHash"]
         if actual != expected:
             return verify_response(output_mismatch_error(expected, actual))
@@ -765,12 +776,57 @@ def encode_data(table: pa.Table, data_format: str) -> Any:
     return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
 
 
+def has_floats(schema: pa.Schema) -> bool:
+    """Whether an answer of ``schema`` may hold a float anywhere (nested too): without one,
+    its canonical JSON is the C encoder's (:func:`canonical_json_without_floats`)."""
+    import pyarrow as pa
+
+    def floating(t: Any) -> bool:
+        if pa.types.is_floating(t):
+            return True
+        if pa.types.is_struct(t):
+            return any(floating(t.field(i).type) for i in range(t.num_fields))
+        if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            return floating(t.value_type)
+        # Anything _cell does not know passes through as pyarrow gives it: take the slow path.
+        known = (
+            pa.types.is_integer(t)
+            or pa.types.is_boolean(t)
+            or pa.types.is_string(t)
+            or pa.types.is_large_string(t)
+            or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t)
+            or pa.types.is_fixed_size_binary(t)
+            or pa.types.is_decimal(t)
+            or pa.types.is_temporal(t)
+            or pa.types.is_null(t)
+            or str(t) in ("string_view", "binary_view")
+        )
+        return not known
+
+    return any(floating(f.type) for f in schema)
+
+
 def _column(col: Any, data_format: str) -> list[Any]:
     import pyarrow as pa
 
     t = col.type
     if pa.types.is_timestamp(t) or pa.types.is_time(t):
         return _temporal(col)
+    if (
+        pa.types.is_integer(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_null(t)
+        or str(t) == "string_view"
+    ):
+        # Python's values are kamu's cells already: no per-cell work (the bulk of answers).
+        return list(col.to_pylist())
+    if pa.types.is_float64(t):
+        values = col.to_pylist()
+        isfinite = math.isfinite
+        return [v if v is None or isfinite(v) else None for v in values]
     return [_cell(v, t, data_format) for v in col.to_pylist()]
 
 

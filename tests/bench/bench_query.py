@@ -7,6 +7,10 @@ Shapes (each a function ``shape_*`` returning a dict of figures; later shapes ad
   (:class:`node.adapters.query_engine.DataFusionQueryEngine`: a sandboxed worker process, the
   answer as an Arrow IPC file) against DataFusion run directly on the same parquet files in the
   same release's Python. Target of issue 40: ratio <= 1.2.
+* ``http_query_aggregation``: the same aggregation as ``POST /query`` on the HTTP data API
+  (served on loopback, JSON answer; without and with a proof), against DataFusion directly.
+* ``http_query_rows``: ``/query`` JSON rows per second, a 100,000-row page (AoS, AoA, AoS with
+  a proof).
 
 Run: ``make bench-query`` (``.venv/bin/python tests/bench/bench_query.py [--rows N] [--runs K]``).
 """
@@ -125,8 +129,144 @@ def shape_engine_aggregation(files: list[str], runs: int) -> dict[str, Any]:
     }
 
 
+class _BenchReader:
+    """The data reader the HTTP data API reads through, over the engine and the bench files
+    (one table, its head a fixed hash): what ``Application.data`` adds on a node (the trusted
+    head's file list) is not what this shape measures."""
+
+    def __init__(self, engine: Any, files: list[str]) -> None:
+        from coordinator.multiformats import Multihash
+
+        self.engine = engine
+        self.head = Multihash.sha3_256(b"bench head").to_multibase()
+        self.table = QueryTable("bench.cities", "did:odf:fed01" + "be" * 32, None, tuple(files))
+
+    def _readable(self) -> Any:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(
+            alias="bench.cities", did=self.table.did, head=self.head, trusted=True
+        )
+
+    async def resolve(self, ref: str, *, untrusted: bool = False, block: str | None = None) -> Any:
+        return self._readable()
+
+    async def query(
+        self,
+        sql: str,
+        *,
+        untrusted: bool = False,
+        dialect: Any = "datafusion",
+        pinned: Any = None,
+        skip: int = 0,
+        limit: int | None = None,
+    ) -> Any:
+        from types import SimpleNamespace
+
+        t = await self.engine.query(sql, [self.table], LIMITS, skip=skip, limit=limit)
+        return SimpleNamespace(table=t, inputs=(self._readable(),))
+
+    async def tail(self, ref: str, n: int = 10, *, untrusted: bool = False) -> Any:
+        raise NotImplementedError
+
+
+def _http_query(files: list[str], runs: int, requests: list[dict[str, Any]]) -> list[list[Any]]:
+    """Each request POSTed to ``/query`` ``runs`` times on a data API served on loopback
+    (``node/transfer/data_api.py`` over :class:`QueryApi` over the engine adapter); per request
+    the (seconds, answer) of every run."""
+    from aiohttp import ClientSession, web
+
+    from coordinator.identity.keys import generate_private_key
+    from node.app.query_api import ApiSettings, QueryApi
+    from node.app.query_proofs import CommitmentSigner
+    from node.transfer.data_api import add_routes
+
+    async def run() -> list[list[Any]]:
+        engine = DataFusionQueryEngine(warm_workers=1)
+        key = generate_private_key()
+        api = QueryApi(
+            _BenchReader(engine, files),
+            None,  # type: ignore[arg-type]
+            CommitmentSigner(key.dataset_id().as_did_key(), key.sign),
+            ApiSettings(max_rows=100_000, concurrency_per_client=8, concurrency_total=8),
+        )
+        app = web.Application()
+        add_routes(app, lambda: api, public=False, max_sql_bytes=65536)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        out: list[list[Any]] = []
+        try:
+            await engine.query("select 1", [], LIMITS)  # the first worker starts cold
+            async with ClientSession() as http:
+                for body in requests:
+                    got = []
+                    for _ in range(runs):
+                        await asyncio.sleep(1.0)  # a warm worker is ready, as between queries
+                        t0 = time.perf_counter()
+                        async with http.post(f"http://127.0.0.1:{port}/query", json=body) as r:
+                            answer = await r.json()
+                            assert r.status == 200, answer
+                        got.append((time.perf_counter() - t0, answer))
+                    out.append(got)
+        finally:
+            await runner.cleanup()
+            await engine.close()
+        return out
+
+    return asyncio.run(run())
+
+
+def shape_http_query_aggregation(files: list[str], runs: int) -> dict[str, Any]:
+    """``POST /query`` of the 1M-row aggregation (JSON answer, without and with a proof)
+    against DataFusion run directly on the same files."""
+    plain, proven = _http_query(
+        files,
+        runs,
+        [
+            {"query": AGGREGATION, "limit": 1000},
+            {"query": AGGREGATION, "limit": 1000, "include": ["Proof"]},
+        ],
+    )
+    raw = direct_times(files, AGGREGATION, runs)
+    ours = statistics.median(t for t, _ in plain)
+    return {
+        "ours_median_s": round(ours, 4),
+        "with_proof_median_s": round(statistics.median(t for t, _ in proven), 4),
+        "direct_median_s": round(statistics.median(raw), 4),
+        "ratio": round(ours / statistics.median(raw), 3),
+        "target_ratio_max": 1.2,
+        "rows_answered": len(plain[0][1]["output"]["data"]),
+    }
+
+
+def shape_http_query_rows(files: list[str], runs: int) -> dict[str, Any]:
+    """``POST /query`` JSON rows per second: a page of 100,000 rows (``[query] max_rows``) as
+    ``JsonAoS`` and ``JsonAoA``, and as ``JsonAoS`` with a proof (canonical JSON + sha3-256 of
+    the whole output, and a signature)."""
+    sql = 'select * from "bench.cities"'
+    page = 100_000
+    shapes = [
+        {"query": sql, "limit": page},
+        {"query": sql, "limit": page, "dataFormat": "JsonAoA"},
+        {"query": sql, "limit": page, "include": ["Proof"]},
+    ]
+    results = _http_query(files, runs, shapes)
+    out: dict[str, Any] = {"page_rows": page}
+    for name, got in zip(("aos", "aoa", "aos_with_proof"), results, strict=True):
+        assert len(got[0][1]["output"]["data"]) == page
+        median = statistics.median(t for t, _ in got)
+        out[f"{name}_median_s"] = round(median, 4)
+        out[f"{name}_rows_per_s"] = round(page / median)
+    return out
+
+
 SHAPES: list[tuple[str, Callable[[list[str], int], dict[str, Any]]]] = [
     ("engine_aggregation", shape_engine_aggregation),
+    ("http_query_aggregation", shape_http_query_aggregation),
+    ("http_query_rows", shape_http_query_rows),
 ]
 
 

@@ -533,3 +533,18 @@ def test_typed_errors_get_their_status() -> None:
 async def _enter(limiter: ClientLimiter) -> None:
     async with limiter.slot("a"):
         pass
+
+
+def test_the_fast_hash_is_taken_only_without_floats() -> None:
+    from node.app.query_api import has_floats
+    from node.app.query_proofs import canonical_json, canonical_json_without_floats
+
+    ints = pa.table({"a": pa.array([1, 2], pa.int64()), "s": ["x", "ÿ"]})
+    floats = pa.table({"a": pa.array([1.5, 2.0]), "l": pa.array([[1], [1]], pa.list_(pa.int8()))})
+    nested = pa.table({"l": pa.array([[0.5]], pa.list_(pa.float32()))})
+    assert not has_floats(ints.schema)
+    assert has_floats(floats.schema) and has_floats(nested.schema)
+    out = {"data": encode_data(ints, "JsonAoS"), "dataFormat": "JsonAoS"}
+    assert canonical_json_without_floats(out) == canonical_json(out)
+    data = {"data": encode_data(floats, "JsonAoA"), "dataFormat": "JsonAoA"}
+    assert canonical_json(data) == b'{"data":[[1.5E0,[1]],[2E0,[1]]],"dataFormat":"JsonAoA"}'

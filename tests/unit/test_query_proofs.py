@@ -341,3 +341,46 @@ def test_the_golden_file_is_kamus_response() -> None:
     saved = json.loads(path.read_text())
     assert saved == KAMU_RESPONSE
     assert check_commitment({k: v for k, v in saved.items() if k != "output"}) is None
+
+
+def test_the_fast_string_escapes_are_the_reference_ones() -> None:
+    import random
+
+    from node.app.query_proofs import _string_text_reference, string_text
+
+    rng = random.Random(40)
+    samples = ["", "plain", "\x00\x1f\x7f\x80\xff", "\ud7ff\ue000\uffff", "𝄞\U0010ffff"]
+    for _ in range(2000):
+        samples.append(
+            "".join(
+                chr(
+                    rng.choice(
+                        (
+                            rng.randrange(0, 0x80),
+                            rng.randrange(0, 0xD800),
+                            rng.randrange(0xE000, 0x110000),
+                        )
+                    )
+                )
+                for _ in range(rng.randrange(0, 12))
+            )
+        )
+    for s in samples:
+        assert string_text(s) == _string_text_reference(s), repr(s)
+    printable = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) not in '"\\')
+    assert string_text(printable) == f'"{printable}"'  # no escape, not even of "/"
+
+
+def test_the_float_free_path_writes_the_same_bytes() -> None:
+    from node.app.query_proofs import canonical_json_without_floats
+
+    value = {
+        "data": [{"city": "Zürich ❤", "offset": 1, "big": 2**64 - 1, "neg": -(2**63)}] * 3,
+        "dataFormat": "JsonAoS",
+        "nested": {"b": [True, False, None, []], "a": {}},
+        "é": '\x00\n\t"\\/𝄞',
+    }
+    assert canonical_json_without_floats(value) == canonical_json(value)
+    assert hash_of(value, floats=False) == hash_of(value)
+    with pytest.raises(CommitmentError):
+        canonical_json_without_floats({"x": b"bytes"})
