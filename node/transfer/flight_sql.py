@@ -345,14 +345,32 @@ def sql_info_table(wanted: Sequence[int]) -> pa.Table:
     return pa.Table.from_arrays([pa.array(codes, pa.uint32()), value], schema=_SQL_INFO_SCHEMA)
 
 
-def batches(table: pa.Table) -> list[pa.RecordBatch]:
-    """``table`` as record batches of at most ``_BATCH_ROWS`` rows and about ``_BATCH_BYTES``
-    (zero-copy slices)."""
-    if table.num_rows == 0:
-        return list(table.to_batches())
-    per_row = max(1, table.nbytes // table.num_rows)
-    rows = max(1, min(_BATCH_ROWS, _BATCH_BYTES // per_row))
-    return list(table.to_batches(max_chunksize=rows))
+def _plain(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_binary_view(t):
+        return pa.binary()
+    return t
+
+
+def plain_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with view columns (DataFusion answers ``string_view``) as classic strings and
+    binaries: clients that predate the view types read them, and a slice of a view array would
+    carry every data buffer of the whole column into each IPC message (a 10M-row answer sent
+    22 MB per 65,536-row batch, more than the ADBC client accepts)."""
+    return pa.schema([f.with_type(_plain(f.type)) for f in schema], metadata=schema.metadata)
+
+
+def batches(table: pa.Table) -> Iterator[pa.RecordBatch]:
+    """``table`` as record batches of :func:`plain_schema`, of at most ``_BATCH_ROWS`` rows and
+    about ``_BATCH_BYTES`` (zero-copy slices, cast one by one when a column is a view)."""
+    target = plain_schema(table.schema)
+    rows = _BATCH_ROWS
+    if table.num_rows:
+        rows = max(1, min(_BATCH_ROWS, _BATCH_BYTES // max(1, table.nbytes // table.num_rows)))
+    cast = target != table.schema
+    for batch in table.to_batches(max_chunksize=rows):
+        yield batch.cast(target) if cast else batch
 
 
 def _is_show_tables(sql: str) -> bool:
@@ -696,14 +714,19 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
         handle = self._keep(session, table)
         ticket = fl.Ticket(pack_any("TicketStatementQuery", [(1, handle)]))
         return fl.FlightInfo(
-            table.schema, descriptor, [fl.FlightEndpoint(ticket, [])], table.num_rows, -1
+            plain_schema(table.schema),
+            descriptor,
+            [fl.FlightEndpoint(ticket, [])],
+            table.num_rows,
+            -1,
         )
 
     @_guarded
     def get_schema(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.SchemaResult:
         """The schema of a command's answer (the answer is computed and dropped)."""
         session, untrusted = self._session(context)
-        return fl.SchemaResult(self._answer(session, untrusted, descriptor.command).schema)
+        table = self._answer(session, untrusted, descriptor.command)
+        return fl.SchemaResult(plain_schema(table.schema))
 
     @_guarded
     def do_get(self, context: Any, ticket: fl.Ticket) -> fl.RecordBatchStream:
@@ -723,7 +746,8 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
                 result = None
         if result is None or result.expires < time.monotonic():
             raise fl.FlightServerError("unknown or expired ticket: run the statement again")
-        reader = pa.RecordBatchReader.from_batches(result.table.schema, batches(result.table))
+        table = result.table
+        reader = pa.RecordBatchReader.from_batches(plain_schema(table.schema), batches(table))
         return fl.RecordBatchStream(reader)
 
     @_guarded
