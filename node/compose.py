@@ -30,9 +30,11 @@ from coordinator.errors import OdfNodeError
 from node.adapters.backup import HomeBackup
 from node.adapters.gossip import NoGossip
 from node.adapters.ipfs import IpfsAdapter, NoIpfs
+from node.adapters.query_engine import DataFusionQueryEngine
 from node.adapters.transfer import TransferAdapter
 from node.app import Application, NodeInfo
 from node.app.console import ConsoleQueries
+from node.app.data import VerifiedData
 from node.app.datasets import CommitLocks, DatasetUseCases, PollingOptions
 from node.app.events import EventBus
 from node.app.flows import FlowUseCases
@@ -245,6 +247,14 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
         # Triggers are set and listed here; only a daemon runs them.
         flows=FlowUseCases(repo, ports, time.time_ns, datasets),
         query_signer=CommitmentSigner(key.dataset_id().as_did_key(), key.sign),
+        data=VerifiedData(
+            repo,
+            ports,
+            # No warm workers without a daemon: a command runs one query and exits.
+            DataFusionQueryEngine(warm_workers=0, isolate_network=config.engine.isolate_network),
+            config.query.limits(),
+            max_sql_bytes=config.query.max_sql_bytes,
+        ),
     )
     try:
         yield app

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.errors import INVALID_INPUT, OdfNodeError
+from node.app.ports import QueryLimits
 from node.app.rows import EvidenceCaps
 from p2p.trust import TrustConfig, TrustConfigError
 
@@ -294,6 +295,10 @@ class QuerySection:
     flight_sql_enabled: bool
     flight_sql_host: str
     flight_sql_port: int
+
+    def limits(self) -> QueryLimits:
+        """What one query may use."""
+        return QueryLimits(self.deadline_s, self.memory_bytes, self.max_rows, self.max_bytes)
 
 
 @dataclass(frozen=True, slots=True)

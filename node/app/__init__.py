@@ -30,6 +30,7 @@ from typing import Any
 
 from coordinator.storage.repository import DatasetRepository
 from node.app.console import ConsoleQueries
+from node.app.data import VerifiedData
 from node.app.datasets import CommitLocks, DatasetUseCases
 from node.app.errors import InvalidArgument, Unavailable
 from node.app.flows import FlowUseCases
@@ -103,6 +104,8 @@ class Application:
     flows: FlowUseCases | None = None
     query_signer: CommitmentSigner | None = None
     """Signs the HTTP data API's query commitments with the node key (None: no proofs)."""
+    data: VerifiedData | None = None
+    """Reading what the node verified: SQL, tail, export (``node/app/data.py``)."""
 
     async def backup(self, file: str, datasets: bool = False) -> BackupResult:
         """Write a backup of the node to ``file`` (an absolute path; never over a file).
@@ -131,7 +134,7 @@ class Application:
     def query_api(self) -> QueryApi:
         """kamu's HTTP data API over :attr:`data` (``/query``, ``/verify``, tail, metadata),
         one per node: it holds the per-client query slots (``node/app/query_api.py``)."""
-        data = getattr(self, "data", None)
+        data = self.data
         if data is None:
             raise Unavailable("the verified-data reader (Application.data) is not wired")
         exports = self.exports

@@ -33,10 +33,12 @@ from node.adapters.backup import HomeBackup
 from node.adapters.gossip import GossipAdapter, NoGossip
 from node.adapters.ipfs import IpfsAdapter, NoIpfs
 from node.adapters.loop_thread import LoopThread
+from node.adapters.query_engine import DataFusionQueryEngine
 from node.adapters.state import ThreadedState
 from node.adapters.transfer import TransferAdapter
 from node.app import Application, NodeInfo
 from node.app.console import ConsoleQueries
+from node.app.data import VerifiedData
 from node.app.datasets import CommitLocks, DatasetUseCases, PollingOptions
 from node.app.effects import NodeEffects
 from node.app.errors import InvalidArgument
@@ -567,6 +569,17 @@ class Daemon:
             backup_port=HomeBackup(self.home.path),
             flows=flows,
             query_signer=CommitmentSigner(self.node_id, self.node_key.sign),
+            data=VerifiedData(
+                self.repo,
+                self.state,
+                # Workers start on the first query (then [query] warm_workers stay ready).
+                DataFusionQueryEngine(
+                    warm_workers=self.config.query.warm_workers,
+                    isolate_network=self.config.engine.isolate_network,
+                ),
+                self.config.query.limits(),
+                max_sql_bytes=self.config.query.max_sql_bytes,
+            ),
         )
 
     def _stored_head(self, did: DatasetId) -> Multihash | None:
@@ -584,6 +597,9 @@ class Daemon:
     async def _stop_app(self) -> None:
         # Last to stop but the state and the workers: every pull was cancelled (and unwound)
         # with the gossip service; what a user-requested pull still runs is cancelled here.
+        data = getattr(getattr(self, "app", None), "data", None)
+        if data is not None and data.engine is not None:
+            await data.engine.close()
         if hasattr(self, "transfer"):
             await self.transfer.close()
         if hasattr(self, "transfer_loop"):

@@ -1,0 +1,513 @@
+"""Reading what the node verified: readable heads, SQL, tail and export (``docs/query.md``).
+
+A dataset is read at its **readable head** (the rule of ``docs/query.md``, "Reading verified
+data"):
+
+* a dataset the node owns (it holds the dataset's key): its local head, ``trust: "owned"``;
+* a followed dataset: the newest head its trust policy trusted (``Subscription.trusted_head``,
+  ``docs/trust.md``), ``trust: "trusted"``;
+* any other head this node replayed itself with the outcome ``verified``: ``trust: "verified"``;
+* otherwise nothing, unless the caller asks for ``untrusted``: then the newest accepted (or
+  local) head, marked ``trusted: false``, ``trust: "untrusted"``.
+
+The local ``refs/head`` of a followed dataset may be ahead of its trusted head (blocks fetched,
+not yet trusted), so the data parts of a head are found by walking the chain from that head's
+block back to the Seed, never from ``refs/head``. The walk is cached per head.
+
+Table names: a dataset is a table under its alias and under its ``did:odf`` (quote both in SQL:
+``select * from "covid19.canada"``). Queries run on the :class:`~node.app.ports.QueryEnginePort`
+(sandboxed workers); tail and export read the parquet parts with pyarrow, part by part.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from coordinator.errors import DatasetNotFound, OdfNodeError
+from coordinator.metadata import model as m
+from coordinator.multiformats import Multihash
+from coordinator.storage.dataset import Dataset
+from coordinator.storage.repository import DatasetHandle, DatasetRepository
+from node.app.errors import (
+    HeadNotTrusted,
+    InvalidArgument,
+    QueryError,
+    QueryRejected,
+    Unavailable,
+)
+from node.app.ports import QueryDialect, QueryEnginePort, QueryLimits, QueryTable, StatePort
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+Trust = Literal["owned", "trusted", "verified", "untrusted"]
+ExportFormat = Literal["parquet", "csv", "ndjson"]
+EXPORT_FORMATS: tuple[str, ...] = ("parquet", "csv", "ndjson")
+PARTS_CACHE = 256
+"""Heads whose data-part lists are kept (a walk of a long chain is not repeated per query)."""
+
+
+class BlockNotOnChain(OdfNodeError):
+    """A pinned block is not on the dataset's stored chain (kamu: ``DatasetBlockNotFound``)."""
+
+    rpc_code = DatasetNotFound.rpc_code
+
+    def __init__(self, did: str, block: str) -> None:
+        super().__init__(f"block {block} is not on the stored chain of {did}")
+        self.did = did
+        self.block = block
+
+
+@dataclass(frozen=True)
+class ReadableTable:
+    """A dataset at the head that is read, and why that head may be read."""
+
+    table: QueryTable
+    alias: str | None
+    did: str
+    head: str
+    sequence: int
+    trusted: bool
+    trust: Trust
+    records: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form of ``data.tables`` and of an answer's ``inputs``."""
+        return {
+            "name": self.table.name,
+            "alias": self.alias,
+            "did": self.did,
+            "head": self.head,
+            "sequence": self.sequence,
+            "trusted": self.trusted,
+            "trust": self.trust,
+            "records": self.records,
+        }
+
+
+@dataclass(frozen=True)
+class QueryAnswer:
+    """The rows of an answer and the tables it could read."""
+
+    table: pa.Table
+    inputs: tuple[ReadableTable, ...]
+    dialect: QueryDialect = "datafusion"
+    skip: int = 0
+    limit: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """``data.query``/``data.tail``'s JSON: columns, Arrow types, JSON-safe rows, inputs."""
+        t = self.table
+        columns = [[json_cell(v) for v in col.to_pylist()] for col in t.columns]
+        return {
+            "columns": list(t.column_names),
+            "types": [str(f.type) for f in t.schema],
+            "rows": [list(r) for r in zip(*columns, strict=True)] if columns else [],
+            "inputs": [i.to_json() for i in self.inputs],
+            "truncated": False,
+        }
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What ``dataset export`` wrote."""
+
+    path: str
+    format: str
+    rows: int
+    bytes: int
+    did: str
+    head: str
+    trusted: bool
+    trust: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The command's JSON."""
+        return dict(self.__dict__)
+
+
+def json_cell(v: Any) -> Any:
+    """A cell as JSON: timestamps as RFC 3339 (UTC ``Z`` when zoned), bytes as hex, decimals
+    as strings, nested values element-wise."""
+    import datetime as dt
+    import decimal
+
+    if v is None or isinstance(v, bool | int | str):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else str(v)
+    if isinstance(v, dt.datetime):
+        if v.tzinfo is not None:
+            return v.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+        return v.isoformat()
+    if isinstance(v, dt.date | dt.time):
+        return v.isoformat()
+    if isinstance(v, dt.timedelta):
+        return v.total_seconds()
+    if isinstance(v, bytes):
+        return v.hex()
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    if isinstance(v, list | tuple):
+        return [json_cell(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): json_cell(x) for k, x in v.items()}
+    return str(v)
+
+
+@dataclass(frozen=True)
+class _Parts:
+    files: tuple[str, ...]
+    sequence: int
+    records: int
+
+
+class VerifiedData:
+    """The verified-data use case (``Application.data``); see the module docstring."""
+
+    def __init__(
+        self,
+        repo: DatasetRepository,
+        state: StatePort,
+        engine: QueryEnginePort | None,
+        limits: QueryLimits,
+        *,
+        max_sql_bytes: int = 65536,
+    ) -> None:
+        self._repo = repo
+        self._state = state
+        self.engine = engine
+        self.limits = limits
+        self.max_sql_bytes = max_sql_bytes
+        self._parts: OrderedDict[tuple[str, str], _Parts] = OrderedDict()
+
+    # -- readable heads ------------------------------------------------------------------
+
+    def _handle(self, ref: str) -> DatasetHandle:
+        try:
+            return self._repo.resolve(ref)
+        except DatasetNotFound:
+            raise
+        except OdfNodeError as e:
+            raise DatasetNotFound(f"no dataset {ref!r} here: {e}") from e
+
+    async def resolve(
+        self, ref: str, *, untrusted: bool = False, block: str | None = None
+    ) -> ReadableTable:
+        """``ref`` (alias or DID) at its readable head, or at ``block`` when it is on the chain
+        (and readable by the same rule: a block before a trusted head is trusted too).
+
+        Raises:
+            DatasetNotFound: no such dataset here.
+            BlockNotOnChain: ``block`` is not on the stored chain.
+            HeadNotTrusted: no trusted head and ``untrusted`` is False.
+        """
+        handle = await asyncio.to_thread(self._handle, ref)
+        return await self._readable(handle, untrusted=untrusted, block=block)
+
+    async def _readable(
+        self, handle: DatasetHandle, *, untrusted: bool, block: str | None
+    ) -> ReadableTable:
+        did = handle.id.as_did_str()
+        owned = self._repo.key_path(handle.id).is_file()
+        ds = Dataset(handle.root, durable=False)
+        local = await asyncio.to_thread(ds.head)
+        if local is None:
+            raise HeadNotTrusted(f"{handle.alias} ({did}) has no blocks yet")
+        sub = await self._state.subscription(did)
+        trusted_head = sub.trusted_head if sub is not None else None
+        head: str | None
+        trust: Trust
+        if block is not None:
+            head = block
+            if not await asyncio.to_thread(_on_chain, ds, local, block):
+                raise BlockNotOnChain(did, block)
+            trust = await self._trust_of_block(ds, did, owned, trusted_head, block)
+        elif owned:
+            head, trust = str(local), "owned"
+        elif trusted_head is not None:
+            head, trust = trusted_head, "trusted"
+        else:
+            ver = await self._state.verification(did, str(local))
+            if ver is not None and ver.outcome == "verified":
+                head, trust = str(local), "verified"
+            else:
+                acc = await self._state.accepted_head(did)
+                head = acc.head if acc is not None else str(local)
+                if not await asyncio.to_thread(_on_chain, ds, local, head):
+                    head = str(local)  # announced but not fetched yet: what is stored
+                trust = "untrusted"
+        if trust == "untrusted" and not untrusted:
+            raise HeadNotTrusted(
+                f"{handle.alias} ({did}) has no trusted head yet (docs/trust.md): wait until "
+                "its trust policy trusts one, or read its newest head with --untrusted "
+                "(untrusted: true)"
+            )
+        parts = await self._parts_of(ds, did, head)
+        return ReadableTable(
+            table=QueryTable(handle.alias, did, head, parts.files),
+            alias=handle.alias,
+            did=did,
+            head=head,
+            sequence=parts.sequence,
+            trusted=trust != "untrusted",
+            trust=trust,
+            records=parts.records,
+        )
+
+    async def _trust_of_block(
+        self, ds: Dataset, did: str, owned: bool, trusted_head: str | None, block: str
+    ) -> Trust:
+        if owned:
+            return "owned"
+        if trusted_head is not None and await asyncio.to_thread(
+            _on_chain, ds, Multihash.from_multibase(trusted_head), block
+        ):
+            return "trusted"
+        ver = await self._state.verification(did, block)
+        if ver is not None and ver.outcome == "verified":
+            return "verified"
+        return "untrusted"
+
+    async def _parts_of(self, ds: Dataset, did: str, head: str) -> _Parts:
+        key = (did, head)
+        cached = self._parts.get(key)
+        if cached is not None:
+            self._parts.move_to_end(key)
+            return cached
+        parts = await asyncio.to_thread(_walk_parts, ds, head)
+        self._parts[key] = parts
+        while len(self._parts) > PARTS_CACHE:
+            self._parts.popitem(last=False)
+        return parts
+
+    async def tables(self, *, untrusted: bool = False) -> list[ReadableTable]:
+        """Every stored dataset with a readable head (with ``untrusted``: every one with
+        blocks), by alias."""
+        out: list[ReadableTable] = []
+        for handle in await asyncio.to_thread(self._repo.list):
+            try:
+                out.append(await self._readable(handle, untrusted=untrusted, block=None))
+            except (HeadNotTrusted, OdfNodeError):
+                continue
+        out.sort(key=lambda r: (r.alias or "", r.did))
+        return out
+
+    # -- queries -------------------------------------------------------------------------
+
+    async def query(
+        self,
+        sql: str,
+        *,
+        untrusted: bool = False,
+        dialect: QueryDialect = "datafusion",
+        pinned: Mapping[str, str] | None = None,
+        skip: int = 0,
+        limit: int | None = None,
+    ) -> QueryAnswer:
+        """Run ``sql`` over the readable datasets it names (by alias or DID).
+
+        ``pinned`` (DID -> block hash) reads those datasets at an older block on their chain.
+
+        Raises:
+            QueryRejected: too long, or refused by the sandbox.
+            HeadNotTrusted: a pinned block is not trusted and ``untrusted`` is False.
+            QueryError: the other ways a query fails (each names its setting).
+        """
+        if len(sql.encode()) > self.max_sql_bytes:
+            raise QueryRejected(
+                f"the query is {len(sql.encode())} bytes, over [query] max_sql_bytes "
+                f"({self.max_sql_bytes})"
+            )
+        if skip < 0 or (limit is not None and limit < 0):
+            raise InvalidArgument("skip and limit must be >= 0")
+        if self.engine is None:
+            raise Unavailable("the query engine is not available in this context")
+        inputs: list[ReadableTable] = []
+        pins = dict(pinned or {})
+        for handle in await asyncio.to_thread(self._repo.list):
+            did = handle.id.as_did_str()
+            if did not in pins and handle.alias not in sql and did not in sql:
+                continue  # not named: not registered (a superset of what the SQL reads)
+            try:
+                inputs.append(
+                    await self._readable(handle, untrusted=untrusted, block=pins.pop(did, None))
+                )
+            except HeadNotTrusted:
+                if did in sql or _named(sql, handle.alias):
+                    raise
+        if pins:
+            missing = ", ".join(sorted(pins))
+            raise DatasetNotFound(f"pinned dataset(s) not stored here: {missing}")
+        tables: list[QueryTable] = []
+        for r in inputs:
+            tables.append(r.table)
+            if r.alias != r.did:
+                tables.append(QueryTable(r.did, r.did, r.head, r.table.files))
+        table = await self.engine.query(sql, tables, self.limits, dialect, skip=skip, limit=limit)
+        return QueryAnswer(table, tuple(inputs), dialect, skip, limit)
+
+    async def tail(self, ref: str, n: int = 10, *, untrusted: bool = False) -> QueryAnswer:
+        """The last ``n`` records of ``ref``'s readable head, oldest first."""
+        if not 1 <= n <= self.limits.max_rows:
+            raise InvalidArgument(f"n must be 1..{self.limits.max_rows} ([query] max_rows)")
+        readable = await self.resolve(ref, untrusted=untrusted)
+        table = await asyncio.to_thread(_tail, readable.table.files, n)
+        return QueryAnswer(table, (readable,), limit=n)
+
+    async def export(
+        self,
+        ref: str,
+        path: str,
+        fmt: str,
+        *,
+        as_of: str | None = None,
+        untrusted: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ExportResult:
+        """Write ``ref``'s records at its readable head (or ``as_of``) to ``path``.
+
+        Part by part (bounded memory); written to a temporary file renamed into place, so an
+        interrupted export leaves nothing behind. ``progress(done_parts, total_parts)``.
+        """
+        if fmt not in EXPORT_FORMATS:
+            raise InvalidArgument(f"format must be one of {', '.join(EXPORT_FORMATS)}, got {fmt!r}")
+        target = Path(path)
+        if not target.is_absolute():
+            raise InvalidArgument(f"the export file must be an absolute path, got {path!r}")
+        if target.exists():
+            raise InvalidArgument(f"{path} exists: the export never writes over a file")
+        readable = await self.resolve(ref, untrusted=untrusted, block=as_of)
+        rows = await asyncio.to_thread(_export, readable.table.files, target, fmt, progress)
+        return ExportResult(
+            path=str(target),
+            format=fmt,
+            rows=rows,
+            bytes=target.stat().st_size,
+            did=readable.did,
+            head=readable.head,
+            trusted=readable.trusted,
+            trust=readable.trust,
+        )
+
+
+def _named(sql: str, alias: str) -> bool:
+    return f'"{alias}"' in sql or f"`{alias}`" in sql
+
+
+def _on_chain(ds: Dataset, head: Multihash, block: str) -> bool:
+    return any(str(h) == block for h, _ in ds.iter_blocks(head, verify=False))
+
+
+def _walk_parts(ds: Dataset, head: str) -> _Parts:
+    files: list[str] = []
+    sequence = -1
+    records = 0
+    for h, block in ds.iter_blocks(Multihash.from_multibase(head), verify=False):
+        if sequence < 0:
+            sequence = block.sequence_number
+        ev = block.event
+        if isinstance(ev, m.AddData | m.ExecuteTransform) and ev.new_data is not None:
+            nd = ev.new_data
+            if records == 0:
+                records = nd.offset_interval.end + 1
+            path = ds.data.path_of(nd.physical_hash)
+            if not path.is_file():
+                raise QueryError(
+                    f"data part {nd.physical_hash.to_multibase()} of block {h} is not stored "
+                    "here (pull the dataset again)"
+                )
+            files.append(str(path))
+    files.reverse()
+    return _Parts(tuple(files), max(sequence, 0), records)
+
+
+def _tail(files: tuple[str, ...], n: int) -> pa.Table:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pieces: list[pa.Table] = []
+    have = 0
+    for f in reversed(files):
+        pf = pq.ParquetFile(f)
+        groups: list[int] = []
+        g = pf.num_row_groups - 1
+        while g >= 0 and have < n:
+            groups.insert(0, g)
+            have += pf.metadata.row_group(g).num_rows
+            g -= 1
+        if groups:
+            pieces.insert(0, pf.read_row_groups(groups))
+        if have >= n:
+            break
+    if not pieces:
+        return pa.table({})
+    table = pa.concat_tables(pieces, promote_options="permissive")
+    return table.slice(max(0, table.num_rows - n))
+
+
+def _export(
+    files: tuple[str, ...], target: Path, fmt: str, progress: Callable[[int, int], None] | None
+) -> int:
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    rows = 0
+    writer: Any = None
+    try:
+        with open(tmp, "wb") as out:
+            for k, f in enumerate(files):
+                pf = pq.ParquetFile(f)
+                for g in range(pf.num_row_groups):
+                    t = pf.read_row_group(g)
+                    rows += t.num_rows
+                    if fmt == "parquet":
+                        if writer is None:
+                            writer = pq.ParquetWriter(out, t.schema)
+                        writer.write_table(t)
+                    elif fmt == "csv":
+                        if writer is None:
+                            writer = pcsv.CSVWriter(out, t.schema)
+                        writer.write_table(t)
+                    else:
+                        names = t.column_names
+                        cols = [c.to_pylist() for c in t.columns]
+                        for r in zip(*cols, strict=True):
+                            rec = {n: json_cell(v) for n, v in zip(names, r, strict=True)}
+                            out.write(json.dumps(rec, separators=(",", ":")).encode() + b"\n")
+                if progress is not None:
+                    progress(k + 1, len(files))
+            if writer is not None:
+                writer.close()
+                writer = None
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                writer.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    return rows
+
+
+__all__ = [
+    "EXPORT_FORMATS",
+    "BlockNotOnChain",
+    "ExportResult",
+    "QueryAnswer",
+    "ReadableTable",
+    "VerifiedData",
+    "json_cell",
+]
