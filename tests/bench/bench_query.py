@@ -11,6 +11,12 @@ Shapes (each a function ``shape_*`` returning a dict of figures; later shapes ad
   (served on loopback, JSON answer; without and with a proof), against DataFusion directly.
 * ``http_query_rows``: ``/query`` JSON rows per second, a 100,000-row page (AoS, AoA, AoS with
   a proof).
+* ``flight_aggregation``: the same aggregation through Flight SQL (the ADBC Flight SQL driver ->
+  the node's Flight SQL server on loopback -> the engine adapter), against DataFusion directly.
+  Target of issue 40: ratio <= 1.2.
+* ``flight_stream``: a 10M-row ``select *`` (``--stream-rows``) streamed by Flight SQL to the
+  ADBC driver, against pyarrow reading the same parquet files. Target: throughput ratio >= 0.5.
+  Both Flight shapes report the engine adapter's part of the time too.
 
 Run: ``make bench-query`` (``.venv/bin/python tests/bench/bench_query.py [--rows N] [--runs K]``).
 """
@@ -263,10 +269,183 @@ def shape_http_query_rows(files: list[str], runs: int) -> dict[str, Any]:
     return out
 
 
+# ---- Flight SQL (node/transfer/flight_sql.py)
+
+STREAM_ROWS = 10_000_000
+"""Rows of the ``flight_stream`` shape's table (``--stream-rows``)."""
+STREAM_SQL = 'select * from "bench.events"'
+STREAM_LIMITS = QueryLimits(
+    deadline_s=600.0, memory_bytes=8 << 30, max_rows=50_000_000, max_bytes=16 << 30
+)
+
+
+class _FlightReader:
+    """What the Flight SQL server reads through, over the engine adapter and the bench files:
+    ``Application.data`` reduced to its tables (on a node it also resolves the trusted heads'
+    file lists, which is not what these shapes measure)."""
+
+    def __init__(self, engine: Any, tables: list[QueryTable], limits: QueryLimits) -> None:
+        self.engine = engine
+        self._tables = tables
+        self.limits = limits
+        self.engine_s: list[float] = []
+        """Seconds of each query in the engine adapter (the rest of a run is Flight SQL's)."""
+
+    async def tables(self, *, untrusted: bool = False) -> list[Any]:
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(table=t) for t in self._tables]
+
+    async def query(self, sql: str, *, untrusted: bool = False) -> Any:
+        from types import SimpleNamespace
+
+        t0 = time.perf_counter()
+        table = await self.engine.query(sql, self._tables, self.limits)
+        self.engine_s.append(time.perf_counter() - t0)
+        return SimpleNamespace(table=table)
+
+
+def _flight_times(
+    tables: list[QueryTable], limits: QueryLimits, sql: str, runs: int
+) -> tuple[list[float], list[float], int]:
+    """``sql`` run ``runs`` times by the ADBC Flight SQL driver against a Flight SQL server
+    (the node's, on loopback) over the engine adapter: seconds per run (execute and fetch the
+    whole answer as Arrow), the engine adapter's part of each, and the answer's rows."""
+    import threading
+
+    import adbc_driver_flightsql.dbapi as flightsql
+    import adbc_driver_manager
+
+    from node.transfer.flight_sql import FlightSqlServer, start_in_thread, stop
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def make() -> Any:
+        return DataFusionQueryEngine(warm_workers=1)
+
+    engine = asyncio.run_coroutine_threadsafe(make(), loop).result()
+    reader = _FlightReader(engine, tables, limits)
+    server = FlightSqlServer(reader, loop, concurrency_per_client=8, deadline_s=limits.deadline_s)
+    serving = start_in_thread(server)
+    times: list[float] = []
+    rows = 0
+    try:
+        con = flightsql.connect(
+            server.url,
+            db_kwargs={
+                adbc_driver_manager.DatabaseOptions.USERNAME.value: "anonymous",
+                adbc_driver_manager.DatabaseOptions.PASSWORD.value: "",
+            },
+            autocommit=True,
+        )
+        with con, con.cursor() as cur:
+            cur.execute("select 1")  # the first worker starts cold
+            cur.fetchall()
+            for _ in range(runs):
+                time.sleep(1.0)  # the next warm worker is ready, as between queries
+                t0 = time.perf_counter()
+                cur.execute(sql)
+                rows = cur.fetch_arrow_table().num_rows
+                times.append(time.perf_counter() - t0)
+    finally:
+        stop(server, serving)
+        asyncio.run_coroutine_threadsafe(engine.close(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+    return times, reader.engine_s[-runs:], rows
+
+
+def shape_flight_aggregation(files: list[str], runs: int) -> dict[str, Any]:
+    """The 1M-row aggregation through Flight SQL (ADBC driver -> the node's Flight SQL server
+    -> the engine adapter) against DataFusion run directly on the same files. Target of
+    issue 40: ratio <= 1.2."""
+    table = QueryTable("bench.cities", "did:odf:bench", None, tuple(files))
+    mine, engine, _ = _flight_times([table], LIMITS, AGGREGATION, runs)
+    raw = direct_times(files, AGGREGATION, runs)
+    return {
+        "flight_median_s": round(statistics.median(mine), 4),
+        "of_which_engine_median_s": round(statistics.median(engine), 4),
+        "direct_median_s": round(statistics.median(raw), 4),
+        "ratio": round(statistics.median(mine) / statistics.median(raw), 3),
+        "target_ratio_max": 1.2,
+    }
+
+
+def make_events(folder: Path, rows: int, parts: int = 8) -> list[str]:
+    """``rows`` rows shaped like an ODF dataset's data (offset, op, system_time, event_time, a
+    string and two numbers) in ``parts`` parquet files."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = []
+    per = rows // parts
+    rng = np.random.default_rng(40)
+    names = pa.array([f"station-{i}" for i in range(1000)])
+    for p in range(parts):
+        offsets = np.arange(p * per, (p + 1) * per, dtype=np.int64)
+        t = pa.table(
+            {
+                "offset": offsets,
+                "op": pa.array(np.zeros(per, dtype=np.int32)),
+                "system_time": pa.array(
+                    np.full(per, 1_700_000_000_000, dtype=np.int64), pa.timestamp("ms", tz="UTC")
+                ),
+                "event_time": pa.array(
+                    offsets * 1000 + 1_600_000_000_000, pa.timestamp("ms", tz="UTC")
+                ),
+                "station": names.take(pa.array(offsets % 1000)),
+                "value": pa.array(rng.random(per)),
+                "count": pa.array(rng.integers(0, 1_000_000, per)),
+            }
+        )
+        f = folder / f"events-{p}.parquet"
+        pq.write_table(t, f)
+        files.append(str(f))
+    return files
+
+
+def shape_flight_stream(files: list[str], runs: int) -> dict[str, Any]:
+    """A ``select *`` of ``STREAM_ROWS`` rows streamed by Flight SQL (ADBC driver) against
+    pyarrow reading the same parquet files directly (throughput ratio, target of issue 40:
+    >= 0.5). The answer bounds are raised for it (a node's default [query] max_rows is 100,000)."""
+    import pyarrow.dataset as pads
+
+    runs = min(runs, 3)
+    with tempfile.TemporaryDirectory() as tmp:
+        events = make_events(Path(tmp), STREAM_ROWS)
+        table = QueryTable("bench.events", "did:odf:bench-events", None, tuple(events))
+        mine, engine, rows = _flight_times([table], STREAM_LIMITS, STREAM_SQL, runs)
+        raw = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            direct_rows = pads.dataset(events, format="parquet").to_table().num_rows
+            raw.append(time.perf_counter() - t0)
+    assert rows == direct_rows == STREAM_ROWS, (rows, direct_rows)
+    return {
+        "rows": rows,
+        "flight_median_s": round(statistics.median(mine), 3),
+        "of_which_engine_median_s": round(statistics.median(engine), 3),
+        "pyarrow_median_s": round(statistics.median(raw), 3),
+        "flight_rows_per_s": round(rows / statistics.median(mine)),
+        "ratio": round(statistics.median(raw) / statistics.median(mine), 3),
+        # The Flight SQL part alone (the answer in the node's memory, streamed to the client).
+        "ratio_flight_part": round(
+            statistics.median(raw) / max(1e-9, statistics.median(mine) - statistics.median(engine)),
+            3,
+        ),
+        "target_ratio_min": 0.5,
+    }
+
+
 SHAPES: list[tuple[str, Callable[[list[str], int], dict[str, Any]]]] = [
     ("engine_aggregation", shape_engine_aggregation),
     ("http_query_aggregation", shape_http_query_aggregation),
     ("http_query_rows", shape_http_query_rows),
+    ("flight_aggregation", shape_flight_aggregation),
+    ("flight_stream", shape_flight_stream),
 ]
 
 
@@ -276,7 +455,9 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--only", default=None, help="run one shape by name")
+    ap.add_argument("--stream-rows", type=int, default=STREAM_ROWS, help="flight_stream's rows")
     args = ap.parse_args()
+    globals()["STREAM_ROWS"] = args.stream_rows
     report: dict[str, Any] = {"rows": args.rows, "runs": args.runs, "load_before": load()}
     with tempfile.TemporaryDirectory() as tmp:
         files = make_parquet(Path(tmp), args.rows)
