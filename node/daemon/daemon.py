@@ -1111,7 +1111,7 @@ class Daemon:
         from node.transfer.flight_sql import FlightSqlServer, start_in_thread
 
         q = self.config.query
-        data = getattr(self.app, "data", None)  # Application.data (issue 40) may not be wired
+        data = self.app.data
         if data is None:
             log.warning("flight-sql: the application has no data use case; not serving")
             return

@@ -48,7 +48,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NodeProcess
         n.wait_ready()
         csv = base / "cities.csv"
         csv.write_text(CSV)
-        n.call("dataset.create", snapshot_yaml=CITIES_SNAPSHOT)
+        n.call("dataset.create", snapshot_yaml=CITIES_SNAPSHOT.rstrip().removesuffix("---"))
         n.call("dataset.ingest", ref="cities", files=[str(csv)])
         status = subprocess.run(
             [sys.executable, "-m", "node.cli", "status", "--json", "--home", str(n.home)],
@@ -124,7 +124,14 @@ def test_kamu_client(node: tuple[NodeProcess, str]) -> None:
 def test_refusals_are_flight_errors(node: tuple[NodeProcess, str]) -> None:
     _, url = node
     with _adbc(url) as con, con.cursor() as cur:
-        with pytest.raises(adbc_driver_manager.ProgrammingError, match="QueryRejected"):
+        with pytest.raises(
+            adbc_driver_manager.ProgrammingError, match=r"QueryRejected: .*read_csv"
+        ) as refused:
+            cur.execute("select * from read_csv('/etc/passwd')")
+        assert "PERMISSION_DENIED" in str(refused.value) or "UNAUTHORIZED" in str(refused.value)
+        assert "Traceback" not in str(refused.value)
+        # A file path as a table name is no table of the node.
+        with pytest.raises(adbc_driver_manager.Error, match="not found"):
             cur.execute("select * from '/etc/passwd'")
         # An unknown table names itself; the session still works afterwards.
         with pytest.raises(adbc_driver_manager.Error, match="nosuch"):
