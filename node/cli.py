@@ -12,6 +12,7 @@ daemon runs with (so they need it stopped), ``serve-http`` serves a home without
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -314,6 +315,115 @@ def rpc_raw(
         emit(call(home or default_home(), method, value), True)
     except OdfNodeError as e:
         fail(str(e))
+
+
+@app.command("sql")
+def sql_command(
+    query: Annotated[
+        str | None,
+        typer.Argument(help="The query; none: an interactive shell.", show_default=False),
+    ] = None,
+    untrusted: Annotated[
+        bool, typer.Option("--untrusted", help="Read untrusted heads too (the answer says so).")
+    ] = False,
+    engine: Annotated[
+        str, typer.Option("--engine", help="datafusion (default) or spark.")
+    ] = "datafusion",
+    limit: Annotated[
+        int | None, typer.Option("--limit", help="At most this many rows (page with --skip).")
+    ] = None,
+    skip: Annotated[int, typer.Option("--skip", help="Skip this many rows first.")] = 0,
+    home: HomeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run read-only SQL over the datasets this node verified (dataset aliases are tables).
+
+    Quote names with dots or dashes as kamu's examples do: select * from "covid19.canada".
+    Only trusted heads are read unless --untrusted (docs/query.md). Without a query: an
+    interactive shell (history; \\d lists the tables, \\q quits).
+    """
+    from node.commands.catalog import BY_NAME, render_rows
+    from node.commands.cli import RichOutput
+    from node.commands.dispatch import dispatch
+
+    where = home or default_home()
+
+    def run_one(text: str) -> None:
+        params: dict[str, Any] = {"sql": text, "untrusted": untrusted, "engine": engine}
+        if skip:
+            params["skip"] = skip
+        if limit is not None:
+            params["limit"] = limit
+        result = dispatch(BY_NAME["data.query"], where, params)
+        if as_json:
+            emit(result, True)
+        else:
+            render_rows(result, RichOutput(), {})
+
+    if query is not None:
+        try:
+            run_one(query)
+        except OdfNodeError as e:
+            fail(str(e))
+        return
+    _sql_shell(where, untrusted, run_one)
+
+
+def _sql_shell(home: Path, untrusted: bool, run_one: Any) -> None:
+    """Read queries until EOF or \\q; one failing query prints its error and the shell goes on."""
+    from node.commands.catalog import BY_NAME
+    from node.commands.dispatch import dispatch
+
+    history = Path(home) / ".sql_history"
+    try:
+        import readline
+
+        with contextlib.suppress(OSError):
+            readline.read_history_file(str(history))
+    except ImportError:  # pragma: no cover - readline is part of CPython on Linux
+        readline = None  # type: ignore[assignment]
+
+    def tables() -> None:
+        rows = dispatch(BY_NAME["data.tables"], home, {"untrusted": untrusted})
+        out.print(f"{len(rows)} readable table(s):")
+        for r in rows:
+            mark = "" if r["trusted"] else " [yellow](untrusted)[/]"
+            out.print(f'  "{r["name"]}"  {r["records"]} records, {r["trust"]}{mark}')
+
+    try:
+        tables()
+    except OdfNodeError as e:
+        err.print(str(e), markup=False)
+    err.print("Type SQL ending with ; (\\d tables, \\q quit).", markup=False)
+    buffer: list[str] = []
+    while True:
+        try:
+            line = input("sql> " if not buffer else "...> ")
+        except (EOFError, KeyboardInterrupt):
+            break
+        stripped = line.strip()
+        if not buffer and stripped in ("\\q", "quit", "exit"):
+            break
+        if not buffer and stripped in ("\\d", ".tables"):
+            try:
+                tables()
+            except OdfNodeError as e:
+                err.print(str(e), markup=False)
+            continue
+        if not stripped:
+            continue
+        buffer.append(line)
+        if not stripped.endswith(";"):
+            continue
+        text = "\n".join(buffer)
+        buffer = []
+        try:
+            run_one(text)
+        except OdfNodeError as e:
+            err.print(f"error: {e}", markup=False)
+    if readline is not None:
+        with contextlib.suppress(OSError):
+            readline.write_history_file(str(history))
 
 
 add_commands(app, {"dataset": dataset_app, "attestation": attestation_app, "query": query_app})

@@ -345,6 +345,86 @@ async def _equivocations(
 # ---- kamu's HTTP data API (docs/query.md, "HTTP data API")
 
 
+def _data(app: Application) -> Any:
+    if app.data is None:
+        raise InvalidArgument("reading datasets is not available on this node")
+    return app.data
+
+
+async def _data_query(
+    app: Application,
+    ctx: Context,
+    sql: str,
+    untrusted: bool = False,
+    engine: str = "datafusion",
+    skip: int = 0,
+    limit: int | None = None,
+) -> Any:
+    if engine not in ("datafusion", "spark"):
+        raise InvalidArgument(f"engine must be datafusion or spark, got {engine!r}")
+    return await _data(app).query(sql, untrusted=untrusted, dialect=engine, skip=skip, limit=limit)
+
+
+async def _data_tail(
+    app: Application, ctx: Context, ref: str, n: int = 10, untrusted: bool = False
+) -> Any:
+    return await _data(app).tail(ref, n, untrusted=untrusted)
+
+
+async def _data_tables(app: Application, ctx: Context, untrusted: bool = False) -> Any:
+    return await _data(app).tables(untrusted=untrusted)
+
+
+async def _dataset_export(
+    app: Application,
+    ctx: Context,
+    ref: str,
+    file: str,
+    format: str = "parquet",
+    as_of: str | None = None,
+    untrusted: bool = False,
+) -> Any:
+    listener = ctx.verify_listener
+
+    def progress(done: int, total: int) -> None:
+        if listener is not None:
+            listener("export", done, total)
+
+    return await _data(app).export(
+        ref, file, format, as_of=as_of, untrusted=untrusted, progress=progress
+    )
+
+
+def render_rows(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    """An answer of ``data.query``/``data.tail`` as a table, and which heads it read."""
+    out.table(value["columns"], [[_cell_text(c) for c in r] for r in value["rows"]])
+    n = len(value["rows"])
+    out.print(f"[dim]{n} row{'s' if n != 1 else ''}[/]")
+    untrusted = [i for i in value.get("inputs", []) if not i.get("trusted")]
+    for i in untrusted:
+        out.error(
+            f"[yellow]read an UNTRUSTED head[/] of {i.get('alias') or i['did']}: {i['head']} "
+            "(not trusted by this node's trust policy)"
+        )
+
+
+def _cell_text(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, dict | list):
+        return json.dumps(v)
+    return str(v)
+
+
+def _render_export(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+    out.print(
+        f"Wrote {value['rows']} records of {value['did']} at {value['head']} to "
+        f"[bold]{value['path']}[/] ({value['format']}, {value['bytes']} bytes)"
+    )
+    if not value["trusted"]:
+        out.error("[yellow]the head read is UNTRUSTED[/] (--untrusted)")
+
+
 async def _data_query_api(app: Application, ctx: Context, request: dict[str, Any]) -> Any:
     return await app.query_api.query(request, client="rpc")
 
@@ -1231,6 +1311,84 @@ COMMANDS: tuple[Command, ...] = (
         (_did_filter(),),
         cli=("equivocations",),
         result=array_of(EquivocationRow),
+    ),
+    Command(
+        "data.query",
+        "Run a read-only SQL query over the datasets this node verified.",
+        _data_query,
+        (
+            Param("sql", STR, True, "The query; dataset aliases and DIDs are table names."),
+            Param("untrusted", BOOL, False, "Read untrusted heads too (the answer says so)."),
+            Param("engine", {"type": "string", "enum": ["datafusion", "spark"]}, False),
+            Param("skip", INT, False),
+            Param("limit", INT, False),
+        ),
+        doc="`odf-node sql` runs it (docs/query.md).",
+        render=render_rows,
+    ),
+    Command(
+        "data.tables",
+        "The datasets a query can read, each at its readable head and why it may be read.",
+        _data_tables,
+        (Param("untrusted", BOOL, False, "Also datasets with no trusted head."),),
+        result=ARRAY,
+    ),
+    Command(
+        "data.tail",
+        "The last records of a dataset at its trusted head.",
+        _data_tail,
+        (
+            _ref(),
+            Param(
+                "n",
+                {"type": "integer", "minimum": 1},
+                False,
+                "How many records.",
+                Cli(flags=("-n", "--num-records"), type=int),
+            ),
+            Param("untrusted", BOOL, False, "Read the newest head even if untrusted.", Cli()),
+        ),
+        cli=("dataset", "tail"),
+        doc="Only a trusted head is read (owned, trusted by the trust policy, or verified here) "
+        "unless --untrusted.",
+        render=render_rows,
+    ),
+    Command(
+        "dataset.export",
+        "Write a dataset's records at its trusted head to a parquet, CSV or NDJSON file.",
+        _dataset_export,
+        (
+            _ref(),
+            Param(
+                "file",
+                STR,
+                True,
+                "The file to write (never over an existing one).",
+                Cli("argument", type=Path, to_wire=_backup_file, metavar="FILE"),
+            ),
+            Param(
+                "format",
+                {"type": "string", "enum": ["parquet", "csv", "ndjson"]},
+                False,
+                "parquet, csv or ndjson.",
+                Cli(flags=("--format",), type=str),
+            ),
+            Param(
+                "as_of",
+                STR,
+                False,
+                "Export the records as of this block (on the chain, and trusted).",
+                Cli(flags=("--as-of",), metavar="BLOCK"),
+            ),
+            Param("untrusted", BOOL, False, "Read the newest head even if untrusted.", Cli()),
+        ),
+        cli=("dataset", "export"),
+        doc="Part by part (bounded memory), to a temporary file renamed into place.",
+        render=_render_export,
+        progress="phases",
+        in_process="a read of dataset files beside the daemon (immutable once written); the "
+        "file is written by the caller, where the caller sees FILE",
+        parity="one command line cannot run on both homes (an export never overwrites its file)",
     ),
     Command(
         "data.query_api",
