@@ -516,9 +516,12 @@ def _peer_is_loopback(peer: str) -> bool:
         return True
     host = rest.rsplit(":", 1)[0].strip("[]")
     try:
-        return ipaddress.ip_address(host).is_loopback
+        ip = ipaddress.ip_address(host)
     except ValueError:
         return False
+    # A dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d.
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return (mapped or ip).is_loopback
 
 
 class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]

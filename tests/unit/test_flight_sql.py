@@ -28,6 +28,7 @@ from node.app.errors import QueryDeadlineExceeded, QueryRejected
 from node.app.ports import QueryTable
 from node.transfer.flight_sql import (
     FlightSqlServer,
+    _peer_is_loopback,
     batches,
     decode_fields,
     encode_fields,
@@ -134,6 +135,17 @@ def test_protobuf_round_trip_and_like() -> None:
         {"info_name": 3, "value": True},
         {"info_name": 504, "value": '"'},
     ]
+
+
+def test_loopback_peers() -> None:
+    # gRPC's peer strings: only loopback clients are answered unless [query] public = true.
+    assert _peer_is_loopback("ipv4:127.0.0.1:5000") and _peer_is_loopback("ipv6:[::1]:5000")
+    assert _peer_is_loopback("ipv4:127.8.9.10:1") and _peer_is_loopback("unix:/tmp/s")
+    assert not _peer_is_loopback("ipv4:10.0.0.7:5000")
+    assert not _peer_is_loopback("ipv6:[2001:db8::1]:5000")
+    assert not _peer_is_loopback("ipv6:[::ffff:10.0.0.7]:5000")
+    assert _peer_is_loopback("ipv6:[::ffff:127.0.0.1]:5000")
+    assert not _peer_is_loopback("garbage")
 
 
 def test_batches_stay_under_the_adbc_message_cap() -> None:
