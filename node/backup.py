@@ -22,6 +22,9 @@ from its datasets), the RPC cookie and socket, locks and logs.
 
 A restore reads the archive twice. The first pass reads the members' headers only and the
 manifest (parsed entry by entry: bounded memory and depth, at most ``MAX_MANIFEST_BYTES``).
+Before tarfile parses a header, the raw 512-byte blocks of any pax extended or GNU
+long-name/long-link headers are checked: one declaring more than ``MAX_EXTENDED_HEADER_BYTES``
+is refused (tarfile reads them whole into memory).
 The second extracts into a staging directory next to the target, checking every member against
 the manifest *before* writing it: a plain regular file (no links, devices, FIFOs, directories or
 sparse files) under the names above (no absolute or ``..`` paths), listed, once, with the listed
@@ -47,7 +50,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, Any, Final
+from typing import IO, Any, Final, cast
 
 from coordinator.errors import INVALID_INPUT, OdfNodeError
 from coordinator.identity import load_private_key
@@ -336,6 +339,21 @@ MAX_MANIFEST_BYTES: Final = 128 << 20
 MAX_MEMBERS: Final = 1_000_000
 #: The most bytes one manifest entry (``{"path", "size", "sha256"}``) may have.
 _MAX_ENTRY_CHARS: Final = 4096
+#: The most bytes one pax extended header or GNU long-name/long-link member may declare.
+#: tarfile reads such a header whole into memory while it parses the member that follows
+#: (a 10 KB archive may declare 8 GiB), so its size is checked in the raw 512-byte block
+#: first. A backup writes pax headers only for names and sizes: a few hundred bytes.
+MAX_EXTENDED_HEADER_BYTES: Final = 64 << 10
+#: The most extended headers one member may have before its own header (a backup writes one).
+_MAX_EXTENDED_CHAIN: Final = 8
+#: Types of the headers tarfile reads whole before the member they describe.
+_EXTENDED: Final = {
+    tarfile.XHDTYPE: "a pax extended header",
+    tarfile.XGLTYPE: "a pax global header",
+    tarfile.SOLARIS_XHDTYPE: "a Solaris extended header",
+    tarfile.GNUTYPE_LONGNAME: "a GNU long-name header",
+    tarfile.GNUTYPE_LONGLINK: "a GNU long-link header",
+}
 #: The member types a backup writes: regular files only.
 _REGULAR: Final = (tarfile.REGTYPE, tarfile.AREGTYPE)
 _KINDS: Final = {
@@ -525,21 +543,74 @@ def _check_home(archive: Path, staging: Path, manifest: dict[str, Any]) -> tuple
 @contextlib.contextmanager
 def _open(archive: Path) -> Iterator[tarfile.TarFile]:
     try:
-        tar = tarfile.open(archive, mode="r:")  # noqa: SIM115 (closed by the with below)
-    except (OSError, tarfile.TarError) as e:
+        raw = open(archive, "rb")  # noqa: SIM115 (closed by the with below)
+    except OSError as e:
         raise MalformedArchive(None, f"cannot read the backup {archive}: {e}") from e
-    with tar:
-        yield tar
+    with raw:
+        # tarfile.open parses the first member: its extended headers are checked before.
+        _check_extended_headers(raw, 0, None)
+        raw.seek(0)
+        try:
+            tar = tarfile.open(fileobj=raw, mode="r:")  # noqa: SIM115 (closed below)
+        except (OSError, tarfile.TarError) as e:
+            raise MalformedArchive(None, f"cannot read the backup {archive}: {e}") from e
+        with tar:
+            yield tar
 
 
 def _next(tar: tarfile.TarFile, after: str | None) -> tarfile.TarInfo | None:
     """The next member's header; a header tarfile cannot read (or the end of the data of the
-    member ``after``, which it skips) is a typed error naming ``after``."""
+    member ``after``, which it skips) is a typed error naming ``after``; so is an extended
+    header larger than :data:`MAX_EXTENDED_HEADER_BYTES` (refused before tarfile reads it)."""
+    if getattr(tar, "firstmember", None) is None:  # else parsed by tarfile.open, checked
+        f = cast("IO[bytes]", tar.fileobj)
+        pos = f.tell()
+        _check_extended_headers(f, tar.offset, after)
+        f.seek(pos)  # tarfile reads the next header from where the file stands
     try:
         return tar.next()
     except (tarfile.TarError, OSError, EOFError, ValueError, UnicodeError) as e:
         where = f" after {after!r}" if after else ""
         raise MalformedArchive(after, f"unreadable archive{where}: {e}") from e
+
+
+def _check_extended_headers(f: IO[bytes], offset: int, after: str | None) -> None:
+    """Refuse a pax extended header or GNU long-name/long-link member at ``offset`` (or
+    chained after one) declaring more than :data:`MAX_EXTENDED_HEADER_BYTES`, reading only its
+    raw 512-byte header block: tarfile would read all it declares into memory at once. Anything
+    else (a short or invalid block) is left to tarfile, which reports it."""
+    for _ in range(_MAX_EXTENDED_CHAIN + 1):
+        f.seek(offset)
+        block = f.read(tarfile.BLOCKSIZE)
+        if len(block) < tarfile.BLOCKSIZE:
+            return
+        kind = _EXTENDED.get(block[156:157])
+        if kind is None:
+            return
+        name = block[:100].split(b"\0", 1)[0].decode("utf-8", "replace") or "(unnamed)"
+        field = block[124:136]
+        if field[0] & 0x80:  # GNU base-256 (0xff: negative, which tarfile refuses itself)
+            if field[0] == 0xFF:
+                return
+            size = int.from_bytes(field[1:], "big")
+        else:
+            try:
+                size = int(field.split(b"\0", 1)[0].strip() or b"0", 8)
+            except ValueError:
+                return  # an invalid header: tarfile's error
+        if size > MAX_EXTENDED_HEADER_BYTES or size < 0:
+            where = f" after {after!r}" if after else ""
+            raise MalformedArchive(
+                name,
+                f"refusing archive member {name!r}{where}: {kind} of {size} bytes "
+                f"(at most {MAX_EXTENDED_HEADER_BYTES})",
+            )
+        offset += tarfile.BLOCKSIZE + -(-size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+    where = f" after {after!r}" if after else ""
+    raise MalformedArchive(
+        after,
+        f"refusing the archive{where}: more than {_MAX_EXTENDED_CHAIN} chained extended headers",
+    )
 
 
 def _forget_headers(tar: tarfile.TarFile) -> None:

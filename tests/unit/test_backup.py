@@ -510,3 +510,81 @@ def test_a_backup_no_restore_would_read_is_not_written(
     with pytest.raises(BackupError, match=r"more than a restore reads \(200\)"):
         write_backup(src.path, tmp_path / "b.tar", datasets=True)
     assert [p.name for p in tmp_path.iterdir()] == ["src"]  # no archive, no partial file
+
+
+def extended_header(kind: bytes, declared: int, name: str = "././@LongLink") -> bytes:
+    """One raw 512-byte header block of type ``kind`` declaring ``declared`` bytes of data
+    (base-256 when too large for octal), with a correct checksum; the data is not there."""
+    block = bytearray(tarfile.BLOCKSIZE)
+    block[:100] = name.encode().ljust(100, b"\0")
+    block[100:108] = b"0000644\0"
+    block[108:116] = b"0000000\0"
+    block[116:124] = b"0000000\0"
+    if declared < 8**11:
+        block[124:136] = f"{declared:011o}\0".encode()
+    else:
+        block[124:136] = b"\x80" + declared.to_bytes(11, "big")
+    block[136:148] = b"00000000000\0"
+    block[156:157] = kind
+    block[257:265] = b"ustar  \0"
+    block[148:156] = b" " * 8
+    block[148:156] = f"{sum(block):06o}\0 ".encode()
+    return bytes(block)
+
+
+@pytest.mark.parametrize(
+    ("kind", "declared", "words"),
+    [
+        (tarfile.GNUTYPE_LONGNAME, 8**11 - 1, "a GNU long-name header of 8589934591 bytes"),
+        (tarfile.GNUTYPE_LONGLINK, 1 << 40, "a GNU long-link header of 1099511627776 bytes"),
+        (tarfile.XHDTYPE, 1 << 40, "a pax extended header of 1099511627776 bytes"),
+        (tarfile.XGLTYPE, 1 << 33, "a pax global header of 8589934592 bytes"),
+    ],
+)
+def test_a_huge_extended_header_is_refused_before_it_is_read(
+    archive: Path, tmp_path: Path, kind: bytes, declared: int, words: str
+) -> None:
+    """A few KB on disk declaring a pax or GNU long-name header of GiBs: tarfile reads such a
+    header whole into memory (an 8 GiB or 1 TiB read) while parsing the member after it; the
+    restore refuses it from its raw block, naming the member, before tarfile sees it."""
+    bad = tmp_path / "huge-header.tar"
+    insert_before_manifest(archive, bad, extended_header(kind, declared) + b"x" * 1024)
+    with pytest.raises(MalformedArchive, match=words) as e:
+        restore_backup(bad, tmp_path / "dst")
+    assert e.value.member == "././@LongLink"
+    assert "at most 65536" in str(e.value)
+    assert not (tmp_path / "dst").exists()
+
+
+def test_a_huge_extended_header_first_or_chained_is_refused(archive: Path, tmp_path: Path) -> None:
+    """The first member (parsed by tarfile.open itself) and a huge GNU long name chained
+    after a small valid pax header are checked too; a small long-name header still restores."""
+    data = archive.read_bytes()
+    first = tmp_path / "first.tar"
+    first.write_bytes(extended_header(tarfile.XHDTYPE, 1 << 40, "PaxHeader/x") + data)
+    with pytest.raises(MalformedArchive, match="a pax extended header of") as e:
+        read_header(first)
+    assert e.value.member == "PaxHeader/x"
+    pax = b"20 comment=aaaaaaaa\n"
+    chained = tmp_path / "chained.tar"
+    insert_before_manifest(
+        archive,
+        chained,
+        extended_header(tarfile.XHDTYPE, len(pax), "PaxHeader/y")
+        + pax.ljust(512, b"\0")
+        + extended_header(tarfile.GNUTYPE_LONGNAME, 1 << 36),
+    )
+    with pytest.raises(MalformedArchive, match="a GNU long-name header of 68719476736") as e:
+        restore_backup(chained, tmp_path / "dst")
+    assert e.value.member == "././@LongLink"
+    # A long name the ordinary way (a GNU long-name header of a few hundred bytes) passes the
+    # check: tarfile reads it, and the member is refused by its long name (not listed).
+    long_name = "datasets/" + "n" * 300
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as t:
+        add(t, long_name, b"x")
+    small = tmp_path / "small-long-name.tar"
+    insert_before_manifest(archive, small, buf.getvalue().rstrip(b"\0").ljust(2048, b"\0"))
+    with pytest.raises(MalformedArchive, match="is not in the manifest") as e:
+        restore_backup(small, tmp_path / "dst")
+    assert e.value.member == long_name
