@@ -1129,6 +1129,9 @@ class Daemon:
             deadline_s=q.deadline_s,
             # The HTTP data API's slots: [query] concurrency_total bounds both surfaces.
             limiter=self.app.query_api.limiter,
+            # Answers asked for and not yet fetched: at most what the running queries may hold.
+            kept_bytes=q.concurrency_total * q.max_bytes,
+            max_sql_bytes=q.max_sql_bytes,
         )
         self._flight_sql_thread = start_in_thread(self._flight_sql)
         self.info.flight_sql_url = self._flight_sql.url

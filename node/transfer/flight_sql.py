@@ -70,7 +70,8 @@ with the option ``adbc.flight.sql.rpc.call_header.x-odf-untrusted``."""
 log = logging.getLogger(__name__)
 
 _SQL_PREFIX = "type.googleapis.com/arrow.flight.protocol.sql."
-_RESULT_TTL_S = 300.0
+_RESULT_TTL_S = 120.0
+_RESULTS_PER_SESSION = 4
 _SESSIONS_MAX = 4096
 _RESULTS_MAX = 64
 _STATEMENTS_PER_SESSION = 64
@@ -542,6 +543,8 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
         concurrency_per_client: int = 2,
         deadline_s: float = 30.0,
         limiter: ClientLimiter | None = None,
+        kept_bytes: int = 1 << 30,
+        max_sql_bytes: int = 65536,
     ) -> None:
         self._data = data
         self._loop = loop
@@ -549,6 +552,8 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
         # The daemon passes the HTTP data API's limiter: one [query] concurrency_total for both
         # surfaces, and concurrency_per_client per HTTP peer or Flight SQL session.
         self._limiter = limiter or ClientLimiter(concurrency_per_client, 1 << 30)
+        self._kept_bytes = kept_bytes
+        self._max_sql_bytes = max_sql_bytes
         self._deadline_s = deadline_s
         self._lock = threading.Lock()
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
@@ -615,6 +620,16 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
 
     # ---- computing answers
 
+    def _check_sql(self, sql: str) -> str:
+        if len(sql.encode()) > self._max_sql_bytes:
+            raise flight_error(
+                QueryRejected(
+                    f"the query is {len(sql.encode())} bytes, over [query] max_sql_bytes "
+                    f"({self._max_sql_bytes})"
+                )
+            )
+        return sql
+
     def _run_sql(self, session: _Session, untrusted: bool, sql: str) -> pa.Table:
         if _is_show_tables(sql):
             return self._show_tables(untrusted)
@@ -670,7 +685,7 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
         if name == "CommandStatementQuery":
             if _bytes(f, 2):
                 raise fl.FlightServerError("transactions are not supported (the node is read-only)")
-            return self._run_sql(session, untrusted, _text(f, 1) or "")
+            return self._run_sql(session, untrusted, self._check_sql(_text(f, 1) or ""))
         if name == "CommandPreparedStatementQuery":
             with self._lock:
                 sql = session.statements.get(_bytes(f, 1))
@@ -698,11 +713,18 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
         with self._lock:
             for h in [h for h, r in self._results.items() if r.expires < now]:
                 del self._results[h]
+            mine = [h for h, r in self._results.items() if r.token == session.token]
+            for h in mine[: max(0, len(mine) - _RESULTS_PER_SESSION + 1)]:
+                del self._results[h]
             self._results[handle] = _Result(session.token, table, now + _RESULT_TTL_S)
-            # Each kept answer is within [query] max_bytes; a client that never fetches its
-            # answers loses the oldest, not the node its memory.
-            while len(self._results) > _RESULTS_MAX:
-                self._results.popitem(last=False)
+            # Each kept answer is within [query] max_bytes; clients that never fetch their
+            # answers lose the oldest ones, the node not its memory.
+            total = sum(r.table.nbytes for r in self._results.values())
+            while len(self._results) > 1 and (
+                len(self._results) > _RESULTS_MAX or total > self._kept_bytes
+            ):
+                _, dropped = self._results.popitem(last=False)
+                total -= dropped.table.nbytes
         return handle
 
     # ---- Flight RPCs
@@ -763,8 +785,9 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
             if _bytes(f, 2):
                 raise fl.FlightServerError("transactions are not supported (the node is read-only)")
             handle = secrets.token_bytes(16)
+            sql = self._check_sql(_text(f, 1) or "")
             with self._lock:
-                session.statements[handle] = _text(f, 1) or ""
+                session.statements[handle] = sql
                 while len(session.statements) > _STATEMENTS_PER_SESSION:
                     session.statements.popitem(last=False)
             # The dataset schema is left empty (allowed): knowing it means running the query.

@@ -255,6 +255,19 @@ def test_auth_sessions_and_concurrency(served: tuple[FlightSqlServer, StandIn]) 
     finally:
         data.gate.set()
         t.join(timeout=10)
+    # SQL over [query] max_sql_bytes is refused unread, prepared or not.
+    big = "select 1 -- " + "x" * 70_000
+    huge = fl.FlightDescriptor.for_command(pack_any("CommandStatementQuery", [(1, big)]))
+    with pytest.raises(fl.FlightUnauthorizedError, match=r"\[query\] max_sql_bytes"):
+        client.get_flight_info(huge, opts)
+    prepare = fl.Action("CreatePreparedStatement", pack_any("X", [(1, big)]))
+    with pytest.raises(fl.FlightUnauthorizedError, match="max_sql_bytes"):
+        list(client.do_action(prepare, opts))
+    # Answers never fetched: a session keeps its newest four, the server its byte budget.
+    infos = [client.get_flight_info(cmd, opts) for _ in range(6)]
+    with pytest.raises(fl.FlightServerError, match="expired ticket"):
+        client.do_get(infos[0].endpoints[0].ticket, opts).read_all()
+    assert client.do_get(infos[-1].endpoints[0].ticket, opts).read_all().num_rows == 1
     # The untrusted header reaches the use case.
     untrusted = fl.FlightCallOptions(headers=[header, (b"x-odf-untrusted", b"true")])
     client.get_flight_info(cmd, untrusted)
