@@ -167,6 +167,7 @@ def test_every_command_has_one_json_shape(
         ("dataset.verify", ("dataset", "verify", "cities", "--integrity")),
         ("dataset.list", ("dataset", "list")),
         ("dataset.log", ("dataset", "log", "cities")),
+        ("data.tail", ("dataset", "tail", "cities", "-n", "1")),
         ("subscriptions.add", ("subscribe", FOLLOWED, "--alias", "followed")),
         ("subscriptions.add", ("subscribe", DID)),
         ("subscriptions.remove", ("unsubscribe", DID)),
@@ -189,7 +190,7 @@ def test_every_command_has_one_json_shape(
     documented = {c.name for c in COMMANDS if c.cli is not None and c.parity is not None}
     covered = {name for name, _ in runs} | {"dataset.pull"}  # the pull runs below
     assert covered == data_printing - documented, "a command escapes the parity test"
-    assert documented == {"peers.connect", "dataset.publish", "node.backup"}
+    assert documented == {"peers.connect", "dataset.publish", "node.backup", "dataset.export"}
 
     results: dict[str, dict[tuple[str, ...], Any]] = {"offline": {}, "daemon": {}}
     for _name, cmd in runs:
@@ -236,6 +237,15 @@ def test_every_command_has_one_json_shape(
     assert shape(backups["offline"]) == shape(backups["daemon"])
     assert backups["daemon"]["node_id"] == results["daemon"][("status",)]["node_id"]
     assert {d["alias"] for d in backups["daemon"]["datasets"]} >= {"cities", "big"}
+    # export: in-process both ways (it reads dataset files); one file per home, same rows.
+    exports = {
+        name: cli(
+            home, "dataset", "export", "cities", str(tmp_path / f"{name}.csv"), "--format", "csv"
+        )
+        for name, home in (("offline", offline), ("daemon", daemon.home))
+    }
+    assert shape(exports["offline"]) == shape(exports["daemon"])
+    assert exports["offline"]["rows"] == exports["daemon"]["rows"] == 2
     # connect needs the daemon (it dials a peer): offline, one clear line naming `odf-node run`.
     for args in (
         ("connect", "/ip4/127.0.0.1/tcp/9/p2p/12D3KooWParity"),
