@@ -146,7 +146,7 @@ def evidence_recount(conn: sqlite3.Connection) -> dict[tuple[str, str], int]:
         for scope in ("'*'", "did", "signer"):
             q = f"SELECT {scope}, count(*) FROM {t} WHERE own = 0 AND kept = 0 GROUP BY {scope}"
             out.update(((t, str(k)), n) for k, n in conn.execute(q) if n)
-    for t in ("key_rotations", "key_revocations"):
+    for t in ("key_rotations", "key_revocations", "key_inceptions"):
         (n,) = conn.execute(f"SELECT count(*) FROM {t} WHERE kept = 0").fetchone()
         if n:
             out[(t, "*")] = n
