@@ -204,6 +204,9 @@ class NodeIdentities:
         if digest is None or (key in self._commit and key not in self._incepted):
             return False
         if self._commit.get(key) == digest:
+            # The same commitment: the rotation backs it now (signed by the previous key
+            # too), so evicting the inception's record no longer drops it.
+            self._incepted.discard(key)
             return False
         self._commit[key] = digest
         if key in self._incepted:

@@ -635,6 +635,7 @@ class Daemon:
                 relay_total_bytes=p.relay_total_bytes,
                 relay_bytes_window_s=p.relay_bytes_window_s,
                 reachability_interval_s=p.reachability_interval_s,
+                relay_max_reservations_per_ip=p.relay_max_reservations_per_ip,
                 hole_punching=p.hole_punching,
                 peers_high_water=p.peers_high_water,
                 peers_low_water=p.peers_low_water,

@@ -311,3 +311,27 @@ def test_inception_decoding_is_strict(bad: str) -> None:
     with pytest.raises(WireDecodeError) as ei:
         decode(data)
     assert ei.value.reason == bad
+
+
+def test_a_trusted_nodes_records_survive_a_flood_in_memory_and_in_the_state() -> None:
+    async def go() -> None:
+        st = NodeState.in_memory(time.time_ns)
+        state = cast(StatePort, InlineState(st))
+        keys = NodeKeyRecords(
+            state, NodeIdentities(cap=5), EventBus(), cap=5, trusted_nodes=lambda: [T.dataset_id()]
+        )
+        assert await keys.received(_inc(T, N, 1))
+        assert await keys.received(_rot(T, N, N2, 2))
+        flood = [_fresh(70_000 + i) for i in range(61)]
+        for i in range(0, 60, 2):
+            await keys.received(_inc(flood[i], flood[i + 1], 10 + i))
+            await keys.received(_rot(flood[i], flood[i + 1], flood[i + 2], 11 + i))
+        for ids in (keys.identities, _reloaded(st, 5)):
+            assert ids.canonical(T.dataset_id()) == N.dataset_id()
+            assert ids.commitment(N.dataset_id()) == next_key_digest(N2.dataset_id())
+            assert ids.held()["rotations"] == 5 + 1
+        assert len(st.key_rotations()) == 6 and len(st.key_inceptions()) == 6
+        # The trusted node's first key is still committed: a thief's rotation stays refused.
+        assert not await keys.received(_rot(T, A, A2, 100))
+
+    asyncio.run(go())
