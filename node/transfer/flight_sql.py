@@ -19,8 +19,10 @@ driver and pandas ``read_sql`` over ADBC connect here as they connect to ``kamu 
   client asks for its ``FlightInfo`` (which carries the schema), kept under a one-use ticket and
   streamed as record batches by ``DoGet``.
 * **Errors.** A :class:`~node.app.errors.QueryError` becomes a Flight error whose message is the
-  use case's (naming the setting or the sandbox's reason): a refusal or an oversized answer
-  ``INVALID_ARGUMENT``, a deadline ``DEADLINE_EXCEEDED``, a busy session ``UNAVAILABLE``.
+  use case's (naming the setting or the sandbox's reason): a sandbox refusal
+  ``PERMISSION_DENIED``, a deadline ``DEADLINE_EXCEEDED``, a busy session ``UNAVAILABLE``, an
+  oversized answer or another failure ``UNKNOWN``. Only Flight's error kinds are raised: pyarrow
+  sends any other exception with the server's traceback.
 
 Flight SQL's messages are protobuf ``Any`` values inside ``FlightDescriptor.cmd``, tickets and
 action bodies (arrow's ``format/FlightSql.proto``); the few this server reads or writes are
@@ -97,11 +99,11 @@ class _Answer(Protocol):
 class DataReader(Protocol):
     """What the server needs of ``Application.data``: the readable tables and a query."""
 
-    async def tables(self, *, untrusted: bool = False) -> Sequence[Any]:
+    async def tables(self, *, untrusted: bool = False) -> Sequence[_Readable]:
         """The tables a query may read (``ReadableTable``: ``.table`` is a QueryTable)."""
         ...
 
-    async def query(self, sql: str, *, untrusted: bool = False) -> Any:
+    async def query(self, sql: str, *, untrusted: bool = False) -> _Answer:
         """The answer (``QueryAnswer``: ``.table`` is an Arrow table) or a QueryError."""
         ...
 
