@@ -1,0 +1,143 @@
+"""The readable-head rule of :class:`node.app.data.VerifiedData` (``docs/query.md``).
+
+A dataset made in one home is copied into another (stored, not owned); the second home's state
+(in memory) says in turn nothing, a trusted head, and a verified replay. Queries go to the
+in-memory query engine twin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from pathlib import Path
+from typing import cast
+
+import pytest
+from daemon_harness import CITIES_SNAPSHOT
+
+from coordinator.errors import DatasetNotFound
+from node.adapters.query_engine import InMemoryQueryEngine
+from node.adapters.state import InlineState
+from node.app.data import BlockNotOnChain, VerifiedData
+from node.app.errors import HeadNotTrusted, QueryRejected
+from node.app.ports import QueryLimits, StatePort
+from node.app.rows import TrustRecord
+from node.compose import OfflineOptions, offline_application
+from node.home import NodeHome
+from node.state import NodeState
+
+LIMITS = QueryLimits(deadline_s=5.0, memory_bytes=1 << 26, max_rows=100, max_bytes=1 << 20)
+CSV = "event_time,city,population\n2020-01-01T00:00:00Z,A,10\n2020-01-02T00:00:00Z,B,20\n"
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[NodeHome, str, list[str]]:
+    """A home owning ``cities`` with two slices; its DID and block hashes (newest first)."""
+    home = NodeHome(tmp_path_factory.mktemp("owner"))
+    home.init()
+    csv = home.path / "c.csv"
+    csv.write_text(CSV)
+
+    async def make() -> tuple[str, list[str]]:
+        with offline_application(home, OfflineOptions()) as app:
+            [created] = await app.datasets.create(CITIES_SNAPSHOT.rstrip().removesuffix("---"))
+            await app.datasets.ingest("cities", [csv], publish=False)
+            csv.write_text(CSV.replace("A,10", "C,30").replace("B,20", "D,40"))
+            await app.datasets.ingest("cities", [csv], publish=False)
+            ds = app.repo.open("cities")
+            return created.id, [str(h) for h, _ in ds.iter_blocks()]
+
+    did, blocks = asyncio.run(make())
+    return home, did, blocks
+
+
+def copy_home(made: tuple[NodeHome, str, list[str]], dest: Path) -> tuple[VerifiedData, StatePort]:
+    """Another home holding a copy of ``cities`` (no key: not owned)."""
+    owner, did, _ = made
+    home = NodeHome(dest)
+    home.init()
+    name = did.removeprefix("did:odf:")
+    shutil.copytree(owner.path / "datasets" / name, home.path / "datasets" / name)
+    # The alias index: pulled datasets are registered the same way (repository layout).
+    for extra in (owner.path / "datasets").iterdir():
+        if extra.is_file():
+            shutil.copy(extra, home.path / "datasets" / extra.name)
+    state = cast(StatePort, InlineState(NodeState.in_memory(time.time_ns)))
+    return VerifiedData(home.repository(), state, InMemoryQueryEngine(), LIMITS), state
+
+
+def test_owned_datasets_are_read_at_their_head(made: tuple[NodeHome, str, list[str]]) -> None:
+    owner, did, blocks = made
+
+    async def go() -> None:
+        with offline_application(owner, OfflineOptions()) as app:
+            assert app.data is not None
+            data = VerifiedData(app.repo, app.state, InMemoryQueryEngine(), LIMITS)
+            r = await data.resolve("cities")
+            assert (r.trust, r.trusted, r.head, r.did) == ("owned", True, blocks[0], did)
+            assert r.records == 4 and len(r.table.files) == 2
+            answer = await data.query('select * from "cities"')
+            assert answer.table.num_rows == 4 and [i.did for i in answer.inputs] == [did]
+            tail = await data.tail("cities", 3)
+            assert tail.table.column("city").to_pylist() == ["B", "C", "D"]
+
+    asyncio.run(go())
+
+
+def test_a_stored_copy_needs_trust(made: tuple[NodeHome, str, list[str]], tmp_path: Path) -> None:
+    _, did, blocks = made
+    data, state = copy_home(made, tmp_path / "h")
+
+    async def go() -> None:
+        with pytest.raises(HeadNotTrusted, match="--untrusted"):
+            await data.resolve("cities")
+        with pytest.raises(HeadNotTrusted):
+            await data.query('select * from "cities"')
+        assert await data.tables() == []
+        r = await data.resolve("cities", untrusted=True)
+        assert (r.trust, r.trusted, r.head) == ("untrusted", False, blocks[0])
+        # This node replayed the head: verified.
+        await state.record_verification(did, blocks[0], "verified", "", 0.1)
+        assert (await data.resolve("cities")).trust == "verified"
+
+    asyncio.run(go())
+
+
+def test_a_followed_dataset_is_read_at_its_trusted_head_not_refs_head(
+    made: tuple[NodeHome, str, list[str]], tmp_path: Path
+) -> None:
+    _, did, blocks = made
+    data, state = copy_home(made, tmp_path / "h")
+    older = next(b for b in blocks[1:] if b)  # the block before the newest
+
+    async def go() -> None:
+        await state.subscribe(did, "cities")
+        await state.record_trust(did, TrustRecord(older, "trusted", "quorum"), older)
+        r = await data.resolve("cities")
+        assert (r.trust, r.head) == ("trusted", older)
+        assert r.records == 2 and len(r.table.files) == 1  # only the first slice
+        # A block before the trusted head is trusted too; the newest one is not.
+        pinned = await data.resolve("cities", block=blocks[-1])
+        assert pinned.trust == "trusted"
+        with pytest.raises(HeadNotTrusted):
+            await data.resolve("cities", block=blocks[0])
+        with pytest.raises(BlockNotOnChain):
+            await data.resolve("cities", block="f1620" + "00" * 32)
+
+    asyncio.run(go())
+
+
+def test_unknown_tables_and_oversized_sql(
+    made: tuple[NodeHome, str, list[str]], tmp_path: Path
+) -> None:
+    data, _ = copy_home(made, tmp_path / "h")
+    data.max_sql_bytes = 64
+
+    async def go() -> None:
+        with pytest.raises(DatasetNotFound):
+            await data.resolve("nope")
+        with pytest.raises(QueryRejected, match=r"\[query\] max_sql_bytes"):
+            await data.query("select 1 -- " + "x" * 100)
+
+    asyncio.run(go())
