@@ -94,6 +94,7 @@ class P2pSection:
     use_relays: bool
     serve_streams: bool
     relay_max_reservations: int
+    relay_max_reservations_per_ip: int
     relay_max_circuits: int
     relay_circuit_duration_s: int
     relay_circuit_bytes: int
@@ -436,6 +437,7 @@ def _validate(cfg: NodeConfig) -> None:
     p = cfg.p2p
     relay_limits = (
         p.relay_max_reservations,
+        p.relay_max_reservations_per_ip,
         p.relay_max_circuits,
         p.relay_circuit_bytes,
         p.relay_circuit_duration_s,
@@ -446,7 +448,8 @@ def _validate(cfg: NodeConfig) -> None:
     )
     if min(relay_limits) < 1 or p.reachability_interval_s <= 0:
         raise ConfigError(
-            "p2p.relay_max_reservations, relay_max_circuits, relay_circuit_duration_s, "
+            "p2p.relay_max_reservations, relay_max_reservations_per_ip, relay_max_circuits, "
+            "relay_circuit_duration_s, "
             "relay_circuit_bytes, relay_max_circuits_per_peer, relay_peer_bytes, "
             "relay_total_bytes, relay_bytes_window_s and reachability_interval_s must be > 0"
         )

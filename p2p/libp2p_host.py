@@ -115,6 +115,7 @@ class Libp2pConfig:
     relay_service: bool = False
     use_relays: bool = True
     relay_max_reservations: int = 16
+    relay_max_reservations_per_ip: int = 4
     relay_max_circuits: int = 16
     relay_circuit_duration_s: int = 600
     relay_circuit_bytes: int = 64 << 20
@@ -377,6 +378,7 @@ class Libp2pTransport:
             client=cfg.nat and cfg.use_relays,
             limits=RelayLimits(
                 max_reservations=cfg.relay_max_reservations,
+                max_reservations_per_ip=cfg.relay_max_reservations_per_ip,
                 max_circuits=cfg.relay_max_circuits,
                 circuit_duration_s=cfg.relay_circuit_duration_s,
                 circuit_bytes=cfg.relay_circuit_bytes,

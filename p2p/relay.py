@@ -45,6 +45,7 @@ class RelayLimits:
     """What a relay service carries for others (``[p2p] relay_*``)."""
 
     max_reservations: int = 16
+    max_reservations_per_ip: int = 4
     max_circuits: int = 16
     circuit_duration_s: int = 600
     circuit_bytes: int = 64 << 20
@@ -145,6 +146,7 @@ class RelaySupport:
                 total_bytes=limits.total_bytes,
                 window_s=limits.bytes_window_s,
             ),
+            reservations_per_ip=limits.max_reservations_per_ip,
         )
         if service:
             host.set_stream_handler(PROTOCOL_ID, self.protocol._handle_hop_stream)

@@ -42,6 +42,11 @@ docs/nat.md, "The relay under abuse"):
   disconnected, so 16 fresh identities that reserved and left locked the relay for an hour. A
   reservation is valid only while its peer is connected (circuit relay v2 spec); one of a peer
   that left frees its slot.
+* **Reservations per IP address** (:class:`ConnectedReservations`, ``reservations_per_ip``):
+  peer ids cost nothing to make, so one host reserving with fresh identities took all
+  ``max_reservations`` slots. A new reservation is refused (``RESOURCE_LIMIT_EXCEEDED``) while
+  peers connected from the same IP address (direct connections; a relayed one's address is
+  its relay's and is not counted) hold ``reservations_per_ip`` of them.
 """
 
 from __future__ import annotations
@@ -142,12 +147,55 @@ class CircuitAccounts:
 
 class ConnectedReservations(RelayResourceManager):
     """py-libp2p's reservations, of connected peers only: a reservation of a peer that left no
-    longer counts against ``max_reservations`` (module docstring)."""
+    longer counts against ``max_reservations`` (module docstring); and at most ``per_ip`` held
+    by peers connected from one IP address."""
+
+    def __init__(self, limits: Any, host: Any = None, per_ip: int = 4) -> None:
+        """As :class:`RelayResourceManager`; ``per_ip`` caps reservations per IP address."""
+        super().__init__(limits, host)
+        self.per_ip = per_ip
 
     def _clean_expired(self) -> None:
         super()._clean_expired()
         for peer in [p for p in self._reservations if not self._is_peer_connected(p)]:
             del self._reservations[peer]
+
+    def can_accept_reservation(self, peer_id: Any) -> bool:
+        """The library's check (the total, after dropping expired and departed peers' slots),
+        then the per-IP cap for a peer without a reservation. O(reservations): at most
+        ``max_reservations`` connection lookups."""
+        if not super().can_accept_reservation(peer_id):
+            return False
+        existing = self._reservations.get(peer_id)
+        if existing is not None and not existing.is_expired():
+            return True  # a refresh
+        ip = self._peer_ip(peer_id)
+        if ip is None:
+            return True
+        same = sum(1 for p in self._reservations if p != peer_id and self._peer_ip(p) == ip)
+        return same < self.per_ip
+
+    def _peer_ip(self, peer_id: Any) -> str | None:
+        """The IP address ``peer_id`` is directly connected from (None: unknown, or relayed
+        only: a relayed connection's remote address is its relay's, shared by all)."""
+        from p2p.relay import is_relayed_conn
+
+        if self.host is None:
+            return None
+        try:
+            conns = (getattr(self.host.get_network(), "connections", {}) or {}).get(peer_id)
+        except Exception:  # the library's own lookup fails open the same way
+            return None
+        if conns is None:
+            return None
+        for conn in conns if isinstance(conns, (list, tuple, set)) else (conns,):
+            try:
+                remote = conn.muxed_conn.get_remote_address()
+            except Exception:  # connection types differ in what they expose
+                continue
+            if remote is not None and not is_relayed_conn(conn):
+                return str(remote[0])
+        return None
 
 
 @dataclass(slots=True)
@@ -191,11 +239,20 @@ class _NoPeerKeyedCircuits(dict[Any, Any]):
 class OwnCircuitsProtocol(CircuitV2Protocol):
     """Circuit relay v2 whose circuits end by their own streams (module docstring)."""
 
-    def __init__(self, *args: Any, circuits: CircuitLimits | None = None, **kwargs: Any) -> None:
-        """As :class:`CircuitV2Protocol`; ``circuits`` bounds circuits and bytes beyond it."""
+    def __init__(
+        self,
+        *args: Any,
+        circuits: CircuitLimits | None = None,
+        reservations_per_ip: int = 4,
+        **kwargs: Any,
+    ) -> None:
+        """As :class:`CircuitV2Protocol`; ``circuits`` bounds circuits and bytes beyond it,
+        ``reservations_per_ip`` the reservations held from one IP address."""
         super().__init__(*args, **kwargs)
         self._active_relays = _NoPeerKeyedCircuits()
-        self.resource_manager = ConnectedReservations(self.limits, self.host)
+        self.resource_manager = ConnectedReservations(
+            self.limits, self.host, per_ip=reservations_per_ip
+        )
         self.accounts = CircuitAccounts(circuits or CircuitLimits(), trio.current_time)
         self._circuits: dict[int, _Circuit] = {}  # id(source stream) -> its circuit
 

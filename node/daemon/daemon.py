@@ -627,7 +627,6 @@ class Daemon:
                 relay_service=p.relay_service,
                 use_relays=p.use_relays,
                 relay_max_reservations=p.relay_max_reservations,
-                relay_max_reservations_per_ip=p.relay_max_reservations_per_ip,
                 relay_max_circuits=p.relay_max_circuits,
                 relay_circuit_duration_s=p.relay_circuit_duration_s,
                 relay_circuit_bytes=p.relay_circuit_bytes,

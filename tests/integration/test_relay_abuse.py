@@ -184,3 +184,30 @@ def test_bytes_pushed_through_a_circuit_stop_at_the_peer_budget() -> None:
     sent, received = trio.run(main)
     assert received <= 1 << 20
     assert sent < 4 << 20
+
+
+def test_fresh_identities_from_one_ip_address_hold_at_most_the_per_ip_reservations() -> None:
+    """Fresh peer ids that stay connected from one address (loopback here) get at most
+    ``max_reservations_per_ip`` slots of a relay with room for more (before: all 16); one that
+    leaves frees its address's slot."""
+
+    async def main() -> tuple[list[bool], bool]:
+        limits = RelayLimits(max_reservations=16, max_reservations_per_ip=2)
+        async with _node(3, limits, service=True) as relay:
+            target = _addr(relay)
+            async with (
+                _node(300, limits) as a,
+                _node(301, limits) as b,
+                _node(302, limits) as c,
+                _node(303, limits) as d,
+            ):
+                held = [await _reserve(x, target) for x in (a, b, c, d)]
+                await a.host.disconnect(relay.host.get_id())
+                await trio.sleep(0.3)
+                async with _node(304, limits) as e:
+                    after_one_left = await _reserve(e, target)
+        return held, after_one_left
+
+    held, after_one_left = trio.run(main)
+    assert held == [True, True, False, False]
+    assert after_one_left

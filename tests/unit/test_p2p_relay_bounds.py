@@ -281,3 +281,62 @@ def test_reservations_of_peers_that_left_free_their_slots() -> None:
 def test_the_library_alone_keeps_departed_peers_slots_until_their_ttl() -> None:
     # Why ConnectedReservations exists; if this fails, py-libp2p changed.
     assert not _reservations(RelayResourceManager)
+
+
+def _conn_from(ip: str, *, relayed: bool = False) -> Any:
+    """A connection as the relay's host lists it: remote address ``ip`` (a relayed one reports
+    its relay's address and says it is relayed)."""
+    from libp2p.connection_types import ConnectionType
+
+    kind = ConnectionType.RELAYED if relayed else ConnectionType.DIRECT
+    return SimpleNamespace(
+        muxed_conn=SimpleNamespace(get_remote_address=lambda: (ip, 4001)),
+        get_connection_type=lambda: kind,
+    )
+
+
+def test_reservations_per_ip_address_are_capped() -> None:
+    """Fresh peer ids behind one IP address take at most ``per_ip`` reservations (before: all
+    ``max_reservations``); other addresses, relayed peers and refreshes are not refused, and a
+    peer that leaves frees its address's slot."""
+    host = _Host()
+    lib = RelayLimits(duration=60, data=1, max_circuit_conns=1, max_reservations=16)
+    mgr = ConnectedReservations(lib, host, per_ip=2)  # type: ignore[arg-type]
+    sybils = [_pid(n) for n in range(80, 86)]
+    accepted = []
+    for p in sybils:
+        host.connections[p] = [_conn_from("203.0.113.7")]
+        ok = mgr.can_accept_reservation(p)
+        accepted.append(ok)
+        if ok:
+            mgr.reserve(p)
+    assert accepted == [True, True, False, False, False, False]
+    assert mgr.can_accept_reservation(sybils[0])  # a refresh of a held reservation
+    other = _pid(90)
+    host.connections[other] = [_conn_from("198.51.100.1")]
+    assert mgr.can_accept_reservation(other)
+    via_relay = _pid(91)  # its remote address is the relay's, shared by everyone it carries
+    host.connections[via_relay] = [_conn_from("203.0.113.7", relayed=True)]
+    assert mgr.can_accept_reservation(via_relay)
+    del host.connections[sybils[0]]
+    assert mgr.can_accept_reservation(sybils[2])
+
+
+def test_the_protocol_and_config_carry_the_per_ip_cap() -> None:
+    """``[p2p] relay_max_reservations_per_ip`` reaches the relay's reservations; 0 is refused
+    naming it."""
+    import pytest
+
+    from node.config import ConfigError, load_config
+
+    proto = OwnCircuitsProtocol(
+        _Host(),
+        limits=RelayLimits(duration=60, data=1, max_circuit_conns=1, max_reservations=4),
+        allow_hop=True,
+        reservations_per_ip=3,
+    )
+    assert isinstance(proto.resource_manager, ConnectedReservations)
+    assert proto.resource_manager.per_ip == 3
+    assert load_config(None, environ={}).p2p.relay_max_reservations_per_ip == 4
+    with pytest.raises(ConfigError, match="relay_max_reservations_per_ip"):
+        load_config(None, environ={}, overrides={"p2p": {"relay_max_reservations_per_ip": 0}})
