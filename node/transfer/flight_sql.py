@@ -57,6 +57,7 @@ from node.app.errors import (
     QueryDeadlineExceeded,
     QueryError,
     QueryRejected,
+    Unavailable,
 )
 from node.app.ports import QueryTable
 from node.app.query_api import ClientLimiter
@@ -560,11 +561,16 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
         self._lock = threading.Lock()
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._results: OrderedDict[bytes, _Result] = OrderedDict()
-        super().__init__(
-            f"grpc://{host}:{port}",
-            auth_handler=_NoopAuthHandler(),
-            middleware={"auth": _AuthFactory(self)},
-        )
+        location = f"grpc://[{host}]:{port}" if ":" in host else f"grpc://{host}:{port}"
+        try:
+            super().__init__(
+                location, auth_handler=_NoopAuthHandler(), middleware={"auth": _AuthFactory(self)}
+            )
+        except (pa.ArrowException, OSError) as e:
+            raise Unavailable(
+                f"the Flight SQL server cannot listen on {location} "
+                f"([query] flight_sql_host / flight_sql_port): {e}"
+            ) from None
         self.host = host
 
     @property

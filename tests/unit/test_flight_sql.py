@@ -24,7 +24,7 @@ import pyarrow.flight as fl
 import pyarrow.parquet as pq
 import pytest
 
-from node.app.errors import QueryDeadlineExceeded, QueryRejected
+from node.app.errors import QueryDeadlineExceeded, QueryRejected, Unavailable
 from node.app.ports import QueryTable
 from node.transfer.flight_sql import (
     FlightSqlServer,
@@ -218,6 +218,16 @@ def test_errors_are_flight_errors_naming_the_reason(
     closed.close()
     with pytest.raises(adbc_driver_manager.ProgrammingError):
         closed.cursor()
+
+
+def test_a_taken_port_names_the_setting(served: tuple[FlightSqlServer, StandIn]) -> None:
+    server, _ = served
+    loop = asyncio.new_event_loop()
+    try:
+        with pytest.raises(Unavailable, match=r"\[query\] flight_sql_host / flight_sql_port"):
+            FlightSqlServer(StandIn(()), loop, port=server.port)
+    finally:
+        loop.close()
 
 
 def test_auth_sessions_and_concurrency(served: tuple[FlightSqlServer, StandIn]) -> None:
