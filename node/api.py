@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.dataset as pads
 
+    from node.app.data import VerifiedData
+
 
 T = TypeVar("T")
 
@@ -126,7 +128,7 @@ class Home:
     def datasets(self, untrusted: bool = False) -> list[Dataset]:
         """The readable datasets with their trust state; with ``untrusted``, also those whose
         only head is not trusted yet (marked ``trusted=False``)."""
-        rows = self._run(lambda app: app.data.tables(untrusted=untrusted))
+        rows = self._run(lambda data: data.tables(untrusted=untrusted))
         return [_dataset(r) for r in rows]
 
     def dataset(self, ref: str, untrusted: bool = False, block: str | None = None) -> Dataset:
@@ -137,7 +139,7 @@ class Home:
             DatasetNotFound: no such dataset here (or ``block`` is not on its chain).
             HeadNotTrusted: it has no trusted head and ``untrusted`` is False.
         """
-        row = self._run(lambda app: app.data.resolve(ref, untrusted=untrusted, block=block))
+        row = self._run(lambda data: data.resolve(ref, untrusted=untrusted, block=block))
         return _dataset(row)
 
     def sql(
@@ -151,12 +153,12 @@ class Home:
         Table names are the aliases or DIDs, double-quoted when they hold a dot, ``/`` or ``-``
         (``select * from "covid19.canada"``).
         """
-        answer = self._run(lambda app: app.data.query(sql, untrusted=untrusted, dialect=engine))
+        answer = self._run(lambda data: data.query(sql, untrusted=untrusted, dialect=engine))
         table: pa.Table = answer.table
         return table
 
-    def _run(self, call: Callable[[Any], Awaitable[T]]) -> T:
-        """``call(app)`` on the home's offline :class:`~node.app.Application`, to completion."""
+    def _run(self, call: Callable[[VerifiedData], Awaitable[T]]) -> T:
+        """``call(data)`` on the ``Application.data`` of the home's offline application."""
         from node.compose import OfflineOptions, offline_application
 
         config = self._home.config()
@@ -167,7 +169,15 @@ class Home:
 
         async def go() -> T:
             with offline_application(self._home, options) as app:
-                return await call(app)
+                data = app.data
+                assert data is not None  # both composition roots build it
+                try:
+                    return await call(data)
+                finally:
+                    # The query workers (a Spark JVM for engine="spark") end with the call: a
+                    # notebook that runs many calls must not collect them.
+                    if data.engine is not None:
+                        await data.engine.close()
 
         return _sync(go)
 

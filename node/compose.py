@@ -31,6 +31,7 @@ from node.adapters.backup import HomeBackup
 from node.adapters.gossip import NoGossip
 from node.adapters.ipfs import IpfsAdapter, NoIpfs
 from node.adapters.query_engine import DataFusionQueryEngine
+from node.adapters.spark_query import SparkQueryEngine
 from node.adapters.transfer import TransferAdapter
 from node.app import Application, NodeInfo
 from node.app.console import ConsoleQueries
@@ -251,7 +252,16 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
             repo,
             ports,
             # No warm workers without a daemon: a command runs one query and exits.
-            DataFusionQueryEngine(warm_workers=0, isolate_network=config.engine.isolate_network),
+            DataFusionQueryEngine(
+                warm_workers=0,
+                isolate_network=config.engine.isolate_network,
+                # The spark dialect: a Spark worker started by the first such query.
+                spark=SparkQueryEngine(
+                    master=options.spark_master,
+                    isolate_network=config.engine.isolate_network,
+                    driver_host=config.engine.driver_host,
+                ),
+            ),
             config.query.limits(),
             max_sql_bytes=config.query.max_sql_bytes,
         ),

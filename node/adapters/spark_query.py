@@ -12,10 +12,10 @@ transforms' settings and Spark sandbox (``engine/sandbox.py``), its JVM heap bou
 Spark takes seconds to start (~10 s on a small machine), so the worker starts on the first
 Spark query, not with the node, and stays for the next ones; queries take turns on it (one at a
 time: a Spark query uses every core already). The worker leads its own process group, so the
-adapter can kill it, JVM included, when a query passes ``[query] deadline_s`` (waiting for the
-worker counts) or its resident memory passes the bound; the next query starts a new one. With
-``isolate_network`` (and a local master) the worker runs in a network namespace of its own
-(``unshare -rn``), as the transform workers do.
+adapter can kill it, JVM included, when a query passes ``[query] deadline_s`` (waiting for
+another query counts, Spark's start does not) or its resident memory passes the bound; the
+next query starts a new one. With ``isolate_network`` (and a local master) the worker runs in
+a network namespace of its own (``unshare -rn``), as the transform workers do.
 
 Nothing here blocks the event loop: the worker is an asyncio subprocess and the answer (an
 Arrow IPC file in a private temporary directory) is read in a thread.
@@ -170,9 +170,8 @@ class SparkQueryEngine:
     ) -> pa.Table:
         """See :class:`~node.app.ports.QueryEnginePort` (any ``dialect`` given runs on Spark).
 
-        The deadline counts from the call: waiting for another query or for Spark to start
-        is part of it (a first query may need more than a short ``deadline_s``; the worker it
-        started stays up for the next).
+        The deadline counts from the call (waiting for another query is part of it), except
+        that a query that had to start Spark gets its whole deadline once Spark is up.
         """
         if self._closed:
             raise Unavailable("the Spark query engine is stopped")
@@ -194,8 +193,10 @@ class SparkQueryEngine:
                 if self._worker is not None:
                     self._discard(self._worker)
                     self._worker = None
-                # Spark starts even past the deadline: the next query needs it anyway.
                 self._worker = await self._spawn(limits)
+                # Spark's start (seconds, bounded by START_TIMEOUT_S) is the node's cost, not
+                # the query's: the query still gets its whole deadline.
+                deadline = time.monotonic() + limits.deadline_s
             return await self._ask(
                 self._worker, sql, tables, limits, skip, limit, deadline - time.monotonic()
             )
@@ -279,9 +280,12 @@ class SparkQueryEngine:
     async def close(self) -> None:
         """Stop the worker (a running query is killed)."""
         self._closed = True
-        if self._worker is not None:
-            self._discard(self._worker)
-            self._worker = None
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            self._discard(worker)
+            # Reap it on this loop: its pipes' transports belong to it.
+            with contextlib.suppress(TimeoutError, ProcessLookupError):
+                await asyncio.wait_for(worker.proc.wait(), 10.0)
 
 
 def _read_ipc(path: Path) -> pa.Table:

@@ -34,6 +34,7 @@ from node.adapters.gossip import GossipAdapter, NoGossip
 from node.adapters.ipfs import IpfsAdapter, NoIpfs
 from node.adapters.loop_thread import LoopThread
 from node.adapters.query_engine import DataFusionQueryEngine
+from node.adapters.spark_query import SparkQueryEngine
 from node.adapters.state import ThreadedState
 from node.adapters.transfer import TransferAdapter
 from node.app import Application, NodeInfo
@@ -576,6 +577,13 @@ class Daemon:
                 DataFusionQueryEngine(
                     warm_workers=self.config.query.warm_workers,
                     isolate_network=self.config.engine.isolate_network,
+                    # The spark dialect: a Spark worker started by the first such query
+                    # (Spark takes seconds to start), stopped with the DataFusion engine.
+                    spark=SparkQueryEngine(
+                        master=self.config.engine.spark_master,
+                        isolate_network=self.config.engine.isolate_network,
+                        driver_host=self.config.engine.driver_host,
+                    ),
                 ),
                 self.config.query.limits(),
                 max_sql_bytes=self.config.query.max_sql_bytes,
@@ -627,6 +635,7 @@ class Daemon:
                 relay_service=p.relay_service,
                 use_relays=p.use_relays,
                 relay_max_reservations=p.relay_max_reservations,
+                relay_max_reservations_per_ip=p.relay_max_reservations_per_ip,
                 relay_max_circuits=p.relay_max_circuits,
                 relay_circuit_duration_s=p.relay_circuit_duration_s,
                 relay_circuit_bytes=p.relay_circuit_bytes,
@@ -635,7 +644,6 @@ class Daemon:
                 relay_total_bytes=p.relay_total_bytes,
                 relay_bytes_window_s=p.relay_bytes_window_s,
                 reachability_interval_s=p.reachability_interval_s,
-                relay_max_reservations_per_ip=p.relay_max_reservations_per_ip,
                 hole_punching=p.hole_punching,
                 peers_high_water=p.peers_high_water,
                 peers_low_water=p.peers_low_water,
@@ -923,13 +931,17 @@ class Daemon:
             )
 
     async def _publish_own_key_records(self, delay_s: float) -> None:
-        """Gossip this node's key rotation and revocation records (node/keyrotation.py) on the
-        node topic, ``delay_s`` after a peer connected (once it has learnt our topics)."""
+        """Gossip this node's key inception, rotation and revocation records
+        (node/keyrotation.py) on the node topic, ``delay_s`` after a peer connected (once it
+        has learnt our topics). Read once: only ``key rotate`` / ``key revoke`` change them, and
+        they need the daemon stopped."""
         from node.keyrotation import own_records
         from p2p.transport import NODE_TOPIC
 
         await asyncio.sleep(delay_s)
-        records = await asyncio.to_thread(own_records, self.home)
+        records = getattr(self, "_own_key_records", None)
+        if records is None:
+            records = self._own_key_records = await asyncio.to_thread(own_records, self.home)
         for envelope in records:
             await self._service.publish_best_effort(NODE_TOPIC, envelope)
 

@@ -10,17 +10,22 @@ home:
 * the dataset's Arrow dataset, pandas frame (``offset`` int64, ``op`` int32, times UTC) and
   PySpark DataFrame (local Spark, reading the head's parquet parts in place) hold exactly the
   dataset's rows;
-* :class:`~node.adapters.spark_query.SparkQueryEngine` answers a Spark SQL query over the head's
-  files (dotted names quoted with backticks or double quotes, paging) and refuses hostile ones
-  (a path-based relation, reflection, a table function) and stops one past its deadline.
+* ``data.query`` with ``engine="spark"`` runs on the daemon's Spark query worker
+  (``node/adapters/spark_query.py``, the DataFusion engine's spark delegate): the right rows,
+  paging and Arrow types, alias and DID table names in backticks or double quotes, the
+  untrusted dataset only with ``untrusted``; hostile queries (a path-based relation,
+  reflection, a table function, a random function, a command) are refused by the Spark
+  sandbox, and an exploding cross join is killed at ``[query] deadline_s`` while
+  ``node.status`` stays fast, the next query getting a new worker.
 
-Spark is slow to start here: the module starts one SparkSession (the user's, for ``to_spark``)
-and one query worker, each shared by its tests. Run in a loopback-only namespace.
+Spark is slow to start here: the module has one SparkSession (the user's, for ``to_spark``) and
+the daemon's one Spark query worker, each shared by its tests. Run in a loopback-only namespace.
 """
 
 from __future__ import annotations
 
-import asyncio
+import datetime as dt
+import re
 import subprocess
 import sys
 import time
@@ -35,16 +40,14 @@ from daemon_harness import CITIES_SNAPSHOT, ROOT, NodeProcess
 from netns import require_loopback_only
 
 from node import api
-from node.adapters.spark_query import SparkQueryEngine
-from node.app.errors import HeadNotTrusted, QueryDeadlineExceeded, QueryRejected
-from node.app.ports import QueryLimits, QueryTable
+from node.app.errors import HeadNotTrusted
+from node.rpc.client import RpcCallError
 
 CSV = """event_time,city,population
 2020-01-01T00:00:00Z,A,1000
 2020-01-02T00:00:00Z,B,2000
 2020-01-03T00:00:00Z,C,3000
 """
-LIMITS = QueryLimits(deadline_s=120.0, memory_bytes=512 << 20, max_rows=1000, max_bytes=1 << 20)
 
 
 def _cli(home: Path, *args: str) -> str:
@@ -78,7 +81,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
         config={
             "ipfs": {"mode": "none"},
             "p2p": {"enabled": False},
-            "query": {"flight_sql_enabled": False},
+            "query": {"flight_sql_enabled": False, "deadline_s": 5.0},
         },
     )
     n.init()
@@ -113,19 +116,18 @@ def spark() -> Iterator[Any]:
         session.stop()
 
 
-@pytest.fixture(scope="module")
-def engine() -> Iterator[SparkQueryEngine]:
-    """One Spark query worker for the module (started by its first query)."""
-    e = SparkQueryEngine(master="local[1]", isolate_network=True)
-    try:
-        yield e
-    finally:
-        asyncio.run(e.close())
-
-
 def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
-    cols = ["offset", "op", "event_time", "city", "population"]
-    return sorted(zip(*(table.column(c).to_pylist() for c in cols), strict=True))
+    """The rows, sorted, with every time as a naive UTC datetime (Spark's ``toPandas`` gives
+    the session's time zone, UTC here, without a zone)."""
+
+    def utc(v: Any) -> Any:
+        if isinstance(v, dt.datetime) and v.tzinfo is not None:
+            return v.astimezone(dt.UTC).replace(tzinfo=None)
+        return v
+
+    cols = ["offset", "op", "system_time", "event_time", "city", "population"]
+    columns = [[utc(v) for v in table.column(c).to_pylist()] for c in cols]
+    return sorted(zip(*columns, strict=True))
 
 
 def test_datasets_with_trust_state(node: NodeProcess) -> None:
@@ -150,7 +152,7 @@ def test_arrow_and_pandas_read_the_heads_files_in_place(node: NodeProcess) -> No
     assert d.files and all(Path(f).is_relative_to(data_dir) for f in d.files)
     expected = pa.concat_tables([pq.read_table(f) for f in d.files])
     assert _rows(d.to_arrow_dataset().to_table()) == _rows(expected)
-    assert [r[3] for r in _rows(expected)] == ["A", "B", "C"]
+    assert [r[4] for r in _rows(expected)] == ["A", "B", "C"]
     frame = d.to_pandas()
     assert str(frame["offset"].dtype) == "int64"
     assert str(frame["op"].dtype) == "int32"
@@ -173,51 +175,51 @@ def test_a_pyspark_dataframe_equals_the_datasets_rows(node: NodeProcess, spark: 
     assert total[0]["s"] == 6000
 
 
-def test_spark_dialect_query(node: NodeProcess, engine: SparkQueryEngine) -> None:
-    d = api.open_home(node.home).dataset("cities")
-    tables = [QueryTable("covid19.cities", d.did, d.head, d.files)]
+def _sql(node: NodeProcess, sql: str, **params: Any) -> dict[str, Any]:
+    answer: dict[str, Any] = node.call("data.query", sql=sql, engine="spark", **params)
+    return answer
 
-    async def go() -> None:
-        t = await engine.query(
-            'select city, population from "covid19.cities" where population > 1000 order by city',
-            tables,
-            LIMITS,
-            "spark",
-        )
-        assert t.to_pydict() == {"city": ["B", "C"], "population": [2000, 3000]}
-        t = await engine.query(
-            "select offset, op, event_time from `covid19.cities` order by offset",
-            tables,
-            LIMITS,
-            "spark",
-            skip=1,
-            limit=1,
-        )
-        assert t.column("offset").to_pylist() == [1]
-        assert t.schema.field("op").type == pa.int32()
-        assert t.schema.field("event_time").type == pa.timestamp("us", tz="UTC")
-        for hostile in (
-            f"select * from parquet.`{d.files[0]}`",
-            "select reflect('java.lang.System', 'getenv', 'HOME')",
-            "select * from range(1000000000)",
-            'select rand() from "covid19.cities"',
-            "drop view `covid19.cities`",
-        ):
-            with pytest.raises(QueryRejected):
-                await engine.query(hostile, tables, LIMITS, "spark")
-        t0 = time.monotonic()
-        big = ", ".join(f'"covid19.cities" t{i}' for i in range(24))
-        with pytest.raises(QueryDeadlineExceeded):
-            await engine.query(
-                f"select count(*) from {big}",
-                tables,
-                QueryLimits(3.0, LIMITS.memory_bytes, LIMITS.max_rows, LIMITS.max_bytes),
-                "spark",
-            )
-        assert time.monotonic() - t0 < 10
-        # The killed worker is replaced for the next query.
-        t = await engine.query('select count(*) as n from "covid19.cities"', tables, LIMITS)
-        assert t.to_pydict() == {"n": [3]}
-        assert engine.started == 2
 
-    asyncio.run(go())
+def test_spark_dialect_query(node: NodeProcess) -> None:
+    # The daemon's Spark query worker starts on the first query and serves the others.
+    answer = _sql(
+        node, 'select city, population from "cities" where population > 1000 order by city'
+    )
+    assert answer["rows"] == [["B", 2000], ["C", 3000]]
+    assert [i["name"] for i in answer["inputs"]] == ["cities"]
+    assert answer["inputs"][0]["trusted"] is True
+    answer = _sql(node, "select offset, op from `cities` order by offset", skip=1, limit=1)
+    assert answer["rows"] == [[1, 0]]
+    assert answer["types"] == ["int64", "int32"]
+    # A dataset's DID is a table name too (backticked or double-quoted).
+    did = api.open_home(node.home).dataset("cities").did
+    assert _sql(node, f"select count(*) as n from `{did}`")["rows"] == [[3]]
+    # The untrusted dataset is not read without the flag, and says so with it.
+    with pytest.raises(RpcCallError, match="trusted"):
+        _sql(node, 'select count(*) from "remote"')
+    answer = _sql(node, 'select count(*) as n from "remote"', untrusted=True)
+    assert answer["rows"] == [[3]] and answer["inputs"][0]["trusted"] is False
+
+
+def test_spark_dialect_refuses_hostile_queries(node: NodeProcess) -> None:
+    files = api.open_home(node.home).dataset("cities").files
+    for hostile, reason in (
+        (f"select * from parquet.`{files[0]}`", "path-based relations are not allowed"),
+        ("select reflect('java.lang.System', 'getenv', 'HOME')", "reflect() is not allowed"),
+        ("select * from range(1000000000)", "not allowed"),
+        ('select rand() from "cities"', "random functions are not allowed"),
+        ('drop view "cities"', "only SELECT queries are allowed"),
+    ):
+        with pytest.raises(RpcCallError, match=re.escape(reason)):
+            _sql(node, hostile)
+    # An exploding cross join is killed at [query] deadline_s (5 s here) ...
+    joined = ", ".join(f'"cities" t{i}' for i in range(24))
+    t0 = time.monotonic()
+    with pytest.raises(RpcCallError, match=re.escape("[query] deadline_s")):
+        _sql(node, f"select count(*) from {joined}")
+    assert time.monotonic() - t0 < 15
+    # ... the daemon stays responsive and the next Spark query gets a new worker.
+    t0 = time.monotonic()
+    node.call("node.status")
+    assert time.monotonic() - t0 < 1.0
+    assert _sql(node, 'select count(*) as n from "cities"')["rows"] == [[3]]
