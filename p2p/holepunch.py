@@ -26,6 +26,13 @@ What :class:`HolePuncher` changes, and why:
   peer at a time and at most ``MAX_HOLE_PUNCH_ATTEMPTS`` per relayed connection, and an attempt
   dials at most :data:`MAX_PUNCH_ADDRS` distinct addresses (docs/nat.md, "Hole punching under
   abuse").
+* **Which addresses.** The peer names the addresses to dial, so a stranger could have this node
+  dial its own loopback services, link-local hosts or a private network behind it. An address
+  is dialled only when :func:`punch_addr_refusal` allows it: never link-local, multicast,
+  unspecified or reserved ones, nor loopback ones (unless every address of this node is a
+  loopback one: a lab); a private one (RFC 1918, shared 100.64/10, IPv6 ULA) only when this
+  node has a private address itself *and* every address the peer named is private (a peer on
+  a private network, as in a NAT lab or one site); public ones always.
 * **Connection kinds.** :func:`connection_kinds` tells, per connected peer, whether
   a direct connection exists (``direct``) or only relayed ones (``relayed``), for ``status``.
 
@@ -38,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import errno
+import ipaddress
 import logging
 import os
 import time
@@ -174,6 +182,71 @@ def _bare(addr: Any) -> str:
     return str(addr).split("/p2p/", 1)[0]
 
 
+def _ip(addr: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The IP address of an ``/ip4/...`` or ``/ip6/...`` multiaddr (None: another kind)."""
+    parts = str(addr).split("/")
+    if len(parts) < 3 or parts[1] not in ("ip4", "ip6"):
+        return None
+    try:
+        return ipaddress.ip_address(parts[2].split("%", 1)[0])
+    except ValueError:
+        return None
+
+
+def _private(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """A private-network address a hole punch may dial in the right setting (not global, and
+    none of the never-dialled kinds)."""
+    return not ip.is_global and not _never(ip)
+
+
+def _never(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    return (
+        ip.is_loopback or ip.is_link_local or ip.is_multicast or ip.is_unspecified or ip.is_reserved
+    )
+
+
+def punch_addr_refusal(addr: Any, *, peer_private: bool, own: str) -> str | None:
+    """Why a hole punch must not dial ``addr``, which a peer named, or None (module docstring).
+
+    ``peer_private``: every address the peer named in this attempt is a private-network one;
+    ``own``: this node's network (:func:`own_network`). Pure: the decision only."""
+    ip = _ip(addr)
+    if ip is None:
+        return "not an IP address"
+    if ip.is_loopback and own == "loopback":
+        return None  # a node on loopback alone (a lab) reaches nothing else
+    if _never(ip):
+        return "a loopback, link-local, multicast or reserved address"
+    if ip.is_global:
+        return None
+    if own != "private":
+        return "a private address, and this node is on no private network"
+    if not peer_private:
+        return "a private address of a peer that also names public ones"
+    return None
+
+
+def own_network(host: Any) -> str:
+    """``"private"`` when ``host`` listens on or was observed at a private-network address,
+    ``"loopback"`` when all its addresses are loopback ones, else ``"public"``."""
+    addrs: list[Any] = []
+    for get in ("get_transport_addrs", "get_addrs"):
+        with contextlib.suppress(Exception):
+            addrs += list(getattr(host, get)())
+    ips = [ip for ip in map(_ip, addrs) if ip is not None and not ip.is_unspecified]
+    if any(_private(ip) for ip in ips):
+        return "private"
+    if ips and all(ip.is_loopback for ip in ips):
+        return "loopback"
+    return "public"
+
+
+def peer_private(addrs: list[Any]) -> bool:
+    """Whether every IP address in ``addrs`` (a peer's, for one attempt) is private."""
+    ips = [ip for ip in map(_ip, addrs) if ip is not None]
+    return bool(ips) and all(_private(ip) for ip in ips)
+
+
 def _inbound(conn: Any) -> bool:
     direction = getattr(conn, "direction", None)
     return str(getattr(direction, "name", direction)).lower() == "inbound"
@@ -225,6 +298,8 @@ class HolePuncher(DCUtRProtocol):
         self._answering: set[ID] = set()  # peers whose CONNECT this node is answering now
         self._answered: dict[ID, int] = {}  # answers per relayed connection (reset when it goes)
         self._punch_addrs: dict[ID, set[str]] = {}  # the addresses the current attempt dials
+        # Per current attempt: (peer_private, own_network) for punch_addr_refusal.
+        self._punch_scope: dict[ID, tuple[bool, str]] = {}
 
     # ---- driving (overrides the library's loop: receiving side only)
 
@@ -341,10 +416,14 @@ class HolePuncher(DCUtRProtocol):
 
     async def _punch(self, peer_id: ID, addrs: list[Any], as_responder: bool) -> bool:
         self._dial_errors[peer_id] = []
-        # The first distinct addresses the peer named (the peerstore's fill what is left).
+        named = [a for a in addrs if RELAY_MARK not in str(a)]
+        scope = (peer_private(named), own_network(self.host))
+        self._punch_scope[peer_id] = scope
+        # The first distinct addresses the peer named that may be dialled (the peerstore's
+        # fill what is left).
         chosen: set[str] = set()
-        for a in addrs:
-            if len(chosen) < MAX_PUNCH_ADDRS and RELAY_MARK not in str(a):
+        for a in named:
+            if len(chosen) < MAX_PUNCH_ADDRS and self._refusal(a, scope) is None:
                 chosen.add(_bare(a))
         self._punch_addrs[peer_id] = chosen
         # The responder's attempt (the initiator's _drive already holds its start).
@@ -356,6 +435,7 @@ class HolePuncher(DCUtRProtocol):
             ok = await super()._perform_hole_punch(peer_id, addrs, as_responder)
         finally:
             self._punch_addrs.pop(peer_id, None)
+            self._punch_scope.pop(peer_id, None)
             errors = self._dial_errors.pop(peer_id, [])
             # The library's initiator dials "as responder" (module docstring).
             role = "initiator" if as_responder else "responder"
@@ -384,7 +464,16 @@ class HolePuncher(DCUtRProtocol):
         source: tuple[str, int] | None = None,
         as_responder: bool = False,
     ) -> None:
-        """The library's dial, recording why it failed (it only logs at DEBUG)."""
+        """The library's dial, recording why it failed (it only logs at DEBUG); an address
+        :func:`punch_addr_refusal` refuses is not dialled (the reason is recorded instead)."""
+        scope = self._punch_scope.get(peer_id) or (peer_private([addr]), own_network(self.host))
+        why = self._refusal(addr, scope)
+        if why is not None:
+            error = f"{_bare(addr)}: not dialled ({why})"
+            errors = self._dial_errors.setdefault(peer_id, [])
+            if error not in errors:
+                errors.append(error)
+            return
         chosen = self._punch_addrs.get(peer_id)
         if chosen is not None and _bare(addr) not in chosen:
             if len(chosen) >= MAX_PUNCH_ADDRS:
@@ -419,6 +508,10 @@ class HolePuncher(DCUtRProtocol):
             _in_punch_dial.reset(token)
         if await self._verify_direct_connection(peer_id):
             self._direct_connections.add(peer_id)
+
+    @staticmethod
+    def _refusal(addr: Any, scope: tuple[bool, str]) -> str | None:
+        return punch_addr_refusal(addr, peer_private=scope[0], own=scope[1])
 
     def _report(self, peer_id: ID, ok: bool, role: str, reason: str, addrs: list[str]) -> None:
         self._reported.add(peer_id)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 from libp2p.connection_types import ConnectionType
@@ -15,7 +16,13 @@ from libp2p.peer.id import ID
 from libp2p.relay.circuit_v2.dcutr import MAX_HOLE_PUNCH_ATTEMPTS
 from multiaddr import Multiaddr
 
-from p2p.holepunch import MAX_PUNCH_ADDRS, HolePuncher
+from p2p.holepunch import (
+    MAX_PUNCH_ADDRS,
+    HolePuncher,
+    own_network,
+    peer_private,
+    punch_addr_refusal,
+)
 
 
 def _pid(n: int) -> ID:
@@ -211,3 +218,87 @@ def test_connect_streams_beyond_the_bounds_are_closed_unread() -> None:
 
 async def _no_addrs() -> list[bytes]:
     return []
+
+
+@pytest.mark.parametrize(
+    ("addr", "peer_private", "own", "allowed"),
+    [
+        ("/ip4/203.0.113.9/tcp/4001", False, "public", False),  # documentation: not global
+        ("/ip4/8.8.4.4/tcp/4001", False, "public", True),
+        ("/ip4/8.8.4.4/tcp/4001", True, "private", True),
+        ("/ip6/2001:4860::8844/tcp/4001", False, "public", True),
+        ("/ip4/127.0.0.1/tcp/22", False, "public", False),
+        ("/ip4/127.0.0.1/tcp/22", True, "private", False),
+        ("/ip4/127.0.0.1/tcp/4001", True, "loopback", True),  # a loopback lab
+        ("/ip6/::1/tcp/22", True, "private", False),
+        ("/ip4/169.254.169.254/tcp/80", True, "private", False),  # link-local (cloud metadata)
+        ("/ip6/fe80::1/tcp/22", True, "private", False),
+        ("/ip4/224.0.0.1/tcp/22", True, "private", False),
+        ("/ip4/0.0.0.0/tcp/22", True, "private", False),
+        ("/ip4/240.0.0.1/tcp/22", True, "private", False),
+        ("/ip4/10.0.0.5/tcp/22", False, "public", False),  # a public node's internal network
+        ("/ip4/192.168.1.1/tcp/80", True, "public", False),
+        ("/ip4/172.16.0.9/tcp/80", False, "private", False),  # the peer also names public ones
+        ("/ip4/10.77.0.242/tcp/4001", True, "private", True),  # the NAT lab's "internet"
+        ("/ip4/100.64.0.7/tcp/4001", True, "private", True),
+        ("/ip6/fd00::7/tcp/4001", True, "private", True),
+        ("/dns4/example.org/tcp/4001", False, "public", False),
+    ],
+)
+def test_which_addresses_a_punch_may_dial(
+    addr: str, peer_private: bool, own: str, allowed: bool
+) -> None:
+    why = punch_addr_refusal(Multiaddr(addr), peer_private=peer_private, own=own)
+    assert (why is None) == allowed, why
+
+
+def test_own_network_and_peer_private() -> None:
+    class H:
+        def __init__(self, *addrs: str) -> None:
+            self.addrs = [Multiaddr(a) for a in addrs]
+
+        def get_addrs(self) -> list[Multiaddr]:
+            return self.addrs
+
+    assert own_network(H("/ip4/0.0.0.0/tcp/1", "/ip4/8.8.8.8/tcp/1")) == "public"
+    assert own_network(H("/ip4/127.0.0.1/tcp/1", "/ip4/10.1.2.3/tcp/1")) == "private"
+    assert own_network(H("/ip4/127.0.0.1/tcp/1", "/ip6/::1/tcp/1")) == "loopback"
+    assert own_network(H()) == "public"
+    assert peer_private([Multiaddr("/ip4/10.0.0.1/tcp/1"), Multiaddr("/ip4/192.168.0.1/tcp/1")])
+    assert not peer_private([Multiaddr("/ip4/10.0.0.1/tcp/1"), Multiaddr("/ip4/1.1.1.1/tcp/1")])
+    assert not peer_private([])
+
+
+class _PublicHost(_Host):
+    def get_addrs(self) -> list[Multiaddr]:
+        return [Multiaddr("/ip4/0.0.0.0/tcp/4001"), Multiaddr("/ip4/8.8.8.8/tcp/4001")]
+
+
+def test_a_public_node_dials_none_of_the_private_addresses_a_peer_names() -> None:
+    """A stranger's CONNECT naming this node's loopback, link-local and private addresses (and
+    one public one): only the public one is dialled, the others are named in the outcome as not
+    dialled (before: every one of them dialled, three rounds)."""
+    peer = _pid(8)
+    net = _Network({peer: [_Conn()]})
+    outcomes: list[dict[str, Any]] = []
+    punch = HolePuncher(_PublicHost(net), outcomes.append)
+    punch._relayed_since[peer] = 0.0
+    named = [
+        "/ip4/127.0.0.1/tcp/22",
+        "/ip4/169.254.169.254/tcp/80",
+        "/ip4/10.0.0.5/tcp/5432",
+        "/ip4/192.168.1.1/tcp/80",
+        "/ip4/1.1.1.1/tcp/4001",
+    ]
+
+    async def main() -> bool:
+        return await punch._perform_hole_punch(peer, [Multiaddr(a) for a in named])
+
+    assert _run(main) is False
+    assert set(net.dials) == {"/ip4/1.1.1.1/tcp/4001"}
+    (outcome,) = outcomes
+    assert "/ip4/127.0.0.1/tcp/22: not dialled (a loopback" in outcome["reason"]
+    assert (
+        "/ip4/10.0.0.5/tcp/5432: not dialled (a private address, and this node is on no "
+        "private network)" in outcome["reason"]
+    )
