@@ -41,7 +41,15 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from coordinator.errors import DatasetNotFound, OdfNodeError
 from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
-from node.app.errors import InvalidArgument, QueryBusy, QueryError, QueryRejected, Unavailable
+from node.app.data import BlockNotOnChain
+from node.app.errors import (
+    HeadNotTrusted,
+    InvalidArgument,
+    QueryBusy,
+    QueryError,
+    QueryRejected,
+    Unavailable,
+)
 from node.app.query_proofs import (
     INCLUDE_ORDER,
     CommitmentError,
@@ -107,8 +115,8 @@ class ResponseSigningNotConfigured(Unavailable):
 
 class PinnedBlockNotFound(QueryError):
     """A pinned ``blockHash`` is not on this node's chain of the dataset (kamu's
-    ``DatasetBlockNotFound``); ``trusted_elsewhere``: it is on the chain but past the head
-    this node trusts."""
+    ``DatasetBlockNotFound``); ``untrusted_here``: it is on the chain but past the head this
+    node trusts (``/query`` answers 409, ``/verify`` names it ``DatasetBlockNotFound``)."""
 
     def __init__(self, did: str, block: str, *, untrusted_here: bool = False) -> None:
         what = (
@@ -450,12 +458,13 @@ class QueryApi:
                 )
             except DatasetNotFound as e:
                 raise DatasetNotFound(f"Dataset not found: {did}") from e
-            except OdfNodeError as e:
-                if d.get("blockHash") and _is_block_error(e):
-                    raise PinnedBlockNotFound(
-                        did, d["blockHash"], untrusted_here=_is_trust_error(e)
-                    ) from e
-                raise
+            except BlockNotOnChain as e:
+                raise PinnedBlockNotFound(did, d["blockHash"]) from e
+            except HeadNotTrusted as e:
+                if not d.get("blockHash"):
+                    raise
+                # On the chain, past what this node trusts: it cannot vouch for it (yet).
+                raise PinnedBlockNotFound(did, d["blockHash"], untrusted_here=True) from e
             pinned[readable.did] = d.get("blockHash") or readable.head
             aliases[readable.did] = d["alias"]
             local = readable.alias or readable.did
@@ -562,9 +571,11 @@ class QueryApi:
             schema_format = _schema_format(schema_format)
         untrusted = _bool_param("untrusted", params.get("untrusted", "false"))
         async with self.limiter.slot(client):
-            answer = await self._data.tail(ref, skip + limit, untrusted=untrusted)
+            answer = await self._data.tail(ref, max(1, skip + limit), untrusted=untrusted)
         table = answer.table
-        table = table.slice(0, max(0, table.num_rows - skip))
+        # The newest ``skip`` rows are dropped; of the rest, the newest ``limit``, oldest first.
+        kept = max(0, table.num_rows - skip)
+        table = table.slice(max(0, kept - limit), min(kept, limit))
         out: dict[str, Any] = {"data": encode_data(table, fmt), "dataFormat": fmt}
         if schema_format is not None:
             out["schema"] = render_schema(table.schema, schema_format)
@@ -641,18 +652,6 @@ def _missing_dataset(inp: Any) -> str:
     for d in (inp.get("datasets") or []) if isinstance(inp, Mapping) else []:
         return str(d.get("id"))
     return ""
-
-
-def _is_block_error(e: OdfNodeError) -> bool:
-    """Whether resolving a pinned block failed on the block (not on the dataset)."""
-    text = str(e).lower()
-    return "block" in text or "chain" in text or _is_trust_error(e)
-
-
-def _is_trust_error(e: OdfNodeError) -> bool:
-    from node.app.errors import HeadNotTrusted
-
-    return isinstance(e, HeadNotTrusted)
 
 
 # ---- request fields

@@ -1414,6 +1414,7 @@ COMMANDS: tuple[Command, ...] = (
                 STR,
                 False,
                 "Ask this node's /verify (its HTTP URL) instead of reproducing it here.",
+                Cli(metavar="URL"),
             ),
         ),
         cli=("query", "verify"),

@@ -156,7 +156,9 @@ def _error(status: int, kind: str, message: str) -> web.Response:
 
 def _error_of(e: OdfNodeError) -> web.Response:
     status = 500
-    if isinstance(e, DatasetNotFound | PinnedBlockNotFound):
+    if isinstance(e, PinnedBlockNotFound) and e.untrusted_here:
+        status = 409  # on the chain, past the head this node trusts
+    elif isinstance(e, DatasetNotFound | PinnedBlockNotFound):
         status = 404
     elif isinstance(e, HeadNotTrusted):
         status = 409

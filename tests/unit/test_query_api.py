@@ -22,7 +22,8 @@ import pytest
 
 from coordinator.errors import DatasetNotFound
 from coordinator.identity.keys import PrivateKey
-from node.app.errors import InvalidArgument, QueryBusy, QueryRejected
+from node.app.data import BlockNotOnChain
+from node.app.errors import QueryBusy, QueryRejected
 from node.app.query_api import (
     ApiRequestInvalid,
     ApiSettings,
@@ -94,7 +95,7 @@ class FakeData:
         if ref not in (ALIAS, DATASET):
             raise DatasetNotFound(f"dataset not found: {ref}")
         if block is not None and block not in self.heads:
-            raise InvalidArgument(f"block {block} is not on the chain of {ref}")
+            raise BlockNotOnChain(DATASET, block)
         return Readable(ALIAS, DATASET, block or self.heads[-1])
 
     async def query(
