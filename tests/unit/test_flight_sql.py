@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import adbc_driver_flightsql
 import adbc_driver_flightsql.dbapi as flightsql
 import adbc_driver_manager
 import kamu
@@ -282,4 +283,11 @@ def test_auth_sessions_and_concurrency(served: tuple[FlightSqlServer, StandIn]) 
     untrusted = fl.FlightCallOptions(headers=[header, (b"x-odf-untrusted", b"true")])
     client.get_flight_info(cmd, untrusted)
     assert data.untrusted_seen[-1] is True
+    option = adbc_driver_flightsql.DatabaseOptions.RPC_CALL_HEADER_PREFIX.value
+    with _adbc(server.url, **{option + "x-odf-untrusted": "true"}) as con, con.cursor() as cur:
+        cur.execute("select 1")
+    assert data.untrusted_seen[-1] is True
+    with _adbc(server.url) as con, con.cursor() as cur:
+        cur.execute("select 1")
+    assert data.untrusted_seen[-1] is False
     client.close()
