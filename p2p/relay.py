@@ -33,9 +33,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from p2p.relay_conn import RELAY_MARK, is_relayed_conn
+
 log = logging.getLogger(__name__)
 
-RELAY_MARK = "/p2p-circuit"
 RELAY_REDIAL_S = 3.0
 """A private node without a relay slot dials its relay candidates this often."""
 
@@ -70,26 +71,6 @@ def circuit_addr(relay_addr: str, relay_peer: str, own_peer: str) -> str:
 def dest_peer(addr: str) -> str:
     """The peer id a (relayed or direct) ``.../p2p/<id>`` multiaddr ends with."""
     return addr.rstrip("/").rsplit("/p2p/", 1)[1]
-
-
-def is_relayed_conn(conn: Any) -> bool:
-    """Whether a libp2p connection runs over a circuit relay: its remote address is then the
-    relay's, shared by every peer reached through it, so the per-IP cap must not count it."""
-    import contextlib
-
-    from libp2p.connection_types import ConnectionType
-
-    # py-libp2p 0.8.1 tags the swarm connection of an accepted circuit; the secured layers
-    # below it do not all pass the type through. Its own transport addresses only: without
-    # them get_transport_addresses() falls back to the peerstore's, which may list the peer's
-    # relayed address for a direct connection.
-    layer: Any
-    for layer in (conn, getattr(conn, "muxed_conn", None)):
-        with contextlib.suppress(Exception):
-            if layer.get_connection_type() == ConnectionType.RELAYED:
-                return True
-    addrs = getattr(conn, "_actual_transport_addresses", None) or ()
-    return any(RELAY_MARK in str(a) for a in addrs)
 
 
 class RelaySupport:

@@ -178,7 +178,7 @@ class ConnectedReservations(RelayResourceManager):
     def _peer_ip(self, peer_id: Any) -> str | None:
         """The IP address ``peer_id`` is directly connected from (None: unknown, or relayed
         only: a relayed connection's remote address is its relay's, shared by all)."""
-        from p2p.relay import is_relayed_conn
+        from p2p.relay_conn import is_relayed_conn
 
         if self.host is None:
             return None
