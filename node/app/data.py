@@ -26,6 +26,7 @@ import contextlib
 import json
 import math
 import os
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -65,6 +66,23 @@ class BlockNotOnChain(OdfNodeError):
         super().__init__(f"block {block} is not on the stored chain of {did}")
         self.did = did
         self.block = block
+
+
+class UnknownTable(QueryError):
+    """The SQL names a table that is not readable here; the message lists the readable ones."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+# How the engines name a missing table: DataFusion ("table 'x' not found"; its plan error adds
+# the catalog and schema), Spark ("[TABLE_OR_VIEW_NOT_FOUND] The table or view `x` cannot be
+# found").
+_MISSING_TABLE = (
+    re.compile(r"table '([^']+)' not found"),
+    re.compile(r"table or view (`[^ ]+`|\S+) cannot be found", re.IGNORECASE),
+)
 
 
 @dataclass(frozen=True)
@@ -321,6 +339,8 @@ class VerifiedData:
         Raises:
             QueryRejected: too long, or refused by the sandbox.
             HeadNotTrusted: a pinned block is not trusted and ``untrusted`` is False.
+            UnknownTable: the SQL names a table not readable here (the message lists the
+                readable ones, and those ``untrusted`` would add).
             QueryError: the other ways a query fails (each names its setting).
         """
         if len(sql.encode()) > self.max_sql_bytes:
@@ -353,8 +373,52 @@ class VerifiedData:
             tables.append(r.table)
             if r.alias != r.did:
                 tables.append(QueryTable(r.did, r.did, r.head, r.table.files))
-        table = await self.engine.query(sql, tables, self.limits, dialect, skip=skip, limit=limit)
+        try:
+            table = await self.engine.query(
+                sql, tables, self.limits, dialect, skip=skip, limit=limit
+            )
+        except QueryError as e:
+            unknown = _missing_table(str(e)) if type(e) in (QueryError, QueryRejected) else None
+            if unknown is None:
+                raise
+            raise await self._unknown_table(unknown, untrusted) from e
         return QueryAnswer(table, tuple(inputs), dialect, skip, limit)
+
+    async def _unknown_table(self, name: str, untrusted: bool) -> UnknownTable:
+        """The error for a table the engine did not find: which tables can be read, how to
+        quote, and which stored datasets ``--untrusted`` would add."""
+        readable = await self.tables(untrusted=untrusted)
+        for r in readable:
+            if name in (r.alias, r.did) and not r.table.files:
+                # The engine registers no table without data parts (it has no schema).
+                return UnknownTable(
+                    name,
+                    f"{name!r} has no records yet at {r.head} (no data slice on its chain): "
+                    "ingest or pull data first",
+                )
+        names = [r.alias or r.did for r in readable]
+        listed = ", ".join(f'"{n}"' for n in names) if names else "none"
+        hint = ""
+        for n in names:
+            if n == name:  # an unquoted dotted name: the engine read it as schema.table
+                hint = f' (quote it: "{n}")'
+            elif n.lower() == name.lower():  # identifiers are case-sensitive, as in kamu
+                hint = f' (names are case-sensitive: write "{n}")'
+            if hint:
+                break
+        message = f"no table {name!r} here{hint}. Readable tables: {listed}"
+        if not untrusted:
+            more = [
+                r.alias or r.did
+                for r in await self.tables(untrusted=True)
+                if (r.alias or r.did) not in names
+            ]
+            if more:
+                message += (
+                    "; stored with no trusted head yet (read with --untrusted): "
+                    + ", ".join(f'"{n}"' for n in more)
+                )
+        return UnknownTable(name, message)
 
     async def tail(self, ref: str, n: int = 10, *, untrusted: bool = False) -> QueryAnswer:
         """The last ``n`` records of ``ref``'s readable head, oldest first."""
@@ -387,6 +451,12 @@ class VerifiedData:
         if target.exists():
             raise InvalidArgument(f"{path} exists: the export never writes over a file")
         readable = await self.resolve(ref, untrusted=untrusted, block=as_of)
+        if not readable.table.files:
+            # Nothing to write, and no schema for an empty file either (no data slice yet).
+            raise InvalidArgument(
+                f"{ref} has no records at {readable.head} (no data slice on its chain): "
+                "nothing to export"
+            )
         rows = await asyncio.to_thread(_export, readable.table.files, target, fmt, progress)
         return ExportResult(
             path=str(target),
@@ -398,6 +468,18 @@ class VerifiedData:
             trusted=readable.trusted,
             trust=readable.trust,
         )
+
+
+def _missing_table(message: str) -> str | None:
+    """The table name in an engine's "table not found" error, or None for other errors."""
+    for pattern in _MISSING_TABLE:
+        found = pattern.search(message)
+        if found is not None:
+            name = found.group(1).replace("`", "")
+            for prefix in ("datafusion.public.", "spark_catalog.default."):
+                name = name.removeprefix(prefix)
+            return name
+    return None
 
 
 def _named(sql: str, alias: str) -> bool:
@@ -508,6 +590,7 @@ __all__ = [
     "ExportResult",
     "QueryAnswer",
     "ReadableTable",
+    "UnknownTable",
     "VerifiedData",
     "json_cell",
 ]

@@ -10,17 +10,19 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
 
+import pyarrow as pa
 import pytest
 from daemon_harness import CITIES_SNAPSHOT
 
 from coordinator.errors import DatasetNotFound
 from node.adapters.query_engine import InMemoryQueryEngine
 from node.adapters.state import InlineState
-from node.app.data import BlockNotOnChain, VerifiedData
-from node.app.errors import HeadNotTrusted, QueryRejected
+from node.app.data import BlockNotOnChain, UnknownTable, VerifiedData
+from node.app.errors import HeadNotTrusted, InvalidArgument, QueryError, QueryRejected
 from node.app.ports import QueryLimits, StatePort
 from node.app.rows import TrustRecord
 from node.compose import OfflineOptions, offline_application
@@ -139,5 +141,62 @@ def test_unknown_tables_and_oversized_sql(
             await data.resolve("nope")
         with pytest.raises(QueryRejected, match=r"\[query\] max_sql_bytes"):
             await data.query("select 1 -- " + "x" * 100)
+
+    asyncio.run(go())
+
+
+def missing(name: str) -> InMemoryQueryEngine:
+    """An engine answering as DataFusion does when the SQL names a table it was not given."""
+
+    def answer(sql: str, tables: Sequence[object]) -> pa.Table:
+        raise QueryError(
+            f"DataFusion error: Diagnostic(... message: \"table '{name}' not found\" ...), "
+            f"Plan(\"table 'datafusion.public.{name}' not found\")"
+        )
+
+    return InMemoryQueryEngine(answer=answer)
+
+
+def test_an_unknown_table_names_the_readable_ones(
+    made: tuple[NodeHome, str, list[str]], tmp_path: Path
+) -> None:
+    _, did, blocks = made
+    data, state = copy_home(made, tmp_path / "h")
+
+    async def go() -> None:
+        data.engine = missing("nope")
+        # Nothing trusted yet: the stored copy is named as readable with --untrusted.
+        with pytest.raises(UnknownTable) as e:
+            await data.query('select * from "nope"')
+        assert "Readable tables: none" in str(e.value)
+        assert '(read with --untrusted): "cities"' in str(e.value)
+        await state.record_verification(did, blocks[0], "verified", "", 0.1)
+        with pytest.raises(UnknownTable, match=r'Readable tables: "cities"$'):
+            await data.query('select * from "nope"')
+        data.engine = missing("Cities")
+        with pytest.raises(UnknownTable, match='case-sensitive: write "cities"'):
+            await data.query("select * from Cities")
+
+    asyncio.run(go())
+
+
+def test_a_dataset_with_no_data_yet(tmp_path: Path) -> None:
+    home = NodeHome(tmp_path / "h")
+    home.init()
+
+    async def go() -> None:
+        with offline_application(home, OfflineOptions()) as app:
+            await app.datasets.create(CITIES_SNAPSHOT.rstrip().removesuffix("---"))
+            data = VerifiedData(app.repo, app.state, missing("cities"), LIMITS)
+            r = await data.resolve("cities")
+            assert (r.trust, r.records, r.table.files) == ("owned", 0, ())
+            assert (await data.tail("cities")).table.num_rows == 0
+            # The engine registers no table without data parts: the error says why.
+            with pytest.raises(UnknownTable, match="has no records yet"):
+                await data.query('select * from "cities"')
+            target = tmp_path / "out.parquet"
+            with pytest.raises(InvalidArgument, match="nothing to export"):
+                await data.export("cities", str(target), "parquet")
+            assert not target.exists()
 
     asyncio.run(go())
