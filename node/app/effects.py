@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from coordinator.identity import DatasetId
@@ -71,8 +71,16 @@ def _did_key(node: DatasetId) -> str:
 class Witness(Protocol):
     """What the effects tell the source follower (:class:`node.app.follow.SourceFollower`)."""
 
-    async def observed(self, sm: SignedMessage, o: Observation) -> None:
-        """A peer's signed observation passed the core's checks: store it, compare it."""
+    async def observed(
+        self,
+        sm: SignedMessage,
+        o: Observation,
+        *,
+        trusted: Sequence[str] = (),
+        caps: EvidenceCaps | None = None,
+    ) -> None:
+        """A peer's signed observation passed the core's checks: store it (``trusted`` keys'
+        kept, strangers' within ``caps``), compare it."""
         ...
 
     def poll_now(self, did: Any, source: str) -> None:
@@ -161,7 +169,12 @@ class NodeEffects:
             self._metrics.announcements.labels("observation", "").inc()
             witness = self.witness
             if witness is not None:
-                self._later(lambda: witness.observed(msg, inner))
+                # Bounded like strangers' evidence: a flood of observations from fresh keys
+                # evicts the oldest strangers' ones, never a trusted attester's or our own.
+                trusted = self._trusted(inner.dataset, inner.node)
+                self._later(
+                    lambda: witness.observed(msg, inner, trusted=trusted, caps=self._caps)
+                )
         elif isinstance(inner, KeyRotation | KeyRevocation | KeyInception):
             self._metrics.announcements.labels("key_record", "").inc()
             keys = self._keys

@@ -30,7 +30,7 @@ import asyncio
 import heapq
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlparse
@@ -45,7 +45,7 @@ from node.app.errors import InvalidArgument
 from node.app.fetch import PullDiverged
 from node.app.metrics import NodeMetrics
 from node.app.ports import Clock, EventSink, GossipPort, SourcePort, StatePort, TransferPort
-from node.app.rows import ObservationRecord
+from node.app.rows import EvidenceCaps, ObservationRecord
 from p2p.wire import (
     FetchLocations,
     Observation,
@@ -600,8 +600,17 @@ class SourceFollower:
 
     # ---- witnessing
 
-    async def observed(self, sm: SignedMessage, o: Observation) -> None:
-        """A peer's observation passed the core's checks: store it; compare it with ours."""
+    async def observed(
+        self,
+        sm: SignedMessage,
+        o: Observation,
+        *,
+        trusted: Sequence[str] = (),
+        caps: EvidenceCaps | None = None,
+    ) -> None:
+        """A peer's observation passed the core's checks: store it (``trusted`` keys' kept,
+        strangers' within ``caps``: :meth:`StatePort.add_observation`); compare it with
+        ours."""
         did = o.dataset.as_did_str()
         await self._state.add_observation(
             did,
@@ -612,6 +621,8 @@ class SourceFollower:
             sm.envelope,
             False,
             o.issued_at_ns,
+            trusted=trusted,
+            caps=caps,
         )
         src = self._by_did.get(o.dataset)
         if src is None or src.url != o.source:

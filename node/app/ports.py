@@ -270,8 +270,12 @@ class StatePort(Protocol):
         envelope: bytes,
         own: bool,
         observed_ns: int,
+        *,
+        trusted: Sequence[str] = (),
+        caps: EvidenceCaps | None = None,
     ) -> bool:
-        """Store a signed observation of a source (false if already known)."""
+        """Store a signed observation of a source (false if already known, or the caps evicted
+        it at once); ``trusted`` and ``caps`` as for :meth:`add_attestation`."""
         ...
 
     async def observations(

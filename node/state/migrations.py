@@ -319,41 +319,48 @@ def _v11_bounded_evidence(conn: sqlite3.Connection) -> None:
         ) WITHOUT ROWID"""
     )
     for t in _EVIDENCE_TABLES:
-        conn.execute(f"ALTER TABLE {t} ADD COLUMN kept INTEGER NOT NULL DEFAULT 0")
-        conn.execute(f"CREATE INDEX {t}_evictable ON {t} (id) WHERE own = 0 AND kept = 0")
-        conn.execute(f"CREATE INDEX {t}_evictable_did ON {t} (did, id) WHERE own = 0 AND kept = 0")
-        conn.execute(
-            f"CREATE INDEX {t}_evictable_signer ON {t} (signer, id) WHERE own = 0 AND kept = 0"
-        )
-        stranger = "own = 0 AND kept = 0"
-        add = f"""INSERT INTO evidence_counts (tbl, scope, n)
-                  VALUES ('{t}', '*', 1), ('{t}', new.did, 1), ('{t}', new.signer, 1)
-                  ON CONFLICT (tbl, scope) DO UPDATE SET n = n + 1;"""
-        sub = f"""UPDATE evidence_counts SET n = n - 1
-                    WHERE tbl = '{t}' AND scope IN ('*', old.did, old.signer);
-                  DELETE FROM evidence_counts
-                    WHERE tbl = '{t}' AND scope IN (old.did, old.signer) AND n <= 0;"""
-        conn.execute(
-            f"CREATE TRIGGER {t}_counted AFTER INSERT ON {t}"
-            f" WHEN new.own = 0 AND new.kept = 0 BEGIN {add} END"
-        )
-        conn.execute(
-            f"CREATE TRIGGER {t}_uncounted AFTER DELETE ON {t}"
-            f" WHEN old.own = 0 AND old.kept = 0 BEGIN {sub} END"
-        )
-        conn.execute(
-            f"CREATE TRIGGER {t}_kept AFTER UPDATE OF kept ON {t}"
-            f" WHEN old.own = 0 AND old.kept = 0 AND new.kept = 1 BEGIN {sub} END"
-        )
-        for scope in ("'*'", "did", "signer"):
-            conn.execute(
-                f"INSERT INTO evidence_counts (tbl, scope, n) SELECT '{t}', {scope}, count(*)"
-                f" FROM {t} WHERE {stranger} GROUP BY {scope} HAVING count(*) > 0"
-            )
+        _bound_evidence_table(conn, t)
     for t in _KEY_TABLES:
         # Records stored before are kept: among them may be the node's own (written by the
         # CLI), which must never be evicted; only gossip stores strangers' under a cap.
         _bound_key_table(conn, t)
+
+
+def _bound_evidence_table(conn: sqlite3.Connection, t: str) -> None:
+    """A ``kept`` column on table ``t`` (with ``did``, ``signer`` and ``own`` columns), partial
+    indexes of its evictable rows and their counts in ``evidence_counts`` in total, per dataset
+    and per signer, kept by triggers, as migration 11 made them."""
+    conn.execute(f"ALTER TABLE {t} ADD COLUMN kept INTEGER NOT NULL DEFAULT 0")
+    conn.execute(f"CREATE INDEX {t}_evictable ON {t} (id) WHERE own = 0 AND kept = 0")
+    conn.execute(f"CREATE INDEX {t}_evictable_did ON {t} (did, id) WHERE own = 0 AND kept = 0")
+    conn.execute(
+        f"CREATE INDEX {t}_evictable_signer ON {t} (signer, id) WHERE own = 0 AND kept = 0"
+    )
+    stranger = "own = 0 AND kept = 0"
+    add = f"""INSERT INTO evidence_counts (tbl, scope, n)
+                  VALUES ('{t}', '*', 1), ('{t}', new.did, 1), ('{t}', new.signer, 1)
+                  ON CONFLICT (tbl, scope) DO UPDATE SET n = n + 1;"""
+    sub = f"""UPDATE evidence_counts SET n = n - 1
+                    WHERE tbl = '{t}' AND scope IN ('*', old.did, old.signer);
+                  DELETE FROM evidence_counts
+                    WHERE tbl = '{t}' AND scope IN (old.did, old.signer) AND n <= 0;"""
+    conn.execute(
+        f"CREATE TRIGGER {t}_counted AFTER INSERT ON {t}"
+        f" WHEN new.own = 0 AND new.kept = 0 BEGIN {add} END"
+    )
+    conn.execute(
+        f"CREATE TRIGGER {t}_uncounted AFTER DELETE ON {t}"
+        f" WHEN old.own = 0 AND old.kept = 0 BEGIN {sub} END"
+    )
+    conn.execute(
+        f"CREATE TRIGGER {t}_kept AFTER UPDATE OF kept ON {t}"
+        f" WHEN old.own = 0 AND old.kept = 0 AND new.kept = 1 BEGIN {sub} END"
+    )
+    for scope in ("'*'", "did", "signer"):
+        conn.execute(
+            f"INSERT INTO evidence_counts (tbl, scope, n) SELECT '{t}', {scope}, count(*)"
+            f" FROM {t} WHERE {stranger} GROUP BY {scope} HAVING count(*) > 0"
+        )
 
 
 def _bound_key_table(conn: sqlite3.Connection, t: str) -> None:
@@ -397,6 +404,18 @@ def _v12_key_inceptions(conn: sqlite3.Connection) -> None:
     _bound_key_table(conn, "key_inceptions")
 
 
+# Strangers' observations of sources are bounded like their evidence (docs/follow.md, "Witnessing";
+# ``[storage] evidence_*``): a ``kept`` column (observations a split view names, and a trusted
+# attester's), counts per dataset, signer and in total. Observations stored before are counted
+# as strangers' unless the node's own or named by a split view.
+def _v13_bounded_observations(conn: sqlite3.Connection) -> None:
+    _bound_evidence_table(conn, "observations")
+    conn.execute(
+        """UPDATE observations SET kept = 1 WHERE content_id IN
+             (SELECT first FROM split_views UNION SELECT second FROM split_views)"""
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _V1),
     Migration(2, "indexes for claim and events by kind", _v2_indexes),
@@ -410,6 +429,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "split views: one per source and fork, counted", _V10),
     Migration(11, "strangers' evidence bounded: kept rows, counts", _v11_bounded_evidence),
     Migration(12, "node key inceptions", _v12_key_inceptions),
+    Migration(13, "strangers' observations bounded", _v13_bounded_observations),
 )
 LATEST_VERSION: int = MIGRATIONS[-1].version
 

@@ -788,15 +788,23 @@ class NodeState:
         envelope: bytes,
         own: bool,
         observed_ns: int,
+        *,
+        trusted: Sequence[str] = (),
+        caps: EvidenceCaps | None = None,
     ) -> bool:
-        """Store a signed observation; False if the same envelope is already stored."""
+        """Store a signed observation; False if the same envelope is already stored, or the
+        caps evicted it at once. Strangers' observations are bounded like their evidence
+        (:meth:`add_attestation`: ``trusted`` keys' are kept, ``caps`` bound the others'; the
+        node's own, and those a split view names, are never evicted)."""
         _check_did(did)
         _check_head(head)
         with self._tx() as c:
+            self._keep(c, "observations", did, trusted)
             cur = c.execute(
                 """INSERT INTO observations (content_id, did, source, head, sequence, signer,
-                                             envelope, own, observed_ns, received_ns)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (content_id) DO NOTHING""",
+                                             envelope, own, observed_ns, received_ns, kept)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (content_id) DO NOTHING""",
                 (
                     content_id(envelope),
                     did,
@@ -808,9 +816,10 @@ class NodeState:
                     int(bool(own)),
                     int(observed_ns),
                     self._clock(),
+                    int(signer in trusted),
                 ),
             )
-        return cur.rowcount > 0
+            return cur.rowcount > 0 and self._bound(c, "observations", cur.lastrowid, caps)
 
     def observations(
         self, did: str | None = None, source: str | None = None, limit: int = 100
@@ -841,6 +850,8 @@ class NodeState:
                 )
             )
             fork = " ".join(heads) if len(heads) == 2 else f"{a} {b}"
+            # The two observations are the split view's evidence: never evicted by the caps.
+            c.execute("UPDATE observations SET kept = 1 WHERE content_id IN (?, ?)", (a, b))
             cur = c.execute(
                 """UPDATE split_views SET seen = seen + 1, last_seen_ns = ?
                    WHERE did = ? AND source = ? AND fork = ?""",
