@@ -549,3 +549,46 @@ def test_the_fast_hash_is_taken_only_without_floats() -> None:
     assert canonical_json_without_floats(out) == canonical_json(out)
     data = {"data": encode_data(floats, "JsonAoA"), "dataFormat": "JsonAoA"}
     assert canonical_json(data) == b'{"data":[[1.5E0,[1]],[2E0,[1]]],"dataFormat":"JsonAoA"}'
+
+
+def test_metadata_aspects_are_kamus() -> None:
+    # test_metadata_handler_aspects ("Full"), the schema aside.
+    from coordinator.identity import DatasetId
+    from coordinator.metadata import model as m
+    from node.app.query_api import _metadata_output
+
+    did = DatasetId.parse(DATASET)
+    found = {
+        "SetAttachments": m.SetAttachments(
+            attachments=m.AttachmentsEmbedded(
+                items=(m.AttachmentEmbedded(path="README.md", content="Blah"),)
+            )
+        ),
+        "SetInfo": m.SetInfo(description="Test dataset", keywords=("foo", "bar")),
+        "SetLicense": m.SetLicense(
+            short_name="apache-2.0",
+            name="apache-2.0",
+            website_url="https://www.apache.org/licenses/LICENSE-2.0",
+        ),
+        "Seed": m.Seed(dataset_id=did, dataset_kind=m.DatasetKind.ROOT),
+    }
+    include = {"Attachments", "Info", "License", "Refs", "Seed", "Vocab"}
+    assert _metadata_output(found, include, "ArrowJson", BLOCK) == {
+        "attachments": {
+            "attachments": {"kind": "Embedded", "items": [{"path": "README.md", "content": "Blah"}]}
+        },
+        "info": {"description": "Test dataset", "keywords": ["foo", "bar"]},
+        "license": {
+            "name": "apache-2.0",
+            "shortName": "apache-2.0",
+            "websiteUrl": "https://www.apache.org/licenses/LICENSE-2.0",
+        },
+        "refs": [{"name": "head", "blockHash": BLOCK}],
+        "seed": {"datasetId": DATASET, "datasetKind": "Root"},
+        "vocab": {
+            "eventTimeColumn": "event_time",
+            "offsetColumn": "offset",
+            "operationTypeColumn": "op",
+            "systemTimeColumn": "system_time",
+        },
+    }
