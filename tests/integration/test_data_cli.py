@@ -172,3 +172,31 @@ def test_export_round_trips_the_logical_hash(node: NodeProcess, tmp_path: Path) 
     early = tmp_path / "towns-early.parquet"
     cli(node.home, "dataset", "export", "towns", str(early), "--as-of", first_data)
     assert pq.read_table(early).num_rows == 5
+
+
+def test_the_same_json_with_and_without_a_daemon(node: NodeProcess) -> None:
+    # The other home (no daemon: the CLI runs the use case in-process) owns a cities dataset
+    # with the same records; only the heads, DIDs and system times differ.
+    other = node.home.parent / "other"
+    sql = 'select offset, op, event_time, city, population from "cities" order by offset'
+    for args in (("sql", sql), ("dataset", "tail", "cities", "-n", "2")):
+        offline, daemon = cli_json(other, *args), cli_json(node.home, *args)
+        assert set(offline) == set(daemon) == {"columns", "types", "rows", "inputs", "truncated"}
+        strip = [c for c in offline["columns"] if c != "system_time"]
+        for value in (offline, daemon):
+            keep = [value["columns"].index(c) for c in strip]
+            value["rows"] = [[r[k] for k in keep] for r in value["rows"]]
+            value["types"] = [value["types"][k] for k in keep]
+            [inp] = value.pop("inputs")
+            assert (inp["alias"], inp["trust"], inp["trusted"]) == ("cities", "owned", True)
+        assert offline["rows"] and offline == daemon
+
+
+def test_an_unknown_table_lists_the_readable_ones(node: NodeProcess) -> None:
+    got = cli(node.home, "sql", 'select * from "nope"', ok=False)
+    assert got.returncode == 1
+    assert 'Readable tables: "cities", "towns"' in got.stderr
+    assert '(read with --untrusted): "copy"' in got.stderr
+    # An unquoted dotted name is read by the engine as schema.table: the error says to quote.
+    dotted = cli(node.home, "sql", "select * from cities.towns", ok=False)
+    assert dotted.returncode == 1 and "no table" in dotted.stderr
