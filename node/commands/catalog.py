@@ -15,7 +15,7 @@ from typing import Any
 from coordinator.errors import OdfNodeError
 from node.app import Application
 from node.app.datasets import load_data_stack
-from node.app.errors import InvalidArgument
+from node.app.errors import InvalidArgument, Unavailable
 from node.app.flows import require_flows
 from node.app.results import (
     AttestationRow,
@@ -347,7 +347,10 @@ async def _equivocations(
 
 def _data(app: Application) -> Any:
     if app.data is None:
-        raise InvalidArgument("reading datasets is not available on this node")
+        raise Unavailable(
+            "reading datasets is not available here: this application has no VerifiedData "
+            "with a query engine (node/app/data.py, node/adapters/query_engine.py)"
+        )
     return app.data
 
 
