@@ -457,7 +457,9 @@ class QueryApi:
                     did, untrusted=untrusted, block=d.get("blockHash")
                 )
             except DatasetNotFound as e:
-                raise DatasetNotFound(f"Dataset not found: {did}") from e
+                missing = DatasetNotFound(f"Dataset not found: {did}")
+                missing.did = did  # type: ignore[attr-defined]
+                raise missing from e
             except BlockNotOnChain as e:
                 raise PinnedBlockNotFound(did, d["blockHash"]) from e
             except HeadNotTrusted as e:
@@ -522,8 +524,9 @@ class QueryApi:
             req = self.normalise(reproduce)
             async with self.limiter.slot(client):
                 answer, output, _ = await self._output(req)
-        except DatasetNotFound:
-            return verify_response(dataset_not_found_error(_missing_dataset(body["input"])))
+        except DatasetNotFound as e:
+            did = getattr(e, "did", None) or _missing_dataset(body["input"])
+            return verify_response(dataset_not_found_error(did))
         except PinnedBlockNotFound as e:
             err = dataset_block_not_found_error(e.did, e.block)
             if e.untrusted_here:
@@ -647,8 +650,8 @@ def _read_inputs(
 
 
 def _missing_dataset(inp: Any) -> str:
-    """The DID the reproduction could not find (the first pinned one this node lacks is
-    what kamu names; without pins, the error's subject is unknown)."""
+    """A DID for a reproduction that found no dataset without saying which (the first pinned
+    one; without pins, the error's subject is unknown)."""
     for d in (inp.get("datasets") or []) if isinstance(inp, Mapping) else []:
         return str(d.get("id"))
     return ""

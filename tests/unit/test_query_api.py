@@ -592,3 +592,16 @@ def test_metadata_aspects_are_kamus() -> None:
             "systemTimeColumn": "system_time",
         },
     }
+
+
+def test_verify_names_the_missing_one_of_several_datasets() -> None:
+    r = _request()
+    other = "did:odf:fed01" + "cd" * 32
+    r["input"]["datasets"].append({"id": other, "alias": "other"})
+    r["commitment"]["inputHash"] = hash_of(r["input"])
+    _resign(r)
+    got = run(api().verify(r))
+    assert (got["error"]["kind"], got["error"]["dataset_id"]) == (
+        "VerificationFailed::DatasetNotFound",
+        other,
+    )
