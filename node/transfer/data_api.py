@@ -89,6 +89,11 @@ class _Guard:
                 return await handler(self.api(), request, self)
             except OdfNodeError as e:
                 return _error_of(e)
+            except web.HTTPException:
+                raise
+            except Exception:  # a bug: kamu's error shape, the traceback only in the log
+                log.exception("data API: %s %s failed", request.method, request.path)
+                return _error(500, "InternalError", "internal error (see the node's log)")
 
         return run
 

@@ -605,3 +605,12 @@ def test_verify_names_the_missing_one_of_several_datasets() -> None:
         "VerificationFailed::DatasetNotFound",
         other,
     )
+
+
+def test_an_unexpected_failure_is_a_json_500() -> None:
+    got = _http_call("127.0.0.1", public=False, error=ZeroDivisionError("boom"))
+    assert got.status == 500
+    assert json.loads(got.text) == {
+        "message": "internal error (see the node's log)",
+        "kind": "InternalError",
+    }
