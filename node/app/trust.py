@@ -44,6 +44,7 @@ cache), and a record that did not change is not written again.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import logging
@@ -125,6 +126,21 @@ def _counts_any(policy: TrustPolicy, keys: set[DatasetId]) -> bool:
     return any(
         k in listed or policy.is_trusted_attester(k) or policy.reputation(k) != 0 for k in keys
     )
+
+
+def _named_count(policy: TrustPolicy, keys: set[DatasetId]) -> bool:
+    """Whether any of ``keys`` counts for ``policy`` by name: a listed attester, or one with
+    an earned reputation (not merely as anyone does under ``any_attester`` or a ``reputation``
+    base weight). A rotation naming one is re-evaluated at once; a stranger's is coalesced."""
+    listed = policy.config.trusted_attesters
+    return any(k in listed or policy.reputation(k) != 0 for k in keys)
+
+
+REBUILD_DELAY_S = 1.0
+"""How long strangers' key records that touch a dataset under ``any_attester`` or a
+``reputation`` base weight are gathered before its policy is rebuilt once for all of them."""
+REBUILD_SLICE = 256
+"""Events fed to a policy being rebuilt between two yields to the event loop."""
 
 
 def keys_named(record: KeyRotation | KeyRevocation) -> tuple[DatasetId, ...]:
@@ -211,7 +227,13 @@ class TrustDriver:
         self._latest: dict[DatasetId, Multihash] = {}  # newest accepted head per dataset
         self._written: dict[DatasetId, tuple[TrustRecord, str | None]] = {}  # last persisted
         self._trusted_key_cache: dict[frozenset[DatasetId], list[str]] = {}
-        self._quiet = False  # restoring: decisions are not carried out again
+        # Rebuilds (docs/trust.md, "Rotation storms"): a policy is rebuilt aside and swapped
+        # in whole; the live events of its dataset meanwhile are fed to the old one (carried
+        # out) and kept here to feed to the new one (not carried out again).
+        self._live: dict[DatasetId, list[TrustEvent]] = {}
+        self._again: set[DatasetId] = set()  # rebuilt again once the running rebuild ends
+        self._stale: set[DatasetId] = set()  # strangers' key records: rebuilt coalesced
+        self._rebuilder: asyncio.Task[None] | None = None
         # Node key rotations and revocations: attesters are fed by their newest key, and a
         # revoked key's attestations and disputes from its revocation on are not fed at all.
         self.identities = identities if identities is not None else NodeIdentities()
@@ -259,8 +281,37 @@ class TrustDriver:
         for text in touched:
             did = DatasetId.parse(text)
             policy = self._policies.get(did)
-            if policy is not None and _counts_any(policy, keys):
+            if policy is None or not _counts_any(policy, keys):
+                continue
+            if _named_count(policy, keys):
                 await self.configure(did)
+            else:
+                # Counts only as anyone does (any_attester, a reputation base weight): a storm
+                # of fresh keys' rotations rebuilt the dataset once per rotation, in the serial
+                # queue of gossip decisions. Gathered, then rebuilt once, off that queue.
+                self._stale.add(did)
+                self._start_rebuilder()
+
+    def _start_rebuilder(self) -> None:
+        if self._rebuilder is None or self._rebuilder.done():
+            self._rebuilder = asyncio.get_running_loop().create_task(self._rebuild_stale())
+
+    async def _rebuild_stale(self) -> None:
+        """Rebuild the datasets strangers' key records touched, once per :data:`REBUILD_DELAY_S`
+        however many records arrived meanwhile."""
+        while self._stale:
+            await asyncio.sleep(REBUILD_DELAY_S)
+            stale, self._stale = self._stale, set()
+            for did in sorted(stale, key=str):
+                try:
+                    await self.configure(did)
+                except Exception:  # one dataset's failure must not stop the others
+                    log.exception("rebuilding the trust policy of %s failed", did)
+
+    async def settle(self) -> None:
+        """Wait until the coalesced rebuilds scheduled so far are done (tests, shutdown)."""
+        while self._rebuilder is not None and not self._rebuilder.done():
+            await asyncio.shield(self._rebuilder)
 
     async def restore(self) -> None:
         """Rebuild every subscription's policy from the stored evidence (at start-up)."""
@@ -274,18 +325,38 @@ class TrustDriver:
             await self._restore(sub)
 
     async def _restore(self, sub: Subscription) -> None:
+        """Rebuild ``sub``'s policy from the stored evidence: built aside (the reads off the
+        loop, the feeding in slices of :data:`REBUILD_SLICE` events between which the loop runs
+        other work), then swapped in whole; a rebuild of a dataset already being rebuilt runs
+        again after it."""
         did = DatasetId.parse(sub.did)
+        if did in self._live:
+            self._again.add(did)
+            return
+        self._live[did] = []
+        try:
+            await self._rebuild(sub, did)
+        finally:
+            self._live.pop(did, None)
+        if did in self._again:
+            self._again.discard(did)
+            await self.configure(did)
+
+    async def _rebuild(self, sub: Subscription, did: DatasetId) -> None:
         try:
             config = effective_config(self.default, sub.override)
         except TrustConfigError as e:  # [trust] changed under a stored override
             log.warning("subscription %s: %s; using the node's [trust]", sub.did, e)
             config = self.default
-        self._policies[did] = policy = self._new_policy(config)
-        self._written.pop(did, None)
+        policy = self._new_policy(config)
+        if did not in self._policies:
+            # Its config gates serving at once (served_head); filled in when the rebuild ends.
+            self._policies[did] = self._new_policy(config)
         if sub.trusted_head is not None:
             self._trusted_head[did] = sub.trusted_head
         acc = await self._state.accepted_head(sub.did)
         if acc is None:
+            self._install(did, policy)
             return
         head = Multihash.from_multibase(acc.head)
         self._latest[did] = head
@@ -316,12 +387,24 @@ class TrustDriver:
         if outcome is not None:
             feed.append(LocalVerdict(did, head, outcome, acc.accepted_ns, "local replay"))
         feed.append(HeadSeen(did, head, acc.accepted_ns))
-        self._quiet = True
-        try:
-            for ev in feed:
-                await self._feed(did, ev)
-        finally:
-            self._quiet = False
+        # Fed without carrying out Trusted or Distrusted again (no event, no republication);
+        # replays are queued once the policy is in place.
+        replays: list[Replay] = []
+        for i, ev in enumerate(feed, 1):
+            replays += [d for d in policy.handle(ev) if isinstance(d, Replay)]
+            if i % REBUILD_SLICE == 0:
+                await asyncio.sleep(0)
+        # What arrived live meanwhile: carried out by the old policy already.
+        for ev in self._live.get(did, []):
+            policy.handle(ev)
+        self._install(did, policy)
+        for r in replays:
+            await self._verify.queue(r.dataset, r.head, 0, replay=True)
+
+    def _install(self, did: DatasetId, policy: TrustPolicy) -> None:
+        """Swap a rebuilt policy in (no await between its last event and this)."""
+        self._policies[did] = policy
+        self._written.pop(did, None)
 
     # ----------------------------------------------------------------- events in
 
@@ -486,6 +569,9 @@ class TrustDriver:
 
     async def _feed(self, did: DatasetId, ev: TrustEvent, *, sequence: int = 0) -> list[Replay]:
         policy = self._policy(did)
+        live = self._live.get(did)
+        if live is not None:  # being rebuilt: the new policy gets it too (:meth:`_restore`)
+            live.append(ev)
         return await self._carry_out(did, policy, policy.handle(ev), sequence)
 
     async def _carry_out(
@@ -497,18 +583,15 @@ class TrustDriver:
                 case Replay():
                     replays.append(d)
                     await self._verify.queue(d.dataset, d.head, sequence, replay=True)
-                    if not self._quiet:
-                        await self._state.log_event(
-                            "trust.replay",
-                            did.as_did_str(),
-                            {"head": d.head.to_multibase(), "reason": d.reason.value},
-                        )
+                    await self._state.log_event(
+                        "trust.replay",
+                        did.as_did_str(),
+                        {"head": d.head.to_multibase(), "reason": d.reason.value},
+                    )
                 case Trusted():
-                    if not self._quiet:
-                        await self._trusted(policy, d)
+                    await self._trusted(policy, d)
                 case Distrusted():
-                    if not self._quiet:
-                        await self._distrusted(policy, d)
+                    await self._distrusted(policy, d)
         return replays
 
     async def _record(self, policy: TrustPolicy, did: DatasetId, head: Multihash) -> bool:

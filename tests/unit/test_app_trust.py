@@ -688,3 +688,91 @@ def test_a_head_over_a_block_a_trusted_attester_disputed_is_disputed_live() -> N
         assert row.trust.disputed_by == (C.as_did_key(),)
 
     _run(scenario)
+
+
+def _any_attester() -> TrustConfig:
+    return TrustConfig(
+        policy=Policy.SAMPLE,
+        p=0.0,
+        k=2,
+        trusted_attesters=frozenset({A, B, C}),
+        any_attester=True,
+        can_replay=False,
+        fallback_verify_s=60,
+    )
+
+
+def test_strangers_rotations_under_any_attester_are_rebuilt_once_off_the_queue() -> None:
+    """Under ``any_attester`` every stranger counts, so each of a storm of fresh keys' rotations
+    rebuilt the dataset's policy at once, in the serial queue of gossip decisions (the open
+    item of docs/trust.md "Rotation storms"). Now they are gathered for REBUILD_DELAY_S and the
+    dataset rebuilt once, after identities_changed returned; a listed attester's rotation is
+    still re-evaluated at once."""
+
+    async def scenario() -> None:
+        n = _Node(_any_attester())
+        await n.state.subscribe(DID)
+        await n.driver.restore()
+        await n.accept(H1)
+        for i in range(30):
+            await _stored_dispute(n, H1, _stranger(100 + i), f"d-{i}".encode())
+        rebuilt: list[DatasetId] = []
+        configure = n.driver.configure
+
+        async def spy(did: DatasetId) -> None:
+            rebuilt.append(did)
+            await configure(did)
+
+        n.driver.configure = spy  # type: ignore[method-assign]
+        for i in range(30):
+            n.driver.identities.add_rotation(_stranger(100 + i), _stranger(1000 + i))
+            await n.driver.identities_changed(_stranger(100 + i), _stranger(1000 + i))
+        assert rebuilt == []  # none in the queue of gossip decisions
+        await n.driver.settle()
+        assert rebuilt == [OWNER]  # once for the 30
+        await n.state.add_attestation(
+            DID, H1.to_multibase(), "verified", A.as_did_key(), b"att-a", False
+        )
+        n.driver.identities.add_rotation(A, _stranger(9))
+        await n.driver.identities_changed(A, _stranger(9))
+        assert rebuilt == [OWNER, OWNER]  # a listed attester's: at once
+
+    _run(scenario)
+
+
+def test_a_rebuild_yields_to_the_loop_and_keeps_what_arrived_meanwhile() -> None:
+    """A rebuild feeds the stored evidence in slices, letting the loop run between them (a
+    status call is not held for the whole rebuild); a trusted attester's dispute arriving
+    during it is carried out and also in the rebuilt policy."""
+    from node.app.trust import REBUILD_SLICE
+
+    async def scenario() -> None:
+        n = _Node(_any_attester())
+        await n.state.subscribe(DID)
+        await n.driver.restore()
+        await n.accept(H1)
+        for i in range(3 * REBUILD_SLICE):
+            await _stored_dispute(n, H1, _stranger(5000 + i), f"x-{i}".encode())
+        ticks = 0
+
+        async def other_work() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        other = asyncio.create_task(other_work())
+        rebuild = asyncio.create_task(n.driver.configure(OWNER))
+        while OWNER not in n.driver._live:
+            await asyncio.sleep(0)
+        evidence = await _stored_dispute(n, H1, C, b"d-c")
+        await n.driver.dispute(OWNER, H1, C, evidence)
+        await rebuild
+        other.cancel()
+        assert ticks >= 2  # the loop ran other work during the rebuild
+        row = await n.row()
+        assert C.as_did_key() in row.trust.disputed_by
+        policy = n.driver._policies[OWNER]
+        assert C in policy.status(OWNER, H1).disputed_by  # the rebuilt policy has it too
+
+    _run(scenario)
