@@ -200,3 +200,37 @@ def test_a_dataset_with_no_data_yet(tmp_path: Path) -> None:
             assert not target.exists()
 
     asyncio.run(go())
+
+
+def test_export_writes_every_part_in_each_format(
+    made: tuple[NodeHome, str, list[str]], tmp_path: Path
+) -> None:
+    import json
+
+    import pyarrow.parquet as pq
+
+    owner, _, blocks = made
+
+    async def go() -> None:
+        with offline_application(owner, OfflineOptions()) as app:
+            data = VerifiedData(app.repo, app.state, None, LIMITS)
+            seen: list[tuple[int, int]] = []
+            got = await data.export(
+                "cities", str(tmp_path / "c.parquet"), "parquet", progress=lambda *p: seen.append(p)
+            )
+            assert (got.rows, got.trust, got.head) == (4, "owned", blocks[0])
+            assert seen[-1] == (4, 4)
+            back = pq.read_table(tmp_path / "c.parquet")
+            assert back.column("city").to_pylist() == ["A", "B", "C", "D"]
+            await data.export("cities", str(tmp_path / "c.ndjson"), "ndjson")
+            rows = [json.loads(line) for line in (tmp_path / "c.ndjson").read_text().splitlines()]
+            assert [r["offset"] for r in rows] == [0, 1, 2, 3]
+            assert rows[0]["event_time"] == "2020-01-01T00:00:00Z"
+            await data.export("cities", str(tmp_path / "c.csv"), "csv")
+            assert len((tmp_path / "c.csv").read_text().splitlines()) == 5
+            # --as-of the block before the newest: the first slice only.
+            old = await data.export("cities", str(tmp_path / "first.csv"), "csv", as_of=blocks[1])
+            assert (old.rows, old.head) == (2, blocks[1])
+            assert not list(tmp_path.glob(".*partial*"))
+
+    asyncio.run(go())
