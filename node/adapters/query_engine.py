@@ -305,9 +305,16 @@ class DataFusionQueryEngine:
         self._closed = True
         for task in list(self._starting):
             task.cancel()
-        for worker in self._idle:
+        if self._starting:
+            await asyncio.gather(*self._starting, return_exceptions=True)
+        idle, self._idle = self._idle, []
+        for worker in idle:
             self._discard(worker)
-        self._idle.clear()
+        # Reap them on this loop: a subprocess transport left to the garbage collector after
+        # its loop closed complains ("Event loop is closed").
+        for worker in idle:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(worker.proc.wait(), 5.0)
         if self._spark is not None:
             await self._spark.close()
 
