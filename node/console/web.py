@@ -32,7 +32,7 @@ from node.rpc.errors import FORBIDDEN, INVALID_REQUEST, UNAUTHORIZED, error_resp
 from node.rpc.server import RpcServer
 
 UI: Final = "/ui"
-PAGES: Final = ("overview", "datasets", "dataset", "peers", "work", "flows")
+PAGES: Final = ("overview", "datasets", "dataset", "query", "peers", "work", "flows")
 """Each page is ``/ui/<name>`` (the overview also at ``/ui/``); the script renders it."""
 
 CONSOLE_METHODS: Final = frozenset(
@@ -59,10 +59,17 @@ CONSOLE_METHODS: Final = frozenset(
         "console.peers",
         "console.events",
         "console.charts",
+        # The query page and the dataset page's tail: read-only SQL in the query sandbox, at
+        # trusted heads unless the page asks for untrusted ones (docs/query.md).
+        "data.query",
+        "data.tail",
+        "data.tables",
+        "data.query_api",
     }
 )
-"""What the pages may call: reads and the four actions. Not ``dataset.create``/``ingest``/
-``pull`` (they name local files or URLs the node would read) nor ``console.login``."""
+"""What the pages may call: reads (queries included) and the four actions. Not
+``dataset.create``/``ingest``/``pull`` (they name local files or URLs the node would read)
+nor ``console.login``."""
 
 CSP: Final = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "

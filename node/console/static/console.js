@@ -246,12 +246,109 @@ async function overview(main) {
       rateChart(c.samples, "announcements", "chart-announce", "Announcements per second by outcome"));
   }, 10000);
 }
+// ---- events as sentences
+// Each kind the node logs (`grep -rn "log_event(" node`) or streams (TOPICS) reads as a
+// sentence with links to the dataset, peer or block it names; the JSON payload is behind a
+// details toggle. A kind not listed here still gets a sentence ("<kind> for <dataset>").
+
+function peerLink(p) {
+  if (!p) return "a peer";
+  return h("a", { href: "/ui/peers#peer-" + encodeURIComponent(p), class: "peer", title: p, text: short(p, 12) });
+}
+function blockLink(did, hash) {
+  if (!hash) return "a block";
+  if (!did) return code(hash);
+  return h("a", { href: "/ui/dataset?id=" + encodeURIComponent(did) + "#block-" + encodeURIComponent(hash), class: "block", title: hash, text: short(hash) });
+}
+function plural(n, one, many) { return n + " " + (n === 1 ? one : many || one + "s"); }
+const seconds = (x) => (typeof x === "number" ? x.toFixed(2) + " s" : "");
+
+// kind -> (d, ds, blk) => the sentence's parts (strings and nodes). ds: the dataset's link;
+// blk(hash): a block link on that dataset.
+const SENTENCES = {
+  "daemon.start": (d) => ["The node started", d.node_id ? [" as ", code(d.node_id, 16)] : "", "."],
+  "daemon.stop": () => ["The node stopped."],
+  "node.reachability": (d) => ["Reachability is now ", h("strong", { text: d.status || "unknown" }),
+    (d.relayed_addrs || []).length ? " (relayed via " + d.relayed_addrs.length + " address(es))" : "",
+    d.message ? ": " + d.message : "", "."],
+  "p2p.hole_punch": (d) => ["Hole punch with ", peerLink(d.peer), ": ", h("strong", { text: d.result || "?" }),
+    d.reason ? " (" + d.reason + ")" : "", "."],
+  "verify.start": (d, ds, blk) => ["Verification of ", ds, " at ", blk(d.head), " started."],
+  "verify.started": (d, ds) => ["Verification of ", ds, " started."],
+  "verify.progress": (d, ds) => ["Verifying ", ds, ": ", d.phase || "", " ", d.done, "/", d.total, "."],
+  "verify.finished": (d, ds) => ["Verification of ", ds, " finished: ", badge(d.outcome), "."],
+  "verify.coalesced": (d, ds, blk) => ["A verification of ", ds, " at ", blk(d.head), " joined one already queued."],
+  "republish": (d, ds, blk) => ["Republished ", ds, " at ", blk(d.head), " to IPFS as ", code(d.cid), "."],
+  "announce": (d, ds, blk) => ["Announced ", ds, " at ", blk(d.head), (d.cids || []).length ? " (" + plural(d.cids.length, "CID") + ")" : "", " to peers."],
+  "attestation": (d, ds, blk) => [d.own ? "This node attested " : "A peer attested ", ds, " at ", blk(d.head), "."],
+  "dispute": (d, ds, blk) => [d.own === false ? "A peer disputed " : "A dispute of ", ds, " at block ", blk(d.block || d.head),
+    d.kind ? " (" + d.kind + ")" : "", d.detail ? ": " + d.detail : "", "."],
+  "equivocation": (d, ds) => ["The key of ", ds, " signed two heads for one position (equivocation)."],
+  "head.accepted": (d, ds, blk) => ["Accepted head ", blk(d.head), d.sequence !== undefined ? " (#" + d.sequence + ")" : "", " of ", ds,
+    d.source ? [" from ", code(d.source, 24)] : "", "."],
+  "head.rejected": (d, ds, blk) => ["Rejected head ", blk(d.head), " of ", ds, d.reason ? ": " + d.reason : "", "."],
+  "head.repaired": (d, ds, blk) => ["Anti-entropy brought head ", blk(d.head), " of ", ds, " from ", peerLink(d.peer), "."],
+  "head.trusted": (d, ds, blk) => ["Head ", blk(d.head), " of ", ds, " is trusted", d.by ? " by " + d.by : "",
+    (d.attesters || []).length ? " (" + plural(d.attesters.length, "attester") + ")" : "", "."],
+  "head.distrusted": (d, ds, blk) => ["Head ", blk(d.head), " of ", ds, " is no longer trusted", d.reason ? ": " + d.reason : "", "."],
+  "trust.replay": (d, ds, blk) => ["Replaying ", ds, " at ", blk(d.head), " for the trust policy", d.reason ? " (" + d.reason + ")" : "", "."],
+  "pull.started": (d, ds) => ["Pull of ", ds, " from ", code(d.url, 24), " started."],
+  "pull.finished": (d, ds) => ["Pull of ", ds, " from ", code(d.url, 24), ": ", h("strong", { text: d.outcome || "done" }), "."],
+  "pull.ok": (d, ds) => ["Pulled ", ds, " from ", code(d.url, 24), d.blocks !== undefined ? " (" + plural(d.blocks, "block") + ")" : "", "."],
+  "pull.refused": (d, ds) => ["Pull of ", ds, " from ", code(d.url, 24), " refused: ", d.error || "", "."],
+  "pull.rejected": (d, ds) => ["Pull of ", ds, " from ", code(d.url || d.source, 24), " rejected bad data: ", d.error || "", "."],
+  "pull.abandoned": (d, ds, blk) => ["Pull of ", ds, " at ", blk(d.head), " abandoned", d.reason ? ": " + d.reason : "", "."],
+  "pull.source_failed": (d, ds) => ["Source ", code(d.url, 24), " of ", ds, " failed (", d.reason || "?", "): ", d.error || "",
+    d.setting ? " — see " + d.setting : "", "."],
+  "storage.budget_exceeded": (d, ds) => ["Pull of ", ds, " paused: it needs ", d.needed_bytes, " bytes, ", d.allowed_bytes,
+    " allowed by ", d.budget || "the storage budget", "."],
+  "source.unreachable": (d, ds) => ["Source ", code(d.source, 24), " of ", ds, " is unreachable: ", d.error || "", "."],
+  "source.diverged": (d, ds, blk) => ["Source ", code(d.source, 24), " of ", ds, " shows head ", blk(d.head), ", which does not descend from the accepted one."],
+  "source.split_view": (d, ds) => ["Split view: source ", code(d.source, 24), " of ", ds, " showed two diverging heads."],
+  "subscribe": (d, ds) => ["Subscribed to ", ds, d.alias ? " as " + d.alias : "", d.source ? [" from ", code(d.source, 24)] : "", "."],
+  "subscribe.input": (d, ds) => ["Following input ", ds, " of ", d.of ? link(d.of) : "a derivative", "."],
+  "ipfs.connect": (d) => ["Connected to IPFS peer ", code(d.multiaddr, 24), "."],
+  "dataset.create": (d, ds) => ["Created dataset ", ds, d.alias ? " (" + d.alias + ")" : "", "."],
+  "dataset.ingest": (d, ds) => [d.up_to_date ? "Ingest into " : "Ingested ", d.up_to_date ? ds : [d.records !== undefined ? plural(d.records, "record") + " into " : "", ds],
+    d.up_to_date ? ": up to date." : "."],
+  "dataset.transform": (d, ds) => ["Transformed ", ds, d.offsets ? " (offsets " + d.offsets.join("..") + ")" : "", "."],
+  "dataset.poll": (d, ds) => ["Polled the source of ", ds, d.records !== undefined ? ": " + plural(d.records, "record") : "", "."],
+  "flow.schedule": (d, ds) => ["Scheduled ", ds, ": ", d.trigger || "", "."],
+  "flow.schedule_failed": (d, ds) => ["Scheduled run of ", ds, " failed: ", d.error || "", "."],
+  "peer.connected": (d) => ["Peer ", peerLink(d.peer), " connected."],
+  "peer.disconnected": (d) => ["Peer ", peerLink(d.peer), " disconnected."],
+  "peer.graylisted": (d) => ["Peer ", peerLink(d.peer), " graylisted (score ", Number(d.score).toFixed(2), ")."],
+  "node.key_incepted": (d) => [d.own ? "This node's key " : "Key ", code(d.node, 16), " incepted", d.action ? ": " + d.action : "", "."],
+  "node.key_rotated": (d) => [d.own ? "This node's key rotated from " : "Node key rotated from ", code(d.old, 16), " to ", code(d.new, 16), "."],
+  "node.key_revoked": (d) => [d.own ? "This node's key " : "Node key ", code(d.node, 16), " was revoked."],
+  "node.key_inception_conflict": (d) => ["Key inception of ", code(d.node, 16), " refused: ", d.reason || "conflict", "."],
+};
+const VERIFY_OUTCOMES = ["verified", "failed", "nondeterministic", "unverifiable", "inconclusive"];
+
+function eventSentence(kind, did, d) {
+  const ds = did ? link(did, d.alias) : "a dataset";
+  const blk = (hash) => blockLink(did, hash);
+  const fn = SENTENCES[kind];
+  if (fn) return fn(d, ds, blk);
+  const [group, tail] = [kind.slice(0, kind.indexOf(".")), kind.slice(kind.indexOf(".") + 1)];
+  if (group === "verify" && VERIFY_OUTCOMES.includes(tail)) {
+    return ["Verification of ", ds, " at ", blk(d.head), ": ", badge(tail),
+      d.seconds !== undefined ? " in " + seconds(d.seconds) : "",
+      d.blocks_replayed ? " (" + plural(d.blocks_replayed, "block") + " replayed)" : "", "."];
+  }
+  if (tail === "error") {
+    return ["Work (" + group + ") on ", ds, d.final ? " failed for good: " : " failed, will retry: ", d.error || "", "."];
+  }
+  return [h("strong", { text: kind }), did ? [" for ", ds] : "", "."];
+}
 function eventItem(e) {
   const data = Object.assign({}, e.data || {});
   delete data.topic; delete data.did;
+  const parts = eventSentence(e.kind, e.did, data).flat(2);
+  const json = JSON.stringify(data);
   return h("li", { "data-kind": e.kind, class: e.live ? "live" : "" },
-    h("time", { text: when(e.at_ns) }), " ", h("strong", { text: e.kind }), " ",
-    e.did ? link(e.did) : "", " ", h("span", { class: "muted", text: JSON.stringify(data) }));
+    h("time", { text: when(e.at_ns) }), " ", h("span", { class: "sentence" }, ...parts),
+    json !== "{}" ? h("details", { class: "event-json" }, h("summary", { text: "JSON" }), h("code", { text: json })) : "");
 }
 
 async function datasets(main) {
@@ -462,11 +559,13 @@ async function dataset(main) {
   const id = new URLSearchParams(location.search).get("id");
   if (!id) { main.replaceChildren(h("p", { text: "No dataset given." })); return; }
   const progress = h("p", { id: "dataset-progress", class: "muted" });
+  const tail = tailSection(id);
   async function act(label, fn) {
     try { flash(label + "…", "info"); const r = await fn(); flash(label + ": " + r, "ok"); await refresh(); }
     catch (e) { flash(label + " failed: " + e.message, "error"); }
   }
   async function refresh() {
+    const tailed = tail.load();
     const [d, log, atts, disps] = await Promise.all([
       rpc("console.dataset", { ref: id }), rpc("dataset.log", { ref: id, limit: 100 }),
       rpc("attestations.list", { did: id }), rpc("console.disputes", { did: id }),
@@ -497,7 +596,7 @@ async function dataset(main) {
       h("p", {}, "By ", code(x.signer, 16), x.own ? " (this node)" : " (peer)", " at ", when(x.issued_at_ns || x.at_ns)),
       h("p", { class: "detail", text: x.detail }),
       evidenceTable(x)));
-    const blocks = log.map((b) => h("pre", { class: "block", "data-hash": b.hash },
+    const blocks = log.map((b) => h("pre", { class: "block", id: "block-" + b.hash, "data-hash": b.hash },
       `Block #${b.block.sequenceNumber}: ${b.hash}\n` + yamlLines(b.block, 0, []).join("\n")));
     main.replaceChildren(
       h("h1", {}, d.alias, " ", badge(d.verification)),
@@ -508,8 +607,11 @@ async function dataset(main) {
       section(`Attestations (${atts.length})`, table("attestations-table", ["Head", "Verdict", "Signer", "By", "When"], attRows)),
       section(`Disputes (${disps.length})`, h("div", { id: "disputes" }, ...(disputes.length ? disputes : [h("p", { class: "muted", text: "none" })]))),
       section(`Data slices (${d.slices.length})`, table("slices-table", ["Block", "Event", "Offsets", "Logical hash", "Physical hash", "Bytes", "System time"], slices)),
+      tail.el,
       section("Preview: last rows of the newest slice" + (preview.offsets ? ` (offsets ${preview.offsets[0]}..${preview.offsets[1]})` : ""), prev),
       section(`Metadata chain (${log.length} newest blocks, as kamu log)`, h("div", { id: "chain" }, ...blocks)));
+    await tailed;
+    if (location.hash) { const t = document.getElementById(decodeURIComponent(location.hash.slice(1))); if (t) t.scrollIntoView(); }
     ready();
   }
   await refresh();
@@ -525,10 +627,191 @@ async function dataset(main) {
   });
 }
 
+// ---- query results: tables, downloads
+
+// A cell as text: null shown as "null", objects (structs, lists) as JSON.
+function cellText(c) {
+  if (c === null || c === undefined) return "null";
+  return typeof c === "object" ? JSON.stringify(c) : String(c);
+}
+function rowsTable(id, answer) {
+  return h("table", { id: id, class: "rows" },
+    h("thead", {}, h("tr", {}, ...answer.columns.map((c, i) => h("th", { title: (answer.types || [])[i] || "", text: c })))),
+    h("tbody", {}, ...answer.rows.map((r) => h("tr", {}, ...r.map((c) => h("td", { class: c === null ? "null" : "", text: cellText(c) }))))));
+}
+function csvField(c) {
+  const t = c === null || c === undefined ? "" : cellText(c);
+  return /[",\r\n]/.test(t) ? '"' + t.replace(/"/g, '""') + '"' : t;
+}
+function toCsv(answer) {
+  return [answer.columns, ...answer.rows].map((r) => r.map(csvField).join(",")).join("\r\n") + "\r\n";
+}
+// A download of text made here (a blob: URL, same origin; the CSP governs fetches, not this).
+function download(name, type, text) {
+  const url = URL.createObjectURL(new Blob([text], { type: type }));
+  const a = h("a", { href: url, download: name });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60000);
+}
+function trustBadge(x) {
+  const t = x.trusted ? "trusted" : "untrusted";
+  return h("span", { class: "badge trust-" + (x.trusted ? "trusted" : "disputed"), "data-trust": x.trust || t, text: x.trust || t });
+}
+// The inputs behind an answer: each table's head, whether it is trusted and why, and who
+// attested it (console.dataset's trust; the dataset page lists the attestations themselves).
+async function inputsTable(inputs) {
+  const details = await Promise.all(inputs.map((x) => rpc("console.dataset", { ref: x.did }).catch(() => null)));
+  const rows = inputs.map((x, i) => {
+    const t = details[i] && details[i].trust;
+    const who = t && t.attesters && t.attesters.length ? t.attesters.map((a) => code(a, 12)) : [h("span", { class: "muted", text: x.trust === "owned" ? "this node (owner)" : "—" })];
+    return h("tr", { "data-did": x.did, "data-trust": x.trust },
+      h("td", {}, h("code", { text: x.name || x.alias || x.did })),
+      h("td", {}, link(x.did, x.alias)),
+      h("td", {}, blockLink(x.did, x.head)),
+      h("td", {}, trustBadge(x), t && t.by ? " by " + t.by : ""),
+      h("td", { class: "attesters" }, ...who.flatMap((w, j) => (j ? [" ", w] : [w]))));
+  });
+  return table("query-inputs", ["Table", "Dataset", "Head read", "Trust", "Attesters"], rows);
+}
+
+async function query(main) {
+  const params = new URLSearchParams(location.search);
+  const sql = h("textarea", { id: "sql", rows: 6, cols: 100, spellcheck: "false", placeholder: 'select * from "dataset.alias" limit 10' });
+  const untrusted = h("input", { id: "untrusted", type: "checkbox" });
+  const pageSize = h("select", { id: "page-size" }, ...[10, 50, 100, 500].map((n) => h("option", { value: n, text: n + " rows", selected: n === 50 })));
+  const run = h("button", { id: "run-btn", type: "submit", text: "Run (Ctrl+Enter)" });
+  const prev = h("button", { id: "prev-btn", type: "button", disabled: true, text: "◀ Previous" });
+  const next = h("button", { id: "next-btn", type: "button", disabled: true, text: "Next ▶" });
+  const status = h("p", { id: "query-status", class: "muted" });
+  const error = h("p", { id: "query-error", class: "error", hidden: true });
+  const result = h("div", { id: "query-result" });
+  const inputs = h("div", { id: "query-inputs-box" });
+  const dlCsv = h("button", { id: "download-csv", type: "button", disabled: true, text: "Download CSV" });
+  const dlJson = h("button", { id: "download-json", type: "button", disabled: true, text: "Download JSON" });
+  const dlProof = h("button", { id: "download-proof", type: "button", disabled: true, text: "Download signed commitment" });
+  const tables = h("ul", { id: "query-tables", class: "tables" });
+  let skip = 0;
+  let last = null;  // {sql, untrusted, skip, limit, answer}
+
+  async function go(at) {
+    const text = sql.value.trim();
+    if (!text) return;
+    const limit = Number(pageSize.value);
+    skip = Math.max(0, at);
+    error.hidden = true;
+    status.textContent = "Running…";
+    run.disabled = true;
+    try {
+      // One row more than the page tells whether there is a next page.
+      const p = { sql: text, skip: skip, limit: limit + 1 };
+      if (untrusted.checked) p.untrusted = true;
+      const t0 = performance.now();
+      const answer = await rpc("data.query", p);
+      const ms = Math.round(performance.now() - t0);
+      const more = answer.rows.length > limit || answer.truncated;
+      answer.rows = answer.rows.slice(0, limit);
+      last = { sql: text, untrusted: untrusted.checked, skip: skip, limit: limit, answer: answer };
+      result.replaceChildren(rowsTable("query-rows", answer));
+      status.textContent = answer.rows.length
+        ? `Rows ${skip + 1}–${skip + answer.rows.length}${more ? " (more on the next page)" : ""} · ${ms} ms`
+        : (skip ? "No rows past " + skip : "No rows") + ` · ${ms} ms`;
+      prev.disabled = skip === 0;
+      next.disabled = !more;
+      dlCsv.disabled = dlJson.disabled = dlProof.disabled = false;
+      inputs.replaceChildren(await inputsTable(answer.inputs || []));
+      history.replaceState(null, "", "/ui/query?sql=" + encodeURIComponent(text) + (untrusted.checked ? "&untrusted=1" : ""));
+    } catch (e) {
+      // The node's message names the refusal (sandbox, deadline, unknown table, untrusted head).
+      error.textContent = e.message;
+      error.hidden = false;
+      status.textContent = "";
+      result.replaceChildren();
+      prev.disabled = next.disabled = true;
+      dlCsv.disabled = dlJson.disabled = dlProof.disabled = true;
+      last = null;
+    } finally {
+      run.disabled = false;
+      ready();
+    }
+  }
+  const form = h("form", { id: "query-form" }, sql, h("div", { class: "controls" },
+    run, " ", h("label", {}, untrusted, " read untrusted heads too"), " ", pageSize, " ", prev, " ", next));
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); go(0); });
+  sql.addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) { ev.preventDefault(); go(0); }
+  });
+  prev.addEventListener("click", () => go(skip - Number(pageSize.value)));
+  next.addEventListener("click", () => go(skip + Number(pageSize.value)));
+  pageSize.addEventListener("change", () => { if (last) go(0); });
+  dlCsv.addEventListener("click", () => { if (last) download("query.csv", "text/csv", toCsv(last.answer)); });
+  dlJson.addEventListener("click", () => { if (last) download("query.json", "application/json", JSON.stringify(last.answer, null, 2)); });
+  // The signed commitment is kamu's /query answer with its proof (data.query_api), for the
+  // rows on this page; `odf-node query verify FILE` or any node's /verify checks it.
+  dlProof.addEventListener("click", async () => {
+    if (!last) return;
+    try {
+      const req = { query: last.sql, include: ["Input", "Proof"], skip: last.skip, limit: last.limit };
+      if (last.untrusted) req.untrusted = true;
+      const r = await rpc("data.query_api", { request: req });
+      download("query-commitment.json", "application/json", JSON.stringify(r, null, 2));
+      flash("Signed commitment downloaded: check it with `odf-node query verify query-commitment.json`", "ok");
+    } catch (e) { flash("Commitment failed: " + e.message, "error"); }
+  });
+  main.replaceChildren(h("h1", { text: "Query" }),
+    h("p", { class: "muted", text: "SQL over the datasets this node verified: each dataset's alias (or DID) is a table, quoted as in kamu (select * from \"covid19.canada\"). Only trusted heads are read unless you tick the box." }),
+    form, error, status, result,
+    h("p", { id: "downloads" }, dlCsv, " ", dlJson, " ", dlProof),
+    section("Inputs behind the answer", inputs),
+    section("Tables", tables));
+  async function listTables() {
+    let ts = [];
+    try { ts = await rpc("data.tables", untrusted.checked ? { untrusted: true } : {}); } catch (e) { tables.replaceChildren(h("li", { class: "error", text: e.message })); return; }
+    tables.replaceChildren(...(ts.length ? ts.map((x) => h("li", { "data-did": x.did },
+      h("button", { type: "button", class: "use-table", text: '"' + (x.alias || x.did) + '"',
+        onclick: () => { sql.value = 'select * from "' + (x.alias || x.did) + '"'; go(0); } }),
+      " ", trustBadge(x), " head ", blockLink(x.did, x.head), " · ", link(x.did, "dataset page"))) : [h("li", { class: "muted", text: "no readable table" })]));
+  }
+  untrusted.addEventListener("change", listTables);
+  if (params.get("untrusted")) untrusted.checked = true;
+  await listTables();
+  if (params.get("sql")) { sql.value = params.get("sql"); await go(0); }
+  else ready();
+}
+
+// The tail of a dataset (data.tail): its last records at the trusted head, as `dataset tail`.
+function tailSection(id) {
+  const n = h("select", { id: "tail-n" }, ...[10, 20, 50, 100].map((x) => h("option", { value: x, text: "last " + x, selected: x === 10 })));
+  const untrusted = h("input", { id: "tail-untrusted", type: "checkbox" });
+  const box = h("div", { id: "tail-box" });
+  const note = h("p", { id: "tail-note", class: "muted" });
+  async function load() {
+    const p = { ref: id, n: Number(n.value) };
+    if (untrusted.checked) p.untrusted = true;
+    try {
+      const t = await rpc("data.tail", p);
+      const x = (t.inputs || [])[0];
+      note.replaceChildren(...(x ? ["At head ", blockLink(x.did, x.head), " (", trustBadge(x), ") · ",
+        h("a", { href: "/ui/query?sql=" + encodeURIComponent('select * from "' + (x.alias || x.did) + '"') + (untrusted.checked ? "&untrusted=1" : ""), text: "query it" })] : []));
+      box.replaceChildren(rowsTable("tail-table", t));
+    } catch (e) {
+      note.replaceChildren();
+      box.replaceChildren(h("p", { class: "error", id: "tail-error", text: e.message }));
+    }
+  }
+  n.addEventListener("change", load);
+  untrusted.addEventListener("change", load);
+  const el = section("Tail: the last records at the trusted head",
+    h("p", {}, n, " ", h("label", {}, untrusted, " read the newest head even if untrusted")), note, box);
+  el.id = "tail";
+  return { el: el, load: load };
+}
+
 async function peers(main) {
   async function refresh() {
     const p = await rpc("console.peers");
-    const rows = p.peers.map((x) => h("tr", { "data-peer": x.peer_id, class: x.graylisted ? "graylisted" : "" },
+    const rows = p.peers.map((x) => h("tr", { "data-peer": x.peer_id, id: "peer-" + x.peer_id, class: x.graylisted ? "graylisted" : "" },
       h("td", {}, code(x.peer_id, 12)), h("td", { text: x.connected ? "connected" : "—" }),
       h("td", { class: "num", text: Number(x.score).toFixed(2) }), h("td", { text: x.graylisted ? "graylisted" : "" }),
       h("td", {}, ...x.addrs.map((a) => h("div", {}, h("code", { text: a })))), h("td", { text: ago(x.last_seen_ns) })));
@@ -587,7 +870,7 @@ async function flows(main) {
   Live.on((ev) => { if (ev.topic === "announce" || ev.topic.startsWith("dataset.")) later(); });
 }
 
-const PAGES = { overview, datasets, dataset, peers, work, flows };
+const PAGES = { overview, datasets, dataset, query, peers, work, flows };
 
 document.addEventListener("DOMContentLoaded", async () => {
   const name = location.pathname.replace(/^\/ui\/?/, "") || "overview";

@@ -1,0 +1,235 @@
+"""The console's query page, a dataset's tail and the event sentences, in headless Chromium.
+
+One real daemon (IPFS off) owns ``cities``, made and filled with the CLI (25 rows), so its head
+is readable (owned). The browser logs in through ``odf-node ui``'s one-time URL and then: runs
+SQL on the query page (Ctrl+Enter) and pages through the answer, sees who stands behind each
+input, gets the signed commitment; sees a refused query's error; sees the last rows of the
+dataset on its page (``data.tail``); and reads the overview's events as sentences, with the
+JSON only behind a toggle. Screenshots go to ``build/console-screenshots/`` (git-ignored).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from browser import SCREENSHOTS, start_chromium
+from daemon_harness import CITIES_SNAPSHOT, ROOT, NodeProcess
+from netns import require_loopback_only
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+ROWS = 25
+CSV = "event_time,city,population\n" + "".join(
+    f"2020-01-{i + 1:02d}T00:00:00Z,city-{i:02d},{(i + 1) * 100}\n" for i in range(ROWS)
+)
+
+
+def _cli(node: NodeProcess, *args: str) -> str:
+    proc = subprocess.run(  # noqa: PLW1510 - the status is checked below, with stderr shown
+        [sys.executable, "-m", "node.cli", *args, "--home", str(node.home)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    require_loopback_only()
+    base = tmp_path_factory.mktemp("console-query")
+    proc = NodeProcess(base / "q", "q", config={"ipfs": {"mode": "none"}})
+    try:
+        proc.init()
+        proc.launch()
+        proc.wait_ready()
+        snap = base / "cities.yaml"
+        snap.write_text(CITIES_SNAPSHOT.removesuffix("---\n"))
+        _cli(proc, "dataset", "create", str(snap))
+        csv = base / "cities.csv"
+        csv.write_text(CSV)
+        _cli(proc, "dataset", "ingest", "cities", str(csv))
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(node: NodeProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    driver = start_chromium(tmp_path_factory.mktemp("chromium-profile"))
+    driver.set_page_load_timeout(30)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    try:
+        url = json.loads(_cli(node, "ui", "--json"))["url"]
+        _open(driver, url, "overview")
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _base(node: NodeProcess) -> str:
+    return node.url.removesuffix("/rpc")
+
+
+def _js(driver: Any, script: str, *args: Any) -> Any:
+    return driver.execute_script(script, *args)
+
+
+def _wait(driver: Any, what: str, probe: Callable[[], Any], timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = probe()
+            if value:
+                return value
+        except Exception as e:  # the element may not exist yet or be replaced while read
+            last = e
+        time.sleep(0.1)
+    driver.save_screenshot(str(SCREENSHOTS / f"FAILED-{what.replace(' ', '-')}.png"))
+    raise AssertionError(f"timed out waiting for {what} (last error: {last!r})")
+
+
+def _texts(driver: Any, selector: str) -> list[str]:
+    return list(
+        _js(
+            driver,
+            "return [...document.querySelectorAll(arguments[0])].map(e => e.textContent)",
+            selector,
+        )
+    )
+
+
+def _ready(driver: Any) -> int:
+    return int(_js(driver, "return Number(document.body.dataset.ready || 0)"))
+
+
+def _open(driver: Any, url: str, page: str) -> None:
+    driver.get(url)
+    _wait(driver, f"{page} page rendered", lambda: _ready(driver))
+    assert _js(driver, "return document.body.dataset.page") == page
+
+
+def _run(driver: Any, sql: str) -> None:
+    """Type ``sql`` into the box and press Ctrl+Enter; wait for the answer or the error."""
+    from selenium.webdriver.common.keys import Keys
+
+    before = _ready(driver)
+    box = driver.find_element("id", "sql")
+    box.clear()
+    box.send_keys(sql)
+    box.send_keys(Keys.CONTROL, Keys.ENTER)
+    _wait(driver, "query answered", lambda: _ready(driver) > before, timeout=60)
+
+
+def _click(driver: Any, element_id: str) -> None:
+    before = _ready(driver)
+    driver.find_element("id", element_id).click()
+    _wait(driver, f"{element_id} answered", lambda: _ready(driver) > before, timeout=60)
+
+
+def _first_column(driver: Any, table: str) -> list[str]:
+    return _texts(driver, f"#{table} tbody tr td:first-child")
+
+
+def test_query_page_runs_pages_and_names_its_inputs(node: NodeProcess, browser: Any) -> None:
+    did = {d["alias"]: d for d in node.call("dataset.list")}["cities"]["id"]
+    _open(browser, _base(node) + "/ui/query", "query")
+    # The readable tables are listed, each with its trust.
+    assert '"cities"' in _texts(browser, "#query-tables li button")
+    browser.find_element("css selector", "#page-size option[value='10']").click()
+    _run(browser, 'select city, population from "cities" order by population')
+    assert browser.find_element("id", "query-error").is_displayed() is False
+    assert _texts(browser, "#query-rows thead th") == ["city", "population"]
+    assert _first_column(browser, "query-rows") == [f"city-{i:02d}" for i in range(10)]
+    assert "Rows 1–10" in browser.find_element("id", "query-status").text
+    assert browser.find_element("id", "prev-btn").is_enabled() is False
+    # The input behind the answer: the dataset at its head, owned by this node.
+    head = node.call("console.dataset", ref="cities")["head"]
+    inputs = browser.find_elements("css selector", "#query-inputs tbody tr")
+    assert len(inputs) == 1
+    assert inputs[0].get_attribute("data-did") == did
+    assert inputs[0].get_attribute("data-trust") == "owned"
+    assert (
+        browser.find_element("css selector", "#query-inputs a.block").get_attribute("title") == head
+    )
+    browser.save_screenshot(str(SCREENSHOTS / "20-query.png"))
+
+    # Paging: 25 rows in pages of 10.
+    _click(browser, "next-btn")
+    assert _first_column(browser, "query-rows") == [f"city-{i:02d}" for i in range(10, 20)]
+    _click(browser, "next-btn")
+    assert _first_column(browser, "query-rows") == [f"city-{i:02d}" for i in range(20, 25)]
+    assert browser.find_element("id", "next-btn").is_enabled() is False
+    _click(browser, "prev-btn")
+    assert _first_column(browser, "query-rows")[0] == "city-10"
+
+    # The signed commitment of this page (kamu's /query answer with its proof).
+    browser.find_element("id", "download-proof").click()
+    _wait(
+        browser,
+        "commitment",
+        lambda: "Signed commitment downloaded" in browser.find_element("id", "flash").text,
+    )
+    # The CSV the download button writes is the page's rows.
+    csv = _js(browser, "return toCsv({columns: ['a', 'b'], rows: [['x,y', null], ['q\"', 2]]})")
+    assert csv == 'a,b\r\n"x,y",\r\n"q""",2\r\n'
+
+
+def test_refused_query_shows_the_error(node: NodeProcess, browser: Any) -> None:
+    _open(browser, _base(node) + "/ui/query", "query")
+    _run(browser, 'select * from "no-such-table"')
+    error = browser.find_element("id", "query-error")
+    assert error.is_displayed()
+    assert "no-such-table" in error.text and "cities" in error.text  # it lists the readable
+    assert _texts(browser, "#query-rows tbody tr") == []
+    # The sandbox refuses a file read, and the page says so instead of showing rows.
+    _run(browser, "select * from read_csv('/etc/passwd')")
+    error = browser.find_element("id", "query-error")
+    assert error.is_displayed() and error.text
+    assert "root:" not in browser.find_element("id", "main").text
+    browser.save_screenshot(str(SCREENSHOTS / "21-query-refused.png"))
+
+
+def test_tail_on_the_dataset_page(node: NodeProcess, browser: Any) -> None:
+    did = {d["alias"]: d for d in node.call("dataset.list")}["cities"]["id"]
+    _open(browser, _base(node) + "/ui/dataset?id=" + did, "dataset")
+    _wait(browser, "tail", lambda: len(_texts(browser, "#tail-table tbody tr")) == 10)
+    headers = _texts(browser, "#tail-table thead th")
+    col = headers.index("city")
+    cities = _texts(browser, f"#tail-table tbody tr td:nth-child({col + 1})")
+    assert cities == [f"city-{i:02d}" for i in range(ROWS - 10, ROWS)]
+    assert "owned" in browser.find_element("id", "tail-note").text
+    browser.find_element("css selector", "#tail-n option[value='20']").click()
+    _wait(browser, "tail of 20", lambda: len(_texts(browser, "#tail-table tbody tr")) == 20)
+    browser.save_screenshot(str(SCREENSHOTS / "22-dataset-tail.png"))
+
+
+def test_events_read_as_sentences(node: NodeProcess, browser: Any) -> None:
+    _open(browser, _base(node) + "/ui/", "overview")
+    items = browser.find_elements("css selector", "#events li")
+    kinds = [li.get_attribute("data-kind") for li in items]
+    assert {"daemon.start", "dataset.create", "dataset.ingest"} <= set(kinds)
+    texts = {li.get_attribute("data-kind"): li.text for li in reversed(items)}
+    assert "The node started" in texts["daemon.start"]
+    assert "Created dataset cities" in texts["dataset.create"]
+    assert f"Ingested {ROWS} records into cities" in texts["dataset.ingest"]
+    # No raw JSON on the page unless asked for; the dataset is a link.
+    assert not [t for t in texts.values() if '{"' in t]
+    create = items[kinds.index("dataset.create")]
+    assert (
+        create.find_element("css selector", ".sentence a")
+        .get_attribute("href")
+        .startswith(_base(node) + "/ui/dataset?id=did%3Aodf%3A")
+    )
+    create.find_element("css selector", "details.event-json summary").click()
+    assert '"alias":"cities"' in create.text
+    browser.save_screenshot(str(SCREENSHOTS / "23-events.png"))
