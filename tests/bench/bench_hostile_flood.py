@@ -26,6 +26,7 @@ rebuilds in the queue of gossip decisions), the rotations taken by then, and ``n
 meanwhile.
 
 Usage: .venv/bin/python tests/bench/bench_hostile_flood.py [--caps default,small] [--storm D,R]
+       [--policy quorum|reputation]   (``--caps ''``: the storm alone)
 """
 
 from __future__ import annotations
@@ -107,8 +108,18 @@ def _file_bytes(node: NodeProcess) -> int:
     )
 
 
-def _nodes(work: Path, storage: dict[str, int]) -> tuple[NodeProcess, NodeProcess]:
-    """The owner and the light node (quorum, k = 2 of A, B, C, no replay), initialised."""
+POLICIES: dict[str, dict[str, Any]] = {
+    "quorum": {"policy": "quorum", "k": 2},
+    # Every stranger counts with the base weight: each stranger's key record can move it.
+    "reputation": {"policy": "reputation", "p": 0.0, "base_weight": 0.2, "threshold": 3.0},
+}
+
+
+def _nodes(
+    work: Path, storage: dict[str, int], policy: str = "quorum"
+) -> tuple[NodeProcess, NodeProcess]:
+    """The owner and the light node (``--policy``: quorum, k = 2 of A, B, C, or reputation
+    over them; no replay), initialised."""
     owner = NodeProcess(work / "owner", "owner", config=BASE)
     light = NodeProcess(
         work / "light",
@@ -118,8 +129,7 @@ def _nodes(work: Path, storage: dict[str, int]) -> tuple[NodeProcess, NodeProces
             "pipeline": {"replay": False},
             "storage": dict(storage),
             "trust": {
-                "policy": "quorum",
-                "k": 2,
+                **POLICIES[policy],
                 "trusted_attesters": [
                     k.dataset_id().as_did_key() for k in (flood.A, flood.B, flood.C)
                 ],
@@ -153,12 +163,12 @@ def _sampled(light: NodeProcess, body: Any) -> tuple[Any, list[float]]:
     return out, sorted(latencies)
 
 
-def run_storm(work: Path, disputes: int, rotations: int) -> dict[str, Any]:
+def run_storm(work: Path, disputes: int, rotations: int, policy: str) -> dict[str, Any]:
     """The rotation storm (default caps): ``disputes`` disputes of the followed head by fresh
     keys, a key rotation by each of the first ``rotations`` of those keys, then C's
     dispute; how long the light node took to store C's dispute after the storm was sent, the
     rotations it had taken by then, and ``node.status`` meanwhile."""
-    owner, light = _nodes(work, {})
+    owner, light = _nodes(work, {}, policy)
     try:
         for n in (owner, light):
             n.launch()
@@ -201,9 +211,9 @@ def run_storm(work: Path, disputes: int, rotations: int) -> dict[str, Any]:
             n.stop()
 
 
-def run(name: str, work: Path) -> dict[str, Any]:
+def run(name: str, work: Path, policy: str = "quorum") -> dict[str, Any]:
     """One run of the shape with the ``[storage]`` caps ``CAPS[name]``; its figures."""
-    owner, light = _nodes(work, CAPS[name])
+    owner, light = _nodes(work, CAPS[name], policy)
     try:
         for n in (owner, light):
             n.launch()
@@ -306,6 +316,12 @@ def main() -> None:
         help="DISPUTES,ROTATIONS of the rotation storm (default 1100,400); empty: none",
     )
     p.add_argument("--keep", action="store_true", help="keep the work directory (daemon logs)")
+    p.add_argument(
+        "--policy",
+        default="quorum",
+        choices=sorted(POLICIES),
+        help="the light node's [trust] policy (reputation: every stranger counts)",
+    )
     args = p.parse_args()
     if os.environ.get("ODF_HOSTILE_IN_NETNS") != "1":
         cmd = "ip link set lo up && exec " + " ".join([sys.executable, *sys.argv])
@@ -314,8 +330,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-hostile-flood-"))
     failed = False
     try:
-        for name in args.caps.split(","):
-            r = run(name, work / name)
+        for name in filter(None, args.caps.split(",")):
+            r = run(name, work / name, args.policy)
             print(
                 f"caps={r['caps']}: {r['sent']} messages in {r['flood_s']} s;"
                 f" disputes accepted {r['disputes_taken']} ({r['taken_per_s']}/s);"
@@ -337,9 +353,10 @@ def main() -> None:
             failed |= r["forged_ever_trusted"] or not r["disputed_by_C_after_restart"]
         if args.storm:
             d, n = (int(x) for x in args.storm.split(","))
-            r = run_storm(work / "storm", d, n)
+            r = run_storm(work / "storm", d, n, args.policy)
             print(
-                f"rotation storm: {d} disputes of the followed head by fresh keys, then {n} of"
+                f"policy {args.policy}: rotation storm: {d} disputes of the followed head by"
+                f" fresh keys, then {n} of"
                 f" those keys rotate, then C disputes it: {r['sent']} messages in {r['flood_s']} s;"
                 f" C's dispute stored {r['c_stored_after_s']} s after the storm was sent"
                 f" ({r['rotations_taken']} rotations taken by then); node.status"
