@@ -89,6 +89,9 @@ def run(spark: Any, request: dict[str, Any]) -> int:
     skip = int(request.get("skip") or 0)
     limit = request.get("limit")
     session = spark.newSession()
+    # The parser reads its settings (double-quoted identifiers) from the JVM thread's active
+    # session: the sandbox parses the query as it will run.
+    session._jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
     views: set[str] = set()
     try:
         for t in request["tables"]:
