@@ -226,6 +226,7 @@ async function overview(main) {
     ["Queues", `verify ${st.work.verify} · publish ${st.work.publish} · dispute ${st.work.dispute} · running ${st.running_work}`],
     ["Pulls running", st.p2p.fetches_running],
   ];
+  learnAliases(events);
   const list = h("ol", { id: "events", class: "events" }, ...events.map(eventItem));
   const chartBox = h("div", { id: "charts" },
     verificationChart(charts.verifications),
@@ -308,7 +309,7 @@ const SENTENCES = {
   "subscribe": (d, ds) => ["Subscribed to ", ds, d.alias ? " as " + d.alias : "", d.source ? [" from ", code(d.source, 24)] : "", "."],
   "subscribe.input": (d, ds) => ["Following input ", ds, " of ", d.of ? link(d.of) : "a derivative", "."],
   "ipfs.connect": (d) => ["Connected to IPFS peer ", code(d.multiaddr, 24), "."],
-  "dataset.create": (d, ds) => ["Created dataset ", ds, d.alias ? " (" + d.alias + ")" : "", "."],
+  "dataset.create": (d, ds) => ["Created dataset ", ds, "."],
   "dataset.ingest": (d, ds) => [d.up_to_date ? "Ingest into " : "Ingested ", d.up_to_date ? ds : [d.records !== undefined ? plural(d.records, "record") + " into " : "", ds],
     d.up_to_date ? ": up to date." : "."],
   "dataset.transform": (d, ds) => ["Transformed ", ds, d.offsets ? " (offsets " + d.offsets.join("..") + ")" : "", "."],
@@ -325,8 +326,14 @@ const SENTENCES = {
 };
 const VERIFY_OUTCOMES = ["verified", "failed", "nondeterministic", "unverifiable", "inconclusive"];
 
+// Aliases the events name (create, subscribe, ingest…), so an event that names only the DID
+// (announce, verify) still reads "cities" rather than "did:odf:fed…".
+const ALIASES = {};
+function learnAliases(events) {
+  for (const e of events) if (e.did && e.data && typeof e.data.alias === "string" && e.data.alias) ALIASES[e.did] = e.data.alias;
+}
 function eventSentence(kind, did, d) {
-  const ds = did ? link(did, d.alias) : "a dataset";
+  const ds = did ? link(did, d.alias || ALIASES[did]) : "a dataset";
   const blk = (hash) => blockLink(did, hash);
   const fn = SENTENCES[kind];
   if (fn) return fn(d, ds, blk);
@@ -634,10 +641,12 @@ function cellText(c) {
   if (c === null || c === undefined) return "null";
   return typeof c === "object" ? JSON.stringify(c) : String(c);
 }
+const NUMERIC = /^(u?int\d+|float\d*|double|halffloat|decimal)/;
 function rowsTable(id, answer) {
   return h("table", { id: id, class: "rows" },
     h("thead", {}, h("tr", {}, ...answer.columns.map((c, i) => h("th", { title: (answer.types || [])[i] || "", text: c })))),
-    h("tbody", {}, ...answer.rows.map((r) => h("tr", {}, ...r.map((c) => h("td", { class: c === null ? "null" : "", text: cellText(c) }))))));
+    h("tbody", {}, ...answer.rows.map((r) => h("tr", {}, ...r.map((c, i) =>
+      h("td", { class: c === null ? "null" : NUMERIC.test((answer.types || [])[i] || "") ? "num" : "", text: cellText(c) }))))));
 }
 function csvField(c) {
   const t = c === null || c === undefined ? "" : cellText(c);
