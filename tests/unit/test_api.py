@@ -1,6 +1,6 @@
 """The Python API's own code (``node/api.py``): opening a home, a dataset's files as Arrow and
-pandas, and running from inside an event loop. Reading a real home, with its trust rule and
-Spark, is ``tests/integration/test_api_spark.py``."""
+pandas, and running from inside an event loop; the spark dialect's refusals that need no Spark.
+Reading a real home, with its trust rule and Spark, is ``tests/integration/test_api_spark.py``."""
 
 from __future__ import annotations
 
@@ -90,3 +90,23 @@ def test_calls_work_from_inside_a_running_event_loop() -> None:
 
     assert api._sync(answer) == 42
     assert asyncio.run(notebook_cell()) == 42
+
+
+def test_the_spark_dialect_refuses_before_starting_spark(tmp_path: Path) -> None:
+    from node.adapters.spark_query import SparkQueryEngine
+    from node.app.errors import QueryTooLarge, Unavailable
+    from node.app.ports import QueryLimits
+
+    limits = QueryLimits(deadline_s=5.0, memory_bytes=1 << 29, max_rows=10, max_bytes=1 << 20)
+    # A python that does not exist: any start would fail loudly.
+    engine = SparkQueryEngine(python=str(tmp_path / "no-python"))
+
+    async def go() -> None:
+        with pytest.raises(QueryTooLarge, match=r"max_rows"):
+            await engine.query("select 1", [], limits, "spark", limit=11)
+        await engine.close()
+        with pytest.raises(Unavailable, match="stopped"):
+            await engine.query("select 1", [], limits, "spark")
+
+    asyncio.run(go())
+    assert engine.started == 0
