@@ -200,3 +200,22 @@ def test_an_unknown_table_lists_the_readable_ones(node: NodeProcess) -> None:
     # An unquoted dotted name is read by the engine as schema.table: the error says to quote.
     dotted = cli(node.home, "sql", "select * from cities.towns", ok=False)
     assert dotted.returncode == 1 and "no table" in dotted.stderr
+
+
+def test_the_shell_lists_tables_and_runs_queries(node: NodeProcess) -> None:
+    script = '\\d\nselect count(*) as n\nfrom "towns";\nselect * from "nope";\n\\q\n'
+    proc = subprocess.run(
+        [sys.executable, "-m", "node.cli", "sql", "--home", str(node.home)],
+        input=script,
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    # The tables on start and on \d; a query over two lines; a failing one does not end it.
+    assert proc.stdout.count("2 readable table(s):") == 2
+    assert '"towns"  10 records, owned' in proc.stdout
+    assert "│ 10 │" in proc.stdout
+    assert "no table 'nope' here" in proc.stderr
