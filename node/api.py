@@ -136,8 +136,10 @@ class Home:
         (which must be on that head's chain).
 
         Raises:
-            DatasetNotFound: no such dataset here (or ``block`` is not on its chain).
-            HeadNotTrusted: it has no trusted head and ``untrusted`` is False.
+            DatasetNotFound: no such dataset here.
+            BlockNotOnChain: ``block`` is not on its stored chain.
+            HeadNotTrusted: it has no trusted head (or ``block`` is past it) and ``untrusted``
+                is False.
         """
         row = self._run(lambda data: data.resolve(ref, untrusted=untrusted, block=block))
         return _dataset(row)
@@ -151,7 +153,10 @@ class Home:
         """Run ``sql`` over the readable datasets (as ``odf-node sql``), bounded by ``[query]``.
 
         Table names are the aliases or DIDs, double-quoted when they hold a dot, ``/`` or ``-``
-        (``select * from "covid19.canada"``).
+        (``select * from "covid19.canada"``). Each call starts its own query worker and stops
+        it after: a DataFusion worker in well under a second, Spark in ten seconds or more;
+        for many Spark queries use ``to_spark`` in your own session (or a running daemon's
+        ``odf-node sql --engine spark``, whose worker stays up).
         """
         answer = self._run(lambda data: data.query(sql, untrusted=untrusted, dialect=engine))
         table: pa.Table = answer.table
