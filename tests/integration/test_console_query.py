@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -63,9 +64,20 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
 
 
 @pytest.fixture(scope="module")
-def browser(node: NodeProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def downloads(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("downloads")
+
+
+@pytest.fixture(scope="module")
+def browser(
+    node: NodeProcess, downloads: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
     driver = start_chromium(tmp_path_factory.mktemp("chromium-profile"))
     driver.set_page_load_timeout(30)
+    # The page's downloads land here (headless Chromium otherwise drops them).
+    driver.execute_cdp_cmd(
+        "Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)}
+    )
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     try:
         url = json.loads(_cli(node, "ui", "--json"))["url"]
@@ -136,11 +148,19 @@ def _click(driver: Any, element_id: str) -> None:
     _wait(driver, f"{element_id} answered", lambda: _ready(driver) > before, timeout=60)
 
 
+def _downloaded(driver: Any, path: Path) -> str:
+    """The text of a file the page downloaded, once Chromium finished writing it."""
+    _wait(driver, f"download of {path.name}", lambda: path.is_file() and path.stat().st_size)
+    return path.read_text()
+
+
 def _first_column(driver: Any, table: str) -> list[str]:
     return _texts(driver, f"#{table} tbody tr td:first-child")
 
 
-def test_query_page_runs_pages_and_names_its_inputs(node: NodeProcess, browser: Any) -> None:
+def test_query_page_runs_pages_and_names_its_inputs(
+    node: NodeProcess, browser: Any, downloads: Path
+) -> None:
     did = {d["alias"]: d for d in node.call("dataset.list")}["cities"]["id"]
     _open(browser, _base(node) + "/ui/query", "query")
     # The readable tables are listed, each with its trust.
@@ -172,14 +192,24 @@ def test_query_page_runs_pages_and_names_its_inputs(node: NodeProcess, browser: 
     _click(browser, "prev-btn")
     assert _first_column(browser, "query-rows")[0] == "city-10"
 
-    # The signed commitment of this page (kamu's /query answer with its proof).
+    # Downloads of the page shown (rows 11-20): CSV, JSON, and its signed commitment (kamu's
+    # /query answer with its proof), which `odf-node query verify` reproduces and accepts.
+    browser.find_element("id", "download-csv").click()
+    lines = _downloaded(browser, downloads / "query.csv").splitlines()
+    assert lines[0] == "city,population"
+    assert lines[1:] == [f"city-{i:02d},{(i + 1) * 100}" for i in range(10, 20)]
+    browser.find_element("id", "download-json").click()
+    answer = json.loads(_downloaded(browser, downloads / "query.json"))
+    assert answer["rows"][0] == ["city-10", 1100] and answer["inputs"][0]["did"] == did
     browser.find_element("id", "download-proof").click()
-    _wait(
-        browser,
-        "commitment",
-        lambda: "Signed commitment downloaded" in browser.find_element("id", "flash").text,
+    proof = json.loads(_downloaded(browser, downloads / "query-commitment.json"))
+    assert proof["output"]["data"][0] == {"city": "city-10", "population": 1100}
+    assert proof["input"]["skip"] == 10 and "commitment" in proof
+    verified = json.loads(
+        _cli(node, "query", "verify", str(downloads / "query-commitment.json"), "--json")
     )
-    # The CSV the download button writes is the page's rows.
+    assert verified["ok"] is True
+    # CSV quoting of the fields that need it.
     csv = _js(browser, "return toCsv({columns: ['a', 'b'], rows: [['x,y', null], ['q\"', 2]]})")
     assert csv == 'a,b\r\n"x,y",\r\n"q""",2\r\n'
 
@@ -210,6 +240,7 @@ def test_tail_on_the_dataset_page(node: NodeProcess, browser: Any) -> None:
     assert "owned" in browser.find_element("id", "tail-note").text
     browser.find_element("css selector", "#tail-n option[value='20']").click()
     _wait(browser, "tail of 20", lambda: len(_texts(browser, "#tail-table tbody tr")) == 20)
+    _js(browser, "document.getElementById('tail').scrollIntoView()")
     browser.save_screenshot(str(SCREENSHOTS / "22-dataset-tail.png"))
 
 
