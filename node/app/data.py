@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from coordinator.errors import DatasetNotFound, OdfNodeError
+from coordinator.errors import BlockNotFound, DatasetNotFound, InvalidMultihash, OdfNodeError
 from coordinator.metadata import model as m
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
@@ -252,7 +252,7 @@ class VerifiedData:
             trust = await self._trust_of_block(ds, did, owned, trusted_head, block)
         elif owned:
             head, trust = str(local), "owned"
-        elif trusted_head is not None:
+        elif trusted_head is not None and await asyncio.to_thread(_stored, ds, trusted_head):
             head, trust = trusted_head, "trusted"
         else:
             ver = await self._state.verification(did, str(local))
@@ -265,6 +265,13 @@ class VerifiedData:
                     head = str(local)  # announced but not fetched yet: what is stored
                 trust = "untrusted"
         if trust == "untrusted" and not untrusted:
+            if block is None and trusted_head is not None:
+                # Trusted (by attestations) before its blocks were fetched: not readable yet.
+                raise HeadNotTrusted(
+                    f"{handle.alias} ({did}): its trusted head {trusted_head} is not stored here "
+                    "yet (being pulled): wait for the pull, or read the stored head with "
+                    "--untrusted (untrusted: true)"
+                )
             raise HeadNotTrusted(
                 f"{handle.alias} ({did}) has no trusted head yet (docs/trust.md): wait until "
                 "its trust policy trusts one, or read its newest head with --untrusted "
@@ -484,6 +491,14 @@ def _missing_table(message: str) -> str | None:
 
 def _named(sql: str, alias: str) -> bool:
     return f'"{alias}"' in sql or f"`{alias}`" in sql
+
+
+def _stored(ds: Dataset, block: str) -> bool:
+    try:
+        ds.get_block_bytes(Multihash.from_multibase(block), verify=False)
+    except (BlockNotFound, InvalidMultihash):
+        return False
+    return True
 
 
 def _on_chain(ds: Dataset, head: Multihash, block: str) -> bool:

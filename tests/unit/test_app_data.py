@@ -234,3 +234,22 @@ def test_export_writes_every_part_in_each_format(
             assert not list(tmp_path.glob(".*partial*"))
 
     asyncio.run(go())
+
+
+def test_a_trusted_head_not_fetched_yet_is_not_read(
+    made: tuple[NodeHome, str, list[str]], tmp_path: Path
+) -> None:
+    _, did, blocks = made
+    data, state = copy_home(made, tmp_path / "h")
+    ahead = "f1620" + "11" * 32  # trusted by attestations, its blocks not pulled yet
+
+    async def go() -> None:
+        await state.subscribe(did, "cities")
+        await state.record_trust(did, TrustRecord(ahead, "trusted", "quorum"), ahead)
+        with pytest.raises(HeadNotTrusted, match="not stored here yet"):
+            await data.resolve("cities")
+        assert await data.tables() == []
+        r = await data.resolve("cities", untrusted=True)
+        assert (r.trust, r.trusted, r.head) == ("untrusted", False, blocks[0])
+
+    asyncio.run(go())
