@@ -211,9 +211,9 @@ def run_storm(work: Path, disputes: int, rotations: int, policy: str) -> dict[st
             n.stop()
 
 
-def run(name: str, work: Path, policy: str = "quorum") -> dict[str, Any]:
+def run(name: str, work: Path) -> dict[str, Any]:
     """One run of the shape with the ``[storage]`` caps ``CAPS[name]``; its figures."""
-    owner, light = _nodes(work, CAPS[name], policy)
+    owner, light = _nodes(work, CAPS[name])
     try:
         for n in (owner, light):
             n.launch()
@@ -320,7 +320,8 @@ def main() -> None:
         "--policy",
         default="quorum",
         choices=sorted(POLICIES),
-        help="the light node's [trust] policy (reputation: every stranger counts)",
+        help="the light node's [trust] policy in the storm (reputation: every stranger counts;"
+        " the --caps runs need a quorum to trust the honest head and keep it)",
     )
     args = p.parse_args()
     if os.environ.get("ODF_HOSTILE_IN_NETNS") != "1":
@@ -331,7 +332,7 @@ def main() -> None:
     failed = False
     try:
         for name in filter(None, args.caps.split(",")):
-            r = run(name, work / name, args.policy)
+            r = run(name, work / name)
             print(
                 f"caps={r['caps']}: {r['sent']} messages in {r['flood_s']} s;"
                 f" disputes accepted {r['disputes_taken']} ({r['taken_per_s']}/s);"
