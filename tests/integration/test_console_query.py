@@ -26,6 +26,14 @@ from netns import require_loopback_only
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 ROWS = 25
+DEADLINE_S = 3.0
+# 25^7 rows to add up (a count(*) would be answered from the row counts without running).
+EXPLODE = (
+    "select sum("
+    + " + ".join(f"t{i}.population" for i in range(7))
+    + ") from "
+    + ", ".join(f'"cities" t{i}' for i in range(7))
+)
 CSV = "event_time,city,population\n" + "".join(
     f"2020-01-{i + 1:02d}T00:00:00Z,city-{i:02d},{(i + 1) * 100}\n" for i in range(ROWS)
 )
@@ -47,7 +55,9 @@ def _cli(node: NodeProcess, *args: str) -> str:
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
     require_loopback_only()
     base = tmp_path_factory.mktemp("console-query")
-    proc = NodeProcess(base / "q", "q", config={"ipfs": {"mode": "none"}})
+    proc = NodeProcess(
+        base / "q", "q", config={"ipfs": {"mode": "none"}, "query": {"deadline_s": DEADLINE_S}}
+    )
     try:
         proc.init()
         proc.launch()
@@ -226,6 +236,12 @@ def test_refused_query_shows_the_error(node: NodeProcess, browser: Any) -> None:
     error = browser.find_element("id", "query-error")
     assert error.is_displayed() and error.text
     assert "root:" not in browser.find_element("id", "main").text
+    # A query past its deadline is stopped, and the page names the setting.
+    t0 = time.monotonic()
+    _run(browser, EXPLODE)
+    assert time.monotonic() - t0 < DEADLINE_S + 10
+    error = browser.find_element("id", "query-error")
+    assert error.is_displayed() and "[query] deadline_s" in error.text, error.text
     browser.save_screenshot(str(SCREENSHOTS / "21-query-refused.png"))
 
 
