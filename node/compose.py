@@ -271,7 +271,26 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
     finally:
         for e in engines:
             e.close()
+        if app.data is not None and app.data.engine is not None:
+            _close_query_engine(app.data.engine)
         state.close()
+
+
+def _close_query_engine(engine: Any) -> None:
+    """Stop the query workers an offline application started (a spark query's Spark worker
+    lives until closed: a shell or a script opening one application per call would leave one
+    per query). Closing kills processes by id, so it runs on a loop of its own in a thread:
+    this context manager may exit inside or outside a running loop."""
+    import asyncio
+    import threading
+
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            asyncio.run(engine.close())
+
+    thread = threading.Thread(target=run, name="close-query-engine")
+    thread.start()
+    thread.join(timeout=30)
 
 
 __all__ = [
