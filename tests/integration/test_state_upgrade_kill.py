@@ -142,7 +142,7 @@ def evidence_recount(conn: sqlite3.Connection) -> dict[tuple[str, str], int]:
     """What migration 11's ``evidence_counts`` must hold: strangers' rows (not own, not kept)
     per table in total ('*'), per dataset and per signer; key records in total."""
     out: dict[tuple[str, str], int] = {}
-    for t in ("attestations", "disputes"):
+    for t in ("attestations", "disputes", "observations"):
         for scope in ("'*'", "did", "signer"):
             q = f"SELECT {scope}, count(*) FROM {t} WHERE own = 0 AND kept = 0 GROUP BY {scope}"
             out.update(((t, str(k)), n) for k, n in conn.execute(q) if n)
