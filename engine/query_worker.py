@@ -12,6 +12,7 @@ Request (one JSON line)::
 
     {"sql": "...", "tables": [{"name": "covid19.canada", "files": ["/abs/part.parquet", ...]}],
      "memory_bytes": N, "max_rows": N, "max_bytes": N, "skip": 0, "limit": null,
+     "max_sql_bytes": N (optional),
      "out": "/private/dir/answer.arrow", "scratch": "/private/dir"}
 
 Answer (one JSON line on stdout): ``{"ok": true, "rows": N}`` with the rows in ``out`` as an
@@ -20,7 +21,7 @@ Arrow IPC file, or ``{"ok": false, "kind": K, "message": M}`` with ``K`` one of 
 (DataFusion's memory pool of ``memory_bytes`` was exhausted) or ``failed`` (the query does not
 plan or run: an unknown column, a type error...).
 
-The sandbox is the transforms' (:mod:`engine.datafusion_sandbox`): one statement, a query and
+The sandbox (:mod:`engine.query_sandbox`) is the transforms' rules: one statement, a query and
 nothing else (no DDL, DML, ``COPY``, ``SET``, ``EXPLAIN``), every ``TableScan`` one of the request's
 tables (so no file, URL or table function such as ``generate_series()``/``range()``), and the
 time, random and session functions refused. Those last are not dangerous in a query, but they
@@ -41,8 +42,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.datafusion_sandbox import SandboxViolation, check_plan, check_text
 from engine.lifeline import watch_lifeline
+from engine.query_sandbox import SandboxViolation, check_query_plan, check_query_text
 
 
 class _Refusal(Exception):
@@ -101,8 +102,9 @@ def run(request: dict[str, Any]) -> int:
     max_bytes = int(request["max_bytes"])
     skip = int(request.get("skip") or 0)
     limit = request.get("limit")
+    max_sql = request.get("max_sql_bytes")
     try:
-        check_text(sql)
+        check_query_text(sql, None if max_sql is None else int(max_sql))
     except SandboxViolation as e:
         raise _Refusal("rejected", e.reason) from None
     ctx = _context(datafusion, int(request["memory_bytes"]))
@@ -118,10 +120,9 @@ def run(request: dict[str, Any]) -> int:
     except Exception as e:
         raise _Refusal(*_classify(e)) from None
     try:
-        check_plan(frame.logical_plan().display_indent(), names)
+        check_query_plan(frame.logical_plan().display_indent(), names)
     except SandboxViolation as e:
-        reason = e.reason.replace("is not an input of the transform", "is not a dataset table")
-        raise _Refusal("rejected", reason) from None
+        raise _Refusal("rejected", e.reason) from None
     # One row more than allowed tells "exactly max_rows" from "more than max_rows".
     want = max_rows + 1 if limit is None else min(int(limit), max_rows + 1)
     frame = frame.limit(want, offset=skip)

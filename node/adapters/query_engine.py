@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engine.query_sandbox import SandboxViolation, check_size
 from node.app.errors import (
     QueryDeadlineExceeded,
     QueryError,
@@ -71,7 +72,11 @@ class _Worker:
 
 
 class DataFusionQueryEngine:
-    """Sandboxed DataFusion query workers (see the module docstring)."""
+    """Sandboxed DataFusion query workers (see the module docstring).
+
+    ``max_sql_bytes`` (``[query] max_sql_bytes``), when given, refuses a longer text before a
+    worker is asked; ``spark`` answers the ``spark`` dialect.
+    """
 
     def __init__(
         self,
@@ -80,7 +85,9 @@ class DataFusionQueryEngine:
         isolate_network: bool = False,
         python: Path | None = None,
         spark: QueryEnginePort | None = None,
+        max_sql_bytes: int | None = None,
     ) -> None:
+        self._max_sql_bytes = max_sql_bytes
         self._warm = max(0, warm_workers)
         self._isolate = isolate_network
         self._python = python or datafusion_python(QUERY_DATAFUSION_VERSION)
@@ -188,6 +195,12 @@ class DataFusionQueryEngine:
             return await self._spark.query(sql, tables, limits, dialect, skip=skip, limit=limit)
         if self._closed:
             raise Unavailable("the query engine is stopped")
+        if self._max_sql_bytes is not None:
+            # Before anything parses it, also when a caller forgot the use case's own check.
+            try:
+                check_size(sql, self._max_sql_bytes)
+            except SandboxViolation as e:
+                raise QueryRejected(e.reason) from None
         if limit is not None and limit > limits.max_rows:
             raise QueryTooLarge(
                 f"limit {limit} is over [query] max_rows ({limits.max_rows}): page with skip"
@@ -250,6 +263,7 @@ class DataFusionQueryEngine:
             "max_bytes": limits.max_bytes,
             "skip": skip,
             "limit": limit,
+            "max_sql_bytes": self._max_sql_bytes,
             "out": str(out),
             "scratch": str(scratch),
         }
