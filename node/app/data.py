@@ -363,7 +363,7 @@ class VerifiedData:
         pins = dict(pinned or {})
         for handle in await asyncio.to_thread(self._repo.list):
             did = handle.id.as_did_str()
-            if did not in pins and handle.alias not in sql and did not in sql:
+            if did not in pins and did not in sql and not _mentioned(sql, handle.alias):
                 continue  # not named: not registered (a superset of what the SQL reads)
             try:
                 inputs.append(
@@ -491,6 +491,22 @@ def _missing_table(message: str) -> str | None:
 
 def _named(sql: str, alias: str) -> bool:
     return f'"{alias}"' in sql or f"`{alias}`" in sql
+
+
+def _mentioned(sql: str, alias: str) -> bool:
+    """Whether ``sql`` may name ``alias``: quoted, or as a whole word in any case (Spark folds
+    case; DataFusion also finds ``datafusion.public.alias``). A superset, so that an answer's
+    inputs are not every dataset whose alias is a substring of the query (alias ``c`` in
+    ``select city``, ``cities`` in ``"big-cities"``)."""
+    if _named(sql, alias):
+        return True
+    # Quoted identifiers and string literals are other names or values: not this alias.
+    bare = _QUOTED.sub(" ", sql)
+    pattern = r"(?<![\w$])" + re.escape(alias) + r"(?![\w$])"
+    return re.search(pattern, bare, re.IGNORECASE) is not None
+
+
+_QUOTED = re.compile(r'"(?:[^"]|"")*"|`(?:[^`]|``)*`|\'(?:[^\']|\'\')*\'')
 
 
 def _stored(ds: Dataset, block: str) -> bool:

@@ -253,3 +253,18 @@ def test_a_trusted_head_not_fetched_yet_is_not_read(
         assert (r.trust, r.trusted, r.head) == ("untrusted", False, blocks[0])
 
     asyncio.run(go())
+
+
+def test_which_datasets_a_query_names() -> None:
+    from node.app.data import _mentioned
+
+    assert _mentioned('select * from "covid19.canada"', "covid19.canada")
+    assert _mentioned("select * from `covid19.canada`", "covid19.canada")
+    assert _mentioned("select * from cities where 1=1", "cities")
+    assert _mentioned("select * from CITIES", "cities")  # Spark folds case
+    assert _mentioned("select * from datafusion.public.cities", "cities")
+    # Not a substring of another name or column: its inputs would claim a dataset not read.
+    assert not _mentioned('select city from "cities"', "c")
+    assert not _mentioned('select * from "big-cities"', "cities")
+    assert not _mentioned("select * from \"x\" where name = 'cities'", "cities")
+    assert not _mentioned("select * from cities_2020", "cities")
