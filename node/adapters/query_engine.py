@@ -12,7 +12,7 @@ query; a worker that answered goes back to the idle ones (up to ``warm_workers``
 :data:`QUERIES_PER_WORKER` queries), so its warm caches serve the next query.
 
 Nothing here blocks the event loop: workers are asyncio subprocesses, and the answer (an Arrow
-IPC file in a private temporary directory) is read in a thread.
+IPC file in a private temporary directory) is read in a thread when it is over 1 MiB.
 
 :class:`InMemoryQueryEngine` is the in-memory twin for unit tests of the use cases.
 """
@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.query_sandbox import SandboxViolation, check_size
 from node.app.errors import (
     QueryDeadlineExceeded,
     QueryError,
@@ -53,6 +52,8 @@ MEMORY_SLACK_BYTES = 512 * 1024 * 1024
 """Resident memory a worker may use beyond its DataFusion pool (the interpreter, DataFusion's
 own structures, batches being written) before it is killed."""
 MEMORY_POLL_S = 0.05
+INLINE_READ_BYTES = 1 << 20
+"""Answers up to this size are read on the event loop, larger ones in a thread."""
 QUERIES_PER_WORKER = 200
 """A worker is replaced after this many queries (whatever its allocator kept is given back)."""
 
@@ -197,10 +198,7 @@ class DataFusionQueryEngine:
             raise Unavailable("the query engine is stopped")
         if self._max_sql_bytes is not None:
             # Before anything parses it, also when a caller forgot the use case's own check.
-            try:
-                check_size(sql, self._max_sql_bytes)
-            except SandboxViolation as e:
-                raise QueryRejected(e.reason) from None
+            _check_size(sql, self._max_sql_bytes)
         if limit is not None and limit > limits.max_rows:
             raise QueryTooLarge(
                 f"limit {limit} is over [query] max_rows ({limits.max_rows}): page with skip"
@@ -312,6 +310,10 @@ class DataFusionQueryEngine:
                     f"([query] memory_bytes): {message}"
                 )
             raise QueryError(message)
+        if out.stat().st_size <= INLINE_READ_BYTES:
+            # A small answer (an aggregation's) reads in microseconds: a thread hand-over
+            # would cost more than the read (milliseconds when the machine is loaded).
+            return _read_ipc(out)
         return await asyncio.to_thread(_read_ipc, out)
 
     async def close(self) -> None:
@@ -331,6 +333,18 @@ class DataFusionQueryEngine:
                 await asyncio.wait_for(worker.proc.wait(), 5.0)
         if self._spark is not None:
             await self._spark.close()
+
+
+def _check_size(sql: str, max_sql_bytes: int) -> None:
+    """``engine.query_sandbox.check_size`` on the node's side (the node never imports the
+    engine package: pyproject.toml's import contracts); the worker checks again."""
+    # Characters never outnumber bytes: a text with more characters than the bound is refused
+    # without encoding it.
+    size = len(sql) if len(sql) > max_sql_bytes else len(sql.encode("utf-8", "surrogatepass"))
+    if size > max_sql_bytes:
+        raise QueryRejected(
+            f"the query is over {max_sql_bytes} bytes ([query] max_sql_bytes): send a shorter query"
+        )
 
 
 def _read_ipc(path: Path) -> pa.Table:
