@@ -413,7 +413,7 @@ class VerifiedData:
                 hint = f' (names are case-sensitive: write "{n}")'
             if hint:
                 break
-        message = f"no table {name!r} here{hint}. Readable tables: {listed}"
+        message = f"table {name!r} not found here{hint}. Readable tables: {listed}"
         if not untrusted:
             more = [
                 r.alias or r.did

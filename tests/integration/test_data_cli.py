@@ -199,7 +199,7 @@ def test_an_unknown_table_lists_the_readable_ones(node: NodeProcess) -> None:
     assert '(read with --untrusted): "copy"' in got.stderr
     # An unquoted dotted name is read by the engine as schema.table: the error says to quote.
     dotted = cli(node.home, "sql", "select * from cities.towns", ok=False)
-    assert dotted.returncode == 1 and "no table" in dotted.stderr
+    assert dotted.returncode == 1 and "not found here" in dotted.stderr
 
 
 def test_the_shell_lists_tables_and_runs_queries(node: NodeProcess) -> None:
@@ -218,4 +218,4 @@ def test_the_shell_lists_tables_and_runs_queries(node: NodeProcess) -> None:
     assert proc.stdout.count("2 readable table(s):") == 2
     assert '"towns"  10 records, owned' in proc.stdout
     assert "│ 10 │" in proc.stdout
-    assert "no table 'nope' here" in proc.stderr
+    assert "table 'nope' not found here" in proc.stderr
