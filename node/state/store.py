@@ -658,13 +658,13 @@ class NodeState:
             return cur.rowcount > 0 and self._bound(c, "disputes", cur.lastrowid, caps)
 
     def keep_evidence(self, did: str, trusted: Sequence[str]) -> None:
-        """Mark every stored attestation and dispute of ``did`` by a ``trusted`` key kept
-        (never evicted nor counted from now on): at start-up and when a dataset's trusted
+        """Mark every stored attestation, dispute and observation of ``did`` by a ``trusted``
+        key kept (never evicted nor counted from now on): at start-up and when a dataset's trusted
         attesters change, so that no eviction of another dataset's flood reaches them before
         evidence of ``did`` arrives again."""
         _check_did(did)
         with self._tx() as c:
-            for table in ("attestations", "disputes"):
+            for table in ("attestations", "disputes", "observations"):
                 self._keep(c, table, did, trusted)
 
     @staticmethod

@@ -219,3 +219,16 @@ def test_gossiped_observations_are_stored_within_the_default_caps() -> None:
             t.cancel()
 
     asyncio.run(scenario())
+
+
+def test_keep_evidence_marks_a_newly_trusted_keys_observations_kept() -> None:
+    """A key trusted after its observations were stored (start-up, a changed policy): they are
+    marked kept before another dataset's flood can evict them."""
+    st = NodeState.in_memory(lambda: T0)
+    caps = EvidenceCaps(per_signer=10, per_dataset=10, total=3)
+    store(st, observation(TRUSTED), caps)  # a stranger's then
+    st.keep_evidence(DID.as_did_str(), [TRUSTED.dataset_id().as_did_key()])
+    for _ in range(10):
+        store(st, observation(fresh_key(), OTHER), caps)
+    assert TRUSTED.dataset_id().as_did_key() in signers(st)
+    assert st.evidence_count("observations") == 3
