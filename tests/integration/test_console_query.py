@@ -368,3 +368,22 @@ def test_untrusted_head_only_when_asked(node: NodeProcess, browser: Any, followe
     browser.find_element("id", "tail-untrusted").click()
     _wait(browser, "untrusted tail", lambda: len(_texts(browser, "#tail-table tbody tr")) == 10)
     assert "untrusted" in browser.find_element("id", "tail-note").text
+
+
+def test_every_logged_event_kind_has_a_sentence() -> None:
+    """Each kind the node logs with a literal name has its own sentence in console.js (the
+    computed ones, ``verify.<outcome>`` and ``<work kind>.error``, are matched by pattern)."""
+    import re
+
+    logged: set[str] = set()
+    for path in (ROOT / "node").rglob("*.py"):
+        text = path.read_text()
+        logged |= set(re.findall(r'(?:log_event|_log)\(\s*"([a-z_.]+)"', text))
+        logged |= set(re.findall(r'_log\(lambda: self\._log\("([a-z_.]+)"', text))
+    script = (ROOT / "node" / "console" / "static" / "console.js").read_text()
+    block = script[script.index("const SENTENCES = {") : script.index("const VERIFY_OUTCOMES")]
+    sentences = set(re.findall(r'^  "([a-z_.]+)":', block, re.MULTILINE))
+    logged.discard("tick")  # node/state/bench.py's synthetic events
+    logged = {k for k in logged if not k.endswith(".")}  # "verify." + outcome: by pattern
+    assert len(logged) > 30, logged
+    assert logged <= sentences, sorted(logged - sentences)
