@@ -127,12 +127,14 @@ def test_an_exploding_cross_join_is_stopped_at_its_deadline(
         "select sum(a.population * b.population + c.population) as s "
         'from "covid19.canada" a, "covid19.canada" b, "covid19.canada" c'
     )
+    started = engine.started
     t0 = time.monotonic()
     with pytest.raises(QueryDeadlineExceeded, match=r"\[query\] deadline_s"):
         run(engine, sql, tables, limits=limits)
     assert time.monotonic() - t0 < 2.0 + 3.0
-    # the next query gets a fresh worker
+    # the killed worker is replaced: the next query gets a fresh worker
     assert run(engine, 'select count(*) as n from "small"', tables).to_pylist() == [{"n": 3}]
+    assert engine.started > started
 
 
 def test_oversized_answers_name_their_setting(
