@@ -264,6 +264,7 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
             ),
             config.query.limits(),
             max_sql_bytes=config.query.max_sql_bytes,
+            replays=config.pipeline.replay,
         ),
     )
     try:

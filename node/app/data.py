@@ -200,6 +200,7 @@ class VerifiedData:
         limits: QueryLimits,
         *,
         max_sql_bytes: int = 65536,
+        replays: bool = True,
     ) -> None:
         self._repo = repo
         self._state = state
@@ -207,6 +208,11 @@ class VerifiedData:
         self.limits = limits
         self.max_sql_bytes = max_sql_bytes
         self._parts: OrderedDict[tuple[str, str], _Parts] = OrderedDict()
+        # Whether this node replays derivatives ([pipeline] replay): on a light node a
+        # derivative's "verified" outcome is an integrity check, which proves nothing about its
+        # data (docs/trust.md), so it does not make the head readable.
+        self.replays = replays
+        self._kinds: dict[str, m.DatasetKind] = {}
 
     # -- readable heads ------------------------------------------------------------------
 
@@ -254,16 +260,14 @@ class VerifiedData:
             head, trust = str(local), "owned"
         elif trusted_head is not None and await asyncio.to_thread(_stored, ds, trusted_head):
             head, trust = trusted_head, "trusted"
+        elif await self._verified_here(ds, did, str(local)):
+            head, trust = str(local), "verified"
         else:
-            ver = await self._state.verification(did, str(local))
-            if ver is not None and ver.outcome == "verified":
-                head, trust = str(local), "verified"
-            else:
-                acc = await self._state.accepted_head(did)
-                head = acc.head if acc is not None else str(local)
-                if not await asyncio.to_thread(_on_chain, ds, local, head):
-                    head = str(local)  # announced but not fetched yet: what is stored
-                trust = "untrusted"
+            acc = await self._state.accepted_head(did)
+            head = acc.head if acc is not None else str(local)
+            if not await asyncio.to_thread(_on_chain, ds, local, head):
+                head = str(local)  # announced but not fetched yet: what is stored
+            trust = "untrusted"
         if trust == "untrusted" and not untrusted:
             if block is None and trusted_head is not None:
                 # Trusted (by attestations) before its blocks were fetched: not readable yet.
@@ -298,10 +302,33 @@ class VerifiedData:
             _on_chain, ds, Multihash.from_multibase(trusted_head), block
         ):
             return "trusted"
-        ver = await self._state.verification(did, block)
-        if ver is not None and ver.outcome == "verified":
+        if await self._verified_here(ds, did, block):
             return "verified"
         return "untrusted"
+
+    async def _verified_here(self, ds: Dataset, did: str, head: str) -> bool:
+        """Whether this node's own verification of ``head`` is conclusive and ``verified``:
+        a root's integrity check (all there is to check, as the trust policy counts it), or a
+        derivative's replay. An integrity-only check of a derivative (a light node, or a trust
+        policy that asked only for one) does not count."""
+        ver = await self._state.verification(did, head)
+        if ver is None or ver.outcome != "verified":
+            return False
+        kind = self._kinds.get(did)
+        if kind is None:
+            kind = await asyncio.to_thread(_dataset_kind, ds)
+            self._kinds[did] = kind
+        if kind == m.DatasetKind.ROOT:
+            return True
+        if not self.replays:
+            return False
+        # The newest verification work item of the dataset says whether it replayed.
+        items = [w for w in await self._state.work(did=did) if w.kind == "verify"]
+        if items:
+            newest = max(items, key=lambda w: (w.updated_ns, w.id))
+            if newest.payload.get("replay", True) is False:
+                return False
+        return True
 
     async def _parts_of(self, ds: Dataset, did: str, head: str) -> _Parts:
         key = (did, head)
@@ -507,6 +534,15 @@ def _mentioned(sql: str, alias: str) -> bool:
 
 
 _QUOTED = re.compile(r'"(?:[^"]|"")*"|`(?:[^`]|``)*`|\'(?:[^\']|\'\')*\'')
+
+
+def _dataset_kind(ds: Dataset) -> m.DatasetKind:
+    """The kind its Seed names (the oldest block)."""
+    kind = m.DatasetKind.ROOT
+    for _, block in ds.iter_blocks(verify=False):
+        if isinstance(block.event, m.Seed):
+            kind = block.event.dataset_kind
+    return kind
 
 
 def _stored(ds: Dataset, block: str) -> bool:

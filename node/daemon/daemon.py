@@ -587,6 +587,7 @@ class Daemon:
                 ),
                 self.config.query.limits(),
                 max_sql_bytes=self.config.query.max_sql_bytes,
+                replays=self.config.pipeline.replay,
             ),
         )
 

@@ -16,7 +16,7 @@ from typing import cast
 
 import pyarrow as pa
 import pytest
-from daemon_harness import CITIES_SNAPSHOT
+from daemon_harness import BIG_CITIES_DF_SNAPSHOTS, CITIES_SNAPSHOT
 
 from coordinator.errors import DatasetNotFound
 from node.adapters.query_engine import InMemoryQueryEngine
@@ -268,3 +268,32 @@ def test_which_datasets_a_query_names() -> None:
     assert not _mentioned('select * from "big-cities"', "cities")
     assert not _mentioned("select * from \"x\" where name = 'cities'", "cities")
     assert not _mentioned("select * from cities_2020", "cities")
+
+
+def test_an_integrity_check_of_a_derivative_is_not_a_replay(tmp_path: Path) -> None:
+    owner = NodeHome(tmp_path / "owner")
+    owner.init()
+
+    async def make() -> tuple[str, str]:
+        with offline_application(owner, OfflineOptions()) as app:
+            made = await app.datasets.create(BIG_CITIES_DF_SNAPSHOTS)
+            ds = app.repo.open("big-cities")
+            return made[1].id, str(ds.head())
+
+    did, head = asyncio.run(make())
+    data, state = copy_home((owner, did, [head]), tmp_path / "h")
+
+    async def go() -> None:
+        await state.record_verification(did, head, "verified", "", 0.1)
+        # A light node ([pipeline] replay = false): its "verified" is an integrity check.
+        data.replays = False
+        with pytest.raises(HeadNotTrusted):
+            await data.resolve("big-cities")
+        data.replays = True
+        assert (await data.resolve("big-cities")).trust == "verified"
+        # A trust policy that asked only for an integrity check (the newest verify item).
+        await state.enqueue("verify", did, head, {"replay": False})
+        with pytest.raises(HeadNotTrusted):
+            await data.resolve("big-cities")
+
+    asyncio.run(go())
