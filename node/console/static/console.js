@@ -726,6 +726,8 @@ async function query(main) {
       status.textContent = answer.rows.length
         ? `Rows ${skip + 1}–${skip + answer.rows.length}${more ? " (more on the next page)" : ""} · ${ms} ms`
         : (skip ? "No rows past " + skip : "No rows") + ` · ${ms} ms`;
+      const unsure = (answer.inputs || []).filter((x) => !x.trusted).map((x) => x.alias || x.did);
+      if (unsure.length) status.append(h("span", { id: "query-untrusted", class: "error", text: " · read untrusted heads: " + unsure.join(", ") }));
       prev.disabled = skip === 0;
       next.disabled = !more;
       dlCsv.disabled = dlJson.disabled = dlProof.disabled = false;
