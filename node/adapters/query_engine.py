@@ -54,6 +54,8 @@ own structures, batches being written) before it is killed."""
 MEMORY_POLL_S = 0.05
 INLINE_READ_BYTES = 1 << 20
 """Answers up to this size are read on the event loop, larger ones in a thread."""
+SHM_MIN_FREE_BYTES = 1 << 30
+"""Workers' directories go to ``/dev/shm`` only when it has this much room (see ``_work_root``)."""
 QUERIES_PER_WORKER = 200
 """A worker is replaced after this many queries (whatever its allocator kept is given back)."""
 
@@ -336,7 +338,8 @@ class DataFusionQueryEngine:
 
 
 def _work_root() -> str | None:
-    """Where workers' private directories go: ``/dev/shm`` when writable, else the default.
+    """Where workers' private directories go: ``/dev/shm`` when writable with at least
+    :data:`SHM_MIN_FREE_BYTES` free, else the default temporary directory.
 
     Each query makes and removes directories (its tables' symbolic links) and writes and
     removes its answer file: on the development machine's ext4 ``/tmp`` that churn took ~6 ms
@@ -344,7 +347,15 @@ def _work_root() -> str | None:
     max_bytes``) stays there only until the node reads it, into memory anyway.
     """
     shm = Path("/dev/shm")
-    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK) else None
+    try:
+        st = os.statvfs(shm)
+    except OSError:
+        return None
+    # A container's /dev/shm is often small (Docker's default: 64 MiB, [query] max_bytes'
+    # default too): an answer must never fail for want of room there.
+    if st.f_bavail * st.f_frsize < SHM_MIN_FREE_BYTES or not os.access(shm, os.W_OK | os.X_OK):
+        return None
+    return str(shm)
 
 
 def _check_size(sql: str, max_sql_bytes: int) -> None:

@@ -183,3 +183,22 @@ def test_the_adapter_refuses_long_sql_without_a_worker(tmp_path: object) -> None
 
     asyncio.run(go())
     assert engine.started == 0
+
+
+def test_worker_directories_leave_a_small_dev_shm_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from node.adapters import query_engine
+
+    class _Small:
+        f_bavail = 16 << 10  # 64 MiB of 4 KiB blocks: Docker's default /dev/shm
+        f_frsize = 4096
+
+    monkeypatch.setattr(os, "statvfs", lambda _p: _Small())
+    assert query_engine._work_root() is None
+
+    def _gone(_p: object) -> os.statvfs_result:
+        raise FileNotFoundError("/dev/shm")
+
+    monkeypatch.setattr(os, "statvfs", _gone)
+    assert query_engine._work_root() is None
