@@ -97,6 +97,7 @@ class DataFusionQueryEngine:
         self._spark = spark
         self._idle: list[_Worker] = []
         self._starting: set[asyncio.Task[None]] = set()
+        self._reaping: set[asyncio.Task[int]] = set()
         self._closed = False
         self.started = 0
         """Workers started (tests)."""
@@ -171,6 +172,12 @@ class DataFusionQueryEngine:
             self._discard(worker)
         return await self._spawn()
 
+    def _reap(self, worker: _Worker) -> None:
+        """Wait for a killed worker on this loop (:meth:`close` waits for the last ones)."""
+        task = asyncio.get_running_loop().create_task(worker.proc.wait())
+        self._reaping.add(task)
+        task.add_done_callback(self._reaping.discard)
+
     @staticmethod
     def _discard(worker: _Worker) -> None:
         worker.kill()
@@ -219,6 +226,13 @@ class DataFusionQueryEngine:
                 self._idle.append(worker)
             else:
                 self._discard(worker)
+                if self._warm:
+                    self._reap(worker)
+                else:
+                    # No warm workers (a CLI command, a script): the loop may end right after
+                    # this answer, so the killed worker is reaped before it is given.
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(worker.proc.wait(), 5.0)
             # A replacement starts once this query is answered: a DataFusion import takes
             # both cores for ~0.3 s, which would otherwise be taken from the query.
             self._refill()
@@ -333,6 +347,8 @@ class DataFusionQueryEngine:
         for worker in idle:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(worker.proc.wait(), 5.0)
+        if self._reaping:
+            await asyncio.wait(set(self._reaping), timeout=5.0)
         if self._spark is not None:
             await self._spark.close()
 

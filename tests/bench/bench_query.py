@@ -501,12 +501,124 @@ def shape_flight_stream(files: list[str], runs: int) -> dict[str, Any]:
     }
 
 
+def shape_status_under_queries(files: list[str], runs: int) -> dict[str, Any]:
+    """``node.status`` over RPC, timed every 20 ms on a real daemon while 8 clients each run
+    heavy queries back to back (a group-by over every row, and a self-join killed at its
+    deadline) on a dataset of the bench's rows ingested through the push source. Target of
+    issue 40: p99 <= 250 ms. Needs a loopback-only namespace (``make bench-query`` makes one)."""
+    import threading
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from daemon_harness import CITIES_SNAPSHOT, NodeProcess
+
+    from node.rpc.client import RpcCallError
+
+    rows = sum(_num_rows(f) for f in files)
+    with tempfile.TemporaryDirectory() as tmp:
+        csv = Path(tmp) / "cities.csv"
+        _write_csv(files, csv)
+        node = NodeProcess(
+            Path(tmp) / "node",
+            "bench",
+            config={
+                "ipfs": {"mode": "none"},
+                "p2p": {"enabled": False},
+                "query": {
+                    "deadline_s": 5.0,
+                    "concurrency_per_client": 8,
+                    "concurrency_total": 8,
+                    "warm_workers": 2,
+                },
+            },
+        )
+        node.init()
+        node.launch()
+        try:
+            node.wait_ready()
+            node.call("dataset.create", snapshot_yaml=CITIES_SNAPSHOT.rstrip().removesuffix("---"))
+            node.call("dataset.ingest", timeout=600, ref="cities", files=[str(csv)])
+            heavy = [
+                "select city, count(*) as n, sum(population) as p, avg(population) as a "
+                'from "cities" group by city order by city',
+                "select sum(a.population * b.population) as s "
+                'from "cities" a join "cities" b on a.population = b.population',
+            ]
+            latencies: list[float] = []
+            outcomes: dict[str, int] = {}
+            stop = threading.Event()
+            lock = threading.Lock()
+
+            def poll() -> None:
+                while not stop.is_set():
+                    t0 = time.perf_counter()
+                    node.call("node.status", timeout=30)
+                    latencies.append(time.perf_counter() - t0)
+                    time.sleep(0.02)
+
+            def client(k: int) -> None:
+                for i in range(runs):
+                    try:
+                        node.call("data.query", timeout=120, sql=heavy[(k + i) % 2])
+                        kind = "answered"
+                    except RpcCallError as e:
+                        kind = e.data.get("type", "error") if isinstance(e.data, dict) else "error"
+                    with lock:
+                        outcomes[kind] = outcomes.get(kind, 0) + 1
+
+            poller = threading.Thread(target=poll, daemon=True)
+            poller.start()
+            t0 = time.perf_counter()
+            clients = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+            for c in clients:
+                c.start()
+            for c in clients:
+                c.join()
+            seconds = time.perf_counter() - t0
+            stop.set()
+            poller.join(30)
+        finally:
+            node.stop()
+    q = statistics.quantiles(latencies, n=100)
+    return {
+        "dataset_rows": rows,
+        "clients": 8,
+        "queries": sum(outcomes.values()),
+        "outcomes": outcomes,
+        "seconds": round(seconds, 1),
+        "status_calls": len(latencies),
+        "status_p50_ms": round(statistics.median(latencies) * 1000, 1),
+        "status_p99_ms": round(q[98] * 1000, 1),
+        "target_p99_ms_max": 250,
+    }
+
+
+def _num_rows(path: str) -> int:
+    import pyarrow.parquet as pq
+
+    return int(pq.ParquetFile(path).metadata.num_rows)
+
+
+def _write_csv(files: list[str], out: Path) -> None:
+    """The bench's rows as the push source's CSV (event_time, city, population)."""
+    import pyarrow.parquet as pq
+
+    with open(out, "w") as f:
+        f.write("event_time,city,population\n")
+        for path in files:
+            t = pq.read_table(path, columns=["city", "population"])
+            for city, pop in zip(
+                t.column("city").to_pylist(), t.column("population").to_pylist(), strict=True
+            ):
+                f.write(f"2020-01-01T00:00:00Z,{city},{pop}\n")
+
+
 SHAPES: list[tuple[str, Callable[[list[str], int], dict[str, Any]]]] = [
     ("engine_aggregation", shape_engine_aggregation),
     ("http_query_aggregation", shape_http_query_aggregation),
     ("http_query_rows", shape_http_query_rows),
     ("flight_aggregation", shape_flight_aggregation),
     ("flight_stream", shape_flight_stream),
+    ("status_under_queries", shape_status_under_queries),
 ]
 
 
