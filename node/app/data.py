@@ -26,7 +26,6 @@ import contextlib
 import json
 import math
 import os
-import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -74,15 +73,6 @@ class UnknownTable(QueryError):
     def __init__(self, name: str, message: str) -> None:
         super().__init__(message)
         self.name = name
-
-
-# How the engines name a missing table: DataFusion ("table 'x' not found"; its plan error adds
-# the catalog and schema), Spark ("[TABLE_OR_VIEW_NOT_FOUND] The table or view `x` cannot be
-# found").
-_MISSING_TABLE = (
-    re.compile(r"table '([^']+)' not found"),
-    re.compile(r"table or view (`[^ ]+`|\S+) cannot be found", re.IGNORECASE),
-)
 
 
 @dataclass(frozen=True)
@@ -505,15 +495,32 @@ class VerifiedData:
 
 
 def _missing_table(message: str) -> str | None:
-    """The table name in an engine's "table not found" error, or None for other errors."""
-    for pattern in _MISSING_TABLE:
-        found = pattern.search(message)
-        if found is not None:
-            name = found.group(1).replace("`", "")
-            for prefix in ("datafusion.public.", "spark_catalog.default."):
-                name = name.removeprefix(prefix)
-            return name
+    """The table name in an engine's "table not found" error, or None for other errors.
+
+    DataFusion says ``table 'x' not found`` (its plan error adds the catalog and schema),
+    Spark ``The table or view `x` cannot be found``. Plain string searches, no regular
+    expression: the message carries the client's SQL text.
+    """
+    end = message.find("' not found")
+    if end >= 0:
+        start = message.rfind("table '", 0, end)
+        if start >= 0 and "'" not in message[start + 7 : end]:
+            return _bare(message[start + 7 : end])
+    lower = message.lower()
+    at = lower.find("table or view ")
+    if at >= 0:
+        stop = lower.find(" cannot be found", at)
+        name = message[at + len("table or view ") : stop] if stop > at else ""
+        if name and (" " not in name or name.startswith("`")):
+            return _bare(name)
     return None
+
+
+def _bare(name: str) -> str:
+    name = name.replace("`", "")
+    for prefix in ("datafusion.public.", "spark_catalog.default."):
+        name = name.removeprefix(prefix)
+    return name
 
 
 def _named(sql: str, alias: str) -> bool:
@@ -528,12 +535,56 @@ def _mentioned(sql: str, alias: str) -> bool:
     if _named(sql, alias):
         return True
     # Quoted identifiers and string literals are other names or values: not this alias.
-    bare = _QUOTED.sub(" ", sql)
-    pattern = r"(?<![\w$])" + re.escape(alias) + r"(?![\w$])"
-    return re.search(pattern, bare, re.IGNORECASE) is not None
+    # Plain string searches (no regular expression runs on the client's SQL).
+    bare = _unquoted(sql).lower()
+    needle = alias.lower()
+    at = bare.find(needle)
+    while at >= 0:
+        before = bare[at - 1] if at > 0 else " "
+        end = at + len(needle)
+        after = bare[end] if end < len(bare) else " "
+        if not _word_char(before) and not _word_char(after):
+            return True
+        at = bare.find(needle, at + 1)
+    return False
 
 
-_QUOTED = re.compile(r'"(?:[^"]|"")*"|`(?:[^`]|``)*`|\'(?:[^\']|\'\')*\'')
+def _word_char(c: str) -> bool:
+    return c.isalnum() or c in "_$"
+
+
+def _unquoted(sql: str) -> str:
+    """``sql`` with every quoted identifier and string literal (``"…"``, `` `…` ``, ``'…'``,
+    doubled quotes inside) replaced by a space; an unterminated one runs to the end."""
+    parts: list[str] = []
+    i, n = 0, len(sql)
+    # The next position of each quote character, searched again only once passed: linear.
+    ahead = {q: sql.find(q) for q in "\"`'"}
+    while i < n:
+        for q, at in ahead.items():
+            if 0 <= at < i:
+                ahead[q] = sql.find(q, i)
+        starts = [k for k in ahead.values() if k >= 0]
+        if not starts:
+            parts.append(sql[i:])
+            break
+        k = min(starts)
+        parts.append(sql[i:k])
+        quote = sql[k]
+        j = k + 1
+        while True:
+            close = sql.find(quote, j)
+            if close < 0:
+                j = n
+                break
+            if close + 1 < n and sql[close + 1] == quote:
+                j = close + 2
+                continue
+            j = close + 1
+            break
+        parts.append(" ")
+        i = j
+    return "".join(parts)
 
 
 def _dataset_kind(ds: Dataset) -> m.DatasetKind:
