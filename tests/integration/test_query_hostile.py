@@ -116,6 +116,7 @@ def test_hostile_queries_fail_typed_in_time_and_status_stays_fast(node: NodeProc
     assert len(latencies) >= 20
     p99 = statistics.quantiles(latencies, n=100)[98]
     print(
-        f"node.status: {len(latencies)} calls, p50 {statistics.median(latencies) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms"
+        f"node.status: {len(latencies)} calls, "
+        f"p50 {statistics.median(latencies) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms"
     )
     assert p99 <= 0.250, f"node.status p99 {p99 * 1000:.0f} ms over {len(latencies)} calls"
