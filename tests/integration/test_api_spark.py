@@ -103,11 +103,18 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    """The user's own SparkSession (local, one core)."""
+    """The user's own SparkSession (local, one core).
+
+    Its JVM is the pytest process's for good (a later SparkSession in this process reuses it),
+    so it starts with the engine's JVM options: the sandbox tests that run after this module
+    check them on that JVM (tests/unit/test_sandbox_corpus.py)."""
     from pyspark.sql import SparkSession
+
+    from engine.spark_engine import XML_JAVA_OPTIONS
 
     session = (
         SparkSession.builder.master("local[1]")
+        .config("spark.driver.extraJavaOptions", XML_JAVA_OPTIONS)
         .appName("odf-node-api-test")
         .config("spark.ui.enabled", "false")
         .config("spark.driver.host", "127.0.0.1")
