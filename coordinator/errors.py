@@ -274,6 +274,14 @@ class SourceUnreachable(FetchError):
     rpc_code = UNAVAILABLE
 
 
+class SourceNotRunnable(PollingError):
+    """The fetch step cannot run on this node as it is set up (no container runtime, no
+    Ethereum node URL, a scheme it does not fetch): the message names the setting that would
+    make it run. Raised at pull time; ``dataset create`` accepts the source, as kamu does."""
+
+    rpc_code = UNAVAILABLE
+
+
 class PrepareError(PollingError):
     """A prepare step (``Decompress``, ``Pipe``) failed or is not allowed."""
 
@@ -299,6 +307,7 @@ __all__ = [
     "PrepareError",
     "PushSourceNotFound",
     "SourceNotFound",
+    "SourceNotRunnable",
     "SourceUnreachable",
     "UnsupportedPreprocess",
     "UnsupportedReadOption",

@@ -36,10 +36,11 @@ from node.adapters.transfer import TransferAdapter
 from node.app import Application, NodeInfo
 from node.app.console import ConsoleQueries
 from node.app.data import VerifiedData
-from node.app.datasets import CommitLocks, DatasetUseCases, PollingOptions
+from node.app.datasets import CommitLocks, DatasetUseCases
 from node.app.events import EventBus
 from node.app.flows import FlowUseCases
 from node.app.metrics import NodeMetrics
+from node.app.polling import PollingOptions
 from node.app.ports import EnginePort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
 from node.app.query_proofs import CommitmentSigner

@@ -25,8 +25,10 @@ defines the behaviour reproduced here:
   records none: the broker's persistent session says where the next poll resumes); the event
   time is the system time unless the rows carry one.
 
-``Container``, ``EthereumLogs`` and any other fetch step are refused when the dataset is created
-(:func:`check_polling_source`): this node runs no containers and no Ethereum client.
+``dataset create`` accepts every fetch step kamu's ``add`` accepts (:func:`check_polling_source`
+checks only what does not depend on the node); a step this node cannot run as it is set up
+(``Container`` without a container runtime, ``EthereumLogs`` without a node URL, a URL scheme it
+does not fetch) is refused when it is pulled (``node/app/polling.py``), naming the setting.
 
 This module does not import pyarrow (``dataset create`` checks sources with it).
 """
@@ -74,7 +76,6 @@ KIND_ETAG: Final = "odf/etag"
 KIND_LAST_MODIFIED: Final = "odf/last-modified"
 #: kamu's default ``timestampFormat`` of ``EventTimeSourceFromPath``.
 DEFAULT_PATH_TIME_FORMAT: Final = "%Y-%m-%d"
-_URL_SCHEMES: Final = frozenset({"http", "https", "file"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,31 +102,25 @@ def url_scheme(url: str) -> str:
 
 
 def check_polling_source(source: m.SetPollingSource) -> None:
-    """Refuse, when the dataset is created, a polling source this node cannot run.
+    """Refuse, when the dataset is created, a polling source that cannot run anywhere.
+
+    What depends on the node (a container runtime, an Ethereum node, the URL schemes it
+    fetches) is checked when the source is pulled, as kamu does.
 
     Raises:
-        InvalidSnapshot: the fetch step is not ``Url``, ``FilesGlob`` or ``Mqtt`` (named), the
-            URL's scheme is not http, https or file, a glob is not an absolute path, the event
-            time source does not apply to the step, a ``fromPath`` pattern does not compile,
-            or an ``Mqtt`` step has no host, a port out of range or no topic.
+        InvalidSnapshot: a glob is not an absolute path, the event time source does not apply
+            to the step, a ``fromPath`` pattern does not compile, or an ``Mqtt`` step has no
+            host, a port out of range or no topic.
     """
     fetch = source.fetch
     if isinstance(fetch, m.FetchStepMqtt):
         _check_mqtt(fetch)
         return
     if not isinstance(fetch, m.FetchStepUrl | m.FetchStepFilesGlob):
-        name = _step_name(fetch, "FetchStep")
-        raise InvalidSnapshot(
-            f"SetPollingSource: fetch step {name} is not supported by this node (it runs no "
-            "containers and no Ethereum client); use Url, FilesGlob or Mqtt"
-        )
+        # Container, EthereumLogs: whether they run depends on the node (a container runtime,
+        # an Ethereum node URL); they are checked when pulled (node/app/polling.py).
+        return
     if isinstance(fetch, m.FetchStepUrl):
-        scheme = url_scheme(fetch.url)
-        if scheme not in _URL_SCHEMES:
-            raise InvalidSnapshot(
-                f"SetPollingSource: fetch Url {fetch.url[:200]!r}: scheme {scheme or '(none)'!r} "
-                "is not http, https or file"
-            )
         if isinstance(fetch.event_time, m.EventTimeSourceFromPath):
             raise InvalidSnapshot(
                 "SetPollingSource: a Url source does not support the fromPath event time "

@@ -15,7 +15,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +25,8 @@ from coordinator.metadata.yaml_serde import block_to_dict
 from coordinator.storage.dataset import Dataset
 from coordinator.storage.repository import DatasetRepository
 from node.app.errors import InvalidArgument, NotOwner, UntrustedInput
-from node.app.ports import EnginePort, MqttRequest, StatePort, TransferPort
+from node.app.polling import PollingOptions
+from node.app.ports import EnginePort, StatePort, TransferPort
 from node.app.results import (
     CreatedDataset,
     DatasetRow,
@@ -147,28 +147,6 @@ class _LazyEngine:
 
     def execute_raw_query(self, request: Any) -> Any:
         return self._engine().execute_raw_query(request)
-
-
-@dataclass(frozen=True, slots=True)
-class PollingOptions:
-    """Bounds of a polling source's run (``[ingest]`` of the node's configuration)."""
-
-    max_fetch_bytes: int = 1 << 30
-    """``ingest.max_fetch_bytes``: the largest HTTP body a poll downloads."""
-    max_decompressed_bytes: int = 1 << 30
-    """``ingest.max_decompressed_bytes``: the most bytes one prepare step (or one
-    ``EsriShapefile`` archive read) may produce."""
-    allow_pipe: bool = False
-    """``ingest.allow_pipe``: run ``Pipe`` prepare steps (commands with the node's rights)."""
-    mqtt_max_records: int = 10_000
-    """``ingest.mqtt_max_records``: the most MQTT messages one poll takes (kamu's
-    ``target_records_per_slice``)."""
-    mqtt_idle_timeout_s: float = 1.0
-    """``ingest.mqtt_idle_timeout_s``: an MQTT poll ends once the broker is idle this long."""
-    mqtt_max_message_bytes: int = 16 << 20
-    """``ingest.mqtt_max_message_bytes``: the largest MQTT message a poll reads."""
-    mqtt_max_poll_s: float = 60.0
-    """``ingest.mqtt_max_poll_s``: the longest an MQTT poll reads messages."""
 
 
 class DatasetUseCases:
@@ -398,21 +376,9 @@ class DatasetUseCases:
         :mod:`coordinator.ingest.polling`.
         """
         await load_data_stack()
-        from coordinator.ingest.fetch import (
-            conditional_headers,
-            http_fetched,
-            mqtt_client_id,
-            mqtt_fetched,
-            mqtt_topics,
-        )
-        from coordinator.ingest.polling import (
-            fetch_local,
-            ingest_fetched,
-            is_http_source,
-            is_mqtt_source,
-            resolve_polling_source,
-        )
+        from coordinator.ingest.polling import ingest_fetched, resolve_polling_source
         from coordinator.metadata import model as m
+        from node.app.polling import fetch_polling
 
         handle = self.repo.resolve(ref)
         did = handle.id
@@ -425,45 +391,9 @@ class DatasetUseCases:
             ds.layout.info_dir.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(prefix="poll-", dir=ds.layout.info_dir) as tmp:
                 workdir = Path(tmp)
-                fetch = info.source.fetch if isinstance(info.source, m.SetPollingSource) else None
-                if is_http_source(info):
-                    assert isinstance(fetch, m.FetchStepUrl)
-                    if self.transfer is None:
-                        raise InvalidArgument("fetching HTTP sources is not available here")
-                    headers = {h.name: h.value for h in fetch.headers or ()}
-                    headers.update(conditional_headers(info.source_state))
-                    target = workdir / "fetched"
-                    got = await self.transfer.fetch_source(
-                        fetch.url, headers, target, opts.max_fetch_bytes
-                    )
-                    fetched = (
-                        [http_fetched(fetch, target, got.etag, got.last_modified, now)]
-                        if got.modified
-                        else []
-                    )
-                elif is_mqtt_source(info):
-                    assert isinstance(fetch, m.FetchStepMqtt)
-                    if self.transfer is None:
-                        raise InvalidArgument("fetching MQTT sources is not available here")
-                    topics = mqtt_topics(fetch)
-                    target = workdir / "messages"
-                    request = MqttRequest(
-                        host=fetch.host,
-                        port=fetch.port,
-                        topics=topics,
-                        client_id=mqtt_client_id(did.as_did_str(), topics),
-                        username=fetch.username,
-                        password=fetch.password,
-                        max_bytes=opts.max_fetch_bytes,
-                        max_records=opts.mqtt_max_records,
-                        idle_timeout_s=opts.mqtt_idle_timeout_s,
-                        max_message_bytes=opts.mqtt_max_message_bytes,
-                        max_poll_s=opts.mqtt_max_poll_s,
-                    )
-                    count = await self.transfer.fetch_mqtt(request, target)
-                    fetched = [mqtt_fetched(target)] if count else []
-                else:
-                    fetched = await asyncio.to_thread(fetch_local, info, now)
+                fetched = await fetch_polling(
+                    info, workdir, now, did.as_did_str(), transfer=self.transfer, opts=opts
+                )
                 result = None
                 if fetched:
                     result = await asyncio.to_thread(

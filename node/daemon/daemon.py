@@ -40,7 +40,7 @@ from node.adapters.transfer import TransferAdapter
 from node.app import Application, NodeInfo
 from node.app.console import ConsoleQueries
 from node.app.data import VerifiedData
-from node.app.datasets import CommitLocks, DatasetUseCases, PollingOptions
+from node.app.datasets import CommitLocks, DatasetUseCases
 from node.app.effects import NodeEffects
 from node.app.errors import InvalidArgument
 from node.app.events import EventBus
@@ -50,6 +50,7 @@ from node.app.follow import FollowSettings, SourceFollower
 from node.app.identities import NodeIdentities
 from node.app.keys import NodeKeyRecords
 from node.app.metrics import NodeMetrics
+from node.app.polling import PollingOptions
 from node.app.ports import GossipPort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
 from node.app.query_proofs import CommitmentSigner

@@ -354,8 +354,6 @@ def test_polling_needs_a_polling_source(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("fetch", "message"),
     [
-        (m.FetchStepContainer(image="ghcr.io/kamu-data/fetch:1"), "fetch step Container"),
-        (m.FetchStepUrl(url="ftp://example.org/a.csv"), "scheme 'ftp'"),
         (m.FetchStepFilesGlob(path="relative/*.csv"), "must be absolute"),
         (
             m.FetchStepUrl(
@@ -376,6 +374,20 @@ def test_unsupported_sources_are_refused_at_create(fetch: m.FetchStep, message: 
     source = m.SetPollingSource(fetch=fetch, read=CITY_POP, merge=m.MergeStrategyAppend())
     with pytest.raises(InvalidSnapshot, match=message):
         check_polling_source(source)
+
+
+@pytest.mark.parametrize(
+    "fetch",
+    [
+        m.FetchStepContainer(image="ghcr.io/kamu-data/fetch:1"),
+        m.FetchStepEthereumLogs(chain_id=1, signature="Transfer(address,uint256)"),
+        m.FetchStepUrl(url="gopher://example.org/a.csv"),
+    ],
+)
+def test_node_dependent_sources_are_accepted_at_create(fetch: m.FetchStep) -> None:
+    """kamu's ``add`` accepts them; whether they run here is decided at pull."""
+    source = m.SetPollingSource(fetch=fetch, read=CITY_POP, merge=m.MergeStrategyAppend())
+    check_polling_source(source)
 
 
 # ---------------------------------------------------------------------------------------------

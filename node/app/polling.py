@@ -1,0 +1,153 @@
+"""Fetching a polling source (``SetPollingSource.fetch``) when an owned root is pulled.
+
+One function, :func:`fetch_polling`, turns the source's fetch step into the inputs to ingest
+(:class:`~coordinator.ingest.fetch.Fetched`; empty: up to date). Each step kind is fetched by
+the adapter that can reach it: ``http(s)`` URLs and MQTT brokers through the transfer port
+(under the node's source policy), ``file://`` URLs and ``FilesGlob`` here. A step this node
+cannot run as it is set up raises :class:`~coordinator.errors.SourceNotRunnable` naming the
+setting that would make it run: ``dataset create`` accepted it, as kamu's ``add`` does, and the
+refusal comes at pull time, with nothing committed.
+
+The bounds of a poll are :class:`PollingOptions` (the ``[ingest]`` section). This module does
+not import pyarrow (an idle daemon imports it): the ingest machinery is imported when a poll runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from coordinator.errors import SourceNotRunnable
+from coordinator.ingest.fetch import (
+    Fetched,
+    conditional_headers,
+    http_fetched,
+    mqtt_client_id,
+    mqtt_fetched,
+    mqtt_topics,
+    url_scheme,
+)
+from coordinator.metadata import model as m
+from coordinator.metadata.timestamp import Timestamp
+from node.app.errors import InvalidArgument
+from node.app.ports import MqttRequest, TransferPort
+
+if TYPE_CHECKING:
+    from coordinator.ingest.push import PushSourceInfo
+
+__all__ = ["PollingOptions", "fetch_polling"]
+
+
+@dataclass(frozen=True, slots=True)
+class PollingOptions:
+    """Bounds of a polling source's run (``[ingest]`` of the node's configuration)."""
+
+    max_fetch_bytes: int = 1 << 30
+    """``ingest.max_fetch_bytes``: the largest HTTP body a poll downloads."""
+    max_decompressed_bytes: int = 1 << 30
+    """``ingest.max_decompressed_bytes``: the most bytes one prepare step (or one
+    ``EsriShapefile`` archive read) may produce."""
+    allow_pipe: bool = False
+    """``ingest.allow_pipe``: run ``Pipe`` prepare steps (commands with the node's rights)."""
+    mqtt_max_records: int = 10_000
+    """``ingest.mqtt_max_records``: the most MQTT messages one poll takes (kamu's
+    ``target_records_per_slice``)."""
+    mqtt_idle_timeout_s: float = 1.0
+    """``ingest.mqtt_idle_timeout_s``: an MQTT poll ends once the broker is idle this long."""
+    mqtt_max_message_bytes: int = 16 << 20
+    """``ingest.mqtt_max_message_bytes``: the largest MQTT message a poll reads."""
+    mqtt_max_poll_s: float = 60.0
+    """``ingest.mqtt_max_poll_s``: the longest an MQTT poll reads messages."""
+
+
+def _step_name(fetch: m.FetchStep) -> str:
+    return type(fetch).__name__.removeprefix("FetchStep")
+
+
+async def fetch_polling(
+    info: PushSourceInfo,
+    workdir: Path,
+    now: Timestamp,
+    dataset_id: str,
+    *,
+    transfer: TransferPort | None,
+    opts: PollingOptions,
+) -> list[Fetched]:
+    """Fetch what the source has that was not ingested yet, into ``workdir``.
+
+    Raises:
+        SourceNotRunnable: the step cannot run on this node (the message names the setting).
+        SourceNotFound, SourceUnreachable, FetchError: the fetch failed.
+        PullRefused: the source policy refuses the address.
+    """
+    from coordinator.ingest.polling import fetch_local
+
+    source = info.source
+    assert isinstance(source, m.SetPollingSource)
+    fetch = source.fetch
+    if isinstance(fetch, m.FetchStepUrl):
+        scheme = url_scheme(fetch.url)
+        if scheme in ("http", "https"):
+            return await _fetch_http(fetch, info, workdir, now, transfer, opts)
+        if scheme == "file":
+            return await asyncio.to_thread(fetch_local, info, now)
+        raise SourceNotRunnable(
+            f"fetch Url {fetch.url[:200]!r}: this node fetches http, https and file URLs, "
+            f"not {scheme or '(no scheme)'!r}"
+        )
+    if isinstance(fetch, m.FetchStepFilesGlob):
+        return await asyncio.to_thread(fetch_local, info, now)
+    if isinstance(fetch, m.FetchStepMqtt):
+        return await _fetch_mqtt(fetch, workdir, dataset_id, transfer, opts)
+    raise SourceNotRunnable(
+        f"fetch step {_step_name(fetch)} cannot run on this node: it has no runner for it"
+    )
+
+
+async def _fetch_http(
+    fetch: m.FetchStepUrl,
+    info: PushSourceInfo,
+    workdir: Path,
+    now: Timestamp,
+    transfer: TransferPort | None,
+    opts: PollingOptions,
+) -> list[Fetched]:
+    if transfer is None:
+        raise InvalidArgument("fetching HTTP sources is not available here")
+    headers = {h.name: h.value for h in fetch.headers or ()}
+    headers.update(conditional_headers(info.source_state))
+    target = workdir / "fetched"
+    got = await transfer.fetch_source(fetch.url, headers, target, opts.max_fetch_bytes)
+    if not got.modified:
+        return []
+    return [http_fetched(fetch, target, got.etag, got.last_modified, now)]
+
+
+async def _fetch_mqtt(
+    fetch: m.FetchStepMqtt,
+    workdir: Path,
+    dataset_id: str,
+    transfer: TransferPort | None,
+    opts: PollingOptions,
+) -> list[Fetched]:
+    if transfer is None:
+        raise InvalidArgument("fetching MQTT sources is not available here")
+    topics = mqtt_topics(fetch)
+    target = workdir / "messages"
+    request = MqttRequest(
+        host=fetch.host,
+        port=fetch.port,
+        topics=topics,
+        client_id=mqtt_client_id(dataset_id, topics),
+        username=fetch.username,
+        password=fetch.password,
+        max_bytes=opts.max_fetch_bytes,
+        max_records=opts.mqtt_max_records,
+        idle_timeout_s=opts.mqtt_idle_timeout_s,
+        max_message_bytes=opts.mqtt_max_message_bytes,
+        max_poll_s=opts.mqtt_max_poll_s,
+    )
+    count = await transfer.fetch_mqtt(request, target)
+    return [mqtt_fetched(target)] if count else []
