@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from node.adapters.query_answers import read_answer, watch_memory
 from node.app.errors import (
     QueryDeadlineExceeded,
     QueryError,
@@ -286,7 +287,7 @@ class DataFusionQueryEngine:
         proc.stdin.write(json.dumps(request).encode() + b"\n")
         await proc.stdin.drain()
         bound = limits.memory_bytes + MEMORY_SLACK_BYTES
-        watch = asyncio.get_running_loop().create_task(_watch_memory(proc.pid, bound))
+        watch = asyncio.get_running_loop().create_task(watch_memory(proc.pid, bound, MEMORY_POLL_S))
         read = asyncio.get_running_loop().create_task(proc.stdout.readline())
         try:
             done, _ = await asyncio.wait(
@@ -329,8 +330,8 @@ class DataFusionQueryEngine:
         if out.stat().st_size <= INLINE_READ_BYTES:
             # A small answer (an aggregation's) reads in microseconds: a thread hand-over
             # would cost more than the read (milliseconds when the machine is loaded).
-            return _read_ipc(out)
-        return await asyncio.to_thread(_read_ipc, out)
+            return read_answer(out)
+        return await asyncio.to_thread(read_answer, out)
 
     async def close(self) -> None:
         """Stop the idle workers (a running query's worker is killed when it returns)."""
@@ -384,38 +385,6 @@ def _check_size(sql: str, max_sql_bytes: int) -> None:
         raise QueryRejected(
             f"the query is over {max_sql_bytes} bytes ([query] max_sql_bytes): send a shorter query"
         )
-
-
-def _read_ipc(path: Path) -> pa.Table:
-    import pyarrow as pa
-
-    with pa.memory_map(str(path)) as source:
-        # Read into memory: the file is removed with the worker's directory.
-        return pa.ipc.open_file(source).read_all().combine_chunks()
-
-
-def _rss(pid: int) -> int:
-    """Resident bytes of ``pid`` and its descendants (0 once gone)."""
-    total = 0
-    todo = [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                todo.extend(int(c) for c in f.read().split())
-        except (OSError, ValueError):
-            continue
-    return total
-
-
-async def _watch_memory(pid: int, bound: int) -> None:
-    """Returns when the worker's resident memory passes ``bound`` (never otherwise)."""
-    while True:
-        await asyncio.sleep(MEMORY_POLL_S)
-        if _rss(pid) > bound:
-            return
 
 
 @dataclass

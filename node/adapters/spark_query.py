@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from node.adapters.query_answers import read_answer, watch_memory
 from node.app.errors import (
     QueryDeadlineExceeded,
     QueryError,
@@ -234,7 +235,7 @@ class SparkQueryEngine:
             proc.stdin.write(json.dumps(request).encode() + b"\n")
             await proc.stdin.drain()
             bound = max(MIN_HEAP_MIB << 20, limits.memory_bytes) + JVM_SLACK_BYTES
-            watch = loop.create_task(_watch_memory(proc.pid, bound))
+            watch = loop.create_task(watch_memory(proc.pid, bound, MEMORY_POLL_S, in_thread=True))
             read = loop.create_task(proc.stdout.readline())
             try:
                 done, _ = await asyncio.wait(
@@ -267,7 +268,7 @@ class SparkQueryEngine:
                 if kind == "too_large":
                     raise QueryTooLarge(message)
                 raise QueryError(message)
-            return await asyncio.to_thread(_read_ipc, out)
+            return await asyncio.to_thread(read_answer, out)
         finally:
             if not answered:
                 # Killed mid-query (deadline, memory, cancellation): the next query starts
@@ -286,38 +287,6 @@ class SparkQueryEngine:
             # Reap it on this loop: its pipes' transports belong to it.
             with contextlib.suppress(TimeoutError, ProcessLookupError):
                 await asyncio.wait_for(worker.proc.wait(), 10.0)
-
-
-def _read_ipc(path: Path) -> pa.Table:
-    import pyarrow as pa
-
-    with pa.memory_map(str(path)) as source:
-        # Read into memory: the file is removed with the query's directory.
-        return pa.ipc.open_file(source).read_all().combine_chunks()
-
-
-def _rss(pid: int) -> int:
-    """Resident bytes of ``pid`` and its descendants (0 once gone)."""
-    total = 0
-    todo = [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                todo.extend(int(c) for c in f.read().split())
-        except (OSError, ValueError):
-            continue
-    return total
-
-
-async def _watch_memory(pid: int, bound: int) -> None:
-    """Returns when the worker's resident memory passes ``bound`` (never otherwise)."""
-    while True:
-        await asyncio.sleep(MEMORY_POLL_S)
-        if await asyncio.to_thread(_rss, pid) > bound:
-            return
 
 
 __all__ = ["JVM_SLACK_BYTES", "SparkQueryEngine"]
