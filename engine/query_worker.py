@@ -16,10 +16,21 @@ Request (one JSON line)::
      "out": "/private/dir/answer.arrow", "scratch": "/private/dir"}
 
 Answer (one JSON line on stdout): ``{"ok": true, "rows": N}`` with the rows in ``out`` as an
-Arrow IPC file, or ``{"ok": false, "kind": K, "message": M}`` with ``K`` one of ``rejected``
-(the sandbox refused the SQL), ``too_large`` (over ``max_rows``/``max_bytes``), ``out_of_memory``
+Arrow IPC file (with ``"stream": true`` in the request: in parts, see below), or
+``{"ok": false, "kind": K, "message": M}`` with ``K`` one of ``rejected`` (the sandbox refused
+the SQL), ``too_large`` (over ``max_rows``/``max_bytes``), ``out_of_memory``
 (DataFusion's memory pool of ``memory_bytes`` was exhausted) or ``failed`` (the query does not
 plan or run: an unknown column, a type error...).
+
+**Streamed answers** (``"stream": true``). The rows go out while the query runs, so the node can
+send the first ones to its client before the last are computed (Flight SQL's ``DoGet``): each
+part is a complete Arrow IPC stream (its schema, its batches, its end marker) written to
+``<out>.<k>``, announced by a line ``{"part": k, "rows": n}`` once it is closed; parts hold about
+:data:`PART_BYTES` each (the request's ``part_bytes`` if given), the first is closed after its
+first batch so the schema is known early.
+A part is self-contained, so the node reads it without the ones before (dictionaries included).
+The answer line follows the last part; a refusal found mid-way (over ``max_rows``) comes after
+the parts already sent.
 
 The sandbox (:mod:`engine.query_sandbox`) is the transforms' rules: one statement, a query and
 nothing else (no DDL, DML, ``COPY``, ``SET``, ``EXPLAIN``), every ``TableScan`` one of the request's
@@ -44,6 +55,9 @@ from typing import Any
 
 from engine.lifeline import watch_lifeline
 from engine.query_sandbox import SandboxViolation, check_query_plan, check_query_text
+
+PART_BYTES = 8 << 20
+"""About how many bytes of batches one part of a streamed answer holds."""
 
 
 class _Refusal(Exception):
@@ -95,7 +109,6 @@ def run(request: dict[str, Any]) -> int:
         _Refusal: the answer is a refusal or an error (see the module docstring).
     """
     import datafusion
-    import pyarrow as pa
 
     sql = str(request["sql"])
     max_rows = int(request["max_rows"])
@@ -123,17 +136,21 @@ def run(request: dict[str, Any]) -> int:
         check_query_plan(frame.logical_plan().display_indent(), names)
     except SandboxViolation as e:
         raise _Refusal("rejected", e.reason) from None
-    # One row more than allowed tells "exactly max_rows" from "more than max_rows".
-    want = max_rows + 1 if limit is None else min(int(limit), max_rows + 1)
-    frame = frame.limit(want, offset=skip)
+    if skip or limit is not None:
+        # One row more than allowed tells "exactly max_rows" from "more than max_rows".
+        want = max_rows + 1 if limit is None else min(int(limit), max_rows + 1)
+        frame = frame.limit(want, offset=skip)
+    # Without paging no limit is planned (it cost ~2-4 ms of a 25 ms aggregation, measured on
+    # the development machine): the rows are counted as they stream out below, and the stream
+    # is dropped at the first row over max_rows, which stops the query.
+    out = Path(request["out"])
+    part_bytes = int(request.get("part_bytes") or PART_BYTES)
+    sink: _Parts | _File = _Parts(out, part_bytes) if request.get("stream") else _File(out)
     rows = 0
     size = 0
-    out = Path(request["out"])
     try:
-        stream = frame.execute_stream()
-        writer = None
         try:
-            for batch in stream:
+            for batch in frame.execute_stream():
                 rb = batch.to_pyarrow()
                 rows += rb.num_rows
                 size += rb.nbytes
@@ -149,20 +166,77 @@ def run(request: dict[str, Any]) -> int:
                         f"the answer is over {max_bytes} bytes ([query] max_bytes): "
                         "select fewer columns or page with skip/limit",
                     )
-                if writer is None:
-                    writer = pa.ipc.new_file(str(out), rb.schema)
-                writer.write_batch(rb)
-            if writer is None:  # no rows: still the answer's schema
-                schema = frame.schema()
-                writer = pa.ipc.new_file(str(out), schema)
+                sink.write(rb)
+            sink.finish(frame.schema())
         finally:
-            if writer is not None:
-                writer.close()
+            sink.close()
     except _Refusal:
         raise
     except Exception as e:
         raise _Refusal(*_classify(e)) from None
     return rows
+
+
+class _File:
+    """The whole answer in one Arrow IPC file."""
+
+    def __init__(self, out: Path) -> None:
+        self._out = out
+        self._writer: Any = None
+
+    def write(self, rb: Any) -> None:
+        import pyarrow as pa
+
+        if self._writer is None:
+            self._writer = pa.ipc.new_file(str(self._out), rb.schema)
+        self._writer.write_batch(rb)
+
+    def finish(self, schema: Any) -> None:
+        import pyarrow as pa
+
+        if self._writer is None:  # no rows: still the answer's schema
+            self._writer = pa.ipc.new_file(str(self._out), schema)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+class _Parts:
+    """The answer in parts announced on stdout as they are closed (see the module docstring)."""
+
+    def __init__(self, out: Path, part_bytes: int) -> None:
+        self._out = out
+        self._part_bytes = part_bytes
+        self._batches: list[Any] = []
+        self._bytes = 0
+        self._next = 0
+
+    def write(self, rb: Any) -> None:
+        self._batches.append(rb)
+        self._bytes += rb.nbytes
+        if self._next == 0 or self._bytes >= self._part_bytes:
+            self._flush(rb.schema)
+
+    def finish(self, schema: Any) -> None:
+        if self._batches or self._next == 0:  # the rest, or a first part with the schema only
+            self._flush(self._batches[0].schema if self._batches else schema)
+
+    def _flush(self, schema: Any) -> None:
+        import pyarrow as pa
+
+        k = self._next
+        with pa.ipc.new_stream(f"{self._out}.{k}", schema) as writer:
+            for rb in self._batches:
+                writer.write_batch(rb)
+        rows = sum(rb.num_rows for rb in self._batches)
+        self._batches, self._bytes, self._next = [], 0, k + 1
+        sys.stdout.write(json.dumps({"part": k, "rows": rows}) + "\n")
+        sys.stdout.flush()
+
+    def close(self) -> None:
+        self._batches = []
 
 
 def _classify(e: BaseException) -> tuple[str, str]:

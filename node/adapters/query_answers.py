@@ -9,6 +9,7 @@ Used by :mod:`node.adapters.query_engine` (DataFusion workers) and
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,7 @@ from node.engine_client import process_tree_rss
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["read_answer", "watch_memory"]
+__all__ = ["TableStream", "read_answer", "read_answer_part", "watch_memory"]
 
 
 def read_answer(path: Path) -> pa.Table:
@@ -35,6 +36,15 @@ def read_answer(path: Path) -> pa.Table:
         return pa.ipc.open_file(source).read_all()
 
 
+def read_answer_part(path: Path) -> pa.Table:
+    """One part of a streamed answer (an Arrow IPC stream) at ``path``, without copying it (the
+    file may be removed at once, as with :func:`read_answer`)."""
+    import pyarrow as pa
+
+    with pa.memory_map(str(path)) as source:
+        return pa.ipc.open_stream(source).read_all()
+
+
 async def watch_memory(pid: int, bound: int, poll_s: float, *, in_thread: bool = False) -> None:
     """Returns when the resident memory of ``pid`` and its descendants passes ``bound`` (never
     otherwise), looking every ``poll_s`` seconds; ``in_thread``: read ``/proc`` in a thread
@@ -44,3 +54,24 @@ async def watch_memory(pid: int, bound: int, poll_s: float, *, in_thread: bool =
         rss = await asyncio.to_thread(process_tree_rss, pid) if in_thread else process_tree_rss(pid)
         if rss > bound:
             return
+
+
+class TableStream:
+    """A whole answer given on as a stream (the Spark dialect's, the in-memory twin's)."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self._schema = table.schema
+        self._batches = deque(table.to_batches())
+
+    @property
+    def schema(self) -> pa.Schema:
+        """See :class:`~node.app.ports.AnswerStream`."""
+        return self._schema
+
+    async def next_batch(self) -> pa.RecordBatch | None:
+        """See :class:`~node.app.ports.AnswerStream`."""
+        return self._batches.popleft() if self._batches else None
+
+    async def close(self) -> None:
+        """See :class:`~node.app.ports.AnswerStream`."""
+        self._batches.clear()

@@ -26,12 +26,19 @@ import os
 import shutil
 import signal
 import tempfile
+from asyncio import FIRST_COMPLETED
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from node.adapters.query_answers import read_answer, watch_memory
+from node.adapters.query_answers import (
+    TableStream,
+    read_answer,
+    read_answer_part,
+    watch_memory,
+)
 from node.app.errors import (
     QueryDeadlineExceeded,
     QueryError,
@@ -39,7 +46,13 @@ from node.app.errors import (
     QueryTooLarge,
     Unavailable,
 )
-from node.app.ports import QueryDialect, QueryEnginePort, QueryLimits, QueryTable
+from node.app.ports import (
+    AnswerStream,
+    QueryDialect,
+    QueryEnginePort,
+    QueryLimits,
+    QueryTable,
+)
 from node.engine_client import PROJECT_ROOT
 from node.engine_router import datafusion_python
 from node.lifeline import Lifeline
@@ -79,7 +92,8 @@ class DataFusionQueryEngine:
     """Sandboxed DataFusion query workers (see the module docstring).
 
     ``max_sql_bytes`` (``[query] max_sql_bytes``), when given, refuses a longer text before a
-    worker is asked; ``spark`` answers the ``spark`` dialect.
+    worker is asked; ``spark`` answers the ``spark`` dialect; ``stream_part_bytes`` is the size
+    of a streamed answer's parts (default: the worker's, 8 MiB).
     """
 
     def __init__(
@@ -90,8 +104,10 @@ class DataFusionQueryEngine:
         python: Path | None = None,
         spark: QueryEnginePort | None = None,
         max_sql_bytes: int | None = None,
+        stream_part_bytes: int | None = None,
     ) -> None:
         self._max_sql_bytes = max_sql_bytes
+        self._part_bytes = stream_part_bytes
         self._warm = max(0, warm_workers)
         self._isolate = isolate_network
         self._python = python or datafusion_python(QUERY_DATAFUSION_VERSION)
@@ -198,63 +214,78 @@ class DataFusionQueryEngine:
     ) -> pa.Table:
         """See :class:`~node.app.ports.QueryEnginePort`."""
         if dialect == "spark":
-            if self._spark is None:
-                raise QueryRejected(
-                    "the spark dialect is not available on this node (no Spark query engine "
-                    "is configured): use the datafusion dialect"
-                )
-            return await self._spark.query(sql, tables, limits, dialect, skip=skip, limit=limit)
-        if self._closed:
-            raise Unavailable("the query engine is stopped")
-        if self._max_sql_bytes is not None:
-            # Before anything parses it, also when a caller forgot the use case's own check.
-            _check_size(sql, self._max_sql_bytes)
+            return await self._spark_engine().query(
+                sql, tables, limits, dialect, skip=skip, limit=limit
+            )
+        self._check(sql)
         if limit is not None and limit > limits.max_rows:
             raise QueryTooLarge(
                 f"limit {limit} is over [query] max_rows ({limits.max_rows}): page with skip"
             )
         worker = await self._take()
+        here = worker.dir / f"q{worker.served}"
         try:
-            return await self._run(worker, sql, tables, limits, skip, limit)
+            here.mkdir()
+            out = here / "answer.arrow"
+            await self._send(worker, here, sql, tables, limits, skip, limit, stream=False)
+            deadline = asyncio.get_running_loop().time() + limits.deadline_s
+            watch = self._watch(worker, limits)
+            try:
+                answer = await _answer_line(worker, limits, deadline, watch)
+            finally:
+                watch.cancel()
+            _raise_refusal(answer, limits)
+            if out.stat().st_size <= INLINE_READ_BYTES:
+                # A small answer (an aggregation's) reads in microseconds: a thread hand-over
+                # would cost more than the read (milliseconds when the machine is loaded).
+                return read_answer(out)
+            return await asyncio.to_thread(read_answer, out)
         finally:
-            worker.served += 1
-            if (
-                worker.healthy
-                and not self._closed
-                and worker.served < QUERIES_PER_WORKER
-                and len(self._idle) < self._warm
-            ):
-                self._idle.append(worker)
-            else:
-                self._discard(worker)
-                if self._warm:
-                    self._reap(worker)
-                else:
-                    # No warm workers (a CLI command, a script): the loop may end right after
-                    # this answer, so the killed worker is reaped before it is given.
-                    with contextlib.suppress(Exception):
-                        await asyncio.wait_for(worker.proc.wait(), 5.0)
-            # A replacement starts once this query is answered: a DataFusion import takes
-            # both cores for ~0.3 s, which would otherwise be taken from the query.
-            self._refill()
+            shutil.rmtree(here, ignore_errors=True)
+            await self._release(worker)
 
-    async def _run(
+    async def query_stream(
         self,
-        worker: _Worker,
         sql: str,
         tables: Sequence[QueryTable],
         limits: QueryLimits,
-        skip: int,
-        limit: int | None,
-    ) -> pa.Table:
+        dialect: QueryDialect = "datafusion",
+    ) -> AnswerStream:
+        """See :class:`~node.app.ports.QueryEnginePort`: the worker writes the answer in parts
+        (``engine/query_worker.py``), given on as they come."""
+        if dialect == "spark":
+            # The Spark worker answers whole: its answer is given on as one stream.
+            return TableStream(await self._spark_engine().query(sql, tables, limits, dialect))
+        self._check(sql)
+        worker = await self._take()
         here = worker.dir / f"q{worker.served}"
-        here.mkdir()
+        stream = _WorkerStream(self, worker, here, limits)
         try:
-            return await self._ask(worker, here, sql, tables, limits, skip, limit)
-        finally:
-            shutil.rmtree(here, ignore_errors=True)
+            here.mkdir()
+            await self._send(worker, here, sql, tables, limits, 0, None, stream=True)
+            stream.started()
+            await stream.first_part()
+        except BaseException:
+            await stream.close()
+            raise
+        return stream
 
-    async def _ask(
+    def _spark_engine(self) -> QueryEnginePort:
+        if self._spark is None:
+            raise QueryRejected(
+                "the spark dialect is not available on this node (no Spark query engine "
+                "is configured): use the datafusion dialect"
+            )
+        return self._spark
+
+    def _check(self, sql: str) -> None:
+        if self._closed:
+            raise Unavailable("the query engine is stopped")
+        if self._max_sql_bytes is not None:
+            # Before anything parses it, also when a caller forgot the use case's own check.
+            _check_size(sql, self._max_sql_bytes)
+
+    async def _send(
         self,
         worker: _Worker,
         here: Path,
@@ -263,8 +294,9 @@ class DataFusionQueryEngine:
         limits: QueryLimits,
         skip: int,
         limit: int | None,
-    ) -> pa.Table:
-        out = here / "answer.arrow"
+        *,
+        stream: bool,
+    ) -> None:
         scratch = here / "tables"
         scratch.mkdir()
         # Until the answer is read, the worker is not reusable (a cancelled or failed exchange
@@ -279,59 +311,46 @@ class DataFusionQueryEngine:
             "skip": skip,
             "limit": limit,
             "max_sql_bytes": self._max_sql_bytes,
-            "out": str(out),
+            "out": str(here / "answer.arrow"),
             "scratch": str(scratch),
+            "stream": stream,
+            "part_bytes": self._part_bytes,
         }
         proc = worker.proc
-        assert proc.stdin is not None and proc.stdout is not None
+        assert proc.stdin is not None
         proc.stdin.write(json.dumps(request).encode() + b"\n")
         await proc.stdin.drain()
+
+    @staticmethod
+    def _watch(worker: _Worker, limits: QueryLimits) -> asyncio.Task[None]:
         bound = limits.memory_bytes + MEMORY_SLACK_BYTES
-        watch = asyncio.get_running_loop().create_task(watch_memory(proc.pid, bound, MEMORY_POLL_S))
-        read = asyncio.get_running_loop().create_task(proc.stdout.readline())
-        try:
-            done, _ = await asyncio.wait(
-                {read, watch}, timeout=limits.deadline_s, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            watch.cancel()
-        if watch in done:
-            read.cancel()
-            worker.kill()
-            raise QueryTooLarge(
-                f"the query needed more than {limits.memory_bytes} bytes of memory "
-                "([query] memory_bytes) and was stopped: narrow it or raise the setting"
-            )
-        if read not in done:
-            read.cancel()
-            worker.kill()
-            raise QueryDeadlineExceeded(
-                f"the query ran longer than {limits.deadline_s:g} s ([query] deadline_s) "
-                "and was stopped"
-            )
-        line = read.result()
-        if not line:
-            log = (worker.dir / "worker.log").read_text(errors="replace")[-300:]
-            raise QueryError(f"the query worker ended without an answer: {log.strip()}")
-        answer = json.loads(line)
-        worker.healthy = True
-        if not answer.get("ok"):
-            kind, message = str(answer.get("kind")), str(answer.get("message"))
-            if kind == "rejected":
-                raise QueryRejected(message)
-            if kind == "too_large":
-                raise QueryTooLarge(message)
-            if kind == "out_of_memory":
-                raise QueryTooLarge(
-                    f"the query needed more than {limits.memory_bytes} bytes of memory "
-                    f"([query] memory_bytes): {message}"
-                )
-            raise QueryError(message)
-        if out.stat().st_size <= INLINE_READ_BYTES:
-            # A small answer (an aggregation's) reads in microseconds: a thread hand-over
-            # would cost more than the read (milliseconds when the machine is loaded).
-            return read_answer(out)
-        return await asyncio.to_thread(read_answer, out)
+        return asyncio.get_running_loop().create_task(
+            watch_memory(worker.proc.pid, bound, MEMORY_POLL_S)
+        )
+
+    async def _release(self, worker: _Worker) -> None:
+        """Give a worker back after a query: to the idle ones if it answered and may serve
+        more, else killed; a replacement starts once this query is answered."""
+        worker.served += 1
+        if (
+            worker.healthy
+            and not self._closed
+            and worker.served < QUERIES_PER_WORKER
+            and len(self._idle) < self._warm
+        ):
+            self._idle.append(worker)
+        else:
+            self._discard(worker)
+            if self._warm:
+                self._reap(worker)
+            else:
+                # No warm workers (a CLI command, a script): the loop may end right after
+                # this answer, so the killed worker is reaped before it is given.
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(worker.proc.wait(), 5.0)
+        # After the answer: a DataFusion import takes both cores for ~0.3 s, which would
+        # otherwise be taken from the query.
+        self._refill()
 
     async def close(self) -> None:
         """Stop the idle workers (a running query's worker is killed when it returns)."""
@@ -352,6 +371,151 @@ class DataFusionQueryEngine:
             await asyncio.wait(set(self._reaping), timeout=5.0)
         if self._spark is not None:
             await self._spark.close()
+
+
+async def _answer_line(
+    worker: _Worker, limits: QueryLimits, deadline: float, watch: asyncio.Task[None]
+) -> dict[str, object]:
+    """The worker's next line on stdout (a part or the answer), or the error that ended it: its
+    memory passed the bound (``watch`` returned) or ``deadline`` (the loop's time) passed; the
+    worker is killed then."""
+    proc = worker.proc
+    assert proc.stdout is not None
+    read = asyncio.get_running_loop().create_task(proc.stdout.readline())
+    timeout = max(0.0, deadline - asyncio.get_running_loop().time())
+    done, _ = await asyncio.wait({read, watch}, timeout=timeout, return_when=FIRST_COMPLETED)
+    if watch in done:
+        read.cancel()
+        worker.kill()
+        raise QueryTooLarge(
+            f"the query needed more than {limits.memory_bytes} bytes of memory "
+            "([query] memory_bytes) and was stopped: narrow it or raise the setting"
+        )
+    if read not in done:
+        read.cancel()
+        worker.kill()
+        raise QueryDeadlineExceeded(
+            f"the query ran longer than {limits.deadline_s:g} s ([query] deadline_s) "
+            "and was stopped"
+        )
+    line = read.result()
+    if not line:
+        log = (worker.dir / "worker.log").read_text(errors="replace")[-300:]
+        raise QueryError(f"the query worker ended without an answer: {log.strip()}")
+    message: dict[str, object] = json.loads(line)
+    if "part" not in message:
+        worker.healthy = True  # it answered: it waits for the next request
+    return message
+
+
+def _raise_refusal(answer: dict[str, object], limits: QueryLimits) -> None:
+    """Raise the error a worker's refusal answer stands for (nothing if it answered rows)."""
+    if answer.get("ok"):
+        return
+    kind, message = str(answer.get("kind")), str(answer.get("message"))
+    if kind == "rejected":
+        raise QueryRejected(message)
+    if kind == "too_large":
+        raise QueryTooLarge(message)
+    if kind == "out_of_memory":
+        raise QueryTooLarge(
+            f"the query needed more than {limits.memory_bytes} bytes of memory "
+            f"([query] memory_bytes): {message}"
+        )
+    raise QueryError(message)
+
+
+class _WorkerStream:
+    """A streamed answer read part by part from its worker (see ``engine/query_worker.py``).
+
+    A task reads the worker's lines as they come, whoever consumes the answer and however
+    slowly: ``[query] deadline_s`` and ``memory_bytes`` bound the query's computation, and a
+    query that finished is not killed because its client reads slowly.
+    """
+
+    def __init__(
+        self, engine: DataFusionQueryEngine, worker: _Worker, here: Path, limits: QueryLimits
+    ) -> None:
+        self._engine = engine
+        self._worker = worker
+        self._here = here
+        self._limits = limits
+        self._lines: asyncio.Queue[dict[str, object] | BaseException] = asyncio.Queue()
+        self._pending: deque[pa.RecordBatch] = deque()
+        self._schema: pa.Schema | None = None
+        self._done = False
+        self._closed = False
+        self._pump: asyncio.Task[None] | None = None
+
+    def started(self) -> None:
+        """The request was sent: the worker's lines are read from now on."""
+        self._pump = asyncio.get_running_loop().create_task(self._read_lines())
+
+    async def _read_lines(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._limits.deadline_s
+        watch = DataFusionQueryEngine._watch(self._worker, self._limits)
+        try:
+            while True:
+                try:
+                    message = await _answer_line(self._worker, self._limits, deadline, watch)
+                except Exception as e:  # the worker was killed or ended: the consumer learns it
+                    self._lines.put_nowait(e)
+                    return
+                self._lines.put_nowait(message)
+                if "part" not in message:
+                    return
+        finally:
+            watch.cancel()
+
+    async def first_part(self) -> None:
+        """Wait until the schema is known (the first part, or a refusal)."""
+        while self._schema is None:
+            await self._advance()
+
+    @property
+    def schema(self) -> pa.Schema:
+        """See :class:`~node.app.ports.AnswerStream`."""
+        assert self._schema is not None, "first_part() was not awaited"
+        return self._schema
+
+    async def _advance(self) -> None:
+        item = await self._lines.get()
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        if "part" in item:
+            path = self._here / f"answer.arrow.{item['part']}"
+            table = read_answer_part(path)
+            path.unlink()
+            if self._schema is None:
+                self._schema = table.schema
+            self._pending.extend(table.to_batches())
+            return
+        self._done = True
+        _raise_refusal(item, self._limits)
+
+    async def next_batch(self) -> pa.RecordBatch | None:
+        """See :class:`~node.app.ports.AnswerStream`."""
+        while not self._pending:
+            if self._done or self._closed:
+                return None
+            await self._advance()
+        return self._pending.popleft()
+
+    async def close(self) -> None:
+        """See :class:`~node.app.ports.AnswerStream`."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pending.clear()
+        if self._pump is not None and not self._pump.done():
+            # Still computing: the worker is mid-request, so it is killed, not reused.
+            self._pump.cancel()
+            self._worker.healthy = False
+            self._worker.kill()
+        shutil.rmtree(self._here, ignore_errors=True)
+        await self._engine._release(self._worker)
 
 
 def _work_root() -> str | None:
@@ -427,9 +591,23 @@ class InMemoryQueryEngine:
             raise QueryTooLarge(f"more than {limits.max_rows} rows ([query] max_rows)")
         return table
 
+    async def query_stream(
+        self,
+        sql: str,
+        tables: Sequence[QueryTable],
+        limits: QueryLimits,
+        dialect: QueryDialect = "datafusion",
+    ) -> AnswerStream:
+        """:meth:`query`'s answer as a stream."""
+        return TableStream(await self.query(sql, tables, limits, dialect))
+
     async def close(self) -> None:
         """Nothing to stop."""
         self.closed = True
 
 
-__all__ = ["QUERY_DATAFUSION_VERSION", "DataFusionQueryEngine", "InMemoryQueryEngine"]
+__all__ = [
+    "QUERY_DATAFUSION_VERSION",
+    "DataFusionQueryEngine",
+    "InMemoryQueryEngine",
+]

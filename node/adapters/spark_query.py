@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from node.adapters.query_answers import read_answer, watch_memory
+from node.adapters.query_answers import TableStream, read_answer, watch_memory
 from node.app.errors import (
     QueryDeadlineExceeded,
     QueryError,
@@ -45,7 +45,7 @@ from node.app.errors import (
     QueryTooLarge,
     Unavailable,
 )
-from node.app.ports import QueryDialect, QueryLimits, QueryTable
+from node.app.ports import AnswerStream, QueryDialect, QueryLimits, QueryTable
 from node.engine_client import PROJECT_ROOT
 from node.lifeline import Lifeline
 
@@ -277,6 +277,16 @@ class SparkQueryEngine:
                 if self._worker is worker:
                     self._worker = None
             shutil.rmtree(here, ignore_errors=True)
+
+    async def query_stream(
+        self,
+        sql: str,
+        tables: Sequence[QueryTable],
+        limits: QueryLimits,
+        dialect: QueryDialect = "spark",
+    ) -> AnswerStream:
+        """:meth:`query`'s answer given on as a stream (the Spark worker answers whole)."""
+        return TableStream(await self.query(sql, tables, limits, dialect))
 
     async def close(self) -> None:
         """Stop the worker (a running query is killed)."""

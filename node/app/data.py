@@ -44,7 +44,14 @@ from node.app.errors import (
     QueryRejected,
     Unavailable,
 )
-from node.app.ports import QueryDialect, QueryEnginePort, QueryLimits, QueryTable, StatePort
+from node.app.ports import (
+    AnswerStream,
+    QueryDialect,
+    QueryEnginePort,
+    QueryLimits,
+    QueryTable,
+    StatePort,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -123,6 +130,14 @@ class QueryAnswer:
             "inputs": [i.to_json() for i in self.inputs],
             "truncated": False,
         }
+
+
+@dataclass(frozen=True)
+class StreamedAnswer:
+    """An answer given on while its query runs, and the tables it could read."""
+
+    stream: AnswerStream
+    inputs: tuple[ReadableTable, ...]
 
 
 @dataclass(frozen=True)
@@ -367,13 +382,45 @@ class VerifiedData:
                 readable ones, and those ``untrusted`` would add).
             QueryError: the other ways a query fails (each names its setting).
         """
+        if skip < 0 or (limit is not None and limit < 0):
+            raise InvalidArgument("skip and limit must be >= 0")
+        engine, inputs, tables = await self._prepare(sql, untrusted, pinned)
+        try:
+            table = await engine.query(sql, tables, self.limits, dialect, skip=skip, limit=limit)
+        except QueryError as e:
+            raise await self._named_error(e, untrusted) from e
+        return QueryAnswer(table, tuple(inputs), dialect, skip, limit)
+
+    async def query_stream(
+        self, sql: str, *, untrusted: bool = False, dialect: QueryDialect = "datafusion"
+    ) -> StreamedAnswer:
+        """:meth:`query`'s answer given on while the query runs (Flight SQL sends it so): the
+        same tables, rules and errors; the caller closes ``stream``."""
+        engine, inputs, tables = await self._prepare(sql, untrusted, None)
+        try:
+            stream = await engine.query_stream(sql, tables, self.limits, dialect)
+        except QueryError as e:
+            raise await self._named_error(e, untrusted) from e
+        return StreamedAnswer(stream, tuple(inputs))
+
+    async def _named_error(self, e: QueryError, untrusted: bool) -> QueryError:
+        """``e``, or :class:`UnknownTable` when it says a table is missing (naming the readable
+        ones)."""
+        unknown = _missing_table(str(e)) if type(e) in (QueryError, QueryRejected) else None
+        if unknown is None:
+            return e
+        return await self._unknown_table(unknown, untrusted)
+
+    async def _prepare(
+        self, sql: str, untrusted: bool, pinned: Mapping[str, str] | None
+    ) -> tuple[QueryEnginePort, list[ReadableTable], list[QueryTable]]:
+        """The engine, the readable datasets ``sql`` names and their tables (each under its
+        alias and its DID)."""
         if len(sql.encode()) > self.max_sql_bytes:
             raise QueryRejected(
                 f"the query is {len(sql.encode())} bytes, over [query] max_sql_bytes "
                 f"({self.max_sql_bytes})"
             )
-        if skip < 0 or (limit is not None and limit < 0):
-            raise InvalidArgument("skip and limit must be >= 0")
         if self.engine is None:
             raise Unavailable("the query engine is not available in this context")
         inputs: list[ReadableTable] = []
@@ -397,16 +444,7 @@ class VerifiedData:
             tables.append(r.table)
             if r.alias != r.did:
                 tables.append(QueryTable(r.did, r.did, r.head, r.table.files))
-        try:
-            table = await self.engine.query(
-                sql, tables, self.limits, dialect, skip=skip, limit=limit
-            )
-        except QueryError as e:
-            unknown = _missing_table(str(e)) if type(e) in (QueryError, QueryRejected) else None
-            if unknown is None:
-                raise
-            raise await self._unknown_table(unknown, untrusted) from e
-        return QueryAnswer(table, tuple(inputs), dialect, skip, limit)
+        return self.engine, inputs, tables
 
     async def _unknown_table(self, name: str, untrusted: bool) -> UnknownTable:
         """The error for a table the engine did not find: which tables can be read, how to
@@ -726,6 +764,7 @@ __all__ = [
     "ExportResult",
     "QueryAnswer",
     "ReadableTable",
+    "StreamedAnswer",
     "UnknownTable",
     "VerifiedData",
     "json_cell",

@@ -656,22 +656,6 @@ class EventSink(Protocol):
         ...
 
 
-__all__ = [
-    "BackupPort",
-    "Clock",
-    "EnginePort",
-    "EventSink",
-    "GossipPort",
-    "HeadProbe",
-    "IpfsPort",
-    "SourcePort",
-    "SourceResponse",
-    "StatePort",
-    "TransferPort",
-    "VerificationVerdict",
-]
-
-
 # ---- reading verified data (docs/query.md)
 
 QueryDialect = Literal["datafusion", "spark"]
@@ -700,6 +684,27 @@ class QueryLimits:
     max_bytes: int
 
 
+class AnswerStream(Protocol):
+    """An answer sent on while its query runs (:meth:`QueryEnginePort.query_stream`)."""
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The answer's schema (known before its first batch)."""
+        ...
+
+    async def next_batch(self) -> pa.RecordBatch | None:
+        """The next batch, ``None`` after the last one.
+
+        Raises a :class:`~node.app.errors.QueryError` subclass when the query fails on the
+        way (over ``max_rows``, its deadline): the batches already given were part of it.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Stop the query if it still runs and release what it holds (idempotent)."""
+        ...
+
+
 class QueryEnginePort(Protocol):
     """Runs one read-only SQL statement over the given tables, in the transform sandbox and in a
     process of its own (a sandbox refusal, an overrun or a failure is a
@@ -719,6 +724,39 @@ class QueryEnginePort(Protocol):
         :class:`~node.app.errors.QueryTooLarge`) as an Arrow table."""
         ...
 
+    async def query_stream(
+        self,
+        sql: str,
+        tables: Sequence[QueryTable],
+        limits: QueryLimits,
+        dialect: QueryDialect = "datafusion",
+    ) -> AnswerStream:
+        """The answer as it is computed (the same rules and bounds as :meth:`query`); returns
+        once its schema is known. The caller closes it."""
+        ...
+
     async def close(self) -> None:
         """Stop the workers (a running query is killed)."""
         ...
+
+
+__all__ = [
+    "AnswerStream",
+    "BackupPort",
+    "Clock",
+    "EnginePort",
+    "EventSink",
+    "GossipPort",
+    "HeadProbe",
+    "IpfsPort",
+    "MqttRequest",
+    "QueryDialect",
+    "QueryEnginePort",
+    "QueryLimits",
+    "QueryTable",
+    "SourcePort",
+    "SourceResponse",
+    "StatePort",
+    "TransferPort",
+    "VerificationVerdict",
+]

@@ -59,7 +59,7 @@ from node.app.errors import (
     QueryRejected,
     Unavailable,
 )
-from node.app.ports import QueryTable
+from node.app.ports import AnswerStream, QueryTable
 from node.app.query_api import ClientLimiter
 
 CATALOG = "kamu"
@@ -97,6 +97,11 @@ class _Answer(Protocol):
     def table(self) -> pa.Table: ...
 
 
+class _Streamed(Protocol):
+    @property
+    def stream(self) -> AnswerStream: ...
+
+
 class DataReader(Protocol):
     """What the server needs of ``Application.data``: the readable tables and a query."""
 
@@ -106,6 +111,10 @@ class DataReader(Protocol):
 
     async def query(self, sql: str, *, untrusted: bool = False) -> _Answer:
         """The answer (``QueryAnswer``: ``.table`` is an Arrow table) or a QueryError."""
+        ...
+
+    async def query_stream(self, sql: str, *, untrusted: bool = False) -> _Streamed:
+        """The answer as it is computed (``StreamedAnswer``: ``.stream``) or a QueryError."""
         ...
 
 
@@ -365,10 +374,11 @@ def plain_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([f.with_type(_plain(f.type)) for f in schema], metadata=schema.metadata)
 
 
-def batches(table: pa.Table) -> Iterator[pa.RecordBatch]:
-    """``table`` as record batches of :func:`plain_schema`, of at most ``_BATCH_ROWS`` rows and
-    about ``_BATCH_BYTES`` (zero-copy slices, cast one by one when a column is a view)."""
-    target = plain_schema(table.schema)
+def batches(table: pa.Table, target: pa.Schema | None = None) -> Iterator[pa.RecordBatch]:
+    """``table`` as record batches of ``target`` (default: :func:`plain_schema`), of at most
+    ``_BATCH_ROWS`` rows and about ``_BATCH_BYTES`` (zero-copy slices, cast one by one when a
+    column is a view)."""
+    target = target or plain_schema(table.schema)
     rows = _BATCH_ROWS
     if table.num_rows:
         rows = max(1, min(_BATCH_ROWS, _BATCH_BYTES // max(1, table.nbytes // table.num_rows)))
@@ -399,11 +409,31 @@ class _Session:
     statements: OrderedDict[bytes, str] = field(default_factory=OrderedDict)
 
 
+class _Live:
+    """A statement's answer being computed: its stream and the client's concurrency slot, both
+    held until the answer is sent or dropped (:meth:`FlightSqlServer._drop`)."""
+
+    def __init__(self, stream: AnswerStream, slot: contextlib.AsyncExitStack) -> None:
+        self.stream = stream
+        self.slot = slot
+
+    async def close(self) -> None:
+        try:
+            await self.stream.close()
+        finally:
+            await self.slot.aclose()
+
+
 @dataclass(frozen=True)
 class _Result:
     token: str
-    table: pa.Table
+    answer: pa.Table | _Live
     expires: float
+
+    @property
+    def nbytes(self) -> int:
+        # A live answer is bounded by [query] max_bytes in the worker, not held here.
+        return self.answer.nbytes if isinstance(self.answer, pa.Table) else 0
 
 
 class _Auth(fl.ServerMiddleware):  # type: ignore[misc]
@@ -555,6 +585,7 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
         # The daemon passes the HTTP data API's limiter: one [query] concurrency_total for both
         # surfaces, and concurrency_per_client per HTTP peer or Flight SQL session.
         self._limiter = limiter or ClientLimiter(concurrency_per_client, 1 << 30)
+        self._per_client = concurrency_per_client
         self._kept_bytes = kept_bytes
         self._max_sql_bytes = max_sql_bytes
         self._deadline_s = deadline_s
@@ -638,17 +669,47 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
             )
         return sql
 
-    def _run_sql(self, session: _Session, untrusted: bool, sql: str) -> pa.Table:
+    def _run_sql(self, session: _Session, untrusted: bool, sql: str) -> pa.Table | _Live:
         if _is_show_tables(sql):
             return self._show_tables(untrusted)
 
-        async def run() -> pa.Table:
-            async with self._limiter.slot(f"flight-sql:{session.token}"):
-                answer = await self._data.query(sql, untrusted=untrusted)
-            table: pa.Table = answer.table
-            return table
+        self._supersede(session)
+
+        async def run() -> _Live:
+            # The slot is held until the answer is sent or dropped, not only while it starts.
+            slot = contextlib.AsyncExitStack()
+            await slot.enter_async_context(self._limiter.slot(f"flight-sql:{session.token}"))
+            try:
+                answer = await self._data.query_stream(sql, untrusted=untrusted)
+            except BaseException:
+                await slot.aclose()
+                raise
+            return _Live(answer.stream, slot)
 
         return self._on_loop(run)
+
+    def _supersede(self, session: _Session) -> None:
+        """Drop the session's oldest answers not fetched yet while they hold all its slots: a
+        client that runs a new statement has moved on (ADBC executes a statement and may
+        never fetch it), and would otherwise be refused as busy by its own leftovers."""
+        with self._lock:
+            live = [
+                h
+                for h, r in self._results.items()
+                if r.token == session.token and isinstance(r.answer, _Live)
+            ]
+            stale = [self._results.pop(h) for h in live[: max(0, len(live) - self._per_client + 1)]]
+        for r in stale:
+            self._drop(r.answer, wait=True)
+
+    def _drop(self, answer: pa.Table | _Live, *, wait: bool = False) -> None:
+        """Release a kept answer that will not be sent (its worker and slot); ``wait``: until
+        it is released (from a gRPC thread only)."""
+        if isinstance(answer, _Live):
+            done = asyncio.run_coroutine_threadsafe(answer.close(), self._loop)
+            if wait:
+                with contextlib.suppress(Exception):
+                    done.result(timeout=30.0)
 
     def _tables(self, untrusted: bool) -> list[QueryTable]:
         readable = self._on_loop(lambda: self._data.tables(untrusted=untrusted))
@@ -685,7 +746,7 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
             columns.append(pa.array([_table_schema_bytes(t) for t in rows], pa.binary()))
         return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
-    def _answer(self, session: _Session, untrusted: bool, cmd: bytes) -> pa.Table:
+    def _answer(self, session: _Session, untrusted: bool, cmd: bytes) -> pa.Table | _Live:
         try:
             name, f = unpack_any(cmd)
         except ValueError as e:
@@ -715,24 +776,28 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
             return sql_info_table(_uint32s(f, 1))
         raise fl.FlightServerError(f"Flight SQL command {name} is not supported by this node")
 
-    def _keep(self, session: _Session, table: pa.Table) -> bytes:
+    def _keep(self, session: _Session, answer: pa.Table | _Live) -> bytes:
         handle = secrets.token_bytes(16)
         now = time.monotonic()
+        dropped: list[_Result] = []
         with self._lock:
             for h in [h for h, r in self._results.items() if r.expires < now]:
-                del self._results[h]
+                dropped.append(self._results.pop(h))
             mine = [h for h, r in self._results.items() if r.token == session.token]
             for h in mine[: max(0, len(mine) - _RESULTS_PER_SESSION + 1)]:
-                del self._results[h]
-            self._results[handle] = _Result(session.token, table, now + _RESULT_TTL_S)
+                dropped.append(self._results.pop(h))
+            self._results[handle] = _Result(session.token, answer, now + _RESULT_TTL_S)
             # Each kept answer is within [query] max_bytes; clients that never fetch their
             # answers lose the oldest ones, the node not its memory.
-            total = sum(r.table.nbytes for r in self._results.values())
+            total = sum(r.nbytes for r in self._results.values())
             while len(self._results) > 1 and (
                 len(self._results) > _RESULTS_MAX or total > self._kept_bytes
             ):
-                _, dropped = self._results.popitem(last=False)
-                total -= dropped.table.nbytes
+                _, oldest = self._results.popitem(last=False)
+                total -= oldest.nbytes
+                dropped.append(oldest)
+        for r in dropped:
+            self._drop(r.answer)
         return handle
 
     # ---- Flight RPCs
@@ -743,14 +808,18 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
         session, untrusted = self._session(context)
         if descriptor.descriptor_type != fl.DescriptorType.CMD:
             raise fl.FlightServerError("this node serves Flight SQL commands, not paths")
-        table = self._answer(session, untrusted, descriptor.command)
-        handle = self._keep(session, table)
+        answer = self._answer(session, untrusted, descriptor.command)
+        handle = self._keep(session, answer)
         ticket = fl.Ticket(pack_any("TicketStatementQuery", [(1, handle)]))
+        if isinstance(answer, _Live):  # its rows are still being computed: count unknown
+            return fl.FlightInfo(
+                plain_schema(answer.stream.schema), descriptor, [fl.FlightEndpoint(ticket, [])]
+            )
         return fl.FlightInfo(
-            plain_schema(table.schema),
+            plain_schema(answer.schema),
             descriptor,
             [fl.FlightEndpoint(ticket, [])],
-            table.num_rows,
+            answer.num_rows,
             -1,
         )
 
@@ -758,8 +827,11 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
     def get_schema(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.SchemaResult:
         """The schema of a command's answer (the answer is computed and dropped)."""
         session, untrusted = self._session(context)
-        table = self._answer(session, untrusted, descriptor.command)
-        return fl.SchemaResult(plain_schema(table.schema))
+        answer = self._answer(session, untrusted, descriptor.command)
+        if isinstance(answer, _Live):
+            self._drop(answer)
+            return fl.SchemaResult(plain_schema(answer.stream.schema))
+        return fl.SchemaResult(plain_schema(answer.schema))
 
     @_guarded
     def do_get(self, context: Any, ticket: fl.Ticket) -> fl.RecordBatchStream:
@@ -777,11 +849,30 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
                 del self._results[_bytes(f, 1)]
             else:
                 result = None
-        if result is None or result.expires < time.monotonic():
+        if result is not None and result.expires < time.monotonic():
+            self._drop(result.answer)
+            result = None
+        if result is None:
             raise fl.FlightServerError("unknown or expired ticket: run the statement again")
-        table = result.table
-        reader = pa.RecordBatchReader.from_batches(plain_schema(table.schema), batches(table))
+        answer = result.answer
+        if isinstance(answer, _Live):
+            return fl.GeneratorStream(plain_schema(answer.stream.schema), self._send_live(answer))
+        reader = pa.RecordBatchReader.from_batches(plain_schema(answer.schema), batches(answer))
         return fl.RecordBatchStream(reader)
+
+    def _send_live(self, answer: _Live) -> Iterator[pa.RecordBatch]:
+        """The batches of a live answer as the worker computes them (each fetched on the
+        daemon's loop), cast as :func:`batches` casts; the answer is released at the end, when
+        the client goes away, or on an error (which reaches the client as a Flight error)."""
+        target = plain_schema(answer.stream.schema)
+        try:
+            while True:
+                batch = self._on_loop(answer.stream.next_batch)
+                if batch is None:
+                    return
+                yield from batches(pa.Table.from_batches([batch]), target)
+        finally:
+            self._drop(answer)
 
     @_guarded
     def do_action(self, context: Any, action: fl.Action) -> Iterator[bytes]:

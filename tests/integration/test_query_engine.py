@@ -168,3 +168,139 @@ def test_concurrent_queries_each_get_their_worker(
         return await asyncio.gather(*(engine.query(sql, tables, LIMITS) for _ in range(4)))
 
     assert [t.to_pylist() for t in _LOOP.run_until_complete(many())] == [[{"n": 3}]] * 4
+
+
+# ---- streamed answers (Flight SQL's DoGet sends them as the worker computes them)
+
+STREAM_LIMITS = QueryLimits(
+    deadline_s=20.0, memory_bytes=256 << 20, max_rows=100_000, max_bytes=64 << 20
+)
+
+
+@pytest.fixture(scope="module")
+def streaming() -> Iterator[DataFusionQueryEngine]:
+    # Small parts, so a 60,000-row answer comes in many of them.
+    e = DataFusionQueryEngine(warm_workers=1, stream_part_bytes=64 << 10)
+    yield e
+    _LOOP.run_until_complete(e.close())
+
+
+async def _drain(stream: object) -> list[pa.RecordBatch]:
+    out = []
+    while (batch := await stream.next_batch()) is not None:  # type: ignore[attr-defined]
+        out.append(batch)
+    return out
+
+
+def test_a_streamed_answer_equals_the_whole_answer(
+    streaming: DataFusionQueryEngine, tables: tuple[QueryTable, ...]
+) -> None:
+    sql = 'select "offset", city, population from "covid19.canada" order by "offset"'
+
+    async def both() -> tuple[pa.Table, list[pa.RecordBatch], pa.Schema, int]:
+        whole = await streaming.query(sql, tables, STREAM_LIMITS)
+        stream = await streaming.query_stream(sql, tables, STREAM_LIMITS)
+        try:
+            got = await _drain(stream)
+        finally:
+            await stream.close()
+        return whole, got, stream.schema, streaming.started
+
+    whole, got, schema, started = _LOOP.run_until_complete(both())
+    assert len(got) > 3  # many parts, each given on as it came
+    assert pa.Table.from_batches(got, schema).equals(whole)
+    assert whole.num_rows == 60_000
+    # The worker answered to its end: it served the next query (no replacement was started).
+    again = run(streaming, "select count(*) as n from small", tables)
+    assert again.column("n").to_pylist() == [3] and streaming.started == started
+
+
+def test_an_empty_streamed_answer_has_its_schema(
+    streaming: DataFusionQueryEngine, tables: tuple[QueryTable, ...]
+) -> None:
+    async def go() -> tuple[pa.Schema, list[pa.RecordBatch]]:
+        stream = await streaming.query_stream(
+            "select k from small where k > 10", tables, STREAM_LIMITS
+        )
+        try:
+            return stream.schema, await _drain(stream)
+        finally:
+            await stream.close()
+
+    schema, got = _LOOP.run_until_complete(go())
+    assert schema.names == ["k"] and sum(b.num_rows for b in got) == 0
+
+
+def test_a_stream_over_max_rows_fails_after_its_first_parts(
+    streaming: DataFusionQueryEngine, tables: tuple[QueryTable, ...]
+) -> None:
+    limits = QueryLimits(
+        deadline_s=20.0, memory_bytes=256 << 20, max_rows=30_000, max_bytes=1 << 30
+    )
+
+    async def go() -> int:
+        stream = await streaming.query_stream('select * from "covid19.canada"', tables, limits)
+        rows = 0
+        try:
+            with pytest.raises(QueryTooLarge, match=r"max_rows"):
+                while (batch := await stream.next_batch()) is not None:
+                    rows += batch.num_rows
+        finally:
+            await stream.close()
+        return rows
+
+    rows = _LOOP.run_until_complete(go())
+    assert 0 < rows <= 30_000  # what was sent before the bound was found
+
+
+def test_refusals_come_before_a_stream_starts(
+    streaming: DataFusionQueryEngine, tables: tuple[QueryTable, ...]
+) -> None:
+    with pytest.raises(QueryRejected):
+        _LOOP.run_until_complete(
+            streaming.query_stream("select * from read_csv('/etc/passwd')", tables, STREAM_LIMITS)
+        )
+
+
+def test_an_abandoned_stream_frees_its_worker(
+    streaming: DataFusionQueryEngine, tables: tuple[QueryTable, ...]
+) -> None:
+    async def go() -> None:
+        stream = await streaming.query_stream(
+            'select * from "covid19.canada"', tables, STREAM_LIMITS
+        )
+        assert await stream.next_batch() is not None
+        await stream.close()  # the client went away mid-answer
+        await stream.close()  # idempotent
+
+    _LOOP.run_until_complete(go())
+    # The killed worker was replaced; queries go on.
+    assert run(streaming, "select count(*) as n from small", tables).column("n").to_pylist() == [3]
+
+
+def test_the_deadline_bounds_a_streamed_query_not_its_reader(
+    streaming: DataFusionQueryEngine, tables: tuple[QueryTable, ...]
+) -> None:
+    limits = QueryLimits(
+        deadline_s=1.5, memory_bytes=256 << 20, max_rows=100_000, max_bytes=64 << 20
+    )
+    explode = (
+        "select sum(a.population * b.population + c.population) as s "
+        'from "covid19.canada" a, "covid19.canada" b, "covid19.canada" c'
+    )
+
+    async def go() -> int:
+        t0 = time.monotonic()
+        with pytest.raises(QueryDeadlineExceeded, match=r"\[query\] deadline_s"):
+            stream = await streaming.query_stream(explode, tables, limits)
+            await stream.close()
+        assert time.monotonic() - t0 < 1.5 + 3.0
+        # A quick query read slowly: it finished in time, so its reader gets every row.
+        stream = await streaming.query_stream('select * from "covid19.canada"', tables, limits)
+        try:
+            await asyncio.sleep(2.0)
+            return sum(b.num_rows for b in await _drain(stream))
+        finally:
+            await stream.close()
+
+    assert _LOOP.run_until_complete(go()) == 60_000

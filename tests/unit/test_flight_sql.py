@@ -25,6 +25,7 @@ import pyarrow.flight as fl
 import pyarrow.parquet as pq
 import pytest
 
+from node.adapters.query_answers import TableStream
 from node.app.errors import QueryDeadlineExceeded, QueryRejected, Unavailable
 from node.app.ports import QueryTable
 from node.transfer.flight_sql import (
@@ -64,6 +65,11 @@ class _Answer:
     table: pa.Table
 
 
+@dataclass(frozen=True)
+class _Streamed:
+    stream: TableStream
+
+
 class StandIn:
     """Answers ``select 1``, the fixed dataset table, and refusals as the use case would."""
 
@@ -92,6 +98,9 @@ class StandIn:
         if "covid19.canada" in low:
             return _Answer(ROWS)
         return _Answer(pa.table({"Int64(1)": pa.array([1], pa.int64())}))
+
+    async def query_stream(self, sql: str, *, untrusted: bool = False) -> _Streamed:
+        return _Streamed(TableStream((await self.query(sql, untrusted=untrusted)).table))
 
 
 @pytest.fixture(scope="module")
@@ -262,7 +271,10 @@ def test_auth_sessions_and_concurrency(served: tuple[FlightSqlServer, StandIn]) 
             client.get_flight_info(cmd, opts)
         # Another session is not held up.
         other = fl.FlightCallOptions(headers=[client.authenticate_basic_token(b"anonymous", b"")])
-        assert client.get_flight_info(cmd, other).total_records == 1
+        # (A statement's answer is sent as it is computed: its row count is not known first.)
+        theirs = client.get_flight_info(cmd, other)
+        assert theirs.total_records == -1
+        assert client.do_get(theirs.endpoints[0].ticket, other).read_all().num_rows == 1
     finally:
         data.gate.set()
         t.join(timeout=10)
@@ -274,7 +286,8 @@ def test_auth_sessions_and_concurrency(served: tuple[FlightSqlServer, StandIn]) 
     prepare = fl.Action("CreatePreparedStatement", pack_any("X", [(1, big)]))
     with pytest.raises(fl.FlightUnauthorizedError, match="max_sql_bytes"):
         list(client.do_action(prepare, opts))
-    # Answers never fetched: a session keeps its newest four, the server its byte budget.
+    # Answers never fetched: a new statement supersedes the session's unfetched ones that hold
+    # its slots (concurrency_per_client = 1 here), so the client is never busy with itself.
     infos = [client.get_flight_info(cmd, opts) for _ in range(6)]
     with pytest.raises(fl.FlightServerError, match="expired ticket"):
         client.do_get(infos[0].endpoints[0].ticket, opts).read_all()
