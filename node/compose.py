@@ -48,8 +48,8 @@ from node.app.subscriptions import SubscriptionUseCases
 from node.app.verify import VerifyPipeline
 from node.app.work import RetryPolicy, WorkRunner
 from node.config import NodeConfig
-from node.daemon.lock import HomeLock
 from node.home import NodeHome, default_home
+from node.home_lock import HomeLock
 
 DAEMON_START_WAIT_S = 120.0
 """How long a CLI command waits for a starting daemon's RPC (its IPFS node may take a while)."""

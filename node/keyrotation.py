@@ -46,8 +46,8 @@ from coordinator.identity import (
     save_private_key,
 )
 from node.app.identities import NodeIdentities, load_records
-from node.daemon.lock import HomeLock, HomeLocked
 from node.home import NodeHome
+from node.home_lock import HomeLock, HomeLocked
 from node.state import NodeState
 from p2p.transport import peer_id_of_node
 from p2p.wire import (

@@ -30,9 +30,9 @@ def run_daemon(
     from coordinator.errors import OdfNodeError
     from node.config import ConfigError, check_listeners
     from node.daemon.daemon import Daemon, install_signal_handlers
-    from node.daemon.lock import HomeLocked
     from node.daemon.logs import setup_logging
     from node.home import NodeHome
+    from node.home_lock import HomeLocked
 
     try:
         h = NodeHome(home)

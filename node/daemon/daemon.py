@@ -61,12 +61,12 @@ from node.app.work import RetryPolicy, WorkRunner, prune_finished_work
 from node.config import NodeConfig
 from node.daemon.addresses import advertised_http_url, advertised_multiaddrs
 from node.daemon.health import Readiness
-from node.daemon.lock import HomeLock
 from node.daemon.loop_monitor import GcPauses, watch_event_loop
 from node.daemon.reachability import ipfs_hints, start_warnings, withheld_ipfs
 from node.daemon.sdnotify import Notifier, ping_watchdog
 from node.daemon.services import FunctionService, ServiceGroup
 from node.home import NodeHome
+from node.home_lock import HomeLock
 from p2p.core import CoreConfig, ProtocolCore
 from p2p.heap import trim_heap
 

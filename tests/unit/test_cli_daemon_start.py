@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from node.compose import DaemonUnreachable, daemon_endpoint
-from node.daemon.lock import HomeLock
+from node.home_lock import HomeLock
 from node.rpc.cookie import write_cookie
 
 

@@ -236,7 +236,7 @@ def test_rotation_interrupted_before_the_rename_completes_next_time(tmp_path: Pa
 
 
 def test_rotate_refuses_while_the_home_is_locked(tmp_path: Path) -> None:
-    from node.daemon.lock import HomeLock, HomeLocked
+    from node.home_lock import HomeLock, HomeLocked
 
     home = NodeHome(tmp_path / "h")
     home.init()

@@ -12,8 +12,8 @@ from coordinator.transform.run import InvalidTransformQuery
 from node.app.errors import InvalidArgument, NotOwner, RetryLater
 from node.app.fetch import PullDiverged, PullRejected
 from node.config import ConfigError
-from node.daemon.lock import HomeLocked
 from node.engine_client import EngineUnavailable
+from node.home_lock import HomeLocked
 from node.ipfs.client import IpfsError
 from node.rpc import errors as re
 from node.transfer import errors as te
