@@ -31,6 +31,7 @@ COPY p2p p2p
 COPY node node
 COPY sim sim
 COPY engine engine
+COPY procutil procutil
 COPY schemas schemas
 COPY config config
 COPY js js

@@ -27,7 +27,6 @@ import time
 from typing import Any
 
 from p2p import libp2p_unloaded
-from p2p.heap import trim_heap
 from p2p.libp2p_host import Libp2pConfig, Libp2pTransport
 from p2p.libp2p_process import (
     ANSWER_TIMEOUT_S,
@@ -37,6 +36,7 @@ from p2p.libp2p_process import (
     write_frame,
 )
 from p2p.transport import TransportError, ValidationResult
+from procutil.heap import trim_heap
 
 _TRIM_HEAP_EVERY_S = 60.0
 
@@ -155,7 +155,7 @@ class _Relay:
                 # Cyclic garbage first (closed connections' coroutines, frames and tracebacks
                 # wait for a full collection, which at this heap's size comes about every ten
                 # minutes: one found 2,168 such objects, 0.4 MB, in a bench-longrun child;
-                # ~50 ms), then freed memory back to the OS (p2p/heap.py).
+                # ~50 ms), then freed memory back to the OS (procutil/heap.py).
                 gc.collect()
                 trim_heap()
             await asyncio.sleep(interval_s)
@@ -163,14 +163,14 @@ class _Relay:
 
 def _report_memory() -> None:
     """``SIGUSR2`` on a traced process: baseline first, then growth, on standard error."""
-    from p2p.memdebug import debug_memory
+    from procutil.memdebug import debug_memory
 
     sys.stderr.write(f"memdebug {json.dumps(debug_memory())}\n")
     sys.stderr.flush()
 
 
 async def _main(fd: int) -> None:
-    from p2p.memdebug import start_if_requested
+    from procutil.memdebug import start_if_requested
 
     if start_if_requested():
         # A leak hunt (docs/operations.md): the daemon's RPC cannot reach into this process.

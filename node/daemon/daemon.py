@@ -68,7 +68,7 @@ from node.daemon.services import FunctionService, ServiceGroup
 from node.home import NodeHome
 from node.home_lock import HomeLock
 from p2p.core import CoreConfig, ProtocolCore
-from p2p.heap import trim_heap
+from procutil.heap import trim_heap
 
 log = logging.getLogger("odf_node.daemon")
 
@@ -76,7 +76,7 @@ _PRUNE_EVERY_NS = 600 * 1_000_000_000
 # A node that keeps finished work less than ~1.7 h (a compressed-time benchmark) prunes every
 # tenth of that window instead, so its state file still levels off at about one window of work.
 _PRUNE_WINDOW_FRACTION = 0.1
-_TRIM_HEAP_EVERY_NS = 60 * 1_000_000_000  # p2p/heap.py
+_TRIM_HEAP_EVERY_NS = 60 * 1_000_000_000  # procutil/heap.py
 # The daemon runs four busy threads (this loop, the libp2p thread, the transfer loop, the state
 # writer). Each time this loop wakes (a socket ready, a result handed over) it needs the GIL,
 # and with Python's default 5 ms switch interval it waits up to that long behind a thread that
@@ -157,7 +157,7 @@ class Daemon:
     async def run(self, stop: asyncio.Event) -> None:
         """Start every service, run until ``stop`` is set or a task crashes, then stop."""
         if os.environ.get("ODF_NODE_TRACEMALLOC", "0") != "0":
-            from p2p.memdebug import start_if_requested
+            from procutil.memdebug import start_if_requested
 
             start_if_requested()
         lock = HomeLock(self.home.path)

@@ -119,11 +119,11 @@ async def start_rpc(
 
 def _add_debug_memory(registry: RpcRegistry) -> None:
     """``node.debug_memory``: the native allocators' figures always, tracemalloc's growth on a
-    daemon started with ``ODF_NODE_TRACEMALLOC`` (p2p/memdebug.py)."""
+    daemon started with ``ODF_NODE_TRACEMALLOC`` (procutil/memdebug.py)."""
 
     def answer(baseline: bool) -> dict[str, Any]:
         # tracemalloc is imported only by a daemon asked to trace, and by this call.
-        from p2p.memdebug import debug_memory, native_memory
+        from procutil.memdebug import debug_memory, native_memory
 
         traced = sys.modules.get("tracemalloc")
         if traced is not None and traced.is_tracing():

@@ -115,7 +115,7 @@ def fd_count(pid: int) -> int:
 
 def signal_libp2p(node: Any) -> None:
     """Ask A's traced libp2p process for its baseline (first) or growth (later): ``SIGUSR2``
-    (p2p/memdebug.py; the answer is a ``memdebug`` line in A's log)."""
+    (procutil/memdebug.py; the answer is a ``memdebug`` line in A's log)."""
     from daemon_harness import node_pids
 
     pid = node_pids(node.proc.pid).get("libp2p")

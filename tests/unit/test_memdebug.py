@@ -1,4 +1,4 @@
-"""``node.debug_memory``'s native figures (p2p/memdebug.py): Arrow's pool, glibc's heap."""
+"""``node.debug_memory``'s native figures (procutil/memdebug.py): Arrow's pool, glibc's heap."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from p2p.memdebug import native_memory
+from procutil.memdebug import native_memory
 
 
 def test_arrow_pool_backend_and_bytes_follow_an_allocation() -> None:
@@ -45,7 +45,8 @@ def test_the_libp2p_process_reports_its_growth_on_stderr(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The libp2p process has no RPC: ``SIGUSR2`` writes baseline, then growth, to stderr."""
-    from p2p import libp2p_child, memdebug
+    from p2p import libp2p_child
+    from procutil import memdebug
 
     memdebug._baseline.clear()  # another test of this process may have taken one
     tracemalloc.start()
@@ -85,7 +86,7 @@ def _keep_blocks(n: int) -> list[bytearray]:
 def test_with_a_frame_depth_growth_is_grouped_by_stack_and_totalled() -> None:
     """With ``ODF_NODE_TRACEMALLOC=10`` a site names its callers (a library's generated
     ``__init__`` alone says nothing), and the Python heap's whole growth is given."""
-    from p2p import memdebug
+    from procutil import memdebug
 
     memdebug._baseline.clear()
     tracemalloc.start(10)
