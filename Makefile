@@ -74,8 +74,12 @@ browser: test-deps
 
 nftables: test-deps
 
+# Two workers (TEST_WORKERS=N to change; 1 runs in one process), each taking whole test files,
+# so a file's module fixtures (daemons, Spark sessions) stay in one process; the 30 slowest
+# tests are listed at the end.
+TEST_WORKERS ?= 2
 test: lint typecheck test-deps
-	$(NETNS) 'ip link set lo up && exec $(BIN)/pytest -q'
+	$(NETNS) 'ip link set lo up && exec $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30'
 
 # The fuzz suite (tests/fuzz) with random seeds and 50x the examples `make test` runs.
 fuzz: setup
