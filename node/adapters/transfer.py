@@ -210,9 +210,9 @@ class TransferAdapter:
             DivergedHeads,
             InvalidSourceUrl,
             ObjectRejected,
+            SourceHeadUnreachable,
             SourceRefused,
             SourceTooSlow,
-            SourceUnreachable,
             StorageBudgetExceeded,
         )
         from node.transfer.pull import PullOptions, pull_url
@@ -279,7 +279,7 @@ class TransferAdapter:
             raise PullRefused(str(e), e.setting) from e
         except InvalidSourceUrl as e:
             raise PullRefused(str(e)) from e
-        except SourceUnreachable as e:
+        except SourceHeadUnreachable as e:
             raise PullUnreachable(str(e)) from e
         except SourceTooSlow as e:
             raise PullTooSlow(str(e)) from e

@@ -46,7 +46,7 @@ class SourceTooSlow(SourceUnavailable):
     """
 
 
-class SourceUnreachable(SourceUnavailable):
+class SourceHeadUnreachable(SourceUnavailable):
     """The source did not answer the pull's first request (``refs/head``) in time, or every
     attempt at it failed: nothing came from it at all (an address peers cannot reach, an IPFS
     node with no connected provider). Not retried within the pull; the next source is tried.
@@ -133,10 +133,10 @@ __all__ = [
     "ObjectRejected",
     "ObjectSizeMismatch",
     "ObjectTooLarge",
+    "SourceHeadUnreachable",
     "SourceRefused",
     "SourceTooSlow",
     "SourceUnavailable",
-    "SourceUnreachable",
     "StorageBudgetExceeded",
     "TransferError",
     "TransientSourceError",

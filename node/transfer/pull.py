@@ -91,9 +91,9 @@ from node.transfer.errors import (
     ObjectHashMismatch,
     ObjectSizeMismatch,
     ObjectTooLarge,
+    SourceHeadUnreachable,
     SourceTooSlow,
     SourceUnavailable,
-    SourceUnreachable,
     StorageBudgetExceeded,
     TransientSourceError,
 )
@@ -142,7 +142,7 @@ class PullOptions:
     0 turns that off). ``deadline_base_s`` and ``min_rate_bytes_per_s`` set the pace every
     object read must keep (module docstring; ``[transfer]`` in the node config).
     ``first_contact_s`` bounds the first read (``refs/head``, retries included): a source that
-    says nothing at all within it is :class:`SourceUnreachable` (``None``: only the pace and
+    says nothing at all within it is :class:`SourceHeadUnreachable` (``None``: only the pace and
     the retries bound it).
     """
 
@@ -503,7 +503,7 @@ class _Speculation:
 
 
 async def _first_contact(f: _Fetcher) -> Multihash:
-    """The remote head, or :class:`SourceUnreachable` if the source never delivered it.
+    """The remote head, or :class:`SourceHeadUnreachable` if the source never delivered it.
 
     The first read says whether the source is there at all: an IPFS node with no connected
     provider would otherwise wait out every retry of ``refs/head`` (five IPFS API timeouts),
@@ -516,7 +516,7 @@ async def _first_contact(f: _Fetcher) -> Multihash:
         async with asyncio.timeout(f.opts.first_contact_s):
             return await _read_remote_head(f)
     except TimeoutError:
-        raise SourceUnreachable(
+        raise SourceHeadUnreachable(
             "refs/head",
             f"no answer from {f.source.description} within {f.opts.first_contact_s:g} s "
             "([transfer] first_contact_s)",
@@ -524,7 +524,7 @@ async def _first_contact(f: _Fetcher) -> Multihash:
     except SourceTooSlow:
         raise
     except SourceUnavailable as e:
-        raise SourceUnreachable("refs/head", str(e).removeprefix("refs/head: ")) from e
+        raise SourceHeadUnreachable("refs/head", str(e).removeprefix("refs/head: ")) from e
 
 
 async def _read_remote_head(f: _Fetcher) -> Multihash:
@@ -889,7 +889,7 @@ async def pull(
     attempts (default: derived from the source description), so restarts resume.
 
     Raises:
-        SourceUnreachable: the first read (``refs/head``) got no answer at all.
+        SourceHeadUnreachable: the first read (``refs/head``) got no answer at all.
         SourceUnavailable: an object could not be obtained (retry later; progress is kept).
         ObjectRejected: the source served bytes that fail verification (nothing committed).
         DivergedHeads: the chains diverged and ``force`` is False.

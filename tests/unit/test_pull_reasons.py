@@ -30,7 +30,7 @@ from node.app.fetch import (
 from node.app.metrics import NodeMetrics
 from node.app.rows import Event
 from node.daemon.reachability import ipfs_hints, start_warnings, withheld_ipfs
-from node.transfer.errors import SourceRefused, SourceUnreachable, TransientSourceError
+from node.transfer.errors import SourceHeadUnreachable, SourceRefused, TransientSourceError
 from node.transfer.policy import SourcePolicy
 from node.transfer.pull import PullOptions, pull
 from p2p.core import RequestFetch
@@ -245,14 +245,14 @@ class _SilentSource:
 def test_a_silent_source_is_given_up_after_first_contact_s(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     opts = PullOptions(first_contact_s=0.01)
-    with pytest.raises(SourceUnreachable, match="first_contact_s"):
+    with pytest.raises(SourceHeadUnreachable, match="first_contact_s"):
         asyncio.run(pull(repo, _SilentSource(), "x", options=opts))  # type: ignore[arg-type]
 
 
 def test_a_source_that_refuses_every_first_read_is_unreachable(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     opts = PullOptions(attempts=1)
-    with pytest.raises(SourceUnreachable, match="connection refused"):
+    with pytest.raises(SourceHeadUnreachable, match="connection refused"):
         asyncio.run(pull(repo, _SilentSource(fail=True), "x", options=opts))  # type: ignore[arg-type]
 
 
