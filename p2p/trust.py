@@ -4,7 +4,7 @@ Pure and sans-IO like :mod:`p2p.core`: a driver (the daemon later, the simulator
 ``sim/simulator.py``) feeds :class:`TrustPolicy` the events a node sees for its heads — the head
 was accepted (:class:`HeadSeen`), the node's own verdict (:class:`LocalVerdict`), signed
 attestations and disputes from peers (:class:`AttestationSeen`, :class:`DisputeSeen`) and time
-(:class:`Tick`) — and carries out the decisions it answers (:class:`Replay`, :class:`Trusted`,
+(:class:`TrustTick`) — and carries out the decisions it answers (:class:`Replay`, :class:`Trusted`,
 :class:`Distrusted`). :meth:`TrustPolicy.status` answers a head's trust state at any time.
 Time is injected as ``now_ns`` and randomness as an :class:`~p2p.core.Rng`, so the same inputs
 always give the same decisions.
@@ -250,13 +250,13 @@ class DisputeSeen:
 
 
 @dataclass(frozen=True, slots=True)
-class Tick:
+class TrustTick:
     """Time passed (pending heads may have waited longer than ``fallback_verify_s``)."""
 
     now_ns: int
 
 
-TrustEvent = HeadSeen | LocalVerdict | AttestationSeen | DisputeSeen | Tick
+TrustEvent = HeadSeen | LocalVerdict | AttestationSeen | DisputeSeen | TrustTick
 
 
 # --------------------------------------------------------------------------- decisions and answers
@@ -474,7 +474,7 @@ class TrustPolicy:
                 return self._on_attestation(event)
             case DisputeSeen():
                 return self._on_dispute(event)
-            case Tick():
+            case TrustTick():
                 return self._on_tick(event.now_ns)
             case _:
                 assert_never(event)
@@ -780,13 +780,13 @@ __all__ = [
     "Policy",
     "Replay",
     "ReplayReason",
-    "Tick",
     "TrustConfig",
     "TrustConfigError",
     "TrustDecision",
     "TrustEvent",
     "TrustPolicy",
     "TrustState",
+    "TrustTick",
     "TrustedBy",
     "parse_attesters",
 ]

@@ -702,7 +702,7 @@ class Simulator:
     def _fallback(self, i: int) -> None:
         n = self.nodes[i]
         if n.policy is not None:
-            self._trust_decisions(n, n.policy.handle(trust.Tick(self.now)))
+            self._trust_decisions(n, n.policy.handle(trust.TrustTick(self.now)))
 
     def _trust_decisions(self, n: SimNode, decisions: list[trust.TrustDecision]) -> None:
         for dec in decisions:

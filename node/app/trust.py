@@ -9,7 +9,7 @@
   (:meth:`TrustDriver.local_verdict`, called by the verify pipeline);
 * ``AttestationSeen`` / ``DisputeSeen`` for signed attestations and disputes from gossip (the
   core already checked their signatures): :meth:`attestation`, :meth:`dispute`;
-* ``Tick`` from the injected clock (:meth:`tick`, every few seconds from the daemon's
+* ``TrustTick`` from the injected clock (:meth:`tick`, every few seconds from the daemon's
   housekeeping).
 
 It carries out ``Replay`` (a verify work item with ``replay`` set, through the verify pipeline),
@@ -68,7 +68,6 @@ from p2p.trust import (
     Outcome,
     Policy,
     Replay,
-    Tick,
     TrustConfig,
     TrustConfigError,
     TrustDecision,
@@ -77,6 +76,7 @@ from p2p.trust import (
     TrustEvent,
     TrustPolicy,
     TrustState,
+    TrustTick,
     parse_attesters,
 )
 from p2p.wire import Attestation as WireAttestation
@@ -529,7 +529,7 @@ class TrustDriver:
         """Time passed: heads pending longer than ``fallback_verify_s`` get replayed."""
         now = self._clock()
         for did, policy in list(self._policies.items()):
-            await self._carry_out(did, policy, policy.handle(Tick(now)), 0)
+            await self._carry_out(did, policy, policy.handle(TrustTick(now)), 0)
 
     # ----------------------------------------------------------------- what trust changes
 

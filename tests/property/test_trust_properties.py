@@ -33,13 +33,13 @@ from p2p.trust import (
     Outcome,
     Policy,
     Replay,
-    Tick,
     TrustConfig,
     TrustDecision,
     TrustedBy,
     TrustEvent,
     TrustPolicy,
     TrustState,
+    TrustTick,
 )
 from p2p.wire import Verdict
 
@@ -87,7 +87,7 @@ def cases(draw: st.DrawFn, with_local: bool = True) -> Case:
         st.builds(
             lambda h, a, n: DisputeSeen(DS, h, a, f"d-{a.public_key[0]}", n), head, signer, t
         ),
-        st.builds(Tick, t),
+        st.builds(TrustTick, t),
     ]
     if with_local:
         kinds.append(

@@ -22,13 +22,13 @@ from p2p.trust import (
     Policy,
     Replay,
     ReplayReason,
-    Tick,
     TrustConfig,
     TrustConfigError,
     Trusted,
     TrustedBy,
     TrustPolicy,
     TrustState,
+    TrustTick,
 )
 from p2p.wire import Verdict
 
@@ -152,7 +152,7 @@ def test_verify_all_on_a_node_without_engine_is_unverifiable() -> None:
     p = policy(Policy.VERIFY_ALL, can_replay=False)
     out = p.handle(seen())
     assert out == [Distrusted(DS, H, TrustState.UNVERIFIABLE, "cannot replay", None)]
-    assert p.handle(Tick(10_000 * NS)) == []
+    assert p.handle(TrustTick(10_000 * NS)) == []
 
 
 def test_unverifiable_local_verdict_under_verify_all() -> None:
@@ -201,9 +201,9 @@ def test_attestations_of_another_head_or_not_verified_never_count() -> None:
 def test_quorum_never_replays_unless_disputed_or_overdue() -> None:
     p = policy(Policy.QUORUM, k=2)
     assert p.handle(seen(0)) == []
-    assert p.handle(Tick(599 * NS)) == []
-    assert p.handle(Tick(600 * NS)) == [Replay(DS, H, ReplayReason.FALLBACK)]
-    assert p.handle(Tick(1200 * NS)) == []  # asked once
+    assert p.handle(TrustTick(599 * NS)) == []
+    assert p.handle(TrustTick(600 * NS)) == [Replay(DS, H, ReplayReason.FALLBACK)]
+    assert p.handle(TrustTick(1200 * NS)) == []  # asked once
     # while the fallback replay runs, a quorum may still trust the head
     p.handle(att(A))
     assert p.handle(att(B)) == [Trusted(DS, H, TrustedBy.QUORUM, (A, B))]
@@ -215,7 +215,7 @@ def test_quorum_never_replays_unless_disputed_or_overdue() -> None:
 def test_fallback_needs_an_engine() -> None:
     p = policy(Policy.QUORUM, k=2, can_replay=False)
     p.handle(seen())
-    assert p.handle(Tick(10_000 * NS)) == []
+    assert p.handle(TrustTick(10_000 * NS)) == []
     assert p.status(DS, H).state is TrustState.PENDING
 
 
@@ -232,7 +232,7 @@ def test_a_trusted_attesters_dispute_blocks_trust_and_triggers_a_replay() -> Non
     st = p.status(DS, H)
     assert st.state is TrustState.DISPUTED and st.evidence == "dispute-12"
     assert st.disputed_by == (C,)
-    assert p.handle(Tick(10_000 * NS)) == []  # no fallback: already replaying
+    assert p.handle(TrustTick(10_000 * NS)) == []  # no fallback: already replaying
     # the node's own replay settles it either way
     out = p.handle(LocalVerdict(DS, H, Outcome.VERIFIED, 50 * NS))
     assert out == [Trusted(DS, H, TrustedBy.LOCAL, ())]
@@ -283,7 +283,7 @@ def test_a_light_node_is_disputed_by_a_trusted_dispute_without_replaying() -> No
 def test_unverifiable_local_verdict_leaves_quorum_open() -> None:
     p = policy(Policy.QUORUM, k=2)
     p.handle(seen())
-    p.handle(Tick(600 * NS))
+    p.handle(TrustTick(600 * NS))
     out = p.handle(LocalVerdict(DS, H, Outcome.UNVERIFIABLE, 601 * NS))
     assert [d.state for d in out if isinstance(d, Distrusted)] == [TrustState.UNVERIFIABLE]
     p.handle(att(A))
@@ -293,7 +293,7 @@ def test_unverifiable_local_verdict_leaves_quorum_open() -> None:
 def test_an_attester_refuted_by_the_nodes_replay_stops_counting() -> None:
     p = policy(Policy.QUORUM, k=2)
     p.handle(seen())
-    p.handle(Tick(600 * NS))
+    p.handle(TrustTick(600 * NS))
     p.handle(att(A))
     p.handle(att(B))  # trusted by quorum, fallback replay still running
     p.handle(LocalVerdict(DS, H, Outcome.FAILED, 700 * NS))
@@ -356,7 +356,7 @@ def test_memory_is_bounded() -> None:
     for i in range(100):
         p.handle(HeadSeen(DS, Multihash.sha3_256(i.to_bytes(4, "big")), i))
     assert len(p._heads) == 8
-    assert p.handle(Tick(10_000 * NS)) == [
+    assert p.handle(TrustTick(10_000 * NS)) == [
         Replay(DS, Multihash.sha3_256(i.to_bytes(4, "big")), ReplayReason.FALLBACK)
         for i in range(92, 100)
     ]
@@ -370,7 +370,7 @@ def test_an_own_verdict_before_the_head_is_seen_stays_final() -> None:
     q = policy(Policy.QUORUM, k=2)
     q.handle(LocalVerdict(DS, H, Outcome.UNVERIFIABLE, 0))
     assert q.handle(seen()) == []  # no replay: it was tried; no fallback either
-    assert q.handle(Tick(10_000 * NS)) == []
+    assert q.handle(TrustTick(10_000 * NS)) == []
     q.handle(att(A))
     assert q.handle(att(B)) == [Trusted(DS, H, TrustedBy.QUORUM, (A, B))]
 
