@@ -58,7 +58,7 @@ from p2p.wire import (
 log = logging.getLogger("odf_node.follow")
 
 Spawn = Callable[[Coroutine[Any, Any, None]], "asyncio.Task[None]"]
-Accept = Callable[[DatasetId, Multihash, int], Awaitable[None]]
+AcceptHead = Callable[[DatasetId, Multihash, int], Awaitable[None]]
 """Queue verification of an accepted head (the trust policy's choice, as for gossiped heads)."""
 Relation = Literal["same", "ours-newer", "theirs-newer", "split", "unknown"]
 
@@ -138,7 +138,7 @@ class SourceFollower:
         events: EventSink,
         clock: Clock,
         node_key: PrivateKey,
-        accept: Accept,
+        accept: AcceptHead,
         *,
         settings: FollowSettings | None = None,
         http_urls: Callable[[DatasetId], tuple[str, ...]] = lambda _d: (),
