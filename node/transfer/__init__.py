@@ -24,7 +24,7 @@ from node.transfer.errors import (
     TransferError,
 )
 
-_PULL_NAMES = frozenset({"HeadComparison", "PullOptions", "PullResult", "pull_url"})
+_PULL_NAMES = frozenset({"HeadComparison", "PullOptions", "PullOutcome", "pull_url"})
 
 
 def __getattr__(name: str) -> Any:
@@ -48,7 +48,7 @@ __all__ = [
     "ObjectSizeMismatch",
     "ObjectTooLarge",
     "PullOptions",
-    "PullResult",
+    "PullOutcome",
     "SourceRefused",
     "SourceTooSlow",
     "SourceUnavailable",

@@ -18,7 +18,7 @@ EXCLUDED_TOP_LEVEL = frozenset({"info", "config"})
 
 
 @dataclass(frozen=True)
-class PublishResult:
+class PublishedDataset:
     """The root CID of the published dataset directory (and the IPNS name, if any)."""
 
     cid: str
@@ -32,7 +32,7 @@ class PublishResult:
 
 async def publish_dataset(
     client: IpfsClient, dataset: Dataset, *, ipns_key: str | None = None
-) -> PublishResult:
+) -> PublishedDataset:
     """Add ``dataset`` to IPFS (without ``info/``), pin it and return the root CID.
 
     The dataset's write lock is held while adding, so the published tree is one consistent
@@ -42,4 +42,4 @@ async def publish_dataset(
         cid = await client.add_directory(dataset.layout.root, exclude_top=EXCLUDED_TOP_LEVEL)
     await client.pin_add(cid)
     name = await client.name_publish(f"/ipfs/{cid}", key=ipns_key) if ipns_key else None
-    return PublishResult(cid, name)
+    return PublishedDataset(cid, name)

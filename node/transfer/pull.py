@@ -168,7 +168,7 @@ class PullOptions:
 
 
 @dataclass
-class PullResult:
+class PullOutcome:
     """What a pull did."""
 
     alias: str
@@ -882,7 +882,7 @@ async def pull(
     force: bool = False,
     options: PullOptions | None = None,
     staging_key: str | None = None,
-) -> PullResult:
+) -> PullOutcome:
     """Pull ``source`` into the local dataset ``alias`` (created if missing).
 
     ``staging_key`` names the hidden directory that accumulates a *new* dataset across
@@ -916,11 +916,11 @@ async def pull(
         if local_head == remote_head:
             # A pull killed between its commit and its clean-up leaves its cache behind.
             shutil.rmtree(ds.layout.root.joinpath(*_CACHE_DIR[:2]), ignore_errors=True)
-            return PullResult(alias, local_id, HeadComparison.EQUAL, local_head, local_head)
+            return PullOutcome(alias, local_id, HeadComparison.EQUAL, local_head, local_head)
         local = _LocalChain(ds, local_head)
         if await local.contains(remote_head):
             shutil.rmtree(ds.layout.root.joinpath(*_CACHE_DIR[:2]), ignore_errors=True)
-            return PullResult(alias, local_id, HeadComparison.LOCAL_AHEAD, local_head, local_head)
+            return PullOutcome(alias, local_id, HeadComparison.LOCAL_AHEAD, local_head, local_head)
         staging: Path | None = None
     else:
         key = staging_key or hashlib.sha256(source.description.encode()).hexdigest()[:20]
@@ -1088,7 +1088,7 @@ async def pull(
         did = remote_id
     else:
         did = local_id
-    return PullResult(
+    return PullOutcome(
         alias,
         did,
         comparison,
@@ -1116,7 +1116,7 @@ async def pull_url(
     policy: SourcePolicy | None = None,
     http: SharedHttpSession | None = None,
     p2p_request: StreamRequest | None = None,
-) -> PullResult:
+) -> PullOutcome:
     """Pull from a URL (``ipfs://``, ``ipns://``, ``http(s)://``, ``libp2p://``, ``file://``
     or a path).
 
