@@ -206,7 +206,7 @@ class PeerRow(_Json):
 
 
 @dataclass(frozen=True)
-class PeerConnected(_Json):
+class ConnectResult(_Json):
     """``connect``: the gossip peer dialled."""
 
     peer_id: str
@@ -431,6 +431,7 @@ class ConsoleLogin(_Json):
 __all__ = [
     "AttestationRow",
     "BackupResult",
+    "ConnectResult",
     "ConsoleLogin",
     "CreatedDataset",
     "DatasetRow",
@@ -443,7 +444,6 @@ __all__ = [
     "IpfsConnected",
     "LogEntry",
     "NodeStatus",
-    "PeerConnected",
     "PeerRow",
     "PublishResult",
     "PullResult",

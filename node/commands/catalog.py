@@ -20,6 +20,7 @@ from node.app.flows import require_flows
 from node.app.results import (
     AttestationRow,
     BackupResult,
+    ConnectResult,
     CreatedDataset,
     DatasetRow,
     DisputeRow,
@@ -30,7 +31,6 @@ from node.app.results import (
     IpfsConnected,
     LogEntry,
     NodeStatus,
-    PeerConnected,
     PeerRow,
     PublishResult,
     PullResult,
@@ -112,8 +112,8 @@ async def _peers(app: Application, ctx: Context) -> list[PeerRow]:
     return await app.queries.peers()
 
 
-async def _peers_connect(app: Application, ctx: Context, multiaddr: str) -> PeerConnected:
-    return PeerConnected(peer_id=await app.subscriptions.connect_peer(multiaddr))
+async def _peers_connect(app: Application, ctx: Context, multiaddr: str) -> ConnectResult:
+    return ConnectResult(peer_id=await app.subscriptions.connect_peer(multiaddr))
 
 
 async def _ipfs_connect(app: Application, ctx: Context, multiaddr: str) -> IpfsConnected:
@@ -889,7 +889,7 @@ COMMANDS: tuple[Command, ...] = (
         daemon_only=True,
         alternate=("--ipfs", "Connect the IPFS node.", "ipfs.connect"),
         parity=_NEEDS_PEER,
-        result=object_of(PeerConnected),
+        result=object_of(ConnectResult),
     ),
     Command(
         "ipfs.connect",
