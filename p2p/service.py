@@ -19,6 +19,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from coordinator.clock import Clock
 from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
 from p2p.core import (
@@ -73,8 +74,6 @@ from p2p.wire import (
     encode_heads_response,
 )
 
-Clock = Callable[[], int]
-"""Returns the current time in ns since the Unix epoch (injected; ``time.time_ns`` in prod)."""
 Fetcher = Callable[[RequestFetch], Awaitable[bool]]
 """Fetches and checks a chain; returns ``ancestry_ok``; raises to report a failed fetch.
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from coordinator.clock import TimestampClock
 from coordinator.errors import PollingSourceNotFound, UnsupportedPreprocess
 from coordinator.ingest.fetch import Fetched, fetch_file_url, fetch_glob, url_scheme
 from coordinator.ingest.inputs import InputFile
@@ -32,7 +33,6 @@ from coordinator.ingest.preprocess import PreprocessEngine, preprocess_inputs
 from coordinator.ingest.push import (
     MAX_SNAPSHOT_BYTES,
     PREPROCESS_UNSUPPORTED,
-    Clock,
     IngestProgress,
     IngestResult,
     PushSourceInfo,
@@ -139,7 +139,7 @@ def ingest_fetched(
     fetched: Sequence[Fetched],
     workdir: Path,
     *,
-    clock: Clock | None = None,
+    clock: TimestampClock | None = None,
     progress: Callable[[IngestProgress], None] | None = None,
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
     allow_pipe: bool = False,

@@ -51,6 +51,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from coordinator.chain.validation import ChainState
+from coordinator.clock import TimestampClock
 from coordinator.errors import (
     ChainRuleViolation,
     ConcurrentModification,
@@ -118,8 +119,6 @@ __all__ = [
 PREPROCESS_UNSUPPORTED: Final = (
     "the source has a preprocess query, which runs on an engine, and none was given"
 )
-
-Clock = Callable[[], Timestamp]
 
 
 def system_clock() -> Timestamp:
@@ -464,7 +463,7 @@ def ingest(
     files: Sequence[Path],
     *,
     source_name: str | None = None,
-    clock: Clock | None = None,
+    clock: TimestampClock | None = None,
     event_time: Timestamp | None = None,
     watermark: Timestamp | None = None,
     progress: Callable[[IngestProgress], None] | None = None,
@@ -552,7 +551,7 @@ def ingest_resolved(
     info: PushSourceInfo,
     inputs: Sequence[InputFile],
     *,
-    clock: Clock | None = None,
+    clock: TimestampClock | None = None,
     event_time: Timestamp | None = None,
     watermark: Timestamp | None = None,
     progress: Callable[[IngestProgress], None] | None = None,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
+from coordinator.clock import TimestampClock
 from coordinator.errors import (
     DatasetAlreadyExists,
     DatasetNotFound,
@@ -34,7 +35,6 @@ from coordinator.ingest.fetch import check_polling_source
 from coordinator.metadata import model as m
 from coordinator.metadata.flatbuffers_serde import encode_block
 from coordinator.metadata.snapshot import DatasetSnapshot
-from coordinator.metadata.timestamp import Timestamp
 from coordinator.storage.dataset import HEAD_REF, Dataset
 from coordinator.storage.fs import atomic_write_bytes
 
@@ -44,7 +44,6 @@ _NAME_RE: Final = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$")
 _ALIAS_RE: Final = re.compile(rf"^(?:{_LABEL}/)?{_LABEL}(?:\.{_LABEL})*$")
 _STAGING_PREFIX: Final = ".staging-"
 
-Clock = Callable[[], Timestamp]
 KeySource = Callable[[], PrivateKey]
 
 
@@ -120,7 +119,7 @@ class DatasetRepository:
         datasets_root: Path,
         keys_root: Path,
         *,
-        clock: Clock,
+        clock: TimestampClock,
         key_source: KeySource = generate_private_key,
         durable: bool = True,
     ) -> None:

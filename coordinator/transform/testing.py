@@ -20,7 +20,7 @@ from coordinator.storage.dataset import Dataset
 T0 = Timestamp.parse("2024-01-01T00:00:00Z")
 
 
-class Clock:
+class StepClock:
     """A clock that advances one minute per reading."""
 
     def __init__(self, start: Timestamp = T0, step_ns: int = 60 * 10**9) -> None:
@@ -75,7 +75,7 @@ def make_root(
     return ds
 
 
-def push_csv(ds: Dataset, tmp: Path, text: str, clock: Clock) -> IngestResult:
+def push_csv(ds: Dataset, tmp: Path, text: str, clock: StepClock) -> IngestResult:
     """Ingest one CSV document into a root dataset."""
     tmp.mkdir(parents=True, exist_ok=True)
     n = sum(1 for _ in tmp.iterdir())
@@ -143,7 +143,7 @@ def with_logical_hash(s: m.DataSlice, h: Multihash) -> m.DataSlice:
 
 __all__ = [
     "T0",
-    "Clock",
+    "StepClock",
     "append_events",
     "forge_block",
     "inputs_of",

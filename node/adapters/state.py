@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coordinator.clock import Clock
 from coordinator.errors import OdfNodeError
-from node.state.store import Clock, NodeState
+from node.state.store import NodeState
 
 log = logging.getLogger("odf_node.state")
 

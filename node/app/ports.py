@@ -10,11 +10,12 @@ tests. Nothing here imports a network, database or engine library: the import-li
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from coordinator.clock import Clock
 from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
@@ -52,9 +53,6 @@ from p2p.core import PublishAttestation, PublishDispute
 
 if TYPE_CHECKING:
     import pyarrow as pa  # not imported at the daemon's start
-
-Clock = Callable[[], int]
-"""Nanoseconds since the Unix epoch (``time.time_ns`` in production, virtual in tests)."""
 
 
 class StatePort(Protocol):

@@ -29,11 +29,12 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from coordinator.clock import Clock
 from node.app.rows import (
     VERIFICATION_OUTCOMES,
     WORK_STATES,
@@ -63,8 +64,6 @@ from node.state.migrations import migrate
 
 if TYPE_CHECKING:
     from sqlite_utils import Database
-
-Clock = Callable[[], int]
 
 BUSY_TIMEOUT_MS = 5000
 _DID_PREFIX = "did:odf:"

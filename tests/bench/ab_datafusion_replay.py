@@ -39,7 +39,7 @@ from bench_datafusion import (  # noqa: E402
 
 from coordinator.transform.run import run_transform  # noqa: E402
 from coordinator.transform.testing import (  # noqa: E402
-    Clock,
+    StepClock,
     inputs_of,
     make_derivative,
     make_root,
@@ -96,7 +96,7 @@ def main() -> None:
     wall: dict[str, list[float]] = {"before": [], "after": [], "direct": []}
     cpu: dict[str, list[float]] = {k: [] for k in wall}
     try:
-        clock = Clock(START)
+        clock = StepClock(START)
         root = make_root(tmp, "root")
         der = make_derivative(tmp, "der", [(root, "cities")], QUERIES, engine="datafusion")
         for i in range(n):

@@ -62,7 +62,7 @@ from coordinator.transform.engines import NEWEST_DATAFUSION  # noqa: E402
 from coordinator.transform.plan import OutputPaths, plan_replay  # noqa: E402
 from coordinator.transform.run import run_transform  # noqa: E402
 from coordinator.transform.testing import (  # noqa: E402
-    Clock,
+    StepClock,
     inputs_of,
     make_derivative,
     make_root,
@@ -277,7 +277,7 @@ def main() -> None:
         lambda: spark_client, idle_timeout=0, datafusion_workers=args.datafusion_workers
     )
     try:
-        clock = Clock(START)
+        clock = StepClock(START)
         root = make_root(tmp, "root")
         der = make_derivative(tmp, "der", [(root, "cities")], QUERIES, engine="datafusion")
         sder = make_derivative(tmp, "sder", [(root, "cities")], QUERIES, engine="spark")

@@ -54,7 +54,7 @@ from coordinator.storage.dataset import Dataset  # noqa: E402
 from coordinator.transform.plan import OutputPaths, clear_outputs, plan_replay  # noqa: E402
 from coordinator.transform.run import run_transform  # noqa: E402
 from coordinator.transform.testing import (  # noqa: E402
-    Clock,
+    StepClock,
     inputs_of,
     make_derivative,
     make_root,
@@ -188,7 +188,7 @@ def main() -> None:
     # spawned worker's cold start and the history build are done.
     spark = create_spark_session(args.master)
     try:
-        clock = Clock()
+        clock = StepClock()
         root = make_root(tmp, "root")
         der = make_derivative(tmp, "der", [(root, "cities")], QUERIES)
         inputs = inputs_of(root)

@@ -29,7 +29,7 @@ from coordinator.transform import OutputPaths, TransformSuccess, commit_transfor
 from coordinator.transform.model import TransformInvalidQuery
 from coordinator.transform.plan import ChainCache, clear_outputs, plan_replay, plan_transform
 from coordinator.transform.run import run_transform
-from coordinator.transform.testing import Clock, inputs_of, make_derivative, make_root, push_csv
+from coordinator.transform.testing import StepClock, inputs_of, make_derivative, make_root, push_csv
 from coordinator.transform.verify import Verdict, verify_dataset
 from engine.worker import CRASH_ENV
 from node.engine_client import EngineClient
@@ -74,7 +74,7 @@ def chain(tmp: Path, query: str, version: str | None = None) -> tuple[Dataset, D
 def step(
     root: Dataset, der: Dataset, tmp: Path, router: EngineRouter, csv: str, at: str
 ) -> m.ExecuteTransform:
-    clock = Clock(Timestamp.parse(at))
+    clock = StepClock(Timestamp.parse(at))
     push_csv(root, tmp / "in", csv, clock)
     res = run_transform(der, inputs_of(root), router, clock=clock)
     assert res is not None and res.new_head is not None
@@ -110,7 +110,7 @@ def test_mixed_41_then_51_chain_verifies_with_each_release_recorded(
 
 def forge_last(root: Dataset, der: Dataset, tmp: Path, router: EngineRouter, at: str) -> None:
     """The next step run for real, one value changed before commit (hashes consistent)."""
-    clock = Clock(Timestamp.parse(at))
+    clock = StepClock(Timestamp.parse(at))
     push_csv(root, tmp / "in", CSV[1], clock)
     paths = OutputPaths.under(tmp / "forge")
     plan = plan_transform(der, inputs_of(root), system_time=clock(), paths=paths)

@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
 from coordinator.transform.model import TransformInternalError  # noqa: E402
 from coordinator.transform.plan import OutputPaths, clear_outputs, plan_transform  # noqa: E402
 from coordinator.transform.testing import (  # noqa: E402
-    Clock,
+    StepClock,
     inputs_of,
     make_derivative,
     make_root,
@@ -52,7 +52,7 @@ def test_worker_refuses_a_connect_master_before_any_session() -> None:
 
 
 def test_client_reports_the_refusal(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = StepClock()
     root = make_root(tmp_path, "root")
     push_csv(root, tmp_path / "in", "event_time,city,population\n2020-01-01T00:00:00Z,A,1\n", clock)
     der = make_derivative(tmp_path, "der", [(root, "cities")], [(None, "SELECT * FROM cities")])

@@ -25,7 +25,7 @@ from coordinator.transform.model import (
     TransformSuccess,
 )
 from coordinator.transform.run import EngineCpuExceeded, run_transform
-from coordinator.transform.testing import Clock, inputs_of, make_derivative, make_root, push_csv
+from coordinator.transform.testing import StepClock, inputs_of, make_derivative, make_root, push_csv
 from node.engine_client import EngineClient, process_tree_cpu
 from node.engine_router import datafusion_python
 from tests.golden.test_datafusion_engine import request
@@ -104,7 +104,7 @@ def test_run_transform_raises_engine_cpu_exceeded(tmp_path: Path) -> None:
                 used_seconds=1.5,
             )
 
-    clock = Clock()
+    clock = StepClock()
     root = make_root(tmp_path, "root")
     push_csv(root, tmp_path / "in", "event_time,city,population\n2020-01-01T00:00:00Z,A,1\n", clock)
     der = make_derivative(tmp_path, "der", [(root, "cities")], [(None, "SELECT * FROM cities")])

@@ -47,7 +47,7 @@ from coordinator.transform.output import (
 )
 from coordinator.transform.plan import ChainCache, clear_outputs, plan_replay, plan_transform
 from coordinator.transform.run import run_transform
-from coordinator.transform.testing import Clock, inputs_of, make_derivative, make_root, push_csv
+from coordinator.transform.testing import StepClock, inputs_of, make_derivative, make_root, push_csv
 from coordinator.transform.verify import Verdict, replay_transforms
 from engine.worker import CRASH_ENV
 from node.engine_client import EngineClient
@@ -64,7 +64,7 @@ def no_spark() -> EngineClient:
 
 def chain(tmp: Path, blocks: int) -> tuple[Dataset, Dataset, list[m.ExecuteTransform]]:
     """A root and a DataFusion derivative of ``blocks`` transforms (made by the router)."""
-    clock = Clock(Timestamp.parse("2026-02-01T00:00:00Z"))
+    clock = StepClock(Timestamp.parse("2026-02-01T00:00:00Z"))
     root = make_root(tmp, "root")
     der = make_derivative(tmp, "der", [(root, "cities")], [(None, QUERY)], engine="datafusion")
     router = EngineRouter(no_spark, idle_timeout=0, versions=("51.0.0",))
@@ -172,7 +172,7 @@ def test_a_forged_slice_is_still_disputed_with_evidence_from_the_file(tmp_path: 
     router = EngineRouter(no_spark, idle_timeout=0, versions=("51.0.0",))
     try:
         # The next step run for real, one value changed before commit (hashes consistent).
-        clock = Clock(Timestamp.parse("2026-02-03T00:00:00Z"))
+        clock = StepClock(Timestamp.parse("2026-02-03T00:00:00Z"))
         push_csv(
             root, tmp_path / "in", "event_time,city,population\n2020-02-01T00:00:00Z,z,7\n", clock
         )

@@ -19,7 +19,7 @@ if str(ROOT) not in sys.path:
 from coordinator.metadata import model as m  # noqa: E402
 from coordinator.transform.run import EngineMemoryExceeded, run_transform  # noqa: E402
 from coordinator.transform.testing import (  # noqa: E402
-    Clock,
+    StepClock,
     inputs_of,
     make_derivative,
     make_root,
@@ -60,7 +60,7 @@ def test_process_tree_rss_counts_children() -> None:
 
 
 def test_request_over_memory_limit_fails_typed_and_worker_recovers(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = StepClock()
     root = make_root(tmp_path, "root")
     push_csv(root, tmp_path / "in", CSV1, clock)
     inputs = inputs_of(root)

@@ -28,7 +28,7 @@ from coordinator.transform.model import (  # noqa: E402
 from coordinator.transform.plan import OutputPaths, clear_outputs, plan_transform  # noqa: E402
 from coordinator.transform.run import run_transform  # noqa: E402
 from coordinator.transform.testing import (  # noqa: E402
-    Clock,
+    StepClock,
     inputs_of,
     make_derivative,
     make_root,
@@ -67,7 +67,7 @@ def client(crash_file: Path) -> Iterator[EngineClient]:
 
 def test_lazy_start_transform_and_verify_over_grpc(tmp_path: Path, client: EngineClient) -> None:
     assert not client.running and client.starts == 0  # nothing started until needed
-    clock = Clock()
+    clock = StepClock()
     root = make_root(tmp_path, "root")
     push_csv(root, tmp_path / "in", CSV1, clock)
     der = make_derivative(tmp_path, "der", [(root, "cities")], QUERIES)
@@ -119,7 +119,7 @@ def test_raw_query_over_grpc(tmp_path: Path, client: EngineClient) -> None:
 def test_crash_mid_request_restarts_and_retries_once(
     tmp_path: Path, client: EngineClient, crash_file: Path
 ) -> None:
-    clock = Clock()
+    clock = StepClock()
     root = make_root(tmp_path, "root")
     push_csv(root, tmp_path / "in", CSV1, clock)
     der = make_derivative(tmp_path, "der", [(root, "cities")], QUERIES)
@@ -137,7 +137,7 @@ def test_crash_mid_request_restarts_and_retries_once(
 def test_two_crashes_give_up_and_commit_nothing(
     tmp_path: Path, client: EngineClient, crash_file: Path
 ) -> None:
-    clock = Clock()
+    clock = StepClock()
     root = make_root(tmp_path, "root")
     push_csv(root, tmp_path / "in", CSV1, clock)
     der = make_derivative(tmp_path, "der", [(root, "cities")], QUERIES)
@@ -157,7 +157,7 @@ def test_two_crashes_give_up_and_commit_nothing(
 
 
 def test_idle_worker_is_stopped_and_restarted_lazily(tmp_path: Path, client: EngineClient) -> None:
-    clock = Clock()
+    clock = StepClock()
     root = make_root(tmp_path, "root")
     push_csv(root, tmp_path / "in", CSV1, clock)
     der = make_derivative(tmp_path, "der", [(root, "cities")], QUERIES)
@@ -173,7 +173,7 @@ def test_idle_worker_is_stopped_and_restarted_lazily(tmp_path: Path, client: Eng
 
 def test_isolated_worker_has_no_network(tmp_path: Path) -> None:
     """``isolate_network=True``: the worker runs in its own namespace with only loopback."""
-    clock = Clock()
+    clock = StepClock()
     root = make_root(tmp_path, "root")
     push_csv(root, tmp_path / "in", CSV1, clock)
     der = make_derivative(tmp_path, "der", [(root, "cities")], QUERIES)

@@ -24,7 +24,7 @@ from coordinator.metadata.odf_schema import schema_as_arrow, upgrade
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.storage.dataset import Dataset
 from coordinator.transform.run import run_transform
-from coordinator.transform.testing import T0, Clock, append_events, inputs_of, push_csv
+from coordinator.transform.testing import T0, StepClock, append_events, inputs_of, push_csv
 from coordinator.transform.verify import verify_dataset
 from node.engine_client import EngineClient
 from node.engine_router import EngineRouter
@@ -104,7 +104,7 @@ def test_odf_schema_derivative_replays_and_verifies(tmp_path: Path, current_form
     root, der = make_chain(tmp_path)
     router = EngineRouter(no_spark, idle_timeout=0)
     try:
-        clock = Clock(Timestamp.parse("2026-06-01T00:00:00Z"))
+        clock = StepClock(Timestamp.parse("2026-06-01T00:00:00Z"))
         for csv in CSV:
             push_csv(root, tmp_path / "in", csv, clock)
             res = run_transform(der, inputs_of(root), router, clock=clock)

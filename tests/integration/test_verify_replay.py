@@ -26,7 +26,7 @@ from coordinator.transform import OutputPaths, TransformSuccess, commit_transfor
 from coordinator.transform.plan import clear_outputs, plan_transform  # noqa: E402
 from coordinator.transform.run import InvalidTransformQuery, run_transform  # noqa: E402
 from coordinator.transform.testing import (  # noqa: E402
-    Clock,
+    StepClock,
     inputs_of,
     make_derivative,
     make_root,
@@ -67,7 +67,7 @@ def rows(ds: Any, *cols: str) -> list[tuple[Any, ...]]:
 
 
 def test_transform_then_verify_passes(tmp_path: Path, engine: Any) -> None:
-    clock = Clock()
+    clock = StepClock()
     root = make_root(tmp_path, "root")
     push_csv(root, tmp_path / "in", CSV1, clock)
     der = make_derivative(tmp_path, "der", [(root, "cities")], QUERIES)
@@ -104,7 +104,7 @@ def test_transform_then_verify_passes(tmp_path: Path, engine: Any) -> None:
 
 
 def test_forged_execute_transform_is_caught(tmp_path: Path, engine: Any) -> None:
-    clock = Clock()
+    clock = StepClock()
     root = make_root(tmp_path, "root")
     push_csv(root, tmp_path / "in", CSV1, clock)
     der = make_derivative(tmp_path, "der", [(root, "cities")], QUERIES)
@@ -142,7 +142,7 @@ def test_forged_execute_transform_is_caught(tmp_path: Path, engine: Any) -> None
 
 
 def test_retractions_and_corrections_propagate_in_order(tmp_path: Path, engine: Any) -> None:
-    clock = Clock()
+    clock = StepClock()
     root = make_root(
         tmp_path,
         "snap",
@@ -170,7 +170,7 @@ def test_retractions_and_corrections_propagate_in_order(tmp_path: Path, engine: 
 
 
 def test_dropped_op_becomes_append(tmp_path: Path, engine: Any) -> None:
-    clock = Clock()
+    clock = StepClock()
     root = make_root(tmp_path, "root")
     push_csv(root, tmp_path / "in", CSV1, clock)
     der = make_derivative(
@@ -181,7 +181,7 @@ def test_dropped_op_becomes_append(tmp_path: Path, engine: Any) -> None:
 
 
 def test_nondeterministic_query_mismatch_is_not_fraud(tmp_path: Path, engine: Any) -> None:
-    clock = Clock()
+    clock = StepClock()
     root = make_root(tmp_path, "root")
     push_csv(root, tmp_path / "in", CSV1, clock)
     der = make_derivative(
@@ -205,7 +205,7 @@ def test_nondeterministic_query_mismatch_is_not_fraud(tmp_path: Path, engine: An
 
 
 def test_invalid_query_commits_nothing(tmp_path: Path, engine: Any) -> None:
-    clock = Clock()
+    clock = StepClock()
     root = make_root(tmp_path, "root")
     push_csv(root, tmp_path / "in", CSV1, clock)
     der = make_derivative(
@@ -220,7 +220,7 @@ def test_invalid_query_commits_nothing(tmp_path: Path, engine: Any) -> None:
 
 def test_verify_rejects_tampered_offsets(tmp_path: Path, engine: Any) -> None:
     """A forged event whose declared output interval differs from the replay's."""
-    clock = Clock()
+    clock = StepClock()
     root = make_root(tmp_path, "root")
     push_csv(root, tmp_path / "in", CSV1, clock)
     der = make_derivative(tmp_path, "der", [(root, "cities")], QUERIES)

@@ -34,14 +34,14 @@ PARENT = r"""
 import sys
 from pathlib import Path
 from coordinator.transform.run import run_transform
-from coordinator.transform.testing import Clock, inputs_of, make_derivative, make_root, push_csv
+from coordinator.transform.testing import StepClock, inputs_of, make_derivative, make_root, push_csv
 from node.engine_client import EngineClient
 
 tmp = Path(sys.argv[1])
 mode = sys.argv[2]
 client = EngineClient(master="local[1]", idle_timeout=0)
 if mode == "job":
-    clock = Clock()
+    clock = StepClock()
     root = make_root(tmp, "root")
     push_csv(root, tmp / "in", "event_time,city,population\n2020-01-01T00:00:00Z,A,1\n", clock)
     d = make_derivative(

@@ -31,7 +31,7 @@ from coordinator.transform.frames import (
     write_frame,
 )
 from coordinator.transform.plan import plan_transform
-from coordinator.transform.testing import Clock, inputs_of, make_derivative, make_root, push_csv
+from coordinator.transform.testing import StepClock, inputs_of, make_derivative, make_root, push_csv
 
 # -- frames --------------------------------------------------------------------------------
 
@@ -94,7 +94,7 @@ def test_an_oversized_frame_is_refused_before_reading_it() -> None:
 
 
 def test_a_request_round_trips_and_nothing_else_is_accepted(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = StepClock()
     root = make_root(tmp_path, "root")
     push_csv(root, tmp_path / "in", "event_time,city,population\n2020-01-01T00:00:00Z,A,1\n", clock)
     der = make_derivative(

@@ -20,7 +20,7 @@ from coordinator.ingest.push import ingest
 from coordinator.metadata import model as m
 from coordinator.metadata import odf_schema as osc
 from coordinator.storage.dataset import Dataset
-from coordinator.transform.testing import T0, Clock, append_events
+from coordinator.transform.testing import T0, StepClock, append_events
 from tests.golden.test_block_vectors import ODF_SCHEMA, SCHEMA_AB
 
 
@@ -255,7 +255,7 @@ def test_kamu_collection_push_source_ingests_a_changelog(tmp_path: Path) -> None
     ]
     f = tmp_path / "entries.ndjson"
     f.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    res = ingest(ds, [f], clock=Clock())
+    res = ingest(ds, [f], clock=StepClock())
     (s,) = res.slices
     t = pq.read_table(ds.data.path_of(s.physical_hash))
     assert t.schema.field("op") == pa.field("op", pa.int32(), False)

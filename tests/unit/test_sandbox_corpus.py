@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:  # `engine` is a top-level package next to `coordi
 from coordinator.transform.model import TransformInvalidQuery, TransformSuccess  # noqa: E402
 from coordinator.transform.plan import OutputPaths, clear_outputs, plan_transform  # noqa: E402
 from coordinator.transform.testing import (  # noqa: E402
-    Clock,
+    StepClock,
     inputs_of,
     make_derivative,
     make_root,
@@ -188,7 +188,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Any:
     pq.write_table(pa.table({"secret": ["s3cr3t"]}), canary / "data.parquet")
     (canary / "data.txt").write_text("secret\n")
     tmp = tmp_path_factory.mktemp("sandbox")
-    clock = Clock()
+    clock = StepClock()
     root = make_root(tmp, "root")
     push_csv(
         root,

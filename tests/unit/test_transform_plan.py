@@ -56,7 +56,7 @@ from coordinator.transform.plan import (
 )
 from coordinator.transform.run import InvalidTransformQuery, run_transform
 from coordinator.transform.testing import (
-    Clock,
+    StepClock,
     append_events,
     inputs_of,
     make_derivative,
@@ -121,7 +121,7 @@ class FakeEngine:
 
 @pytest.fixture
 def chain(tmp_path: Path):
-    clock = Clock()
+    clock = StepClock()
     root = make_root(tmp_path, "root")
     push_csv(root, tmp_path / "in", CSV1, clock)
     der = make_derivative(
@@ -431,7 +431,7 @@ class BatchingEngine(FakeEngine):
 
 def eleven_blocks(tmp: Path) -> tuple[Dataset, Dataset]:
     """A derivative of 11 ExecuteTransform blocks, block k holding the row at offset k."""
-    clock = Clock()
+    clock = StepClock()
     root = make_root(tmp, "root")
     der = make_derivative(
         tmp, "der", [(root, "cities")], [(None, "SELECT op, event_time, city FROM cities")]
