@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from coordinator.errors import OdfNodeError
 from node.adapters.backup import HomeBackup
@@ -32,6 +32,7 @@ from node.adapters.gossip import NoGossip
 from node.adapters.ipfs import IpfsAdapter, NoIpfs
 from node.adapters.query_engine import DataFusionQueryEngine
 from node.adapters.spark_query import SparkQueryEngine
+from node.adapters.state import InlineState
 from node.adapters.transfer import TransferAdapter
 from node.app import Application, NodeInfo
 from node.app.console import ConsoleQueries
@@ -50,6 +51,7 @@ from node.app.work import RetryPolicy, WorkRunner
 from node.config import NodeConfig
 from node.home import NodeHome, default_home
 from node.home_lock import HomeLock
+from node.state import NodeState
 
 DAEMON_START_WAIT_S = 120.0
 """How long a CLI command waits for a starting daemon's RPC (its IPFS node may take a while)."""
@@ -126,24 +128,24 @@ class OfflineOptions:
     ipfs_gateway: str | None = None
 
 
-class _LazyState:
+class _LazyState(InlineState):
     """The state port over the home's ``state.db``, opened on first use (synchronous calls)."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._inline: Any = None
+        self._opened: NodeState | None = None
 
-    def __getattr__(self, name: str) -> Any:
-        if self._inline is None:
-            from node.adapters.state import InlineState
-            from node.state import NodeState
-
-            self._inline = InlineState(NodeState.open(self._path, time.time_ns))
-        return getattr(self._inline, name)
+    @property
+    def sync(self) -> NodeState:  # type: ignore[override]
+        """The home's state, opened now if it was not yet."""
+        if self._opened is None:
+            self._opened = NodeState.open(self._path, time.time_ns)
+        return self._opened
 
     def close(self) -> None:
-        if self._inline is not None:
-            self._inline.close()
+        """Close the database if it was opened."""
+        if self._opened is not None:
+            self._opened.close()
 
 
 @contextlib.contextmanager
@@ -180,7 +182,7 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
             )
         return engines[0]
 
-    ports = cast(StatePort, state)
+    ports: StatePort = state
     ipfs: IpfsPort = IpfsAdapter(options.ipfs_api, {}) if options.ipfs_api else NoIpfs()
     gossip = NoGossip()
     events = EventBus()

@@ -14,8 +14,12 @@
 
 :class:`InlineState` runs the same methods synchronously on the caller's thread: the in-memory
 twin for unit tests (an in-memory database cannot be shared between threads) and the offline
-CLI's adapter. Both classify methods by :data:`READS` and :data:`WRITES`; a unit test checks
-that every public ``NodeState`` method is in exactly one of them.
+CLI's adapter. Both spell out every method of the port, each made from the ``NodeState``
+method of the same name by a factory typed with its parameters (``_inline``, ``_read``,
+``_write``), so mypy checks both adapters against ``StatePort`` signature by signature (no
+``__getattr__``, no ``cast``). :data:`READS` and :data:`WRITES` say which thread serves each; a
+unit test checks that every public ``NodeState`` method is in exactly one of them and that both
+adapters define it.
 """
 
 from __future__ import annotations
@@ -25,14 +29,17 @@ import logging
 import queue
 import sqlite3
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from coordinator.clock import Clock
 from coordinator.errors import OdfNodeError
 from node.state.store import NodeState
+
+if TYPE_CHECKING:
+    from node.app.ports import StatePort
 
 log = logging.getLogger("odf_node.state")
 
@@ -123,25 +130,133 @@ class StateClosed(OdfNodeError):
     """The state adapter was closed; no more calls are served."""
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _inline(
+    fn: Callable[Concatenate[NodeState, P], R],
+) -> Callable[Concatenate[InlineState, P], Coroutine[Any, Any, R]]:
+    """``fn`` of :class:`NodeState` as a method of :class:`InlineState`: a coroutine that runs
+    it on the caller's thread when awaited (the signature is ``fn``'s: mypy checks the adapter
+    against the port through it)."""
+
+    async def method(self: InlineState, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return fn(self.sync, *args, **kwargs)
+
+    method.__name__ = fn.__name__
+    method.__doc__ = fn.__doc__
+    return method
+
+
+def _read(
+    fn: Callable[Concatenate[NodeState, P], R],
+) -> Callable[Concatenate[ThreadedState, P], Coroutine[Any, Any, R]]:
+    """``fn`` as a method of :class:`ThreadedState` run by the reader thread (or, for
+    :data:`STATUS_READS`, on the caller's thread over a connection of its own)."""
+    name = fn.__name__
+    if name in STATUS_READS:
+
+        async def inline(self: ThreadedState, /, *args: P.args, **kwargs: P.kwargs) -> R:
+            return fn(self._status_state(name), *args, **kwargs)
+
+        method = inline
+    else:
+
+        async def threaded(self: ThreadedState, /, *args: P.args, **kwargs: P.kwargs) -> R:
+            result: R = await self._call(self._reader, name, args, kwargs)
+            return result
+
+        method = threaded
+    method.__name__ = name
+    method.__doc__ = fn.__doc__
+    return method
+
+
+def _write(
+    fn: Callable[Concatenate[NodeState, P], R],
+) -> Callable[Concatenate[ThreadedState, P], Coroutine[Any, Any, R]]:
+    """``fn`` as a method of :class:`ThreadedState` run by the writer thread (group commit)."""
+    name = fn.__name__
+
+    async def method(self: ThreadedState, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        result: R = await self._call(self._writer, name, args, kwargs)
+        return result
+
+    method.__name__ = name
+    method.__doc__ = fn.__doc__
+    return method
+
+
 class InlineState:
-    """Every :class:`NodeState` method as a coroutine that runs synchronously when awaited."""
+    """Every :class:`NodeState` method of the port as a coroutine that runs synchronously when
+    awaited."""
 
     def __init__(self, state: NodeState) -> None:
         self.sync = state
 
-    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
-        if name not in READS and name not in WRITES:
-            raise AttributeError(name)
-        fn = getattr(self.sync, name)
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            return fn(*args, **kwargs)
-
-        return call
-
     def close(self) -> None:
         """Close the database."""
         self.sync.close()
+
+    # The port, method by method (mypy checks each against StatePort through its signature).
+    accepted_head = _inline(NodeState.accepted_head)
+    accepted_heads = _inline(NodeState.accepted_heads)
+    add_attestation = _inline(NodeState.add_attestation)
+    add_dispute = _inline(NodeState.add_dispute)
+    add_equivocation_proof = _inline(NodeState.add_equivocation_proof)
+    add_key_inception = _inline(NodeState.add_key_inception)
+    add_key_revocation = _inline(NodeState.add_key_revocation)
+    add_key_rotation = _inline(NodeState.add_key_rotation)
+    add_observation = _inline(NodeState.add_observation)
+    add_split_view = _inline(NodeState.add_split_view)
+    attestations = _inline(NodeState.attestations)
+    attestations_of_head = _inline(NodeState.attestations_of_head)
+    claim = _inline(NodeState.claim)
+    complete = _inline(NodeState.complete)
+    datasets_signed_by = _inline(NodeState.datasets_signed_by)
+    disputed_blocks = _inline(NodeState.disputed_blocks)
+    disputes = _inline(NodeState.disputes)
+    disputes_of_block = _inline(NodeState.disputes_of_block)
+    enqueue = _inline(NodeState.enqueue)
+    equivocation_proofs = _inline(NodeState.equivocation_proofs)
+    events = _inline(NodeState.events)
+    evidence_count = _inline(NodeState.evidence_count)
+    fail = _inline(NodeState.fail)
+    keep_evidence = _inline(NodeState.keep_evidence)
+    key_inceptions = _inline(NodeState.key_inceptions)
+    key_revocations = _inline(NodeState.key_revocations)
+    key_rotations = _inline(NodeState.key_rotations)
+    log_event = _inline(NodeState.log_event)
+    observations = _inline(NodeState.observations)
+    peer = _inline(NodeState.peer)
+    peers = _inline(NodeState.peers)
+    pending_count = _inline(NodeState.pending_count)
+    pending_counts = _inline(NodeState.pending_counts)
+    prune_events = _inline(NodeState.prune_events)
+    prune_work = _inline(NodeState.prune_work)
+    recent_events = _inline(NodeState.recent_events)
+    record_accepted_head = _inline(NodeState.record_accepted_head)
+    record_trust = _inline(NodeState.record_trust)
+    record_verification = _inline(NodeState.record_verification)
+    release_claims = _inline(NodeState.release_claims)
+    remove_schedule = _inline(NodeState.remove_schedule)
+    schedule = _inline(NodeState.schedule)
+    schedule_ran = _inline(NodeState.schedule_ran)
+    schedules = _inline(NodeState.schedules)
+    set_schedule = _inline(NodeState.set_schedule)
+    split_views = _inline(NodeState.split_views)
+    status_counts = _inline(NodeState.status_counts)
+    subscribe = _inline(NodeState.subscribe)
+    subscription = _inline(NodeState.subscription)
+    subscription_count = _inline(NodeState.subscription_count)
+    subscriptions = _inline(NodeState.subscriptions)
+    unsubscribe = _inline(NodeState.unsubscribe)
+    upsert_peer = _inline(NodeState.upsert_peer)
+    verification = _inline(NodeState.verification)
+    verifications_of_heads = _inline(NodeState.verifications_of_heads)
+    work = _inline(NodeState.work)
+    work_item = _inline(NodeState.work_item)
 
 
 @dataclass(slots=True)
@@ -300,25 +415,22 @@ class ThreadedState:
             batch_sizes=list(w.batch_sizes),
         )
 
-    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
-        if name in STATUS_READS:
-            return self._inline_read(name)
-        if name in WRITES:
-            worker = self._writer
-        elif name in READS:
-            worker = self._reader
-        else:
-            raise AttributeError(name)
+    async def _call(self, worker: _Worker, name: str, args: Any, kwargs: Any) -> Any:
+        if self._closed:
+            raise StateClosed(f"state is closed (call to {name})")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        worker.queue.put(_Call(name, args, kwargs, loop, fut))
+        return await fut
 
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            if self._closed:
-                raise StateClosed(f"state is closed (call to {name})")
-            loop = asyncio.get_running_loop()
-            fut: asyncio.Future[Any] = loop.create_future()
-            worker.queue.put(_Call(name, args, kwargs, loop, fut))
-            return await fut
-
-        return call
+    def _status_state(self, name: str) -> NodeState:
+        if self._closed:
+            raise StateClosed(f"state is closed (call to {name})")
+        if self._status is None:
+            self._status = NodeState.open(
+                self._path, self._clock, busy_timeout_ms=STATUS_BUSY_TIMEOUT_MS
+            )
+        return self._status
 
     async def write_probe(self) -> None:
         """Return once an empty write, queued behind every write queued so far, has committed.
@@ -339,17 +451,64 @@ class ThreadedState:
             self._writer.queue.put(_Call(_PROBE, (), {}, loop, self._probe))
         await asyncio.shield(self._probe)
 
-    def _inline_read(self, name: str) -> Callable[..., Awaitable[Any]]:
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            if self._closed:
-                raise StateClosed(f"state is closed (call to {name})")
-            if self._status is None:
-                self._status = NodeState.open(
-                    self._path, self._clock, busy_timeout_ms=STATUS_BUSY_TIMEOUT_MS
-                )
-            return getattr(self._status, name)(*args, **kwargs)
-
-        return call
+    # The port, method by method: reads on the reader thread, writes on the writer thread.
+    accepted_head = _read(NodeState.accepted_head)
+    accepted_heads = _read(NodeState.accepted_heads)
+    attestations = _read(NodeState.attestations)
+    attestations_of_head = _read(NodeState.attestations_of_head)
+    datasets_signed_by = _read(NodeState.datasets_signed_by)
+    disputed_blocks = _read(NodeState.disputed_blocks)
+    disputes = _read(NodeState.disputes)
+    disputes_of_block = _read(NodeState.disputes_of_block)
+    equivocation_proofs = _read(NodeState.equivocation_proofs)
+    events = _read(NodeState.events)
+    evidence_count = _read(NodeState.evidence_count)
+    key_inceptions = _read(NodeState.key_inceptions)
+    key_revocations = _read(NodeState.key_revocations)
+    key_rotations = _read(NodeState.key_rotations)
+    observations = _read(NodeState.observations)
+    peer = _read(NodeState.peer)
+    peers = _read(NodeState.peers)
+    pending_count = _read(NodeState.pending_count)
+    pending_counts = _read(NodeState.pending_counts)
+    recent_events = _read(NodeState.recent_events)
+    schedule = _read(NodeState.schedule)
+    schedules = _read(NodeState.schedules)
+    split_views = _read(NodeState.split_views)
+    status_counts = _read(NodeState.status_counts)
+    subscription = _read(NodeState.subscription)
+    subscription_count = _read(NodeState.subscription_count)
+    subscriptions = _read(NodeState.subscriptions)
+    verification = _read(NodeState.verification)
+    verifications_of_heads = _read(NodeState.verifications_of_heads)
+    work = _read(NodeState.work)
+    work_item = _read(NodeState.work_item)
+    add_attestation = _write(NodeState.add_attestation)
+    add_dispute = _write(NodeState.add_dispute)
+    add_equivocation_proof = _write(NodeState.add_equivocation_proof)
+    add_key_inception = _write(NodeState.add_key_inception)
+    add_key_revocation = _write(NodeState.add_key_revocation)
+    add_key_rotation = _write(NodeState.add_key_rotation)
+    add_observation = _write(NodeState.add_observation)
+    add_split_view = _write(NodeState.add_split_view)
+    claim = _write(NodeState.claim)
+    complete = _write(NodeState.complete)
+    enqueue = _write(NodeState.enqueue)
+    fail = _write(NodeState.fail)
+    keep_evidence = _write(NodeState.keep_evidence)
+    log_event = _write(NodeState.log_event)
+    prune_events = _write(NodeState.prune_events)
+    prune_work = _write(NodeState.prune_work)
+    record_accepted_head = _write(NodeState.record_accepted_head)
+    record_trust = _write(NodeState.record_trust)
+    record_verification = _write(NodeState.record_verification)
+    release_claims = _write(NodeState.release_claims)
+    remove_schedule = _write(NodeState.remove_schedule)
+    schedule_ran = _write(NodeState.schedule_ran)
+    set_schedule = _write(NodeState.set_schedule)
+    subscribe = _write(NodeState.subscribe)
+    unsubscribe = _write(NodeState.unsubscribe)
+    upsert_peer = _write(NodeState.upsert_peer)
 
     async def aclose(self) -> None:
         """:meth:`close` without blocking the event loop."""
@@ -375,6 +534,12 @@ class ThreadedState:
             w.queue.put(None)
         for w in workers:
             w.join()
+
+
+if TYPE_CHECKING:  # both adapters are the port: mypy checks every method's signature
+
+    def _is_the_port(inline: InlineState, threaded: ThreadedState) -> tuple[StatePort, StatePort]:
+        return inline, threaded
 
 
 __all__ = [

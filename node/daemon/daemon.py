@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from coordinator.errors import OdfNodeError
 from coordinator.identity import DatasetId, PrivateKey
@@ -236,7 +236,7 @@ class Daemon:
         # Opening runs migrations (disk IO): off the loop like every later call.
         threaded = await asyncio.to_thread(ThreadedState, self.home.path / "state.db", self.clock)
         self._threaded = threaded
-        self.state = cast(StatePort, threaded)
+        self.state = threaded
         released = await self.state.release_claims()
         if released:
             log.info("resuming %d work item(s) interrupted by the last shutdown", released)

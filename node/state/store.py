@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -955,7 +955,7 @@ class NodeState:
 
     # -- event log --------------------------------------------------------------------------
 
-    def log_event(self, kind: str, did: str | None, data: dict[str, Any]) -> int:
+    def log_event(self, kind: str, did: str | None, data: Mapping[str, object]) -> int:
         """Append an event (``data`` must be JSON-serialisable); return its id (increasing,
         never reused, also after :meth:`prune_events`)."""
         if not kind:
@@ -1012,7 +1012,7 @@ class NodeState:
         kind: str,
         did: str,
         head: str | None,
-        payload: dict[str, Any],
+        payload: Mapping[str, object],
         *,
         dedupe: bool = True,
         not_before_ns: int | None = None,
@@ -1304,11 +1304,11 @@ def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
         yield items[i : i + size]
 
 
-def _to_json(data: dict[str, Any], what: str) -> str:
-    if not isinstance(data, dict):
-        raise InvalidStateValue(f"{what} must be a dict, got {type(data).__name__}")
+def _to_json(data: Mapping[str, object], what: str) -> str:
+    if not isinstance(data, Mapping):
+        raise InvalidStateValue(f"{what} must be a mapping, got {type(data).__name__}")
     try:
-        return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return json.dumps(dict(data), sort_keys=True, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidStateValue(f"{what} is not JSON-serialisable: {exc}") from exc
 
