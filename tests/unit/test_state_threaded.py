@@ -32,7 +32,7 @@ def test_every_public_method_is_a_read_or_a_write() -> None:
     assert not READS & WRITES
     # Each adapter spells every one out (no __getattr__: mypy checks them against StatePort).
     for adapter in (InlineState, ThreadedState):
-        assert READS | WRITES <= set(vars(adapter)), adapter
+        assert set(vars(adapter)) >= READS | WRITES, adapter
         assert "__getattr__" not in vars(adapter)
 
 
