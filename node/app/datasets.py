@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.errors import OdfNodeError
 from coordinator.identity import DatasetId
+from coordinator.metadata.flatbuffers_serde import decode_block, decode_manifest
 from coordinator.metadata.snapshot import snapshots_from_yaml
 from coordinator.metadata.yaml_serde import block_to_dict
 from coordinator.storage.dataset import Dataset
@@ -438,15 +439,30 @@ class DatasetUseCases:
         return out
 
     async def log(self, ref: str, limit: int | None = 50) -> list[LogEntry]:
-        """The newest ``limit`` metadata blocks (kamu's YAML form as JSON), newest first."""
+        """The newest ``limit`` metadata blocks (kamu's YAML form as JSON), newest first.
+
+        Each entry carries its block's manifest version; a version-3 block uses the spec v0.38
+        keys (``ddlSchema``, ``rawArrowSchema``), a version-2 block the v0.34 ones.
+        """
         ds = self.repo.open(ref)
 
         def read() -> list[LogEntry]:
             out: list[LogEntry] = []
-            for h, block in ds.iter_blocks():
-                if limit is not None and len(out) >= limit:
-                    break
-                out.append(LogEntry(hash=str(h), block=block_to_dict(block)))
+            h = ds.head()
+            while h is not None and (limit is None or len(out) < limit):
+                data = ds.get_block_bytes(h)
+                # The block's own manifest version (2 or 3) decides its field names, as
+                # kamu's YAML of a version-3 block uses the spec v0.38 keys.
+                version, _ = decode_manifest(data)
+                block = decode_block(data)
+                out.append(
+                    LogEntry(
+                        hash=str(h),
+                        block=block_to_dict(block, legacy=version == 2),
+                        version=version,
+                    )
+                )
+                h = block.prev_block_hash
             return out
 
         return await asyncio.to_thread(read)

@@ -103,10 +103,11 @@ class DatasetRow(_Json):
 
 @dataclass(frozen=True)
 class LogEntry(_Json):
-    """``dataset log``: one block, newest first."""
+    """``dataset log``: one block, newest first, with its manifest ``version`` (2 or 3)."""
 
     hash: str
     block: dict[str, Any]
+    version: int = 2
 
 
 @dataclass(frozen=True)

@@ -623,8 +623,12 @@ def _render_log(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
 
     fmt = opts.get("output_format", "table")
     if fmt == "yaml":
+        # A YAML stream as kamu-cli's `log -o yaml` writes it: `---`, a `# Block:` comment, the
+        # manifest, blank lines. Each block keeps its own manifest version (kamu HEAD labels
+        # every block with its current version 3).
         for e in value:
-            out.raw(f"# Block: {e['hash']}\n{write_manifest(KIND_METADATA_BLOCK, 2, e['block'])}")
+            manifest = write_manifest(KIND_METADATA_BLOCK, e.get("version", 2), e["block"])
+            out.raw(f"---\n# Block: {e['hash']}\n{manifest}\n\n")
     elif fmt == "table":
         out.table(
             ["seq", "hash", "system time", "event"],

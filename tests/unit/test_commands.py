@@ -165,7 +165,9 @@ def test_dataset_log_json_is_output_format_json(home: Path, tmp_path: Path) -> N
     assert code == 0 and json.loads(text) == as_json
     assert [e["block"]["event"]["kind"] for e in as_json] == ["SetInfo", "Seed"]
     code, text = run(home, "dataset", "log", "x", "-o", "yaml")
-    assert code == 0 and text.startswith(f"# Block: {as_json[0]['hash']}\n") and "SetInfo" in text
+    assert (
+        code == 0 and text.startswith(f"---\n# Block: {as_json[0]['hash']}\n") and "SetInfo" in text
+    )
     code, text = run(home, "dataset", "log", "x")
     assert code == 0 and "SetInfo" in text and "Seed" in text
     code, text = run(home, "dataset", "log", "x", "-o", "xml")
