@@ -72,6 +72,7 @@ from coordinator.transform.model import (
     TransformResponse,
     TransformSuccess,
 )
+from coordinator.transform.output import remove_outputs
 from engine.lifeline import watch_lifeline
 
 SERVICE = "engine.Engine"
@@ -125,6 +126,10 @@ class EngineServicer:
             req.new_data_path.parent.mkdir(parents=True, exist_ok=True)
             req.new_data_path.write_bytes(b"partial output of a crashed engine")
             os._exit(17)
+        # A request's outputs start empty: the node removes what a crashed attempt left before
+        # it retries, and this makes it hold even if the crashed worker's last write landed
+        # after that removal.
+        remove_outputs(req.new_data_path, req.new_checkpoint_path)
         resp: TransformResponse = self.engine.execute_transform(req)
         return resp
 
