@@ -102,7 +102,9 @@ async def fetch_polling(
     if isinstance(fetch, m.FetchStepMqtt):
         return await _fetch_mqtt(fetch, workdir, dataset_id, transfer, opts)
     raise SourceNotRunnable(
-        f"fetch step {_step_name(fetch)} cannot run on this node: it has no runner for it"
+        f"fetch step {_step_name(fetch)} cannot run on this node: odf-node does not run "
+        f"{_step_name(fetch)} sources yet (the dataset is stored as kamu stores it: `kamu "
+        "pull` ingests it, or give it a Url, FilesGlob or Mqtt source); nothing was committed"
     )
 
 
