@@ -73,6 +73,7 @@ def polling_options(config: NodeConfig) -> PollingOptions:
         i.mqtt_idle_timeout_s,
         i.mqtt_max_message_bytes,
         i.mqtt_max_poll_s,
+        files_root=i.files_root or None,
     )
 
 

@@ -181,6 +181,7 @@ class IngestSection:
     mqtt_idle_timeout_s: float
     mqtt_max_message_bytes: int
     mqtt_max_poll_s: float
+    files_root: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -530,6 +531,10 @@ def _validate(cfg: NodeConfig) -> None:
     if cfg.ingest.mqtt_max_message_bytes < 1 or not 0 < cfg.ingest.mqtt_max_poll_s <= 86400:
         raise ConfigError(
             "ingest.mqtt_max_message_bytes must be >= 1 and ingest.mqtt_max_poll_s in (0, 86400]"
+        )
+    if cfg.ingest.files_root and not os.path.isabs(cfg.ingest.files_root):
+        raise ConfigError(
+            f"ingest.files_root = {cfg.ingest.files_root!r}: expected an absolute path"
         )
     h = cfg.health
     if h.max_verify_backlog < 1 or h.engine_crash_failures < 1:

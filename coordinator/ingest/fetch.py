@@ -18,17 +18,22 @@ defines the behaviour reproduced here:
   ingested one (kept as the state, kind ``odf/etag``), in name order, each once. Event time from
   the file name (``fromPath``: the regex's group 1 parsed with ``timestampFormat``, default
   ``%Y-%m-%d``) or the system time (the default); ``fromMetadata`` is refused. No match at all
-  before anything was ingested is an error (kamu: "not found").
+  before anything was ingested is an error (kamu: "not found"). A relative pattern is kept as
+  written in the block and resolved when it is pulled, against a base directory the caller
+  gives (kamu resolves it against its working directory; ``..`` is followed as there).
 
 * ``Mqtt``: the messages received since the last poll, fetched by the node's MQTT client
   (``node/transfer/mqtt_fetch.py``, under the node's source policy); no source state (kamu
   records none: the broker's persistent session says where the next poll resumes); the event
   time is the system time unless the rows carry one.
 
-``dataset create`` accepts every fetch step kamu's ``add`` accepts (:func:`check_polling_source`
-checks only what does not depend on the node); a step this node cannot run as it is set up
-(``Container`` without a container runtime, ``EthereumLogs`` without a node URL, a URL scheme it
-does not fetch) is refused when it is pulled (``node/app/polling.py``), naming the setting.
+``dataset create`` accepts every polling source kamu's ``add`` accepts: kamu checks a source
+only when it is pulled, and so does this node. :func:`check_polling_source` refuses, at pull,
+a source that cannot run anywhere (an event time source the step does not support, a ``fromPath``
+pattern that does not compile, an ``Mqtt`` step with no host, topic or valid port); a step this
+node cannot run as it is set up (``Container`` without a container runtime, ``EthereumLogs``
+without a node URL, a URL scheme it does not fetch, a relative glob with no base directory) is
+refused when it is pulled too (``node/app/polling.py``), naming the setting.
 
 This module does not import pyarrow (``dataset create`` checks sources with it).
 """
@@ -48,7 +53,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import unquote, urlsplit
 
-from coordinator.errors import FetchError, InvalidSnapshot, OdfNodeError, SourceNotFound
+from coordinator.errors import FetchError, OdfNodeError, SourceNotFound, SourceNotRunnable
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
 
@@ -62,6 +67,7 @@ __all__ = [
     "event_time_from_path",
     "fetch_file_url",
     "fetch_glob",
+    "glob_pattern",
     "http_fetched",
     "mqtt_client_id",
     "mqtt_fetched",
@@ -102,15 +108,17 @@ def url_scheme(url: str) -> str:
 
 
 def check_polling_source(source: m.SetPollingSource) -> None:
-    """Refuse, when the dataset is created, a polling source that cannot run anywhere.
+    """Refuse, when it is pulled, a polling source that cannot run anywhere.
 
-    What depends on the node (a container runtime, an Ethereum node, the URL schemes it
-    fetches) is checked when the source is pulled, as kamu does.
+    ``dataset create`` does not call this: kamu's ``add`` accepts these sources and its pull
+    refuses them (kamu-cli ``src/infra/core/src/services/ingest/fetch_service/``), so a
+    snapshot kamu accepts is accepted here too. What depends on the node (a container runtime,
+    an Ethereum node, the URL schemes it fetches) is checked by the pull's dispatch.
 
     Raises:
-        InvalidSnapshot: a glob is not an absolute path, the event time source does not apply
-            to the step, a ``fromPath`` pattern does not compile, or an ``Mqtt`` step has no
-            host, a port out of range or no topic.
+        FetchError: the event time source does not apply to the step, a ``FilesGlob`` is not
+            ordered by name, a ``fromPath`` pattern does not compile, or an ``Mqtt`` step has
+            no host, a port out of range, no topic or an invalid topic filter.
     """
     fetch = source.fetch
     if isinstance(fetch, m.FetchStepMqtt):
@@ -122,37 +130,32 @@ def check_polling_source(source: m.SetPollingSource) -> None:
         return
     if isinstance(fetch, m.FetchStepUrl):
         if isinstance(fetch.event_time, m.EventTimeSourceFromPath):
-            raise InvalidSnapshot(
+            raise FetchError(
                 "SetPollingSource: a Url source does not support the fromPath event time "
-                "source (kamu refuses it too)"
+                "source (kamu refuses it too); nothing was committed"
             )
     else:
-        if not os.path.isabs(fetch.path):
-            raise InvalidSnapshot(
-                f"SetPollingSource: FilesGlob path {fetch.path[:200]!r} must be absolute "
-                "(the daemon and the CLI run in different directories)"
-            )
         if fetch.order not in (None, m.SourceOrdering.BY_NAME):
-            raise InvalidSnapshot("SetPollingSource: FilesGlob can only be ordered byName")
+            raise FetchError("SetPollingSource: FilesGlob can only be ordered byName")
         if isinstance(fetch.event_time, m.EventTimeSourceFromMetadata):
-            raise InvalidSnapshot(
+            raise FetchError(
                 "SetPollingSource: FilesGlob does not support the fromMetadata event time "
-                "source; use fromPath (as kamu says)"
+                "source; use fromPath (as kamu says); nothing was committed"
             )
     if isinstance(fetch.event_time, m.EventTimeSourceFromPath):
         try:
             _compile_path_pattern(fetch.event_time.pattern)
         except FetchError as e:
-            raise InvalidSnapshot(f"SetPollingSource: {e}") from None
+            raise FetchError(f"SetPollingSource: {e}") from None
 
 
 def _check_mqtt(fetch: m.FetchStepMqtt) -> None:
     if not fetch.host.strip():
-        raise InvalidSnapshot("SetPollingSource: Mqtt host is empty")
+        raise FetchError("SetPollingSource: Mqtt host is empty")
     if not 0 < fetch.port < 65536:
-        raise InvalidSnapshot(f"SetPollingSource: Mqtt port {fetch.port} is not in 1-65535")
+        raise FetchError(f"SetPollingSource: Mqtt port {fetch.port} is not in 1-65535")
     if not fetch.topics:
-        raise InvalidSnapshot("SetPollingSource: Mqtt has no topic to subscribe to")
+        raise FetchError("SetPollingSource: Mqtt has no topic to subscribe to")
     for t in fetch.topics:
         # MQTT 3.1.1, 4.7: a filter is non-empty; '#' only last and alone in its level; '+'
         # alone in its level.
@@ -164,7 +167,7 @@ def _check_mqtt(fetch: m.FetchStepMqtt) -> None:
             or "#" in levels[:-1]
         )
         if bad:
-            raise InvalidSnapshot(
+            raise FetchError(
                 f"SetPollingSource: Mqtt topic {t.path[:200]!r} is not a valid topic filter"
             )
 
@@ -271,22 +274,45 @@ def fetch_file_url(
     return Fetched(path, event_time, _state(KIND_LAST_MODIFIED, mtime.to_rfc3339()))
 
 
+def glob_pattern(step: m.FetchStepFilesGlob, base: Path | None) -> str:
+    """The pattern a ``FilesGlob`` matches: its path, or a relative one joined to ``base``.
+
+    Raises:
+        SourceNotRunnable: the path is relative and there is no base directory.
+    """
+    if os.path.isabs(step.path):
+        return step.path
+    if base is None:
+        raise SourceNotRunnable(
+            f"FilesGlob path {step.path[:200]!r} is relative and this dataset has no base "
+            "directory to resolve it against (it was not created from a snapshot file): set "
+            "[ingest] files_root, or give the source an absolute path; nothing was committed"
+        )
+    return os.path.join(base, step.path)
+
+
 def fetch_glob(
-    step: m.FetchStepFilesGlob, prev: m.SourceState | None, system_time: Timestamp
+    step: m.FetchStepFilesGlob,
+    prev: m.SourceState | None,
+    system_time: Timestamp,
+    base: Path | None = None,
 ) -> list[Fetched]:
     """The files of a ``FilesGlob`` not ingested yet, in name order (empty: up to date).
 
     A file is new if its name sorts after the previous state's (kind ``odf/etag``, the last
     ingested file name), so each is ingested once, across restarts; a file added later under an
-    earlier name is never picked up (as in kamu).
+    earlier name is never picked up (as in kamu). A relative path is resolved against ``base``
+    (:func:`glob_pattern`).
 
     Raises:
         SourceNotFound: nothing matches and nothing was ingested before.
+        SourceNotRunnable: a relative path and no ``base``.
         FetchError: an event time cannot be taken from a file name.
     """
+    pattern = glob_pattern(step, base)
     last = prev.value if prev is not None and prev.kind == KIND_ETAG else None
     matched: dict[str, Path] = {}
-    for p in glob.glob(step.path):
+    for p in glob.glob(pattern):
         path = Path(p)
         name = path.name
         if not path.is_file() or (last is not None and name <= last):
@@ -295,7 +321,7 @@ def fetch_glob(
         matched.setdefault(name, path)
     if not matched:
         if prev is None:
-            raise SourceNotFound(f"no file matches {step.path[:200]!r}")
+            raise SourceNotFound(f"no file matches {pattern[:200]!r}")
         return []
     out = []
     for name in sorted(matched):

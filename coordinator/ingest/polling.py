@@ -115,16 +115,20 @@ def is_mqtt_source(info: PushSourceInfo) -> bool:
     return isinstance(_polling(info).fetch, m.FetchStepMqtt)
 
 
-def fetch_local(info: PushSourceInfo, system_time: Timestamp) -> list[Fetched]:
+def fetch_local(
+    info: PushSourceInfo, system_time: Timestamp, base: Path | None = None
+) -> list[Fetched]:
     """Fetch a ``file://`` URL or a ``FilesGlob``: the inputs to ingest (empty: up to date).
 
+    ``base``: the directory a relative ``FilesGlob`` path is resolved against.
+
     Raises:
-        SourceNotFound, FetchError: see :mod:`coordinator.ingest.fetch`.
+        SourceNotFound, SourceNotRunnable, FetchError: see :mod:`coordinator.ingest.fetch`.
         PollingSourceNotFound: the fetch step is one this node does not run (an old chain).
     """
     fetch = _polling(info).fetch
     if isinstance(fetch, m.FetchStepFilesGlob):
-        return fetch_glob(fetch, info.source_state, system_time)
+        return fetch_glob(fetch, info.source_state, system_time, base)
     if isinstance(fetch, m.FetchStepUrl) and url_scheme(fetch.url) == "file":
         got = fetch_file_url(fetch, info.source_state, system_time)
         return [got] if got is not None else []

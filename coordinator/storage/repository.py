@@ -4,6 +4,7 @@ Layout (kamu-cli HEAD's ID-keyed multi-dataset layout)::
 
     <datasets root>/<did multibase>/...      one dataset directory (see dataset.py)
     <datasets root>/<did multibase>/info/alias
+    <datasets root>/<did multibase>/info/snapshot-dir   where a relative FilesGlob resolves
     <keys root>/<did multibase>.key          private key of datasets this node owns (0600)
 
 Creation is atomic: a dataset is assembled under a hidden staging name and renamed into place
@@ -31,10 +32,10 @@ from coordinator.errors import (
 )
 from coordinator.identity.dataset_id import DatasetId
 from coordinator.identity.keys import PrivateKey, generate_private_key, save_private_key
-from coordinator.ingest.fetch import check_polling_source
 from coordinator.metadata import model as m
 from coordinator.metadata.flatbuffers_serde import encode_block
 from coordinator.metadata.snapshot import DatasetSnapshot
+from coordinator.storage import aliases
 from coordinator.storage.dataset import HEAD_REF, Dataset
 from coordinator.storage.fs import atomic_write_bytes
 
@@ -43,6 +44,9 @@ _LABEL = r"[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*"
 _NAME_RE: Final = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$")
 _ALIAS_RE: Final = re.compile(rf"^(?:{_LABEL}/)?{_LABEL}(?:\.{_LABEL})*$")
 _STAGING_PREFIX: Final = ".staging-"
+#: ``info/`` entry: the directory the dataset's snapshot was created from (absolute), kept when
+#: its polling source is a ``FilesGlob`` with a relative path (resolved against it at pull).
+SNAPSHOT_DIR_INFO: Final = "snapshot-dir"
 
 KeySource = Callable[[], PrivateKey]
 
@@ -267,19 +271,32 @@ class DatasetRepository:
         self._write_alias(root, alias)
         return DatasetHandle(did, alias, root), ds
 
-    def create_from_snapshot(self, snapshot: DatasetSnapshot) -> DatasetHandle:
+    def create_from_snapshot(
+        self,
+        snapshot: DatasetSnapshot,
+        *,
+        account: str | None = None,
+        snapshot_dir: Path | None = None,
+    ) -> DatasetHandle:
         """Create a dataset from a ``DatasetSnapshot`` as kamu does.
 
         A Seed with a fresh key (kept by the node, mode 0600) is generated; every event becomes
         one block, all with the same system time; transforms are normalised and ``SetTransform``
         inputs are resolved to DIDs (alias defaulting to the original reference).
 
+        ``account``: the account the dataset is created as (kamu's ``--account`` in a
+        multi-tenant workspace): an unqualified name becomes ``account/name`` and inputs
+        resolve as :mod:`coordinator.storage.aliases` says. ``snapshot_dir``: the absolute
+        directory the snapshot file is in, recorded (``info/snapshot-dir``) when the polling
+        source is a ``FilesGlob`` with a relative path, which a pull resolves against it.
+
         Raises:
-            InvalidSnapshot: forbidden events, unknown inputs, bad name.
+            InvalidSnapshot: forbidden events, unknown inputs, bad name or account.
             DatasetAlreadyExists: the alias is taken.
         """
-        alias = validate_alias(snapshot.name)
-        events = [self._prepare_event(snapshot.kind, e) for e in snapshot.metadata]
+        alias = validate_alias(aliases.qualify(snapshot.name, account))
+        events = [self._prepare_event(snapshot.kind, e, account=account) for e in snapshot.metadata]
+        record_dir = _snapshot_dir_to_record(events, snapshot_dir)
         key = self.key_source()
         did = key.dataset_id()
         self._check_free(did, alias)
@@ -311,6 +328,12 @@ class DatasetRepository:
             ds = Dataset.create(staging, durable=self.durable)
             ds.append_many_bytes(blocks)
             self._write_alias(staging, alias)
+            if record_dir is not None:
+                atomic_write_bytes(
+                    staging / "info" / SNAPSHOT_DIR_INFO,
+                    os.fsencode(record_dir),
+                    durable=self.durable,
+                )
             staging.rename(self.root / did.as_multibase())
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -318,7 +341,11 @@ class DatasetRepository:
         return DatasetHandle(did, alias, self.root / did.as_multibase())
 
     def create_from_snapshots(
-        self, snapshots: Sequence[DatasetSnapshot]
+        self,
+        snapshots: Sequence[DatasetSnapshot],
+        *,
+        account: str | None = None,
+        snapshot_dir: Path | None = None,
     ) -> builtins.list[DatasetHandle]:
         """Create several datasets from snapshots (one ``dataset create`` file): all or none.
 
@@ -326,7 +353,8 @@ class DatasetRepository:
         names of the other snapshots), its events, and its transform inputs, which may name an
         existing dataset or an *earlier* snapshot of the same batch (they are created in order).
         If a creation still fails (a name taken meanwhile, an I/O error), the datasets already
-        created by this call are removed again, with their keys.
+        created by this call are removed again, with their keys. ``account`` and
+        ``snapshot_dir``: as :meth:`create_from_snapshot`.
 
         Raises:
             InvalidSnapshot: no snapshot at all, or one or more invalid snapshots (every problem
@@ -335,15 +363,18 @@ class DatasetRepository:
         """
         if not snapshots:
             raise InvalidSnapshot("no DatasetSnapshot to create")
-        taken = {h.alias for h in self.list()}
+        taken = {aliases.alias_key(h.alias) for h in self.list()}
         earlier: set[str] = set()
         problems: list[tuple[int, str, Exception]] = []
         for number, snapshot in enumerate(snapshots, start=1):
             try:
-                self._check_snapshot(snapshot, taken, earlier)
+                self._check_snapshot(snapshot, taken, earlier, account)
             except (InvalidSnapshot, DatasetAlreadyExists) as e:
                 problems.append((number, snapshot.name, e))
-            earlier.add(snapshot.name)
+            try:
+                earlier.add(aliases.alias_key(aliases.qualify(snapshot.name, account)))
+            except InvalidSnapshot:
+                pass  # already reported by the check
         if problems:
             if len(snapshots) == 1:
                 raise problems[0][2]
@@ -355,7 +386,9 @@ class DatasetRepository:
         created: builtins.list[DatasetHandle] = []  # ``list`` is a method here
         try:
             for snapshot in snapshots:
-                created.append(self.create_from_snapshot(snapshot))
+                created.append(
+                    self.create_from_snapshot(snapshot, account=account, snapshot_dir=snapshot_dir)
+                )
         except BaseException:
             for handle in reversed(created):
                 self._remove_created(handle)
@@ -382,20 +415,25 @@ class DatasetRepository:
     # -- helpers --------------------------------------------------------------------------------
 
     def _check_snapshot(
-        self, snapshot: DatasetSnapshot, taken: Collection[str], earlier: Collection[str]
+        self,
+        snapshot: DatasetSnapshot,
+        taken: Collection[str],
+        earlier: Collection[str],
+        account: str | None,
     ) -> None:
         """What :meth:`create_from_snapshot` would refuse, without creating anything.
 
         ``taken`` are the names of existing datasets; ``earlier`` the names of snapshots of
-        the same batch that will be created first (valid transform inputs, invalid names).
+        the same batch that will be created first (valid transform inputs, invalid names);
+        both in :func:`~coordinator.storage.aliases.alias_key` form.
         """
-        alias = validate_alias(snapshot.name)
-        if alias in taken:
+        alias = validate_alias(aliases.qualify(snapshot.name, account))
+        if aliases.alias_key(alias) in taken:
             raise DatasetAlreadyExists(f"a dataset named {alias!r} already exists")
-        if alias in earlier:
+        if aliases.alias_key(alias) in earlier:
             raise InvalidSnapshot(f"the name {alias!r} is used by an earlier document")
         for e in snapshot.metadata:
-            self._prepare_event(snapshot.kind, e, earlier)
+            self._prepare_event(snapshot.kind, e, earlier, account=account)
 
     def _remove_created(self, handle: DatasetHandle) -> None:
         """Undo a creation of this call: the dataset directory and its key (never handed out)."""
@@ -412,7 +450,9 @@ class DatasetRepository:
         check_alias_for(alias, did)
         if (self.root / did.as_multibase()).exists():
             raise DatasetAlreadyExists(f"dataset {did} already exists")
-        if any(h.alias == alias for h in self.list()):
+        # Names compare ignoring ASCII case, as kamu compares them.
+        key = aliases.alias_key(alias)
+        if any(aliases.alias_key(h.alias) == key for h in self.list()):
             raise DatasetAlreadyExists(f"a dataset named {alias!r} already exists")
 
     def _read_alias(self, root: Path) -> str | None:
@@ -421,16 +461,30 @@ class DatasetRepository:
         except FileNotFoundError:
             return None
 
+    def snapshot_dir(self, handle: DatasetHandle) -> Path | None:
+        """The directory ``handle``'s snapshot was created from, if it was recorded (see
+        :meth:`create_from_snapshot`)."""
+        text = _read_small(os.path.join(handle.root, "info", SNAPSHOT_DIR_INFO))
+        return Path(text) if text is not None else None
+
     def _write_alias(self, root: Path, alias: str) -> None:
         (root / "info").mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(root / "info" / "alias", alias.encode("utf-8"), durable=self.durable)
 
     def _prepare_event(
-        self, kind: m.DatasetKind, e: m.MetadataEvent, pending: Collection[str] = ()
+        self,
+        kind: m.DatasetKind,
+        e: m.MetadataEvent,
+        pending: Collection[str] = (),
+        *,
+        account: str | None = None,
     ) -> m.MetadataEvent:
-        """Check an event of a snapshot and normalise it; ``pending`` are names of datasets
-        that do not exist yet but will when it is applied (inputs naming them are only checked,
-        not resolved)."""
+        """Check an event of a snapshot and normalise it, as kamu's ``add`` does (nothing
+        about the polling source is checked here: what cannot run is refused at pull).
+
+        ``pending`` are the names (:func:`~coordinator.storage.aliases.alias_key` form) of
+        datasets that do not exist yet but will when it is applied: inputs naming them are
+        only checked, not resolved."""
         name = type(e).__name__
         if isinstance(
             e,
@@ -441,32 +495,77 @@ class DatasetRepository:
             raise InvalidSnapshot(f"{name} is only allowed in root datasets")
         if isinstance(e, m.SetTransform) and kind != m.DatasetKind.DERIVATIVE:
             raise InvalidSnapshot("SetTransform is only allowed in derivative datasets")
-        if isinstance(e, m.SetPollingSource):
-            check_polling_source(e)  # Container, EthereumLogs, Mqtt...: refused, named
         if isinstance(e, m.SetPollingSource | m.AddPushSource) and e.preprocess is not None:
             return replace(e, preprocess=normalize_transform(e.preprocess))
         if isinstance(e, m.SetTransform):
-            inputs = tuple(
-                i if i.dataset_ref in pending else self._resolve_input(i) for i in e.inputs
+            transform = normalize_transform(e.transform)
+            return replace(
+                e, inputs=self._resolve_inputs(e.inputs, pending, account), transform=transform
             )
-            return replace(e, inputs=inputs, transform=normalize_transform(e.transform))
         return e
 
-    def _resolve_input(self, i: m.TransformInput) -> m.TransformInput:
-        try:
-            handle = self.resolve(i.dataset_ref)
-        except (DatasetNotFound, InvalidDatasetId) as e:
-            raise InvalidSnapshot(f"transform input not found: {i.dataset_ref}") from e
-        return m.TransformInput(
-            dataset_ref=handle.id.as_did_str(),
-            alias=i.alias if i.alias is not None else i.dataset_ref,
+    def _resolve_inputs(
+        self,
+        inputs: Sequence[m.TransformInput],
+        pending: Collection[str],
+        account: str | None,
+    ) -> tuple[m.TransformInput, ...]:
+        """Each input's reference as the input's DID, its alias defaulting to the reference
+        as written (kamu's ``resolve_transform_inputs``); an input naming a ``pending``
+        dataset is kept as it is. Every missing input is named at once, as kamu does."""
+        by_key = aliases.index((h.alias, h) for h in self.list())
+        out, missing = [], []
+        for i in inputs:
+            ref = i.dataset_ref
+            handle: DatasetHandle | None
+            if ref.startswith("did:"):
+                try:
+                    handle = self.resolve(ref)
+                except (DatasetNotFound, InvalidDatasetId):
+                    handle = None
+            else:
+                handle = aliases.find(ref, account, by_key)
+            if handle is None:
+                if aliases.find(ref, account, {k: k for k in pending}) is None:
+                    missing.append(ref)
+                out.append(i)
+                continue
+            alias = i.alias if i.alias is not None else ref
+            out.append(m.TransformInput(dataset_ref=handle.id.as_did_str(), alias=alias))
+        if missing:
+            raise InvalidSnapshot(f"transform input not found: {', '.join(missing)}")
+        return tuple(out)
+
+
+def _snapshot_dir_to_record(
+    events: Sequence[m.MetadataEvent], snapshot_dir: Path | None
+) -> str | None:
+    """The snapshot's directory, if a ``FilesGlob`` source of ``events`` has a relative path."""
+    if snapshot_dir is None:
+        return None
+    if not snapshot_dir.is_absolute():
+        raise InvalidSnapshot(
+            f"the snapshot's directory {str(snapshot_dir)[:200]!r} is not absolute"
         )
+    relative = any(
+        isinstance(e, m.SetPollingSource)
+        and isinstance(e.fetch, m.FetchStepFilesGlob)
+        and not os.path.isabs(e.fetch.path)
+        for e in events
+    )
+    return str(snapshot_dir) if relative else None
 
 
 def normalize_transform(t: m.TransformSql) -> m.TransformSql:
-    """kamu's normalisation: a single ``query`` becomes ``queries: [{query}]``."""
-    if t.query is None:
-        return t
-    if t.queries:
-        raise InvalidSnapshot("a transform cannot have both `query` and `queries`")
-    return replace(t, query=None, queries=(m.SqlQueryStep(query=t.query),))
+    """kamu's normalisation: a single ``query`` becomes ``queries: [{query}]``; at most one
+    query may lack an alias (it is the output), as kamu's ``add`` checks."""
+    if t.query is not None:
+        if t.queries:
+            raise InvalidSnapshot("a transform cannot have both `query` and `queries`")
+        t = replace(t, query=None, queries=(m.SqlQueryStep(query=t.query),))
+    if sum(q.alias is None for q in t.queries or ()) > 1:
+        raise InvalidSnapshot(
+            "the transform has several queries without an alias: only one, the output, may "
+            "have none"
+        )
+    return t

@@ -9,6 +9,7 @@ reads) runs in worker threads; commits to one dataset are serialised by :class:`
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import stat
 import sys
@@ -202,15 +203,35 @@ class DatasetUseCases:
 
     # ---- commands
 
-    async def create(self, snapshot_yaml: str) -> list[CreatedDataset]:
+    async def create(
+        self,
+        snapshot_yaml: str,
+        *,
+        snapshot_dir: str | None = None,
+        account: str | None = None,
+    ) -> list[CreatedDataset]:
         """Create datasets from DatasetSnapshot YAML (kamu's format); this node owns them.
 
         All or none: every document is parsed and checked before any dataset is created, so a
         file whose second document is invalid creates nothing and can be fixed and retried.
         Text holding no document at all is refused.
+
+        ``snapshot_dir``: the absolute directory the snapshot file is in (the CLI gives it),
+        recorded for a source whose ``FilesGlob`` path is relative. ``account``: the account
+        the datasets are created as (``account/name``; see
+        :mod:`coordinator.storage.aliases`).
         """
+        if snapshot_dir is not None and not Path(snapshot_dir).is_absolute():
+            raise InvalidArgument(f"snapshot_dir {snapshot_dir[:200]!r} is not an absolute path")
         snapshots = snapshots_from_yaml(snapshot_yaml)
-        handles = await asyncio.to_thread(self.repo.create_from_snapshots, snapshots)
+        handles = await asyncio.to_thread(
+            functools.partial(
+                self.repo.create_from_snapshots,
+                snapshots,
+                account=account,
+                snapshot_dir=Path(snapshot_dir) if snapshot_dir is not None else None,
+            )
+        )
         created = []
         for h in handles:
             await self._log("dataset.create", h.id.as_did_str(), {"alias": h.alias})
@@ -393,7 +414,13 @@ class DatasetUseCases:
             with tempfile.TemporaryDirectory(prefix="poll-", dir=ds.layout.info_dir) as tmp:
                 workdir = Path(tmp)
                 fetched = await fetch_polling(
-                    info, workdir, now, did.as_did_str(), transfer=self.transfer, opts=opts
+                    info,
+                    workdir,
+                    now,
+                    did.as_did_str(),
+                    transfer=self.transfer,
+                    opts=opts,
+                    snapshot_dir=self.repo.snapshot_dir(handle),
                 )
                 result = None
                 if fetched:

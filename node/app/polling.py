@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from coordinator.errors import SourceNotRunnable
 from coordinator.ingest.fetch import (
     Fetched,
+    check_polling_source,
     conditional_headers,
     http_fetched,
     mqtt_client_id,
@@ -60,6 +61,9 @@ class PollingOptions:
     """``ingest.mqtt_max_message_bytes``: the largest MQTT message a poll reads."""
     mqtt_max_poll_s: float = 60.0
     """``ingest.mqtt_max_poll_s``: the longest an MQTT poll reads messages."""
+    files_root: str | None = None
+    """``ingest.files_root``: the directory relative ``FilesGlob`` paths resolve against
+    (``None``: each dataset's snapshot directory, recorded when it was created)."""
 
 
 def _step_name(fetch: m.FetchStep) -> str:
@@ -74,18 +78,24 @@ async def fetch_polling(
     *,
     transfer: TransferPort | None,
     opts: PollingOptions,
+    snapshot_dir: Path | None = None,
 ) -> list[Fetched]:
     """Fetch what the source has that was not ingested yet, into ``workdir``.
 
+    A relative ``FilesGlob`` path resolves against ``opts.files_root`` if set, else against
+    ``snapshot_dir`` (the directory the dataset's snapshot was created from, if recorded).
+
     Raises:
         SourceNotRunnable: the step cannot run on this node (the message names the setting).
-        SourceNotFound, SourceUnreachable, FetchError: the fetch failed.
+        SourceNotFound, SourceUnreachable, FetchError: the fetch failed, or the source cannot
+            run anywhere (:func:`~coordinator.ingest.fetch.check_polling_source`).
         PullRefused: the source policy refuses the address.
     """
     from coordinator.ingest.polling import fetch_local
 
     source = info.source
     assert isinstance(source, m.SetPollingSource)
+    check_polling_source(source)  # kamu's add accepts what cannot run; its pull refuses it
     fetch = source.fetch
     if isinstance(fetch, m.FetchStepUrl):
         scheme = url_scheme(fetch.url)
@@ -98,7 +108,8 @@ async def fetch_polling(
             f"not {scheme or '(no scheme)'!r}"
         )
     if isinstance(fetch, m.FetchStepFilesGlob):
-        return await asyncio.to_thread(fetch_local, info, now)
+        base = Path(opts.files_root) if opts.files_root else snapshot_dir
+        return await asyncio.to_thread(fetch_local, info, now, base)
     if isinstance(fetch, m.FetchStepMqtt):
         return await _fetch_mqtt(fetch, workdir, dataset_id, transfer, opts)
     raise SourceNotRunnable(

@@ -181,9 +181,13 @@ async def _dataset_list(app: Application, ctx: Context) -> list[DatasetRow]:
 
 
 async def _dataset_create(
-    app: Application, ctx: Context, snapshot_yaml: str
+    app: Application,
+    ctx: Context,
+    snapshot_yaml: str,
+    snapshot_dir: str | None = None,
+    account: str | None = None,
 ) -> list[CreatedDataset]:
-    return await app.datasets.create(snapshot_yaml)
+    return await app.datasets.create(snapshot_yaml, snapshot_dir=snapshot_dir, account=account)
 
 
 async def _dataset_ingest(
@@ -572,6 +576,14 @@ def _read_snapshot(path: Path) -> str:
         return yaml_text(data)
     except OdfNodeError as e:
         raise InvalidArgument(f"{path}: {e}") from None
+
+
+def _prepare_create(values: dict[str, Any]) -> dict[str, Any]:
+    """The snapshot file's directory goes with its text: a relative FilesGlob resolves there
+    (standard input: the working directory, where kamu would resolve it)."""
+    path = Path(values["snapshot_yaml"])
+    base = Path.cwd() if str(path) == "-" else path.absolute().parent
+    return {**values, "snapshot_dir": str(base)}
 
 
 def _prepare_ingest(values: dict[str, Any]) -> dict[str, Any]:
@@ -1014,11 +1026,28 @@ COMMANDS: tuple[Command, ...] = (
                 "DatasetSnapshot YAML file (may hold several); - for standard input.",
                 Cli("argument", type=Path, to_wire=_read_snapshot, metavar="SNAPSHOT"),
             ),
+            Param(
+                "snapshot_dir",
+                STR,
+                False,
+                "Absolute directory of the snapshot file: relative FilesGlob paths resolve "
+                "there at pull (unless [ingest] files_root is set). The CLI sends it.",
+            ),
+            Param(
+                "account",
+                STR,
+                False,
+                "Create the datasets as this account: a name without one becomes "
+                "account/name, and inputs named without one resolve in it first "
+                "(kamu's --account in a multi-tenant workspace).",
+                Cli(),
+            ),
         ),
         cli=("dataset", "create"),
         result=array_of(CreatedDataset),
         render=_render_created,
         write=True,
+        prepare=_prepare_create,
     ),
     Command(
         "dataset.ingest",

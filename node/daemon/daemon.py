@@ -466,6 +466,7 @@ class Daemon:
                 self.config.ingest.mqtt_idle_timeout_s,
                 self.config.ingest.mqtt_max_message_bytes,
                 self.config.ingest.mqtt_max_poll_s,
+                files_root=self.config.ingest.files_root or None,
             ),
             untrusted_input=trust.untrusted_input,
         )

@@ -15,6 +15,7 @@ import io
 import os
 import zipfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -28,10 +29,10 @@ from coordinator.errors import (
     DecompressBudgetExceeded,
     FetchError,
     IngestError,
-    InvalidSnapshot,
     PollingSourceNotFound,
     PrepareError,
     SourceNotFound,
+    SourceNotRunnable,
     UnsupportedPreprocess,
 )
 from coordinator.identity import DatasetId
@@ -354,7 +355,6 @@ def test_polling_needs_a_polling_source(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("fetch", "message"),
     [
-        (m.FetchStepFilesGlob(path="relative/*.csv"), "must be absolute"),
         (
             m.FetchStepUrl(
                 url="https://example.org/a.csv",
@@ -368,12 +368,28 @@ def test_polling_needs_a_polling_source(tmp_path: Path) -> None:
             ),
             "no group 1",
         ),
+        (
+            m.FetchStepFilesGlob(path="/data/*.csv", event_time=m.EventTimeSourceFromMetadata()),
+            "fromMetadata",
+        ),
     ],
 )
-def test_unsupported_sources_are_refused_at_create(fetch: m.FetchStep, message: str) -> None:
+def test_sources_that_cannot_run_are_refused_at_pull(fetch: m.FetchStep, message: str) -> None:
+    """kamu's ``add`` accepts them (so does ``dataset create``); its pull refuses them."""
     source = m.SetPollingSource(fetch=fetch, read=CITY_POP, merge=m.MergeStrategyAppend())
-    with pytest.raises(InvalidSnapshot, match=message):
+    with pytest.raises(FetchError, match=message):
         check_polling_source(source)
+
+
+def test_a_relative_glob_without_a_base_is_not_runnable(tmp_path: Path) -> None:
+    """A relative FilesGlob resolves against a base directory (``[ingest] files_root`` or the
+    snapshot's, tests/integration/test_create_kamu_features.py); with none it cannot run."""
+    ds = make_dataset(tmp_path, glob_source(tmp_path))
+    info = resolve_polling_source(ds)
+    assert isinstance(info.source, m.SetPollingSource)
+    relative = replace(info.source, fetch=m.FetchStepFilesGlob(path="data/*.csv"))
+    with pytest.raises(SourceNotRunnable, match="files_root"):
+        fetch_local(replace(info, source=relative), T2)
 
 
 @pytest.mark.parametrize(

@@ -118,11 +118,11 @@ def test_a_failure_while_creating_rolls_back_earlier_documents(
     original = uc.repo.create_from_snapshot
     calls = []
 
-    def failing_second(snapshot):  # type: ignore[no-untyped-def]
+    def failing_second(snapshot, **options):  # type: ignore[no-untyped-def]
         calls.append(snapshot.name)
         if len(calls) == 2:
             raise OSError(28, "No space left on device")
-        return original(snapshot)
+        return original(snapshot, **options)
 
     monkeypatch.setattr(uc.repo, "create_from_snapshot", failing_second)
     with pytest.raises(OSError, match="No space"):
