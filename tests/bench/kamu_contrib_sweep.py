@@ -16,8 +16,11 @@ Each dataset created in the shared home is then read back with ``dataset log -o 
 events compared with what kamu's ``add`` writes for the snapshot (:func:`kamu_normalised`).
 Exit status 0 only if every file is accepted and logged as kamu normalises it.
 
-Figures: kamu-contrib at 15059c70820fb6694814e0635331ed60c4366cd1 (73 snapshot files):
-73 accepted, 71 of 71 logged as kamu normalises them (2 alternatives in homes of their own).
+Figures (docs/dataset-create.md): kamu-contrib at 15059c70820fb6694814e0635331ed60c4366cd1
+(73 snapshot files): 73 accepted, 71 of 71 logged as kamu normalises them (2 alternatives in
+homes of their own); kamu-cli's ``examples/`` at f95532386211216f20645eef580b292bb4555726 (54
+files; ``--account examples/private-datasets/snapshots/alice=alice`` and ``...bob=bob``, as its
+``init.sh`` adds them): 54 accepted, 53 of 53 logged as kamu normalises them.
 """
 
 from __future__ import annotations
@@ -128,11 +131,15 @@ def _same(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
-def check_log(f: Path, env: dict[str, str], dids: dict[str, str]) -> list[str]:
+def check_log(
+    f: Path, env: dict[str, str], dids: dict[str, str], account: str | None = None
+) -> list[str]:
     """Where ``dataset log -o json`` of ``f``'s datasets differs from kamu's normalisation."""
     problems = []
     for content in dict(_snapshots_of(f)).get(f, []):
         name = str(content.get("name"))
+        if account is not None and "/" not in name:
+            name = f"{account}/{name}"
         proc = subprocess.run(
             [str(CLI), "dataset", "log", name, "-o", "json", "--limit", "1000"],
             env=env,
@@ -169,9 +176,12 @@ def _reason(proc: subprocess.CompletedProcess[str]) -> str:
     return " ".join(ln for ln in lines if ln and not ln.startswith("Error")).strip()[:300]
 
 
-def _create(f: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _create(
+    f: Path, env: dict[str, str], account: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    extra = ["--account", account] if account is not None else []
     return subprocess.run(
-        [str(CLI), "dataset", "create", "--json", str(f)],
+        [str(CLI), "dataset", "create", "--json", *extra, str(f)],
         env=env,
         capture_output=True,
         text=True,
@@ -186,13 +196,24 @@ def _fresh_home(home: Path) -> dict[str, str]:
     return env
 
 
-def sweep(directory: Path, home: Path) -> list[dict[str, Any]]:
+def _account_of(f: Path, accounts: dict[Path, str]) -> str | None:
+    for folder, account in accounts.items():
+        if f.is_relative_to(folder):
+            return account
+    return None
+
+
+def sweep(
+    directory: Path, home: Path, accounts: dict[Path, str] | None = None
+) -> list[dict[str, Any]]:
     """Create each snapshot file of ``directory`` in ``home`` (initialised here).
 
     A file naming a dataset an earlier file already created (kamu-contrib keeps alternative
     sources of one dataset side by side) is created in a home of its own, after the files that
-    its inputs name (as one would ``kamu add`` it in a workspace of its own).
+    its inputs name (as one would ``kamu add`` it in a workspace of its own). ``accounts``:
+    the files under a folder are created as that account (``kamu --account NAME add``).
     """
+    accounts = accounts or {}
     env = _fresh_home(home)
     files = _snapshots(directory)
     by_name = {str(c.get("name")): f for f, cs in reversed(files) for c in cs}
@@ -207,16 +228,16 @@ def sweep(directory: Path, home: Path) -> list[dict[str, Any]]:
         if names & created:
             alt = _fresh_home(home.with_name(f"{home.name}-alt{n}"))
             for dep in _input_closure(f, contents, by_name):
-                _create(dep, alt)
-            proc = _create(f, alt)
+                _create(dep, alt, _account_of(dep, accounts))
+            proc = _create(f, alt, _account_of(f, accounts))
             where = "own home"
         else:
-            proc = _create(f, env)
+            proc = _create(f, env, _account_of(f, accounts))
             where = "shared home"
         if proc.returncode == 0:
             created |= names
             if where == "shared home":
-                mismatches = check_log(f, env, dids)
+                mismatches = check_log(f, env, dids, _account_of(f, accounts))
         row: dict[str, Any] = {
             "file": str(f.relative_to(directory)),
             "names": sorted(names),
@@ -256,10 +277,21 @@ def main() -> int:
     parser.add_argument("directory", type=Path)
     parser.add_argument("--json", action="store_true", help="one JSON document")
     parser.add_argument("--keep", type=Path, help="use (and keep) this home directory")
+    parser.add_argument(
+        "--account",
+        action="append",
+        default=[],
+        metavar="SUBDIR=NAME",
+        help="create the files under DIRECTORY/SUBDIR as account NAME (repeatable)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="odf-sweep-") as tmp:
         home = args.keep or Path(tmp) / "home"
-        results = sweep(args.directory.resolve(), home)
+        accounts = {}
+        for spec in args.account:
+            sub, _, name = spec.partition("=")
+            accounts[(args.directory / sub).resolve()] = name
+        results = sweep(args.directory.resolve(), home, accounts)
     accepted = sum(r["accepted"] for r in results)
     if args.json:
         print(json.dumps({"accepted": accepted, "total": len(results), "files": results}))
