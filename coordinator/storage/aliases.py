@@ -21,15 +21,13 @@ multi-tenant registry does, with the account the command runs as (``dataset crea
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from coordinator.errors import InvalidSnapshot
 
-_LABEL: Final = r"[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*"
-_HOSTNAME_RE: Final = re.compile(rf"{_LABEL}(?:\.{_LABEL})*", re.ASCII)
+_NAME_CHARS: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 
 T = TypeVar("T")
 
@@ -52,7 +50,11 @@ class DatasetAlias:
 
 def is_hostname(text: str) -> bool:
     """Whether ``text`` is an account or dataset name of kamu's grammar."""
-    return _HOSTNAME_RE.fullmatch(text) is not None
+    # Labels of ASCII letters and digits joined by '.', each made of runs joined by single
+    # '-' (kamu's grammar); checked without a regular expression, in one linear pass.
+    return all(
+        part and set(part) <= _NAME_CHARS for label in text.split(".") for part in label.split("-")
+    )
 
 
 def parse_alias(text: str) -> DatasetAlias | None:
