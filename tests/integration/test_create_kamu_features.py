@@ -152,8 +152,8 @@ def test_relative_glob_is_kept_and_pulled_from_the_snapshot_directory(
 def test_relative_glob_follows_dotdot_and_stdin_resolves_in_the_working_directory(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    orders(tmp_path / "shared", "orders-001.csv", (7, 70))
-    snap = write(tmp_path / "specs" / "o.yaml", glob_snapshot("up", "../shared/orders-*.csv"))
+    orders(tmp_path / "inbox", "orders-001.csv", (7, 70))
+    snap = write(tmp_path / "specs" / "o.yaml", glob_snapshot("up", "../inbox/orders-*.csv"))
     ok(home, "dataset", "create", str(snap))
     assert ok(home, "dataset", "pull", "up")["records"] == 1
 
