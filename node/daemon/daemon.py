@@ -50,7 +50,6 @@ from node.app.follow import FollowSettings, SourceFollower
 from node.app.identities import NodeIdentities
 from node.app.keys import NodeKeyRecords
 from node.app.metrics import NodeMetrics
-from node.app.polling import PollingOptions
 from node.app.ports import GossipPort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
 from node.app.query_proofs import CommitmentSigner
@@ -58,6 +57,7 @@ from node.app.subscriptions import SubscriptionUseCases
 from node.app.trust import TrustDriver
 from node.app.verify import VerifyPipeline
 from node.app.work import RetryPolicy, WorkRunner, prune_finished_work
+from node.compose import polling_options
 from node.config import NodeConfig
 from node.daemon.addresses import advertised_http_url, advertised_multiaddrs
 from node.daemon.health import Readiness
@@ -458,16 +458,7 @@ class Daemon:
             transfer=transfer,
             on_commit=publish.queue_id,
             locks=self.locks,
-            polling=PollingOptions(
-                self.config.ingest.max_fetch_bytes,
-                self.config.ingest.max_decompressed_bytes,
-                self.config.ingest.allow_pipe,
-                self.config.ingest.mqtt_max_records,
-                self.config.ingest.mqtt_idle_timeout_s,
-                self.config.ingest.mqtt_max_message_bytes,
-                self.config.ingest.mqtt_max_poll_s,
-                files_root=self.config.ingest.files_root or None,
-            ),
+            polling=polling_options(self.config),
             untrusted_input=trust.untrusted_input,
         )
         self.flows = flows = FlowUseCases(
