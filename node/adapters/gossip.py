@@ -159,3 +159,85 @@ class NoGossip:
 
     def source_head_accepted(self, did: DatasetId, source: str, head: Multihash) -> None:
         """No core: :meth:`verification_completed` attests what verified anyway."""
+
+
+class GossipSlot:
+    """The gossip port the use cases hold from construction: :class:`NoGossip` until the gossip
+    service starts and :meth:`install`\\ s its :class:`GossipAdapter`, and again after it stops.
+
+    Why: the gossip service needs use cases (the fetcher, the effects) that themselves publish
+    through the gossip port, so one of the two must exist first. The slot is that one: every
+    method of the port is spelled out (mypy checks it against ``GossipPort``), none forwards by
+    name.
+    """
+
+    def __init__(self) -> None:
+        self._current: GossipAdapter | NoGossip = NoGossip()
+
+    def install(self, adapter: GossipAdapter | NoGossip) -> None:
+        """Serve the port with ``adapter`` from now on."""
+        self._current = adapter
+
+    @property
+    def current(self) -> GossipAdapter | NoGossip:
+        """The adapter serving the port now."""
+        return self._current
+
+    @property
+    def enabled(self) -> bool:
+        """Whether gossip runs now."""
+        return self._current.enabled
+
+    def peer_id(self) -> str | None:
+        """The libp2p peer id, if gossip runs."""
+        return self._current.peer_id()
+
+    def listen_addrs(self) -> list[str]:
+        """Full listen multiaddrs."""
+        return self._current.listen_addrs()
+
+    def peer_count(self) -> int:
+        """Connected peers."""
+        return self._current.peer_count()
+
+    def peer_score(self, peer: str) -> float:
+        """The protocol core's score of ``peer``."""
+        return self._current.peer_score(peer)
+
+    async def connect(self, multiaddr: str) -> str:
+        """Dial a peer; its peer id."""
+        return await self._current.connect(multiaddr)
+
+    async def follow(self, did: DatasetId) -> None:
+        """Join ``did``'s topic."""
+        await self._current.follow(did)
+
+    def unfollow(self, did: DatasetId) -> None:
+        """Stop following ``did``."""
+        self._current.unfollow(did)
+
+    async def publish(self, did: DatasetId, envelope: bytes) -> None:
+        """Publish a signed envelope on ``did``'s topic."""
+        await self._current.publish(did, envelope)
+
+    def accept_own(self, envelope: bytes) -> None:
+        """Install an announcement this node signed as the accepted head."""
+        self._current.accept_own(envelope)
+
+    def verification_completed(
+        self, did: DatasetId, head: Multihash, ok: bool
+    ) -> VerificationVerdict:
+        """Report a finished verification; the core's verdict."""
+        return self._current.verification_completed(did, head, ok)
+
+    def fetches_running(self) -> int:
+        """Pulls in flight on behalf of the core."""
+        return self._current.fetches_running()
+
+    def follow_source(self, did: DatasetId, source: str, head: Multihash | None) -> None:
+        """Tell the core ``did`` is followed from ``source``."""
+        self._current.follow_source(did, source, head)
+
+    def source_head_accepted(self, did: DatasetId, source: str, head: Multihash) -> None:
+        """Tell the core a head pulled from ``source`` was accepted."""
+        self._current.source_head_accepted(did, source, head)

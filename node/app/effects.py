@@ -103,6 +103,7 @@ class NodeEffects:
         trust: TrustDriver | None = None,
         keys: NodeKeyRecords | None = None,
         caps: EvidenceCaps | None = None,
+        witness: Witness | None = None,
     ) -> None:
         self._state = state
         self._caps = caps if caps is not None else EvidenceCaps()  # bounded unless told how
@@ -114,9 +115,8 @@ class NodeEffects:
         self._spawn = spawn
         self._owns = owns
         self._kick = kick
-        self.witness: Witness | None = None
-        """Told of peers' observations and asked to poll (the source follower, set by the
-        composition root)."""
+        self.witness = witness
+        """Told of peers' observations and asked to poll (the source follower)."""
         # State writes of decisions run one after another, in decision order.
         self._queue: asyncio.Queue[Callable[[], Awaitable[None]]] | None = None
 

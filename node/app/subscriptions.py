@@ -87,6 +87,7 @@ class SubscriptionUseCases:
         loopback_only: bool,
         trust: TrustConfig | None = None,
         on_trust_change: Callable[[DatasetId], Awaitable[None]] | None = None,
+        follower: SourceFollower | None = None,
     ) -> None:
         self._state = state
         self._gossip = gossip
@@ -95,7 +96,7 @@ class SubscriptionUseCases:
         self._loopback_only = loopback_only
         self._trust = trust or TrustConfig()
         self._on_trust_change = on_trust_change
-        self.follower: SourceFollower | None = None
+        self.follower = follower
         """Polls datasets followed by URL (the daemon's; None without a daemon)."""
 
     async def subscribe(

@@ -112,63 +112,13 @@ def unsupported_engine(chain: Any) -> str | None:
     return None if engine.strip().lower() in REPLAY_ENGINES else engine
 
 
-class VerifyPipeline:
-    """Verification work items and the attestation / dispute effects; see the module docstring."""
+class VerifyQueue:
+    """Queues verify work items: what the trust driver and the gossip effects ask of the verify
+    pipeline, without needing the pipeline itself (so the trust driver can be built first)."""
 
-    def __init__(
-        self,
-        repo: DatasetRepository,
-        state: StatePort,
-        gossip: GossipPort,
-        ipfs: IpfsPort,
-        engine: Callable[[], EnginePort],
-        events: EventSink,
-        metrics: NodeMetrics,
-        clock: Clock,
-        node_key: PrivateKey,
-        *,
-        replay: bool,
-        republish: bool,
-        http_urls: Callable[[DatasetId], tuple[str, ...]],
-        kick: Callable[[], None],
-    ) -> None:
-        self._repo = repo
+    def __init__(self, state: StatePort, kick: Callable[[], None]) -> None:
         self._state = state
-        self._gossip = gossip
-        self._ipfs = ipfs
-        self._engine = engine
-        self._events = events
-        self._metrics = metrics
-        self._clock = clock
-        self._key = node_key
-        self._replay = replay
-        self._republish = republish
-        self._http_urls = http_urls
         self._kick = kick
-        # Computed once: base58-encoding the key on every attestation showed in loop profiles.
-        self._node_id = self._key.dataset_id().as_did_key()
-        self.trust: VerdictSink | None = None
-        """Told the node's own verdicts (the trust driver, set by the composition root)."""
-        self.follow_input: Callable[[DatasetId, DatasetId], Awaitable[bool]] | None = None
-        """Follows a missing input of a dataset followed by URL from beside its source (the
-        source follower; True when it did)."""
-        self.input_missing: Callable[[DatasetId, DatasetId], None] | None = None
-        """Told ``(derivative, input)`` for each input a replay waits for (the fetcher: the
-        peer the derivative came from becomes a source of the input)."""
-
-    @property
-    def node_id(self) -> str:
-        """This node's ``did:key``."""
-        return self._node_id
-
-    def seal(self, stmt: Mapping[str, Any]) -> dict[str, Any]:
-        """An in-toto statement in a DSSE envelope signed with the node key (``p2p/intoto.py``).
-
-        The key signs only the DSSE pre-authentication encoding (``DSSEv1 …``), which neither a
-        gossip message's signing input (``odf-node/<kind>/v1\\0 …``) nor a kamu proof starts
-        with: a signature made for one purpose cannot be passed off as the other.
-        """
-        return seal(stmt, self._node_id, self._key.sign)
 
     async def queue(
         self, did: DatasetId, head: Multihash, sequence: int, *, replay: bool | None = None
@@ -199,6 +149,102 @@ class VerifyPipeline:
             "verify", did.as_did_str(), head.to_multibase(), payload, dedupe=dedupe
         )
         self._kick()
+
+
+class Republisher:
+    """Republishes a head a quorum trusted to IPFS (``[pipeline] republish``): the trust
+    driver's side of republishing, built before the verify pipeline."""
+
+    def __init__(
+        self, repo: DatasetRepository, state: StatePort, ipfs: IpfsPort, *, enabled: bool
+    ) -> None:
+        self._repo = repo
+        self._state = state
+        self._ipfs = ipfs
+        self._enabled = enabled
+
+    async def republish(self, did: DatasetId, head: Multihash) -> None:
+        """Republish ``did`` (at ``head``, its current head) to IPFS, when republishing is on:
+        a head a quorum trusted, which the node's attestation did not republish."""
+        if not (self._enabled and self._ipfs.api_url):
+            return
+        ds = self._repo.open(did.as_did_str())
+        if ds.head() != head:
+            return  # superseded meanwhile: the newer head is judged on its own
+        cid = await self._ipfs.publish_dataset(ds)
+        await self._state.log_event(
+            "republish", did.as_did_str(), {"head": head.to_multibase(), "cid": cid}
+        )
+
+
+class VerifyPipeline:
+    """Verification work items and the attestation / dispute effects; see the module docstring."""
+
+    def __init__(
+        self,
+        repo: DatasetRepository,
+        state: StatePort,
+        gossip: GossipPort,
+        ipfs: IpfsPort,
+        engine: Callable[[], EnginePort],
+        events: EventSink,
+        metrics: NodeMetrics,
+        clock: Clock,
+        node_key: PrivateKey,
+        *,
+        replay: bool,
+        republish: bool,
+        http_urls: Callable[[DatasetId], tuple[str, ...]],
+        kick: Callable[[], None],
+        trust: VerdictSink | None = None,
+        follow_input: Callable[[DatasetId, DatasetId], Awaitable[bool]] | None = None,
+        input_missing: Callable[[DatasetId, DatasetId], None] | None = None,
+    ) -> None:
+        self._repo = repo
+        self._state = state
+        self._gossip = gossip
+        self._ipfs = ipfs
+        self._engine = engine
+        self._events = events
+        self._metrics = metrics
+        self._clock = clock
+        self._key = node_key
+        self._replay = replay
+        self._republish = republish
+        self._http_urls = http_urls
+        self._kick = kick
+        # Computed once: base58-encoding the key on every attestation showed in loop profiles.
+        self._node_id = self._key.dataset_id().as_did_key()
+        self._queue = VerifyQueue(state, kick)
+        self._republisher = Republisher(repo, state, ipfs, enabled=republish)
+        self.trust = trust
+        """Told the node's own verdicts (the trust driver)."""
+        self.follow_input = follow_input
+        """Follows a missing input of a dataset followed by URL from beside its source (the
+        source follower; True when it did)."""
+        self.input_missing = input_missing
+        """Told ``(derivative, input)`` for each input a replay waits for (the fetcher: the
+        peer the derivative came from becomes a source of the input)."""
+
+    @property
+    def node_id(self) -> str:
+        """This node's ``did:key``."""
+        return self._node_id
+
+    def seal(self, stmt: Mapping[str, Any]) -> dict[str, Any]:
+        """An in-toto statement in a DSSE envelope signed with the node key (``p2p/intoto.py``).
+
+        The key signs only the DSSE pre-authentication encoding (``DSSEv1 …``), which neither a
+        gossip message's signing input (``odf-node/<kind>/v1\\0 …``) nor a kamu proof starts
+        with: a signature made for one purpose cannot be passed off as the other.
+        """
+        return seal(stmt, self._node_id, self._key.sign)
+
+    async def queue(
+        self, did: DatasetId, head: Multihash, sequence: int, *, replay: bool | None = None
+    ) -> None:
+        """Queue verification of ``did`` (:meth:`VerifyQueue.queue`)."""
+        await self._queue.queue(did, head, sequence, replay=replay)
 
     async def run(self, item: WorkItem) -> None:
         """Verify the dataset's current head, record the outcome, attest or dispute."""
@@ -363,17 +409,8 @@ class VerifyPipeline:
         return "failed", detail
 
     async def republish(self, did: DatasetId, head: Multihash) -> None:
-        """Republish ``did`` (at ``head``, its current head) to IPFS, when republishing is on:
-        a head a quorum trusted, which the node's attestation did not republish."""
-        if not (self._republish and self._ipfs.api_url):
-            return
-        ds = self._repo.open(did.as_did_str())
-        if ds.head() != head:
-            return  # superseded meanwhile: the newer head is judged on its own
-        cid = await self._ipfs.publish_dataset(ds)
-        await self._state.log_event(
-            "republish", did.as_did_str(), {"head": head.to_multibase(), "cid": cid}
-        )
+        """Republish ``did`` at ``head`` (:meth:`Republisher.republish`)."""
+        await self._republisher.republish(did, head)
 
     # ---- carrying out the core's verdict
 

@@ -1,5 +1,5 @@
 """How the daemon turns the gossip host's hole-punch outcomes into events and log lines
-(node/daemon/daemon.py ``_poll_hole_punching``; docs/nat.md, "Hole punching"): a failure with the
+(node/daemon/reachability_watch.py ``ReachabilityWatch._poll_hole_punching``; docs/nat.md, "Hole punching"): a failure with the
 peer still connected is a WARNING (the relay keeps carrying the connection), an attempt whose
 relayed connection closed under it (a peer that left) is INFO, and every outcome is an event."""
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from node.daemon.daemon import Daemon
+from node.daemon.reachability_watch import ReachabilityWatch
 
 
 def _outcome(seq: int, result: str, connected: bool, reason: str) -> dict[str, Any]:
@@ -53,18 +53,25 @@ def test_outcomes_become_events_and_only_a_live_failure_warns(
         async def log_event(self, kind: str, did: str | None, data: dict[str, Any]) -> None:
             events.append((kind, data))
 
-    daemon = SimpleNamespace(
-        _transport=_Transport(), state=_State(), info=SimpleNamespace(connections={})
+    info = SimpleNamespace(connections={})
+    watch = ReachabilityWatch(
+        config=None,  # type: ignore[arg-type]
+        info=info,  # type: ignore[arg-type]
+        state=_State(),  # type: ignore[arg-type]
+        group=None,  # type: ignore[arg-type]
+        gossip=SimpleNamespace(transport=_Transport()),  # type: ignore[arg-type]
+        ipfs=lambda: None,  # type: ignore[arg-type,return-value]
+        http_base=lambda: "",
     )
     with caplog.at_level(logging.INFO, logger="odf_node.daemon"):
-        last = asyncio.run(Daemon._poll_hole_punching(daemon, 0))  # type: ignore[arg-type]
+        last = asyncio.run(watch._poll_hole_punching(0))
         # Seen outcomes are not logged again.
-        assert asyncio.run(Daemon._poll_hole_punching(daemon, last)) == 3  # type: ignore[arg-type]
+        assert asyncio.run(watch._poll_hole_punching(last)) == 3
     assert last == 3
     assert [k for k, _ in events] == ["p2p.hole_punch"] * 3
     assert [d["peer_connected"] for _, d in events] == [True, True, False]
     assert all("seq" not in d and "at_ns" not in d for _, d in events)
-    assert daemon.info.connections == {"12D3KooWpeer2": "relayed"}
+    assert info.connections == {"12D3KooWpeer2": "relayed"}
     lines = [(r.levelno, r.getMessage()) for r in caplog.records]
     assert [lvl for lvl, _ in lines] == [logging.INFO, logging.WARNING, logging.INFO]
     assert "the relay keeps carrying the connection" in lines[1][1]
