@@ -21,12 +21,14 @@ import contextlib
 import random
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.errors import OdfNodeError
+from coordinator.identity import DatasetId
+from coordinator.storage.repository import DatasetRepository
 from node.adapters.backup import HomeBackup
 from node.adapters.gossip import NoGossip
 from node.adapters.ipfs import IpfsAdapter, NoIpfs
@@ -52,6 +54,9 @@ from node.config import NodeConfig
 from node.home import NodeHome, default_home
 from node.home_lock import HomeLock
 from node.state import NodeState
+
+if TYPE_CHECKING:
+    from node.engine_router import EngineRouter
 
 DAEMON_START_WAIT_S = 120.0
 """How long a CLI command waits for a starting daemon's RPC (its IPFS node may take a while)."""
@@ -149,46 +154,121 @@ class _LazyState(InlineState):
             self._opened.close()
 
 
+def engine_router(
+    config: NodeConfig,
+    *,
+    master: str,
+    idle_timeout_s: float,
+    memory_mib: int,
+    isolate_network: bool = False,
+    datafusion_workers: int | None = None,
+) -> EngineRouter:
+    """The transform engines of either root: the Spark worker (``master``) and DataFusion
+    workers per pinned release, with the home's per-request CPU budget and driver host."""
+    from node.engine_client import EngineClient
+    from node.engine_router import EngineRouter
+
+    e = config.engine
+    memory = (memory_mib << 20) or None
+    cpu = e.cpu_limit_s or None
+    return EngineRouter(
+        lambda: EngineClient(
+            master=master,
+            idle_timeout=idle_timeout_s,
+            isolate_network=isolate_network,
+            memory_limit=memory,
+            cpu_limit=cpu,
+            driver_host=e.driver_host,
+        ),
+        idle_timeout=idle_timeout_s,
+        isolate_network=isolate_network,
+        memory_limit=memory,
+        cpu_limit=cpu,
+        datafusion_workers=datafusion_workers,
+    )
+
+
+def verified_data(
+    repo: DatasetRepository,
+    state: StatePort,
+    config: NodeConfig,
+    *,
+    warm_workers: int,
+    spark_master: str,
+) -> VerifiedData:
+    """Reading what the node verified (SQL, tail, export): DataFusion query workers, started
+    on the first query (``warm_workers`` then stay ready), and for the spark dialect a Spark
+    worker started by the first such query (Spark takes seconds to start)."""
+    isolate = config.engine.isolate_network
+    return VerifiedData(
+        repo,
+        state,
+        DataFusionQueryEngine(
+            warm_workers=warm_workers,
+            isolate_network=isolate,
+            spark=SparkQueryEngine(
+                master=spark_master,
+                isolate_network=isolate,
+                driver_host=config.engine.driver_host,
+            ),
+        ),
+        config.query.limits(),
+        max_sql_bytes=config.query.max_sql_bytes,
+        replays=config.pipeline.replay,
+    )
+
+
+@dataclass
+class _OfflineEngine:
+    """The transform engines of an offline command, started on first use (idle: none)."""
+
+    config: NodeConfig
+    options: OfflineOptions
+    router: EngineRouter | None = None
+
+    def get(self) -> EnginePort:
+        """The engine router, created now if no command step needed it before."""
+        if self.router is None:
+            # The home's config (and ODF_NODE_* variables): where a cluster reaches the
+            # driver, the per-request CPU-time budget.
+            self.router = engine_router(
+                self.config,
+                master=self.options.spark_master,
+                idle_timeout_s=0,
+                memory_mib=self.options.engine_memory_limit,
+            )
+        return self.router
+
+
 @contextlib.contextmanager
 def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[Application]:
     """The home's :class:`Application` without a daemon; closes the engine and state after."""
     config = home.config()
-    repo = home.repository()
     state = _LazyState(home.path / "state.db")
-    engines: list[EnginePort] = []
+    engines = _OfflineEngine(config, options)
+    app = _offline(home, config, options, state, engines)
+    try:
+        yield app
+    finally:
+        if engines.router is not None:
+            engines.router.close()
+        if app.data is not None and app.data.engine is not None:
+            _close_query_engine(app.data.engine)
+        state.close()
 
-    def engine() -> EnginePort:
-        if not engines:
-            from node.engine_client import EngineClient
-            from node.engine_router import EngineRouter
 
-            memory = (options.engine_memory_limit << 20) or None
-            # The home's config (and ODF_NODE_* variables): where a cluster reaches the driver,
-            # the per-request CPU-time budget.
-            driver_host = config.engine.driver_host
-            cpu = config.engine.cpu_limit_s or None
-            engines.append(
-                EngineRouter(
-                    lambda: EngineClient(
-                        master=options.spark_master,
-                        idle_timeout=0,
-                        memory_limit=memory,
-                        cpu_limit=cpu,
-                        driver_host=driver_host,
-                    ),
-                    idle_timeout=0,
-                    memory_limit=memory,
-                    cpu_limit=cpu,
-                )
-            )
-        return engines[0]
-
-    ports: StatePort = state
+def _offline(
+    home: NodeHome,
+    config: NodeConfig,
+    options: OfflineOptions,
+    ports: StatePort,
+    engines: _OfflineEngine,
+) -> Application:
+    repo = home.repository()
+    engine = engines.get
     ipfs: IpfsPort = IpfsAdapter(options.ipfs_api, {}) if options.ipfs_api else NoIpfs()
     gossip = NoGossip()
-    events = EventBus()
     metrics = NodeMetrics()
-    locks = CommitLocks()
     key = home.node_key()
     info = NodeInfo(
         node_id=key.dataset_id().as_did_key(),
@@ -201,22 +281,19 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
     owns = DatasetUseCases(repo, engine).owns
     work = WorkRunner(ports, time.time_ns, RetryPolicy(), random.random)
     transfer = TransferAdapter(repo, lambda: options.ipfs_api, options.ipfs_gateway, config=config)
+    locks = CommitLocks()
     datasets = DatasetUseCases(
-        repo,
-        engine,
-        state=ports,
-        transfer=transfer,
-        locks=locks,
-        polling=polling_options(config),
+        repo, engine, state=ports, transfer=transfer, locks=locks, polling=polling_options(config)
     )
-    app = Application(
+    no_urls: Callable[[DatasetId], tuple[str, ...]] = lambda _did: ()  # noqa: E731
+    return Application(
         info=info,
         clock=time.time_ns,
         repo=repo,
         state=ports,
         gossip=gossip,
         ipfs=ipfs,
-        engine=lambda: engines[0] if engines else None,
+        engine=lambda: engines.router,
         metrics=metrics,
         locks=locks,
         datasets=datasets,
@@ -229,7 +306,7 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
             trust=config.trust_config(),
         ),
         publish=PublishPipeline(
-            repo, ports, gossip, ipfs, events, time.time_ns, lambda _did: (), work.kick
+            repo, ports, gossip, ipfs, EventBus(), time.time_ns, no_urls, work.kick
         ),
         verify=VerifyPipeline(
             repo,
@@ -237,13 +314,13 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
             gossip,
             ipfs,
             engine,
-            events,
+            EventBus(),
             metrics,
             time.time_ns,
             key,
             replay=config.pipeline.replay,
             republish=False,
-            http_urls=lambda _did: (),
+            http_urls=no_urls,
             kick=work.kick,
         ),
         work=work,
@@ -251,34 +328,10 @@ def offline_application(home: NodeHome, options: OfflineOptions) -> Iterator[App
         backup_port=HomeBackup(home.path),
         # Triggers are set and listed here; only a daemon runs them.
         flows=FlowUseCases(repo, ports, time.time_ns, datasets),
-        query_signer=CommitmentSigner(key.dataset_id().as_did_key(), key.sign),
-        data=VerifiedData(
-            repo,
-            ports,
-            # No warm workers without a daemon: a command runs one query and exits.
-            DataFusionQueryEngine(
-                warm_workers=0,
-                isolate_network=config.engine.isolate_network,
-                # The spark dialect: a Spark worker started by the first such query.
-                spark=SparkQueryEngine(
-                    master=options.spark_master,
-                    isolate_network=config.engine.isolate_network,
-                    driver_host=config.engine.driver_host,
-                ),
-            ),
-            config.query.limits(),
-            max_sql_bytes=config.query.max_sql_bytes,
-            replays=config.pipeline.replay,
-        ),
+        query_signer=CommitmentSigner(info.node_id, key.sign),
+        # No warm workers without a daemon: a command runs one query and exits.
+        data=verified_data(repo, ports, config, warm_workers=0, spark_master=options.spark_master),
     )
-    try:
-        yield app
-    finally:
-        for e in engines:
-            e.close()
-        if app.data is not None and app.data.engine is not None:
-            _close_query_engine(app.data.engine)
-        state.close()
 
 
 def _close_query_engine(engine: Any) -> None:

@@ -120,7 +120,13 @@ class Libp2pProcessTransport:
     can use either. ``config`` is a :class:`~p2p.libp2p_host.Libp2pConfig`.
     """
 
-    def __init__(self, config: Any, *, python: str = sys.executable) -> None:
+    def __init__(
+        self,
+        config: Any,
+        *,
+        python: str = sys.executable,
+        on_restart: Callable[[], None] | None = None,
+    ) -> None:
         """Prepare (nothing runs until :meth:`start`)."""
         self.config = config
         self._python = python
@@ -143,7 +149,7 @@ class Libp2pProcessTransport:
         self._up = asyncio.Event()
         self.restarts = 0
         """How many times the child was started again after it died (a metric)."""
-        self.on_restart: Callable[[], None] | None = None
+        self.on_restart = on_restart
 
     # ---- lifecycle
 

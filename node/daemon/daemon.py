@@ -82,7 +82,7 @@ class Daemon:
         self.events = EventBus()
         self.locks = CommitLocks()
         self.gossip = GossipSlot()
-        self.engine = EngineService(config.engine)
+        self.engine = EngineService(config)
         self.info = NodeInfo(
             node_id=self.node_key.dataset_id().as_did_key(),
             home=str(home.path),
@@ -133,8 +133,7 @@ class Daemon:
         state: StateService | None = None
         try:
             state = await StateService.open(self.home.path / "state.db", self.clock, self.node_id)
-            running = _Running(self, state)
-            running.group.on_starting = lambda name: notifier.status(f"starting {name}")
+            running = _Running(self, state, lambda name: notifier.status(f"starting {name}"))
             await running.serve(stop, notifier, self.gc_pauses)
         finally:
             if state is not None:
@@ -148,36 +147,17 @@ class Daemon:
 class _Running:
     """The services of one run, built in dependency order over the opened state."""
 
-    def __init__(self, d: Daemon, state: StateService) -> None:
+    def __init__(
+        self, d: Daemon, state: StateService, on_starting: Callable[[str], object]
+    ) -> None:
         self.d = d
-        self.group = group = ServiceGroup()
+        self.group = group = ServiceGroup(on_starting=on_starting)
         self.state = state
         self.stopping = False
         cfg = d.config
         self.ipfs = IpfsService(config=cfg, home=d.home, state=state.state)
         self.application = ApplicationService(self._inputs)
-        self.gossip = (
-            GossipRuntime(
-                config=cfg,
-                home=d.home,
-                node_key=d.node_key,
-                repo=d.repo,
-                state=state.state,
-                ipfs=lambda: self.ipfs.port,
-                metrics=d.metrics,
-                events=d.events,
-                clock=d.clock,
-                rng=d.rng,
-                info=d.info,
-                group=group,
-                slot=d.gossip,
-                owns=d.owns,
-                http_base=d.http_base,
-                use=self._gossip_use,
-            )
-            if cfg.p2p.enabled
-            else None
-        )
+        self.gossip = self._gossip_runtime() if cfg.p2p.enabled else None
         self.reachability = ReachabilityWatch(
             config=cfg,
             info=d.info,
@@ -206,10 +186,39 @@ class _Running:
                 wiring=lambda: self.application.wiring,
             )
         )
-        if cfg.http.enabled:
-            group.add(
+        self._add_surfaces()
+        group.add(self.reachability)
+        self._rpc: Any = None
+        group.add(FunctionService("rpc", self._start_rpc, self._stop_rpc))
+
+    def _gossip_runtime(self) -> GossipRuntime:
+        d = self.d
+        return GossipRuntime(
+            config=d.config,
+            home=d.home,
+            node_key=d.node_key,
+            repo=d.repo,
+            state=self.state.state,
+            ipfs=lambda: self.ipfs.port,
+            metrics=d.metrics,
+            events=d.events,
+            clock=d.clock,
+            rng=d.rng,
+            info=d.info,
+            group=self.group,
+            slot=d.gossip,
+            owns=d.owns,
+            http_base=d.http_base,
+            use=self._gossip_use,
+        )
+
+    def _add_surfaces(self) -> None:
+        """The HTTP listener and the Flight SQL server, when configured."""
+        d = self.d
+        if d.config.http.enabled:
+            self.group.add(
                 HttpSurface(
-                    config=cfg,
+                    config=d.config,
                     repo=d.repo,
                     metrics=d.metrics,
                     info=d.info,
@@ -220,18 +229,15 @@ class _Running:
                     ephemeral=d.ephemeral,
                 )
             )
-        if cfg.query.flight_sql_enabled:
-            group.add(
+        if d.config.query.flight_sql_enabled:
+            self.group.add(
                 FlightSqlService(
-                    config=cfg,
+                    config=d.config,
                     info=d.info,
                     app=lambda: self.application.wiring.app,
                     ephemeral=d.ephemeral,
                 )
             )
-        group.add(self.reachability)
-        self._rpc: Any = None
-        group.add(FunctionService("rpc", self._start_rpc, self._stop_rpc))
 
     async def serve(self, stop: asyncio.Event, notifier: Notifier, gc_pauses: GcPauses) -> None:
         """Start the group, report ready, wait for ``stop`` or a crashed task, stop the group."""

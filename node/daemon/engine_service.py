@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from node.config import EngineSection
+from node.compose import engine_router
+from node.config import NodeConfig
 
 if TYPE_CHECKING:
     from node.engine_router import EngineRouter
@@ -21,32 +22,20 @@ class EngineService:
 
     name = "engine"
 
-    def __init__(self, config: EngineSection) -> None:
+    def __init__(self, config: NodeConfig) -> None:
         self._config = config
         self._router: EngineRouter | None = None
 
     def get(self) -> EngineRouter:
         """The engine router, created on first use."""
         if self._router is None:
-            from node.engine_client import EngineClient
-            from node.engine_router import EngineRouter
-
-            e = self._config
-            memory = (e.memory_limit_mib << 20) or None
-            cpu = e.cpu_limit_s or None
-            self._router = EngineRouter(
-                lambda: EngineClient(
-                    master=e.spark_master,
-                    idle_timeout=float(e.idle_timeout_s),
-                    isolate_network=e.isolate_network,
-                    memory_limit=memory,
-                    cpu_limit=cpu,
-                    driver_host=e.driver_host,
-                ),
-                idle_timeout=float(e.idle_timeout_s),
+            e = self._config.engine
+            self._router = engine_router(
+                self._config,
+                master=e.spark_master,
+                idle_timeout_s=float(e.idle_timeout_s),
+                memory_mib=e.memory_limit_mib,
                 isolate_network=e.isolate_network,
-                memory_limit=memory,
-                cpu_limit=cpu,
                 datafusion_workers=e.datafusion_workers or None,
             )
         return self._router

@@ -112,7 +112,6 @@ class GossipRuntime:
 
         use = self._use()
         self.transport = self._start_transport()
-        self.transport.on_restart = self._metrics.gossip_restarts.inc
         await self.transport.start()
         core = await self._restored_core(use.follower)
         if self._config.p2p.serve_streams:
@@ -182,7 +181,8 @@ class GossipRuntime:
                 conn_grace_s=p.conn_grace_s,
                 dial_backoff_base_s=p.dial_backoff_base_s,
                 dial_backoff_max_s=p.dial_backoff_max_s,
-            )
+            ),
+            on_restart=self._metrics.gossip_restarts.inc,
         )
 
     async def _restored_core(self, follower: SourceFollower) -> ProtocolCore:

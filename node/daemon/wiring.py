@@ -33,12 +33,9 @@ from coordinator.multiformats import Multihash
 from coordinator.storage.repository import DatasetRepository
 from node.adapters.backup import HomeBackup
 from node.adapters.loop_thread import LoopThread
-from node.adapters.query_engine import DataFusionQueryEngine
-from node.adapters.spark_query import SparkQueryEngine
 from node.adapters.transfer import TransferAdapter
 from node.app import Application, NodeInfo
 from node.app.console import ConsoleQueries
-from node.app.data import VerifiedData
 from node.app.datasets import CommitLocks, DatasetUseCases
 from node.app.effects import NodeEffects
 from node.app.events import EventBus
@@ -55,7 +52,7 @@ from node.app.subscriptions import SubscriptionUseCases
 from node.app.trust import TrustDriver
 from node.app.verify import Republisher, VerifyPipeline, VerifyQueue
 from node.app.work import RetryPolicy, WorkRunner
-from node.compose import polling_options
+from node.compose import polling_options, verified_data
 from node.config import NodeConfig
 from node.home import NodeHome
 
@@ -146,37 +143,8 @@ async def wire_application(i: Inputs) -> Wiring:
         p2p_request=i.peers.stream_request,
     )
     follower = _follower(i, transfer, trust)
-    fetcher = ChainFetcher(
-        i.repo,
-        i.state,
-        transfer,
-        i.locks,
-        i.metrics,
-        ipfs_enabled=lambda: i.ipfs.api_url is not None,
-        events=i.events,
-        ipfs_hints=i.peers.ipfs_hints,
-        stream_peers=i.peers.stream_peers,
-        peer_connected=i.peers.peer_connected,
-    )
-    p = i.config.pipeline
-    verify = VerifyPipeline(
-        i.repo,
-        i.state,
-        i.gossip,
-        i.ipfs,
-        i.engine,
-        i.events,
-        i.metrics,
-        i.clock,
-        i.node_key,
-        replay=p.replay,
-        republish=p.republish,
-        http_urls=i.http_urls,
-        kick=work.kick,
-        trust=trust,
-        follow_input=follower.follow_input,
-        input_missing=fetcher.note_input,
-    )
+    fetcher = _fetcher(i, transfer)
+    verify = _verify(i, work, trust, follower, fetcher)
     work.handle("verify", verify.run)
     work.handle("publish", core.publish.run)
     work.handle("dispute", verify.run_rejected_head)
@@ -273,6 +241,52 @@ async def _trust_core(i: Inputs) -> _Core:
     return _Core(work, publish, trust, keys)
 
 
+def _fetcher(i: Inputs, transfer: TransferAdapter) -> ChainFetcher:
+    """Pulls of announced heads: IPFS, HTTP and libp2p sources (the gossip host's)."""
+    return ChainFetcher(
+        i.repo,
+        i.state,
+        transfer,
+        i.locks,
+        i.metrics,
+        ipfs_enabled=lambda: i.ipfs.api_url is not None,
+        events=i.events,
+        ipfs_hints=i.peers.ipfs_hints,
+        stream_peers=i.peers.stream_peers,
+        peer_connected=i.peers.peer_connected,
+    )
+
+
+def _verify(
+    i: Inputs,
+    work: WorkRunner,
+    trust: TrustDriver,
+    follower: SourceFollower,
+    fetcher: ChainFetcher,
+) -> VerifyPipeline:
+    """The verify pipeline, telling the trust driver its verdicts, the follower the inputs to
+    follow beside a source, and the fetcher the inputs a replay waits for."""
+    p = i.config.pipeline
+    return VerifyPipeline(
+        i.repo,
+        i.state,
+        i.gossip,
+        i.ipfs,
+        i.engine,
+        i.events,
+        i.metrics,
+        i.clock,
+        i.node_key,
+        replay=p.replay,
+        republish=p.republish,
+        http_urls=i.http_urls,
+        kick=work.kick,
+        trust=trust,
+        follow_input=follower.follow_input,
+        input_missing=fetcher.note_input,
+    )
+
+
 def _follower(i: Inputs, transfer: TransferAdapter, trust: TrustDriver) -> SourceFollower:
     f = i.config.follow
     return SourceFollower(
@@ -330,24 +344,12 @@ def _application(
         backup_port=HomeBackup(i.home.path),
         flows=flows,
         query_signer=CommitmentSigner(i.info.node_id, i.node_key.sign),
-        data=VerifiedData(
+        data=verified_data(
             i.repo,
             i.state,
-            # Workers start on the first query (then [query] warm_workers stay ready).
-            DataFusionQueryEngine(
-                warm_workers=c.query.warm_workers,
-                isolate_network=c.engine.isolate_network,
-                # The spark dialect: a Spark worker started by the first such query (Spark
-                # takes seconds to start), stopped with the DataFusion engine.
-                spark=SparkQueryEngine(
-                    master=c.engine.spark_master,
-                    isolate_network=c.engine.isolate_network,
-                    driver_host=c.engine.driver_host,
-                ),
-            ),
-            c.query.limits(),
-            max_sql_bytes=c.query.max_sql_bytes,
-            replays=c.pipeline.replay,
+            c,
+            warm_workers=c.query.warm_workers,
+            spark_master=c.engine.spark_master,
         ),
     )
 
