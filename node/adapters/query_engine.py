@@ -24,9 +24,7 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import tempfile
-from asyncio import FIRST_COMPLETED
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -39,8 +37,8 @@ from node.adapters.query_answers import (
     read_answer_part,
     watch_memory,
 )
+from node.adapters.query_workers import QueryWorker, answer_line, raise_refusal, start_worker
 from node.app.errors import (
-    QueryDeadlineExceeded,
     QueryError,
     QueryRejected,
     QueryTooLarge,
@@ -53,9 +51,7 @@ from node.app.ports import (
     QueryLimits,
     QueryTable,
 )
-from node.engine_client import PROJECT_ROOT
 from node.engine_router import datafusion_python
-from node.lifeline import Lifeline
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -74,18 +70,8 @@ QUERIES_PER_WORKER = 200
 """A worker is replaced after this many queries (whatever its allocator kept is given back)."""
 
 
-@dataclass
-class _Worker:
-    proc: asyncio.subprocess.Process
-    lifeline: Lifeline
-    dir: Path
-    served: int = 0
-    healthy: bool = True
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.lifeline.cut()
+# A DataFusion import takes ~0.3 s; a loaded machine may take far longer.
+_START_TIMEOUT_S = 60.0
 
 
 class DataFusionQueryEngine:
@@ -112,7 +98,7 @@ class DataFusionQueryEngine:
         self._isolate = isolate_network
         self._python = python or datafusion_python(QUERY_DATAFUSION_VERSION)
         self._spark = spark
-        self._idle: list[_Worker] = []
+        self._idle: list[QueryWorker] = []
         self._starting: set[asyncio.Task[None]] = set()
         self._reaping: set[asyncio.Task[int]] = set()
         self._closed = False
@@ -121,46 +107,21 @@ class DataFusionQueryEngine:
 
     # -- workers -------------------------------------------------------------------------
 
-    async def _spawn(self) -> _Worker:
+    async def _spawn(self) -> QueryWorker:
         if not self._python.exists():
             raise Unavailable(
                 f"the query engine's DataFusion environment is missing ({self._python}); "
                 "run `make setup`"
             )
         work = Path(tempfile.mkdtemp(prefix="odf-query-", dir=_work_root()))
-        cmd = [str(self._python), "-m", "engine.query_worker"]
-        if self._isolate:
-            cmd = ["unshare", "-rn", "sh", "-c", 'ip link set lo up 2>/dev/null; exec "$@"', "-"]
-            cmd += [str(self._python), "-m", "engine.query_worker"]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(PROJECT_ROOT), *filter(None, [env.get("PYTHONPATH")])]
+        worker = await start_worker(
+            [str(self._python), "-m", "engine.query_worker"],
+            work,
+            isolate=self._isolate,
+            start_timeout_s=_START_TIMEOUT_S,
+            what="the query worker",
         )
-        lifeline = Lifeline()
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *cmd,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=open(work / "worker.log", "ab"),  # noqa: SIM115 - the child keeps it
-                cwd=str(PROJECT_ROOT),
-                start_new_session=True,
-                **lifeline.popen_kwargs(env),  # type: ignore[arg-type]
-            )
-        finally:
-            lifeline.spawned()
         self.started += 1
-        worker = _Worker(proc, lifeline, work)
-        assert proc.stdout is not None
-        try:
-            line = await asyncio.wait_for(proc.stdout.readline(), 60.0)
-        except TimeoutError:
-            line = b""
-        if line.strip() != b"READY":
-            worker.kill()
-            log = (work / "worker.log").read_text(errors="replace")[-500:]
-            shutil.rmtree(work, ignore_errors=True)
-            raise Unavailable(f"the query worker did not start: {log.strip() or 'no output'}")
         return worker
 
     def _refill(self) -> None:
@@ -177,28 +138,23 @@ class DataFusionQueryEngine:
         except Exception:
             return
         if self._closed:
-            self._discard(worker)
+            worker.discard()
         else:
             self._idle.append(worker)
 
-    async def _take(self) -> _Worker:
+    async def _take(self) -> QueryWorker:
         while self._idle:
             worker = self._idle.pop()
             if worker.proc.returncode is None:
                 return worker
-            self._discard(worker)
+            worker.discard()
         return await self._spawn()
 
-    def _reap(self, worker: _Worker) -> None:
+    def _reap(self, worker: QueryWorker) -> None:
         """Wait for a killed worker on this loop (:meth:`close` waits for the last ones)."""
         task = asyncio.get_running_loop().create_task(worker.proc.wait())
         self._reaping.add(task)
         task.add_done_callback(self._reaping.discard)
-
-    @staticmethod
-    def _discard(worker: _Worker) -> None:
-        worker.kill()
-        shutil.rmtree(worker.dir, ignore_errors=True)
 
     # -- the port ------------------------------------------------------------------------
 
@@ -231,10 +187,10 @@ class DataFusionQueryEngine:
             deadline = asyncio.get_running_loop().time() + limits.deadline_s
             watch = self._watch(worker, limits)
             try:
-                answer = await _answer_line(worker, limits, deadline, watch)
+                answer = await answer_line(worker, limits, deadline, watch)
             finally:
                 watch.cancel()
-            _raise_refusal(answer, limits)
+            raise_refusal(answer, limits)
             if out.stat().st_size <= INLINE_READ_BYTES:
                 # A small answer (an aggregation's) reads in microseconds: a thread hand-over
                 # would cost more than the read (milliseconds when the machine is loaded).
@@ -287,7 +243,7 @@ class DataFusionQueryEngine:
 
     async def _send(
         self,
-        worker: _Worker,
+        worker: QueryWorker,
         here: Path,
         sql: str,
         tables: Sequence[QueryTable],
@@ -322,13 +278,13 @@ class DataFusionQueryEngine:
         await proc.stdin.drain()
 
     @staticmethod
-    def _watch(worker: _Worker, limits: QueryLimits) -> asyncio.Task[None]:
+    def _watch(worker: QueryWorker, limits: QueryLimits) -> asyncio.Task[None]:
         bound = limits.memory_bytes + MEMORY_SLACK_BYTES
         return asyncio.get_running_loop().create_task(
             watch_memory(worker.proc.pid, bound, MEMORY_POLL_S)
         )
 
-    async def _release(self, worker: _Worker) -> None:
+    async def _release(self, worker: QueryWorker) -> None:
         """Give a worker back after a query: to the idle ones if it answered and may serve
         more, else killed; a replacement starts once this query is answered."""
         worker.served += 1
@@ -340,7 +296,7 @@ class DataFusionQueryEngine:
         ):
             self._idle.append(worker)
         else:
-            self._discard(worker)
+            worker.discard()
             if self._warm:
                 self._reap(worker)
             else:
@@ -361,7 +317,7 @@ class DataFusionQueryEngine:
             await asyncio.gather(*self._starting, return_exceptions=True)
         idle, self._idle = self._idle, []
         for worker in idle:
-            self._discard(worker)
+            worker.discard()
         # Reap them on this loop: a subprocess transport left to the garbage collector after
         # its loop closed complains ("Event loop is closed").
         for worker in idle:
@@ -373,58 +329,6 @@ class DataFusionQueryEngine:
             await self._spark.close()
 
 
-async def _answer_line(
-    worker: _Worker, limits: QueryLimits, deadline: float, watch: asyncio.Task[None]
-) -> dict[str, object]:
-    """The worker's next line on stdout (a part or the answer), or the error that ended it: its
-    memory passed the bound (``watch`` returned) or ``deadline`` (the loop's time) passed; the
-    worker is killed then."""
-    proc = worker.proc
-    assert proc.stdout is not None
-    read = asyncio.get_running_loop().create_task(proc.stdout.readline())
-    timeout = max(0.0, deadline - asyncio.get_running_loop().time())
-    done, _ = await asyncio.wait({read, watch}, timeout=timeout, return_when=FIRST_COMPLETED)
-    if watch in done:
-        read.cancel()
-        worker.kill()
-        raise QueryTooLarge(
-            f"the query needed more than {limits.memory_bytes} bytes of memory "
-            "([query] memory_bytes) and was stopped: narrow it or raise the setting"
-        )
-    if read not in done:
-        read.cancel()
-        worker.kill()
-        raise QueryDeadlineExceeded(
-            f"the query ran longer than {limits.deadline_s:g} s ([query] deadline_s) "
-            "and was stopped"
-        )
-    line = read.result()
-    if not line:
-        log = (worker.dir / "worker.log").read_text(errors="replace")[-300:]
-        raise QueryError(f"the query worker ended without an answer: {log.strip()}")
-    message: dict[str, object] = json.loads(line)
-    if "part" not in message:
-        worker.healthy = True  # it answered: it waits for the next request
-    return message
-
-
-def _raise_refusal(answer: dict[str, object], limits: QueryLimits) -> None:
-    """Raise the error a worker's refusal answer stands for (nothing if it answered rows)."""
-    if answer.get("ok"):
-        return
-    kind, message = str(answer.get("kind")), str(answer.get("message"))
-    if kind == "rejected":
-        raise QueryRejected(message)
-    if kind == "too_large":
-        raise QueryTooLarge(message)
-    if kind == "out_of_memory":
-        raise QueryTooLarge(
-            f"the query needed more than {limits.memory_bytes} bytes of memory "
-            f"([query] memory_bytes): {message}"
-        )
-    raise QueryError(message)
-
-
 class _WorkerStream:
     """A streamed answer read part by part from its worker (see ``engine/query_worker.py``).
 
@@ -434,7 +338,7 @@ class _WorkerStream:
     """
 
     def __init__(
-        self, engine: DataFusionQueryEngine, worker: _Worker, here: Path, limits: QueryLimits
+        self, engine: DataFusionQueryEngine, worker: QueryWorker, here: Path, limits: QueryLimits
     ) -> None:
         self._engine = engine
         self._worker = worker
@@ -458,7 +362,7 @@ class _WorkerStream:
         try:
             while True:
                 try:
-                    message = await _answer_line(self._worker, self._limits, deadline, watch)
+                    message = await answer_line(self._worker, self._limits, deadline, watch)
                 except Exception as e:  # the worker was killed or ended: the consumer learns it
                     self._lines.put_nowait(e)
                     return
@@ -493,7 +397,7 @@ class _WorkerStream:
             self._pending.extend(table.to_batches())
             return
         self._done = True
-        _raise_refusal(item, self._limits)
+        raise_refusal(item, self._limits)
 
     async def next_batch(self) -> pa.RecordBatch | None:
         """See :class:`~node.app.ports.AnswerStream`."""

@@ -28,26 +28,21 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from node.adapters.query_answers import TableStream, read_answer, watch_memory
+from node.adapters.query_workers import QueryWorker, answer_line, raise_refusal, start_worker
 from node.app.errors import (
     QueryDeadlineExceeded,
-    QueryError,
-    QueryRejected,
     QueryTooLarge,
     Unavailable,
 )
 from node.app.ports import AnswerStream, QueryDialect, QueryLimits, QueryTable
-from node.engine_client import PROJECT_ROOT
-from node.lifeline import Lifeline
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -60,19 +55,6 @@ own structures, code cache and threads, and the Python side, before it is killed
 MIN_HEAP_MIB = 512
 """The JVM heap is never set below this: Spark does not start in much less."""
 MEMORY_POLL_S = 0.1
-
-
-@dataclass
-class _Worker:
-    proc: asyncio.subprocess.Process
-    lifeline: Lifeline
-    dir: Path
-    served: int = 0
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.lifeline.cut()
 
 
 class SparkQueryEngine:
@@ -101,7 +83,7 @@ class SparkQueryEngine:
         # A cluster's executors must reach the driver: no namespace then.
         self._isolate = isolate_network and master.startswith("local") and not driver_host
         self._python = python or sys.executable
-        self._worker: _Worker | None = None
+        self._worker: QueryWorker | None = None
         self._lock = asyncio.Lock()
         self._closed = False
         self.started = 0
@@ -109,53 +91,24 @@ class SparkQueryEngine:
 
     # -- the worker ------------------------------------------------------------------------
 
-    async def _spawn(self, limits: QueryLimits) -> _Worker:
+    async def _spawn(self, limits: QueryLimits) -> QueryWorker:
         work = Path(tempfile.mkdtemp(prefix="odf-spark-query-"))
         heap = max(MIN_HEAP_MIB, limits.memory_bytes >> 20)
         cmd = [self._python, "-m", "engine.spark_query_worker", "--master", self._master]
         for k, v in {"spark.driver.memory": f"{heap}m", **self._conf}.items():
             cmd += ["--conf", f"{k}={v}"]
-        if self._isolate:
-            prefix = ["unshare", "-rn", "sh", "-c", 'ip link set lo up 2>/dev/null; exec "$@"', "-"]
-            cmd = prefix + cmd
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(PROJECT_ROOT), *filter(None, [env.get("PYTHONPATH")])]
-        )
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        lifeline = Lifeline()
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *cmd,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=open(work / "worker.log", "ab"),  # noqa: SIM115 - the child keeps it
-                cwd=str(PROJECT_ROOT),
-                start_new_session=True,
-                **lifeline.popen_kwargs(env),  # type: ignore[arg-type]
-            )
-        finally:
-            lifeline.spawned()
+        worker = await start_worker(
+            cmd,
+            work,
+            isolate=self._isolate,
+            start_timeout_s=START_TIMEOUT_S,
+            what="the Spark query worker",
+            env=env,
+        )
         self.started += 1
-        worker = _Worker(proc, lifeline, work)
-        assert proc.stdout is not None
-        try:
-            line = await asyncio.wait_for(proc.stdout.readline(), START_TIMEOUT_S)
-        except TimeoutError:
-            line = b""
-        except BaseException:
-            self._discard(worker)
-            raise
-        if line.strip() != b"READY":
-            log = (work / "worker.log").read_text(errors="replace")[-500:]
-            self._discard(worker)
-            raise Unavailable(f"the Spark query worker did not start: {log.strip() or 'no output'}")
         return worker
-
-    @staticmethod
-    def _discard(worker: _Worker) -> None:
-        worker.kill()
-        shutil.rmtree(worker.dir, ignore_errors=True)
 
     # -- the port --------------------------------------------------------------------------
 
@@ -192,7 +145,7 @@ class SparkQueryEngine:
         try:
             if self._worker is None or self._worker.proc.returncode is not None:
                 if self._worker is not None:
-                    self._discard(self._worker)
+                    self._worker.discard()
                     self._worker = None
                 self._worker = await self._spawn(limits)
                 # Spark's start (seconds, bounded by START_TIMEOUT_S) is the node's cost, not
@@ -206,7 +159,7 @@ class SparkQueryEngine:
 
     async def _ask(
         self,
-        worker: _Worker,
+        worker: QueryWorker,
         sql: str,
         tables: Sequence[QueryTable],
         limits: QueryLimits,
@@ -228,7 +181,7 @@ class SparkQueryEngine:
             "out": str(out),
         }
         proc = worker.proc
-        assert proc.stdin is not None and proc.stdout is not None
+        assert proc.stdin is not None
         loop = asyncio.get_running_loop()
         answered = False
         try:
@@ -236,44 +189,20 @@ class SparkQueryEngine:
             await proc.stdin.drain()
             bound = max(MIN_HEAP_MIB << 20, limits.memory_bytes) + JVM_SLACK_BYTES
             watch = loop.create_task(watch_memory(proc.pid, bound, MEMORY_POLL_S, in_thread=True))
-            read = loop.create_task(proc.stdout.readline())
             try:
-                done, _ = await asyncio.wait(
-                    {read, watch}, timeout=max(0.0, remaining), return_when=asyncio.FIRST_COMPLETED
+                answer = await answer_line(
+                    worker, limits, loop.time() + remaining, watch, what="the Spark query"
                 )
             finally:
                 watch.cancel()
-            if watch in done:
-                read.cancel()
-                raise QueryTooLarge(
-                    f"the Spark query needed more than {limits.memory_bytes} bytes of memory "
-                    "([query] memory_bytes) and was stopped: narrow it or raise the setting"
-                )
-            if read not in done:
-                read.cancel()
-                raise QueryDeadlineExceeded(
-                    f"the query ran longer than {limits.deadline_s:g} s ([query] deadline_s) "
-                    "and was stopped"
-                )
-            line = read.result()
-            if not line:
-                log = (worker.dir / "worker.log").read_text(errors="replace")[-300:]
-                raise QueryError(f"the Spark query worker ended without an answer: {log.strip()}")
             answered = True
-            answer = json.loads(line)
-            if not answer.get("ok"):
-                kind, message = str(answer.get("kind")), str(answer.get("message"))
-                if kind == "rejected":
-                    raise QueryRejected(message)
-                if kind == "too_large":
-                    raise QueryTooLarge(message)
-                raise QueryError(message)
+            raise_refusal(answer, limits)
             return await asyncio.to_thread(read_answer, out)
         finally:
             if not answered:
                 # Killed mid-query (deadline, memory, cancellation): the next query starts
                 # another worker.
-                self._discard(worker)
+                worker.discard()
                 if self._worker is worker:
                     self._worker = None
             shutil.rmtree(here, ignore_errors=True)
@@ -293,7 +222,7 @@ class SparkQueryEngine:
         self._closed = True
         worker, self._worker = self._worker, None
         if worker is not None:
-            self._discard(worker)
+            worker.discard()
             # Reap it on this loop: its pipes' transports belong to it.
             with contextlib.suppress(TimeoutError, ProcessLookupError):
                 await asyncio.wait_for(worker.proc.wait(), 10.0)
