@@ -56,7 +56,7 @@ log = logging.getLogger("odf_node.daemon")
 # writer). Each time this loop wakes (a socket ready, a result handed over) it needs the GIL,
 # and with Python's default 5 ms switch interval it waits up to that long behind a thread that
 # computes; an RPC call wakes it a dozen times. 1 ms keeps that wait short at little cost.
-_GIL_SWITCH_INTERVAL_S = 0.001
+GIL_SWITCH_INTERVAL_S = 0.001
 
 
 class Daemon:
@@ -124,7 +124,7 @@ class Daemon:
             start_if_requested()
         lock = HomeLock(self.home.path)
         lock.acquire_daemon()
-        sys.setswitchinterval(_GIL_SWITCH_INTERVAL_S)
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         notifier = Notifier()
         # As sd_notify(unset_environment=1): child processes (libp2p, IPFS, engine workers) must
         # not inherit the socket or the watchdog and speak for the node.
