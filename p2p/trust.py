@@ -23,6 +23,7 @@ A node's own verdict is final: its replay beats any number of attestations or di
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -58,7 +59,17 @@ class Policy(enum.StrEnum):
 
 
 MAX_HEADS: Final = 4096
-"""Heads tracked per node by default; the oldest is forgotten first (bounds memory)."""
+"""Heads a policy tracks by default; the oldest is forgotten first (bounds memory)."""
+HEADS_PER_DATASET: Final = 16
+"""Heads a dataset's policy remembers (:func:`dataset_policy`), the oldest forgotten first: the
+one cap both drivers run with (the daemon, one policy per followed dataset; the simulator, one
+per node and dataset).
+
+:data:`MAX_HEADS` would let each followed dataset's policy keep 4,096 heads: a dataset updated
+every minute filled it for three days, and a node following many grew by every head it ever saw
+(``make bench-longrun``: about 1,700 heads an hour). A head 16 updates behind the newest no
+longer decides what a node serves (the newest trusted head is kept apart, in the subscription),
+so late attestations of it need not be counted."""
 MAX_RECORDED_PER_HEAD: Final = 1024
 """Strangers' attestations (and, separately, disputes) kept per head; later ones from new
 signers drop. A stranger is a signer neither in ``trusted_attesters`` nor with a reputation
@@ -790,3 +801,11 @@ __all__ = [
     "TrustedBy",
     "parse_attesters",
 ]
+
+
+def dataset_policy(config: TrustConfig, rng: Rng) -> TrustPolicy:
+    """One dataset's policy under ``config``, remembering at most :data:`HEADS_PER_DATASET`
+    heads (fewer if ``config.max_heads`` says so)."""
+    return TrustPolicy(
+        dataclasses.replace(config, max_heads=min(config.max_heads, HEADS_PER_DATASET)), rng
+    )

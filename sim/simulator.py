@@ -33,7 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, assert_never
+from typing import Any, Final
 
 from coordinator.identity import PrivateKey, generate_private_key
 from coordinator.multiformats import Multicodec, Multihash
@@ -65,6 +65,7 @@ from p2p.core import (
     VerificationCompleted,
 )
 from p2p.executor import execute_all
+from p2p.trust_executor import dispatch
 from p2p.wire import (
     Attestation,
     Checks,
@@ -331,7 +332,7 @@ class Simulator:
         attester_cfg = trust.TrustConfig(policy=trust.Policy.VERIFY_ALL)
         for n in self.nodes:
             if n.role == HONEST:
-                n.policy = trust.TrustPolicy(attester_cfg if n.attester else cfg, n.rng)
+                n.policy = trust.dataset_policy(attester_cfg if n.attester else cfg, n.rng)
 
     def _lat_sample(self, a: int, b: int) -> int:
         lat, rng = self.sc.latency, self.rng
@@ -705,16 +706,9 @@ class Simulator:
             self._trust_decisions(n, n.policy.handle(trust.TrustTick(self.now)))
 
     def _trust_decisions(self, n: SimNode, decisions: list[trust.TrustDecision]) -> None:
+        effects = _TrustEffects(self, n)
         for dec in decisions:
-            match dec:
-                case trust.Replay():
-                    self._verify(n, self.head_by_digest[dec.head.digest])
-                case trust.Trusted():
-                    self._trust(n, self.head_by_digest[dec.head.digest])
-                case trust.Distrusted():
-                    pass  # detection is timed by the node's own replay (_verified)
-                case _:
-                    assert_never(dec)
+            dispatch(dec, effects)
 
     def _trust(self, n: SimNode, hid: int) -> None:
         if hid not in n.trusted and hid not in n.detected:
@@ -1165,3 +1159,22 @@ def run(scenario: Scenario, seed: int | None = None) -> dict[str, Any]:
     res = sim.run()
     res["wall_s"] = round(time.perf_counter() - t, 3)
     return res
+
+
+class _TrustEffects:
+    """The simulator's :class:`~p2p.trust_executor.TrustEffects` for one node."""
+
+    def __init__(self, sim: Simulator, n: SimNode) -> None:
+        self._sim = sim
+        self._n = n
+
+    def replay(self, d: trust.Replay) -> None:
+        """Start the node's replay of the head (timed by the workload)."""
+        self._sim._verify(self._n, self._sim.head_by_digest[d.head.digest])
+
+    def trusted(self, d: trust.Trusted) -> None:
+        """Record when the node trusted the head."""
+        self._sim._trust(self._n, self._sim.head_by_digest[d.head.digest])
+
+    def distrusted(self, d: trust.Distrusted) -> None:
+        """Nothing to record: detection is timed by the node's own replay (``_verified``)."""

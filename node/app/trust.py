@@ -77,8 +77,10 @@ from p2p.trust import (
     TrustPolicy,
     TrustState,
     TrustTick,
+    dataset_policy,
     parse_attesters,
 )
+from p2p.trust_executor import dispatch
 from p2p.wire import Attestation as WireAttestation
 from p2p.wire import (
     Checks,
@@ -88,19 +90,6 @@ from p2p.wire import (
     Verdict,
     decode_unverified,
 )
-
-HEADS_PER_DATASET = 16
-"""Heads each dataset's policy remembers, the oldest forgotten first.
-
-:data:`p2p.trust.MAX_HEADS` bounds a policy that judges every dataset of a node (the
-simulator's); here each followed dataset has a policy of its own, so that bound would let each
-keep 4,096 heads: a dataset updated every minute filled it for three days, and a node following
-many grew by every head it ever saw (``make bench-longrun``: about 1,700 heads an hour). A head
-16 updates behind the newest no longer decides what the node serves (the newest trusted head is
-kept apart, in the subscription), so late attestations of it need not be counted. It is the size
-of each of the policy's three rooms (``p2p/trust.py``: heads seen, heads guarded by a trusted
-dispute, heads named only by strangers), so no stranger can push the current head out.
-"""
 
 log = logging.getLogger("odf_node.trust")
 
@@ -256,8 +245,7 @@ class TrustDriver:
         return policy
 
     def _new_policy(self, config: TrustConfig) -> TrustPolicy:
-        config = dataclasses.replace(config, max_heads=min(config.max_heads, HEADS_PER_DATASET))
-        policy = TrustPolicy(config, self._rng)
+        policy = dataset_policy(config, self._rng)
         policy.canonical = self.identities.canonical
         return policy
 
@@ -534,8 +522,8 @@ class TrustDriver:
     # ----------------------------------------------------------------- what trust changes
 
     def heads_tracked(self) -> int:
-        """Heads the policies of every dataset remember (at most :data:`HEADS_PER_DATASET` in
-        each of a policy's three rooms)."""
+        """Heads the policies of every dataset remember (at most
+        :data:`p2p.trust.HEADS_PER_DATASET` in each of a policy's three rooms)."""
         return sum(p.head_count() for p in self._policies.values())
 
     def served_head(self, did: DatasetId) -> str | None:
@@ -577,22 +565,10 @@ class TrustDriver:
     async def _carry_out(
         self, did: DatasetId, policy: TrustPolicy, decisions: list[TrustDecision], sequence: int
     ) -> list[Replay]:
-        replays: list[Replay] = []
+        effects = _Effects(self, did, policy, sequence)
         for d in decisions:
-            match d:
-                case Replay():
-                    replays.append(d)
-                    await self._verify.queue(d.dataset, d.head, sequence, replay=True)
-                    await self._state.log_event(
-                        "trust.replay",
-                        did.as_did_str(),
-                        {"head": d.head.to_multibase(), "reason": d.reason.value},
-                    )
-                case Trusted():
-                    await self._trusted(policy, d)
-                case Distrusted():
-                    await self._distrusted(policy, d)
-        return replays
+            await dispatch(d, effects)
+        return effects.replays
 
     async def _record(self, policy: TrustPolicy, did: DatasetId, head: Multihash) -> bool:
         """Persist ``head``'s trust state when it is the newest accepted head."""
@@ -686,3 +662,37 @@ def _outcome(outcome: str, *, conclusive: bool) -> Outcome | None:
 
 
 __all__ = ["ReplayPort", "Republish", "TrustDriver", "effective_config", "keys_named"]
+
+
+class _Effects:
+    """The daemon's :class:`~p2p.trust_executor.TrustEffects` for one batch of a dataset's
+    decisions (each an awaitable: state writes and verify work items)."""
+
+    def __init__(
+        self, driver: TrustDriver, did: DatasetId, policy: TrustPolicy, sequence: int
+    ) -> None:
+        self._driver = driver
+        self._did = did
+        self._policy = policy
+        self._sequence = sequence
+        self.replays: list[Replay] = []
+        """The replays asked for (the caller reports them)."""
+
+    async def replay(self, d: Replay) -> None:
+        """Queue a replay work item and log why."""
+        self.replays.append(d)
+        drv = self._driver
+        await drv._verify.queue(d.dataset, d.head, self._sequence, replay=True)
+        await drv._state.log_event(
+            "trust.replay",
+            self._did.as_did_str(),
+            {"head": d.head.to_multibase(), "reason": d.reason.value},
+        )
+
+    async def trusted(self, d: Trusted) -> None:
+        """Record and announce a trusted head."""
+        await self._driver._trusted(self._policy, d)
+
+    async def distrusted(self, d: Distrusted) -> None:
+        """Record and announce a disputed or unverifiable head."""
+        await self._driver._distrusted(self._policy, d)

@@ -524,7 +524,7 @@ def fixed_warmup_minutes(minutes: float) -> float:
 def histories_full_minutes(datasets: int, publish_every_s: float) -> float:
     """When every dataset has had as many heads as the node's per-dataset histories keep: the
     owners take turns, each publishing to its ``datasets`` in turn every ``publish_every_s``."""
-    from node.app.trust import HEADS_PER_DATASET
+    from p2p.trust import HEADS_PER_DATASET
     from p2p.core.config import CoreConfig
 
     kept = max(HEADS_PER_DATASET, CoreConfig().history_per_dataset)

@@ -18,7 +18,8 @@ from node.adapters.state import InlineState
 from node.app.events import EventBus
 from node.app.ports import GossipPort, IpfsPort, StatePort
 from node.app.subscriptions import SubscriptionUseCases
-from node.app.trust import HEADS_PER_DATASET, TrustDriver
+from node.app.trust import TrustDriver
+from p2p.trust import HEADS_PER_DATASET
 from node.config import ConfigError, load_config
 from node.state.store import NodeState
 from p2p.trust import SHOWN_DISPUTERS, Policy, TrustConfig, TrustConfigError
