@@ -58,7 +58,8 @@ def _home(home: Path | None) -> NodeHome:
 @app.command()
 def init(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
     """Create the node home: config, node key (mode 0600) and the dataset store."""
-    from node.keyrotation import MOVE_NEXT_KEY_ADVICE, init_inception
+    from node.app.node_keys import MOVE_NEXT_KEY_ADVICE
+    from node.compose import init_inception
 
     h = NodeHome(home or default_home())
     created = h.init()
@@ -212,10 +213,10 @@ def key_rotate(
     `[p2p] bootstrap` entries of other nodes that name this node's old peer id.
     docs/operations.md ("Node key rotation").
     """
-    from node.keyrotation import rotate
+    from node.compose import rotate_key
 
     try:
-        r = rotate(_home(home), next_key=next_key)
+        r = rotate_key(_home(home), next_key=next_key)
     except OdfNodeError as e:
         fail(str(e))
     if as_json:
@@ -244,10 +245,10 @@ def key_revoke(
     else by the revoked key itself, and gossiped by the daemon at its next start. The current
     key cannot be revoked: rotate first. docs/operations.md ("Node key rotation").
     """
-    from node.keyrotation import revoke
+    from node.compose import revoke_key
 
     try:
-        r = revoke(_home(home), node_id)
+        r = revoke_key(_home(home), node_id)
     except OdfNodeError as e:
         fail(str(e))
     if as_json:

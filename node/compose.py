@@ -21,16 +21,17 @@ import contextlib
 import random
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from coordinator.errors import OdfNodeError
-from coordinator.identity import DatasetId
+from coordinator.identity import DatasetId, PrivateKey
 from coordinator.storage.repository import DatasetRepository
 from node.adapters.backup import HomeBackup
 from node.adapters.gossip import NoGossip
+from node.adapters.home_keys import HomeKeyStore
 from node.adapters.ipfs import IpfsAdapter, NoIpfs
 from node.adapters.query_engine import DataFusionQueryEngine
 from node.adapters.spark_query import SparkQueryEngine
@@ -43,6 +44,7 @@ from node.app.datasets import CommitLocks, DatasetUseCases
 from node.app.events import EventBus
 from node.app.flows import FlowUseCases
 from node.app.metrics import NodeMetrics
+from node.app.node_keys import Incepted, NodeKeys, Revoked, Rotated
 from node.app.polling import PollingOptions
 from node.app.ports import EnginePort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
@@ -52,11 +54,13 @@ from node.app.verify import VerifyPipeline
 from node.app.work import RetryPolicy, WorkRunner
 from node.config import NodeConfig
 from node.home import NodeHome, default_home
-from node.home_lock import HomeLock
+from node.home_lock import HomeLock, HomeLocked
 from node.state import NodeState
 
 if TYPE_CHECKING:
     from node.engine_router import EngineRouter
+
+T = TypeVar("T")
 
 DAEMON_START_WAIT_S = 120.0
 """How long a CLI command waits for a starting daemon's RPC (its IPFS node may take a while)."""
@@ -362,3 +366,90 @@ __all__ = [
     "default_home",
     "offline_application",
 ]
+
+
+# ---- the node key (node/app/node_keys.py): in-process only, the daemon stopped or starting
+
+
+def _run_inline(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a use case over :class:`InlineState` to its end here (its awaits never suspend), so
+    a synchronous caller may be inside a running event loop or not."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    coro.close()
+    raise RuntimeError("an inline use case suspended: it awaited something that is not inline")
+
+
+@contextlib.contextmanager
+def _node_keys(home: NodeHome, state: NodeState | None, clock_ns: int | None) -> Iterator[NodeKeys]:
+    clock: Callable[[], int] = time.time_ns if clock_ns is None else (lambda: clock_ns)
+    if state is not None:
+        yield NodeKeys(HomeKeyStore(home), InlineState(state), clock)
+        return
+    with NodeState.open(home.path / "state.db", time.time_ns) as st:
+        yield NodeKeys(HomeKeyStore(home), InlineState(st), clock)
+
+
+def rotate_key(
+    home: NodeHome, *, next_key: Path | None = None, clock_ns: int | None = None
+) -> Rotated:
+    """``key rotate``: :meth:`NodeKeys.rotate` under the home's lock (the daemon must be
+    stopped: it runs with the key being replaced).
+
+    Raises:
+        KeyCommandError: see :meth:`NodeKeys.rotate`.
+        HomeLocked: a daemon (or another command) uses the home.
+    """
+    with HomeLock(home.path), _node_keys(home, None, clock_ns) as keys:
+        return _run_inline(keys.rotate(None if next_key is None else str(next_key)))
+
+
+def revoke_key(
+    home: NodeHome, node_id: str | None = None, *, clock_ns: int | None = None
+) -> Revoked:
+    """``key revoke``: :meth:`NodeKeys.revoke` under the home's lock.
+
+    Raises:
+        KeyCommandError: see :meth:`NodeKeys.revoke`.
+        HomeLocked: a daemon (or another command) uses the home.
+    """
+    with HomeLock(home.path), _node_keys(home, None, clock_ns) as keys:
+        return _run_inline(keys.revoke(node_id))
+
+
+def ensure_inception(
+    home: NodeHome, state: NodeState | None = None, *, clock_ns: int | None = None
+) -> Incepted | None:
+    """:meth:`NodeKeys.ensure_inception` over the home (its state opened unless given); does
+    not take the home's lock (the caller holds it)."""
+    with _node_keys(home, state, clock_ns) as keys:
+        return _run_inline(keys.ensure_inception())
+
+
+def init_inception(home: NodeHome) -> Incepted | None:
+    """:func:`ensure_inception` for ``odf-node init``, under the home's lock; None when a
+    daemon holds it (the daemon makes the record at its start)."""
+    try:
+        with HomeLock(home.path):
+            return ensure_inception(home)
+    except HomeLocked:
+        return None
+
+
+def own_records(home: NodeHome, state: NodeState | None = None) -> list[bytes]:
+    """:meth:`NodeKeys.own_records` over the home (its state opened unless given)."""
+    with _node_keys(home, state, None) as keys:
+        return _run_inline(keys.own_records())
+
+
+def retired_keys(home: NodeHome) -> list[PrivateKey]:
+    """The node's retired keys, oldest first."""
+    return HomeKeyStore(home).retired()
+
+
+def committed_key_path(home: NodeHome) -> Path:
+    """``keys/next.key``: the key the current node key committed to (see
+    ``node/adapters/home_keys.py``)."""
+    return Path(HomeKeyStore(home).committed_path())

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from coordinator.clock import Clock
-from coordinator.identity import DatasetId
+from coordinator.identity import DatasetId, PrivateKey
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
 from coordinator.transform.model import (
@@ -738,6 +738,53 @@ class QueryEnginePort(Protocol):
         ...
 
 
+class NodeKeyStore(Protocol):
+    """The node's keys on disk (``keys/`` of the home): the current node key, the key it
+    committed to (``next.key``), the retired keys, and a rotation's staged keys. Key rotation
+    and revocation (``node/app/node_keys.py``) decide; this only reads and writes."""
+
+    def node_key(self) -> PrivateKey:
+        """The current node key."""
+        ...
+
+    def retired(self) -> list[PrivateKey]:
+        """The node's retired keys, oldest first."""
+        ...
+
+    def committed_path(self, path: str | None = None) -> str:
+        """Where the committed next key is read from: ``path``, else ``keys/next.key``."""
+        ...
+
+    def read_committed(self, path: str | None = None) -> PrivateKey | None:
+        """The committed next key (from ``path`` when given); None when the file is missing."""
+        ...
+
+    def write_committed(self, key: PrivateKey) -> None:
+        """Write ``keys/next.key`` (owner-only)."""
+        ...
+
+    def remove_committed(self) -> None:
+        """Remove ``keys/next.key``."""
+        ...
+
+    def staged(self) -> PrivateKey | None:
+        """The new node key of a rotation in progress (``keys/node.key.next``), if any."""
+        ...
+
+    def stage(self, old: PrivateKey, new: PrivateKey, after: PrivateKey) -> None:
+        """Write a rotation's keys before its record: the new node key and the key it commits
+        to beside the current ones, and ``old`` among the retired keys (all owner-only)."""
+        ...
+
+    def discard_staged(self) -> None:
+        """Remove a rotation's staged keys (a rotation that never got its record)."""
+        ...
+
+    def finish(self) -> None:
+        """Make the staged keys current: the new committed key first, then the node key."""
+        ...
+
+
 __all__ = [
     "AnswerStream",
     "BackupPort",
@@ -748,6 +795,7 @@ __all__ = [
     "HeadProbe",
     "IpfsPort",
     "MqttRequest",
+    "NodeKeyStore",
     "QueryDialect",
     "QueryEnginePort",
     "QueryLimits",

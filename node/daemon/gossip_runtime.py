@@ -21,6 +21,7 @@ from coordinator.identity import DatasetId, PrivateKey
 from coordinator.multiformats import Multihash
 from coordinator.storage.repository import DatasetRepository
 from node.adapters.gossip import GossipAdapter, GossipSlot, NoGossip
+from node.adapters.home_keys import HomeKeyStore
 from node.app import NodeInfo
 from node.app.effects import NodeEffects
 from node.app.errors import InvalidArgument
@@ -28,6 +29,7 @@ from node.app.events import EventBus
 from node.app.fetch import ChainFetcher, IpfsHint
 from node.app.follow import SourceFollower
 from node.app.metrics import NodeMetrics
+from node.app.node_keys import NodeKeys
 from node.app.ports import IpfsPort, StatePort
 from node.config import NodeConfig
 from node.daemon.addresses import advertised_multiaddrs
@@ -346,16 +348,16 @@ class GossipRuntime:
 
     async def _publish_own_key_records(self, delay_s: float) -> None:
         """Gossip this node's key inception, rotation and revocation records
-        (node/keyrotation.py) on the node topic, ``delay_s`` after a peer connected (once it
+        (node/app/node_keys.py) on the node topic, ``delay_s`` after a peer connected (once it
         has learnt our topics). Read once: only ``key rotate`` / ``key revoke`` change them, and
         they need the daemon stopped."""
-        from node.keyrotation import own_records
         from p2p.transport import NODE_TOPIC
 
         await asyncio.sleep(delay_s)
         records = self._own_key_records
         if records is None:
-            records = self._own_key_records = await asyncio.to_thread(own_records, self._home)
+            keys = NodeKeys(HomeKeyStore(self._home), self._state, self._clock)
+            records = self._own_key_records = await keys.own_records()
         for envelope in records:
             await self._service.publish_best_effort(NODE_TOPIC, envelope)
 

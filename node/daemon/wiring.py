@@ -32,6 +32,7 @@ from coordinator.identity import DatasetId, PrivateKey
 from coordinator.multiformats import Multihash
 from coordinator.storage.repository import DatasetRepository
 from node.adapters.backup import HomeBackup
+from node.adapters.home_keys import HomeKeyStore
 from node.adapters.loop_thread import LoopThread
 from node.adapters.transfer import TransferAdapter
 from node.app import Application, NodeInfo
@@ -45,6 +46,7 @@ from node.app.follow import FollowSettings, SourceFollower
 from node.app.identities import NodeIdentities
 from node.app.keys import NodeKeyRecords
 from node.app.metrics import NodeMetrics
+from node.app.node_keys import MOVE_NEXT_KEY_ADVICE, NodeKeys
 from node.app.ports import EnginePort, GossipPort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
 from node.app.query_proofs import CommitmentSigner
@@ -235,7 +237,7 @@ async def _trust_core(i: Inputs) -> _Core:
         cap=caps.key_records,
         trusted_nodes=lambda: trust.default.trusted_attesters,
     )
-    await _ensure_inception(i.home)
+    await _ensure_inception(i)
     await keys.load()
     await trust.restore()
     return _Core(work, publish, trust, keys)
@@ -368,12 +370,10 @@ def _contains_block(repo: DatasetRepository, did: DatasetId, block: Multihash) -
     return repo.open(did.as_did_str()).blocks.contains(block)
 
 
-async def _ensure_inception(home: NodeHome) -> None:
+async def _ensure_inception(i: Inputs) -> None:
     """Commit the node key to a next key if it has none (an upgraded node's first start, or a
-    home made before inceptions): node/keyrotation.py's ensure_inception."""
-    from node.keyrotation import MOVE_NEXT_KEY_ADVICE, ensure_inception
-
-    made = await asyncio.to_thread(ensure_inception, home)
+    home made before inceptions): node/app/node_keys.py."""
+    made = await NodeKeys(HomeKeyStore(i.home), i.state, i.clock).ensure_inception()
     if made is not None:
         log.warning(
             "node key %s now commits to its next key %s: %s",

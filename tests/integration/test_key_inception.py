@@ -25,8 +25,8 @@ import pytest
 from daemon_harness import ROOT, NodeProcess
 
 from coordinator.identity import load_private_key
+from node.compose import committed_key_path, ensure_inception
 from node.home import NodeHome
-from node.keyrotation import committed_key_path, ensure_inception
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

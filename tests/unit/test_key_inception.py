@@ -25,8 +25,10 @@ from node.app.identities import NodeIdentities, load_records
 from node.app.keys import NodeKeyRecords
 from node.app.ports import StatePort
 from node.cli import app
+from node.compose import committed_key_path, ensure_inception, own_records
+from node.compose import revoke_key as revoke
+from node.compose import rotate_key as rotate
 from node.home import NodeHome
-from node.keyrotation import committed_key_path, ensure_inception, own_records, revoke, rotate
 from node.state import NodeState
 from p2p.wire import (
     KeyInception,

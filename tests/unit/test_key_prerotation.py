@@ -21,10 +21,13 @@ from node.adapters.state import InlineState
 from node.app.events import EventBus
 from node.app.identities import NodeIdentities, load_records
 from node.app.keys import NodeKeyRecords
+from node.app.node_keys import KeyCommandError
 from node.app.ports import StatePort
 from node.app.trust import TrustDriver
+from node.compose import committed_key_path, own_records
+from node.compose import revoke_key as revoke
+from node.compose import rotate_key as rotate
 from node.home import NodeHome
-from node.keyrotation import KeyCommandError, committed_key_path, own_records, revoke, rotate
 from node.state import NodeState
 from p2p.trust import TrustConfig
 from p2p.wire import (

@@ -18,11 +18,14 @@ from node.adapters.state import InlineState
 from node.app.events import EventBus
 from node.app.identities import NodeIdentities
 from node.app.keys import NodeKeyRecords
+from node.app.node_keys import KeyCommandError
 from node.app.ports import StatePort
 from node.app.queries import NodeQueries
 from node.app.trust import TrustDriver
+from node.compose import own_records, retired_keys
+from node.compose import revoke_key as revoke
+from node.compose import rotate_key as rotate
 from node.home import NodeHome
-from node.keyrotation import KeyCommandError, own_records, retired_keys, revoke, rotate
 from node.state import NodeState
 from p2p.core import CoreConfig, ProtocolCore
 from p2p.trust import TrustConfig
