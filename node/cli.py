@@ -172,11 +172,11 @@ def restore(
     (subscriptions, accepted heads, attestations, disputes, work items) and, if the backup
     included them, datasets. Start it with `odf-node run --home DIR`. docs/backup.md.
     """
-    from node.backup import restore_backup
+    from node.compose import restore_home
 
     target = home or default_home()
     try:
-        summary = restore_backup(file, target)
+        summary = restore_home(file, target)
     except OdfNodeError as e:
         fail(str(e))
     if as_json:

@@ -17,6 +17,7 @@ stream exists.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 import sys
@@ -49,6 +50,7 @@ from node.app.polling import PollingOptions
 from node.app.ports import EnginePort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
 from node.app.query_proofs import CommitmentSigner
+from node.app.results import RestoreResult
 from node.app.subscriptions import SubscriptionUseCases
 from node.app.verify import VerifyPipeline
 from node.app.work import RetryPolicy, WorkRunner
@@ -453,3 +455,13 @@ def committed_key_path(home: NodeHome) -> Path:
     """``keys/next.key``: the key the current node key committed to (see
     ``node/adapters/home_keys.py``)."""
     return Path(HomeKeyStore(home).committed_path())
+
+
+def restore_home(archive: Path, target: Path) -> RestoreResult:
+    """``restore``: a new home at ``target`` from a backup archive (docs/backup.md), through the
+    backup port (in-process only: no daemon runs on a home that does not exist yet).
+
+    Raises:
+        BackupError: the archive is refused (malformed, a newer format) or ``target`` is not new.
+    """
+    return asyncio.run(HomeBackup(target).restore(str(archive)))

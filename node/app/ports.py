@@ -26,7 +26,7 @@ from coordinator.transform.model import (
     TransformResponse,
 )
 from node.app.jsontypes import JsonFields, JsonObject
-from node.app.results import BackupResult
+from node.app.results import BackupResult, RestoreResult
 from node.app.rows import (
     AcceptedHead,
     Attestation,
@@ -639,6 +639,10 @@ class BackupPort(Protocol):
 
     async def create(self, file: str, *, datasets: bool) -> BackupResult:
         """Write a backup archive to ``file`` (never over an existing file)."""
+        ...
+
+    async def restore(self, archive: str) -> RestoreResult:
+        """Make this (new, empty) home from a backup archive."""
         ...
 
 

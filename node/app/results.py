@@ -422,6 +422,19 @@ class BackupResult(_Json):
 
 
 @dataclass(frozen=True)
+class RestoreResult(_Json):
+    """``restore``: the home a backup was restored into (docs/backup.md)."""
+
+    home: str
+    node_id: str
+    format_version: int
+    state_schema_version: int
+    subscriptions: int
+    datasets: int
+    files: int
+
+
+@dataclass(frozen=True)
 class ConsoleLogin(_Json):
     """``ui``: a one-time URL that logs a browser into the node console."""
 

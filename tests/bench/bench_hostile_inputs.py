@@ -47,7 +47,7 @@ def _written() -> int:
 def restore_sparse(tmp: Path) -> dict[str, Any]:
     import test_backup as tb
 
-    from node.backup import MalformedArchive, restore_backup, write_backup
+    from node.adapters.backup_archive import MalformedArchive, restore_backup, write_backup
 
     src = tb.make_home(tmp / "src", subscriptions=2)
     write_backup(src.path, tmp / "b.tar", datasets=True)
@@ -80,7 +80,7 @@ def _maxrss_mb() -> float:
 def _manifest(tmp: Path, chunks: Iterator[str], old: bool) -> dict[str, Any]:
     """Parse a manifest written chunk by chunk to a file and read back (so building it does not
     set the peak RSS): with the restore's parser, or (``old``) ``json.loads`` as before."""
-    from node.backup import MalformedArchive, _parse_manifest
+    from node.adapters.backup_archive import MalformedArchive, _parse_manifest
 
     path = tmp / "manifest.json"
     with path.open("w") as f:

@@ -1,4 +1,5 @@
-"""Backups of a node home and their restore (``node/backup.py``, docs/backup.md), offline:
+"""Backups of a node home and their restore (``node/adapters/backup_archive.py``,
+docs/backup.md), offline:
 the round trip keeps the node id, state, keys (mode 0600) and datasets with their heads; a
 restore refuses an existing home, an unknown newer format, a newer state schema, a damaged or
 hostile archive, and leaves nothing behind when it refuses."""
@@ -18,7 +19,7 @@ import pytest
 
 from coordinator.errors import OdfNodeError
 from coordinator.identity import generate_private_key
-from node.backup import (
+from node.adapters.backup_archive import (
     FORMAT_VERSION,
     HEADER,
     BackupError,
@@ -347,7 +348,7 @@ def test_special_members_are_refused_by_kind(
 def test_a_member_larger_than_listed_is_refused_before_it_is_written(
     archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from node import backup
+    from node.adapters import backup_archive as backup
 
     written: list[str] = []
     real = backup._extract
@@ -373,7 +374,7 @@ def test_the_manifest_is_parsed_with_bounded_memory(archive: Path, tmp_path: Pat
     manifest took 1.3 GB); entry by entry, the first bad one ends the parse."""
     import tracemalloc
 
-    from node.backup import _parse_manifest
+    from node.adapters.backup_archive import _parse_manifest
 
     text = '{"files": [' + ",".join(["{}"] * 1_400_000) + "]}"
     tracemalloc.start()
@@ -503,7 +504,7 @@ def test_the_cli_prints_no_traceback_for_a_malformed_archive(archive: Path, tmp_
 def test_a_backup_no_restore_would_read_is_not_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from node import backup
+    from node.adapters import backup_archive as backup
 
     src = make_home(tmp_path / "src", subscriptions=0)
     monkeypatch.setattr(backup, "MAX_MANIFEST_BYTES", 200)

@@ -38,6 +38,7 @@ refuses a target that exists and is not empty. Anything wrong with the archive i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import json
@@ -60,6 +61,7 @@ from coordinator.storage.fs import (
     fsync_dir,
     sync_filesystem,
 )
+from node.app.results import BackupResult, RestoreResult
 from node.home import NodeHome
 
 FORMAT: Final = "odf-node-backup"
@@ -87,44 +89,12 @@ class BackupFormatTooNew(BackupError):
         self.found = found
 
 
-@dataclass(frozen=True)
-class BackupSummary:
-    """What a backup holds (also its manifest's main fields)."""
-
-    file: str
-    format_version: int
-    node_id: str
-    state_schema_version: int
-    subscriptions: int
-    attestations: int
-    disputes: int
-    datasets: list[dict[str, str | None]]
-    """``{"id", "alias", "head"}`` of each dataset stored (empty without ``datasets=True``)."""
-    owned_dataset_keys: int
-    files: int
-    bytes: int
-    seconds: float
-
-
-@dataclass(frozen=True)
-class RestoreSummary:
-    """What a restore made."""
-
-    home: str
-    node_id: str
-    format_version: int
-    state_schema_version: int
-    subscriptions: int
-    datasets: int
-    files: int
-
-
 # ---- backup
 
 
 def write_backup(
     home: Path, file: Path, *, datasets: bool, clock: Callable[[], int] = time.time_ns
-) -> BackupSummary:
+) -> BackupResult:
     """Write a backup of ``home`` to ``file`` (refuses an existing file); see the module doc.
 
     The archive is written to a temporary name next to ``file`` and renamed when complete, so a
@@ -161,7 +131,7 @@ def write_backup(
             if state is not None:
                 _add_file(tar, files, "state.db", Path(scratch) / "state.db", 0o600)
             stored = _add_datasets(tar, files, h) if datasets else []
-            summary = BackupSummary(
+            summary = BackupResult(
                 file=str(file),
                 format_version=FORMAT_VERSION,
                 node_id=node_id,
@@ -206,7 +176,7 @@ def write_backup(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return BackupSummary(**{**summary.__dict__, "seconds": round(time.monotonic() - t0, 3)})
+    return dataclasses.replace(summary, seconds=round(time.monotonic() - t0, 3))
 
 
 def _snapshot_state(src: Path, dest: Path) -> dict[str, int] | None:
@@ -391,7 +361,7 @@ def read_header(archive: Path) -> int:
         return _check_header(tar, _next(tar, None))
 
 
-def restore_backup(archive: Path, target: Path) -> RestoreSummary:
+def restore_backup(archive: Path, target: Path) -> RestoreResult:
     """Restore ``archive`` into the new home ``target`` (see the module docstring).
 
     Two passes over the archive: the first reads only the members' headers and the manifest
@@ -432,7 +402,7 @@ def restore_backup(archive: Path, target: Path) -> RestoreSummary:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return RestoreSummary(
+    return RestoreResult(
         home=str(target),
         node_id=node_id,
         format_version=version,
@@ -862,9 +832,7 @@ __all__ = [
     "FORMAT_VERSION",
     "BackupError",
     "BackupFormatTooNew",
-    "BackupSummary",
     "MalformedArchive",
-    "RestoreSummary",
     "read_header",
     "restore_backup",
     "write_backup",
