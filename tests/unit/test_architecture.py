@@ -136,3 +136,30 @@ def test_the_private_reach_finder_finds_one(tmp_path: Path) -> None:
         "node/a.py:2 imports _hidden",
         "node/a.py:3 uses fbs._encode_table",
     ]
+
+
+# The modules at the top of node/ (docs/architecture.md, "The rooms of node/"): the two
+# composition roots' entry points (cli, compose), the Python API, the home, its lock and its
+# configuration, and the engine clients. A use case belongs in node/app behind ports, an adapter
+# in node/adapters: a new module here is a room without a floor.
+ROOT = Path(__file__).resolve().parents[2]
+TOP_OF_NODE = {
+    "__init__",
+    "api",
+    "cli",
+    "compose",
+    "config",
+    "engine_client",
+    "engine_router",
+    "home",
+    "home_lock",
+    "lifeline",
+}
+
+
+def test_nothing_loose_at_the_top_of_node() -> None:
+    found = {p.stem for p in (ROOT / "node").glob("*.py")}
+    assert found == TOP_OF_NODE, (
+        f"new at the top of node/: {sorted(found - TOP_OF_NODE)} (a use case goes in node/app, "
+        f"an adapter in node/adapters); gone: {sorted(TOP_OF_NODE - found)}"
+    )
