@@ -36,7 +36,7 @@ from node.config import NodeConfig
 from node.daemon.addresses import advertised_http_url
 from node.daemon.engine_service import EngineService
 from node.daemon.flight_service import FlightSqlService
-from node.daemon.gossip_runtime import GossipRuntime, GossipUse
+from node.daemon.gossip_runtime import GossipRuntime, GossipUse, peer_hooks
 from node.daemon.health import Readiness
 from node.daemon.housekeeping import Pipeline
 from node.daemon.http_surface import HttpSurface
@@ -46,7 +46,7 @@ from node.daemon.reachability_watch import ReachabilityWatch
 from node.daemon.sdnotify import Notifier, ping_watchdog
 from node.daemon.services import FunctionService, ServiceGroup
 from node.daemon.state_service import StateService
-from node.daemon.wiring import ApplicationService, Inputs, PeerHooks
+from node.daemon.wiring import ApplicationService, Inputs
 from node.home import NodeHome
 from node.home_lock import HomeLock
 
@@ -295,7 +295,7 @@ class _Running:
             http_urls=d.http_urls,
             owns=d.owns,
             spawn=self._spawn,
-            peers=_peer_hooks(g),
+            peers=peer_hooks(g),
         )
 
     def _gossip_use(self) -> GossipUse:
@@ -361,30 +361,6 @@ class _Running:
         from node.daemon.rpc_api import stop_rpc
 
         await stop_rpc(self.d.home.path, self._rpc)
-
-
-def _peer_hooks(gossip: GossipRuntime | None) -> PeerHooks:
-    """What the use cases ask of the gossip host; a node without gossip answers "nothing"."""
-    if gossip is not None:
-        return PeerHooks(
-            stream_request=gossip.stream_request,
-            stream_peers=gossip.stream_peers,
-            peer_connected=gossip.peer_connected,
-            ipfs_hints=gossip.ipfs_hints,
-            move_peer_score=gossip.move_peer_score,
-        )
-    from node.app.errors import InvalidArgument
-
-    async def no_request(peer: str, protocol: str, data: bytes, timeout: float) -> bytes:
-        raise InvalidArgument("gossip is not running: no libp2p sources")
-
-    return PeerHooks(
-        stream_request=no_request,
-        stream_peers=lambda did: [],
-        peer_connected=lambda peer: False,
-        ipfs_hints=lambda did: [],
-        move_peer_score=lambda old, new: None,
-    )
 
 
 def install_signal_handlers(stop: asyncio.Event) -> None:

@@ -35,6 +35,7 @@ from node.config import NodeConfig
 from node.daemon.addresses import advertised_multiaddrs
 from node.daemon.reachability import ipfs_hints
 from node.daemon.services import ServiceGroup
+from node.daemon.wiring import PeerHooks
 from node.home import NodeHome
 from p2p.core import CoreConfig, ProtocolCore
 
@@ -386,3 +387,26 @@ class GossipRuntime:
 def as_list(value: object) -> list[object]:
     """``value`` if it is a JSON array, else empty (a status field that is absent or malformed)."""
     return value if isinstance(value, list) else []
+
+
+def peer_hooks(gossip: GossipRuntime | None) -> PeerHooks:
+    """What the use cases ask of the gossip host; a node without gossip answers "nothing"."""
+    if gossip is not None:
+        return PeerHooks(
+            stream_request=gossip.stream_request,
+            stream_peers=gossip.stream_peers,
+            peer_connected=gossip.peer_connected,
+            ipfs_hints=gossip.ipfs_hints,
+            move_peer_score=gossip.move_peer_score,
+        )
+
+    async def no_request(peer: str, protocol: str, data: bytes, timeout: float) -> bytes:
+        raise InvalidArgument("gossip is not running: no libp2p sources")
+
+    return PeerHooks(
+        stream_request=no_request,
+        stream_peers=lambda did: [],
+        peer_connected=lambda peer: False,
+        ipfs_hints=lambda did: [],
+        move_peer_score=lambda old, new: None,
+    )
