@@ -299,9 +299,25 @@ class TransferAdapter:
     async def fetch_source(
         self, url: str, headers: dict[str, str], target: Path, max_bytes: int
     ) -> SourceResponse:
-        """``GET`` a polling source's URL (see :mod:`node.transfer.source_fetch`)."""
+        """Fetch a polling source's URL: ``GET`` for http(s) (:mod:`node.transfer.source_fetch`),
+        ``RETR`` for ftp(s) in a worker thread (:mod:`node.transfer.ftp_fetch`)."""
         from node.transfer.errors import InvalidSourceUrl, SourceRefused
+        from node.transfer.ftp_fetch import FTP_SCHEMES, fetch_ftp_to_file
         from node.transfer.source_fetch import fetch_url_to_file
+
+        if url.split(":", 1)[0].lower() in FTP_SCHEMES:
+            try:
+                ftp = await asyncio.to_thread(
+                    fetch_ftp_to_file,
+                    url,
+                    headers,
+                    target,
+                    policy=self._policy,
+                    max_bytes=max_bytes,
+                )
+            except SourceRefused as e:
+                raise PullRefused(str(e)) from e
+            return SourceResponse(ftp.modified, ftp.etag, ftp.last_modified)
 
         async def run() -> SourceResponse:
             if self._http is not None:

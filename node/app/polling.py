@@ -3,7 +3,8 @@
 One function, :func:`fetch_polling`, turns the source's fetch step into the inputs to ingest
 (:class:`~coordinator.ingest.fetch.Fetched`; empty: up to date). Each step kind is fetched by
 the adapter that can reach it: ``http(s)`` URLs and MQTT brokers through the transfer port
-(under the node's source policy), ``file://`` URLs and ``FilesGlob`` here. A step this node
+(under the node's source policy), ``ftp(s)`` URLs the same way (their modification time
+as the source state), ``file://`` URLs and ``FilesGlob`` here. A step this node
 cannot run as it is set up raises :class:`~coordinator.errors.SourceNotRunnable` naming the
 setting that would make it run: ``dataset create`` accepted it, as kamu's ``add`` does, and the
 refusal comes at pull time, with nothing committed.
@@ -99,13 +100,13 @@ async def fetch_polling(
     fetch = source.fetch
     if isinstance(fetch, m.FetchStepUrl):
         scheme = url_scheme(fetch.url)
-        if scheme in ("http", "https"):
-            return await _fetch_http(fetch, info, workdir, now, transfer, opts)
+        if scheme in ("http", "https", "ftp", "ftps"):
+            return await _fetch_url(fetch, info, workdir, now, transfer, opts)
         if scheme == "file":
             return await asyncio.to_thread(fetch_local, info, now)
         raise SourceNotRunnable(
-            f"fetch Url {fetch.url[:200]!r}: this node fetches http, https and file URLs, "
-            f"not {scheme or '(no scheme)'!r}"
+            f"fetch Url {fetch.url[:200]!r}: this node fetches http, https, ftp, ftps and file "
+            f"URLs, not {scheme or '(no scheme)'!r}"
         )
     if isinstance(fetch, m.FetchStepFilesGlob):
         base = Path(opts.files_root) if opts.files_root else snapshot_dir
@@ -119,7 +120,7 @@ async def fetch_polling(
     )
 
 
-async def _fetch_http(
+async def _fetch_url(
     fetch: m.FetchStepUrl,
     info: PushSourceInfo,
     workdir: Path,
@@ -128,7 +129,8 @@ async def _fetch_http(
     opts: PollingOptions,
 ) -> list[Fetched]:
     if transfer is None:
-        raise InvalidArgument("fetching HTTP sources is not available here")
+        raise InvalidArgument("fetching URL sources is not available here")
+    # An ftp(s) source has no headers; its previous state still makes it up to date or not.
     headers = {h.name: h.value for h in fetch.headers or ()}
     headers.update(conditional_headers(info.source_state))
     target = workdir / "fetched"

@@ -555,10 +555,12 @@ class TransferPort(Protocol):
     async def fetch_source(
         self, url: str, headers: dict[str, str], target: Path, max_bytes: int
     ) -> SourceResponse:
-        """``GET`` a polling source's ``http(s)`` URL into ``target`` under the source policy.
+        """Fetch a polling source's ``http(s)`` or ``ftp(s)`` URL into ``target`` under the
+        source policy, unless it is unchanged since the previous state (``If-None-Match`` /
+        ``If-Modified-Since`` in ``headers``; an ftp source compares its modification time).
 
-        Raises ``SourceNotFound`` (404), ``SourceUnreachable``, ``FetchError`` (too large) of
-        :mod:`coordinator.errors`, or :class:`~node.app.fetch.PullRefused` (policy).
+        Raises ``SourceNotFound`` (404, ftp 550), ``SourceUnreachable``, ``FetchError`` (too
+        large) of :mod:`coordinator.errors`, or :class:`~node.app.fetch.PullRefused` (policy).
         """
         ...
 
