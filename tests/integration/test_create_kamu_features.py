@@ -13,8 +13,8 @@ kamu's own repository is ``tests/bench/kamu_contrib_sweep.py``.
   ``"alice/…"`` (a DataFusion transform reads it).
 * **Sources kamu checks only at pull** (an event time source the step does not support, a
   pattern that does not compile, an ``Mqtt`` step with a bad topic or port, ``Container``,
-  ``EthereumLogs``, a URL scheme the node does not fetch) are accepted, and refused at pull with the reason, nothing
-  committed; a derivative of them is accepted too.
+  ``EthereumLogs``, a URL scheme the node does not fetch) are accepted, and refused at pull
+  with the reason, nothing committed; a derivative of them is accepted too.
 * What kamu's ``add`` refuses is still refused (a ``Seed``, two nameless queries, missing
   inputs, a name in another account than the one created as).
 """
