@@ -524,8 +524,8 @@ def fixed_warmup_minutes(minutes: float) -> float:
 def histories_full_minutes(datasets: int, publish_every_s: float) -> float:
     """When every dataset has had as many heads as the node's per-dataset histories keep: the
     owners take turns, each publishing to its ``datasets`` in turn every ``publish_every_s``."""
-    from p2p.trust import HEADS_PER_DATASET
     from p2p.core.config import CoreConfig
+    from p2p.trust import HEADS_PER_DATASET
 
     kept = max(HEADS_PER_DATASET, CoreConfig().history_per_dataset)
     return kept * 2 * datasets * publish_every_s / 60

@@ -19,10 +19,9 @@ from node.app.events import EventBus
 from node.app.ports import GossipPort, IpfsPort, StatePort
 from node.app.subscriptions import SubscriptionUseCases
 from node.app.trust import TrustDriver
-from p2p.trust import HEADS_PER_DATASET
 from node.config import ConfigError, load_config
 from node.state.store import NodeState
-from p2p.trust import SHOWN_DISPUTERS, Policy, TrustConfig, TrustConfigError
+from p2p.trust import HEADS_PER_DATASET, SHOWN_DISPUTERS, Policy, TrustConfig, TrustConfigError
 from p2p.wire import Verdict
 
 T0 = 1_800_000_000 * 1_000_000_000

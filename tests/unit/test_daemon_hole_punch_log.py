@@ -1,7 +1,8 @@
 """How the daemon turns the gossip host's hole-punch outcomes into events and log lines
-(node/daemon/reachability_watch.py ``ReachabilityWatch._poll_hole_punching``; docs/nat.md, "Hole punching"): a failure with the
-peer still connected is a WARNING (the relay keeps carrying the connection), an attempt whose
-relayed connection closed under it (a peer that left) is INFO, and every outcome is an event."""
+(node/daemon/reachability_watch.py ``ReachabilityWatch._poll_hole_punching``; docs/nat.md,
+"Hole punching"): a failure with the peer still connected is a WARNING (the relay keeps
+carrying the connection), an attempt whose relayed connection closed under it (a peer that
+left) is INFO, and every outcome is an event."""
 
 from __future__ import annotations
 
