@@ -1,0 +1,206 @@
+"""EthereumLogs fetch against a real local Ethereum node (anvil, from tests/evm's npm package).
+
+A hand-assembled contract emits ``Transfer(address indexed from, address indexed to, uint256
+value)`` (from = the caller, to = the contract, value = the call data's first word) on every call.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from coordinator.errors import FetchError, SourceUnreachable
+from node.transfer.evm_fetch import AbiParam, event_selector, fetch_ethereum_logs
+
+ANVIL = Path(__file__).resolve().parents[1] / "evm" / "node_modules" / ".bin" / "anvil"
+SIG = "Transfer(address indexed from, address indexed to, uint256 value)"
+TOPIC0 = event_selector(
+    "Transfer",
+    [
+        AbiParam("from", "address", True),
+        AbiParam("to", "address", True),
+        AbiParam("value", "uint256", False),
+    ],
+)
+
+
+def _runtime() -> bytes:
+    # CALLDATALOAD(0) -> mem[0]; LOG3(mem[0:32], topic0, CALLER, ADDRESS); STOP
+    return bytes.fromhex("6000356000523033") + b"\x7f" + TOPIC0 + bytes.fromhex("60206000a300")
+
+
+def _init_code() -> bytes:
+    rt = _runtime()
+    n = len(rt)
+    return bytes([0x60, n, 0x60, 0x0C, 0x60, 0x00, 0x39, 0x60, n, 0x60, 0x00, 0xF3]) + rt
+
+
+def _rpc(url: str, method: str, *params: object) -> object:
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": list(params)})
+    req = urllib.request.Request(url, body.encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        reply = json.loads(r.read())
+    assert "error" not in reply, reply
+    return reply["result"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[tuple[str, str, str]]:
+    """A running anvil (chain 31337): its URL, the deployed contract and the sender."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [str(ANVIL), "--host", "127.0.0.1", "--port", str(port), "--silent"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                _rpc(url, "eth_chainId")
+                break
+            except OSError:
+                time.sleep(0.05)
+        sender = _rpc(url, "eth_accounts")[0]  # type: ignore[index]
+        tx = _rpc(url, "eth_sendTransaction", {"from": sender, "data": "0x" + _init_code().hex()})
+        receipt = _rpc(url, "eth_getTransactionReceipt", tx)
+        contract = receipt["contractAddress"]  # type: ignore[index]
+        yield url, contract, sender
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _emit(url: str, contract: str, sender: str, value: int) -> None:
+    _rpc(
+        url,
+        "eth_sendTransaction",
+        {"from": sender, "to": contract, "data": "0x" + value.to_bytes(32, "big").hex()},
+    )
+
+
+def test_rows_schema_state_and_resume(node: tuple[str, str, str], tmp_path: Path) -> None:
+    url, contract, sender = node
+    for v in (1, 2, 3):
+        _emit(url, contract, sender, v)
+    t1 = tmp_path / "a.parquet"
+    r1 = fetch_ethereum_logs(
+        node_url=url,
+        chain_id=31337,
+        filter_text=f"address = {contract}",
+        signature=SIG,
+        previous_state=None,
+        target=t1,
+    )
+    assert r1.rows == 3 and r1.state is not None
+    tab = pq.read_table(t1)
+    assert tab.column_names == [
+        "block_number",
+        "block_hash",
+        "block_timestamp",
+        "transaction_index",
+        "transaction_hash",
+        "log_index",
+        "address",
+        "topic0",
+        "topic1",
+        "topic2",
+        "topic3",
+        "data",
+        "from",
+        "to",
+        "value",
+    ]
+    rows = tab.to_pylist()
+    assert [r["value"] for r in rows] == ["1", "2", "3"]
+    assert rows[0]["from"] == sender.lower() and rows[0]["to"] == contract.lower()
+    assert rows[0]["topic0"] == TOPIC0 and rows[0]["topic3"] is None
+    num, _, h = r1.state.partition("@")
+    assert int(num) == rows[-1]["block_number"] and len(h) == 64
+    # second poll: only what came after the recorded block
+    _emit(url, contract, sender, 4)
+    t2 = tmp_path / "b.parquet"
+    r2 = fetch_ethereum_logs(
+        node_url=url,
+        chain_id=31337,
+        filter_text=f"address = {contract}",
+        signature=SIG,
+        previous_state=r1.state,
+        target=t2,
+    )
+    assert r2.rows == 1 and [r["value"] for r in pq.read_table(t2).to_pylist()] == ["4"]
+    # up to date
+    r3 = fetch_ethereum_logs(
+        node_url=url,
+        chain_id=31337,
+        filter_text=None,
+        signature=SIG,
+        previous_state=r2.state,
+        target=tmp_path / "c.parquet",
+    )
+    assert r3.rows == 0 and not (tmp_path / "c.parquet").exists()
+
+
+def test_chain_id_mismatch_and_unreachable(node: tuple[str, str, str], tmp_path: Path) -> None:
+    url, _, _ = node
+    with pytest.raises(FetchError, match="chain 31337"):
+        fetch_ethereum_logs(
+            node_url=url,
+            chain_id=1,
+            filter_text=None,
+            signature=SIG,
+            previous_state=None,
+            target=tmp_path / "x",
+        )
+    with pytest.raises(SourceUnreachable, match="unreachable"):
+        fetch_ethereum_logs(
+            node_url=f"http://127.0.0.1:{_free_port()}",
+            chain_id=1,
+            filter_text=None,
+            signature=SIG,
+            previous_state=None,
+            target=tmp_path / "x",
+        )
+    assert not (tmp_path / "x").exists()
+
+
+def test_reorg_fails_and_writes_nothing(node: tuple[str, str, str], tmp_path: Path) -> None:
+    url, contract, sender = node
+    snap = _rpc(url, "evm_snapshot")
+    _emit(url, contract, sender, 7)
+    r1 = fetch_ethereum_logs(
+        node_url=url,
+        chain_id=31337,
+        filter_text=None,
+        signature=SIG,
+        previous_state=None,
+        target=tmp_path / "a.parquet",
+    )
+    assert r1.state is not None
+    _rpc(url, "evm_revert", snap)
+    _rpc(url, "evm_mine")  # another block at the same height: a different hash
+    _emit(url, contract, sender, 8)
+    with pytest.raises(FetchError, match="chain reorganization"):
+        fetch_ethereum_logs(
+            node_url=url,
+            chain_id=31337,
+            filter_text=None,
+            signature=SIG,
+            previous_state=r1.state,
+            target=tmp_path / "b.parquet",
+        )
+    assert not (tmp_path / "b.parquet").exists()
