@@ -57,13 +57,18 @@ unit: setup test-deps
 # is downloaded when the tests run. Headless Chromium and its chromedriver (the same version)
 # for the console's browser tests; mosquitto, the MQTT broker the Mqtt polling source tests
 # start on a loopback port (tests/integration/test_ingest_mqtt.py); nftables, the NAT routers'
-# masquerade rules of the multi-host test network (sim/netlab.py, in the lab's own namespaces).
+# masquerade rules of the multi-host test network (sim/netlab.py, in the lab's own namespaces);
+# podman, runc and busybox-static, the container runtime and the image (made with `podman
+# import`, no registry) of the Container polling source tests (tests/integration/test_fetch_container.py).
 test-deps:
 	@missing=; \
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 	  missing="$$missing chromium chromium-driver"; \
 	command -v mosquitto >/dev/null || [ -x /usr/sbin/mosquitto ] || missing="$$missing mosquitto"; \
 	command -v nft >/dev/null || [ -x /usr/sbin/nft ] || missing="$$missing nftables"; \
+	command -v podman >/dev/null || missing="$$missing podman"; \
+	command -v runc >/dev/null || [ -x /usr/sbin/runc ] || missing="$$missing runc"; \
+	[ -x /bin/busybox ] || missing="$$missing busybox-static"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import sys
 import time
@@ -73,9 +74,11 @@ class DaemonUnreachable(OdfNodeError):
     or its cookie is unusable)."""
 
 
-def polling_options(config: NodeConfig) -> PollingOptions:
-    """The ``[ingest]`` bounds of polling-source runs."""
+def polling_options(config: NodeConfig, home: Path | None = None) -> PollingOptions:
+    """The ``[ingest]`` bounds of polling-source runs (``home``: where podman keeps its images
+    inside a user namespace unless ``[ingest] container_storage`` says)."""
     i = config.ingest
+    storage = i.container_storage or (str(home / "containers") if home is not None else "")
     return PollingOptions(
         i.max_fetch_bytes,
         i.max_decompressed_bytes,
@@ -85,6 +88,12 @@ def polling_options(config: NodeConfig) -> PollingOptions:
         i.mqtt_max_message_bytes,
         i.mqtt_max_poll_s,
         files_root=i.files_root or None,
+        container_runtime=i.container_runtime,
+        container_network=i.container_network,
+        container_timeout_s=i.container_timeout_s,
+        container_memory_bytes=i.container_memory_bytes,
+        container_storage=storage,
+        environ=dict(os.environ),
     )
 
 
@@ -289,7 +298,12 @@ def _offline(
     transfer = TransferAdapter(repo, lambda: options.ipfs_api, options.ipfs_gateway, config=config)
     locks = CommitLocks()
     datasets = DatasetUseCases(
-        repo, engine, state=ports, transfer=transfer, locks=locks, polling=polling_options(config)
+        repo,
+        engine,
+        state=ports,
+        transfer=transfer,
+        locks=locks,
+        polling=polling_options(config, home.path),
     )
     no_urls: Callable[[DatasetId], tuple[str, ...]] = lambda _did: ()  # noqa: E731
     return Application(

@@ -182,6 +182,11 @@ class IngestSection:
     mqtt_max_message_bytes: int
     mqtt_max_poll_s: float
     files_root: str
+    container_runtime: str
+    container_network: bool
+    container_timeout_s: float
+    container_memory_bytes: int
+    container_storage: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -535,6 +540,18 @@ def _validate(cfg: NodeConfig) -> None:
     if cfg.ingest.files_root and not os.path.isabs(cfg.ingest.files_root):
         raise ConfigError(
             f"ingest.files_root = {cfg.ingest.files_root!r}: expected an absolute path"
+        )
+    if not 0 < cfg.ingest.container_timeout_s <= 86400 or cfg.ingest.container_memory_bytes < (
+        16 << 20
+    ):
+        raise ConfigError(
+            "ingest.container_timeout_s must be in (0, 86400] and ingest.container_memory_bytes "
+            ">= 16777216"
+        )
+    if cfg.ingest.container_storage and not os.path.isabs(cfg.ingest.container_storage):
+        raise ConfigError(
+            f"ingest.container_storage = {cfg.ingest.container_storage!r}: expected an absolute "
+            "path"
         )
     h = cfg.health
     if h.max_verify_backlog < 1 or h.engine_crash_failures < 1:

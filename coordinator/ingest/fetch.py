@@ -46,7 +46,7 @@ import hashlib
 import os
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from email.utils import format_datetime, parsedate_to_datetime
 from pathlib import Path
@@ -380,3 +380,102 @@ def http_fetched(
     else:
         event_time = modified
     return Fetched(path, event_time, state)
+
+
+# ---- Container (kamu-cli, src/infra/core/src/services/ingest/fetch_service/container.rs)
+
+CONTAINER_BATCH_SIZE: Final = 10_000
+"""``ODF_BATCH_SIZE`` when the step sets none (kamu's ``target_records_per_slice``)."""
+_TEMPLATE = "${{"
+
+
+def resolve_template(text: str, environ: Mapping[str, str]) -> str:
+    """``text`` with each ``${{ env.NAME }}`` replaced by ``environ[NAME]`` (kamu's
+    ``template_string``, whose variables are the dataset's; here, the node's environment).
+
+    Raises:
+        FetchError: a variable that is not set, or a ``${{`` that is not ``${{ env.NAME }}``.
+    """
+    out: list[str] = []
+    rest = text
+    while True:
+        start = rest.find(_TEMPLATE)
+        if start < 0:
+            out.append(rest)
+            return "".join(out)
+        end = rest.find("}}", start)
+        if end < 0:
+            raise FetchError(f"{text[:200]!r}: an unclosed ${{{{ template")
+        inner = rest[start + len(_TEMPLATE) : end].strip()
+        name = inner.removeprefix("env.").strip() if inner.startswith("env.") else ""
+        if not name:
+            raise FetchError(f"{text[:200]!r}: only ${{{{ env.NAME }}}} templates are supported")
+        if name not in environ:
+            raise FetchError(
+                f"{text[:200]!r} needs the environment variable {name}, which the node does not "
+                "have (set it where the node runs)"
+            )
+        out.append(rest[:start])
+        out.append(environ[name])
+        rest = rest[end + 2 :]
+
+
+def container_env(
+    step: m.FetchStepContainer, environ: Mapping[str, str]
+) -> tuple[tuple[tuple[str, str], ...], int]:
+    """The step's ``env`` entries resolved (a value-less entry takes the node's variable of that
+    name), without ``ODF_BATCH_SIZE``; and the batch size (that entry's value, else
+    :data:`CONTAINER_BATCH_SIZE`).
+
+    Raises:
+        FetchError: a variable the node does not have, or an ``ODF_BATCH_SIZE`` not a number.
+    """
+    pairs: list[tuple[str, str]] = []
+    batch = CONTAINER_BATCH_SIZE
+    for var in step.env or ():
+        if var.value is not None:
+            value = resolve_template(var.value, environ)
+        elif var.name in environ:
+            value = environ[var.name]
+        else:
+            raise FetchError(
+                f"container env {var.name} has no value and the node has no such environment "
+                "variable (set it where the node runs)"
+            )
+        if var.name == "ODF_BATCH_SIZE":
+            if not value.isdigit() or int(value) < 1:
+                raise FetchError(f"ODF_BATCH_SIZE = {value[:50]!r}: expected a positive number")
+            batch = int(value)
+            continue
+        pairs.append((var.name, value))
+    return tuple(pairs), batch
+
+
+def container_previous(state: m.SourceState | None) -> tuple[str, str]:
+    """``ODF_ETAG`` and ``ODF_LAST_MODIFIED`` for the previous source state (``""`` if none)."""
+    if state is None:
+        return "", ""
+    if state.kind == KIND_ETAG:
+        return state.value, ""
+    when = _parse_state_time(state)
+    return "", when.to_rfc3339() if when is not None else ""
+
+
+def container_state(etag: str | None, last_modified: str | None) -> m.SourceState | None:
+    """The source state a container wrote: ``new-etag``, else ``new-last-modified`` (RFC 3339).
+
+    Raises:
+        FetchError: ``new-last-modified`` is not an RFC 3339 time.
+    """
+    if etag is not None:
+        return _state(KIND_ETAG, etag)
+    if last_modified is not None:
+        try:
+            when = Timestamp.parse(last_modified)
+        except OdfNodeError:
+            raise FetchError(
+                f"the container wrote new-last-modified {last_modified[:100]!r}, not an RFC 3339 "
+                "time"
+            ) from None
+        return _state(KIND_LAST_MODIFIED, when.to_rfc3339())
+    return None

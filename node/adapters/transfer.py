@@ -24,7 +24,13 @@ from node.app.fetch import (
     PullTooSlow,
     PullUnreachable,
 )
-from node.app.ports import HeadProbe, MqttRequest, SourceResponse
+from node.app.ports import (
+    ContainerRequest,
+    ContainerResponse,
+    HeadProbe,
+    MqttRequest,
+    SourceResponse,
+)
 from node.config import NodeConfig
 from node.transfer.policy import SourcePolicy
 
@@ -337,6 +343,33 @@ class TransferAdapter:
         except (SourceRefused, InvalidSourceUrl) as e:
             raise PullRefused(str(e)) from e
         return result
+
+    async def fetch_container(
+        self, request: ContainerRequest, target: Path, workdir: Path
+    ) -> ContainerResponse:
+        """Run a ``Container`` fetch step (see :mod:`node.transfer.container_fetch`) in a worker
+        thread (the runtime is a child process)."""
+        from node.transfer.container_fetch import ContainerFetch, find_runtime, run_container
+
+        r = request
+        runtime = find_runtime(r.runtime, r.storage, None)
+        fetch = ContainerFetch(
+            r.image,
+            r.command,
+            r.args,
+            r.env,
+            prev_etag=r.prev_etag,
+            prev_last_modified=r.prev_last_modified,
+            network=r.network,
+            # Images are pulled only by a node whose containers have a network and that is not
+            # confined to loopback.
+            may_pull=r.network and not self._policy.loopback_only,
+            timeout_s=r.timeout_s,
+            memory_bytes=r.memory_bytes,
+            max_bytes=r.max_bytes,
+        )
+        got = await asyncio.to_thread(run_container, runtime, fetch, target, workdir)
+        return ContainerResponse(got.size, got.etag, got.last_modified, got.has_more)
 
     async def fetch_mqtt(self, request: MqttRequest, target: Path) -> int:
         """Fetch an ``Mqtt`` source's messages (see :mod:`node.transfer.mqtt_fetch`), in a

@@ -16,25 +16,30 @@ not import pyarrow (an idle daemon imports it): the ingest machinery is imported
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from coordinator.errors import SourceNotRunnable
+from coordinator.errors import FetchError, SourceNotRunnable
 from coordinator.ingest.fetch import (
     Fetched,
     check_polling_source,
     conditional_headers,
+    container_env,
+    container_previous,
+    container_state,
     http_fetched,
     mqtt_client_id,
     mqtt_fetched,
     mqtt_topics,
+    resolve_template,
     url_scheme,
 )
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
 from node.app.errors import InvalidArgument
-from node.app.ports import MqttRequest, TransferPort
+from node.app.ports import ContainerRequest, MqttRequest, TransferPort
 
 if TYPE_CHECKING:
     from coordinator.ingest.push import PushSourceInfo
@@ -65,6 +70,20 @@ class PollingOptions:
     files_root: str | None = None
     """``ingest.files_root``: the directory relative ``FilesGlob`` paths resolve against
     (``None``: each dataset's snapshot directory, recorded when it was created)."""
+    container_runtime: str = "auto"
+    """``ingest.container_runtime``: what runs ``Container`` steps (``auto``: podman, docker)."""
+    container_network: bool = False
+    """``ingest.container_network``: give the container a network (and pull missing images)."""
+    container_timeout_s: float = 600.0
+    """``ingest.container_timeout_s``: the container is stopped after this long."""
+    container_memory_bytes: int = 2 << 30
+    """``ingest.container_memory_bytes``: the container's memory cap."""
+    container_storage: str = ""
+    """Where podman keeps its images inside an unprivileged user namespace
+    (``ingest.container_storage``, else ``<home>/containers``; ``""``: none known)."""
+    environ: Mapping[str, str] = field(default_factory=dict)
+    """The variables ``Container`` steps may name (``${{ env.NAME }}``, value-less ``env``
+    entries): the node's environment (kamu reads the dataset's own variables instead)."""
 
 
 def _step_name(fetch: m.FetchStep) -> str:
@@ -113,6 +132,8 @@ async def fetch_polling(
         return await asyncio.to_thread(fetch_local, info, now, base)
     if isinstance(fetch, m.FetchStepMqtt):
         return await _fetch_mqtt(fetch, workdir, dataset_id, transfer, opts)
+    if isinstance(fetch, m.FetchStepContainer):
+        return await _fetch_container(fetch, info, workdir, transfer, opts)
     raise SourceNotRunnable(
         f"fetch step {_step_name(fetch)} cannot run on this node: odf-node does not run "
         f"{_step_name(fetch)} sources yet (the dataset is stored as kamu stores it: `kamu "
@@ -166,3 +187,76 @@ async def _fetch_mqtt(
     )
     count = await transfer.fetch_mqtt(request, target)
     return [mqtt_fetched(target)] if count else []
+
+
+_ROUNDS = 100
+"""``Container`` rounds one poll runs while the container says it has more data (each round's
+output is one input of the same commit)."""
+
+
+async def _fetch_container(
+    fetch: m.FetchStepContainer,
+    info: PushSourceInfo,
+    workdir: Path,
+    transfer: TransferPort | None,
+    opts: PollingOptions,
+) -> list[Fetched]:
+    """Run the container (again while it says it has more data, as kamu's polling loop does),
+    each round given the state the previous one wrote."""
+    if transfer is None:
+        raise InvalidArgument("running Container sources is not available here")
+    state = info.source_state
+    fetched: list[Fetched] = []
+    for k in range(_ROUNDS):
+        target = workdir / f"container-{k}.out"
+        got = await transfer.fetch_container(
+            container_request(fetch, state, opts), target, workdir / f"container-{k}"
+        )
+        new_state = container_state(got.etag, got.last_modified)
+        if new_state is not None and state is not None and _same_state(new_state, state):
+            if got.size:
+                raise FetchError(
+                    f"container {fetch.image}: the source state did not change but it wrote "
+                    f"{got.size} bytes (the container protocol: unchanged state, no output)"
+                )
+            break  # up to date
+        fetched.append(Fetched(target, None, new_state))
+        state = new_state
+        if not got.has_more:
+            break
+    return fetched
+
+
+def _same_state(a: m.SourceState, b: m.SourceState) -> bool:
+    return (a.kind, a.value) == (b.kind, b.value)
+
+
+def container_request(
+    fetch: m.FetchStepContainer, state: m.SourceState | None, opts: PollingOptions
+) -> ContainerRequest:
+    """The run of ``fetch`` after ``state``: its values resolved (``${{ env.NAME }}`` and
+    value-less ``env`` entries from the node's environment), ``ODF_BATCH_SIZE`` set."""
+    env_list, batch = container_env(fetch, opts.environ)
+    etag, last_modified = container_previous(state)
+    odf = (
+        ("ODF_ETAG", etag),
+        ("ODF_LAST_MODIFIED", last_modified),
+        ("ODF_NEW_ETAG_PATH", "/opt/odf/out/new-etag"),
+        ("ODF_NEW_LAST_MODIFIED_PATH", "/opt/odf/out/new-last-modified"),
+        ("ODF_NEW_HAS_MORE_DATA_PATH", "/opt/odf/out/new-has-more-data"),
+        ("ODF_BATCH_SIZE", str(batch)),
+    )
+    return ContainerRequest(
+        image=resolve_template(fetch.image, opts.environ),
+        command=tuple(fetch.command) if fetch.command is not None else None,
+        args=tuple(resolve_template(a, opts.environ) for a in fetch.args or ()),
+        env=(*env_list, *odf),
+        prev_etag=etag,
+        prev_last_modified=last_modified,
+        runtime=opts.container_runtime,
+        storage=opts.container_storage,
+        network=opts.container_network,
+        timeout_s=opts.container_timeout_s,
+        memory_bytes=opts.container_memory_bytes,
+        max_bytes=opts.max_fetch_bytes,
+    )

@@ -545,6 +545,35 @@ class MqttRequest:
     max_poll_s: float = 60.0
 
 
+@dataclass(frozen=True, slots=True)
+class ContainerRequest:
+    """One run of a ``Container`` fetch step: the image and what it runs with (values resolved),
+    the previous source state, and the runtime and bounds (``[ingest] container_*``)."""
+
+    image: str
+    command: tuple[str, ...] | None
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    prev_etag: str
+    prev_last_modified: str
+    runtime: str
+    storage: str
+    network: bool
+    timeout_s: float
+    memory_bytes: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerResponse:
+    """What the container gave: its output's size and the state files it wrote."""
+
+    size: int
+    etag: str | None
+    last_modified: str | None
+    has_more: bool
+
+
 class TransferPort(Protocol):
     """Pulls over the ODF transfer protocols (IPFS, HTTP, local paths)."""
 
@@ -561,6 +590,17 @@ class TransferPort(Protocol):
 
         Raises ``SourceNotFound`` (404, ftp 550), ``SourceUnreachable``, ``FetchError`` (too
         large) of :mod:`coordinator.errors`, or :class:`~node.app.fetch.PullRefused` (policy).
+        """
+        ...
+
+    async def fetch_container(
+        self, request: ContainerRequest, target: Path, workdir: Path
+    ) -> ContainerResponse:
+        """Run a ``Container`` fetch step once; its standard output becomes ``target`` (see
+        :mod:`node.transfer.container_fetch`).
+
+        Raises ``SourceNotRunnable`` (no runtime) or ``FetchError`` (image missing, non-zero
+        exit, deadline, too much output) of :mod:`coordinator.errors`.
         """
         ...
 
@@ -795,6 +835,8 @@ __all__ = [
     "AnswerStream",
     "BackupPort",
     "Clock",
+    "ContainerRequest",
+    "ContainerResponse",
     "EnginePort",
     "EventSink",
     "GossipPort",

@@ -157,7 +157,7 @@ async def wire_application(i: Inputs) -> Wiring:
         transfer=transfer,
         on_commit=core.publish.queue_id,
         locks=i.locks,
-        polling=polling_options(i.config),
+        polling=polling_options(i.config, i.home.path),
         untrusted_input=trust.untrusted_input,
     )
     flows = FlowUseCases(

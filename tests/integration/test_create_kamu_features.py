@@ -294,8 +294,8 @@ PULL_TIME = {
         "port 70000",
     ),
 }
-# Container, EthereumLogs and other URL schemes: accepted at create since 0b461a9, refused at pull
-# while this node does not run them (tests/integration/test_ingest_polling.py).
+# Container, EthereumLogs and other URL schemes: accepted at create since 0b461a9; Container and
+# ftp sources run (tests/integration/test_fetch_container.py, test_fetch_ftp.py).
 
 
 def test_sources_kamu_checks_at_pull_are_accepted_and_refused_at_pull(
