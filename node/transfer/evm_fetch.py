@@ -11,7 +11,9 @@ module reproduces:
   in as ``topic0``;
 * blocks are scanned from the one after the last seen block (the source state, kind ``ETag``,
   value ``<number>@<hash hex>``) up to the head, in ranges of ``block_step`` blocks;
-* rows have kamu's raw log columns, then the signature's decoded parameters.
+* rows have kamu's raw log columns, then (with a ``signature``) the decoded parameters in one
+  struct column ``event`` (kamu's example sources select ``event.to``); the file is parquet
+  (the source's read step is ``Parquet``, as in kamu's examples).
 
 Reorgs: kamu records the last block's hash but does not check it ("TODO: Reorg tolerance"). This
 node does check it: if the block at the recorded number now has another hash the poll fails with
@@ -326,7 +328,6 @@ def fetch_ethereum_logs(
         lo = hi + 1
     last_block = rpc.call("eth_getBlockByNumber", hex(end), False)
     state = f"{end}@{last_block['hash'].removeprefix('0x')}"
-    stamps: dict[str, int] = {}
     cols: dict[str, list[Any]] = {
         k: []
         for k in (
@@ -347,13 +348,12 @@ def fetch_ethereum_logs(
     decoded: dict[str, list[Any]] = {p.name: [] for p in params}
     for log in logs:
         bh = log["blockHash"]
-        if bh not in stamps:
-            b = rpc.call("eth_getBlockByHash", bh, False)
-            stamps[bh] = int(b["timestamp"], 16)
         tps = [_b(t) for t in log["topics"]]
         cols["block_number"].append(int(log["blockNumber"], 16))
         cols["block_hash"].append(_b(bh))
-        cols["block_timestamp"].append(stamps[bh])
+        # As kamu: the node's blockTimestamp if it gives one, else null (no extra block request).
+        stamp = log.get("blockTimestamp")
+        cols["block_timestamp"].append(None if stamp is None else int(stamp, 16))
         cols["transaction_index"].append(int(log["transactionIndex"], 16))
         cols["transaction_hash"].append(_b(log["transactionHash"]))
         cols["log_index"].append(int(log["logIndex"], 16))
@@ -381,8 +381,12 @@ def fetch_ethereum_logs(
         "data": pa.binary(),
     }
     arrays = {k: pa.array(v, type=types[k]) for k, v in cols.items()}
-    for p in params:
-        arrays[p.name] = pa.array(decoded[p.name], type=_arrow_type(p.type))
+    if params:
+        # kamu puts the decoded parameters in one struct column, ``event``.
+        arrays["event"] = pa.StructArray.from_arrays(
+            [pa.array(decoded[p.name], type=_arrow_type(p.type)) for p in params],
+            names=[p.name for p in params],
+        )
     if logs:
         pq.write_table(pa.table(arrays), target)
     return EvmFetchResult(len(logs), state, end < head)
