@@ -35,6 +35,7 @@ from node.config import NodeConfig
 from node.transfer.policy import SourcePolicy
 
 if TYPE_CHECKING:
+    from node.app.ports import EthereumLogsRequest
     from node.transfer.sources import SharedHttpSession, StreamRequest
 
 
@@ -370,6 +371,35 @@ class TransferAdapter:
         )
         got = await asyncio.to_thread(run_container, runtime, fetch, target, workdir)
         return ContainerResponse(got.size, got.etag, got.last_modified, got.has_more)
+
+    async def fetch_ethereum_logs(self, request: EthereumLogsRequest, target: Path) -> str | None:
+        """Poll an Ethereum node's logs (see :mod:`node.transfer.evm_fetch`) in a worker thread,
+        its address checked by the source policy first."""
+        import socket
+
+        from node.transfer.errors import SourceRefused
+        from node.transfer.evm_fetch import fetch_ethereum_logs, node_host
+
+        host, _ = node_host(request.node_url)
+        try:
+            for info in await asyncio.to_thread(socket.getaddrinfo, host, None):
+                self._policy.check_address(str(info[4][0]), f"Ethereum node {host}")
+        except SourceRefused as e:
+            raise PullRefused(str(e)) from e
+        except OSError as e:
+            from coordinator.errors import SourceUnreachable
+
+            raise SourceUnreachable(f"Ethereum node {host}: {e}") from None
+        got = await asyncio.to_thread(
+            fetch_ethereum_logs,
+            node_url=request.node_url,
+            chain_id=request.chain_id,
+            filter_text=request.filter,
+            signature=request.signature,
+            previous_state=request.previous_state,
+            target=target,
+        )
+        return got.state
 
     async def fetch_mqtt(self, request: MqttRequest, target: Path) -> int:
         """Fetch an ``Mqtt`` source's messages (see :mod:`node.transfer.mqtt_fetch`), in a

@@ -130,6 +130,8 @@ async def fetch_polling(
     if isinstance(fetch, m.FetchStepFilesGlob):
         base = Path(opts.files_root) if opts.files_root else snapshot_dir
         return await asyncio.to_thread(fetch_local, info, now, base)
+    if isinstance(fetch, m.FetchStepEthereumLogs):
+        return await _fetch_ethereum_logs(fetch, info, workdir, transfer)
     if isinstance(fetch, m.FetchStepMqtt):
         return await _fetch_mqtt(fetch, workdir, dataset_id, transfer, opts)
     if isinstance(fetch, m.FetchStepContainer):
@@ -260,3 +262,36 @@ def container_request(
         memory_bytes=opts.container_memory_bytes,
         max_bytes=opts.max_fetch_bytes,
     )
+
+
+async def _fetch_ethereum_logs(
+    fetch: m.FetchStepEthereumLogs,
+    info: PushSourceInfo,
+    workdir: Path,
+    transfer: TransferPort | None,
+) -> list[Fetched]:
+    """Poll the Ethereum node for the logs after the recorded block (kamu's ``ETag`` state)."""
+    from coordinator.ingest.fetch import DEFAULT_SOURCE_NAME, KIND_ETAG
+    from node.app.ports import EthereumLogsRequest
+
+    if transfer is None:
+        raise InvalidArgument("fetching EthereumLogs sources is not available here")
+    if not fetch.node_url:
+        raise SourceNotRunnable(
+            f"EthereumLogs source for chain {fetch.chain_id}: give the step a nodeUrl (this node "
+            "has no per-chain default node URLs yet); nothing was committed"
+        )
+    prev = info.source_state
+    request = EthereumLogsRequest(
+        node_url=fetch.node_url,
+        chain_id=fetch.chain_id,
+        filter=fetch.filter,
+        signature=fetch.signature,
+        previous_state=prev.value if prev is not None and prev.kind == KIND_ETAG else None,
+    )
+    target = workdir / "logs.parquet"
+    state = await transfer.fetch_ethereum_logs(request, target)
+    if state is None:
+        return []
+    source_state = m.SourceState(source_name=DEFAULT_SOURCE_NAME, kind=KIND_ETAG, value=state)
+    return [Fetched(target, None, source_state)]

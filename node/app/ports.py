@@ -528,6 +528,18 @@ class SourceResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class EthereumLogsRequest:
+    """One poll of an ``EthereumLogs`` source: the node URL (``nodeUrl``), the step's chain id,
+    filter and signature, and the previous source state (``<block>@<hash>``)."""
+
+    node_url: str
+    chain_id: int | None
+    filter: str | None
+    signature: str | None
+    previous_state: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class MqttRequest:
     """One ``Mqtt`` fetch: the broker, the topics with their QoS, the session's client id and
     the bounds (``[ingest]``)."""
@@ -610,6 +622,15 @@ class TransferPort(Protocol):
 
         Raises ``SourceUnreachable``, ``FetchError`` of :mod:`coordinator.errors`, or
         :class:`~node.app.fetch.PullRefused` (the policy refuses the broker's address).
+        """
+        ...
+
+    async def fetch_ethereum_logs(self, request: EthereumLogsRequest, target: Path) -> str | None:
+        """Write the logs after the previous state into ``target`` (parquet, if any); the new
+        source state, ``None`` when up to date (see :mod:`node.transfer.evm_fetch`).
+
+        Raises ``SourceUnreachable``, ``FetchError`` of :mod:`coordinator.errors`, or
+        :class:`~node.app.fetch.PullRefused` (the policy refuses the node's address).
         """
         ...
 

@@ -272,7 +272,8 @@ def fetch_ethereum_logs(
     max_blocks: int = 1_000_000,
     timeout_s: float = 30.0,
 ) -> EvmFetchResult:
-    """Fetch the logs after ``previous_state`` into a parquet file at ``target``.
+    """Fetch the logs after ``previous_state`` into a parquet file at ``target`` (written unless
+    up to date: no new block).
 
     Raises:
         SourceUnreachable: the node does not answer.
@@ -387,8 +388,9 @@ def fetch_ethereum_logs(
             [pa.array(decoded[p.name], type=_arrow_type(p.type)) for p in params],
             names=[p.name for p in params],
         )
-    if logs:
-        pq.write_table(pa.table(arrays), target)
+    # Written even without logs: the scanned blocks advance the state, and the empty file has
+    # the schema the source's read step and queries expect.
+    pq.write_table(pa.table(arrays), target)
     return EvmFetchResult(len(logs), state, end < head)
 
 
