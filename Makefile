@@ -73,6 +73,10 @@ test-deps:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	    $$SUDO apt-get install -y -qq --no-install-recommends $$missing; fi
+	# anvil (Foundry's local Ethereum node, the EthereumLogs source tests: tests/integration/
+	# test_fetch_evm.py) from npm, exactly as locked in tests/evm (its binary is a platform package).
+	[ -x tests/evm/node_modules/.bin/anvil ] || \
+	  (cd tests/evm && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
 
 # Kept for the targets (and habits) that name them.
 browser: test-deps
