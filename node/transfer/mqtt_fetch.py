@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from coordinator.errors import FetchError, SourceUnreachable
+from node.transfer.mqtt_plan import MqttFetchPlan, take_message
 from node.transfer.policy import SourcePolicy
 
 __all__ = [
@@ -133,151 +134,174 @@ def fetch_mqtt(
         FetchError: a topic subscription is refused, a payload is not UTF-8 or is larger than
             ``max_bytes``, a packet is larger than ``max_message_bytes``.
     """
-    from paho.mqtt import client as mqtt
-    from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
-
-    where = f"MQTT broker {host}:{port}"
+    plan = MqttFetchPlan.build(
+        host=host,
+        port=port,
+        topics=topics,
+        client=client,
+        username=username,
+        password=password,
+        max_bytes=max_bytes,
+        max_records=max_records,
+        idle_timeout_s=idle_timeout_s,
+        max_message_bytes=max_message_bytes,
+        max_poll_s=max_poll_s,
+    )
     address = _checked_address(host, port, policy)
-    oversized = [0]
+    with open(target, "wb") as out:
+        session = _Session(plan, out, clock)
+        try:
+            session_present = session.open(address)
+            session.read_messages()
+        finally:
+            session.close()
+    return MqttFetch(session.records, session.size, session_present)
 
-    class _BoundedClient(mqtt.Client):
-        """paho-mqtt's client, refusing a packet larger than ``max_message_bytes`` once its
-        header says so (the connection is dropped before the payload is read)."""
 
+class _Session:
+    """One poll's connection to the broker, carrying out an :class:`MqttFetchPlan`."""
+
+    def __init__(self, plan: MqttFetchPlan, out: Any, clock: Callable[[], float]) -> None:
+        from paho.mqtt import client as mqtt
+        from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
+
+        self.plan, self.out, self.clock = plan, out, clock
+        self.mqtt, self.codes = mqtt, MQTTErrorCode
+        self.records = self.size = 0
+        self.oversized = 0  # the size of a packet refused from its header
+        self.stop: list[str] = []  # why the message loop ends early (empty: go on)
+        self.last_message = 0.0
+        self.arrived = 0  # messages delivered by the broker, taken or not
+        self.state: dict[str, Any] = {"connack": None, "suback": None, "lost": None}
+        self.c = _bounded_client_class(mqtt, self)(
+            CallbackAPIVersion.VERSION2,
+            client_id=plan.client,
+            clean_session=False,
+            protocol=mqtt.MQTTv311,
+            manual_ack=True,
+        )
+        self.c.connect_timeout = _HANDSHAKE_S
+        if plan.username is not None:
+            self.c.username_pw_set(plan.username, plan.password)
+        self.c.on_connect = self._on_connect
+        self.c.on_subscribe = self._on_subscribe
+        self.c.on_disconnect = self._on_disconnect
+        self.c.on_message = self._on_message
+
+    def _on_connect(self, _c: Any, _u: Any, flags: Any, reason: Any, _p: Any) -> None:
+        self.state["connack"] = (reason, bool(flags.session_present))
+
+    def _on_subscribe(self, _c: Any, _u: Any, _mid: int, reasons: Any, _p: Any) -> None:
+        self.state["suback"] = list(reasons)
+
+    def _on_disconnect(self, _c: Any, _u: Any, _f: Any, reason: Any, _p: Any) -> None:
+        self.state["lost"] = reason
+
+    def _on_message(self, _c: Any, _u: Any, msg: Any) -> None:
+        self.arrived += 1
+        if self.stop:
+            return  # not acknowledged: the broker delivers it again next time
+        take = take_message(self.plan, bytes(msg.payload), msg.topic, self.records, self.size)
+        if take.line is not None:
+            self.out.write(take.line)
+            self.records += 1
+            self.size += len(take.line)
+            self.last_message = self.clock()
+            self.c.ack(msg.mid, msg.qos)
+        if take.stop is not None:
+            self.stop.append(take.stop)
+
+    def _turn(self, what: str) -> None:
+        """One turn of the network loop; a refused packet or a loop error fails the poll."""
+        rc = self.c.loop(timeout=_TURN_S)
+        if self.oversized:
+            raise FetchError(self.plan.too_large(self.oversized))
+        if rc not in (self.codes.MQTT_ERR_SUCCESS, self.codes.MQTT_ERR_AGAIN):
+            raise SourceUnreachable(f"{self.plan.where}: {self.mqtt.error_string(rc)}{what}")
+
+    def _turn_until(self, done: Callable[[], bool], what: str) -> None:
+        deadline = self.clock() + _HANDSHAKE_S
+        while not done():
+            if self.state["lost"] is not None:
+                lost = self.state["lost"]
+                raise SourceUnreachable(f"{self.plan.where}: disconnected ({lost}) {what}")
+            if self.clock() > deadline:
+                raise SourceUnreachable(
+                    f"{self.plan.where}: no answer {what} within {_HANDSHAKE_S:g} s"
+                )
+            self._turn(f" {what}")
+
+    def open(self, address: str) -> bool:
+        """Connect, and subscribe unless the broker kept the session; whether it did."""
+        where = self.plan.where
+        try:
+            self.c.connect(address, self.plan.port, keepalive=60)
+        except OSError as e:
+            raise SourceUnreachable(f"{where}: cannot connect: {e}") from None
+        self._turn_until(lambda: self.state["connack"] is not None, "waiting for CONNACK")
+        reason, session_present = self.state["connack"]
+        if reason.is_failure:
+            raise SourceUnreachable(f"{where}: connection refused: {reason}")
+        if not session_present:
+            result, _ = self.c.subscribe(list(self.plan.topics))
+            if result != self.codes.MQTT_ERR_SUCCESS:
+                raise SourceUnreachable(f"{where}: {self.mqtt.error_string(result)} subscribing")
+            self._turn_until(lambda: self.state["suback"] is not None, "waiting for SUBACK")
+            for (path, _), granted in zip(self.plan.topics, self.state["suback"], strict=False):
+                if granted.is_failure:
+                    raise FetchError(f"{where}: subscription to {path[:200]!r} refused")
+        return bool(session_present)
+
+    def read_messages(self) -> None:
+        """Read until the broker is idle, a limit is reached or a message fails the poll."""
+        self.last_message = started = self.clock()
+        while not self.stop and self.clock() - self.last_message < self.plan.idle_timeout_s:
+            if self.clock() - started >= self.plan.max_poll_s:
+                self.stop.append("")  # the rest waits, unacknowledged, for the next poll
+                break
+            if self.oversized:
+                raise FetchError(self.plan.too_large(self.oversized))
+            if self.state["lost"] is not None:
+                raise SourceUnreachable(f"{self.plan.where}: disconnected ({self.state['lost']})")
+            self._turn("")
+        if self.stop and self.stop[0]:
+            raise FetchError(self.stop[0])
+
+    def close(self) -> None:
+        """Send the queued acknowledgements, drain what the broker still sends, disconnect."""
+        self.stop.append("")  # a message still arriving is left unacknowledged for next time
+        c = self.c
+        if not c.is_connected():
+            return
+        # The acknowledgements written in the message callback are only queued: send them
+        # before the DISCONNECT, or the broker delivers those messages again.
+        for _ in range(100):
+            if not c.want_write() or c.loop_write() != self.codes.MQTT_ERR_SUCCESS:
+                break
+        # Read (and leave unacknowledged) what the broker is still sending: closing a socket
+        # with unread bytes resets the connection, and the broker then drops the
+        # acknowledgements it had not read yet. Bounded by its in-flight window.
+        deadline = self.clock() + _DRAIN_S
+        seen = -1
+        while seen != self.arrived and self.clock() < deadline:
+            seen = self.arrived
+            if c.loop(timeout=_TURN_S) != self.codes.MQTT_ERR_SUCCESS:
+                break
+        c.disconnect()
+
+
+def _bounded_client_class(mqtt: Any, session: _Session) -> Any:
+    """paho-mqtt's client class, refusing a packet larger than the plan's ``max_message_bytes``
+    once its header says so (the connection is dropped before the payload is read); the size
+    is recorded on ``session``. Built here because paho is imported only when used."""
+    limit = session.plan.max_message_bytes
+
+    class _BoundedClient(mqtt.Client):  # type: ignore[misc]
         def _sock_recv(self, bufsize: int) -> bytes:
             packet = self._in_packet
-            if packet["have_remaining"] and packet["remaining_length"] > max_message_bytes:
-                oversized[0] = int(packet["remaining_length"])
-                raise OSError(f"a packet of {oversized[0]:,} bytes")
+            if packet["have_remaining"] and packet["remaining_length"] > limit:
+                session.oversized = int(packet["remaining_length"])
+                raise OSError(f"a packet of {session.oversized:,} bytes")
             return bytes(super()._sock_recv(bufsize))
 
-    def too_large() -> FetchError:
-        return FetchError(
-            f"{where}: a message of {oversized[0]:,} bytes is larger than "
-            f"ingest.mqtt_max_message_bytes ({max_message_bytes:,}); it stays in the broker's "
-            "session until that setting allows it or the session is cleared"
-        )
-
-    c = _BoundedClient(
-        CallbackAPIVersion.VERSION2,
-        client_id=client,
-        clean_session=False,
-        protocol=mqtt.MQTTv311,
-        manual_ack=True,
-    )
-    c.connect_timeout = _HANDSHAKE_S
-    if username is not None:
-        c.username_pw_set(username, password)
-    state: dict[str, Any] = {"connack": None, "suback": None, "lost": None}
-    written = [0, 0]  # records, bytes
-    stop: list[str] = []  # why the message loop ends early (empty: go on)
-    last_message = [0.0]
-    arrived = [0]  # messages delivered by the broker, taken or not
-
-    def on_connect(_c: Any, _u: Any, flags: Any, reason: Any, _p: Any) -> None:
-        state["connack"] = (reason, bool(flags.session_present))
-
-    def on_subscribe(_c: Any, _u: Any, _mid: int, reasons: Any, _p: Any) -> None:
-        state["suback"] = list(reasons)
-
-    def on_disconnect(_c: Any, _u: Any, _f: Any, reason: Any, _p: Any) -> None:
-        state["lost"] = reason
-
-    def on_message(_c: Any, _u: Any, msg: Any) -> None:
-        arrived[0] += 1
-        if stop:
-            return  # not acknowledged: the broker delivers it again next time
-        try:
-            text = bytes(msg.payload).decode("utf-8").strip()
-        except UnicodeDecodeError:
-            stop.append(f"{where}: a message on {msg.topic[:200]!r} is not UTF-8 text")
-            return
-        line = text.encode() + b"\n"
-        if written[1] + len(line) > max_bytes:
-            if written[0] == 0:
-                stop.append(
-                    f"{where}: a message on {msg.topic[:200]!r} ({len(line):,} bytes) is larger "
-                    f"than ingest.max_fetch_bytes ({max_bytes:,})"
-                )
-            else:
-                stop.append("")  # full: this one waits for the next poll
-            return
-        out.write(line)
-        written[0] += 1
-        written[1] += len(line)
-        last_message[0] = clock()
-        c.ack(msg.mid, msg.qos)
-        if written[0] >= max_records:
-            stop.append("")
-
-    c.on_connect = on_connect
-    c.on_subscribe = on_subscribe
-    c.on_disconnect = on_disconnect
-    c.on_message = on_message
-
-    def turn_until(done: Callable[[], bool], what: str) -> None:
-        deadline = clock() + _HANDSHAKE_S
-        while not done():
-            if state["lost"] is not None:
-                raise SourceUnreachable(f"{where}: disconnected ({state['lost']}) {what}")
-            if clock() > deadline:
-                raise SourceUnreachable(f"{where}: no answer {what} within {_HANDSHAKE_S:g} s")
-            rc = c.loop(timeout=_TURN_S)
-            if oversized[0]:
-                raise too_large()
-            if rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_AGAIN):
-                raise SourceUnreachable(f"{where}: {mqtt.error_string(rc)} {what}")
-
-    with open(target, "wb") as out:
-        try:
-            try:
-                c.connect(address, port, keepalive=60)
-            except OSError as e:
-                raise SourceUnreachable(f"{where}: cannot connect: {e}") from None
-            turn_until(lambda: state["connack"] is not None, "waiting for CONNACK")
-            reason, session_present = state["connack"]
-            if reason.is_failure:
-                raise SourceUnreachable(f"{where}: connection refused: {reason}")
-            if not session_present:
-                result, _ = c.subscribe([(path, qos) for path, qos in topics])
-                if result != MQTTErrorCode.MQTT_ERR_SUCCESS:
-                    raise SourceUnreachable(f"{where}: {mqtt.error_string(result)} subscribing")
-                turn_until(lambda: state["suback"] is not None, "waiting for SUBACK")
-                for (path, _), granted in zip(topics, state["suback"], strict=False):
-                    if granted.is_failure:
-                        raise FetchError(f"{where}: subscription to {path[:200]!r} refused")
-            last_message[0] = started = clock()
-            while not stop and clock() - last_message[0] < idle_timeout_s:
-                if clock() - started >= max_poll_s:
-                    stop.append("")  # the rest waits, unacknowledged, for the next poll
-                    break
-                if oversized[0]:
-                    raise too_large()
-                if state["lost"] is not None:
-                    raise SourceUnreachable(f"{where}: disconnected ({state['lost']})")
-                rc = c.loop(timeout=_TURN_S)
-                if oversized[0]:
-                    raise too_large()
-                if rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_AGAIN):
-                    raise SourceUnreachable(f"{where}: {mqtt.error_string(rc)}")
-            if stop and stop[0]:
-                raise FetchError(stop[0])
-        finally:
-            stop.append("")  # a message still arriving is left unacknowledged for next time
-            if c.is_connected():
-                # The acknowledgements written in the message callback are only queued: send
-                # them before the DISCONNECT, or the broker delivers those messages again.
-                for _ in range(100):
-                    if not c.want_write() or c.loop_write() != MQTTErrorCode.MQTT_ERR_SUCCESS:
-                        break
-                # Read (and leave unacknowledged) what the broker is still sending: closing a
-                # socket with unread bytes resets the connection, and the broker then drops the
-                # acknowledgements it had not read yet. Bounded by its in-flight window.
-                deadline = clock() + _DRAIN_S
-                seen = -1
-                while seen != arrived[0] and clock() < deadline:
-                    seen = arrived[0]
-                    if c.loop(timeout=_TURN_S) != MQTTErrorCode.MQTT_ERR_SUCCESS:
-                        break
-                c.disconnect()
-    return MqttFetch(written[0], written[1], session_present)
+    return _BoundedClient
