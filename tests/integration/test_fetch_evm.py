@@ -225,10 +225,8 @@ def _cli(home: Path, *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def _create(home: Path, tmp: Path, name: str, url: str, contract: str, chain: int = 31337) -> None:
-    snap = tmp / f"{name}.yaml"
-    snap.write_text(
-        f"""\
+def _snapshot(name: str, url: str, contract: str, chain: int = 31337) -> str:
+    return f"""\
 kind: DatasetSnapshot
 version: 1
 content:
@@ -270,7 +268,11 @@ content:
       merge:
         kind: Append
 """
-    )
+
+
+def _create(home: Path, tmp: Path, name: str, url: str, contract: str, chain: int = 31337) -> None:
+    snap = tmp / f"{name}.yaml"
+    snap.write_text(_snapshot(name, url, contract, chain))
     code, text = _cli(home, "dataset", "create", str(snap))
     assert code == 0, text
 
@@ -309,3 +311,51 @@ def test_dataset_pull_bad_node_commits_nothing(node: tuple[str, str, str], tmp_p
     _create(home, tmp_path, "wrongchain", url, contract, chain=1)
     code, out = _pull(home, "wrongchain")
     assert code != 0 and "chain 31337" in out, out
+
+
+def test_dataset_pull_after_a_reorg_commits_nothing(
+    node: tuple[str, str, str], tmp_path: Path
+) -> None:
+    url, contract, sender = node
+    home = tmp_path / "home"
+    _create(home, tmp_path, "reorged", url, contract)
+    snap = _rpc(url, "evm_snapshot")
+    _emit(url, contract, sender, 9)
+    code, out = _pull(home, "reorged")
+    assert code == 0 and out["records"] >= 1, out
+    _rpc(url, "evm_revert", snap)  # the pulled block is replaced by another at its height
+    _rpc(url, "evm_mine")
+    _emit(url, contract, sender, 10)
+    code, before = _cli(home, "dataset", "log", "reorged")
+    assert code == 0 and "AddData" in before, before
+    code, out = _pull(home, "reorged")
+    assert code != 0 and "chain reorganization" in out and "nothing was committed" in out, out
+    assert _cli(home, "dataset", "log", "reorged") == (0, before)
+
+
+def test_a_daemon_schedule_polls_an_ethereum_source(
+    node: tuple[str, str, str], tmp_path: Path
+) -> None:
+    from daemon_harness import NodeProcess
+
+    url, contract, sender = node
+    proc = NodeProcess(
+        tmp_path / "node", "evm", config={"ipfs": {"mode": "none"}, "flows": {"tick_s": 0.2}}
+    )
+    proc.init()
+    proc.launch()
+    try:
+        proc.wait_ready()
+        proc.call("dataset.create", snapshot_yaml=_snapshot("sched", url, contract))
+        proc.call("dataset.schedule", ref="sched", every="1s")
+
+        def records() -> int | None:
+            (row,) = [r for r in proc.call("dataset.list") if r["alias"] == "sched"]
+            return int(row["records"]) or None
+
+        first = proc.wait_for("the first scheduled poll", records)
+        assert first
+        _emit(url, contract, sender, 11)
+        assert proc.wait_for("the new log to be polled", lambda: records() == first + 1 or None)
+    finally:
+        proc.stop()
