@@ -47,7 +47,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from coordinator.errors import INVALID_INPUT, OdfNodeError
 from coordinator.ingest.vocab import Vocab
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
@@ -68,16 +67,11 @@ from coordinator.transform.output import (
     write_arrow_output,
     write_parquet_output,
 )
-from engine.datafusion_sandbox import SandboxViolation, check_plan, check_text
+from engine.datafusion_sandbox import check_plan, check_text
+from engine.errors import InvalidQuery, SandboxViolation
 
 MS_UTC = pa.timestamp("ms", tz="UTC")
 _OP_NARROW = (pa.int8(), pa.uint8(), pa.int16(), pa.uint16(), pa.uint32())
-
-
-class InvalidQuery(OdfNodeError):
-    """The query or its output breaks the engine's rules."""
-
-    rpc_code = INVALID_INPUT
 
 
 def _quote(name: str) -> str:

@@ -30,19 +30,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from coordinator.errors import INVALID_INPUT, OdfNodeError
+from engine.errors import SandboxViolation
 from engine.sandbox import XML_FUNCTIONS
-
-
-class SandboxViolation(OdfNodeError):
-    """The query is not allowed to run; ``reason`` says why."""
-
-    rpc_code = INVALID_INPUT
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
 
 DENIED_FUNCTIONS = frozenset(
     {

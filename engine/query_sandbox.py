@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from engine.datafusion_sandbox import SandboxViolation, check_plan, check_text
+from engine.datafusion_sandbox import check_plan, check_text
+from engine.errors import SandboxViolation
 
 
 def check_size(sql: str, max_sql_bytes: int) -> None:

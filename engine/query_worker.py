@@ -53,20 +53,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine.errors import WorkerRefusal
 from engine.lifeline import watch_lifeline
 from engine.query_sandbox import SandboxViolation, check_query_plan, check_query_text
 
 PART_BYTES = 8 << 20
 """About how many bytes of batches one part of a streamed answer holds."""
-
-
-class _Refusal(Exception):
-    """An answer the worker gives instead of rows (``kind`` as in the module docstring)."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
 
 
 def _context(df: Any, memory_bytes: int) -> Any:
@@ -106,7 +98,7 @@ def run(request: dict[str, Any]) -> int:
     """Answer ``request``; returns the number of rows written to ``request["out"]``.
 
     Raises:
-        _Refusal: the answer is a refusal or an error (see the module docstring).
+        WorkerRefusal: the answer is a refusal or an error (see the module docstring).
     """
     import datafusion
 
@@ -119,7 +111,7 @@ def run(request: dict[str, Any]) -> int:
     try:
         check_query_text(sql, None if max_sql is None else int(max_sql))
     except SandboxViolation as e:
-        raise _Refusal("rejected", e.reason) from None
+        raise WorkerRefusal("rejected", e.reason) from None
     ctx = _context(datafusion, int(request["memory_bytes"]))
     names = _register(ctx, list(request["tables"]), Path(request["scratch"]))
     options = (
@@ -131,11 +123,11 @@ def run(request: dict[str, Any]) -> int:
     try:
         frame = ctx.sql_with_options(sql.rstrip().rstrip(";"), options)
     except Exception as e:
-        raise _Refusal(*_classify(e)) from None
+        raise WorkerRefusal(*_classify(e)) from None
     try:
         check_query_plan(frame.logical_plan().display_indent(), names)
     except SandboxViolation as e:
-        raise _Refusal("rejected", e.reason) from None
+        raise WorkerRefusal("rejected", e.reason) from None
     if skip or limit is not None:
         # One row more than allowed tells "exactly max_rows" from "more than max_rows".
         want = max_rows + 1 if limit is None else min(int(limit), max_rows + 1)
@@ -155,13 +147,13 @@ def run(request: dict[str, Any]) -> int:
                 rows += rb.num_rows
                 size += rb.nbytes
                 if rows > max_rows:
-                    raise _Refusal(
+                    raise WorkerRefusal(
                         "too_large",
                         f"the answer has more than {max_rows} rows ([query] max_rows): "
                         "narrow the query or page with skip/limit",
                     )
                 if size > max_bytes:
-                    raise _Refusal(
+                    raise WorkerRefusal(
                         "too_large",
                         f"the answer is over {max_bytes} bytes ([query] max_bytes): "
                         "select fewer columns or page with skip/limit",
@@ -170,10 +162,10 @@ def run(request: dict[str, Any]) -> int:
             sink.finish(frame.schema())
         finally:
             sink.close()
-    except _Refusal:
+    except WorkerRefusal:
         raise
     except Exception as e:
-        raise _Refusal(*_classify(e)) from None
+        raise WorkerRefusal(*_classify(e)) from None
     return rows
 
 
@@ -265,7 +257,7 @@ def main() -> int:
             request = json.loads(line)
             rows = run(request)
             answer: dict[str, Any] = {"ok": True, "rows": rows}
-        except _Refusal as r:
+        except WorkerRefusal as r:
             answer = {"ok": False, "kind": r.kind, "message": r.message}
         except Exception as e:  # the node gets every failure as an answer
             answer = {"ok": False, "kind": "failed", "message": f"{type(e).__name__}: {e}"}

@@ -35,7 +35,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Iterator
 from typing import Any
 
-from coordinator.errors import INVALID_INPUT, OdfNodeError
+from engine.errors import SandboxViolation
 
 XML_FUNCTIONS = frozenset(
     {
@@ -126,16 +126,6 @@ _DENIED_PLAN_CLASSES = (
 _HARMLESS_LEAVES = ("OneRowRelation", "LocalRelation", "Range", "CTERelationRef", "CTERelationDef")
 
 _PKG = "org.apache.spark.sql.catalyst"
-
-
-class SandboxViolation(OdfNodeError):
-    """The query is not allowed to run; ``reason`` says why."""
-
-    rpc_code = INVALID_INPUT
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 def _seq(jseq: Any) -> Iterator[Any]:

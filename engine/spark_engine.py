@@ -29,7 +29,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from coordinator.errors import INVALID_INPUT, OdfNodeError
+from coordinator.errors import OdfNodeError
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.transform.model import (
@@ -42,7 +42,8 @@ from coordinator.transform.model import (
     TransformResponse,
     TransformSuccess,
 )
-from engine.sandbox import SandboxViolation, VerdictCache, nondeterminism
+from engine.errors import InvalidQuery, SandboxViolation
+from engine.sandbox import VerdictCache, nondeterminism
 
 XML_JAVA_OPTIONS = (
     "-Djavax.xml.accessExternalDTD= "
@@ -153,12 +154,6 @@ def create_spark_session(master: str = "local[*]", extra: dict[str, str] | None 
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
-
-
-class InvalidQuery(OdfNodeError):
-    """The query or its output breaks the engine's rules."""
-
-    rpc_code = INVALID_INPUT
 
 
 def _ts(t: Timestamp) -> Any:

@@ -41,8 +41,9 @@ import os
 import sys
 from typing import Any
 
+from engine.errors import SandboxViolation, WorkerRefusal
 from engine.lifeline import watch_lifeline
-from engine.sandbox import SandboxViolation, check_query, nondeterminism
+from engine.sandbox import check_query, nondeterminism
 
 QUERY_SPARK_CONF: dict[str, str] = {
     # "covid19.canada" is an identifier, as in DataFusion and kamu's examples.
@@ -60,15 +61,6 @@ _NOT_A_QUERY = ("cannot parse the query", "query does not analyse")
 """How :func:`engine.sandbox.check_query` words SQL that is wrong rather than refused."""
 
 
-class _Refusal(Exception):
-    """An answer the worker gives instead of rows (``kind`` as in the module docstring)."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-
-
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0][:500] if text else type(e).__name__
@@ -78,7 +70,7 @@ def run(spark: Any, request: dict[str, Any]) -> int:
     """Answer ``request`` in a new session of ``spark``; the number of rows written.
 
     Raises:
-        _Refusal: the answer is a refusal or an error (see the module docstring).
+        WorkerRefusal: the answer is a refusal or an error (see the module docstring).
     """
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -111,10 +103,10 @@ def run(spark: Any, request: dict[str, Any]) -> int:
             # SQL that does not parse or analyse (an unknown column) is the user's mistake,
             # not a refusal: the DataFusion worker answers it as "failed" too.
             kind = "failed" if reason.startswith(_NOT_A_QUERY) else "rejected"
-            raise _Refusal(kind, reason) from None
+            raise WorkerRefusal(kind, reason) from None
         for reason in nondeterminism(session, sql):
             if reason in _IRREPRODUCIBLE:
-                raise _Refusal(
+                raise WorkerRefusal(
                     "rejected", f"{reason}s are not allowed: another node could not reproduce it"
                 )
         try:
@@ -127,16 +119,16 @@ def run(spark: Any, request: dict[str, Any]) -> int:
             schema = to_arrow_schema(frame.schema)
             batches = frame._collect_as_arrow()
         except Exception as e:
-            raise _Refusal("failed", _first_line(e)) from None
+            raise WorkerRefusal("failed", _first_line(e)) from None
         rows = int(sum(b.num_rows for b in batches))
         if rows > max_rows:
-            raise _Refusal(
+            raise WorkerRefusal(
                 "too_large",
                 f"the answer has more than {max_rows} rows ([query] max_rows): "
                 "narrow the query or page with skip/limit",
             )
         if sum(b.nbytes for b in batches) > max_bytes:
-            raise _Refusal(
+            raise WorkerRefusal(
                 "too_large",
                 f"the answer is over {max_bytes} bytes ([query] max_bytes): "
                 "select fewer columns or page with skip/limit",
@@ -198,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             rows = run(spark, json.loads(line))
             answer: dict[str, Any] = {"ok": True, "rows": rows}
-        except _Refusal as r:
+        except WorkerRefusal as r:
             answer = {"ok": False, "kind": r.kind, "message": r.message}
         except Exception as e:  # the node gets every failure as an answer
             answer = {"ok": False, "kind": "failed", "message": f"{type(e).__name__}: {e}"}

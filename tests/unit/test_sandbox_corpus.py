@@ -360,7 +360,8 @@ def test_xml_entities_forced_past_the_sandbox_open_no_file_and_no_connection(
     JVM, with the property cleared, shows that the same queries do read the file and fetch the
     DTD, so the witnesses work. With the sandbox on, both are refused with its typed error.
     """
-    from engine.sandbox import SandboxViolation, check_query
+    from engine.errors import SandboxViolation
+    from engine.sandbox import check_query
     from tests.inotify import IN_ACCESS, IN_OPEN, Inotify
 
     system = spark._jvm.java.lang.System
