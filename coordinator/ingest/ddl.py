@@ -43,7 +43,7 @@ The writer later normalises every top-level timestamp to ``timestamp[ms, tz=UTC]
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -227,87 +227,73 @@ class _Parser:
         return typ
 
     def _simple_type(self) -> pa.DataType:
+        """One SQL type name (with its modifiers) as the Arrow type DataFusion gives it."""
         tok = self._next()
         if tok.kind != "word":
             self.i -= 1
             raise self._error("expected a type")
         word = tok.text.upper()
-        if word in ("BOOLEAN", "BOOL"):
-            return pa.bool_()
-        if word in ("TINYINT", "SMALLINT", "INT2", "INT", "INTEGER", "INT4", "BIGINT", "INT8"):
-            self._opt_length()  # display width, ignored (e.g. INT(11))
-            unsigned = self._accept_word("UNSIGNED") is not None
-            if unsigned and word in ("INT4", "INT8"):
-                # sqlparser only has UNSIGNED variants of the SQL-standard spellings here.
-                raise self._error(f"{word} UNSIGNED is not supported")
-            signed = {
-                "TINYINT": pa.int8(),
-                "SMALLINT": pa.int16(),
-                "INT2": pa.int16(),
-                "INT": pa.int32(),
-                "INTEGER": pa.int32(),
-                "INT4": pa.int32(),
-                "BIGINT": pa.int64(),
-                "INT8": pa.int64(),
-            }
-            unsigned_types = {
-                "TINYINT": pa.uint8(),
-                "SMALLINT": pa.uint16(),
-                "INT2": pa.uint16(),
-                "INT": pa.uint32(),
-                "INTEGER": pa.uint32(),
-                "BIGINT": pa.uint64(),
-            }
-            return unsigned_types[word] if unsigned else signed[word]
-        if word == "FLOAT":
-            self._opt_length()
-            return pa.float32()
-        if word in ("REAL", "FLOAT4"):
-            return pa.float32()
-        if word == "DOUBLE":
-            self._accept_word("PRECISION")
-            return pa.float64()
-        if word == "FLOAT8":
-            return pa.float64()
-        if word in ("STRING", "TEXT"):
-            return pa.string()
-        if word in ("VARCHAR", "CHAR"):
-            self._opt_length()
-            return pa.string()
-        if word == "DATE":
-            return pa.date32()
-        if word in ("TIMESTAMP", "TIMESTAMPTZ"):
-            if self._peek() is not None and self._accept_punct("("):
-                raise self._error("TIMESTAMP precision is not supported")
-            with_tz = word == "TIMESTAMPTZ" or self._time_zone_clause()
-            return pa.timestamp("ns", tz=_SESSION_TZ) if with_tz else DDL_TIMESTAMP
-        if word == "TIME":
-            if self._accept_punct("("):
-                raise self._error("TIME precision is not supported")
-            if self._time_zone_clause():
-                raise self._error("TIME WITH TIME ZONE is not supported")
-            return pa.time64("ns")
-        if word in ("DECIMAL", "NUMERIC"):
-            precision: int | None = None
-            scale: int | None = None
-            if self._accept_punct("("):
-                precision = self._number()
-                if self._accept_punct(","):
-                    scale = self._number()
-                self._expect_punct(")")
-            return self._decimal(precision, scale)
-        if word == "BYTEA":
-            return pa.binary()
-        if word == "INTERVAL":
-            return pa.month_day_nano_interval()
-        if word == "ARRAY":
-            if not self._accept_punct("<"):
-                raise self._error("arrays with unspecified type are not supported")
-            inner = self._simple_type()
-            self._expect_punct(">")
-            return pa.list_(pa.field(_LIST_ITEM_NAME, inner, nullable=True))
-        self.i -= 1
-        raise self._error(f"unsupported SQL type {tok.text!r}")
+        if word in _PLAIN_TYPES:
+            return _PLAIN_TYPES[word]
+        if word in _LENGTH_TYPES:
+            self._opt_length()  # (n) is accepted and ignored, as DataFusion does
+            return _LENGTH_TYPES[word]
+        if word in _SIGNED_INTS:
+            return self._integer_type(word)
+        parse = _MODIFIED_TYPES.get(word)
+        if parse is None:
+            self.i -= 1
+            raise self._error(f"unsupported SQL type {tok.text!r}")
+        return parse(self, word)
+
+    def _integer_type(self, word: str) -> pa.DataType:
+        """An integer type: an ignored display width (``INT(11)``), then optional ``UNSIGNED``."""
+        self._opt_length()
+        if self._accept_word("UNSIGNED") is None:
+            return _SIGNED_INTS[word]
+        if word not in _UNSIGNED_INTS:
+            # sqlparser only has UNSIGNED variants of the SQL-standard spellings here.
+            raise self._error(f"{word} UNSIGNED is not supported")
+        return _UNSIGNED_INTS[word]
+
+    def _double_type(self, word: str) -> pa.DataType:
+        """``DOUBLE [PRECISION]``."""
+        self._accept_word("PRECISION")
+        return pa.float64()
+
+    def _timestamp_type(self, word: str) -> pa.DataType:
+        """``TIMESTAMP [WITH[OUT] TIME ZONE]`` or ``TIMESTAMPTZ``; no precision."""
+        if self._peek() is not None and self._accept_punct("("):
+            raise self._error("TIMESTAMP precision is not supported")
+        with_tz = word == "TIMESTAMPTZ" or self._time_zone_clause()
+        return pa.timestamp("ns", tz=_SESSION_TZ) if with_tz else DDL_TIMESTAMP
+
+    def _time_type(self, word: str) -> pa.DataType:
+        """``TIME [WITHOUT TIME ZONE]``; no precision, no time zone."""
+        if self._accept_punct("("):
+            raise self._error("TIME precision is not supported")
+        if self._time_zone_clause():
+            raise self._error("TIME WITH TIME ZONE is not supported")
+        return pa.time64("ns")
+
+    def _decimal_type(self, word: str) -> pa.DataType:
+        """``DECIMAL`` / ``NUMERIC`` with an optional ``(precision[, scale])``."""
+        precision: int | None = None
+        scale: int | None = None
+        if self._accept_punct("("):
+            precision = self._number()
+            if self._accept_punct(","):
+                scale = self._number()
+            self._expect_punct(")")
+        return self._decimal(precision, scale)
+
+    def _array_type(self, word: str) -> pa.DataType:
+        """``ARRAY<type>``: a list of nullable items."""
+        if not self._accept_punct("<"):
+            raise self._error("arrays with unspecified type are not supported")
+        inner = self._simple_type()
+        self._expect_punct(">")
+        return pa.list_(pa.field(_LIST_ITEM_NAME, inner, nullable=True))
 
     def _time_zone_clause(self) -> bool:
         """Consume ``WITH TIME ZONE`` / ``WITHOUT TIME ZONE``; True for ``WITH``."""
@@ -330,6 +316,59 @@ class _Parser:
                 "`0 < precision <= 38`, and `scale <= precision`"
             )
         return pa.decimal128(precision, scale)
+
+
+_PLAIN_TYPES: Final[dict[str, pa.DataType]] = {
+    "BOOLEAN": pa.bool_(),
+    "BOOL": pa.bool_(),
+    "REAL": pa.float32(),
+    "FLOAT4": pa.float32(),
+    "FLOAT8": pa.float64(),
+    "STRING": pa.string(),
+    "TEXT": pa.string(),
+    "DATE": pa.date32(),
+    "BYTEA": pa.binary(),
+    "INTERVAL": pa.month_day_nano_interval(),
+}
+"""Type names that take no modifiers."""
+
+_LENGTH_TYPES: Final[dict[str, pa.DataType]] = {
+    "FLOAT": pa.float32(),
+    "VARCHAR": pa.string(),
+    "CHAR": pa.string(),
+}
+"""Type names that take an optional, ignored ``(n)``."""
+
+_SIGNED_INTS: Final[dict[str, pa.DataType]] = {
+    "TINYINT": pa.int8(),
+    "SMALLINT": pa.int16(),
+    "INT2": pa.int16(),
+    "INT": pa.int32(),
+    "INTEGER": pa.int32(),
+    "INT4": pa.int32(),
+    "BIGINT": pa.int64(),
+    "INT8": pa.int64(),
+}
+
+_UNSIGNED_INTS: Final[dict[str, pa.DataType]] = {
+    "TINYINT": pa.uint8(),
+    "SMALLINT": pa.uint16(),
+    "INT2": pa.uint16(),
+    "INT": pa.uint32(),
+    "INTEGER": pa.uint32(),
+    "BIGINT": pa.uint64(),
+}
+
+_MODIFIED_TYPES: Final[dict[str, Callable[[_Parser, str], pa.DataType]]] = {
+    "DOUBLE": _Parser._double_type,
+    "TIMESTAMP": _Parser._timestamp_type,
+    "TIMESTAMPTZ": _Parser._timestamp_type,
+    "TIME": _Parser._time_type,
+    "DECIMAL": _Parser._decimal_type,
+    "NUMERIC": _Parser._decimal_type,
+    "ARRAY": _Parser._array_type,
+}
+"""Type names parsed by a method of their own (modifiers, precision, inner types)."""
 
 
 def parse_ddl(schema: str | Sequence[str]) -> pa.Schema:
