@@ -93,6 +93,7 @@ def polling_options(config: NodeConfig, home: Path | None = None) -> PollingOpti
         container_timeout_s=i.container_timeout_s,
         container_memory_bytes=i.container_memory_bytes,
         container_storage=storage,
+        eth_node_urls=i.eth_node_urls,
         environ=dict(os.environ),
     )
 

@@ -187,6 +187,7 @@ class IngestSection:
     container_timeout_s: float
     container_memory_bytes: int
     container_storage: str
+    eth_node_urls: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -553,6 +554,12 @@ def _validate(cfg: NodeConfig) -> None:
             f"ingest.container_storage = {cfg.ingest.container_storage!r}: expected an absolute "
             "path"
         )
+    for entry in cfg.ingest.eth_node_urls:
+        chain, sep, url = entry.partition("=")
+        if not sep or not chain.strip().isdigit() or not url.strip():
+            raise ConfigError(
+                f"ingest.eth_node_urls entry {entry[:100]!r}: expected 'CHAIN_ID=NODE_URL'"
+            )
     h = cfg.health
     if h.max_verify_backlog < 1 or h.engine_crash_failures < 1:
         raise ConfigError("health.max_verify_backlog and health.engine_crash_failures must be >= 1")

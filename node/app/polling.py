@@ -81,6 +81,9 @@ class PollingOptions:
     container_storage: str = ""
     """Where podman keeps its images inside an unprivileged user namespace
     (``ingest.container_storage``, else ``<home>/containers``; ``""``: none known)."""
+    eth_node_urls: tuple[str, ...] = ()
+    """``ingest.eth_node_urls``: ``CHAIN_ID=URL`` entries, the node URL of ``EthereumLogs``
+    sources without a ``nodeUrl``."""
     environ: Mapping[str, str] = field(default_factory=dict)
     """The variables ``Container`` steps may name (``${{ env.NAME }}``, value-less ``env``
     entries): the node's environment (kamu reads the dataset's own variables instead)."""
@@ -131,7 +134,7 @@ async def fetch_polling(
         base = Path(opts.files_root) if opts.files_root else snapshot_dir
         return await asyncio.to_thread(fetch_local, info, now, base)
     if isinstance(fetch, m.FetchStepEthereumLogs):
-        return await _fetch_ethereum_logs(fetch, info, workdir, transfer)
+        return await _fetch_ethereum_logs(fetch, info, workdir, transfer, opts)
     if isinstance(fetch, m.FetchStepMqtt):
         return await _fetch_mqtt(fetch, workdir, dataset_id, transfer, opts)
     if isinstance(fetch, m.FetchStepContainer):
@@ -269,21 +272,27 @@ async def _fetch_ethereum_logs(
     info: PushSourceInfo,
     workdir: Path,
     transfer: TransferPort | None,
+    opts: PollingOptions,
 ) -> list[Fetched]:
-    """Poll the Ethereum node for the logs after the recorded block (kamu's ``ETag`` state)."""
+    """Poll the Ethereum node for the logs after the recorded block (kamu's ``ETag`` state);
+    without ``nodeUrl``, the ``[ingest] eth_node_urls`` entry of the chain (as kamu's config)."""
     from coordinator.ingest.fetch import DEFAULT_SOURCE_NAME, KIND_ETAG
     from node.app.ports import EthereumLogsRequest
 
     if transfer is None:
         raise InvalidArgument("fetching EthereumLogs sources is not available here")
-    if not fetch.node_url:
+    node_url = fetch.node_url
+    if not node_url:
+        configured = {c.strip(): u.strip() for c, _, u in map(_split_eq, opts.eth_node_urls)}
+        node_url = configured.get(str(fetch.chain_id)) or None
+    if not node_url:
         raise SourceNotRunnable(
-            f"EthereumLogs source for chain {fetch.chain_id}: give the step a nodeUrl (this node "
-            "has no per-chain default node URLs yet); nothing was committed"
+            f"EthereumLogs source for chain {fetch.chain_id}: the step has no nodeUrl and "
+            f"[ingest] eth_node_urls has no '{fetch.chain_id}=URL' entry; nothing was committed"
         )
     prev = info.source_state
     request = EthereumLogsRequest(
-        node_url=fetch.node_url,
+        node_url=node_url,
         chain_id=fetch.chain_id,
         filter=fetch.filter,
         signature=fetch.signature,
@@ -295,3 +304,7 @@ async def _fetch_ethereum_logs(
         return []
     source_state = m.SourceState(source_name=DEFAULT_SOURCE_NAME, kind=KIND_ETAG, value=state)
     return [Fetched(target, None, source_state)]
+
+
+def _split_eq(entry: str) -> tuple[str, str, str]:
+    return entry.partition("=")

@@ -225,7 +225,8 @@ def _cli(home: Path, *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def _snapshot(name: str, url: str, contract: str, chain: int = 31337) -> str:
+def _snapshot(name: str, url: str | None, contract: str, chain: int = 31337) -> str:
+    node_url = f"nodeUrl: {url}" if url else "# no nodeUrl: [ingest] eth_node_urls"
     return f"""\
 kind: DatasetSnapshot
 version: 1
@@ -237,7 +238,7 @@ content:
       fetch:
         kind: EthereumLogs
         chainId: {chain}
-        nodeUrl: {url}
+        {node_url}
         signature: |
           Transfer(
             address indexed from,
@@ -270,7 +271,9 @@ content:
 """
 
 
-def _create(home: Path, tmp: Path, name: str, url: str, contract: str, chain: int = 31337) -> None:
+def _create(
+    home: Path, tmp: Path, name: str, url: str | None, contract: str, chain: int = 31337
+) -> None:
     snap = tmp / f"{name}.yaml"
     snap.write_text(_snapshot(name, url, contract, chain))
     code, text = _cli(home, "dataset", "create", str(snap))
@@ -311,6 +314,9 @@ def test_dataset_pull_bad_node_commits_nothing(node: tuple[str, str, str], tmp_p
     _create(home, tmp_path, "wrongchain", url, contract, chain=1)
     code, out = _pull(home, "wrongchain")
     assert code != 0 and "chain 31337" in out, out
+    _create(home, tmp_path, "nourl", None, contract)
+    code, out = _pull(home, "nourl")
+    assert code != 0 and "eth_node_urls" in out and "nothing was committed" in out, out
 
 
 def test_dataset_pull_after_a_reorg_commits_nothing(
@@ -340,13 +346,20 @@ def test_a_daemon_schedule_polls_an_ethereum_source(
 
     url, contract, sender = node
     proc = NodeProcess(
-        tmp_path / "node", "evm", config={"ipfs": {"mode": "none"}, "flows": {"tick_s": 0.2}}
+        tmp_path / "node",
+        "evm",
+        config={
+            "ipfs": {"mode": "none"},
+            "flows": {"tick_s": 0.2},
+            # The source has no nodeUrl: the node's per-chain URL is used (kamu's config too).
+            "ingest": {"eth_node_urls": [f"31337={url}"]},
+        },
     )
     proc.init()
     proc.launch()
     try:
         proc.wait_ready()
-        proc.call("dataset.create", snapshot_yaml=_snapshot("sched", url, contract))
+        proc.call("dataset.create", snapshot_yaml=_snapshot("sched", None, contract))
         proc.call("dataset.schedule", ref="sched", every="1s")
 
         def records() -> int | None:
