@@ -317,6 +317,11 @@ def test_dataset_pull_bad_node_commits_nothing(node: tuple[str, str, str], tmp_p
     _create(home, tmp_path, "nourl", None, contract)
     code, out = _pull(home, "nourl")
     assert code != 0 and "eth_node_urls" in out and "nothing was committed" in out, out
+    # The source policy: a private address is refused before any connection (the test runs in
+    # a loopback-only namespace, so nothing could be reached anyway).
+    _create(home, tmp_path, "private", "http://10.1.2.3:8545", contract)
+    code, out = _pull(home, "private")
+    assert code != 0 and "10.1.2.3" in out and "unreachable" not in out, out
 
 
 def test_dataset_pull_after_a_reorg_commits_nothing(
