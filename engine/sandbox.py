@@ -218,37 +218,10 @@ def check_query(spark: Any, sql: str, views: set[str], *, ctes_ok: bool = True) 
     if walker.is_command(parsed) or root in _DENIED_PLAN_CLASSES:
         raise SandboxViolation(f"only SELECT queries are allowed, got {root}")
     allowed = {v.lower() for v in views}
-    cte_names: set[str] = set()
     parsed_nodes = list(walker.plans(parsed, into_views=True))
+    readable = allowed | _cte_names(walker, parsed_nodes, ctes_ok=ctes_ok)
     for node in parsed_nodes:
-        if walker._unresolved_with.isInstance(node):
-            if not ctes_ok:
-                raise SandboxViolation("common table expressions are not allowed")
-            cte_names.update(str(p._1()).lower() for p in _seq(node.cteRelations()))
-    for node in parsed_nodes:
-        name = _simple_name(node)
-        if walker.is_command(node) or name in _DENIED_PLAN_CLASSES:
-            raise SandboxViolation(f"{name} is not allowed in a query")
-        if walker._unresolved_hint.isInstance(node):
-            _check_hint(str(node.name()), list(_seq(node.parameters())))
-        if walker._unresolved_relation.isInstance(node):
-            parts = _multipart(node.multipartIdentifier())
-            if len(parts) != 1:
-                raise SandboxViolation(
-                    f"relation {'.'.join(parts)!r} is not an input (qualified names and "
-                    "path-based relations are not allowed)"
-                )
-            if parts[0].lower() not in allowed | cte_names:
-                raise SandboxViolation(f"relation {parts[0]!r} is not an input of the transform")
-        for expr in _seq(node.expressions()):
-            for ex in walker.expressions(expr):
-                if walker._unresolved_function.isInstance(ex):
-                    fparts = _multipart(ex.nameParts())
-                    fname = fparts[-1].lower()
-                    if len(fparts) != 1:
-                        raise SandboxViolation(f"function {'.'.join(fparts)!r} is not allowed")
-                    if fname in DENIED_FUNCTIONS:
-                        raise SandboxViolation(f"function {fname}() is not allowed")
+        _check_parsed_node(walker, node, readable)
     try:
         none = getattr(jvm.scala, "None$").__getattr__("MODULE$")
         tracker = jvm.org.apache.spark.sql.catalyst.QueryPlanningTracker(none)
@@ -256,30 +229,79 @@ def check_query(spark: Any, sql: str, views: set[str], *, ctes_ok: bool = True) 
     except Exception as e:
         raise SandboxViolation(f"query does not analyse: {_java_message(e)}") from None
     for node in walker.plans(analyzed, into_views=False):
-        name = _simple_name(node)
-        if walker.is_command(node) or name in _DENIED_PLAN_CLASSES:
-            raise SandboxViolation(f"{name} is not allowed in a query")
-        if walker._view.isInstance(node):
-            view = str(node.desc().identifier().table()).lower()
-            if view not in allowed:
-                raise SandboxViolation(f"view {view!r} is not an input of the transform")
-            continue
-        if walker._leaf.isInstance(node) and name not in _HARMLESS_LEAVES:
-            raise SandboxViolation(f"relation {name} is not an input of the transform")
-        if name in _REPARTITION_PLANS and int(node.numPartitions()) > MAX_HINT_PARTITIONS:
+        _check_analyzed_node(walker, node, allowed)
+
+
+def _cte_names(walker: Any, parsed_nodes: list[Any], *, ctes_ok: bool) -> set[str]:
+    """The (lower-cased) names the query's ``WITH`` clauses define; refused unless ``ctes_ok``."""
+    names: set[str] = set()
+    for node in parsed_nodes:
+        if walker._unresolved_with.isInstance(node):
+            if not ctes_ok:
+                raise SandboxViolation("common table expressions are not allowed")
+            names.update(str(p._1()).lower() for p in _seq(node.cteRelations()))
+    return names
+
+
+def _check_parsed_node(walker: Any, node: Any, readable: set[str]) -> None:
+    """Refuse one node of the parsed plan: commands, hints, relations and functions.
+
+    ``readable`` holds the input views and the query's CTE names, lower-cased.
+    """
+    name = _simple_name(node)
+    if walker.is_command(node) or name in _DENIED_PLAN_CLASSES:
+        raise SandboxViolation(f"{name} is not allowed in a query")
+    if walker._unresolved_hint.isInstance(node):
+        _check_hint(str(node.name()), list(_seq(node.parameters())))
+    if walker._unresolved_relation.isInstance(node):
+        parts = _multipart(node.multipartIdentifier())
+        if len(parts) != 1:
             raise SandboxViolation(
-                f"{name} into {int(node.numPartitions())} partitions is not allowed (at most "
-                f"{MAX_HINT_PARTITIONS})"
+                f"relation {'.'.join(parts)!r} is not an input (qualified names and "
+                "path-based relations are not allowed)"
             )
-        for expr in _seq(node.expressions()):
-            for ex in walker.expressions(expr):
-                ename = _simple_name(ex)
-                if (
-                    ename in _DENIED_EXPR_CLASSES
-                    or ename.startswith(_DENIED_EXPR_PREFIXES)
-                    or "UDF" in ename
-                ):
-                    raise SandboxViolation(f"expression {ename} is not allowed")
+        if parts[0].lower() not in readable:
+            raise SandboxViolation(f"relation {parts[0]!r} is not an input of the transform")
+    for expr in _seq(node.expressions()):
+        for ex in walker.expressions(expr):
+            if walker._unresolved_function.isInstance(ex):
+                fparts = _multipart(ex.nameParts())
+                fname = fparts[-1].lower()
+                if len(fparts) != 1:
+                    raise SandboxViolation(f"function {'.'.join(fparts)!r} is not allowed")
+                if fname in DENIED_FUNCTIONS:
+                    raise SandboxViolation(f"function {fname}() is not allowed")
+
+
+def _check_analyzed_node(walker: Any, node: Any, allowed: set[str]) -> None:
+    """Refuse one node of the analysed plan: views, leaves, repartitions and expressions.
+
+    ``allowed`` holds the input views, lower-cased.
+    """
+    name = _simple_name(node)
+    if walker.is_command(node) or name in _DENIED_PLAN_CLASSES:
+        raise SandboxViolation(f"{name} is not allowed in a query")
+    if walker._view.isInstance(node):
+        view = str(node.desc().identifier().table()).lower()
+        if view not in allowed:
+            raise SandboxViolation(f"view {view!r} is not an input of the transform")
+        return
+    if walker._leaf.isInstance(node) and name not in _HARMLESS_LEAVES:
+        raise SandboxViolation(f"relation {name} is not an input of the transform")
+    if name in _REPARTITION_PLANS and int(node.numPartitions()) > MAX_HINT_PARTITIONS:
+        raise SandboxViolation(
+            f"{name} into {int(node.numPartitions())} partitions is not allowed (at most "
+            f"{MAX_HINT_PARTITIONS})"
+        )
+    for expr in _seq(node.expressions()):
+        for ex in walker.expressions(expr):
+            ename = _simple_name(ex)
+            if (
+                ename in _DENIED_EXPR_CLASSES
+                or ename.startswith(_DENIED_EXPR_PREFIXES)
+                or "UDF" in ename
+            ):
+                raise SandboxViolation(f"expression {ename} is not allowed")
 
 
 def _check_hint(name: str, parameters: list[Any]) -> None:
