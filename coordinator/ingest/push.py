@@ -42,7 +42,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, ParamSpec, TypeVar
@@ -58,7 +58,6 @@ from coordinator.errors import (
     MergeError,
     PushSourceNotFound,
     UnsupportedPreprocess,
-    UnsupportedReadOption,
 )
 from coordinator.ingest import merge as mg
 from coordinator.ingest.inputs import InputFile
@@ -71,6 +70,7 @@ from coordinator.ingest.linked import (
     validate_link_columns,
 )
 from coordinator.ingest.prepare import DEFAULT_MAX_DECOMPRESSED_BYTES
+from coordinator.ingest.push_plan import IngestLimits, IngestPlan, plan_ingest
 from coordinator.ingest.readers import (
     DEFAULT_BLOCK_BYTES,
     read_batches,
@@ -82,14 +82,8 @@ from coordinator.ingest.writer import (
     Vocab,
     WrittenSlice,
     add_data_event,
-    check_schema_compatible,
-    event_time_type,
-    output_schema,
     schema_event,
     stage_batch,
-    staged_schema,
-    validate_input_schema,
-    with_event_time,
     write_slice,
 )
 from coordinator.metadata import block_hash, encode_block
@@ -298,132 +292,93 @@ def _merged_stream(
         pk = list(merge.primary_key)
         key_schema = pa.schema([new.field(c) for c in pk])
         seen = mg.distinct_keys(_read_prior(prior, pk, key_schema), pk) if prior else None
-
-        def ledger() -> Iterator[pa.Table]:
-            for b in batches:
-                t = mg.ledger_filter(_with_event_time(b, new), seen, pk)
-                yield mg.prepend_op(t, mg.Op.APPEND, op)
-
-        return ledger(), True
+        return _ledger(batches, new, seen, pk, op), True
     if isinstance(merge, m.MergeStrategyChangelogStream):
-        pk = list(merge.primary_key)
-
-        def changelog() -> Iterator[pa.Table]:
-            table = _whole_input(
-                batches,
-                new,
-                stream_bytes,
-                "ChangelogStream",
-                "stream_bytes, default push.MAX_STREAM_BYTES",
-            )
-            yield mg.sort_snapshot(mg.merge_changelog_stream(table, pk, op_column=op), pk, op)
-
-        return changelog(), False
+        return _changelog(batches, new, list(merge.primary_key), op, stream_bytes), False
     if isinstance(merge, m.MergeStrategyUpsertStream):
-        pk = list(merge.primary_key)
-
-        def upsert() -> Iterator[pa.Table]:
-            table = _whole_input(
-                batches,
-                new,
-                stream_bytes,
-                "UpsertStream",
-                "stream_bytes, default push.MAX_STREAM_BYTES",
-            )
-            state = None
-            if prior:
-                # Only the keys of the input can change, so the previous state is gathered for
-                # those keys alone: at most one previous row per input row, whatever the history.
-                data = [f for f in new if f.name != op]
-                ledger_schema = pa.schema(
-                    [pa.field(vocab.offset_column, pa.int64()), pa.field(op, mg.OP_TYPE), *data]
-                )
-                keys = table.select(pk)
-                latest = mg.fold_latest(
-                    _read_prior_for_keys(prior, ledger_schema.names, ledger_schema), pk, keys
-                )
-                if latest is not None:
-                    state = mg.project_upsert_state(
-                        latest, pk, offset_column=vocab.offset_column, op_column=op
-                    )
-            diff = mg.merge_upsert_stream(
-                table, state, pk, op_column=op, event_time_column=vocab.event_time_column
-            )
-            yield mg.sort_snapshot(diff, pk, op)
-
-        return upsert(), False
+        return _upsert(batches, new, prior, vocab, list(merge.primary_key), stream_bytes), False
     assert isinstance(merge, m.MergeStrategySnapshot)
+    return _snapshot(batches, new, prior, vocab, merge, snapshot_bytes), False
+
+
+def _ledger(
+    batches: Iterable[pa.RecordBatch], new: pa.Schema, seen: pa.Table | None, pk: list[str], op: str
+) -> Iterator[pa.Table]:
+    """Ledger: the rows whose key was not seen before, as appends."""
+    for b in batches:
+        t = mg.ledger_filter(_with_event_time(b, new), seen, pk)
+        yield mg.prepend_op(t, mg.Op.APPEND, op)
+
+
+def _changelog(
+    batches: Iterable[pa.RecordBatch], new: pa.Schema, pk: list[str], op: str, limit: int
+) -> Iterator[pa.Table]:
+    """ChangelogStream: the whole file, checked and sorted by key."""
+    setting = "stream_bytes, default push.MAX_STREAM_BYTES"
+    table = _whole_input(batches, new, limit, "ChangelogStream", setting)
+    yield mg.sort_snapshot(mg.merge_changelog_stream(table, pk, op_column=op), pk, op)
+
+
+def _upsert(
+    batches: Iterable[pa.RecordBatch],
+    new: pa.Schema,
+    prior: Sequence[Path],
+    vocab: Vocab,
+    pk: list[str],
+    limit: int,
+) -> Iterator[pa.Table]:
+    """UpsertStream: the whole file against the previous state of its keys."""
+    op = vocab.operation_type_column
+    setting = "stream_bytes, default push.MAX_STREAM_BYTES"
+    table = _whole_input(batches, new, limit, "UpsertStream", setting)
+    state = None
+    if prior:
+        # Only the keys of the input can change, so the previous state is gathered for
+        # those keys alone: at most one previous row per input row, whatever the history.
+        data = [f for f in new if f.name != op]
+        ledger_schema = pa.schema(
+            [pa.field(vocab.offset_column, pa.int64()), pa.field(op, mg.OP_TYPE), *data]
+        )
+        keys = table.select(pk)
+        latest = mg.fold_latest(
+            _read_prior_for_keys(prior, ledger_schema.names, ledger_schema), pk, keys
+        )
+        if latest is not None:
+            state = mg.project_upsert_state(
+                latest, pk, offset_column=vocab.offset_column, op_column=op
+            )
+    diff = mg.merge_upsert_stream(
+        table, state, pk, op_column=op, event_time_column=vocab.event_time_column
+    )
+    yield mg.sort_snapshot(diff, pk, op)
+
+
+def _snapshot(
+    batches: Iterable[pa.RecordBatch],
+    new: pa.Schema,
+    prior: Sequence[Path],
+    vocab: Vocab,
+    merge: m.MergeStrategySnapshot,
+    limit: int,
+) -> Iterator[pa.Table]:
+    """Snapshot: the new snapshot against the projected previous state."""
+    op = vocab.operation_type_column
     pk = list(merge.primary_key)
     compare = list(merge.compare_columns) if merge.compare_columns is not None else None
-
-    def snapshot() -> Iterator[pa.Table]:
-        snap = _whole_input(
-            batches,
-            new,
-            snapshot_bytes,
-            "Snapshot",
-            "snapshot_bytes, default push.MAX_SNAPSHOT_BYTES",
-        )
-        state = None
-        if prior:
-            ledger_schema = pa.schema([pa.field(op, mg.OP_TYPE), *new])
-            latest = mg.fold_latest(_read_prior(prior, ledger_schema.names, ledger_schema), pk)
-            if latest is not None:
-                state = mg.project_snapshot_state(
-                    latest, pk, offset_column=vocab.offset_column, op_column=op
-                )
-        diff = mg.merge_snapshot(
-            snap, state, pk, compare, op_column=op, event_time_column=vocab.event_time_column
-        )
-        yield mg.sort_snapshot(diff, pk, op)
-
-    return snapshot(), False
-
-
-def _check_writable(schema: pa.Schema) -> None:
-    """Refuse column types a Parquet part cannot hold (before reading anything)."""
-    for f in schema:
-        if pa.types.is_interval(f.type) or pa.types.is_duration(f.type):
-            raise UnsupportedReadOption(
-                f"column {f.name!r} has type {f.type}, which cannot be stored in Parquet"
+    setting = "snapshot_bytes, default push.MAX_SNAPSHOT_BYTES"
+    snap = _whole_input(batches, new, limit, "Snapshot", setting)
+    state = None
+    if prior:
+        ledger_schema = pa.schema([pa.field(op, mg.OP_TYPE), *new])
+        latest = mg.fold_latest(_read_prior(prior, ledger_schema.names, ledger_schema), pk)
+        if latest is not None:
+            state = mg.project_snapshot_state(
+                latest, pk, offset_column=vocab.offset_column, op_column=op
             )
-
-
-def _check_merge(merge: m.MergeStrategy, new: pa.Schema, vocab: Vocab) -> None:
-    if isinstance(
-        merge,
-        m.MergeStrategyLedger
-        | m.MergeStrategySnapshot
-        | m.MergeStrategyChangelogStream
-        | m.MergeStrategyUpsertStream,
-    ):
-        mg.check_primary_key(new, merge.primary_key)
-    if isinstance(merge, m.MergeStrategyChangelogStream | m.MergeStrategyUpsertStream):
-        op = vocab.operation_type_column
-        if op not in new.names:
-            if isinstance(merge, m.MergeStrategyChangelogStream):
-                raise MergeError(
-                    f"a ChangelogStream source must read the op column {op!r} (RFC-015 "
-                    "operation codes); the read schema has none"
-                )
-        elif isinstance(merge, m.MergeStrategyChangelogStream) and new.field(op).type != mg.OP_TYPE:
-            # kamu stores a changelog's op column with the type it was read with; only INT
-            # (int32, the op type of RFC-015 and of every other strategy) gives the same slice.
-            raise MergeError(
-                f"the op column {op!r} of a ChangelogStream source must be INT (int32), "
-                f"not {new.field(op).type}"
-            )
-        elif not pa.types.is_integer(new.field(op).type):
-            raise MergeError(
-                f"the op column {op!r} must be an integer column, not {new.field(op).type}"
-            )
-    if isinstance(merge, m.MergeStrategySnapshot) and merge.compare_columns is not None:
-        names = set(new.names)
-        missing = [c for c in merge.compare_columns if c not in names]
-        if missing or not merge.compare_columns:
-            raise MergeError(
-                f"compare column(s) {', '.join(missing) or '(none)'} not found in the data"
-            )
+    diff = mg.merge_snapshot(
+        snap, state, pk, compare, op_column=op, event_time_column=vocab.event_time_column
+    )
+    yield mg.sort_snapshot(diff, pk, op)
 
 
 #: Largest new snapshot (Arrow bytes of the file read) a Snapshot merge takes: the merge joins
@@ -522,6 +477,30 @@ def ingest(
         return ingest_resolved(dataset, info, inputs, **options)  # type: ignore[arg-type]
     if engine is None:
         raise UnsupportedPreprocess(PREPROCESS_UNSUPPORTED)
+    return _ingest_preprocessed(
+        dataset,
+        info,
+        inputs,
+        (transform, engine),
+        options,
+        block_bytes=block_bytes,
+        max_decompressed_bytes=max_decompressed_bytes,
+    )
+
+
+def _ingest_preprocessed(
+    dataset: Dataset,
+    info: PushSourceInfo,
+    inputs: Sequence[InputFile],
+    query: tuple[m.TransformSql, PreprocessEngine],
+    options: Mapping[str, object],
+    *,
+    block_bytes: int,
+    max_decompressed_bytes: int,
+) -> IngestResult:
+    """:func:`ingest` through the source's preprocess ``query``: the transform, run by the
+    engine on each input, then its outputs ingested."""
+    transform, engine = query
     from coordinator.ingest.preprocess import preprocess_inputs  # only a preprocess query needs it
 
     info_dir = dataset.layout.info_dir
@@ -576,44 +555,24 @@ def ingest_resolved(
     ``max_decompressed_bytes`` bounds an ``EsriShapefile`` archive (see :func:`read_batches`).
     """
     clock = clock or system_clock
-    source = info.source
-    vocab = info.vocab
-    read = preprocessed if preprocessed is not None else read_schema(source.read)
-    stream = isinstance(source.merge, m.MergeStrategyChangelogStream | m.MergeStrategyUpsertStream)
-    # Stream strategies read the op column from the input (kamu: no conflict for them).
-    validate_input_schema(read, vocab, input_op=stream)
+    read = preprocessed if preprocessed is not None else read_schema(info.source.read)
     existing = _existing_schema(dataset, info)
-    new = with_event_time(read, vocab, event_time_type(read, vocab, existing))
-    out_schema = output_schema(new, vocab)
-    if existing is not None:
-        check_schema_compatible(existing, out_schema)
-    staged = staged_schema(new, vocab)
-    _check_writable(out_schema)
-    _check_merge(source.merge, new, vocab)
-    if linked_objects is not None:
-        validate_link_columns(read, linked_objects.columns)
-
-    state = info.state
-    now = clock()
-    system_time = (
-        now if state.system_time is None or now >= state.system_time else state.system_time
+    links = linked_objects
+    plan = plan_ingest(
+        state=info.state,
+        merge=info.source.merge,
+        vocab=info.vocab,
+        read=read,
+        existing=existing,
+        now=clock(),
+        event_time=event_time,
+        watermark=watermark,
+        limits=IngestLimits(
+            block_bytes, run_bytes, snapshot_bytes, stream_bytes, max_decompressed_bytes
+        ),
+        check_links=None if links is None else lambda s: validate_link_columns(s, links.columns),
     )
-    fallback = event_time if event_time is not None else system_time
-    prev_offset = state.last_offset
-    prev_watermark = state.watermark
-    prev_checkpoint = state.checkpoint.physical_hash if state.checkpoint is not None else None
-    prior = [dataset.data.path_of(h) for h in info.data_slices]
-    prev_source_state = info.source_state
-    need_schema = not state.has_schema
-    events: list[m.MetadataEvent] = []
-    written_slices: list[WrittenSlice] = []
-    link_total: LinkedObjectsSummary | None = None
-    total_files = len(inputs)
-
-    def report(stage: str, path: Path | None, index: int, done: int, size: int) -> None:
-        if progress is not None:
-            progress(IngestProgress(stage, path, index, total_files, done, size))
-
+    run = _IngestRun(dataset, info, plan, len(inputs), progress, linked_objects)
     try:
         if linked_objects is not None and linked_objects.objects:
             store_objects(dataset.data, linked_objects.objects)
@@ -622,131 +581,198 @@ def ingest_resolved(
         with tempfile.TemporaryDirectory(prefix="ingest-", dir=info_dir) as spill:
             for index, item in enumerate(inputs):
                 path = item.path if prepare is None else prepare(item.path, index)
-                size = path.stat().st_size
-                report("read", path, index, 0, size)
-                if size == 0 and item.source_state in (None, prev_source_state):
-                    continue  # kamu: "Early return due to an empty file"
-                file_fallback = item.event_time if item.event_time is not None else fallback
+                run.ingest_file(index, item, path, Path(spill), preprocessed)
+        return run.commit()
+    except BaseException:
+        for w in run.written_slices:
+            w.path.unlink(missing_ok=True)
+        raise
 
-                def on_bytes(
-                    n: int, path: Path = path, index: int = index, size: int = size
-                ) -> None:
-                    report("read", path, index, n, size)
 
-                if not size:
-                    batches: Iterator[pa.RecordBatch] = iter(())
-                elif preprocessed is not None:
-                    batches = read_parquet_as(path, preprocessed, on_bytes)
-                else:
-                    batches = read_batches(
-                        source.read,
-                        path,
-                        block_bytes=block_bytes,
-                        on_bytes=on_bytes,
-                        max_decompressed_bytes=max_decompressed_bytes,
-                    )
-                merged, by_event_time = _merged_stream(
-                    source.merge, batches, new, prior, vocab, snapshot_bytes, stream_bytes
-                )
-                staged_tables = (
-                    stage_batch(
-                        t,
-                        staged,
-                        vocab,
-                        system_time=system_time,
-                        fallback_event_time=file_fallback,
-                    )
-                    for t in merged
-                )
-                written = write_slice(
-                    staged_tables,
-                    directory=dataset.layout.data_dir,
-                    schema=out_schema,
-                    vocab=vocab,
-                    start_offset=0 if prev_offset is None else prev_offset + 1,
-                    sort_by_event_time=by_event_time,
-                    spill_dir=Path(spill) / f"file-{index}",
-                    run_bytes=run_bytes,
-                    durable=dataset.data.durable,
-                )
-                report("write", path, index, size, size)
-                if path != item.path:
-                    path.unlink(missing_ok=True)
-                extra_json = None
-                if written is not None:
-                    written_slices.append(written)
-                    if linked_objects is not None:
-                        summary = summarize_links(
-                            written.path,
-                            linked_objects.columns,
-                            dataset.data,
-                            offset_column=vocab.offset_column,
-                        )
-                        extra_json = extra_attributes_json(summary)
-                        link_total = LinkedObjectsSummary(
-                            (link_total.num_objects_naive if link_total else 0)
-                            + summary.num_objects_naive,
-                            (link_total.size_naive if link_total else 0) + summary.size_naive,
-                        )
-                event = add_data_event(
-                    prev_offset=prev_offset,
-                    prev_checkpoint=prev_checkpoint,
-                    prev_watermark=prev_watermark,
-                    written=written,
-                    explicit_watermark=watermark,
-                    extra_json=extra_json,
-                    prev_source_state=prev_source_state,
-                    new_source_state=item.source_state,
-                )
-                if event is None:
-                    continue  # nothing to commit for this file
-                if need_schema:
-                    events.append(schema_event(out_schema))
-                    need_schema = False
-                events.append(event)
-                if event.new_data is not None:
-                    prev_offset = event.new_data.offset_interval.end
-                    assert written is not None
-                    prior.append(written.path)
-                prev_watermark = event.new_watermark
-                prev_source_state = event.new_source_state
+class _IngestRun:
+    """One ingest call carrying out an :class:`IngestPlan`: the chain position moves on with
+    every committed input; the events are appended at once by :meth:`commit`."""
 
-        if not events:
-            return IngestResult(state.head, state.head, (), (), 0, state.watermark, link_total)
-        report("commit", None, total_files, 0, 0)
-        blobs: list[bytes] = []
-        hashes: list[Multihash] = []
-        head = state.head
-        for j, ev in enumerate(events):
-            block = m.MetadataBlock(
-                system_time=system_time,
-                prev_block_hash=head,
-                sequence_number=state.sequence_number + 1 + j,
-                event=ev,
+    def __init__(
+        self,
+        dataset: Dataset,
+        info: PushSourceInfo,
+        plan: IngestPlan,
+        total_files: int,
+        progress: Callable[[IngestProgress], None] | None,
+        linked_objects: LinkedObjects | None,
+    ) -> None:
+        self.dataset, self.info, self.plan = dataset, info, plan
+        self.total_files, self.progress, self.linked_objects = total_files, progress, linked_objects
+        self.prev_offset = plan.prev_offset
+        self.prev_watermark = plan.prev_watermark
+        self.prev_source_state = info.source_state
+        self.need_schema = plan.need_schema
+        self.prior = [dataset.data.path_of(h) for h in info.data_slices]
+        self.events: list[m.MetadataEvent] = []
+        self.written_slices: list[WrittenSlice] = []
+        self.link_total: LinkedObjectsSummary | None = None
+
+    def report(self, stage: str, path: Path | None, index: int, done: int, size: int) -> None:
+        """Tell ``progress`` (if any) where the call is."""
+        if self.progress is not None:
+            self.progress(IngestProgress(stage, path, index, self.total_files, done, size))
+
+    def _batches(
+        self, path: Path, index: int, size: int, preprocessed: pa.Schema | None
+    ) -> Iterator[pa.RecordBatch]:
+        def on_bytes(n: int) -> None:
+            self.report("read", path, index, n, size)
+
+        if not size:
+            return iter(())
+        if preprocessed is not None:
+            return read_parquet_as(path, preprocessed, on_bytes)
+        limits = self.plan.limits
+        return read_batches(
+            self.info.source.read,
+            path,
+            block_bytes=limits.block_bytes,
+            on_bytes=on_bytes,
+            max_decompressed_bytes=limits.max_decompressed_bytes,
+        )
+
+    def _write(
+        self, batches: Iterator[pa.RecordBatch], fallback: Timestamp, spill: Path
+    ) -> WrittenSlice | None:
+        plan, limits = self.plan, self.plan.limits
+        merged, by_event_time = _merged_stream(
+            plan.merge,
+            batches,
+            plan.new,
+            self.prior,
+            plan.vocab,
+            limits.snapshot_bytes,
+            limits.stream_bytes,
+        )
+        staged_tables = (
+            stage_batch(
+                t,
+                plan.staged,
+                plan.vocab,
+                system_time=plan.system_time,
+                fallback_event_time=fallback,
             )
-            data = encode_block(block)
-            head = block_hash(data)
-            blobs.append(data)
-            hashes.append(head)
+            for t in merged
+        )
+        return write_slice(
+            staged_tables,
+            directory=self.dataset.layout.data_dir,
+            schema=plan.out_schema,
+            vocab=plan.vocab,
+            start_offset=0 if self.prev_offset is None else self.prev_offset + 1,
+            sort_by_event_time=by_event_time,
+            spill_dir=spill,
+            run_bytes=limits.run_bytes,
+            durable=self.dataset.data.durable,
+        )
+
+    def _summarize_links(self, written: WrittenSlice) -> str | None:
+        """The ``AddData``'s extra attributes for the slice's object links (if any)."""
+        if self.linked_objects is None:
+            return None
+        summary = summarize_links(
+            written.path,
+            self.linked_objects.columns,
+            self.dataset.data,
+            offset_column=self.plan.vocab.offset_column,
+        )
+        total = self.link_total
+        self.link_total = LinkedObjectsSummary(
+            (total.num_objects_naive if total else 0) + summary.num_objects_naive,
+            (total.size_naive if total else 0) + summary.size_naive,
+        )
+        return extra_attributes_json(summary)
+
+    def ingest_file(
+        self, index: int, item: InputFile, path: Path, spill: Path, preprocessed: pa.Schema | None
+    ) -> None:
+        """Read, merge and write one input (read from ``path``) and queue its ``AddData``."""
+        size = path.stat().st_size
+        self.report("read", path, index, 0, size)
+        if size == 0 and item.source_state in (None, self.prev_source_state):
+            return  # kamu: "Early return due to an empty file"
+        fallback = item.event_time if item.event_time is not None else self.plan.fallback_event_time
+        batches = self._batches(path, index, size, preprocessed)
+        written = self._write(batches, fallback, spill / f"file-{index}")
+        self.report("write", path, index, size, size)
+        if path != item.path:
+            path.unlink(missing_ok=True)
+        extra_json = None
+        if written is not None:
+            self.written_slices.append(written)
+            extra_json = self._summarize_links(written)
+        event = add_data_event(
+            prev_offset=self.prev_offset,
+            prev_checkpoint=self.plan.prev_checkpoint,
+            prev_watermark=self.prev_watermark,
+            written=written,
+            explicit_watermark=self.plan.explicit_watermark,
+            extra_json=extra_json,
+            prev_source_state=self.prev_source_state,
+            new_source_state=item.source_state,
+        )
+        if event is None:
+            return  # nothing to commit for this file
+        if self.need_schema:
+            self.events.append(schema_event(self.plan.out_schema))
+            self.need_schema = False
+        self.events.append(event)
+        if event.new_data is not None:
+            self.prev_offset = event.new_data.offset_interval.end
+            assert written is not None
+            self.prior.append(written.path)
+        self.prev_watermark = event.new_watermark
+        self.prev_source_state = event.new_source_state
+
+    def commit(self) -> IngestResult:
+        """Append the queued events in one go (nothing queued: the dataset is up to date)."""
+        state = self.info.state
+        if not self.events:
+            return IngestResult(state.head, state.head, (), (), 0, state.watermark, self.link_total)
+        self.report("commit", None, self.total_files, 0, 0)
+        blobs, hashes = _encode_blocks(state, self.plan.system_time, self.events)
         try:
-            new_head = dataset.append_many_bytes(blobs, hashes)
+            new_head = self.dataset.append_many_bytes(blobs, hashes)
         except ChainRuleViolation as e:
             if e.rule in ("prev-block-hash", "sequence-number"):
                 raise ConcurrentModification(
                     f"the dataset changed while ingesting ({e}); nothing was committed"
                 ) from e
             raise
-    except BaseException:
-        for w in written_slices:
-            w.path.unlink(missing_ok=True)
-        raise
-    slices = tuple(e.new_data for e in events if isinstance(e, m.AddData) and e.new_data)
-    return IngestResult(
-        old_head=state.head,
-        new_head=new_head,
-        new_blocks=tuple(hashes),
-        slices=slices,
-        num_records=sum(s.offset_interval.end - s.offset_interval.start + 1 for s in slices),
-        watermark=prev_watermark,
-        linked_objects=link_total,
-    )
+        slices = tuple(e.new_data for e in self.events if isinstance(e, m.AddData) and e.new_data)
+        return IngestResult(
+            old_head=state.head,
+            new_head=new_head,
+            new_blocks=tuple(hashes),
+            slices=slices,
+            num_records=sum(s.offset_interval.end - s.offset_interval.start + 1 for s in slices),
+            watermark=self.prev_watermark,
+            linked_objects=self.link_total,
+        )
+
+
+def _encode_blocks(
+    state: ChainState, system_time: Timestamp, events: Sequence[m.MetadataEvent]
+) -> tuple[list[bytes], list[Multihash]]:
+    """The blocks of ``events`` after the chain's head, encoded, and their hashes."""
+    blobs: list[bytes] = []
+    hashes: list[Multihash] = []
+    head = state.head
+    for j, ev in enumerate(events):
+        block = m.MetadataBlock(
+            system_time=system_time,
+            prev_block_hash=head,
+            sequence_number=state.sequence_number + 1 + j,
+            event=ev,
+        )
+        data = encode_block(block)
+        head = block_hash(data)
+        blobs.append(data)
+        hashes.append(head)
+    return blobs, hashes
