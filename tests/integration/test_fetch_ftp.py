@@ -2,8 +2,9 @@
 test runs in a loopback-only network namespace, ``unshare -rn``): ``odf-node dataset pull`` and
 a daemon's schedule ingest the file, an unchanged file (its ``MDTM``) is up to date, a changed
 one brings its new rows; reply 550, a refused login, an unreachable port, a file over
-``[ingest] max_fetch_bytes`` and a certificate the node does not trust each commit nothing and
-say why (node/transfer/ftp_fetch.py, docs/ingest-polling.md)."""
+``[ingest] max_fetch_bytes``, a private address (source policy) and a certificate the node
+does not trust each commit nothing and say why (node/transfer/ftp_fetch.py,
+docs/ingest-polling.md)."""
 
 from __future__ import annotations
 
@@ -223,6 +224,9 @@ def test_bad_ftp_sources_commit_nothing_and_say_why(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     refused("down", f"ftp://127.0.0.1:{port}/a.csv", "unreachable")
+
+    # A private address is refused by the source policy before any connection, as for http.
+    refused("lan", "ftp://10.1.2.3/a.csv", "loopback-only")
 
     # Over [ingest] max_fetch_bytes: the setting is named, nothing kept.
     monkeypatch.setenv("ODF_NODE_INGEST_MAX_FETCH_BYTES", "1000")
