@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from coordinator.errors import INVALID_INPUT, OdfNodeError
 from node.app.ports import QueryLimits
@@ -424,7 +424,8 @@ def _check_type(value: Any, default: Any, where: str) -> Any:
     return value
 
 
-def _validate(cfg: NodeConfig) -> None:
+def _check_ports(cfg: NodeConfig) -> None:
+    """The listening ports of RPC, HTTP, P2P and the IPFS swarm are TCP ports."""
     for port, what in ((cfg.rpc.port, "rpc.port"), (cfg.http.port, "http.port")):
         if not 0 <= port <= 65535:
             raise ConfigError(f"{what}: {port} is not a TCP port")
@@ -432,6 +433,10 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError(f"p2p.port: {cfg.p2p.port} is not a TCP port")
     if not 0 <= cfg.ipfs.swarm_port <= 65535:
         raise ConfigError(f"ipfs.swarm_port: {cfg.ipfs.swarm_port} is not a TCP port")
+
+
+def _check_p2p(cfg: NodeConfig) -> None:
+    """[p2p]: intervals, relay limits, peer counts, dial backoff and the signer rate limit."""
     if (
         cfg.p2p.fetch_timeout_s <= 0
         or cfg.p2p.anti_entropy_interval_s <= 0
@@ -470,6 +475,12 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError("p2p.max_peers_per_ip must be >= -1 and p2p.conn_grace_s >= 0")
     if not 0 < p.dial_backoff_base_s <= p.dial_backoff_max_s:
         raise ConfigError("p2p: need 0 < dial_backoff_base_s <= dial_backoff_max_s")
+    if p.signer_rate_burst < 1 or p.signer_rate_per_s <= 0:
+        raise ConfigError("p2p: need signer_rate_burst >= 1 and signer_rate_per_s > 0")
+
+
+def _check_storage(cfg: NodeConfig) -> None:
+    """[storage]: disk budgets and evidence / key-record caps."""
     if cfg.storage.max_bytes < 0 or cfg.storage.min_free_bytes < 0:
         raise ConfigError("storage.max_bytes and storage.min_free_bytes must be >= 0")
     s = cfg.storage
@@ -478,9 +489,10 @@ def _validate(cfg: NodeConfig) -> None:
             "storage.evidence_per_signer, evidence_per_dataset, evidence_total and "
             "key_records_max must be >= 1"
         )
-    if p.signer_rate_burst < 1 or p.signer_rate_per_s <= 0:
-        raise ConfigError("p2p: need signer_rate_burst >= 1 and signer_rate_per_s > 0")
-    _validate_hosts(cfg)
+
+
+def _check_follow(cfg: NodeConfig) -> None:
+    """[follow]: polling interval, backoff, jitter and connections."""
     f = cfg.follow
     if f.poll_interval_s <= 0 or f.min_gap_s < 0 or f.backoff_max_s < f.poll_interval_s:
         raise ConfigError(
@@ -488,21 +500,43 @@ def _validate(cfg: NodeConfig) -> None:
         )
     if not 0 <= f.jitter < 1 or f.max_connections < 1:
         raise ConfigError("follow: need 0 <= jitter < 1 and max_connections >= 1")
+
+
+def _check_rpc_http(cfg: NodeConfig) -> None:
+    """[rpc] and [http]: idle timeouts, body size and batch size."""
     if cfg.rpc.idle_timeout_s <= 0 or cfg.http.idle_timeout_s <= 0:
         raise ConfigError("rpc.idle_timeout_s and http.idle_timeout_s must be > 0")
     if cfg.rpc.max_body_bytes < 1024 or cfg.rpc.max_batch < 1:
         raise ConfigError("rpc.max_body_bytes must be >= 1024 and rpc.max_batch >= 1")
+
+
+def _check_pipeline(cfg: NodeConfig) -> None:
+    """[pipeline]: concurrency, attempts, retry backoff and retention."""
     if cfg.pipeline.concurrency < 1 or cfg.pipeline.max_attempts < 1:
         raise ConfigError("pipeline.concurrency and pipeline.max_attempts must be >= 1")
     if cfg.pipeline.retry_base_s <= 0 or cfg.pipeline.retry_cap_s < cfg.pipeline.retry_base_s:
         raise ConfigError("pipeline: need 0 < retry_base_s <= retry_cap_s")
     if cfg.pipeline.keep_finished_work_days < 0:
         raise ConfigError("pipeline.keep_finished_work_days must be >= 0 (0 keeps them forever)")
+
+
+def _check_engine(cfg: NodeConfig) -> None:
+    """[engine]: the driver host against network isolation, and resource limits."""
     if cfg.engine.driver_host and cfg.engine.isolate_network:
         raise ConfigError(
             "engine.driver_host is set (a cluster's executors connect to the driver) but "
             "engine.isolate_network = true takes the driver's network away"
         )
+    if cfg.engine.idle_timeout_s < 0 or cfg.engine.memory_limit_mib < 0:
+        raise ConfigError("engine.idle_timeout_s and engine.memory_limit_mib must be >= 0")
+    if cfg.engine.cpu_limit_s < 0:
+        raise ConfigError("engine.cpu_limit_s must be >= 0 (0: no CPU-time budget)")
+    if cfg.engine.datafusion_workers < 0:
+        raise ConfigError("engine.datafusion_workers must be >= 0 (0: automatic)")
+
+
+def _check_query(cfg: NodeConfig) -> None:
+    """[query]: the Flight SQL port, deadline, resource caps and concurrency."""
     q = cfg.query
     if not 0 <= q.flight_sql_port <= 65535:
         raise ConfigError(f"query.flight_sql_port: {q.flight_sql_port} is not a TCP port")
@@ -514,22 +548,28 @@ def _validate(cfg: NodeConfig) -> None:
         raise ConfigError(
             "query: need concurrency_per_client >= 1, concurrency_total >= 1, warm_workers >= 0"
         )
+
+
+def _check_metadata(cfg: NodeConfig) -> None:
+    """[metadata]: the block and write versions."""
     if cfg.metadata.block_version not in (2, 3):
         raise ConfigError(f"metadata.block_version: {cfg.metadata.block_version} is not 2 or 3")
     if cfg.metadata.write_version not in ("v0.34", "current"):
         raise ConfigError(
             f"metadata.write_version: {cfg.metadata.write_version!r} is not 'v0.34' or 'current'"
         )
-    if cfg.engine.idle_timeout_s < 0 or cfg.engine.memory_limit_mib < 0:
-        raise ConfigError("engine.idle_timeout_s and engine.memory_limit_mib must be >= 0")
-    if cfg.engine.cpu_limit_s < 0:
-        raise ConfigError("engine.cpu_limit_s must be >= 0 (0: no CPU-time budget)")
-    if cfg.engine.datafusion_workers < 0:
-        raise ConfigError("engine.datafusion_workers must be >= 0 (0: automatic)")
-    if cfg.ingest.max_fetch_bytes < 1 or cfg.ingest.max_decompressed_bytes < 1:
-        raise ConfigError("ingest.max_fetch_bytes and ingest.max_decompressed_bytes must be >= 1")
+
+
+def _check_flows(cfg: NodeConfig) -> None:
+    """[flows]: the scheduler tick."""
     if not 0.05 <= cfg.flows.tick_s <= 60:
         raise ConfigError("flows.tick_s must be in [0.05, 60]")
+
+
+def _check_ingest(cfg: NodeConfig) -> None:
+    """[ingest]: fetch, MQTT and container limits, paths and Ethereum node URLs."""
+    if cfg.ingest.max_fetch_bytes < 1 or cfg.ingest.max_decompressed_bytes < 1:
+        raise ConfigError("ingest.max_fetch_bytes and ingest.max_decompressed_bytes must be >= 1")
     if cfg.ingest.mqtt_max_records < 1 or not 0 < cfg.ingest.mqtt_idle_timeout_s <= 3600:
         raise ConfigError(
             "ingest.mqtt_max_records must be >= 1 and ingest.mqtt_idle_timeout_s in (0, 3600]"
@@ -560,50 +600,66 @@ def _validate(cfg: NodeConfig) -> None:
             raise ConfigError(
                 f"ingest.eth_node_urls entry {entry[:100]!r}: expected 'CHAIN_ID=NODE_URL'"
             )
+
+
+def _check_health(cfg: NodeConfig) -> None:
+    """[health]: verify backlog, write delay and engine crash thresholds."""
     h = cfg.health
     if h.max_verify_backlog < 1 or h.engine_crash_failures < 1:
         raise ConfigError("health.max_verify_backlog and health.engine_crash_failures must be >= 1")
     if h.max_write_delay_s <= 0 or h.engine_crash_window_s <= 0:
         raise ConfigError("health.max_write_delay_s and health.engine_crash_window_s must be > 0")
+
+
+def _check_transfer(cfg: NodeConfig) -> None:
+    """[transfer]: deadlines, first contact and the allowed source networks."""
     if cfg.transfer.deadline_base_s <= 0 or cfg.transfer.min_rate_bytes_per_s <= 0:
         raise ConfigError("transfer.deadline_base_s and transfer.min_rate_bytes_per_s must be > 0")
     if cfg.transfer.first_contact_s <= 0:
         raise ConfigError("transfer.first_contact_s must be > 0")
-    networks = []
     for cidr in cfg.transfer.allowed_source_networks:
         try:
-            networks.append(ipaddress.ip_network(cidr.strip(), strict=False))
+            ipaddress.ip_network(cidr.strip(), strict=False)
         except ValueError as e:
             raise ConfigError(
                 f"transfer.allowed_source_networks: {cidr!r} is not an IP network in CIDR form "
                 f"({e})"
             ) from None
-    if cfg.network.loopback_only:
-        for net in networks:
-            if not net.is_loopback:
-                raise ConfigError(
-                    f"transfer.allowed_source_networks entry {str(net)!r} is not loopback but "
-                    "network.isolation is 'loopback-only' (only loopback sources are contacted)"
-                )
-        for host, what in (
-            (cfg.rpc.host, "rpc.host"),
-            (cfg.http.host, "http.host"),
-            (cfg.p2p.listen_host, "p2p.listen_host"),
-            (cfg.ipfs.swarm_host, "ipfs.swarm_host"),
-            (cfg.network.advertise_host or "127.0.0.1", "network.advertise_host"),
-            (cfg.engine.driver_host or "127.0.0.1", "engine.driver_host"),
-        ):
-            if not host.startswith("127."):
-                raise ConfigError(
-                    f"{what} = {host!r} but network.isolation is 'loopback-only'; "
-                    "bind to 127.0.0.1 or set network.isolation = 'open'"
-                )
-        for addr in (*cfg.p2p.bootstrap, *cfg.ipfs.swarm_peers):
-            if not addr.startswith("/ip4/127."):
-                raise ConfigError(
-                    f"peer {addr!r} is not a loopback address but network.isolation is "
-                    "'loopback-only'"
-                )
+
+
+def _check_loopback_only(cfg: NodeConfig) -> None:
+    """With network.isolation = 'loopback-only', every address bound or dialled is loopback."""
+    if not cfg.network.loopback_only:
+        return
+    # Parsed (and checked) by _check_transfer, which runs first.
+    networks = [
+        ipaddress.ip_network(cidr.strip(), strict=False)
+        for cidr in cfg.transfer.allowed_source_networks
+    ]
+    for net in networks:
+        if not net.is_loopback:
+            raise ConfigError(
+                f"transfer.allowed_source_networks entry {str(net)!r} is not loopback but "
+                "network.isolation is 'loopback-only' (only loopback sources are contacted)"
+            )
+    for host, what in (
+        (cfg.rpc.host, "rpc.host"),
+        (cfg.http.host, "http.host"),
+        (cfg.p2p.listen_host, "p2p.listen_host"),
+        (cfg.ipfs.swarm_host, "ipfs.swarm_host"),
+        (cfg.network.advertise_host or "127.0.0.1", "network.advertise_host"),
+        (cfg.engine.driver_host or "127.0.0.1", "engine.driver_host"),
+    ):
+        if not host.startswith("127."):
+            raise ConfigError(
+                f"{what} = {host!r} but network.isolation is 'loopback-only'; "
+                "bind to 127.0.0.1 or set network.isolation = 'open'"
+            )
+    for addr in (*cfg.p2p.bootstrap, *cfg.ipfs.swarm_peers):
+        if not addr.startswith("/ip4/127."):
+            raise ConfigError(
+                f"peer {addr!r} is not a loopback address but network.isolation is 'loopback-only'"
+            )
 
 
 _WILDCARDS = frozenset({"0.0.0.0", "::", ""})
@@ -616,6 +672,32 @@ def _validate_hosts(cfg: NodeConfig) -> None:
         raise ConfigError(
             f"network.advertise_host = {adv!r}: expected a host name or an address peers can reach"
         )
+
+
+_CHECKS: Final = (
+    _check_ports,
+    _check_p2p,
+    _check_storage,
+    _validate_hosts,
+    _check_follow,
+    _check_rpc_http,
+    _check_pipeline,
+    _check_engine,
+    _check_query,
+    _check_metadata,
+    _check_ingest,
+    _check_flows,
+    _check_health,
+    _check_transfer,
+    _check_loopback_only,
+)
+"""The checks of a loaded configuration, one per section, in the order they run."""
+
+
+def _validate(cfg: NodeConfig) -> None:
+    """Refuse a configuration that breaks any check of :data:`_CHECKS` (the first one found)."""
+    for check in _CHECKS:
+        check(cfg)
 
 
 def check_listeners(cfg: NodeConfig) -> None:
