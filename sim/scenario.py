@@ -88,7 +88,7 @@ class Workload:
 
 
 @dataclass(slots=True)
-class Policy:
+class TrustPolicySettings:
     """The trust policy of honest non-attester nodes (decided by :mod:`p2p.trust`)."""
 
     name: str = "verify-all"  # verify-all | quorum | sample | reputation
@@ -173,7 +173,7 @@ class Scenario:
     gossip: Gossip = field(default_factory=Gossip)
     latency: Latency = field(default_factory=Latency)
     workload: Workload = field(default_factory=Workload)
-    policy: Policy = field(default_factory=Policy)
+    policy: TrustPolicySettings = field(default_factory=TrustPolicySettings)
     adversary: Adversary = field(default_factory=Adversary)
     churn: Churn = field(default_factory=Churn)
     cluster: Cluster = field(default_factory=Cluster)
@@ -219,7 +219,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "gossip": Gossip,
     "latency": Latency,
     "workload": Workload,
-    "policy": Policy,
+    "policy": TrustPolicySettings,
     "adversary": Adversary,
     "churn": Churn,
     "cluster": Cluster,
