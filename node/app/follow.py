@@ -30,7 +30,7 @@ import asyncio
 import heapq
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlparse
@@ -46,6 +46,7 @@ from node.app.fetch import PullDiverged
 from node.app.metrics import NodeMetrics
 from node.app.ports import Clock, EventSink, GossipPort, SourcePort, StatePort, TransferPort
 from node.app.rows import EvidenceCaps, ObservationRecord
+from node.app.verify import Spawn
 from p2p.wire import (
     FetchLocations,
     Observation,
@@ -57,7 +58,6 @@ from p2p.wire import (
 
 log = logging.getLogger("odf_node.follow")
 
-Spawn = Callable[[Coroutine[Any, Any, None]], "asyncio.Task[None]"]
 AcceptHead = Callable[[DatasetId, Multihash, int], Awaitable[None]]
 """Queue verification of an accepted head (the trust policy's choice, as for gossiped heads)."""
 Relation = Literal["same", "ours-newer", "theirs-newer", "split", "unknown"]
