@@ -26,6 +26,12 @@ from node.ipfs.client import IpfsError
 from node.lifeline import Lifeline
 from p2p.netguard import assert_loopback_only
 
+#: V8 flags sizing the IPFS node's heap for a home node (each measured in docs/resource-budget.md,
+#: "Idle memory"): a 1 MiB young generation (V8 reserves 16 MiB semi-spaces that an idle node
+#: keeps resident), an old generation collected before it reaches 128 MiB (blocks stream to and
+#: from disk, the heap holds only what is in flight), and code compiled for size.
+NODE_HEAP_FLAGS = ("--max-semi-space-size=1", "--max-old-space-size=128", "--optimize-for-size")
+
 
 class IpfsStartError(IpfsError):
     """The embedded IPFS node could not be started; the message says what to change."""
@@ -184,6 +190,7 @@ class EmbeddedIpfs:
             self.process = subprocess.Popen(  # type: ignore[call-overload]
                 [
                     shutil.which("node") or "node",
+                    *NODE_HEAP_FLAGS,
                     str(self.js / "lifeline.mjs"),
                     str(self._script()),
                 ],

@@ -4,7 +4,8 @@ Each run: a fresh home (test config: random loopback ports, IPFS off), the daemo
 RPC, the console, HTTP transfer and gossip, sits idle ``--settle`` seconds, then VmRSS of the
 daemon and of its libp2p child is read from ``/proc/<pid>/status``. With ``--ipfs`` the daemon
 runs its embedded IPFS node too, and that child's VmRSS is reported as ``ipfs`` (not part of
-``total``, which stays the node's own processes). Must run loopback-only:
+``total``, which stays the node's own Python processes) and ``whole`` is all three, what the
+machine gives a node with everything on. Must run loopback-only:
 
     unshare -rn bash -c 'ip link set lo up && exec .venv/bin/python tests/bench/bench_idle_rss.py'
 
@@ -61,6 +62,7 @@ def main() -> None:
             rss = dh.node_rss_mb(node.proc.pid)
             if args.ipfs:
                 rss["ipfs"] = _ipfs_rss_mb(node.home)
+                rss["whole"] = round(rss["total"] + rss["ipfs"], 1)
             runs.append(rss)
         finally:
             node.stop()
@@ -70,7 +72,7 @@ def main() -> None:
             "median_mb": statistics.median(r.get(k, 0.0) for r in runs),
             "runs_mb": [r.get(k, 0.0) for r in runs],
         }
-        for k in ("daemon", "libp2p", "total", *(("ipfs",) if args.ipfs else ()))
+        for k in ("daemon", "libp2p", "total", *(("ipfs", "whole") if args.ipfs else ()))
     }
     out["settle_s"] = args.settle
     print(json.dumps(out, indent=1))
