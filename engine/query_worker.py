@@ -137,7 +137,9 @@ def run(request: dict[str, Any]) -> int:
     # is dropped at the first row over max_rows, which stops the query.
     out = Path(request["out"])
     part_bytes = int(request.get("part_bytes") or PART_BYTES)
-    sink: _Parts | _File = _Parts(out, part_bytes) if request.get("stream") else _File(out)
+    sink: _PartWriter | _File = (
+        _PartWriter(out, part_bytes) if request.get("stream") else _File(out)
+    )
     rows = 0
     size = 0
     try:
@@ -195,7 +197,7 @@ class _File:
             self._writer = None
 
 
-class _Parts:
+class _PartWriter:
     """The answer in parts announced on stdout as they are closed (see the module docstring)."""
 
     def __init__(self, out: Path, part_bytes: int) -> None:

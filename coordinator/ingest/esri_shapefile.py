@@ -322,7 +322,9 @@ def _julian_date(jdn: int) -> tuple[int, int, int]:
     return year, month, day
 
 
-class _Field:
+class _DbfField:
+    """One field descriptor of the dBase (.dbf) attribute table: its column and byte layout."""
+
     __slots__ = ("decimals", "length", "name", "offset", "type")
 
     def __init__(self, name: str, type_: str, length: int, decimals: int, offset: int) -> None:
@@ -353,7 +355,7 @@ class _Dbf:
         fields_end = first_record - (_VFP_BACKLINK if 0x30 <= version <= 0x32 else 0)
         if fields_end < _DBF_HEADER + 1:
             raise BadInputData(f"{member.name!r} is corrupt (header length)", path=where)
-        self.fields: list[_Field] = []
+        self.fields: list[_DbfField] = []
         offset = 1  # after the deletion flag
         for _ in range((fields_end - _DBF_HEADER - 1) // _DBF_FIELD):
             raw = member.exactly(_DBF_FIELD, "field descriptors")
@@ -365,7 +367,7 @@ class _Dbf:
                     path=where,
                 )
             length = raw[16]
-            self.fields.append(_Field(name, type_, length, raw[17], offset))
+            self.fields.append(_DbfField(name, type_, length, raw[17], offset))
             offset += length
         self.record_size = offset
         member.skip_to(first_record, "header length")
@@ -399,7 +401,7 @@ class _Dbf:
             }
         return None
 
-    def _value(self, field: _Field, raw: bytes) -> Any:
+    def _value(self, field: _DbfField, raw: bytes) -> Any:
         t = field.type
         row = self.row
         try:

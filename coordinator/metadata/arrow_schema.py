@@ -402,7 +402,7 @@ def _build_members(builder: flatbuffers.Builder, data_type: pa.DataType, depth: 
 # --- Decoding ------------------------------------------------------------------------------
 
 
-class _Reader:
+class _FlatBufferReader:
     """Bounds-checked access to a FlatBuffer, with a budget against shared offsets and cycles.
 
     Every object read is charged the bytes it must occupy on its own in a buffer where nothing is
@@ -483,7 +483,7 @@ class _Table:
 
     __slots__ = ("object_len", "pos", "reader", "vtable", "vtable_len")
 
-    def __init__(self, reader: _Reader, pos: int) -> None:
+    def __init__(self, reader: _FlatBufferReader, pos: int) -> None:
         reader.spend(4)
         self.reader = reader
         self.pos = pos
@@ -574,7 +574,7 @@ def decode_arrow_schema(data: bytes | bytearray | memoryview) -> pa.Schema:
     """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise DecodeError(f"Arrow schema must be bytes, got {type(data).__name__}")
-    reader = _Reader(bytes(data))
+    reader = _FlatBufferReader(bytes(data))
     if reader.size < 8:
         raise DecodeError(f"Arrow schema: buffer of {reader.size} bytes is too short")
     root = reader.table(reader.deref(0))
