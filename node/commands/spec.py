@@ -23,12 +23,10 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from node.app import Application
+from node.rpc.schema import Schema
 
 if TYPE_CHECKING:
     from coordinator.ingest.push import IngestProgress  # pyarrow: not at the daemon's start
-
-Schema = Mapping[str, Any]
-"""A JSON schema of the subset ``node/rpc/schema.py`` validates."""
 
 STR: Schema = {"type": "string"}
 INT: Schema = {"type": "integer", "minimum": 0}
@@ -204,6 +202,7 @@ __all__ = [
     "Param",
     "Renderer",
     "Runner",
+    "Schema",
     "array_of",
     "object_of",
     "run_command",
