@@ -94,7 +94,6 @@ def preprocess_inputs(
     """
     check_preprocess(transform)
     transform = _queries(transform)
-    schema_in = read_schema(read)
     out: list[InputFile] = []
     schema: pa.Schema | None = None
     for index, item in enumerate(inputs):
@@ -102,6 +101,7 @@ def preprocess_inputs(
         if path.stat().st_size == 0:
             out.append(replace(item, path=path))
             continue
+        schema_in = read_schema(read, path)
         raw_in = workdir / f"preprocess-in-{index}.parquet"
         raw_out = workdir / f"preprocess-out-{index}.parquet"
         with pq.ParquetWriter(raw_in, schema_in) as writer:

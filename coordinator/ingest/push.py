@@ -555,7 +555,8 @@ def ingest_resolved(
     ``max_decompressed_bytes`` bounds an ``EsriShapefile`` archive (see :func:`read_batches`).
     """
     clock = clock or system_clock
-    read = preprocessed if preprocessed is not None else read_schema(info.source.read)
+    sample = next((i.path for i in inputs if i.path.is_file() and i.path.stat().st_size), None)
+    read = preprocessed if preprocessed is not None else read_schema(info.source.read, sample)
     existing = _existing_schema(dataset, info)
     links = linked_objects
     plan = plan_ingest(

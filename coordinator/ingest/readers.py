@@ -130,22 +130,28 @@ _TOO_DEEP: Final = (
 ByteProgress = Callable[[int], None]
 
 
-def read_schema(read: m.ReadStep) -> pa.Schema:
+def read_schema(read: m.ReadStep, sample: Path | None = None) -> pa.Schema:
     """The normalised schema of what ``read`` produces (timestamps in ms/UTC).
 
     The schema is the step's DDL (``ddlSchema``, spec v0.34 ``schema``) parsed, or its ODF
     schema (spec v0.38 ``schema``) converted as kamu's readers do (default ``ToArrowSettings``;
-    ODF fields are NOT NULL unless ``Option``).
+    ODF fields are NOT NULL unless ``Option``). A ``Parquet`` step that declares none reads
+    the file's own schema (``sample``: the input), as kamu's Parquet reader does: a Parquet
+    file carries its schema, nothing is inferred (kamu-contrib's ``EthereumLogs`` sources read
+    their fetched Parquet this way).
 
     Raises:
         UnsupportedReadOption: the step has no schema or is a format that cannot be read.
         InvalidDdlSchema: the DDL does not parse.
         UnsupportedOdfSchema: the ODF schema has no Arrow form.
+        BadInputData: ``sample`` is not a Parquet file.
     """
     _check_format(read)
     ddl = read.ddl_schema
     if not ddl and read.schema is not None and read.schema.fields:
         return normalize_schema(odf_to_arrow(read.schema))
+    if not ddl and isinstance(read, m.ReadStepParquet) and sample is not None:
+        return _parquet_file_schema(sample)
     if not ddl:
         raise UnsupportedReadOption(
             f"{type(read).__name__} has no schema; push ingest needs an explicit DDL schema "
@@ -217,9 +223,9 @@ def read_batches(
         DecompressBudgetExceeded: an ``EsriShapefile`` archive decompresses to more than
             ``max_decompressed_bytes``.
     """
-    schema = read_schema(read)
     if _input_size(path) == 0:
         return iter(())
+    schema = read_schema(read, path)
     if isinstance(read, m.ReadStepCsv):
         return _CsvReader(read, path, schema, block_bytes, on_bytes).batches()
     if isinstance(read, m.ReadStepNdJson):
@@ -1371,3 +1377,14 @@ def _parquet_file_batches(
             on_bytes(size * rows // total)
         if out.num_rows:
             yield out
+
+
+def _parquet_file_schema(path: Path) -> pa.Schema:
+    """The normalised schema a Parquet file carries."""
+    import pyarrow.parquet as pq
+
+    try:
+        with _open_input(path) as f:
+            return normalize_schema(pq.read_schema(f).remove_metadata())
+    except (pa.ArrowInvalid, OSError) as e:
+        raise BadInputData(f"not a valid Parquet file: {clip(str(e))}", path=str(path)) from None

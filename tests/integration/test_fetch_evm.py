@@ -377,3 +377,45 @@ def test_a_daemon_schedule_polls_an_ethereum_source(
         assert proc.wait_for("the new log to be polled", lambda: records() == first + 1 or None)
     finally:
         proc.stop()
+
+
+def test_a_kamu_contrib_shaped_source_reads_the_decoded_event(
+    node: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """As kamu-contrib's EthereumLogs datasets are written: ``read: Parquet`` with no schema (the
+    fetched file's own) and a preprocess query over the decoded ``event`` struct."""
+    url, contract, sender = node
+    _emit(url, contract, sender, 777)
+    snapshot = _snapshot("decoded", url, contract)
+    start = snapshot.index("      read:")
+    end = snapshot.index("      merge:")
+    snapshot = (
+        snapshot[:start]
+        + """\
+      read:
+        kind: Parquet
+      preprocess:
+        kind: Sql
+        engine: datafusion
+        query: |
+          select
+            coalesce(block_timestamp, to_timestamp_seconds(0)) as event_time,
+            cast(block_number as bigint) as block_number,
+            event.to as to,
+            cast(event.value as double) as value
+          from input
+"""
+        + snapshot[end:]
+    )
+    home = tmp_path / "home"
+    (tmp_path / "decoded.yaml").write_text(snapshot)
+    code, text = _cli(home, "dataset", "create", str(tmp_path / "decoded.yaml"))
+    assert code == 0, text
+    code, out = _pull(home, "decoded")
+    assert code == 0 and out["records"] >= 1, out
+    code, text = _cli(home, "dataset", "tail", "decoded", "-n", "100", "--json")
+    assert code == 0, text
+    tail = json.loads(text)
+    rows = [dict(zip(tail["columns"], r, strict=True)) for r in tail["rows"]]
+    assert 777.0 in {r["value"] for r in rows}, rows
+    assert all(str(r["to"]).lower() == contract.lower() for r in rows if r["value"] == 777.0)
