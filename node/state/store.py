@@ -29,15 +29,14 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from coordinator.clock import Clock
 from node.app.rows import (
     VERIFICATION_OUTCOMES,
-    WORK_STATES,
     AcceptedHead,
     Attestation,
     Dispute,
@@ -49,24 +48,39 @@ from node.app.rows import (
     KeyRotationRecord,
     ObservationRecord,
     Peer,
-    Schedule,
     SplitView,
     Subscription,
     TrustOverride,
     TrustRecord,
     Verification,
     VerificationOutcome,
-    WorkItem,
-    WorkState,
 )
-from node.state.errors import InvalidStateValue, InvalidWorkTransition, WorkItemNotFound
+from node.state.base import (
+    HEAD_SELECT,
+    OBS_COLUMNS,
+    OBS_SELECT,
+    PEER_SELECT,
+    SUB_SELECT,
+    accepted_head_from_row,
+    check_did,
+    check_head,
+    checked_limit,
+    chunks,
+    equal_filters,
+    is_int,
+    observation_from_row,
+    peer_from_row,
+    subscription_from_row,
+    to_json,
+)
+from node.state.errors import InvalidStateValue
 from node.state.migrations import migrate
+from node.state.work import WorkQueue
 
 if TYPE_CHECKING:
     from sqlite_utils import Database
 
 BUSY_TIMEOUT_MS = 5000
-_DID_PREFIX = "did:odf:"
 
 
 def content_id(envelope: bytes) -> str:
@@ -74,7 +88,7 @@ def content_id(envelope: bytes) -> str:
     return "f1620" + hashlib.sha3_256(envelope).hexdigest()
 
 
-class NodeState:
+class NodeState(WorkQueue):
     """The node's persistent state (see the module docstring for threading and durability)."""
 
     def __init__(self, conn: sqlite3.Connection, clock: Clock) -> None:
@@ -166,36 +180,6 @@ class NodeState:
             self._batching = False
         self._conn.execute("COMMIT")
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: BEGIN IMMEDIATE ... COMMIT, rolled back on any exception.
-
-        Inside :meth:`batch` it is a SAVEPOINT instead, released on success and rolled back
-        (alone) on an exception.
-        """
-        if self._batching:
-            self._conn.execute("SAVEPOINT write")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK TO write")
-                self._conn.execute("RELEASE write")
-                raise
-            self._conn.execute("RELEASE write")
-            return
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._conn
-        except BaseException:
-            if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
-
-    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
-        cur = self._conn.execute(sql, tuple(params))
-        return cast(list[sqlite3.Row], cur.fetchall())
-
     # -- subscriptions ----------------------------------------------------------------------
 
     def subscribe(
@@ -209,7 +193,7 @@ class NodeState:
         """Follow ``did``; idempotent. On an existing subscription, a non-None ``alias``,
         ``source_hint``, ``source_url`` or field of ``override`` replaces the stored one and
         None keeps it."""
-        _check_did(did)
+        check_did(did)
         now = self._clock()
         o = override or TrustOverride()
         attesters = None if o.trusted_attesters is None else json.dumps(list(o.trusted_attesters))
@@ -242,10 +226,10 @@ class NodeState:
     def record_trust(self, did: str, trust: TrustRecord, trusted_head: str | None) -> bool:
         """Store the trust state of ``did``'s newest judged head and, when not None, its newest
         trusted head; False when ``did`` is not followed (nothing stored)."""
-        _check_did(did)
-        _check_head(trust.head)
+        check_did(did)
+        check_head(trust.head)
         if trusted_head is not None:
-            _check_head(trusted_head)
+            check_head(trusted_head)
         record = {
             "head": trust.head,
             "state": trust.state,
@@ -270,7 +254,9 @@ class NodeState:
 
     def subscriptions(self) -> list[Subscription]:
         """All subscriptions, oldest first."""
-        return [_subscription(r) for r in self._rows(_SUB_SELECT + " ORDER BY created_ns, did")]
+        return [
+            subscription_from_row(r) for r in self._rows(SUB_SELECT + " ORDER BY created_ns, did")
+        ]
 
     def subscription_count(self) -> int:
         """Number of subscriptions (without reading them)."""
@@ -278,8 +264,8 @@ class NodeState:
 
     def subscription(self, did: str) -> Subscription | None:
         """The subscription of ``did``, if any."""
-        rows = self._rows(_SUB_SELECT + " WHERE did = ?", (did,))
-        return _subscription(rows[0]) if rows else None
+        rows = self._rows(SUB_SELECT + " WHERE did = ?", (did,))
+        return subscription_from_row(rows[0]) if rows else None
 
     # -- accepted heads ---------------------------------------------------------------------
 
@@ -295,9 +281,9 @@ class NodeState:
         """Store the head announced for ``did`` if (epoch, sequence) is strictly above the stored
         one (or none is stored); return whether it was stored. Equal positions are not stored:
         the same position with another head is an equivocation, for the caller to prove."""
-        _check_did(did)
-        _check_head(head)
-        if not (_is_int(epoch) and _is_int(sequence)) or epoch < 0 or sequence < 0:
+        check_did(did)
+        check_head(head)
+        if not (is_int(epoch) and is_int(sequence)) or epoch < 0 or sequence < 0:
             raise InvalidStateValue(
                 f"epoch and sequence must be ints >= 0: {epoch!r}, {sequence!r}"
             )
@@ -319,12 +305,12 @@ class NodeState:
 
     def accepted_head(self, did: str) -> AcceptedHead | None:
         """The accepted head of ``did``, if any."""
-        rows = self._rows(_HEAD_SELECT + " WHERE did = ?", (did,))
-        return _accepted_head(rows[0]) if rows else None
+        rows = self._rows(HEAD_SELECT + " WHERE did = ?", (did,))
+        return accepted_head_from_row(rows[0]) if rows else None
 
     def accepted_heads(self) -> list[AcceptedHead]:
         """Accepted heads of every DID, ordered by DID."""
-        return [_accepted_head(r) for r in self._rows(_HEAD_SELECT + " ORDER BY did")]
+        return [accepted_head_from_row(r) for r in self._rows(HEAD_SELECT + " ORDER BY did")]
 
     # -- verifications ----------------------------------------------------------------------
 
@@ -337,8 +323,8 @@ class NodeState:
         engine_seconds: float,
     ) -> Verification:
         """Record the outcome of verifying (did, head); a later record replaces an earlier one."""
-        _check_did(did)
-        _check_head(head)
+        check_did(did)
+        check_head(head)
         if outcome not in VERIFICATION_OUTCOMES:
             raise InvalidStateValue(
                 f"outcome must be one of {sorted(VERIFICATION_OUTCOMES)}, got {outcome!r}"
@@ -401,8 +387,8 @@ class NodeState:
         """Store an attestation; False if the same envelope (by content id) is already stored,
         or the caps evicted it at once. ``trusted``: the keys whose evidence of ``did`` is kept
         (never evicted nor counted); ``caps``: bound the others' (:meth:`_bound`)."""
-        _check_did(did)
-        _check_head(head)
+        check_did(did)
+        check_head(head)
         with self._tx() as c:
             self._keep(c, "attestations", did, trusted)
             cur = c.execute(
@@ -427,11 +413,11 @@ class NodeState:
         self, did: str | None = None, head: str | None = None, limit: int = 100
     ) -> list[Attestation]:
         """Attestations, newest first, optionally for one DID and/or head, at most ``limit``."""
-        where, params = _filters(("did", did), ("head", head))
+        where, params = equal_filters(("did", did), ("head", head))
         rows = self._rows(
             "SELECT id, content_id, did, head, verdict, signer, envelope, own, received_ns"
             f" FROM attestations{where} ORDER BY id DESC LIMIT ?",
-            [*params, _limit(limit)],
+            [*params, checked_limit(limit)],
         )
         return [
             Attestation(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bool(r[7]), r[8])
@@ -449,11 +435,13 @@ class NodeState:
             " FROM attestations WHERE did = ? AND head = ?"
         )
         rows = list(
-            self._rows(select + " AND own = 0 ORDER BY id LIMIT ?", (did, head, _limit(limit)))
+            self._rows(
+                select + " AND own = 0 ORDER BY id LIMIT ?", (did, head, checked_limit(limit))
+            )
         )
         rows += self._rows(select + " AND own = 1", (did, head))
         ids = {r[0] for r in rows}
-        for chunk in _chunks(sorted(set(signers)), 500):
+        for chunk in chunks(sorted(set(signers)), 500):
             marks = ", ".join("?" * len(chunk))
             extra = self._rows(select + f" AND signer IN ({marks})", (did, head, *chunk))
             rows += [r for r in extra if r[0] not in ids]
@@ -632,8 +620,8 @@ class NodeState:
     ) -> bool:
         """Store a dispute; False if the same envelope (by content id) is already stored, or
         the caps evicted it at once. ``trusted`` and ``caps`` as for :meth:`add_attestation`."""
-        _check_did(did)
-        _check_head(head)
+        check_did(did)
+        check_head(head)
         with self._tx() as c:
             self._keep(c, "disputes", did, trusted)
             cur = c.execute(
@@ -661,7 +649,7 @@ class NodeState:
         key kept (never evicted nor counted from now on): at start-up and when a dataset's trusted
         attesters change, so that no eviction of another dataset's flood reaches them before
         evidence of ``did`` arrives again."""
-        _check_did(did)
+        check_did(did)
         with self._tx() as c:
             for table in ("attestations", "disputes", "observations"):
                 self._keep(c, table, did, trusted)
@@ -671,7 +659,7 @@ class NodeState:
         """Mark the stored evidence of ``did`` by ``trusted`` keys kept, before any eviction: a
         key the operator trusts since it was stored must not lose it (an index lookup per key,
         nothing to update once marked)."""
-        for chunk in _chunks(sorted(set(trusted)), 500):
+        for chunk in chunks(sorted(set(trusted)), 500):
             marks = ", ".join("?" * len(chunk))
             c.execute(
                 f"UPDATE {table} SET kept = 1"
@@ -721,11 +709,11 @@ class NodeState:
 
     def disputes(self, did: str | None = None, limit: int = 100) -> list[Dispute]:
         """Disputes, newest first, optionally for one DID, at most ``limit``."""
-        where, params = _filters(("did", did))
+        where, params = equal_filters(("did", did))
         rows = self._rows(
             "SELECT id, content_id, did, head, kind, signer, envelope, own, detail, received_ns"
             f" FROM disputes{where} ORDER BY id DESC LIMIT ?",
-            [*params, _limit(limit)],
+            [*params, checked_limit(limit)],
         )
         return [
             Dispute(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bool(r[7]), r[8], r[9])
@@ -749,9 +737,9 @@ class NodeState:
             "SELECT id, content_id, did, head, kind, signer, envelope, own, detail, received_ns"
             " FROM disputes WHERE did = ? AND head = ? AND own = 0"
         )
-        rows = list(self._rows(select + " ORDER BY id LIMIT ?", (did, head, _limit(limit))))
+        rows = list(self._rows(select + " ORDER BY id LIMIT ?", (did, head, checked_limit(limit))))
         ids = {r[0] for r in rows}
-        for chunk in _chunks(sorted(set(signers)), 500):
+        for chunk in chunks(sorted(set(signers)), 500):
             marks = ", ".join("?" * len(chunk))
             extra = self._rows(select + f" AND signer IN ({marks})", (did, head, *chunk))
             rows += [r for r in extra if r[0] not in ids]
@@ -765,7 +753,7 @@ class NodeState:
     def datasets_signed_by(self, signers: Sequence[str]) -> list[str]:
         """The datasets with an attestation or a dispute by one of ``signers`` (node ids)."""
         out: set[str] = set()
-        for chunk in _chunks(sorted(set(signers)), 500):
+        for chunk in chunks(sorted(set(signers)), 500):
             marks = ", ".join("?" * len(chunk))
             rows = self._rows(
                 f"SELECT did FROM attestations WHERE signer IN ({marks})"
@@ -795,8 +783,8 @@ class NodeState:
         caps evicted it at once. Strangers' observations are bounded like their evidence
         (:meth:`add_attestation`: ``trusted`` keys' are kept, ``caps`` bound the others'; the
         node's own, and those a split view names, are never evicted)."""
-        _check_did(did)
-        _check_head(head)
+        check_did(did)
+        check_head(head)
         with self._tx() as c:
             self._keep(c, "observations", did, trusted)
             cur = c.execute(
@@ -824,11 +812,11 @@ class NodeState:
         self, did: str | None = None, source: str | None = None, limit: int = 100
     ) -> list[ObservationRecord]:
         """Observations, newest first, optionally of one DID and source, at most ``limit``."""
-        where, params = _filters(("did", did), ("source", source))
+        where, params = equal_filters(("did", did), ("source", source))
         rows = self._rows(
-            f"{_OBS_SELECT}{where} ORDER BY id DESC LIMIT ?", [*params, _limit(limit)]
+            f"{OBS_SELECT}{where} ORDER BY id DESC LIMIT ?", [*params, checked_limit(limit)]
         )
-        return [_observation(r) for r in rows]
+        return [observation_from_row(r) for r in rows]
 
     def add_split_view(self, did: str, source: str, first: str, second: str, detail: str) -> bool:
         """Record a split view between two stored observations (content ids, in either order).
@@ -838,7 +826,7 @@ class NodeState:
         ``last_seen_ns`` bumped instead, so a source that stays diverged is one record, not one
         per poll. True if the record is new.
         """
-        _check_did(did)
+        check_did(did)
         a, b = sorted((first, second))
         now = self._clock()
         with self._tx() as c:
@@ -868,24 +856,24 @@ class NodeState:
 
     def split_views(self, did: str | None = None, limit: int = 100) -> list[SplitView]:
         """Split views, newest first, with both observations (optionally of one DID)."""
-        where, params = _filters(("s.did", did))
-        cols = ", ".join(f"{t}.{c}" for t in ("a", "b") for c in _OBS_COLUMNS)
+        where, params = equal_filters(("s.did", did))
+        cols = ", ".join(f"{t}.{c}" for t in ("a", "b") for c in OBS_COLUMNS)
         rows = self._rows(
             f"SELECT s.id, s.did, s.source, s.detail, s.detected_ns, s.seen, s.last_seen_ns,"
             f" {cols} FROM split_views s"
             " JOIN observations a ON a.content_id = s.first"
             f" JOIN observations b ON b.content_id = s.second{where}"
             " ORDER BY s.id DESC LIMIT ?",
-            [*params, _limit(limit)],
+            [*params, checked_limit(limit)],
         )
-        n = len(_OBS_COLUMNS)
+        n = len(OBS_COLUMNS)
         return [
             SplitView(
                 int(r[0]),
                 r[1],
                 r[2],
-                _observation(tuple(r[7 : 7 + n])),
-                _observation(tuple(r[7 + n : 7 + 2 * n])),
+                observation_from_row(tuple(r[7 : 7 + n])),
+                observation_from_row(tuple(r[7 + n : 7 + 2 * n])),
                 r[3],
                 int(r[4]),
                 seen=int(r[5]),
@@ -896,7 +884,7 @@ class NodeState:
 
     def add_equivocation_proof(self, did: str, envelope: bytes) -> bool:
         """Store an equivocation proof; False if the same envelope is already stored."""
-        _check_did(did)
+        check_did(did)
         with self._tx() as c:
             cur = c.execute(
                 """INSERT INTO equivocation_proofs (content_id, did, envelope, received_ns)
@@ -907,7 +895,7 @@ class NodeState:
 
     def equivocation_proofs(self, did: str | None = None) -> list[EquivocationProof]:
         """Equivocation proofs in the order received, optionally for one DID."""
-        where, params = _filters(("did", did))
+        where, params = equal_filters(("did", did))
         rows = self._rows(
             "SELECT id, content_id, did, envelope, received_ns"
             f" FROM equivocation_proofs{where} ORDER BY id",
@@ -946,12 +934,15 @@ class NodeState:
 
     def peer(self, peer_id: str) -> Peer | None:
         """One peer, if known."""
-        rows = self._rows(_PEER_SELECT + " WHERE peer_id = ?", (peer_id,))
-        return _peer(rows[0]) if rows else None
+        rows = self._rows(PEER_SELECT + " WHERE peer_id = ?", (peer_id,))
+        return peer_from_row(rows[0]) if rows else None
 
     def peers(self) -> list[Peer]:
         """All known peers, most recently seen first."""
-        return [_peer(r) for r in self._rows(_PEER_SELECT + " ORDER BY last_seen_ns DESC, peer_id")]
+        return [
+            peer_from_row(r)
+            for r in self._rows(PEER_SELECT + " ORDER BY last_seen_ns DESC, peer_id")
+        ]
 
     # -- event log --------------------------------------------------------------------------
 
@@ -960,7 +951,7 @@ class NodeState:
         never reused, also after :meth:`prune_events`)."""
         if not kind:
             raise InvalidStateValue("event kind must not be empty")
-        payload = _to_json(data, "event data")
+        payload = to_json(data, "event data")
         with self._tx() as c:
             cur = c.execute(
                 "INSERT INTO events (ts_ns, kind, did, data) VALUES (?, ?, ?, ?)",
@@ -970,11 +961,11 @@ class NodeState:
 
     def events(self, after_id: int = 0, limit: int = 100, kind: str | None = None) -> list[Event]:
         """Events with id > ``after_id``, oldest first, at most ``limit`` (page by the last id)."""
-        where, params = _filters(("kind", kind))
+        where, params = equal_filters(("kind", kind))
         where = (where + " AND" if where else " WHERE") + " id > ?"
         rows = self._rows(
             f"SELECT id, ts_ns, kind, did, data FROM events{where} ORDER BY id LIMIT ?",
-            [*params, after_id, _limit(limit)],
+            [*params, after_id, checked_limit(limit)],
         )
         return [Event(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
 
@@ -986,7 +977,7 @@ class NodeState:
             where, params = " WHERE substr(kind, 1, ?) = ?", [len(kind_prefix), kind_prefix]
         rows = self._rows(
             f"SELECT id, ts_ns, kind, did, data FROM events{where} ORDER BY id DESC LIMIT ?",
-            [*params, _limit(limit)],
+            [*params, checked_limit(limit)],
         )
         return [Event(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
 
@@ -1005,256 +996,12 @@ class NodeState:
                 )
         return cur.rowcount
 
-    # -- work queue -------------------------------------------------------------------------
-
-    def enqueue(
-        self,
-        kind: str,
-        did: str,
-        head: str | None,
-        payload: Mapping[str, object],
-        *,
-        dedupe: bool = True,
-        not_before_ns: int | None = None,
-    ) -> WorkItem:
-        """Add a pending work item, runnable from ``not_before_ns`` (default: now).
-
-        With ``dedupe`` (the default), if a live (pending or claimed) item with the same
-        (kind, did, head) exists, it is returned unchanged and nothing is added.
-        """
-        if not kind:
-            raise InvalidStateValue("work kind must not be empty")
-        _check_did(did)
-        if head is not None:
-            _check_head(head)
-        body = _to_json(payload, "work payload")
-        key = json.dumps([kind, did, head]) if dedupe else None
-        now = self._clock()
-        runnable = now if not_before_ns is None else not_before_ns
-        with self._tx() as c:
-            if key is not None:
-                existing = c.execute(
-                    _WORK_SELECT + " WHERE dedupe_key = ? AND state IN ('pending', 'claimed')",
-                    (key,),
-                ).fetchone()
-                if existing is not None:
-                    return _work(existing)
-            cur = c.execute(
-                """INSERT INTO work (kind, did, head, payload, dedupe_key, state, attempts,
-                                     not_before_ns, created_ns, updated_ns)
-                   VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)""",
-                (kind, did, head, body, key, runnable, now, now),
-            )
-            item_id = int(cast(int, cur.lastrowid))
-        return WorkItem(
-            id=item_id,
-            kind=kind,
-            did=did,
-            head=head,
-            payload=json.loads(body),
-            state="pending",
-            attempts=0,
-            not_before_ns=runnable,
-            created_ns=now,
-            updated_ns=now,
-        )
-
-    def claim(
-        self,
-        now_ns: int,
-        kinds: Iterable[str] | None = None,
-        exclude_dids: Iterable[str] = frozenset(),
-    ) -> WorkItem | None:
-        """Claim the oldest runnable item and return it (state ``claimed``, attempts + 1).
-
-        Runnable: pending, ``not_before_ns <= now_ns``, of one of ``kinds`` (all if None), its
-        DID not in ``exclude_dids`` and no other item of its DID currently claimed — so work
-        on one dataset is serialised while different datasets proceed in parallel. ``now_ns``
-        decides runnability and is stored as ``claimed_ns``. A DID's later items are not held
-        back by an earlier item of it that waits for a retry.
-        """
-        conds = ["w.state = 'pending'", "w.not_before_ns <= ?"]
-        params: list[Any] = [now_ns]
-        if kinds is not None:
-            kind_list = list(kinds)
-            if not kind_list:
-                return None
-            conds.append(f"w.kind IN ({', '.join('?' * len(kind_list))})")
-            params.extend(kind_list)
-        excluded = list(exclude_dids)
-        if excluded:
-            conds.append(f"w.did NOT IN ({', '.join('?' * len(excluded))})")
-            params.extend(excluded)
-        conds.append(
-            "NOT EXISTS (SELECT 1 FROM work o WHERE o.did = w.did AND o.state = 'claimed')"
-        )
-        with self._tx() as c:
-            row = c.execute(
-                f"SELECT w.id FROM work w WHERE {' AND '.join(conds)} ORDER BY w.id LIMIT 1",
-                params,
-            ).fetchone()
-            if row is None:
-                return None
-            c.execute(
-                """UPDATE work SET state = 'claimed', attempts = attempts + 1, claimed_ns = ?,
-                     updated_ns = ? WHERE id = ?""",
-                (now_ns, self._clock(), row[0]),
-            )
-            claimed = c.execute(_WORK_SELECT + " WHERE id = ?", (row[0],)).fetchone()
-        return _work(claimed)
-
-    def complete(self, item_id: int) -> WorkItem:
-        """Mark a claimed item done."""
-        return self._transition(item_id, "complete", "done", None, None)
-
-    def fail(self, item_id: int, error: str, retry_at_ns: int | None) -> WorkItem:
-        """Record a failed attempt of a claimed item: back to pending, runnable from
-        ``retry_at_ns`` (see :func:`node.app.backoff.backoff_ns`), or, with None, give up
-        (state ``failed``)."""
-        target: WorkState = "failed" if retry_at_ns is None else "pending"
-        return self._transition(item_id, "fail", target, error, retry_at_ns)
-
-    def _transition(
-        self,
-        item_id: int,
-        action: str,
-        target: WorkState,
-        error: str | None,
-        retry_at_ns: int | None,
-    ) -> WorkItem:
-        now = self._clock()
-        with self._tx() as c:
-            row = c.execute("SELECT state FROM work WHERE id = ?", (item_id,)).fetchone()
-            if row is None:
-                raise WorkItemNotFound(item_id)
-            if row[0] != "claimed":
-                raise InvalidWorkTransition(item_id, row[0], action)
-            c.execute(
-                """UPDATE work SET state = ?, updated_ns = ?, claimed_ns = NULL,
-                     last_error = coalesce(?, last_error),
-                     not_before_ns = coalesce(?, not_before_ns)
-                   WHERE id = ?""",
-                (target, now, error, retry_at_ns, item_id),
-            )
-            updated = c.execute(_WORK_SELECT + " WHERE id = ?", (item_id,)).fetchone()
-        return _work(updated)
-
-    def release_claims(self) -> int:
-        """Return every claimed item to pending (call once at start-up: whoever claimed them
-        is dead). Their attempt stays counted. Returns how many were released."""
-        now = self._clock()
-        with self._tx() as c:
-            cur = c.execute(
-                """UPDATE work SET state = 'pending', claimed_ns = NULL, updated_ns = ?
-                   WHERE state = 'claimed'""",
-                (now,),
-            )
-        return cur.rowcount
-
-    def pending_count(self, kind: str | None = None) -> int:
-        """Number of pending items (runnable now or waiting for their retry time)."""
-        where, params = _filters(("kind", kind))
-        where = (where + " AND" if where else " WHERE") + " state = 'pending'"
-        row = self._conn.execute(f"SELECT count(*) FROM work{where}", params).fetchone()
-        return int(row[0])
-
-    def pending_counts(self) -> dict[str, int]:
-        """Pending items per kind, in one read (kinds with none are absent)."""
-        rows = self._conn.execute(
-            "SELECT kind, count(*) FROM work WHERE state = 'pending' GROUP BY kind"
-        ).fetchall()
-        return {str(k): int(n) for k, n in rows}
+    # -- status -----------------------------------------------------------------------------
 
     def status_counts(self) -> tuple[int, dict[str, int]]:
         """:meth:`subscription_count` and :meth:`pending_counts` in one call (``node.status``:
         one hand-over to the reader thread instead of two)."""
         return self.subscription_count(), self.pending_counts()
-
-    def work(self, state: WorkState | None = None, did: str | None = None) -> list[WorkItem]:
-        """Work items, oldest first, optionally filtered by state and/or DID."""
-        if state is not None and state not in WORK_STATES:
-            raise InvalidStateValue(f"state must be one of {sorted(WORK_STATES)}, got {state!r}")
-        where, params = _filters(("state", state), ("did", did))
-        return [_work(r) for r in self._rows(_WORK_SELECT + where + " ORDER BY id", params)]
-
-    def work_item(self, item_id: int) -> WorkItem | None:
-        """One work item by id."""
-        rows = self._rows(_WORK_SELECT + " WHERE id = ?", (item_id,))
-        return _work(rows[0]) if rows else None
-
-    def prune_work(self, finished_before_ns: int) -> int:
-        """Delete done and failed items last updated before ``finished_before_ns``."""
-        with self._tx() as c:
-            cur = c.execute(
-                "DELETE FROM work WHERE state IN ('done', 'failed') AND updated_ns < ?",
-                (finished_before_ns,),
-            )
-        return cur.rowcount
-
-    # -- flow schedules ---------------------------------------------------------------------
-
-    def set_schedule(
-        self,
-        did: str,
-        *,
-        every_s: float | None = None,
-        cron: str | None = None,
-        on_input: bool = False,
-        next_ns: int | None = None,
-        inputs_seen: dict[str, str] | None = None,
-    ) -> Schedule:
-        """Set ``did``'s flow trigger (replacing any): exactly one of ``every_s``, ``cron`` and
-        ``on_input``."""
-        _check_did(did)
-        if (every_s is not None) + (cron is not None) + bool(on_input) != 1:
-            raise InvalidStateValue("a schedule has exactly one of every_s, cron and on_input")
-        if every_s is not None and not every_s > 0:
-            raise InvalidStateValue("every_s must be > 0")
-        seen = _to_json(inputs_seen or {}, "schedule inputs")
-        now = self._clock()
-        with self._tx() as c:
-            c.execute(
-                """INSERT INTO schedules (did, every_s, cron, on_input, next_ns, inputs_seen,
-                                          created_ns, updated_ns)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                   ON CONFLICT (did) DO UPDATE SET
-                     every_s = excluded.every_s, cron = excluded.cron,
-                     on_input = excluded.on_input, next_ns = excluded.next_ns,
-                     inputs_seen = excluded.inputs_seen, updated_ns = excluded.updated_ns""",
-                (did, every_s, cron, int(on_input), next_ns, seen, now, now),
-            )
-        got = self.schedule(did)
-        assert got is not None
-        return got
-
-    def schedule_ran(
-        self, did: str, *, next_ns: int | None = None, inputs_seen: dict[str, str] | None = None
-    ) -> bool:
-        """Record that ``did``'s flow was queued: its next due time and/or the input heads it
-        was queued for (None keeps the stored value). False if ``did`` has no schedule."""
-        seen = None if inputs_seen is None else _to_json(inputs_seen, "schedule inputs")
-        with self._tx() as c:
-            cur = c.execute(
-                """UPDATE schedules SET next_ns = coalesce(?, next_ns),
-                     inputs_seen = coalesce(?, inputs_seen), updated_ns = ? WHERE did = ?""",
-                (next_ns, seen, self._clock(), did),
-            )
-        return cur.rowcount > 0
-
-    def remove_schedule(self, did: str) -> bool:
-        """Remove ``did``'s flow trigger; True if it had one (its runs' history stays)."""
-        with self._tx() as c:
-            cur = c.execute("DELETE FROM schedules WHERE did = ?", (did,))
-        return cur.rowcount > 0
-
-    def schedules(self) -> list[Schedule]:
-        """Every flow trigger, oldest first."""
-        return [_schedule(r) for r in self._rows(_SCHED_SELECT + " ORDER BY created_ns, did")]
-
-    def schedule(self, did: str) -> Schedule | None:
-        """``did``'s flow trigger, if any."""
-        rows = self._rows(_SCHED_SELECT + " WHERE did = ?", (did,))
-        return _schedule(rows[0]) if rows else None
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -1276,157 +1023,3 @@ def _configure(
     conn.execute("PRAGMA synchronous = FULL")
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute(f"PRAGMA cache_size = -{int(CACHE_KIB)}")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_did(did: str) -> None:
-    if not isinstance(did, str) or not did.startswith(_DID_PREFIX) or len(did) == len(_DID_PREFIX):
-        raise InvalidStateValue(f"expected a did:odf:... DID, got {did!r}")
-
-
-def _check_head(head: str) -> None:
-    if not isinstance(head, str) or not head:
-        raise InvalidStateValue(f"expected a multibase multihash head, got {head!r}")
-
-
-def _limit(limit: int) -> int:
-    if limit < 0:
-        raise InvalidStateValue(f"limit must be >= 0, got {limit}")
-    return limit
-
-
-def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
-    """``items`` in pieces of ``size`` (SQLite bounds the parameters of one statement)."""
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
-def _to_json(data: Mapping[str, object], what: str) -> str:
-    if not isinstance(data, Mapping):
-        raise InvalidStateValue(f"{what} must be a mapping, got {type(data).__name__}")
-    try:
-        return json.dumps(dict(data), sort_keys=True, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidStateValue(f"{what} is not JSON-serialisable: {exc}") from exc
-
-
-def _filters(*pairs: tuple[str, object]) -> tuple[str, list[Any]]:
-    """`` WHERE a = ? AND b = ?`` for the pairs whose value is not None (names are ours)."""
-    conds = [f"{name} = ?" for name, value in pairs if value is not None]
-    params = [value for _, value in pairs if value is not None]
-    return (" WHERE " + " AND ".join(conds) if conds else ""), params
-
-
-_SUB_SELECT = (
-    "SELECT did, alias, source_hint, created_ns, updated_ns, trust_policy, trust_k,"
-    " trust_attesters, trusted_head, trust, source_url FROM subscriptions"
-)
-_OBS_COLUMNS = (
-    "id",
-    "content_id",
-    "did",
-    "source",
-    "head",
-    "sequence",
-    "signer",
-    "envelope",
-    "own",
-    "observed_ns",
-    "received_ns",
-)
-_OBS_SELECT = f"SELECT {', '.join(_OBS_COLUMNS)} FROM observations"
-_HEAD_SELECT = (
-    "SELECT did, epoch, sequence, head, source_peer, envelope, accepted_ns FROM accepted_heads"
-)
-_PEER_SELECT = "SELECT peer_id, addrs, score, connected, first_seen_ns, last_seen_ns FROM peers"
-_SCHED_SELECT = (
-    "SELECT did, every_s, cron, on_input, next_ns, inputs_seen, created_ns, updated_ns"
-    " FROM schedules"
-)
-_WORK_SELECT = (
-    "SELECT id, kind, did, head, payload, state, attempts, not_before_ns, created_ns,"
-    " updated_ns, claimed_ns, last_error FROM work"
-)
-
-
-def _schedule(r: sqlite3.Row) -> Schedule:
-    did, every_s, cron, on_input, next_ns, seen, created, updated = r
-    try:
-        inputs_seen = json.loads(seen or "{}")
-    except ValueError:
-        # One damaged row must not make every schedule unreadable (docs/flows.md): its
-        # derivative is transformed once more, as if no input had been seen.
-        inputs_seen = {}
-    if not isinstance(inputs_seen, dict):
-        inputs_seen = {}
-    return Schedule(
-        did=did,
-        every_s=every_s,
-        cron=cron,
-        on_input=bool(on_input),
-        next_ns=next_ns,
-        inputs_seen=inputs_seen,
-        created_ns=created,
-        updated_ns=updated,
-    )
-
-
-def _subscription(r: sqlite3.Row) -> Subscription:
-    attesters = None if r[7] is None else tuple(json.loads(r[7]))
-    override = TrustOverride(r[5], None if r[6] is None else int(r[6]), attesters)
-    trust = None
-    if r[9] is not None:
-        t = json.loads(r[9])
-        trust = TrustRecord(
-            t["head"],
-            t["state"],
-            t.get("by"),
-            tuple(t.get("attesters") or ()),
-            t.get("evidence"),
-            tuple(t.get("disputed_by") or ()),
-        )
-    return Subscription(r[0], r[1], r[2], int(r[3]), int(r[4]), override, r[8], trust, r[10])
-
-
-def _observation(r: Any) -> ObservationRecord:
-    return ObservationRecord(
-        int(r[0]),
-        r[1],
-        r[2],
-        r[3],
-        r[4],
-        int(r[5]),
-        r[6],
-        bytes(r[7]),
-        bool(r[8]),
-        int(r[9]),
-        int(r[10]),
-    )
-
-
-def _accepted_head(r: sqlite3.Row) -> AcceptedHead:
-    return AcceptedHead(r[0], int(r[1]), int(r[2]), r[3], r[4], bytes(r[5]), int(r[6]))
-
-
-def _peer(r: sqlite3.Row) -> Peer:
-    return Peer(r[0], tuple(json.loads(r[1])), float(r[2]), bool(r[3]), int(r[4]), int(r[5]))
-
-
-def _work(r: sqlite3.Row) -> WorkItem:
-    return WorkItem(
-        id=int(r[0]),
-        kind=r[1],
-        did=r[2],
-        head=r[3],
-        payload=json.loads(r[4]),
-        state=cast(WorkState, r[5]),
-        attempts=int(r[6]),
-        not_before_ns=int(r[7]),
-        created_ns=int(r[8]),
-        updated_ns=int(r[9]),
-        claimed_ns=None if r[10] is None else int(r[10]),
-        last_error=r[11],
-    )
