@@ -145,6 +145,61 @@ def _lex_error(msg: str) -> SandboxViolation:
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*+)?\$")
 
 
+def _block_comment_end(sql: str, i: int) -> int:
+    """The index just past the (nested) ``/* ... */`` comment that starts at ``i``."""
+    n = len(sql)
+    depth, j = 1, i + 2
+    while j < n and depth:
+        if sql.startswith("/*", j):
+            depth, j = depth + 1, j + 2
+        elif sql.startswith("*/", j):
+            depth, j = depth - 1, j + 2
+        else:
+            j += 1
+    if depth:
+        raise _lex_error("unterminated comment")
+    return j
+
+
+def _string_literal_end(sql: str, start: int, *, escapes: bool) -> int:
+    """The index of the quote closing the string literal opened at ``start``.
+
+    ``''`` is a quote inside the literal; with ``escapes`` (``E'...'``) so is ``\\'``.
+    """
+    n = len(sql)
+    j = start + 1
+    while True:
+        if j >= n:
+            raise _lex_error("unterminated string literal")
+        if escapes and sql[j] == "\\":
+            j += 2
+            continue
+        if sql[j] == "'":
+            if j + 1 < n and sql[j + 1] == "'":
+                j += 2
+                continue
+            return j
+        j += 1
+
+
+def _quoted_identifier(sql: str, i: int) -> tuple[str, int]:
+    """The name quoted by ``sql[i]`` (a doubled quote stands for itself) and its closing quote."""
+    q, n = sql[i], len(sql)
+    j = i + 1
+    buf = []
+    while True:
+        if j >= n:
+            raise _lex_error("unterminated quoted identifier")
+        if sql[j] == q:
+            if j + 1 < n and sql[j + 1] == q:
+                buf.append(q)
+                j += 2
+                continue
+            return "".join(buf), j
+        buf.append(sql[j])
+        j += 1
+
+
 def scan(sql: str) -> list[Token]:
     """Tokenise ``sql`` (comments dropped; words lower-cased; quoted names unquoted).
 
@@ -161,50 +216,15 @@ def scan(sql: str) -> list[Token]:
             j = sql.find("\n", i)
             i = n if j < 0 else j + 1
         elif sql.startswith("/*", i):
-            depth, j = 1, i + 2
-            while j < n and depth:
-                if sql.startswith("/*", j):
-                    depth, j = depth + 1, j + 2
-                elif sql.startswith("*/", j):
-                    depth, j = depth - 1, j + 2
-                else:
-                    j += 1
-            if depth:
-                raise _lex_error("unterminated comment")
-            i = j
+            i = _block_comment_end(sql, i)
         elif c == "'" or (c in "eEnNbBxXrR" and i + 1 < n and sql[i + 1] == "'"):
             start = i if c == "'" else i + 1
-            escapes = c in "eE"
-            j = start + 1
-            while True:
-                if j >= n:
-                    raise _lex_error("unterminated string literal")
-                if escapes and sql[j] == "\\":
-                    j += 2
-                    continue
-                if sql[j] == "'":
-                    if j + 1 < n and sql[j + 1] == "'":
-                        j += 2
-                        continue
-                    break
-                j += 1
+            j = _string_literal_end(sql, start, escapes=c in "eE")
             out.append(Token("string", sql[start + 1 : j]))
             i = j + 1
         elif c in ('"', "`"):
-            j = i + 1
-            buf = []
-            while True:
-                if j >= n:
-                    raise _lex_error("unterminated quoted identifier")
-                if sql[j] == c:
-                    if j + 1 < n and sql[j + 1] == c:
-                        buf.append(c)
-                        j += 2
-                        continue
-                    break
-                buf.append(sql[j])
-                j += 1
-            out.append(Token("quoted", "".join(buf)))
+            name, j = _quoted_identifier(sql, i)
+            out.append(Token("quoted", name))
             i = j + 1
         elif c == "$":
             m = _DOLLAR_TAG.match(sql, i)
