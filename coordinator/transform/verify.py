@@ -22,7 +22,7 @@ version-sensitive construct (:func:`~coordinator.transform.engines.version_sensi
 
 The engine runs ahead: while block k's output is hashed and compared, the next requests (which
 depend only on the chain) are already on the engine. A DataFusion replay sends its blocks in
-batches of up to :data:`DATAFUSION_BATCH` (one round trip each through
+batches of up to ``replay_plan.DATAFUSION_BATCH`` (one round trip each through
 ``execute_transform_batch`` when the engine has it; growing from 1, shrinking towards the end,
 capped by :data:`BATCH_INPUT_BYTES`), two batches ahead; other engines one block at a time, one
 block ahead. An engine with ``submit_transform_batch`` (the node's router) gets each batch from
@@ -51,8 +51,6 @@ from coordinator.storage.dataset import Dataset
 from coordinator.transform.engines import (
     DATAFUSION,
     candidate_versions,
-    normalize_engine,
-    version_sensitivity,
 )
 from coordinator.transform.model import (
     TransformInvalidQuery,
@@ -71,6 +69,7 @@ from coordinator.transform.plan import (
     hash_output,
     plan_replay,
 )
+from coordinator.transform.replay_plan import ReplayRunPlan, plan_replay_run
 from coordinator.verify import IntegrityReport, verify_integrity
 
 
@@ -81,11 +80,6 @@ class TransformEngine(Protocol):
         """Run one request; failures are responses, not exceptions."""
         ...
 
-
-DATAFUSION_BATCH = 8
-"""Blocks per engine round trip in a DataFusion replay. A DataFusion block of a few thousand
-rows takes the engine a few ms, as much as one gRPC call from Python; 8 makes the call's share
-small while a stop at a mismatch discards at most two batches of speculative work."""
 
 BATCH_INPUT_BYTES = 16 << 20
 """A batch stops growing once its blocks' input files reach this size: for big slices the
@@ -342,8 +336,8 @@ def replay_transforms(
         work_dir: scratch space for engine output (default: a temporary directory).
         listener: progress callback.
         ahead: run the next blocks' engine requests while judging the current one.
-        batch: blocks per engine round trip (default: :data:`DATAFUSION_BATCH` for DataFusion,
-            else 1); only with ``ahead``.
+        batch: blocks per engine round trip (default: ``replay_plan.DATAFUSION_BATCH`` for
+            DataFusion, else 1); only with ``ahead``.
         batches_ahead: batches in flight beyond the one being judged, for an engine with
             ``execute_transform_batch`` (others: one block ahead).
     """
@@ -351,107 +345,148 @@ def replay_transforms(
     cache = ChainCache()  # every block of every chain read once for the whole replay
     chain = list(cache.iter_blocks(dataset, report.head))
     chain.reverse()
-    set_transform: m.SetTransform | None = None
-    todo: list[tuple[Multihash, m.MetadataBlock, m.SetTransform]] = []
-    for h, b in chain:
-        if isinstance(b.event, m.SetTransform):
-            set_transform = b.event
-        elif isinstance(b.event, m.ExecuteTransform) and set_transform is not None:
-            todo.append((h, b, set_transform))
-    # kamu replays with the *current* SetTransform (transform evolution is a TODO there too).
-    current = set_transform
-    report.blocks_total = len(todo)
-    if current is not None:
-        precise = getattr(engine, "nondeterminism", None)
-        report.nondeterministic_reasons = (
-            tuple(precise(current.transform)) if callable(precise) else ()
-        ) or nondeterminism_reasons(current.transform)
+    precise = getattr(engine, "nondeterminism", None)
     versions_of = getattr(engine, "pinned_versions", None)
-    engine_name = normalize_engine(current.transform.engine) if current is not None else ""
-    available: tuple[str, ...] = (
-        tuple(versions_of(engine_name)) if callable(versions_of) and current is not None else ()
+
+    def reasons(transform: m.Transform) -> tuple[str, ...]:
+        engine_reasons = tuple(precise(transform)) if callable(precise) else ()
+        return engine_reasons or nondeterminism_reasons(transform)
+
+    plan = plan_replay_run(
+        chain,
+        reasons=reasons,
+        pinned_versions=versions_of if callable(versions_of) else None,
+        can_batch=callable(getattr(engine, "execute_transform_batch", None)),
+        ahead=ahead,
+        batch=batch,
+        batches_ahead=batches_ahead,
     )
-    if current is not None and engine_name == DATAFUSION:
-        report.version_sensitive_reasons = version_sensitivity(current.transform)
+    report.blocks_total = len(plan.todo)
+    report.nondeterministic_reasons = plan.nondeterministic_reasons
+    report.version_sensitive_reasons = plan.version_sensitive_reasons
     own_dir = work_dir is None
     scratch = Path(tempfile.mkdtemp(prefix="odf-replay-")) if work_dir is None else work_dir
-    # Engine requests in flight ahead of the block being judged: while the parent hashes and
-    # compares block k, the engine already runs the next blocks (their requests depend only on
-    # the chain, never on block k's outcome). Speculative runs are discarded if the replay stops.
-    # Interleaved A/B, 30 DataFusion blocks x 1,000 rows on the worker, 6 rounds at load ~12:
-    # median 24.7 ms/block one block ahead vs 32.3 serial (ahead faster in 5 of 6 rounds).
-    # A batching engine (the node's workers) gets batches, two ahead: the second is already
-    # planned and queued while the engine runs the first, so the engine does not wait for the
-    # parent's planning between batches. One thread calls the engine: calls stay in order.
-    size = max(
-        1, batch if batch is not None else DATAFUSION_BATCH if engine_name == DATAFUSION else 1
-    )
-    run_batch = getattr(engine, "execute_transform_batch", None)
-    if not ahead:
-        size = 1
-    depth = max(1, batches_ahead) if size > 1 and callable(run_batch) else 1
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="odf-replay")
-    # Output directories are reused round-robin: at most depth + 1 batches are unconsumed.
-    slots = (depth + 1) * size + 1
+    replayer = _Replayer(dataset, inputs, engine, plan, scratch, cache)
+    try:
+        replayer.replay(report, listener, ahead)
+    finally:
+        replayer.close(own_dir)
+    return report
 
-    def request_for(plan: TransformPlan, version: str | None) -> TransformRequest:
-        if version is None:
-            return plan.request
-        transform = replace(plan.request.transform, version=version)
-        return replace(plan.request, transform=transform)
 
-    def plan_one(k: int) -> _Launched:
-        _h, block, _ = todo[k]
-        paths = OutputPaths.under(scratch / f"slot{k % slots}")
+def _request_for(plan: TransformPlan, version: str | None) -> TransformRequest:
+    """The plan's request, pinned to the engine ``version`` (None: as planned)."""
+    if version is None:
+        return plan.request
+    transform = replace(plan.request.transform, version=version)
+    return replace(plan.request, transform=transform)
+
+
+def _fan_out(
+    batch_future: Future[list[TransformResponse]], futures: list[Future[TransformResponse]]
+) -> None:
+    """Settle each block's future from the batch's (its responses, or its error)."""
+
+    def done(f: Future[list[TransformResponse]]) -> None:
+        error = f.exception()
+        if error is not None:
+            for one in futures:
+                one.set_exception(error)
+            return
+        for one, r in zip(futures, f.result(), strict=True):
+            one.set_result(r)
+
+    batch_future.add_done_callback(done)
+
+
+@dataclass(slots=True)
+class _Judged:
+    """The runs of one block: the version that reproduced it, else what went wrong."""
+
+    reproduced: str | None = None
+    first_error: str | None = None
+    first_mismatch: m.ExecuteTransform | None = None
+    tried: list[str] = field(default_factory=list)
+
+
+class _Replayer:
+    """Carries out a :class:`ReplayRunPlan`: engine requests in flight ahead of the block
+    being judged (their requests depend only on the chain, never on a block's outcome), one
+    thread calling the engine so calls stay in order; speculative runs are discarded if the
+    replay stops.
+
+    Interleaved A/B, 30 DataFusion blocks x 1,000 rows on the worker, 6 rounds at load ~12:
+    median 24.7 ms/block one block ahead vs 32.3 serial (ahead faster in 5 of 6 rounds). A
+    batching engine (the node's workers) gets batches, two ahead: the second is already
+    planned and queued while the engine runs the first, so the engine does not wait for the
+    parent's planning between batches.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        inputs: Mapping[DatasetId, Dataset],
+        engine: TransformEngine,
+        plan: ReplayRunPlan,
+        scratch: Path,
+        cache: ChainCache,
+    ) -> None:
+        self.dataset, self.inputs, self.engine, self.plan = dataset, inputs, engine, plan
+        self.scratch, self.cache = scratch, cache
+        self.run_batch = getattr(engine, "execute_transform_batch", None)
+        self.submit = getattr(engine, "submit_transform_batch", None)
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="odf-replay")
+        self.in_flight: list[Future[list[TransformResponse]]] = []
+        self.pending: deque[_Launched] = deque()
+        self.launched = 0  # blocks planned so far
+        self.batches = 0  # batches launched so far
+        self.stopped = False  # a block could not be planned: launch nothing after it
+
+    def _plan_one(self, k: int) -> _Launched:
+        _h, block = self.plan.todo[k]
+        paths = OutputPaths.under(self.scratch / f"slot{k % self.plan.slots}")
         clear_outputs(paths)
+        current = self.plan.set_transform
         assert current is not None
         try:
-            plan = plan_replay(
-                dataset, inputs, block, paths=paths, set_transform=current, cache=cache
+            planned = plan_replay(
+                self.dataset,
+                self.inputs,
+                block,
+                paths=paths,
+                set_transform=current,
+                cache=self.cache,
             )
         except TransformError as e:
             return _Launched(paths=paths, error=str(e))
         candidates: tuple[str | None, ...] = (None,)
-        if engine_name == DATAFUSION and available:
-            candidates = candidate_versions(current.transform, block.system_time, available)
-        return _Launched(paths=paths, plan=plan, candidates=candidates)
+        if self.plan.engine_name == DATAFUSION and self.plan.available:
+            candidates = candidate_versions(
+                current.transform, block.system_time, self.plan.available
+            )
+        return _Launched(paths=paths, plan=planned, candidates=candidates)
 
-    submit = getattr(engine, "submit_transform_batch", None)
-    in_flight: list[Future[list[TransformResponse]]] = []
-
-    def fan_out(
-        batch_future: Future[list[TransformResponse]], futures: list[Future[TransformResponse]]
+    def _run(
+        self, requests: list[TransformRequest], futures: list[Future[TransformResponse]]
     ) -> None:
-        def done(f: Future[list[TransformResponse]]) -> None:
-            error = f.exception()
-            if error is not None:
-                for one in futures:
-                    one.set_exception(error)
-                return
-            for one, r in zip(futures, f.result(), strict=True):
-                one.set_result(r)
-
-        batch_future.add_done_callback(done)
-
-    def run(requests: list[TransformRequest], futures: list[Future[TransformResponse]]) -> None:
         try:
-            if callable(run_batch) and len(requests) > 1:
-                for f, r in zip(futures, run_batch(requests), strict=True):
+            if callable(self.run_batch) and len(requests) > 1:
+                for f, r in zip(futures, self.run_batch(requests), strict=True):
                     f.set_result(r)
             else:
                 for f, req in zip(futures, requests, strict=True):
-                    f.set_result(engine.execute_transform(req))
+                    f.set_result(self.engine.execute_transform(req))
         except BaseException as e:
             for f in futures:
                 if not f.done():
                     f.set_exception(e)
 
-    def launch(k0: int, n: int) -> list[_Launched]:
+    def _launch(self, k0: int, n: int) -> list[_Launched]:
         """Plan blocks ``k0``… (``n``, up to a planning failure) and submit their runs."""
         out: list[_Launched] = []
         input_bytes = 0
-        for k in range(k0, min(k0 + n, len(todo))):
-            out.append(plan_one(k))
+        for k in range(k0, min(k0 + n, len(self.plan.todo))):
+            out.append(self._plan_one(k))
             planned = out[-1].plan
             if planned is None:
                 break  # nothing after a block that cannot be planned is needed
@@ -465,129 +500,136 @@ def replay_transforms(
             for x, f in zip(runnable, futures, strict=True):
                 assert x.plan is not None
                 x.first = f
-                requests.append(request_for(x.plan, x.candidates[0]))
-            if callable(submit) and depth > 1:
+                requests.append(_request_for(x.plan, x.candidates[0]))
+            if callable(self.submit) and self.plan.depth > 1:
                 # A pipelining engine: the batch goes out now, behind the ones in flight.
-                batch_future = submit(requests)
-                in_flight.append(batch_future)
-                fan_out(batch_future, futures)
+                batch_future = self.submit(requests)
+                self.in_flight.append(batch_future)
+                _fan_out(batch_future, futures)
             else:
-                pool.submit(run, requests, futures)
+                self.pool.submit(self._run, requests, futures)
         return out
 
-    pending: deque[_Launched] = deque()
-    launched = 0  # blocks planned so far
-    batches = 0  # batches launched so far
-    stopped = False  # a block could not be planned: launch nothing after it
-
-    def launch_next() -> None:
-        nonlocal launched, batches, stopped
-        if stopped or launched >= len(todo):
+    def _launch_next(self) -> None:
+        if self.stopped or self.launched >= len(self.plan.todo):
             return
-        # Batches grow 1, 2, 4… up to ``size`` and shrink towards the end (at most half of
-        # what is left), so the engine starts at once and the parent's hashing of the last
-        # batch overlaps the engine's work on the ones after it.
-        n = min(size, 1 << min(batches, 16), max(1, (len(todo) - launched) // 2))
-        more = launch(launched, n)
-        batches += 1
-        launched += len(more)
-        stopped = any(x.plan is None for x in more)
-        pending.extend(more)
+        more = self._launch(self.launched, self.plan.next_batch(self.launched, self.batches))
+        self.batches += 1
+        self.launched += len(more)
+        self.stopped = any(x.plan is None for x in more)
+        self.pending.extend(more)
 
-    try:
-        launch_next()
-        for done, (h, block, _) in enumerate(todo, start=1):
-            if not pending:
-                launch_next()
-            cur = pending.popleft()
+    def replay(self, report: ReplayReport, listener: ReplayListener | None, ahead: bool) -> None:
+        """Judge the blocks in order, filling ``report``; stop at the first that fails."""
+        plan = self.plan
+        self._launch_next()
+        for done, (h, block) in enumerate(plan.todo, start=1):
+            if not self.pending:
+                self._launch_next()
+            cur = self.pending.popleft()
             published = block.event
             assert isinstance(published, m.ExecuteTransform)
             if cur.plan is None or cur.first is None:
                 report.verdict, report.error, report.error_block = Verdict.ERROR, cur.error, h
-                return report
-            plan, paths = cur.plan, cur.paths
+                return
             response = cur.first.result()
-            if ahead and len(pending) < depth * size:
-                launch_next()
-            first_error: str | None = None
-            first_mismatch: m.ExecuteTransform | None = None
-            reproduced: str | None = None
-            tried: list[str] = []
-            for attempt, version in enumerate(cur.candidates):
-                if version is not None:
-                    tried.append(version)
-                if attempt > 0:
-                    clear_outputs(paths)
-                    response = pool.submit(
-                        engine.execute_transform, request_for(plan, version)
-                    ).result()
-                if not isinstance(response, TransformSuccess):
-                    if first_error is None:
-                        kind = (
-                            "invalid query"
-                            if isinstance(response, TransformInvalidQuery)
-                            else "error"
-                        )
-                        at = f" (version {version})" if version else ""
-                        first_error = f"engine {kind}{at}: {response.message}"
-                    continue
-                try:
-                    output = hash_output(plan, response, physical_from=published.new_data)
-                except TransformError as e:
-                    first_error = first_error or str(e)
-                    continue
-                replayed = normalize_replayed(published, build_event(plan, response, output))
-                if replayed == published:
-                    reproduced = version or (available[0] if available else "")
-                    break
-                if first_mismatch is None:
-                    first_mismatch = replayed
-            _drop_outputs(paths)
-            if reproduced is None:
-                report.tried_versions = tuple(tried)
-                if first_mismatch is None:
-                    report.verdict = Verdict.ERROR
-                    report.error = first_error or "engine failed"
-                    report.error_block = h
-                    return report
-                report.mismatch = ReplayMismatch(
-                    block_hash=h,
-                    sequence_number=block.sequence_number,
-                    expected=published,
-                    actual=first_mismatch,
-                    differences=_differences(published, first_mismatch),
-                )
-                if report.version_sensitive_reasons:
-                    report.verdict = Verdict.INCONCLUSIVE
-                elif report.nondeterministic_reasons:
-                    report.verdict = Verdict.NOT_REPRODUCIBLE
-                else:
-                    report.verdict = Verdict.MISMATCH
-                return report
+            if ahead and len(self.pending) < plan.depth * plan.batch_size:
+                self._launch_next()
+            judged = self._judge(cur, response, published)
+            _drop_outputs(cur.paths)
+            if judged.reproduced is None:
+                _report_failure(report, judged, h, block, published)
+                return
             report.block_engines.append(
                 BlockEngine(
                     block_hash=h,
                     sequence_number=block.sequence_number,
-                    engine=engine_name,
-                    version=reproduced,
+                    engine=plan.engine_name,
+                    version=judged.reproduced,
                 )
             )
             report.blocks_replayed = done
             if listener is not None:
-                listener(done, len(todo), h)
-    finally:
-        # A speculative run still going is waited for (an engine call cannot be interrupted)
-        # before its output directory goes.
-        pool.shutdown(wait=True, cancel_futures=True)
-        for f in in_flight:
+                listener(done, len(plan.todo), h)
+
+    def _judge(
+        self, cur: _Launched, response: TransformResponse, published: m.ExecuteTransform
+    ) -> _Judged:
+        """Try the block's candidate versions until one reproduces ``published``."""
+        assert cur.plan is not None
+        plan, judged = cur.plan, _Judged()
+        for attempt, version in enumerate(cur.candidates):
+            if version is not None:
+                judged.tried.append(version)
+            if attempt > 0:
+                clear_outputs(cur.paths)
+                response = self.pool.submit(
+                    self.engine.execute_transform, _request_for(plan, version)
+                ).result()
+            if not isinstance(response, TransformSuccess):
+                if judged.first_error is None:
+                    kind = (
+                        "invalid query" if isinstance(response, TransformInvalidQuery) else "error"
+                    )
+                    at = f" (version {version})" if version else ""
+                    judged.first_error = f"engine {kind}{at}: {response.message}"
+                continue
+            try:
+                output = hash_output(plan, response, physical_from=published.new_data)
+            except TransformError as e:
+                judged.first_error = judged.first_error or str(e)
+                continue
+            replayed = normalize_replayed(published, build_event(plan, response, output))
+            if replayed == published:
+                available = self.plan.available
+                judged.reproduced = version or (available[0] if available else "")
+                break
+            if judged.first_mismatch is None:
+                judged.first_mismatch = replayed
+        return judged
+
+    def close(self, own_dir: bool) -> None:
+        """Wait for a speculative run still going (an engine call cannot be interrupted),
+        then remove the output directories."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        for f in self.in_flight:
             with contextlib.suppress(Exception):
                 f.result()
         if own_dir:
-            shutil.rmtree(scratch, ignore_errors=True)
+            shutil.rmtree(self.scratch, ignore_errors=True)
         else:
-            for k in range(min(slots, len(todo))):
-                shutil.rmtree(scratch / f"slot{k}", ignore_errors=True)
-    return report
+            for k in range(min(self.plan.slots, len(self.plan.todo))):
+                shutil.rmtree(self.scratch / f"slot{k}", ignore_errors=True)
+
+
+def _report_failure(
+    report: ReplayReport,
+    judged: _Judged,
+    h: Multihash,
+    block: m.MetadataBlock,
+    published: m.ExecuteTransform,
+) -> None:
+    """Fill ``report`` for a block no candidate version reproduced."""
+    report.tried_versions = tuple(judged.tried)
+    mismatch = judged.first_mismatch
+    if mismatch is None:
+        report.verdict = Verdict.ERROR
+        report.error = judged.first_error or "engine failed"
+        report.error_block = h
+        return
+    report.mismatch = ReplayMismatch(
+        block_hash=h,
+        sequence_number=block.sequence_number,
+        expected=published,
+        actual=mismatch,
+        differences=_differences(published, mismatch),
+    )
+    if report.version_sensitive_reasons:
+        report.verdict = Verdict.INCONCLUSIVE
+    elif report.nondeterministic_reasons:
+        report.verdict = Verdict.NOT_REPRODUCIBLE
+    else:
+        report.verdict = Verdict.MISMATCH
 
 
 def _size(path: Path) -> int:
