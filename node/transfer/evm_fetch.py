@@ -105,7 +105,7 @@ def event_selector(name: str, params: list[AbiParam]) -> bytes:
 
 def _decode_word(typ: str, word: bytes) -> Any:
     if typ == "address":
-        return "0x" + word[12:].hex()
+        return word[12:]  # 20 bytes, Binary as datafusion-ethers gives it
     if typ == "bool":
         return word[-1] != 0
     if typ.startswith("uint"):
@@ -395,16 +395,22 @@ def fetch_ethereum_logs(
 
 
 def _arrow_type(typ: str) -> Any:
+    """The decoded column's type as kamu's decoder (datafusion-ethers,
+    ``src/convert/decoded.rs``) gives it: addresses and bytes as Binary, 32- and 64-bit integers
+    as such, wider ones as decimal text; other widths (not decoded there) as 64-bit."""
     import pyarrow as pa
 
-    if typ in ("address", "string"):
+    if typ == "string":
         return pa.string()
     if typ == "bool":
         return pa.bool_()
-    if typ.startswith("uint"):
-        return pa.uint64() if int(typ[4:]) <= 64 else pa.string()
-    if typ.startswith("int"):
-        return pa.int64() if int(typ[3:]) <= 64 else pa.string()
+    for prefix, small, large in (
+        ("uint", pa.uint32(), pa.uint64()),
+        ("int", pa.int32(), pa.int64()),
+    ):
+        if typ.startswith(prefix):
+            bits = int(typ[len(prefix) :])
+            return small if bits == 32 else large if bits <= 64 else pa.string()
     return pa.binary()
 
 

@@ -60,7 +60,7 @@ def test_decode_static_and_dynamic_values() -> None:
     data = b"".join(head) + _word(len(text)) + text.ljust(32, b"\0")
     got = decode_event(params, [b"topic0", who], data)
     assert got == {
-        "who": "0x" + "11" * 20,
+        "who": bytes.fromhex("11" * 20),
         "small": 7,
         "neg": -5,
         "ok": True,
