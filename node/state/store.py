@@ -27,54 +27,39 @@ the file is in the operating system's cache, so a small page cache costs little.
 from __future__ import annotations
 
 import hashlib
-import json
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from coordinator.clock import Clock
 from node.app.rows import (
-    VERIFICATION_OUTCOMES,
-    AcceptedHead,
     Attestation,
     Dispute,
     EquivocationProof,
-    Event,
     EvidenceCaps,
     KeyInceptionRecord,
     KeyRevocationRecord,
     KeyRotationRecord,
     ObservationRecord,
-    Peer,
     SplitView,
-    Subscription,
-    TrustOverride,
-    TrustRecord,
-    Verification,
-    VerificationOutcome,
 )
 from node.state.base import (
-    HEAD_SELECT,
     OBS_COLUMNS,
     OBS_SELECT,
-    PEER_SELECT,
-    SUB_SELECT,
-    accepted_head_from_row,
     check_did,
     check_head,
     checked_limit,
     chunks,
     equal_filters,
-    is_int,
     observation_from_row,
-    peer_from_row,
-    subscription_from_row,
-    to_json,
 )
 from node.state.errors import InvalidStateValue
+from node.state.events import EventLog
+from node.state.heads import SubscriptionsAndHeads
 from node.state.migrations import migrate
+from node.state.peers import PeerBook
 from node.state.work import WorkQueue
 
 if TYPE_CHECKING:
@@ -88,7 +73,7 @@ def content_id(envelope: bytes) -> str:
     return "f1620" + hashlib.sha3_256(envelope).hexdigest()
 
 
-class NodeState(WorkQueue):
+class NodeState(SubscriptionsAndHeads, PeerBook, EventLog, WorkQueue):
     """The node's persistent state (see the module docstring for threading and durability)."""
 
     def __init__(self, conn: sqlite3.Connection, clock: Clock) -> None:
@@ -179,196 +164,6 @@ class NodeState(WorkQueue):
         finally:
             self._batching = False
         self._conn.execute("COMMIT")
-
-    # -- subscriptions ----------------------------------------------------------------------
-
-    def subscribe(
-        self,
-        did: str,
-        alias: str | None = None,
-        source_hint: str | None = None,
-        override: TrustOverride | None = None,
-        source_url: str | None = None,
-    ) -> Subscription:
-        """Follow ``did``; idempotent. On an existing subscription, a non-None ``alias``,
-        ``source_hint``, ``source_url`` or field of ``override`` replaces the stored one and
-        None keeps it."""
-        check_did(did)
-        now = self._clock()
-        o = override or TrustOverride()
-        attesters = None if o.trusted_attesters is None else json.dumps(list(o.trusted_attesters))
-        with self._tx() as c:
-            c.execute(
-                """INSERT INTO subscriptions (did, alias, source_hint, created_ns, updated_ns,
-                                              trust_policy, trust_k, trust_attesters, source_url)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                   ON CONFLICT (did) DO UPDATE SET
-                     alias = coalesce(excluded.alias, alias),
-                     source_hint = coalesce(excluded.source_hint, source_hint),
-                     source_url = coalesce(excluded.source_url, source_url),
-                     trust_policy = coalesce(excluded.trust_policy, trust_policy),
-                     trust_k = coalesce(excluded.trust_k, trust_k),
-                     trust_attesters = coalesce(excluded.trust_attesters, trust_attesters),
-                     updated_ns = CASE
-                       WHEN coalesce(excluded.alias, alias) IS NOT alias
-                         OR coalesce(excluded.source_hint, source_hint) IS NOT source_hint
-                         OR coalesce(excluded.source_url, source_url) IS NOT source_url
-                         OR excluded.trust_policy IS NOT NULL
-                         OR excluded.trust_k IS NOT NULL
-                         OR excluded.trust_attesters IS NOT NULL
-                       THEN excluded.updated_ns ELSE updated_ns END""",
-                (did, alias, source_hint, now, now, o.policy, o.k, attesters, source_url),
-            )
-        sub = self.subscription(did)
-        assert sub is not None
-        return sub
-
-    def record_trust(self, did: str, trust: TrustRecord, trusted_head: str | None) -> bool:
-        """Store the trust state of ``did``'s newest judged head and, when not None, its newest
-        trusted head; False when ``did`` is not followed (nothing stored)."""
-        check_did(did)
-        check_head(trust.head)
-        if trusted_head is not None:
-            check_head(trusted_head)
-        record = {
-            "head": trust.head,
-            "state": trust.state,
-            "by": trust.by,
-            "attesters": list(trust.attesters),
-            "evidence": trust.evidence,
-            "disputed_by": list(trust.disputed_by),
-        }
-        with self._tx() as c:
-            cur = c.execute(
-                """UPDATE subscriptions SET trust = ?, trusted_head = coalesce(?, trusted_head)
-                   WHERE did = ?""",
-                (json.dumps(record), trusted_head, did),
-            )
-        return cur.rowcount > 0
-
-    def unsubscribe(self, did: str) -> bool:
-        """Stop following ``did``; True if it was subscribed. Other rows (heads...) are kept."""
-        with self._tx() as c:
-            cur = c.execute("DELETE FROM subscriptions WHERE did = ?", (did,))
-        return cur.rowcount > 0
-
-    def subscriptions(self) -> list[Subscription]:
-        """All subscriptions, oldest first."""
-        return [
-            subscription_from_row(r) for r in self._rows(SUB_SELECT + " ORDER BY created_ns, did")
-        ]
-
-    def subscription_count(self) -> int:
-        """Number of subscriptions (without reading them)."""
-        return int(self._conn.execute("SELECT count(*) FROM subscriptions").fetchone()[0])
-
-    def subscription(self, did: str) -> Subscription | None:
-        """The subscription of ``did``, if any."""
-        rows = self._rows(SUB_SELECT + " WHERE did = ?", (did,))
-        return subscription_from_row(rows[0]) if rows else None
-
-    # -- accepted heads ---------------------------------------------------------------------
-
-    def record_accepted_head(
-        self,
-        did: str,
-        epoch: int,
-        sequence: int,
-        head: str,
-        source_peer: str | None,
-        envelope: bytes,
-    ) -> bool:
-        """Store the head announced for ``did`` if (epoch, sequence) is strictly above the stored
-        one (or none is stored); return whether it was stored. Equal positions are not stored:
-        the same position with another head is an equivocation, for the caller to prove."""
-        check_did(did)
-        check_head(head)
-        if not (is_int(epoch) and is_int(sequence)) or epoch < 0 or sequence < 0:
-            raise InvalidStateValue(
-                f"epoch and sequence must be ints >= 0: {epoch!r}, {sequence!r}"
-            )
-        now = self._clock()
-        with self._tx() as c:
-            cur = c.execute(
-                """INSERT INTO accepted_heads
-                     (did, epoch, sequence, head, source_peer, envelope, accepted_ns)
-                   VALUES (?, ?, ?, ?, ?, ?, ?)
-                   ON CONFLICT (did) DO UPDATE SET
-                     epoch = excluded.epoch, sequence = excluded.sequence, head = excluded.head,
-                     source_peer = excluded.source_peer, envelope = excluded.envelope,
-                     accepted_ns = excluded.accepted_ns
-                   WHERE (excluded.epoch, excluded.sequence)
-                         > (accepted_heads.epoch, accepted_heads.sequence)""",
-                (did, epoch, sequence, head, source_peer, bytes(envelope), now),
-            )
-        return cur.rowcount > 0
-
-    def accepted_head(self, did: str) -> AcceptedHead | None:
-        """The accepted head of ``did``, if any."""
-        rows = self._rows(HEAD_SELECT + " WHERE did = ?", (did,))
-        return accepted_head_from_row(rows[0]) if rows else None
-
-    def accepted_heads(self) -> list[AcceptedHead]:
-        """Accepted heads of every DID, ordered by DID."""
-        return [accepted_head_from_row(r) for r in self._rows(HEAD_SELECT + " ORDER BY did")]
-
-    # -- verifications ----------------------------------------------------------------------
-
-    def record_verification(
-        self,
-        did: str,
-        head: str,
-        outcome: VerificationOutcome,
-        detail: str,
-        engine_seconds: float,
-    ) -> Verification:
-        """Record the outcome of verifying (did, head); a later record replaces an earlier one."""
-        check_did(did)
-        check_head(head)
-        if outcome not in VERIFICATION_OUTCOMES:
-            raise InvalidStateValue(
-                f"outcome must be one of {sorted(VERIFICATION_OUTCOMES)}, got {outcome!r}"
-            )
-        if engine_seconds < 0:
-            raise InvalidStateValue(f"engine_seconds must be >= 0, got {engine_seconds}")
-        now = self._clock()
-        with self._tx() as c:
-            c.execute(
-                """INSERT INTO verifications
-                     (did, head, outcome, detail, engine_seconds, recorded_ns)
-                   VALUES (?, ?, ?, ?, ?, ?)
-                   ON CONFLICT (did, head) DO UPDATE SET
-                     outcome = excluded.outcome, detail = excluded.detail,
-                     engine_seconds = excluded.engine_seconds,
-                     recorded_ns = excluded.recorded_ns""",
-                (did, head, outcome, detail, float(engine_seconds), now),
-            )
-        return Verification(did, head, outcome, detail, float(engine_seconds), now)
-
-    def verification(self, did: str, head: str) -> Verification | None:
-        """The recorded outcome for (did, head), if any."""
-        rows = self._rows(
-            "SELECT did, head, outcome, detail, engine_seconds, recorded_ns FROM verifications"
-            " WHERE did = ? AND head = ?",
-            (did, head),
-        )
-        if not rows:
-            return None
-        r = rows[0]
-        return Verification(
-            r[0], r[1], cast(VerificationOutcome, r[2]), r[3], float(r[4]), int(r[5])
-        )
-
-    def verifications_of_heads(self) -> list[Verification]:
-        """The recorded outcome of every dataset's accepted head, in one read (the console)."""
-        rows = self._rows(
-            "SELECT v.did, v.head, v.outcome, v.detail, v.engine_seconds, v.recorded_ns"
-            " FROM verifications v JOIN accepted_heads a ON a.did = v.did AND a.head = v.head"
-        )
-        return [
-            Verification(r[0], r[1], cast(VerificationOutcome, r[2]), r[3], float(r[4]), int(r[5]))
-            for r in rows
-        ]
 
     # -- attestations, disputes, equivocation proofs ----------------------------------------
 
@@ -902,99 +697,6 @@ class NodeState(WorkQueue):
             params,
         )
         return [EquivocationProof(r[0], r[1], r[2], bytes(r[3]), r[4]) for r in rows]
-
-    # -- peers ------------------------------------------------------------------------------
-
-    def upsert_peer(
-        self,
-        peer_id: str,
-        addrs: list[str] | None = None,
-        score: float | None = None,
-        connected: bool = False,
-    ) -> Peer:
-        """Insert or update a peer and set ``last_seen_ns`` to now. None for ``addrs`` or
-        ``score`` keeps the stored value (an empty list / 0.0 for a new peer)."""
-        if not peer_id:
-            raise InvalidStateValue("peer_id must not be empty")
-        now = self._clock()
-        addrs_json = None if addrs is None else json.dumps(list(addrs))
-        with self._tx() as c:
-            c.execute(
-                """INSERT INTO peers
-                     (peer_id, addrs, score, connected, first_seen_ns, last_seen_ns)
-                   VALUES (?, coalesce(?, '[]'), coalesce(?, 0.0), ?, ?, ?)
-                   ON CONFLICT (peer_id) DO UPDATE SET
-                     addrs = coalesce(?, addrs), score = coalesce(?, score),
-                     connected = excluded.connected, last_seen_ns = excluded.last_seen_ns""",
-                (peer_id, addrs_json, score, int(bool(connected)), now, now, addrs_json, score),
-            )
-        peer = self.peer(peer_id)
-        assert peer is not None
-        return peer
-
-    def peer(self, peer_id: str) -> Peer | None:
-        """One peer, if known."""
-        rows = self._rows(PEER_SELECT + " WHERE peer_id = ?", (peer_id,))
-        return peer_from_row(rows[0]) if rows else None
-
-    def peers(self) -> list[Peer]:
-        """All known peers, most recently seen first."""
-        return [
-            peer_from_row(r)
-            for r in self._rows(PEER_SELECT + " ORDER BY last_seen_ns DESC, peer_id")
-        ]
-
-    # -- event log --------------------------------------------------------------------------
-
-    def log_event(self, kind: str, did: str | None, data: Mapping[str, object]) -> int:
-        """Append an event (``data`` must be JSON-serialisable); return its id (increasing,
-        never reused, also after :meth:`prune_events`)."""
-        if not kind:
-            raise InvalidStateValue("event kind must not be empty")
-        payload = to_json(data, "event data")
-        with self._tx() as c:
-            cur = c.execute(
-                "INSERT INTO events (ts_ns, kind, did, data) VALUES (?, ?, ?, ?)",
-                (self._clock(), kind, did, payload),
-            )
-        return int(cast(int, cur.lastrowid))
-
-    def events(self, after_id: int = 0, limit: int = 100, kind: str | None = None) -> list[Event]:
-        """Events with id > ``after_id``, oldest first, at most ``limit`` (page by the last id)."""
-        where, params = equal_filters(("kind", kind))
-        where = (where + " AND" if where else " WHERE") + " id > ?"
-        rows = self._rows(
-            f"SELECT id, ts_ns, kind, did, data FROM events{where} ORDER BY id LIMIT ?",
-            [*params, after_id, checked_limit(limit)],
-        )
-        return [Event(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
-
-    def recent_events(self, limit: int = 100, kind_prefix: str | None = None) -> list[Event]:
-        """The newest ``limit`` events (of kinds starting with ``kind_prefix``), newest first."""
-        where, params = "", []
-        if kind_prefix:
-            # substr, not LIKE: a prefix holding % or _ must not act as a pattern.
-            where, params = " WHERE substr(kind, 1, ?) = ?", [len(kind_prefix), kind_prefix]
-        rows = self._rows(
-            f"SELECT id, ts_ns, kind, did, data FROM events{where} ORDER BY id DESC LIMIT ?",
-            [*params, checked_limit(limit)],
-        )
-        return [Event(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
-
-    def prune_events(self, keep_last: int) -> int:
-        """Delete all but the newest ``keep_last`` events; return how many were deleted."""
-        if keep_last < 0:
-            raise InvalidStateValue(f"keep_last must be >= 0, got {keep_last}")
-        with self._tx() as c:
-            if keep_last == 0:
-                cur = c.execute("DELETE FROM events")
-            else:
-                cur = c.execute(
-                    """DELETE FROM events WHERE id < (
-                         SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET ?)""",
-                    (keep_last - 1,),
-                )
-        return cur.rowcount
 
     # -- status -----------------------------------------------------------------------------
 
