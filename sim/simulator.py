@@ -967,37 +967,14 @@ class Simulator:
         dur = sc.duration_s
         good_heads = [h for h in self.heads if h.good and h.honest_owner and not h.fork]
         bad_heads = [h for h in self.heads if not h.good]
-        # delivery: node accepted the head or a later one of the same dataset
-        delivered = total = 0
-        latest: dict[tuple[int, int], int] = {}
-        for n in honest:
-            for hid in n.accepted:
-                h = self.heads[hid]
-                key = (n.idx, h.dataset)
-                latest[key] = max(latest.get(key, -1), h.sequence)
-        horizon = self.now - int(min(60.0, dur / 10) * NS)  # heads still spreading at the end
-        for h in good_heads:
-            if h.published_ns > horizon:
-                continue
-            for n in honest:
-                total += 1
-                if latest.get((n.idx, h.dataset), -1) >= h.sequence:
-                    delivered += 1
+        delivered, total = self._delivery(honest, good_heads)
         trusted_pairs = sum(len(n.trusted) for n in honest)
         bad_trusted = sum(1 for n in honest for hid in n.trusted if not self.heads[hid].good)
         bad_pairs = sum(1 for n in honest for hid in n.accepted if not self.heads[hid].good)
         detect = sorted(
             (t - self.heads[hid].published_ns) / NS for n in honest for hid, t in n.detected.items()
         )
-        eq_times: list[float] = []
-        eq_all = True
-        for d, seq, t_pub in self.equivocations:
-            det = self.eq_detect.get((d, seq), {})
-            for n in honest:
-                if n.idx in det:
-                    eq_times.append(max(0.0, (det[n.idx] - t_pub) / NS))
-                elif n.online:
-                    eq_all = False
+        eq_times, eq_all = self._equivocation_detection(honest)
         engine = sum(n.engine_s for n in honest)
         # The nodes the policy under study runs on: honest nodes that neither attest (attesters
         # verify everything) nor own a dataset (an owner trusts its own heads at once).
@@ -1047,16 +1024,58 @@ class Simulator:
             "bandwidth_bytes_per_node_s": _r(sent / max(1, len(honest)) / dur),
             "counters": dict(self.c),
         }
-        t = self.eclipsed
-        if t is not None:
-            tn = self.nodes[t]
-            out["eclipse_target"] = {
-                "node": t,
-                "accepted_honest": sum(1 for hid in tn.accepted if self.heads[hid].honest_owner),
-                "trusted_bad": sum(1 for hid in tn.trusted if not self.heads[hid].good),
-                "good_heads_published": len(good_heads),
-            }
+        if self.eclipsed is not None:
+            out["eclipse_target"] = self._eclipse_report(self.eclipsed, good_heads)
         return out
+
+    def _delivery(self, honest: list[SimNode], good_heads: list[Head]) -> tuple[int, int]:
+        """(delivered, total) over (honest node, good head) pairs published before the horizon.
+
+        A node has a head when it accepted it or a later one of the same dataset; heads of the
+        last minute (or tenth of the run) are left out, still spreading at the end.
+        """
+        delivered = total = 0
+        latest: dict[tuple[int, int], int] = {}
+        for n in honest:
+            for hid in n.accepted:
+                h = self.heads[hid]
+                key = (n.idx, h.dataset)
+                latest[key] = max(latest.get(key, -1), h.sequence)
+        horizon = self.now - int(min(60.0, self.sc.duration_s / 10) * NS)
+        for h in good_heads:
+            if h.published_ns > horizon:
+                continue
+            for n in honest:
+                total += 1
+                if latest.get((n.idx, h.dataset), -1) >= h.sequence:
+                    delivered += 1
+        return delivered, total
+
+    def _equivocation_detection(self, honest: list[SimNode]) -> tuple[list[float], bool]:
+        """Seconds from each equivocation to each honest node's detection of it.
+
+        The flag says whether every honest node online at the end detected every equivocation.
+        """
+        eq_times: list[float] = []
+        eq_all = True
+        for d, seq, t_pub in self.equivocations:
+            det = self.eq_detect.get((d, seq), {})
+            for n in honest:
+                if n.idx in det:
+                    eq_times.append(max(0.0, (det[n.idx] - t_pub) / NS))
+                elif n.online:
+                    eq_all = False
+        return eq_times, eq_all
+
+    def _eclipse_report(self, t: int, good_heads: list[Head]) -> dict[str, int]:
+        """What the eclipsed node ``t`` accepted and trusted."""
+        tn = self.nodes[t]
+        return {
+            "node": t,
+            "accepted_honest": sum(1 for hid in tn.accepted if self.heads[hid].honest_owner),
+            "trusted_bad": sum(1 for hid in tn.trusted if not self.heads[hid].good),
+            "good_heads_published": len(good_heads),
+        }
 
 
 class _SimEffects:
