@@ -21,6 +21,7 @@ from node.app.rows import (
     WorkItem,
     WorkState,
 )
+from node.state.base import content_id
 from node.state.errors import (
     InvalidStateValue,
     InvalidWorkTransition,
@@ -30,7 +31,7 @@ from node.state.errors import (
     WorkItemNotFound,
 )
 from node.state.migrations import LATEST_VERSION, MIGRATIONS, Migration, migrate, schema_version
-from node.state.store import NodeState, content_id
+from node.state.store import NodeState
 
 __all__ = [
     "LATEST_VERSION",

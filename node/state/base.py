@@ -8,6 +8,7 @@ row converters.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -29,6 +30,11 @@ from node.app.rows import (
 from node.state.errors import InvalidStateValue
 
 _DID_PREFIX = "did:odf:"
+
+
+def content_id(envelope: bytes) -> str:
+    """Content id of an envelope: its sha3-256 multihash, multibase base16 (``f1620...``)."""
+    return "f1620" + hashlib.sha3_256(envelope).hexdigest()
 
 
 class StateCore:
