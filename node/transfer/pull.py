@@ -46,7 +46,6 @@ visible half-made dataset, and the next attempt re-uses everything already verif
 from __future__ import annotations
 
 import asyncio
-import enum
 import hashlib
 import logging
 import os
@@ -85,7 +84,6 @@ from coordinator.storage.fs import (
 from coordinator.storage.objects import FsObjectRepository
 from coordinator.storage.repository import DatasetRepository, check_alias_for, validate_alias
 from node.transfer.errors import (
-    DivergedHeads,
     InvalidRemoteChain,
     InvalidRemoteHead,
     ObjectHashMismatch,
@@ -99,6 +97,7 @@ from node.transfer.errors import (
 )
 from node.transfer.linked import LinkSummary, LinkSummaryError, link_choices, link_summary
 from node.transfer.policy import SourcePolicy
+from node.transfer.pull_plan import HeadComparison, PullDecision, decide_pull, staging_extends
 from node.transfer.sources import (
     SharedHttpSession,
     Source,
@@ -118,15 +117,6 @@ _FSYNC_WORKERS = 8
 
 # (relative path, store, content hash, recorded size) of a data part or checkpoint
 _DataObject = tuple[str, FsObjectRepository, Multihash, int]
-
-
-class HeadComparison(enum.Enum):
-    """How the local head relates to the remote one (kamu's ``CompareChainsResult``)."""
-
-    EQUAL = "equal"
-    LOCAL_AHEAD = "local-ahead"
-    LOCAL_BEHIND = "local-behind"
-    DIVERGED = "diverged"
 
 
 @dataclass(frozen=True)
@@ -874,6 +864,175 @@ def _seed_id(block: m.MetadataBlock, rel: str) -> DatasetId:
     return block.event.dataset_id
 
 
+#: (hash, bytes, decoded) of each block a pull adds, oldest first
+_NewBlocks = list[tuple[Multihash, bytes, m.MetadataBlock]]
+
+
+@dataclass(slots=True)
+class _LocalSide:
+    """The local end of a pull: the dataset ``alias`` names (``existing``), or a new dataset's
+    staging directory; ``ds`` is written, ``local_head`` is its head when the pull began."""
+
+    existing: Dataset | None
+    ds: Dataset
+    local_id: DatasetId
+    local_head: Multihash | None
+    local: _LocalChain
+    staging: Path | None
+
+    def drop_cache(self) -> None:
+        """Remove the pull's cache of fetched blocks."""
+        shutil.rmtree(self.ds.layout.root.joinpath(*_CACHE_DIR[:2]), ignore_errors=True)
+
+    def give_back(self) -> None:
+        """Refused for space: give back what the walk fetched (the blocks' cache, and a new
+        dataset's staging directory, which would otherwise wait for a later attempt)."""
+        self.drop_cache()
+        if self.staging is not None:
+            shutil.rmtree(self.staging, ignore_errors=True)
+
+    def cache(self) -> FsObjectRepository:
+        """The pull's cache of fetched blocks."""
+        return FsObjectRepository(self.ds.layout.root.joinpath(*_CACHE_DIR), durable=False)
+
+
+def _open_local(
+    repo: DatasetRepository, alias: str, source: Source, opts: PullOptions, staging_key: str | None
+) -> _LocalSide:
+    """The dataset ``alias`` names, or the staging directory a new dataset accumulates in."""
+    try:
+        handle = repo.resolve(alias)
+        existing = Dataset(handle.root, durable=opts.durable)
+    except DatasetNotFound:
+        key = staging_key or hashlib.sha256(source.description.encode()).hexdigest()[:20]
+        staging = repo.root / f"{_STAGING_PREFIX}{key}"
+        ds = _open_staging(staging, opts.durable)
+        head = ds.head()
+        # replaced by the remote dataset's id when the staging directory is adopted
+        unused = DatasetId.new_seeded_ed25519(b"unused")
+        return _LocalSide(None, ds, unused, head, _LocalChain(ds, head), staging)
+    head = existing.head()
+    return _LocalSide(existing, existing, handle.id, head, _LocalChain(existing, head), None)
+
+
+async def _walk_remote(
+    f: _Fetcher,
+    at: _LocalSide,
+    remote_head: Multihash,
+    spec: _Speculation | None,
+    durable: bool,
+) -> tuple[_NewBlocks, bool, FsObjectRepository, dict[Multihash, bytes]]:
+    """Fetch the remote blocks down to a local one: (new blocks oldest first, met a local
+    block?, block cache, prefetched blocks)."""
+    cache = at.cache()
+    mem = await _prefetch_blocks(f, cache, at.local, spec.offer if spec is not None else None)
+    new, met_local = await _walk(f, cache, remote_head, at.local, mem)
+    if at.existing is None and at.local_head is not None:
+        # A previous attempt committed in staging but died before the rename: keep it only if
+        # the remote extends it exactly, else start the staging dataset afresh.
+        extends = staging_extends(
+            met_local=met_local,
+            has_new=bool(new),
+            first_prev=new[0][2].prev_block_hash if new else None,
+            remote_head=remote_head,
+            local_head=at.local_head,
+        )
+        if not extends:
+            assert at.staging is not None
+            shutil.rmtree(at.staging)
+            at.ds = _open_staging(at.staging, durable)
+            cache = at.cache()
+            at.local_head, at.local = None, _LocalChain(at.ds, None)
+            new, met_local = await _walk(f, cache, remote_head, at.local, mem)
+    return new, met_local, cache, mem
+
+
+async def _older_blocks(
+    f: _Fetcher, cache: FsObjectRepository, h: Multihash | None, mem: dict[Multihash, bytes]
+) -> _NewBlocks:
+    """The blocks from ``h`` back to the ``Seed``, oldest first."""
+    older: _NewBlocks = []
+    while h is not None:
+        data, block = await _fetch_block(f, cache, h, mem)
+        older.append((h, data, block))
+        h = block.prev_block_hash
+    older.reverse()
+    return older
+
+
+async def _download_data(
+    f: _Fetcher,
+    ds: Dataset,
+    new: _NewBlocks,
+    spec: _Speculation | None,
+    sem: asyncio.Semaphore,
+    opts: PullOptions,
+) -> None:
+    """Data parts and checkpoints the new blocks name, bounded parallelism; then their linked
+    objects (RFC-017)."""
+    objects = _data_objects(ds, [b for _, _, b in new])
+    if spec is not None:
+        await spec.drop_unneeded({o[0] for o in objects})
+    todo = [
+        o for o in objects if (spec is not None and spec.started(o[0])) or not o[1].contains(o[2])
+    ]
+    if opts.admit is not None:
+        opts.admit(sum(o[3] for o in todo) + sum(len(d) for _, d, _ in new))
+    if todo:  # lets sources that can list map names to direct addresses (IPFS CIDs)
+        if spec is not None:  # its listing is already under way
+            await spec.settle_listing()
+        else:
+            await asyncio.gather(f.source.list_names("data"), f.source.list_names("checkpoints"))
+
+    async def one(obj: _DataObject) -> None:
+        started = spec.started(obj[0]) if spec is not None else None
+        if started is not None:
+            await started  # a failed speculative download fails the pull like any other
+            return
+        async with sem:
+            await f.download(*obj)
+
+    await _gather_all([one(o) for o in todo])
+    # Linked objects (RFC-017) are named inside the parts just verified; fetch them now.
+    await fetch_linked_objects(f, ds, new, sem)
+
+
+async def _commit_blocks(
+    ds: Dataset,
+    new: _NewBlocks,
+    local_head: Multihash | None,
+    state: ChainState,
+    durable: bool,
+) -> None:
+    """Data is in place: write the blocks, then move ``refs/head`` last."""
+    blocks = [d for _, d, _ in new]
+    hashes = [bh for bh, _, _ in new]
+    with ds.write_lock():
+        if new:  # else staging already holds the remote head (a crash hit before the rename)
+            # Every block was hashed and chain-checked above against the state at local_head;
+            # the compare-and-swap on refs/head refuses the commit if anyone moved it since.
+            await asyncio.to_thread(_write_blocks, ds.blocks, hashes, blocks, durable)
+            # The commit point, deliberately synchronous (one small atomic write): a pull
+            # cancelled at any await before it leaves refs/head, and so the dataset, exactly as
+            # it was (blocks written by content address belong to no chain until a ref names
+            # them), and no cancellation can land between the ref moving and the pull returning.
+            ds.refs.set(HEAD_REF, hashes[-1], expected=local_head)
+            remember_chain_state(state)  # validated above: the next pull folds from here
+
+
+def _adopt_staging(
+    repo: DatasetRepository, alias: str, staging: Path, remote_id: DatasetId, durable: bool
+) -> None:
+    """Name the staging dataset ``alias`` and move it where its id says."""
+    check_alias_for(alias, remote_id)
+    if repo.contains(alias):
+        raise DatasetAlreadyExists(f"a dataset named {alias!r} already exists")
+    atomic_write_bytes(staging / "info" / "alias", alias.encode("utf-8"), durable=durable)
+    staging.rename(repo.root / remote_id.as_multibase())
+    if durable:
+        fsync_dir(repo.root)
+
+
 async def pull(
     repo: DatasetRepository,
     source: Source,
@@ -900,207 +1059,119 @@ async def pull(
     validate_alias(alias)
     f = _Fetcher(source, opts)
     remote_head = await _first_contact(f)
-
-    existing: Dataset | None = None
-    local_id = DatasetId.new_seeded_ed25519(b"unused")  # replaced below when the alias exists
-    try:
-        handle = repo.resolve(alias)
-        existing = Dataset(handle.root, durable=opts.durable)
-        local_id = handle.id
-    except DatasetNotFound:
-        pass
-
-    if existing is not None:
-        ds = existing
-        local_head = ds.head()
-        if local_head == remote_head:
-            # A pull killed between its commit and its clean-up leaves its cache behind.
-            shutil.rmtree(ds.layout.root.joinpath(*_CACHE_DIR[:2]), ignore_errors=True)
-            return PullOutcome(alias, local_id, HeadComparison.EQUAL, local_head, local_head)
-        local = _LocalChain(ds, local_head)
-        if await local.contains(remote_head):
-            shutil.rmtree(ds.layout.root.joinpath(*_CACHE_DIR[:2]), ignore_errors=True)
-            return PullOutcome(alias, local_id, HeadComparison.LOCAL_AHEAD, local_head, local_head)
-        staging: Path | None = None
-    else:
-        key = staging_key or hashlib.sha256(source.description.encode()).hexdigest()[:20]
-        staging = repo.root / f"{_STAGING_PREFIX}{key}"
-        ds = _open_staging(staging, opts.durable)
-        local_head = ds.head()
-        local = _LocalChain(ds, local_head)
-
+    at = _open_local(repo, alias, source, opts, staging_key)
+    if at.existing is not None:
+        up_to_date = await _up_to_date(at, alias, remote_head)
+        if up_to_date is not None:
+            return up_to_date
     sem = asyncio.Semaphore(max(1, opts.parallel))
-    spec: _Speculation | None = None
-    if not local and opts.max_speculative_bytes > 0:
-        # Lets sources that can list map names to direct addresses (IPFS CIDs) meanwhile.
-        listing = asyncio.ensure_future(
-            asyncio.gather(source.list_names("data"), source.list_names("checkpoints"))
-        )
-        spec = _Speculation(f, ds, sem, opts.max_speculative_bytes, listing)
+    spec = _speculation(f, at, sem) if not at.local else None
     try:
-        cache = FsObjectRepository(ds.layout.root.joinpath(*_CACHE_DIR), durable=False)
-        mem = await _prefetch_blocks(f, cache, local, spec.offer if spec is not None else None)
-        new, met_local = await _walk(f, cache, remote_head, local, mem)
-        if existing is None and local_head is not None:
-            # A previous attempt committed in staging but died before the rename: keep it only if
-            # the remote extends it exactly, else start the staging dataset afresh.
-            extends = met_local and (
-                (not new and remote_head == local_head)
-                or (new and new[0][2].prev_block_hash == local_head)
-            )
-            if not extends:
-                assert staging is not None
-                shutil.rmtree(staging)
-                ds = _open_staging(staging, opts.durable)
-                cache = FsObjectRepository(ds.layout.root.joinpath(*_CACHE_DIR), durable=False)
-                local_head, local = None, _LocalChain(ds, None)
-                new, met_local = await _walk(f, cache, remote_head, local, mem)
-        if not met_local:
-            remote_id: DatasetId | None = _seed_id(new[0][2], f"blocks/{new[0][0]}")
-        elif existing is None:
-            remote_id = (await asyncio.to_thread(ds.state)).dataset_id
-        else:
-            remote_id = None
-
-        comparison = HeadComparison.LOCAL_BEHIND
-        forced = False
-        base_state = ChainState()
-        if existing is not None:
-            if not met_local:
-                if remote_id != local_id:
-                    raise DatasetAlreadyExists(
-                        f"{source.description} is dataset {remote_id}, but local {alias!r} is "
-                        f"{local_id}; pull it under another name (--as)"
-                    )
-                if local_head is not None:
-                    comparison = HeadComparison.DIVERGED
-                    if not force:
-                        raise DivergedHeads(
-                            f"local {alias!r} (head {local_head}) and {source.description} "
-                            f"(head {remote_head}) have diverged; use --force to replace the local "
-                            "chain"
-                        )
-                    forced = True
-            elif local_head != new[0][2].prev_block_hash:
-                # The walk met an older local block: remote forked off our history.
-                comparison = HeadComparison.DIVERGED
-                if not force:
-                    raise DivergedHeads(
-                        f"local {alias!r} (head {local_head}) and {source.description} (head "
-                        f"{remote_head}) have diverged; use --force to replace the local chain"
-                    )
-                forced = True
-                # Re-walk to the Seed so the whole remote chain is validated from scratch.
-                h = new[0][2].prev_block_hash
-                older: list[tuple[Multihash, bytes, m.MetadataBlock]] = []
-                while h is not None:
-                    data, block = await _fetch_block(f, cache, h, mem)
-                    older.append((h, data, block))
-                    h = block.prev_block_hash
-                older.reverse()
-                new = older + new
-            if not forced:
-                base_state = await asyncio.to_thread(ds.state)
-        else:
-            assert remote_id is not None
-            if met_local:
-                base_state = await asyncio.to_thread(ds.state)
-            try:
-                other = repo.resolve(remote_id.as_did_str())
-                raise DatasetAlreadyExists(
-                    f"{source.description} is dataset {remote_id}, already stored as "
-                    f"{other.alias!r}; pull with --as {other.alias}"
-                )
-            except DatasetNotFound:
-                pass
-
-        # -- validate before downloading any data ------------------------------------------------
-        state = await asyncio.to_thread(_validate_chain, base_state, new)
-
-        # -- data parts and checkpoints, bounded parallelism --------------------------------------
-        objects = _data_objects(ds, [b for _, _, b in new])
-        if spec is not None:
-            await spec.drop_unneeded({o[0] for o in objects})
-        todo = [
-            o
-            for o in objects
-            if (spec is not None and spec.started(o[0])) or not o[1].contains(o[2])
-        ]
-        if opts.admit is not None:
-            opts.admit(sum(o[3] for o in todo) + sum(len(d) for _, d, _ in new))
-        if todo:  # lets sources that can list map names to direct addresses (IPFS CIDs)
-            if spec is not None:  # its listing is already under way
-                await spec.settle_listing()
-            else:
-                await asyncio.gather(source.list_names("data"), source.list_names("checkpoints"))
-
-        async def one(obj: _DataObject) -> None:
-            started = spec.started(obj[0]) if spec is not None else None
-            if started is not None:
-                await started  # a failed speculative download fails the pull like any other
-                return
-            async with sem:
-                await f.download(*obj)
-
-        await _gather_all([one(o) for o in todo])
-        # Linked objects (RFC-017) are named inside the parts just verified; fetch them now.
-        await fetch_linked_objects(f, ds, new, sem)
+        new, met_local, cache, mem = await _walk_remote(f, at, remote_head, spec, opts.durable)
+        decision, remote_id = await _decide(repo, at, new, met_local, remote_head, force, alias, f)
+        if decision.rewalk_to_seed:
+            # Re-walk to the Seed so the whole remote chain is validated from scratch.
+            new = await _older_blocks(f, cache, new[0][2].prev_block_hash, mem) + new
+        base_state = await asyncio.to_thread(at.ds.state) if decision.base_from_local else None
+        # -- validate before downloading any data --
+        base = ChainState() if base_state is None else base_state
+        state = await asyncio.to_thread(_validate_chain, base, new)
+        await _download_data(f, at.ds, new, spec, sem, opts)
     except BaseException as e:
         if spec is not None:
             await spec.cancel_all()
         if isinstance(e, StorageBudgetExceeded):
-            # Refused for space: give back what the walk fetched (the blocks' cache, and a new
-            # dataset's staging directory, which would otherwise wait for a later attempt).
-            shutil.rmtree(ds.layout.root.joinpath(*_CACHE_DIR[:2]), ignore_errors=True)
-            if staging is not None:
-                shutil.rmtree(staging, ignore_errors=True)
+            at.give_back()
         raise
     if spec is not None:
         await spec.cancel_all()  # nothing left running; settles the listing
-
-    # -- commit: data is in place; blocks, then refs/head last --------------------------------
-    blocks = [d for _, d, _ in new]
-    hashes = [bh for bh, _, _ in new]
-    with ds.write_lock():
-        if new:  # else staging already holds the remote head (a crash hit before the rename)
-            # Every block was hashed and chain-checked above against the state at local_head;
-            # the compare-and-swap on refs/head refuses the commit if anyone moved it since.
-            await asyncio.to_thread(_write_blocks, ds.blocks, hashes, blocks, opts.durable)
-            # The commit point, deliberately synchronous (one small atomic write): a pull
-            # cancelled at any await before it leaves refs/head, and so the dataset, exactly as
-            # it was (blocks written by content address belong to no chain until a ref names
-            # them), and no cancellation can land between the ref moving and the pull returning.
-            ds.refs.set(HEAD_REF, hashes[-1], expected=local_head)
-            remember_chain_state(state)  # validated above: the next pull folds from here
-    shutil.rmtree(ds.layout.root.joinpath(*_CACHE_DIR[:2]), ignore_errors=True)
-
-    created = False
-    if existing is None:
-        assert staging is not None and remote_id is not None
-        check_alias_for(alias, remote_id)
-        if repo.contains(alias):
-            raise DatasetAlreadyExists(f"a dataset named {alias!r} already exists")
-        atomic_write_bytes(staging / "info" / "alias", alias.encode("utf-8"), durable=opts.durable)
-        staging.rename(repo.root / remote_id.as_multibase())
-        if opts.durable:
-            fsync_dir(repo.root)
-        created = True
+    await _commit_blocks(at.ds, new, at.local_head, state, opts.durable)
+    at.drop_cache()
+    did = at.local_id
+    if at.existing is None:
+        assert at.staging is not None and remote_id is not None
+        _adopt_staging(repo, alias, at.staging, remote_id, opts.durable)
         did = remote_id
-    else:
-        did = local_id
     return PullOutcome(
         alias,
         did,
-        comparison,
-        local_head,
-        ds.head() if existing is not None else remote_head,
-        created=created,
-        forced=forced,
+        decision.comparison,
+        at.local_head,
+        at.ds.head() if at.existing is not None else remote_head,
+        created=at.existing is None,
+        forced=decision.forced,
         blocks_fetched=f.stats.blocks_fetched,
         objects_downloaded=f.stats.objects,
         bytes_downloaded=f.stats.bytes,
         new_blocks=len(new),
     )
+
+
+def _speculation(f: _Fetcher, at: _LocalSide, sem: asyncio.Semaphore) -> _Speculation | None:
+    """Data downloads started while the blocks of a new dataset are fetched (None: off)."""
+    if f.opts.max_speculative_bytes <= 0:
+        return None
+    # Lets sources that can list map names to direct addresses (IPFS CIDs) meanwhile.
+    listing = asyncio.ensure_future(
+        asyncio.gather(f.source.list_names("data"), f.source.list_names("checkpoints"))
+    )
+    return _Speculation(f, at.ds, sem, f.opts.max_speculative_bytes, listing)
+
+
+async def _up_to_date(at: _LocalSide, alias: str, remote_head: Multihash) -> PullOutcome | None:
+    """The outcome when the local dataset already holds the remote head (else None)."""
+    local_head = at.local_head
+    if local_head == remote_head:
+        # A pull killed between its commit and its clean-up leaves its cache behind.
+        at.drop_cache()
+        return PullOutcome(alias, at.local_id, HeadComparison.EQUAL, local_head, local_head)
+    if await at.local.contains(remote_head):
+        at.drop_cache()
+        return PullOutcome(alias, at.local_id, HeadComparison.LOCAL_AHEAD, local_head, local_head)
+    return None
+
+
+async def _decide(
+    repo: DatasetRepository,
+    at: _LocalSide,
+    new: _NewBlocks,
+    met_local: bool,
+    remote_head: Multihash,
+    force: bool,
+    alias: str,
+    f: _Fetcher,
+) -> tuple[PullDecision, DatasetId | None]:
+    """The remote dataset's id (None: the local one) and the :func:`decide_pull` decision;
+    a new dataset's id must not be stored already."""
+    if not met_local:
+        remote_id: DatasetId | None = _seed_id(new[0][2], f"blocks/{new[0][0]}")
+    elif at.existing is None:
+        remote_id = (await asyncio.to_thread(at.ds.state)).dataset_id
+    else:
+        remote_id = None
+    decision = decide_pull(
+        existing=at.existing is not None,
+        met_local=met_local,
+        remote_id=remote_id,
+        local_id=at.local_id,
+        local_head=at.local_head,
+        remote_head=remote_head,
+        first_prev=new[0][2].prev_block_hash if new else None,
+        force=force,
+        alias=alias,
+        description=f.source.description,
+    )
+    if decision.check_id_free:
+        assert remote_id is not None
+        try:
+            other = repo.resolve(remote_id.as_did_str())
+        except DatasetNotFound:
+            return decision, remote_id
+        raise DatasetAlreadyExists(
+            f"{f.source.description} is dataset {remote_id}, already stored as "
+            f"{other.alias!r}; pull with --as {other.alias}"
+        )
+    return decision, remote_id
 
 
 async def pull_url(
