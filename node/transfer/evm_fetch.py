@@ -23,7 +23,6 @@ node does check it: if the block at the recorded number now has another hash the
 from __future__ import annotations
 
 import json
-import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -59,12 +58,34 @@ class AbiParam:
     indexed: bool
 
 
-_SIG = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\((.*)\)\s*$", re.S)
-_STATIC = re.compile(
-    r"^(address|bool|u?int(8|16|24|32|40|48|56|64|72|80|88|96|104|112|120|128|"
-    r"136|144|152|160|168|176|184|192|200|208|216|224|232|240|248|256)?|"
-    r"bytes([1-9]|[12][0-9]|3[0-2]))$"
-)
+_INT_WIDTHS = frozenset(range(8, 257, 8))
+_IDENT_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+_IDENT = _IDENT_START | frozenset("0123456789")
+
+
+def _is_static(typ: str) -> bool:
+    """An ABI static type decoded here: address, bool, (u)intN, bytesN (1..32)."""
+    if typ in ("address", "bool", "uint", "int"):
+        return True
+    for prefix in ("uint", "int"):
+        if typ.startswith(prefix) and typ[len(prefix) :].isdigit():
+            return int(typ[len(prefix) :]) in _INT_WIDTHS
+    if typ.startswith("bytes") and typ[5:].isdigit():
+        return 1 <= int(typ[5:]) <= 32
+    return False
+
+
+def _split_signature(signature: str) -> tuple[str, str] | None:
+    """``Name(body)`` -> ``(Name, body)``: the name an identifier, the body up to the last
+    ``)`` (linear; no regular expression runs on a source's text)."""
+    text = signature.strip()
+    open_at, close_at = text.find("("), text.rfind(")")
+    if open_at < 1 or close_at != len(text) - 1:
+        return None
+    name = text[:open_at].strip()
+    if not name or name[0] not in _IDENT_START or any(c not in _IDENT for c in name):
+        return None
+    return name, text[open_at + 1 : close_at]
 
 
 def parse_signature(signature: str) -> tuple[str, list[AbiParam]]:
@@ -74,10 +95,10 @@ def parse_signature(signature: str) -> tuple[str, list[AbiParam]]:
         FetchError: the signature does not parse, or a parameter's type is not decoded here
             (static types: address, bool, uintN, intN, bytesN; dynamic: string, bytes).
     """
-    m_ = _SIG.match(signature.replace("\n", " "))
-    if not m_:
+    parts = _split_signature(signature.replace("\n", " "))
+    if parts is None:
         raise FetchError(f"EthereumLogs signature {signature[:200]!r} does not parse")
-    name, body = m_.group(1), m_.group(2).strip()
+    name, body = parts[0], parts[1].strip()
     params: list[AbiParam] = []
     for i, part in enumerate(p.strip() for p in body.split(",") if p.strip()):
         words = part.split()
@@ -89,7 +110,7 @@ def parse_signature(signature: str) -> tuple[str, list[AbiParam]]:
             typ = "uint256"
         if typ == "int":
             typ = "int256"
-        if not (_STATIC.match(typ) or typ in ("string", "bytes")):
+        if not (_is_static(typ) or typ in ("string", "bytes")):
             raise FetchError(
                 f"EthereumLogs signature {signature[:200]!r}: parameter type {typ!r} is not "
                 "decoded by this node (address, bool, uintN, intN, bytesN, string, bytes are)"
@@ -162,10 +183,47 @@ class LogFilter:
     to_block: int | None = None
 
 
-_COND = re.compile(
-    r"^\s*(address|addr|topic[0-3]|block_number)\s*(=|>=|<=|>|<)\s*"
-    r"(0x[0-9a-fA-F]+|X'[0-9a-fA-F]+'|'0x[0-9a-fA-F]+'|[0-9]+)\s*$"
-)
+_COLUMNS = frozenset(("address", "addr", "topic0", "topic1", "topic2", "topic3", "block_number"))
+_OPERATORS = (">=", "<=", "=", ">", "<")  # two-character ones first
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _conditions(text: str) -> list[str]:
+    """The conditions of ``a AND b AND c`` (``and`` in any case, between whitespace)."""
+    out: list[list[str]] = [[]]
+    for word in text.split():
+        if word.lower() == "and":
+            out.append([])
+        else:
+            out[-1].append(word)
+    return [" ".join(words) for words in out]
+
+
+def _literal(value: str) -> str | None:
+    """A hex (``0x..``, ``X'..'``, ``'0x..'``) or decimal literal as written, else None."""
+    v = value.strip()
+    if v.isdigit():
+        return v
+    for start, end in (("0x", ""), ("X'", "'"), ("'0x", "'")):
+        if v.startswith(start) and v.endswith(end) and len(v) > len(start) + len(end):
+            digits = v[len(start) : len(v) - len(end)]
+            if all(c in _HEX for c in digits):
+                return v
+    return None
+
+
+def _condition(cond: str) -> tuple[str, str, str] | None:
+    """``column op literal`` of one condition, or None if it is not one this filter pushes
+    down (linear; no regular expression runs on a source's text)."""
+    for op in _OPERATORS:
+        at = cond.find(op)
+        if at < 0:
+            continue
+        col, val = cond[:at].strip(), _literal(cond[at + len(op) :])
+        if col in _COLUMNS and val is not None:
+            return col, op, val
+        return None
+    return None
 
 
 def parse_filter(text: str | None) -> LogFilter:
@@ -182,15 +240,15 @@ def parse_filter(text: str | None) -> LogFilter:
     address: str | None = None
     topics: list[str | None] = [None, None, None, None]
     lo, hi = 0, None
-    for cond in re.split(r"\s+and\s+", text.strip().strip("()"), flags=re.I):
-        m_ = _COND.match(cond.strip().strip("()"))
-        if not m_:
+    for cond in _conditions(text.strip().strip("()")):
+        found = _condition(cond.strip().strip("()"))
+        if found is None:
             raise FetchError(
                 f"EthereumLogs filter condition {cond[:100]!r} cannot be pushed down into an "
                 "eth_getLogs request (address, topic0..3 and block_number comparisons joined "
                 "with AND are): move it into the source's preprocess step"
             )
-        col, op, val = m_.groups()
+        col, op, val = found
         if col == "block_number":
             if not val.isdigit():
                 raise FetchError(f"EthereumLogs filter: block_number compared with {val!r}")
