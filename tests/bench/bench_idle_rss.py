@@ -69,7 +69,7 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
     out = {
         k: {
-            "median_mb": statistics.median(r.get(k, 0.0) for r in runs),
+            "median_mb": round(statistics.median(r.get(k, 0.0) for r in runs), 2),
             "runs_mb": [r.get(k, 0.0) for r in runs],
         }
         for k in ("daemon", "libp2p", "total", *(("ipfs", "whole") if args.ipfs else ()))
