@@ -508,7 +508,13 @@ def _zip(members: dict[str, bytes]) -> bytes:
 @pytest.mark.parametrize(
     ("name", "payload", "step"),
     [
-        ("data.csv.gz", gzip.compress(CSV), m.PrepStepDecompress(format=m.CompressionFormat.GZIP)),
+        # mtime=0: the bytes (and so the test's id) must not depend on the second they were
+        # made in, or two pytest-xdist workers collect different tests.
+        (
+            "data.csv.gz",
+            gzip.compress(CSV, mtime=0),
+            m.PrepStepDecompress(format=m.CompressionFormat.GZIP),
+        ),
         ("data.zip", _zip({"data.csv": CSV}), m.PrepStepDecompress(format=m.CompressionFormat.ZIP)),
         (
             "data.zip",
@@ -516,6 +522,7 @@ def _zip(members: dict[str, bytes]) -> bytes:
             m.PrepStepDecompress(format=m.CompressionFormat.ZIP, sub_path="dir/data.csv"),
         ),
     ],
+    ids=["gzip", "zip", "zip-sub-path"],
 )
 def test_decompress(tmp_path: Path, name: str, payload: bytes, step: m.PrepStep) -> None:
     src = tmp_path / name
