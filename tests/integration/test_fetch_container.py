@@ -20,9 +20,8 @@ from pathlib import Path
 import pytest
 from daemon_harness import NodeProcess
 from netns import require_loopback_only
-from typer.testing import CliRunner
+from polling_cli import head_of, pull, run
 
-from node.cli import app
 from node.transfer.container_fetch import find_runtime
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -76,11 +75,6 @@ def storage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield folder / "store"
 
 
-def run(home: Path, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, [*args, "--home", str(home)])
-    return result.exit_code, result.output
-
-
 def snapshot(name: str, image: str, script: str) -> str:
     return f"""\
 kind: DatasetSnapshot
@@ -112,18 +106,6 @@ def create(home: Path, tmp: Path, name: str, script: str, image: str = IMAGE) ->
     path.write_text(snapshot(name, image, script))
     code, text = run(home, "dataset", "create", str(path))
     assert code == 0, text
-
-
-def pull(home: Path, alias: str) -> tuple[int, dict[str, object] | str]:
-    code, text = run(home, "dataset", "pull", alias, "--json")
-    return (code, json.loads(text)) if code == 0 else (code, text)
-
-
-def head_of(home: Path, alias: str) -> str | None:
-    code, text = run(home, "dataset", "list", "--json")
-    assert code == 0, text
-    (row,) = [r for r in json.loads(text) if r["alias"] == alias]
-    return row["head"]  # type: ignore[no-any-return]
 
 
 @pytest.fixture

@@ -21,9 +21,7 @@ from pathlib import Path
 import pytest
 from daemon_harness import NodeProcess
 from netns import require_loopback_only
-from typer.testing import CliRunner
-
-from node.cli import app
+from polling_cli import head_of, pull, run
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -115,11 +113,6 @@ def ftp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ftp]:
             s.close_all()
 
 
-def run(home: Path, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, [*args, "--home", str(home)])
-    return result.exit_code, result.output
-
-
 def create(home: Path, tmp: Path, name: str, url: str) -> None:
     snap = tmp / f"{name}.yaml"
     snap.write_text(
@@ -145,20 +138,6 @@ content:
     )
     code, text = run(home, "dataset", "create", str(snap))
     assert code == 0, text
-
-
-def pull(home: Path, alias: str) -> tuple[int, dict[str, object] | str]:
-    code, text = run(home, "dataset", "pull", alias, "--json")
-    if code != 0:
-        return code, text
-    return code, json.loads(text)
-
-
-def head_of(home: Path, alias: str) -> str | None:
-    code, text = run(home, "dataset", "list", "--json")
-    assert code == 0, text
-    (row,) = [r for r in json.loads(text) if r["alias"] == alias]
-    return row["head"]  # type: ignore[no-any-return]
 
 
 def serve(ftp: Ftp, name: str, body: bytes, mtime: float) -> None:

@@ -19,9 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from node.cli import app
+from polling_cli import head_of, pull, run
 
 
 @dataclass
@@ -74,11 +72,6 @@ def server() -> Iterator[tuple[str, Served]]:
         httpd.server_close()
 
 
-def run(home: Path, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, [*args, "--home", str(home)])
-    return result.exit_code, result.output
-
-
 def create(home: Path, tmp: Path, name: str, fetch: str, prepare: str = "") -> None:
     snap = tmp / f"{name}.yaml"
     snap.write_text(
@@ -104,20 +97,6 @@ content:
     )
     code, text = run(home, "dataset", "create", str(snap))
     assert code == 0, text
-
-
-def pull(home: Path, alias: str) -> tuple[int, dict[str, object] | str]:
-    code, text = run(home, "dataset", "pull", alias, "--json")
-    if code != 0:
-        return code, text
-    return code, json.loads(text)
-
-
-def head_of(home: Path, alias: str) -> str | None:
-    code, text = run(home, "dataset", "list", "--json")
-    assert code == 0, text
-    (row,) = [r for r in json.loads(text) if r["alias"] == alias]
-    return row["head"]  # type: ignore[no-any-return]
 
 
 CSV1 = b"event_time,city,population\n2020-01-01,A,1000\n2020-01-01,B,2000\n"
