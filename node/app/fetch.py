@@ -38,7 +38,7 @@ from node.app.datasets import CommitLocks
 from node.app.errors import RetryLater
 from node.app.metrics import NodeMetrics
 from node.app.ports import EventSink, StatePort, TransferPort
-from node.app.rows import Event
+from node.app.rows import EventRecord
 from p2p.core import RequestFetch
 from p2p.wire import FetchLocations
 
@@ -386,7 +386,7 @@ class IpfsHint:
     setting: str = ""
 
 
-def pull_attempts(events: Sequence[Event]) -> dict[str, dict[str, Any]]:
+def pull_attempts(events: Sequence[EventRecord]) -> dict[str, dict[str, Any]]:
     """Per dataset, the failed sources since its last successful pull, from the newest-first
     ``pull.`` events: ``{"last_ok_ns", "attempts": [{"url", "reason", "error", "setting"?,
     "addresses"?, "at_ns"}]}`` (newest first, at most :data:`PULL_ATTEMPTS_SHOWN`)."""

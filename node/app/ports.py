@@ -29,10 +29,10 @@ from node.app.jsontypes import JsonFields, JsonObject
 from node.app.results import BackupResult, RestoreResult
 from node.app.rows import (
     AcceptedHead,
-    Attestation,
-    Dispute,
-    EquivocationProof,
-    Event,
+    AttestationRecord,
+    DisputeRecord,
+    EquivocationRecord,
+    EventRecord,
     EvidenceCaps,
     KeyInceptionRecord,
     KeyRevocationRecord,
@@ -148,13 +148,13 @@ class StatePort(Protocol):
 
     async def attestations(
         self, did: str | None = None, head: str | None = None, limit: int = 100
-    ) -> list[Attestation]:
+    ) -> list[AttestationRecord]:
         """Attestations, newest first."""
         ...
 
     async def attestations_of_head(
         self, did: str, head: str, signers: Sequence[str] = (), limit: int = 100
-    ) -> list[Attestation]:
+    ) -> list[AttestationRecord]:
         """The attestations of ``head``, oldest first: the node's own, all by ``signers``,
         ``limit`` others."""
         ...
@@ -239,7 +239,7 @@ class StatePort(Protocol):
         dataset or of a signer)."""
         ...
 
-    async def disputes(self, did: str | None = None, limit: int = 100) -> list[Dispute]:
+    async def disputes(self, did: str | None = None, limit: int = 100) -> list[DisputeRecord]:
         """Disputes, newest first."""
         ...
 
@@ -249,7 +249,7 @@ class StatePort(Protocol):
 
     async def disputes_of_block(
         self, did: str, head: str, signers: Sequence[str] = (), limit: int = 100
-    ) -> list[Dispute]:
+    ) -> list[DisputeRecord]:
         """Others' disputes of block ``head``, oldest first: all by ``signers``, ``limit``
         others."""
         ...
@@ -296,7 +296,7 @@ class StatePort(Protocol):
         """Store an equivocation proof (false if already known)."""
         ...
 
-    async def equivocation_proofs(self, did: str | None = None) -> list[EquivocationProof]:
+    async def equivocation_proofs(self, did: str | None = None) -> list[EquivocationRecord]:
         """Known equivocation proofs."""
         ...
 
@@ -320,11 +320,13 @@ class StatePort(Protocol):
 
     async def events(
         self, after_id: int = 0, limit: int = 100, kind: str | None = None
-    ) -> list[Event]:
+    ) -> list[EventRecord]:
         """Events after ``after_id``, oldest first."""
         ...
 
-    async def recent_events(self, limit: int = 100, kind_prefix: str | None = None) -> list[Event]:
+    async def recent_events(
+        self, limit: int = 100, kind_prefix: str | None = None
+    ) -> list[EventRecord]:
         """The newest events (kinds starting with ``kind_prefix``), newest first."""
         ...
 

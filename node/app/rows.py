@@ -97,7 +97,7 @@ class Verification:
 
 
 @dataclass(frozen=True)
-class Attestation:
+class AttestationRecord:
     """A signed verdict on (did, head), ours (``own``) or received; ``content_id`` = sha3-256."""
 
     id: int
@@ -112,7 +112,7 @@ class Attestation:
 
 
 @dataclass(frozen=True)
-class Dispute:
+class DisputeRecord:
     """A signed dispute of (did, head), ours (``own``) or received."""
 
     id: int
@@ -164,7 +164,7 @@ class SplitView:
 
 
 @dataclass(frozen=True)
-class EquivocationProof:
+class EquivocationRecord:
     """Evidence that a dataset's key signed two different heads for the same position."""
 
     id: int
@@ -226,7 +226,7 @@ class Peer:
 
 
 @dataclass(frozen=True)
-class Event:
+class EventRecord:
     """One entry of the event log; ``data`` is the JSON object given to ``log_event``."""
 
     id: int

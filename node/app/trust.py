@@ -55,7 +55,13 @@ from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
 from node.app.identities import NodeIdentities
 from node.app.ports import Clock, EventSink, StatePort
-from node.app.rows import Attestation, Subscription, TrustOverride, TrustRecord, VerificationOutcome
+from node.app.rows import (
+    AttestationRecord,
+    Subscription,
+    TrustOverride,
+    TrustRecord,
+    VerificationOutcome,
+)
 from p2p.core.config import Rng
 from p2p.errors import WireDecodeError
 from p2p.trust import (
@@ -632,7 +638,7 @@ def _issued_at(envelope: bytes) -> int | None:
     return None if isinstance(msg, EquivocationProof) else msg.message.issued_at_ns
 
 
-def _conclusive(own: Attestation) -> bool:
+def _conclusive(own: AttestationRecord) -> bool:
     """Whether the node's own attestation says its check was conclusive, as
     :meth:`TrustDriver.local_verdict` is told by the verify pipeline: a replay (``REPLAY`` among
     its checks) or a root's integrity check (the only ``verified`` without a replay). With no

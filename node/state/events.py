@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import cast
 
-from node.app.rows import Event
+from node.app.rows import EventRecord
 from node.state.base import StateCore, checked_limit, equal_filters, to_json
 from node.state.errors import InvalidStateValue
 
@@ -29,7 +29,9 @@ class EventLog(StateCore):
             )
         return int(cast(int, cur.lastrowid))
 
-    def events(self, after_id: int = 0, limit: int = 100, kind: str | None = None) -> list[Event]:
+    def events(
+        self, after_id: int = 0, limit: int = 100, kind: str | None = None
+    ) -> list[EventRecord]:
         """Events with id > ``after_id``, oldest first, at most ``limit`` (page by the last id)."""
         where, params = equal_filters(("kind", kind))
         where = (where + " AND" if where else " WHERE") + " id > ?"
@@ -37,9 +39,9 @@ class EventLog(StateCore):
             f"SELECT id, ts_ns, kind, did, data FROM events{where} ORDER BY id LIMIT ?",
             [*params, after_id, checked_limit(limit)],
         )
-        return [Event(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
+        return [EventRecord(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
 
-    def recent_events(self, limit: int = 100, kind_prefix: str | None = None) -> list[Event]:
+    def recent_events(self, limit: int = 100, kind_prefix: str | None = None) -> list[EventRecord]:
         """The newest ``limit`` events (of kinds starting with ``kind_prefix``), newest first."""
         where, params = "", []
         if kind_prefix:
@@ -49,7 +51,7 @@ class EventLog(StateCore):
             f"SELECT id, ts_ns, kind, did, data FROM events{where} ORDER BY id DESC LIMIT ?",
             [*params, checked_limit(limit)],
         )
-        return [Event(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
+        return [EventRecord(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
 
     def prune_events(self, keep_last: int) -> int:
         """Delete all but the newest ``keep_last`` events; return how many were deleted."""

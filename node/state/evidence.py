@@ -7,8 +7,8 @@ import sqlite3
 from collections.abc import Sequence
 
 from node.app.rows import (
-    Attestation,
-    Dispute,
+    AttestationRecord,
+    DisputeRecord,
     EvidenceCaps,
 )
 from node.state.base import (
@@ -67,7 +67,7 @@ class Evidence(StateCore):
 
     def attestations(
         self, did: str | None = None, head: str | None = None, limit: int = 100
-    ) -> list[Attestation]:
+    ) -> list[AttestationRecord]:
         """Attestations, newest first, optionally for one DID and/or head, at most ``limit``."""
         where, params = equal_filters(("did", did), ("head", head))
         rows = self._rows(
@@ -76,13 +76,13 @@ class Evidence(StateCore):
             [*params, checked_limit(limit)],
         )
         return [
-            Attestation(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bool(r[7]), r[8])
+            AttestationRecord(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bool(r[7]), r[8])
             for r in rows
         ]
 
     def attestations_of_head(
         self, did: str, head: str, signers: Sequence[str] = (), limit: int = 100
-    ) -> list[Attestation]:
+    ) -> list[AttestationRecord]:
         """The attestations of ``head`` of ``did``, oldest first: the node's own, every one
         signed by one of ``signers`` (the trusted attesters' keys) and the first ``limit``
         others, so that no number of strangers' attestations can hide a trusted one."""
@@ -104,7 +104,7 @@ class Evidence(StateCore):
             ids |= {r[0] for r in extra}
         rows.sort(key=lambda r: int(r[0]))
         return [
-            Attestation(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bool(r[7]), r[8])
+            AttestationRecord(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bool(r[7]), r[8])
             for r in rows
         ]
 
@@ -210,7 +210,7 @@ class Evidence(StateCore):
         )
         return int(rows[0][0]) if rows else 0
 
-    def disputes(self, did: str | None = None, limit: int = 100) -> list[Dispute]:
+    def disputes(self, did: str | None = None, limit: int = 100) -> list[DisputeRecord]:
         """Disputes, newest first, optionally for one DID, at most ``limit``."""
         where, params = equal_filters(("did", did))
         rows = self._rows(
@@ -219,7 +219,7 @@ class Evidence(StateCore):
             [*params, checked_limit(limit)],
         )
         return [
-            Dispute(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bool(r[7]), r[8], r[9])
+            DisputeRecord(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bool(r[7]), r[8], r[9])
             for r in rows
         ]
 
@@ -232,7 +232,7 @@ class Evidence(StateCore):
 
     def disputes_of_block(
         self, did: str, head: str, signers: Sequence[str] = (), limit: int = 100
-    ) -> list[Dispute]:
+    ) -> list[DisputeRecord]:
         """Others' disputes of block ``head`` of ``did``, oldest first: every one signed by
         one of ``signers`` (the trusted attesters' keys) and the first ``limit`` others, so that
         no number of strangers' disputes can hide a trusted one."""
@@ -249,7 +249,7 @@ class Evidence(StateCore):
             ids |= {r[0] for r in extra}
         rows.sort(key=lambda r: int(r[0]))
         return [
-            Dispute(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bool(r[7]), r[8], r[9])
+            DisputeRecord(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bool(r[7]), r[8], r[9])
             for r in rows
         ]
 

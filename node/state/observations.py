@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from node.app.rows import (
-    EquivocationProof,
+    EquivocationRecord,
     EvidenceCaps,
     ObservationRecord,
     SplitView,
@@ -157,7 +157,7 @@ class Observations(Evidence):
             )
         return cur.rowcount > 0
 
-    def equivocation_proofs(self, did: str | None = None) -> list[EquivocationProof]:
+    def equivocation_proofs(self, did: str | None = None) -> list[EquivocationRecord]:
         """Equivocation proofs in the order received, optionally for one DID."""
         where, params = equal_filters(("did", did))
         rows = self._rows(
@@ -165,4 +165,4 @@ class Observations(Evidence):
             f" FROM equivocation_proofs{where} ORDER BY id",
             params,
         )
-        return [EquivocationProof(r[0], r[1], r[2], bytes(r[3]), r[4]) for r in rows]
+        return [EquivocationRecord(r[0], r[1], r[2], bytes(r[3]), r[4]) for r in rows]

@@ -28,7 +28,7 @@ from node.app.fetch import (
     pull_attempts,
 )
 from node.app.metrics import NodeMetrics
-from node.app.rows import Event
+from node.app.rows import EventRecord
 from node.daemon.reachability import ipfs_hints, start_warnings, withheld_ipfs
 from node.transfer.errors import SourceHeadUnreachable, SourceRefused, TransientSourceError
 from node.transfer.policy import SourcePolicy
@@ -193,8 +193,8 @@ def test_an_unreachable_ipfs_source_with_no_known_provider_says_so(tmp_path: Pat
 
 
 def test_subscriptions_show_the_attempts_since_the_last_success() -> None:
-    def ev(i: int, kind: str, did: str, **data: Any) -> Event:
-        return Event(i, i * 10, kind, did, data)
+    def ev(i: int, kind: str, did: str, **data: Any) -> EventRecord:
+        return EventRecord(i, i * 10, kind, did, data)
 
     newest_first = [
         ev(6, "pull.source_failed", "a", url="http://x", reason="refused", error="e"),
