@@ -338,7 +338,6 @@ def fetch_ethereum_logs(
         FetchError: chain id mismatch, bad filter or signature, or a reorg (the recorded last
             block is no longer on the chain); nothing is written then.
     """
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     flt = parse_filter(filter_text)
@@ -355,76 +354,109 @@ def fetch_ethereum_logs(
             f"{chain_id}; nothing was committed"
         )
     head = int(rpc.call("eth_blockNumber"), 16)
-    start = flt.from_block
-    if previous_state:
-        num_s, _, hash_s = previous_state.partition("@")
-        last = int(num_s)
-        block = rpc.call("eth_getBlockByNumber", hex(last), False)
-        if block is None or block["hash"].removeprefix("0x") != hash_s.removeprefix("0x"):
-            raise FetchError(
-                f"chain reorganization: block {last} recorded as {hash_s[:66]} is "
-                f"{'gone' if block is None else block['hash']} on the node; odf-node does not "
-                "rewrite ingested history (kamu does not handle reorgs either): nothing was "
-                "committed"
-            )
-        start = max(start, last + 1)
+    start = max(flt.from_block, _resume_after(rpc, previous_state))
     end = head if flt.to_block is None else min(head, flt.to_block)
     end = min(end, start + max_blocks - 1)
     if start > end:
         return EvmFetchResult(0, None, False)
+    logs = _get_logs(rpc, flt.address, topics, start, end, block_step)
+    last_block = rpc.call("eth_getBlockByNumber", hex(end), False)
+    state = f"{end}@{last_block['hash'].removeprefix('0x')}"
+    # Written even without logs: the scanned blocks advance the state, and the empty file has
+    # the schema the source's read step and queries expect.
+    pq.write_table(_logs_table(logs, params), target)
+    return EvmFetchResult(len(logs), state, end < head)
+
+
+def _resume_after(rpc: _Rpc, previous_state: str | None) -> int:
+    """The first block after the recorded one (0 with no state), once the recorded block is
+    checked to be still on the chain.
+
+    Raises:
+        FetchError: a reorganization replaced (or removed) the recorded block.
+    """
+    if not previous_state:
+        return 0
+    num_s, _, hash_s = previous_state.partition("@")
+    last = int(num_s)
+    block = rpc.call("eth_getBlockByNumber", hex(last), False)
+    if block is None or block["hash"].removeprefix("0x") != hash_s.removeprefix("0x"):
+        raise FetchError(
+            f"chain reorganization: block {last} recorded as {hash_s[:66]} is "
+            f"{'gone' if block is None else block['hash']} on the node; odf-node does not "
+            "rewrite ingested history (kamu does not handle reorgs either): nothing was "
+            "committed"
+        )
+    return last + 1
+
+
+def _get_logs(
+    rpc: _Rpc,
+    address: str | None,
+    topics: list[str | None],
+    start: int,
+    end: int,
+    block_step: int,
+) -> list[dict[str, Any]]:
+    """``eth_getLogs`` of ``start..end`` in ranges of ``block_step`` blocks."""
+    while topics and topics[-1] is None:
+        topics.pop()
     logs: list[dict[str, Any]] = []
     lo = start
     while lo <= end:
         hi = min(end, lo + block_step - 1)
         q: dict[str, Any] = {"fromBlock": hex(lo), "toBlock": hex(hi)}
-        if flt.address:
-            q["address"] = flt.address
-        while topics and topics[-1] is None:
-            topics.pop()
+        if address:
+            q["address"] = address
         if topics:
             q["topics"] = topics
         logs.extend(rpc.call("eth_getLogs", q) or [])
         lo = hi + 1
-    last_block = rpc.call("eth_getBlockByNumber", hex(end), False)
-    state = f"{end}@{last_block['hash'].removeprefix('0x')}"
-    cols: dict[str, list[Any]] = {
-        k: []
-        for k in (
-            "block_number",
-            "block_hash",
-            "block_timestamp",
-            "transaction_index",
-            "transaction_hash",
-            "log_index",
-            "address",
-            "topic0",
-            "topic1",
-            "topic2",
-            "topic3",
-            "data",
-        )
+    return logs
+
+
+_RAW_COLUMNS = (
+    "block_number",
+    "block_hash",
+    "block_timestamp",
+    "transaction_index",
+    "transaction_hash",
+    "log_index",
+    "address",
+    "topic0",
+    "topic1",
+    "topic2",
+    "topic3",
+    "data",
+)
+
+
+def _raw_row(log: dict[str, Any]) -> dict[str, Any]:
+    """One log's raw columns, as kamu's (datafusion-ethers') raw decoder gives them."""
+    tps = [_b(t) for t in log["topics"]]
+    # As kamu: the node's blockTimestamp if it gives one, else null (no extra block request).
+    stamp = log.get("blockTimestamp")
+    row: dict[str, Any] = {
+        "block_number": int(log["blockNumber"], 16),
+        "block_hash": _b(log["blockHash"]),
+        "block_timestamp": None if stamp is None else int(stamp, 16),
+        "transaction_index": int(log["transactionIndex"], 16),
+        "transaction_hash": _b(log["transactionHash"]),
+        "log_index": int(log["logIndex"], 16),
+        "address": _b(log["address"]),
+        "data": _b(log["data"]) or b"",
+        "topics": tps,  # as the log has them (not a column)
     }
-    decoded: dict[str, list[Any]] = {p.name: [] for p in params}
-    for log in logs:
-        bh = log["blockHash"]
-        tps = [_b(t) for t in log["topics"]]
-        cols["block_number"].append(int(log["blockNumber"], 16))
-        cols["block_hash"].append(_b(bh))
-        # As kamu: the node's blockTimestamp if it gives one, else null (no extra block request).
-        stamp = log.get("blockTimestamp")
-        cols["block_timestamp"].append(None if stamp is None else int(stamp, 16))
-        cols["transaction_index"].append(int(log["transactionIndex"], 16))
-        cols["transaction_hash"].append(_b(log["transactionHash"]))
-        cols["log_index"].append(int(log["logIndex"], 16))
-        cols["address"].append(_b(log["address"]))
-        for i in range(4):
-            cols[f"topic{i}"].append(tps[i] if i < len(tps) else None)
-        data = _b(log["data"]) or b""
-        cols["data"].append(data)
-        if params:
-            row = decode_event(params, [t or b"" for t in tps], data)
-            for k, v in row.items():
-                decoded[k].append(v)
+    for i in range(4):
+        row[f"topic{i}"] = tps[i] if i < len(tps) else None
+    return row
+
+
+def _logs_table(logs: list[dict[str, Any]], params: list[AbiParam]) -> Any:
+    """The logs as kamu's columns, and with a signature one struct column ``event`` holding
+    the decoded parameters (as kamu puts them)."""
+    import pyarrow as pa
+
     types: dict[str, Any] = {
         "block_number": pa.uint64(),
         "block_hash": pa.binary(),
@@ -439,17 +471,15 @@ def fetch_ethereum_logs(
         "topic3": pa.binary(),
         "data": pa.binary(),
     }
-    arrays = {k: pa.array(v, type=types[k]) for k, v in cols.items()}
+    rows = [_raw_row(log) for log in logs]
+    arrays = {k: pa.array([r[k] for r in rows], type=types[k]) for k in _RAW_COLUMNS}
     if params:
-        # kamu puts the decoded parameters in one struct column, ``event``.
+        decoded = [decode_event(params, [t or b"" for t in r["topics"]], r["data"]) for r in rows]
         arrays["event"] = pa.StructArray.from_arrays(
-            [pa.array(decoded[p.name], type=_arrow_type(p.type)) for p in params],
+            [pa.array([d[p.name] for d in decoded], type=_arrow_type(p.type)) for p in params],
             names=[p.name for p in params],
         )
-    # Written even without logs: the scanned blocks advance the state, and the empty file has
-    # the schema the source's read step and queries expect.
-    pq.write_table(pa.table(arrays), target)
-    return EvmFetchResult(len(logs), state, end < head)
+    return pa.table(arrays)
 
 
 def _arrow_type(typ: str) -> Any:
