@@ -22,7 +22,7 @@ from node.app.rows import WorkItem
 
 log = logging.getLogger("odf_node.work")
 
-Handler = Callable[[WorkItem], Awaitable[None]]
+WorkHandler = Callable[[WorkItem], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -61,11 +61,11 @@ class WorkRunner:
         self._policy = policy
         self._rand = rand
         self._idle_poll_s = idle_poll_s
-        self._handlers: dict[str, Handler] = {}
+        self._handlers: dict[str, WorkHandler] = {}
         self._wake = asyncio.Event()
         self.running: dict[int, str] = {}
 
-    def handle(self, kind: str, handler: Handler) -> None:
+    def handle(self, kind: str, handler: WorkHandler) -> None:
         """Run items of ``kind`` with ``handler``."""
         self._handlers[kind] = handler
 
@@ -130,4 +130,4 @@ async def prune_finished_work(state: StatePort, now_ns: int, keep_days: float) -
     return n
 
 
-__all__ = ["Handler", "RetryPolicy", "WorkRunner", "prune_finished_work"]
+__all__ = ["RetryPolicy", "WorkHandler", "WorkRunner", "prune_finished_work"]

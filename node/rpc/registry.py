@@ -30,7 +30,7 @@ from typing import Any, Final
 from node.rpc.errors import CODE_MESSAGES, INVALID_PARAMS, RpcError
 from node.rpc.schema import Schema, ValidationError, check_schema, validate
 
-Handler = Callable[..., Awaitable[Any]]
+MethodHandler = Callable[..., Awaitable[Any]]
 """An async RPC handler; called with the validated params as keyword arguments."""
 
 OPENRPC_VERSION: Final = "1.2.6"
@@ -55,7 +55,7 @@ class MethodSpec:
     """A registered method: handler plus everything ``rpc.discover`` publishes about it."""
 
     name: str
-    handler: Handler
+    handler: MethodHandler
     params: tuple[Param, ...] = ()
     result: Schema | None = None
     summary: str = ""
@@ -106,7 +106,7 @@ class RpcRegistry:
     def add(
         self,
         name: str,
-        handler: Handler,
+        handler: MethodHandler,
         *,
         params: Sequence[Param] = (),
         result: Schema | None = None,
@@ -167,10 +167,10 @@ class RpcRegistry:
         summary: str = "",
         description: str = "",
         errors: Sequence[int] = (),
-    ) -> Callable[[Handler], Handler]:
+    ) -> Callable[[MethodHandler], MethodHandler]:
         """Decorator form of :meth:`add`; returns the handler unchanged."""
 
-        def register(handler: Handler) -> Handler:
+        def register(handler: MethodHandler) -> MethodHandler:
             self.add(
                 name,
                 handler,
@@ -198,7 +198,7 @@ class RpcRegistry:
         return len(self._methods)
 
 
-def _check_signature(name: str, handler: Handler, params: Sequence[Param]) -> None:
+def _check_signature(name: str, handler: MethodHandler, params: Sequence[Param]) -> None:
     sig = inspect.signature(handler)
     kinds = {p.name: p.kind for p in sig.parameters.values()}
     var_kw = inspect.Parameter.VAR_KEYWORD in kinds.values()

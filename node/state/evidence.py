@@ -22,7 +22,7 @@ from node.state.base import (
 )
 
 
-class Evidence(StateCore):
+class EvidenceStore(StateCore):
     """Attestations, disputes and the evidence bounds (``_keep``, ``_bound``) that the other
     evidence parts use."""
 

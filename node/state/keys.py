@@ -11,10 +11,10 @@ from node.app.rows import (
     KeyRotationRecord,
 )
 from node.state.errors import InvalidStateValue
-from node.state.evidence import Evidence
+from node.state.evidence import EvidenceStore
 
 
-class KeyRecords(Evidence):
+class KeyRecords(EvidenceStore):
     """Node key rotations, revocations and inceptions."""
 
     # -- node key records -------------------------------------------------------------------

@@ -21,10 +21,10 @@ from node.state.base import (
     equal_filters,
     observation_from_row,
 )
-from node.state.evidence import Evidence
+from node.state.evidence import EvidenceStore
 
 
-class Observations(Evidence):
+class Observations(EvidenceStore):
     """Head observations, split views and equivocation proofs."""
 
     # -- observations and split views (docs/follow.md) ---------------------------------------

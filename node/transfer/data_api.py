@@ -65,7 +65,7 @@ def add_routes(app: web.Application, api: ApiGetter, *, public: bool, max_sql_by
     app.router.add_get("/{account}/{name}/metadata", guard.wrap(_metadata))
 
 
-Handler = Callable[[QueryApi, web.Request, "_Guard"], Awaitable[web.StreamResponse]]
+RouteHandler = Callable[[QueryApi, web.Request, "_Guard"], Awaitable[web.StreamResponse]]
 
 
 class _Guard:
@@ -76,7 +76,7 @@ class _Guard:
         self.public = public
         self.body_limit = body_limit
 
-    def wrap(self, handler: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    def wrap(self, handler: RouteHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def run(request: web.Request) -> web.StreamResponse:
             if not self.public and not _loopback(request.remote):
                 return _error(

@@ -102,7 +102,7 @@ class _Streamed(Protocol):
     def stream(self) -> AnswerStream: ...
 
 
-class DataReader(Protocol):
+class FlightDataReader(Protocol):
     """What the server needs of ``Application.data``: the readable tables and a query."""
 
     async def tables(self, *, untrusted: bool = False) -> Sequence[_Readable]:
@@ -567,7 +567,7 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def __init__(
         self,
-        data: DataReader,
+        data: FlightDataReader,
         loop: asyncio.AbstractEventLoop,
         *,
         host: str = "127.0.0.1",

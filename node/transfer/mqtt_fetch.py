@@ -149,7 +149,7 @@ def fetch_mqtt(
     )
     address = _checked_address(host, port, policy)
     with open(target, "wb") as out:
-        session = _Session(plan, out, clock)
+        session = _MqttSession(plan, out, clock)
         try:
             session_present = session.open(address)
             session.read_messages()
@@ -158,7 +158,7 @@ def fetch_mqtt(
     return MqttFetch(session.records, session.size, session_present)
 
 
-class _Session:
+class _MqttSession:
     """One poll's connection to the broker, carrying out an :class:`MqttFetchPlan`."""
 
     def __init__(self, plan: MqttFetchPlan, out: Any, clock: Callable[[], float]) -> None:
@@ -290,7 +290,7 @@ class _Session:
         c.disconnect()
 
 
-def _bounded_client_class(mqtt: Any, session: _Session) -> Any:
+def _bounded_client_class(mqtt: Any, session: _MqttSession) -> Any:
     """paho-mqtt's client class, refusing a packet larger than the plan's ``max_message_bytes``
     once its header says so (the connection is dropped before the payload is read); the size
     is recorded on ``session``. Built here because paho is imported only when used."""

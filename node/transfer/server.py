@@ -12,17 +12,14 @@ is trusted, so a puller never walks from a head this node does not trust.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from aiohttp import web
 
 from coordinator.errors import DatasetNotFound, InvalidDatasetId, OdfNodeError
-from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import HEAD_REF, Dataset
 from coordinator.storage.repository import DatasetRepository
+from node.transfer.streams import ServedHead
 
-ServedHead = Callable[[DatasetId], "str | None"]
 """The head to serve of a dataset: None serves the stored head, ``""`` none (not trusted yet)."""
 
 REPO_KEY: web.AppKey[DatasetRepository] = web.AppKey("repo", DatasetRepository)
