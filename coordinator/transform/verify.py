@@ -89,7 +89,7 @@ ReplayListener = Callable[[int, int, Multihash], None]
 """``listener(done, total, block_hash)`` — called after each replayed block."""
 
 
-class Verdict(Enum):
+class ReplayVerdict(Enum):
     """Outcome of a replay."""
 
     OK = "ok"
@@ -140,7 +140,7 @@ class ReplayReport:
     head: Multihash | None = None
     blocks_total: int = 0
     blocks_replayed: int = 0
-    verdict: Verdict = Verdict.OK
+    verdict: ReplayVerdict = ReplayVerdict.OK
     mismatch: ReplayMismatch | None = None
     error: str | None = None
     error_block: Multihash | None = None
@@ -154,7 +154,7 @@ class ReplayReport:
     @property
     def ok(self) -> bool:
         """True if every transform was reproduced."""
-        return self.verdict is Verdict.OK
+        return self.verdict is ReplayVerdict.OK
 
     def engines(self) -> dict[str, list[str]]:
         """Engine -> the versions that reproduced blocks (newest-first order of first use)."""
@@ -167,7 +167,7 @@ class ReplayReport:
 
     def describe(self) -> str:
         """One line for the verification record (empty when OK)."""
-        if self.verdict is Verdict.INCONCLUSIVE:
+        if self.verdict is ReplayVerdict.INCONCLUSIVE:
             block = f" at block {self.mismatch.block_hash}" if self.mismatch else ""
             return (
                 f"inconclusive: engine version unknown{block} (tried "
@@ -530,7 +530,7 @@ class _Replayer:
             published = block.event
             assert isinstance(published, m.ExecuteTransform)
             if cur.plan is None or cur.first is None:
-                report.verdict, report.error, report.error_block = Verdict.ERROR, cur.error, h
+                report.verdict, report.error, report.error_block = ReplayVerdict.ERROR, cur.error, h
                 return
             response = cur.first.result()
             if ahead and len(self.pending) < plan.depth * plan.batch_size:
@@ -613,7 +613,7 @@ def _report_failure(
     report.tried_versions = tuple(judged.tried)
     mismatch = judged.first_mismatch
     if mismatch is None:
-        report.verdict = Verdict.ERROR
+        report.verdict = ReplayVerdict.ERROR
         report.error = judged.first_error or "engine failed"
         report.error_block = h
         return
@@ -625,11 +625,11 @@ def _report_failure(
         differences=_differences(published, mismatch),
     )
     if report.version_sensitive_reasons:
-        report.verdict = Verdict.INCONCLUSIVE
+        report.verdict = ReplayVerdict.INCONCLUSIVE
     elif report.nondeterministic_reasons:
-        report.verdict = Verdict.NOT_REPRODUCIBLE
+        report.verdict = ReplayVerdict.NOT_REPRODUCIBLE
     else:
-        report.verdict = Verdict.MISMATCH
+        report.verdict = ReplayVerdict.MISMATCH
 
 
 def _size(path: Path) -> int:
@@ -692,8 +692,8 @@ __all__ = [
     "ReplayListener",
     "ReplayMismatch",
     "ReplayReport",
+    "ReplayVerdict",
     "TransformEngine",
-    "Verdict",
     "VerificationReport",
     "nondeterminism_reasons",
     "normalize_replayed",

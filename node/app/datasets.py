@@ -32,7 +32,7 @@ from node.app.ports import EnginePort, StatePort, TransferPort
 from node.app.results import (
     CreatedDataset,
     DatasetRow,
-    IngestResult,
+    IngestSummary,
     LogEntry,
     PullResult,
     TransformResult,
@@ -247,7 +247,7 @@ class DatasetUseCases:
         linked: LinkedObjects | None = None,
         publish: bool = True,
         progress: Callable[[IngestProgress], None] | None = None,
-    ) -> IngestResult:
+    ) -> IngestSummary:
         """Push local files into a root dataset; then publish and announce it (daemon)."""
         check_input_files([*files, *(linked.objects if linked else ())])
         await load_data_stack()
@@ -267,7 +267,7 @@ class DatasetUseCases:
                 max_decompressed_bytes=self.polling.max_decompressed_bytes,
             )
         lo = result.linked_objects
-        out = IngestResult(
+        out = IngestSummary(
             id=did.as_did_str(),
             alias=handle.alias,
             up_to_date=result.up_to_date,

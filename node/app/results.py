@@ -31,7 +31,7 @@ class CreatedDataset(_Json):
 
 
 @dataclass(frozen=True)
-class IngestResult(_Json):
+class IngestSummary(_Json):
     """``dataset ingest``: what was committed (``up_to_date``: nothing)."""
 
     id: str
@@ -454,7 +454,7 @@ __all__ = [
     "EventRow",
     "FlowRunRow",
     "FlowsResult",
-    "IngestResult",
+    "IngestSummary",
     "IpfsConnected",
     "LogEntry",
     "NodeStatus",

@@ -391,7 +391,7 @@ class VerifyPipeline:
         return inputs
 
     def _judge(self, report: VerificationReport) -> tuple[VerificationOutcome, str]:
-        from coordinator.transform.verify import Verdict as ReplayVerdict  # see run()
+        from coordinator.transform.verify import ReplayVerdict  # see run()
 
         rp = report.replay
         if rp is not None and rp.verdict is ReplayVerdict.ERROR:

@@ -27,7 +27,7 @@ from node.app.results import (
     EquivocationRow,
     EventRow,
     FlowsResult,
-    IngestResult,
+    IngestSummary,
     IpfsConnected,
     LogEntry,
     NodeStatus,
@@ -199,7 +199,7 @@ async def _dataset_ingest(
     publish: bool = True,
     link_columns: list[str] | None = None,
     objects: list[str] | None = None,
-) -> IngestResult:
+) -> IngestSummary:
     linked = None
     if objects and not link_columns:
         raise InvalidArgument("--object needs at least one --link-column")
@@ -1086,7 +1086,7 @@ COMMANDS: tuple[Command, ...] = (
         write=True,
         progress="bytes",
         prepare=_prepare_ingest,
-        result=object_of(IngestResult),
+        result=object_of(IngestSummary),
     ),
     Command(
         "dataset.transform",

@@ -30,7 +30,7 @@ from coordinator.transform.model import TransformInvalidQuery
 from coordinator.transform.plan import ChainCache, clear_outputs, plan_replay, plan_transform
 from coordinator.transform.run import run_transform
 from coordinator.transform.testing import StepClock, inputs_of, make_derivative, make_root, push_csv
-from coordinator.transform.verify import Verdict, verify_dataset
+from coordinator.transform.verify import ReplayVerdict, verify_dataset
 from engine.worker import CRASH_ENV
 from node.engine_client import EngineClient
 from node.engine_router import EngineRouter, datafusion_python
@@ -133,7 +133,7 @@ def test_forged_block_of_a_version_sensitive_query_is_inconclusive(
     report = verify_dataset(der, inputs_of(root), routers["all"])
     replay = report.replay
     assert replay is not None and not report.ok
-    assert replay.verdict is Verdict.INCONCLUSIVE
+    assert replay.verdict is ReplayVerdict.INCONCLUSIVE
     assert replay.tried_versions == ("51.0.0", "41.0.0")
     assert replay.blocks_replayed == 1
     assert "function extract()" in replay.version_sensitive_reasons
@@ -158,7 +158,7 @@ def test_forged_block_of_a_version_insensitive_query_is_a_mismatch(
     assert replay.blocks_total == 3 and replay.blocks_replayed == 1
     assert replay.mismatch is not None and replay.mismatch.block_hash == forged_head
     assert not any(p.is_file() for p in work.rglob("*"))  # no output left behind
-    assert replay.verdict is Verdict.MISMATCH
+    assert replay.verdict is ReplayVerdict.MISMATCH
     assert replay.tried_versions == ("41.0.0", "51.0.0")
     assert replay.mismatch is not None
     assert any(d.startswith("new_data.logical_hash") for d in replay.mismatch.differences)

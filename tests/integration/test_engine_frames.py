@@ -48,7 +48,7 @@ from coordinator.transform.output import (
 from coordinator.transform.plan import ChainCache, clear_outputs, plan_replay, plan_transform
 from coordinator.transform.run import run_transform
 from coordinator.transform.testing import StepClock, inputs_of, make_derivative, make_root, push_csv
-from coordinator.transform.verify import Verdict, replay_transforms
+from coordinator.transform.verify import ReplayVerdict, replay_transforms
 from engine.worker import CRASH_ENV
 from node.engine_client import EngineClient
 from node.engine_router import EngineRouter, datafusion_python
@@ -192,7 +192,7 @@ def test_a_forged_slice_is_still_disputed_with_evidence_from_the_file(tmp_path: 
         forged_head = der.head()
 
         report = replay_transforms(der, inputs_of(root), router)
-        assert report.verdict is Verdict.MISMATCH and report.blocks_replayed == 2
+        assert report.verdict is ReplayVerdict.MISMATCH and report.blocks_replayed == 2
         assert report.mismatch is not None and report.mismatch.block_hash == forged_head
         actual = report.mismatch.actual.new_data
         assert actual is not None and actual.logical_hash == honest  # what the query yields
@@ -210,7 +210,7 @@ def test_a_grpc_worker_still_replays_through_submitted_batches(tmp_path: Path) -
     )
     try:
         report = replay_transforms(der, inputs_of(root), client)
-        assert report.verdict is Verdict.OK and report.blocks_replayed == 4
+        assert report.verdict is ReplayVerdict.OK and report.blocks_replayed == 4
         assert client.protocol == "grpc" and client.starts == 1
     finally:
         client.close()
@@ -328,7 +328,7 @@ def test_a_long_replay_grows_a_second_worker_and_spreads_batches(tmp_path: Path)
         assert pool[0].pid != pool[1].pid  # two worker processes
         # A whole replay over the pool.
         report = replay_transforms(der, inputs_of(root), router)
-        assert report.verdict is Verdict.OK and report.blocks_replayed == 12
+        assert report.verdict is ReplayVerdict.OK and report.blocks_replayed == 12
         # Stopped (as idle workers are), the pool grows back the same way.
         router.stop()
         assert not any(c.running for c in pool)
@@ -350,7 +350,7 @@ def test_a_short_replay_or_one_worker_never_starts_another(tmp_path: Path) -> No
     router = EngineRouter(no_spark, idle_timeout=0, versions=("51.0.0",), datafusion_workers=2)
     single = EngineRouter(no_spark, idle_timeout=0, versions=("51.0.0",), datafusion_workers=1)
     try:
-        assert replay_transforms(der, inputs_of(root), router).verdict is Verdict.OK
+        assert replay_transforms(der, inputs_of(root), router).verdict is ReplayVerdict.OK
         assert len(router.datafusion_pool("51.0.0")) == 1  # never 8 requests in flight
         batches = [replay_requests(tmp_path, root, der, f"s{i}-") for i in range(4)]
         for f in [single.submit_transform_batch(b) for b in batches]:

@@ -32,7 +32,7 @@ from coordinator.transform.testing import (  # noqa: E402
     make_root,
     push_csv,
 )
-from coordinator.transform.verify import Verdict, replay_transforms, verify_dataset  # noqa: E402
+from coordinator.transform.verify import ReplayVerdict, replay_transforms, verify_dataset  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -129,7 +129,7 @@ def test_forged_execute_transform_is_caught(tmp_path: Path, engine: Any) -> None
     assert report.integrity.ok  # blocks and hashes are all consistent
     replay = report.replay
     assert replay is not None and not report.ok
-    assert replay.verdict is Verdict.MISMATCH
+    assert replay.verdict is ReplayVerdict.MISMATCH
     assert replay.blocks_replayed == 1
     mm = replay.mismatch
     assert mm is not None
@@ -200,7 +200,7 @@ def test_nondeterministic_query_mismatch_is_not_fraud(tmp_path: Path, engine: An
     pq.write_table(t.set_column(4, "n", pa.array([42], pa.int64())), paths.new_data_path)
     commit_transform(der, plan, resp)
     report = replay_transforms(der, inputs_of(root), engine)
-    assert report.verdict is Verdict.NOT_REPRODUCIBLE
+    assert report.verdict is ReplayVerdict.NOT_REPRODUCIBLE
     assert any("aggregat" in r for r in report.nondeterministic_reasons)
 
 
@@ -234,7 +234,7 @@ def test_verify_rejects_tampered_offsets(tmp_path: Path, engine: Any) -> None:
     pq.write_table(t, paths.new_data_path)
     commit_transform(der, plan, replace(resp, new_offset_interval=m.OffsetInterval(start=0, end=0)))
     report = replay_transforms(der, inputs_of(root), engine)
-    assert report.verdict is Verdict.MISMATCH
+    assert report.verdict is ReplayVerdict.MISMATCH
     assert report.mismatch is not None
     assert any(d.startswith("new_data.offset_interval") for d in report.mismatch.differences)
 

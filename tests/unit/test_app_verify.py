@@ -159,7 +159,7 @@ def _replay_report(verdict: Any, versions: list[str]) -> Any:
 
 
 def test_inconclusive_replay_is_recorded_and_attested_unverifiable(tmp_path: Path) -> None:
-    from coordinator.transform.verify import Verdict as ReplayVerdict
+    from coordinator.transform.verify import ReplayVerdict
     from node.app.verify import attested_engine
 
     node = Node(tmp_path)
@@ -172,7 +172,7 @@ def test_inconclusive_replay_is_recorded_and_attested_unverifiable(tmp_path: Pat
 
 
 def test_attestation_names_the_releases_that_reproduced_the_blocks(tmp_path: Path) -> None:
-    from coordinator.transform.verify import Verdict as ReplayVerdict
+    from coordinator.transform.verify import ReplayVerdict
     from node.app.verify import attested_engine
 
     node = Node(tmp_path)

@@ -63,7 +63,7 @@ from coordinator.transform.testing import (
     make_root,
     push_csv,
 )
-from coordinator.transform.verify import Verdict, nondeterminism_reasons, replay_transforms
+from coordinator.transform.verify import ReplayVerdict, nondeterminism_reasons, replay_transforms
 
 CSV1 = "event_time,city,population\n2020-01-01T00:00:00Z,A,1\n2020-01-02T00:00:00Z,B,2\n"
 CSV2 = "event_time,city,population\n2020-01-03T00:00:00Z,C,3\n"
@@ -469,7 +469,7 @@ def test_replay_in_batches_stops_at_the_first_mismatch(tmp_path: Path) -> None:
     work.mkdir()
     eng = BatchingEngine(lie_at=5)
     report = replay_transforms(der, inputs_of(root), eng, work_dir=work, batch=4)
-    assert report.verdict is Verdict.MISMATCH and report.blocks_replayed == 5
+    assert report.verdict is ReplayVerdict.MISMATCH and report.blocks_replayed == 5
     assert report.mismatch is not None and report.mismatch.sequence_number == (
         der.get_block(report.mismatch.block_hash).sequence_number
     )
@@ -477,7 +477,7 @@ def test_replay_in_batches_stops_at_the_first_mismatch(tmp_path: Path) -> None:
     assert report.mismatch.actual.new_data.offset_interval.start == 5
     assert not any(work.iterdir())  # speculative outputs and slot directories removed
     serial = replay_transforms(der, inputs_of(root), BatchingEngine(lie_at=5), ahead=False)
-    assert serial.verdict is Verdict.MISMATCH and serial.mismatch is not None
+    assert serial.verdict is ReplayVerdict.MISMATCH and serial.mismatch is not None
     assert serial.mismatch.block_hash == report.mismatch.block_hash
 
 
@@ -554,13 +554,13 @@ def test_a_replay_on_an_arrow_engine_verifies_and_disputes(chain) -> None:
     run_transform(der, inputs_of(root), FakeEngine(), clock=clock)
     honest = FakeEngine(arrow=True)
     report = replay_transforms(der, inputs_of(root), honest, work_dir=tmp / "r1")
-    assert report.verdict is Verdict.OK and report.blocks_replayed == 2
+    assert report.verdict is ReplayVerdict.OK and report.blocks_replayed == 2
     assert all(r.arrow_output for r in honest.requests)
     assert not any((tmp / "r1").rglob("*"))  # nothing left behind
     report = replay_transforms(
         der, inputs_of(root), FakeEngine(arrow=True, forge=True), work_dir=tmp / "r2"
     )
-    assert report.verdict is Verdict.MISMATCH and report.mismatch is not None
+    assert report.verdict is ReplayVerdict.MISMATCH and report.mismatch is not None
     assert any(d.startswith("new_data.logical_hash") for d in report.mismatch.differences)
 
 
