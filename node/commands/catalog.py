@@ -52,9 +52,9 @@ from node.commands.spec import (
     STRS,
     Cli,
     Command,
+    CommandParam,
     Context,
     Output,
-    Param,
     array_of,
     object_of,
 )
@@ -62,12 +62,12 @@ from node.commands.spec import (
 # ---- parameters used by several commands
 
 
-def _ref(help: str = "Dataset alias or did:odf.") -> Param:
-    return Param("ref", STR, True, help, Cli("argument"))
+def _ref(help: str = "Dataset alias or did:odf.") -> CommandParam:
+    return CommandParam("ref", STR, True, help, Cli("argument"))
 
 
-def _did_filter() -> Param:
-    return Param("did", STR, False, "Only this dataset.", Cli("argument"))
+def _did_filter() -> CommandParam:
+    return CommandParam("did", STR, False, "Only this dataset.", Cli("argument"))
 
 
 def _paths(values: list[Path] | None) -> list[str] | None:
@@ -76,15 +76,15 @@ def _paths(values: list[Path] | None) -> list[str] | None:
 
 
 _ENGINE = (
-    Param(
+    CommandParam(
         "spark_master",
-        help="spark.master of the engine worker (local[N], spark://…; sc:// is refused).",
+        description="spark.master of the engine worker (local[N], spark://…; sc:// is refused).",
         cli=Cli(default="local[*]", type=str),
         role="offline",
     ),
-    Param(
+    CommandParam(
         "engine_memory_limit",
-        help="Memory bound of the engine request, MiB (0 = none).",
+        description="Memory bound of the engine request, MiB (0 = none).",
         cli=Cli(default=0, type=int),
         role="offline",
     ),
@@ -774,17 +774,17 @@ def _render_publish(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
         )
 
 
-def _export_params() -> tuple[Param, ...]:
+def _export_params() -> tuple[CommandParam, ...]:
     """``--format in-toto`` and ``--received``: the export of ``attestations`` and ``disputes``."""
     return (
-        Param(
+        CommandParam(
             "format",
             {"type": "string", "enum": ["rows", "in-toto"]},
             False,
             "rows (the table) or in-toto: DSSE envelopes, one JSON line each (--json: an array).",
             Cli(type=str),
         ),
-        Param(
+        CommandParam(
             "received",
             BOOL,
             False,
@@ -878,9 +878,13 @@ COMMANDS: tuple[Command, ...] = (
         "The event log, oldest first.",
         _events,
         (
-            Param("after_id", INT, False, "Only events after this id.", Cli(flags=("--after",))),
-            Param("limit", LIMIT, False, "At most this many events.", Cli(type=int, default=100)),
-            Param(
+            CommandParam(
+                "after_id", INT, False, "Only events after this id.", Cli(flags=("--after",))
+            ),
+            CommandParam(
+                "limit", LIMIT, False, "At most this many events.", Cli(type=int, default=100)
+            ),
+            CommandParam(
                 "kind", STR, False, "Only events of this kind (e.g. head.repaired).", Cli(type=str)
             ),
         ),
@@ -900,7 +904,7 @@ COMMANDS: tuple[Command, ...] = (
         "peers.connect",
         "Dial a gossip peer (or, with --ipfs, connect the node's IPFS to another).",
         _peers_connect,
-        (Param("multiaddr", STR, True, "/ip4/…/tcp/…/p2p/<peer id>", Cli("argument")),),
+        (CommandParam("multiaddr", STR, True, "/ip4/…/tcp/…/p2p/<peer id>", Cli("argument")),),
         cli=("connect",),
         daemon_only=True,
         alternate=("--ipfs", "Connect the IPFS node.", "ipfs.connect"),
@@ -911,7 +915,7 @@ COMMANDS: tuple[Command, ...] = (
         "ipfs.connect",
         "Swarm-connect the node's IPFS.",
         _ipfs_connect,
-        (Param("multiaddr", STR, True),),
+        (CommandParam("multiaddr", STR, True),),
         daemon_only=True,
         result=object_of(IpfsConnected),
     ),
@@ -920,14 +924,14 @@ COMMANDS: tuple[Command, ...] = (
         "Back up the node: keys, config, state (attestations, disputes...), optionally datasets.",
         _backup,
         (
-            Param(
+            CommandParam(
                 "file",
                 STR,
                 True,
                 "The archive to write (never over an existing file).",
                 Cli("argument", type=Path, to_wire=_backup_file, metavar="FILE"),
             ),
-            Param(
+            CommandParam(
                 "datasets", BOOL, False, "Include every dataset (blocks, data, checkpoints).", Cli()
             ),
         ),
@@ -947,7 +951,7 @@ COMMANDS: tuple[Command, ...] = (
         "Follow a remote dataset: pull, verify, republish and attest each new head.",
         _subscribe,
         (
-            Param(
+            CommandParam(
                 "did",
                 STR,
                 True,
@@ -956,29 +960,29 @@ COMMANDS: tuple[Command, ...] = (
                 "(docs/follow.md).",
                 Cli("argument"),
             ),
-            Param("alias", STR, False, "Local name.", Cli(type=str)),
-            Param(
+            CommandParam("alias", STR, False, "Local name.", Cli(type=str)),
+            CommandParam(
                 "policy",
                 {"type": "string", "enum": ["verify-all", "quorum", "sample", "reputation"]},
                 False,
                 "Trust policy of this dataset, over the node's [trust] policy (docs/trust.md).",
                 Cli(type=str),
             ),
-            Param(
+            CommandParam(
                 "k",
                 {"type": "integer", "minimum": 1},
                 False,
                 "Attestations of trusted attesters needed (quorum, sample), over [trust] k.",
                 Cli(type=int),
             ),
-            Param(
+            CommandParam(
                 "attesters",
                 STRS,
                 False,
                 "A trusted attester's node id (did:key:…), over [trust] trusted_attesters.",
                 Cli(flags=("--attester",), type=list[str], metavar="NODE_ID"),
             ),
-            Param(
+            CommandParam(
                 "source",
                 STR,
                 False,
@@ -994,7 +998,7 @@ COMMANDS: tuple[Command, ...] = (
         "subscriptions.remove",
         "Stop following a dataset (its local copy is kept).",
         _unsubscribe,
-        (Param("did", STR, True, "did:odf:… to stop following.", Cli("argument")),),
+        (CommandParam("did", STR, True, "did:odf:… to stop following.", Cli("argument")),),
         cli=("unsubscribe",),
         write=True,
         result=object_of(Unsubscribed),
@@ -1019,21 +1023,21 @@ COMMANDS: tuple[Command, ...] = (
         "Create datasets from a DatasetSnapshot YAML file (kamu's format): all or none.",
         _dataset_create,
         (
-            Param(
+            CommandParam(
                 "snapshot_yaml",
                 STR,
                 True,
                 "DatasetSnapshot YAML file (may hold several); - for standard input.",
                 Cli("argument", type=Path, to_wire=_read_snapshot, metavar="SNAPSHOT"),
             ),
-            Param(
+            CommandParam(
                 "snapshot_dir",
                 STR,
                 False,
                 "Absolute directory of the snapshot file: relative FilesGlob paths resolve "
                 "there at pull (unless [ingest] files_root is set). The CLI sends it.",
             ),
-            Param(
+            CommandParam(
                 "account",
                 STR,
                 False,
@@ -1054,24 +1058,26 @@ COMMANDS: tuple[Command, ...] = (
         "Push files into a root dataset through its push source (one AddData per file).",
         _dataset_ingest,
         (
-            Param("ref", STR, True, "Root dataset alias or did:odf.", Cli("argument")),
-            Param(
+            CommandParam("ref", STR, True, "Root dataset alias or did:odf.", Cli("argument")),
+            CommandParam(
                 "files",
                 STRS,
                 True,
                 "Input files (CSV, NDJSON, JSON, Parquet).",
                 Cli("argument", type=list[Path], to_wire=_paths),
             ),
-            Param("source", STR, False, "Push source name (if several).", Cli(type=str)),
-            Param("publish", BOOL, False, "Publish and announce an owned dataset afterwards."),
-            Param(
+            CommandParam("source", STR, False, "Push source name (if several).", Cli(type=str)),
+            CommandParam(
+                "publish", BOOL, False, "Publish and announce an owned dataset afterwards."
+            ),
+            CommandParam(
                 "link_columns",
                 STRS,
                 False,
                 "A String column whose values are multihashes of linked objects (RFC-017).",
                 Cli(flags=("--link-column",), type=list[str]),
             ),
-            Param(
+            CommandParam(
                 "objects",
                 STRS,
                 False,
@@ -1093,8 +1099,10 @@ COMMANDS: tuple[Command, ...] = (
         "Run the next transform step of a derivative dataset on its engine.",
         _dataset_transform,
         (
-            Param("ref", STR, True, "Derivative dataset alias or did:odf.", Cli("argument")),
-            Param("publish", BOOL, False, "Publish and announce an owned dataset afterwards."),
+            CommandParam("ref", STR, True, "Derivative dataset alias or did:odf.", Cli("argument")),
+            CommandParam(
+                "publish", BOOL, False, "Publish and announce an owned dataset afterwards."
+            ),
             *_ENGINE,
         ),
         cli=("dataset", "transform"),
@@ -1109,7 +1117,9 @@ COMMANDS: tuple[Command, ...] = (
         _dataset_verify,
         (
             _ref(),
-            Param("integrity", BOOL, False, "Check hashes only (no transform replay).", Cli()),
+            CommandParam(
+                "integrity", BOOL, False, "Check hashes only (no transform replay).", Cli()
+            ),
             *_ENGINE,
         ),
         cli=("dataset", "verify"),
@@ -1129,22 +1139,23 @@ COMMANDS: tuple[Command, ...] = (
         _dataset_publish,
         (
             _ref(),
-            Param(
+            CommandParam(
                 "ipns_key",
                 STR,
                 False,
                 "Also publish IPNS under this key name.",
                 Cli(type=str),
             ),
-            Param(
+            CommandParam(
                 "ipns",
-                help="Also publish IPNS under the node's own key (self).",
+                description="Also publish IPNS under the node's own key (self).",
                 cli=Cli(type=bool, default=False),
                 role="cli",
             ),
-            Param(
+            CommandParam(
                 "ipfs_api",
-                help="kubo-compatible RPC API, e.g. http://127.0.0.1:5001 (without a daemon).",
+                description="kubo-compatible RPC API, e.g. http://127.0.0.1:5001 "
+                "(without a daemon).",
                 cli=Cli(type=str, default="http://127.0.0.1:5001", envvar="ODF_NODE_IPFS_API"),
                 role="offline",
             ),
@@ -1163,37 +1174,39 @@ COMMANDS: tuple[Command, ...] = (
         "Pull a dataset, verifying every block, data part and checkpoint before committing.",
         _dataset_pull,
         (
-            Param(
+            CommandParam(
                 "url",
                 STR,
                 True,
                 "ipfs://CID, ipfs://CID/path, ipns://…, http(s)://… or a path.",
                 Cli("argument"),
             ),
-            Param(
+            CommandParam(
                 "alias",
                 STR,
                 False,
                 "Local name (default: the URL's last segment).",
                 Cli(flags=("--as",), type=str),
             ),
-            Param("force", BOOL, False, "Replace the local chain if it has diverged.", Cli()),
-            Param(
+            CommandParam(
+                "force", BOOL, False, "Replace the local chain if it has diverged.", Cli()
+            ),
+            CommandParam(
                 "publish",
                 BOOL,
                 False,
                 "After polling an owned root: publish and announce it (a pull of a remote "
                 "dataset ignores it).",
             ),
-            Param(
+            CommandParam(
                 "ipfs_api",
-                help="IPFS RPC API URL (kubo; without a daemon).",
+                description="IPFS RPC API URL (kubo; without a daemon).",
                 cli=Cli(type=str, envvar="ODF_IPFS_API"),
                 role="offline",
             ),
-            Param(
+            CommandParam(
                 "ipfs_gateway",
-                help="IPFS HTTP gateway URL (without a daemon).",
+                description="IPFS HTTP gateway URL (without a daemon).",
                 cli=Cli(type=str, envvar="ODF_IPFS_GATEWAY"),
                 role="offline",
             ),
@@ -1212,10 +1225,10 @@ COMMANDS: tuple[Command, ...] = (
         _dataset_log,
         (
             _ref(),
-            Param("limit", LIMIT, False, "Show at most this many blocks.", Cli(type=int)),
-            Param(
+            CommandParam("limit", LIMIT, False, "Show at most this many blocks.", Cli(type=int)),
+            CommandParam(
                 "output_format",
-                help="yaml | json | table",
+                description="yaml | json | table",
                 cli=Cli(flags=("--output-format", "-o"), type=str, default="table"),
                 role="cli",
             ),
@@ -1234,28 +1247,28 @@ COMMANDS: tuple[Command, ...] = (
         _dataset_schedule,
         (
             _ref("Owned dataset alias or did:odf."),
-            Param(
+            CommandParam(
                 "every",
                 STR,
                 False,
                 "Poll a root's source this often (90, 30s, 15m, 1h, 1h30m, 1d).",
                 Cli(type=str),
             ),
-            Param(
+            CommandParam(
                 "cron",
                 STR,
                 False,
                 'Poll a root\'s source on a cron schedule, UTC ("0 * * * *", @daily).',
                 Cli(type=str),
             ),
-            Param(
+            CommandParam(
                 "on_input",
                 BOOL,
                 False,
                 "Transform a derivative when an input gets a new (trusted) head.",
                 Cli(),
             ),
-            Param("off", BOOL, False, "Remove the dataset's schedule.", Cli()),
+            CommandParam("off", BOOL, False, "Remove the dataset's schedule.", Cli()),
         ),
         cli=("dataset", "schedule"),
         doc="Exactly one of --every, --cron, --on-input, --off. The daemon runs the flows "
@@ -1271,7 +1284,7 @@ COMMANDS: tuple[Command, ...] = (
         _flows,
         (
             _did_filter(),
-            Param("limit", LIMIT, False, "Show at most this many runs.", Cli(type=int)),
+            CommandParam("limit", LIMIT, False, "Show at most this many runs.", Cli(type=int)),
         ),
         cli=("flows",),
         render=_render_flows,
@@ -1282,14 +1295,14 @@ COMMANDS: tuple[Command, ...] = (
         "Pipeline work items (verify, publish, dispute) and their states.",
         _work,
         (
-            Param(
+            CommandParam(
                 "state",
                 {"type": "string", "enum": ["pending", "claimed", "done", "failed"]},
                 False,
                 "pending, claimed, done, failed.",
                 Cli(type=str),
             ),
-            Param("did", STR, False),
+            CommandParam("did", STR, False),
         ),
         cli=("work",),
         result=array_of(WorkRow),
@@ -1299,7 +1312,12 @@ COMMANDS: tuple[Command, ...] = (
         "attestations.list",
         "Attestations received and made (newest first).",
         _attestations,
-        (_did_filter(), Param("head", STR, False), Param("limit", LIMIT, False), *_export_params()),
+        (
+            _did_filter(),
+            CommandParam("head", STR, False),
+            CommandParam("limit", LIMIT, False),
+            *_export_params(),
+        ),
         cli=("attestations",),
         doc="--format in-toto: the node's own attestations as in-toto Statements v1 in DSSE "
         "envelopes signed with the node key (docs/attestations.md); check one with "
@@ -1311,7 +1329,7 @@ COMMANDS: tuple[Command, ...] = (
         "disputes.list",
         "Disputes received and made (newest first).",
         _disputes,
-        (_did_filter(), Param("limit", LIMIT, False), *_export_params()),
+        (_did_filter(), CommandParam("limit", LIMIT, False), *_export_params()),
         cli=("disputes",),
         doc="--format in-toto: as for `attestations` (docs/attestations.md).",
         result={"type": "array", "items": {"type": "object"}},
@@ -1322,7 +1340,7 @@ COMMANDS: tuple[Command, ...] = (
         "Check exported in-toto/DSSE envelopes and print what they attest.",
         _attestation_verify,
         (
-            Param(
+            CommandParam(
                 "envelopes",
                 STR,
                 True,
@@ -1353,11 +1371,13 @@ COMMANDS: tuple[Command, ...] = (
         "Run a read-only SQL query over the datasets this node verified.",
         _data_query,
         (
-            Param("sql", STR, True, "The query; dataset aliases and DIDs are table names."),
-            Param("untrusted", BOOL, False, "Read untrusted heads too (the answer says so)."),
-            Param("engine", {"type": "string", "enum": ["datafusion", "spark"]}, False),
-            Param("skip", INT, False),
-            Param("limit", INT, False),
+            CommandParam("sql", STR, True, "The query; dataset aliases and DIDs are table names."),
+            CommandParam(
+                "untrusted", BOOL, False, "Read untrusted heads too (the answer says so)."
+            ),
+            CommandParam("engine", {"type": "string", "enum": ["datafusion", "spark"]}, False),
+            CommandParam("skip", INT, False),
+            CommandParam("limit", INT, False),
         ),
         doc="`odf-node sql` runs it (docs/query.md).",
         render=render_rows,
@@ -1366,7 +1386,7 @@ COMMANDS: tuple[Command, ...] = (
         "data.tables",
         "The datasets a query can read, each at its readable head and why it may be read.",
         _data_tables,
-        (Param("untrusted", BOOL, False, "Also datasets with no trusted head."),),
+        (CommandParam("untrusted", BOOL, False, "Also datasets with no trusted head."),),
         result=ARRAY,
     ),
     Command(
@@ -1375,14 +1395,16 @@ COMMANDS: tuple[Command, ...] = (
         _data_tail,
         (
             _ref(),
-            Param(
+            CommandParam(
                 "n",
                 {"type": "integer", "minimum": 1},
                 False,
                 "How many records.",
                 Cli(flags=("-n", "--num-records"), type=int),
             ),
-            Param("untrusted", BOOL, False, "Read the newest head even if untrusted.", Cli()),
+            CommandParam(
+                "untrusted", BOOL, False, "Read the newest head even if untrusted.", Cli()
+            ),
         ),
         cli=("dataset", "tail"),
         doc="Only a trusted head is read (owned, trusted by the trust policy, or verified here) "
@@ -1395,28 +1417,30 @@ COMMANDS: tuple[Command, ...] = (
         _dataset_export,
         (
             _ref(),
-            Param(
+            CommandParam(
                 "file",
                 STR,
                 True,
                 "The file to write (never over an existing one).",
                 Cli("argument", type=Path, to_wire=_backup_file, metavar="FILE"),
             ),
-            Param(
+            CommandParam(
                 "format",
                 {"type": "string", "enum": ["parquet", "csv", "ndjson"]},
                 False,
                 "parquet, csv or ndjson.",
                 Cli(flags=("--format",), type=str),
             ),
-            Param(
+            CommandParam(
                 "as_of",
                 STR,
                 False,
                 "Export the records as of this block (on the chain, and trusted).",
                 Cli(flags=("--as-of",), metavar="BLOCK"),
             ),
-            Param("untrusted", BOOL, False, "Read the newest head even if untrusted.", Cli()),
+            CommandParam(
+                "untrusted", BOOL, False, "Read the newest head even if untrusted.", Cli()
+            ),
         ),
         cli=("dataset", "export"),
         doc="Part by part (bounded memory), to a temporary file renamed into place.",
@@ -1430,7 +1454,7 @@ COMMANDS: tuple[Command, ...] = (
         "data.query_api",
         "kamu's /query over RPC: a kamu request object in, the kamu response out.",
         _data_query_api,
-        (Param("request", {"type": "object"}, True),),
+        (CommandParam("request", {"type": "object"}, True),),
         doc="The request and response of GET/POST /query (docs/query.md, HTTP data API).",
     ),
     Command(
@@ -1438,14 +1462,14 @@ COMMANDS: tuple[Command, ...] = (
         "Check a saved query commitment: hashes and signature, then reproduce the query.",
         _query_verify,
         (
-            Param(
+            CommandParam(
                 "request",
                 {"type": "object"},
                 True,
                 'A /query answer saved with include: ["Proof"]; - for standard input.',
                 Cli("argument", type=Path, to_wire=_read_commitment, metavar="FILE"),
             ),
-            Param(
+            CommandParam(
                 "node",
                 STR,
                 False,
@@ -1462,22 +1486,25 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command("console.datasets", "Stored and followed datasets.", _console_datasets, result=ARRAY),
     Command(
-        "console.dataset", "One dataset in detail.", _console_dataset, (Param("ref", STR, True),)
+        "console.dataset",
+        "One dataset in detail.",
+        _console_dataset,
+        (CommandParam("ref", STR, True),),
     ),
     Command(
         "console.preview",
         "Last rows of the newest data slice.",
         _console_preview,
         (
-            Param("ref", STR, True),
-            Param("limit", {"type": "integer", "minimum": 1, "maximum": 100}, False),
+            CommandParam("ref", STR, True),
+            CommandParam("limit", {"type": "integer", "minimum": 1, "maximum": 100}, False),
         ),
     ),
     Command(
         "console.disputes",
         "Disputes with their evidence.",
         _console_disputes,
-        (Param("did", STR, False), Param("limit", LIMIT, False)),
+        (CommandParam("did", STR, False), CommandParam("limit", LIMIT, False)),
         result=ARRAY,
     ),
     Command("console.peers", "Peers, scores, graylist, penalties.", _console_peers),
@@ -1485,7 +1512,7 @@ COMMANDS: tuple[Command, ...] = (
         "console.events",
         "The newest events.",
         _console_events,
-        (Param("limit", LIMIT, False),),
+        (CommandParam("limit", LIMIT, False),),
         result=ARRAY,
     ),
     Command("console.charts", "Data of the console's charts.", _console_charts),

@@ -24,7 +24,7 @@ from rich.table import Table
 from coordinator.errors import OdfNodeError
 from node.commands.catalog import BY_NAME, COMMANDS
 from node.commands.dispatch import dispatch
-from node.commands.spec import Command, Context, Param
+from node.commands.spec import Command, CommandParam, Context
 from node.compose import OfflineOptions, default_home
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ def _cell(v: Any) -> str:
     return "" if v is None else str(v)
 
 
-def _type_of(p: Param) -> Any:
+def _type_of(p: CommandParam) -> Any:
     assert p.cli is not None
     t = p.cli.type
     if t is None:
@@ -105,15 +105,15 @@ def _type_of(p: Param) -> Any:
     return t
 
 
-def _parameter(p: Param) -> inspect.Parameter:
+def _parameter(p: CommandParam) -> inspect.Parameter:
     assert p.cli is not None
     c = p.cli
     info: Any
     if c.kind == "argument":
-        info = typer.Argument(help=p.help, metavar=c.metavar)
+        info = typer.Argument(help=p.description, metavar=c.metavar)
     else:
         flags = c.flags or ("--" + p.name.replace("_", "-"),)
-        info = typer.Option(*flags, help=p.help, envvar=c.envvar)
+        info = typer.Option(*flags, help=p.description, envvar=c.envvar)
     default: Any = c.default
     if default is None and _type_of(p) is bool:
         default = False

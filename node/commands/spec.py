@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from node.app import Application
+from node.rpc.registry import Param
 from node.rpc.schema import Schema
 
 if TYPE_CHECKING:
@@ -72,14 +73,16 @@ class Cli:
     metavar: str | None = None
 
 
-@dataclass(frozen=True)
-class Param:
-    """One parameter: its JSON-RPC name and schema, and its command-line form (if any)."""
+@dataclass(frozen=True, slots=True)
+class CommandParam(Param):
+    """A command's parameter: the RPC method's :class:`~node.rpc.registry.Param` (name, JSON
+    schema, whether it is required, description) and its command-line form (if any).
 
-    name: str
-    schema: Schema = field(default_factory=dict)
+    Optional unless said otherwise (a command's flags mostly are); ``role`` says where the
+    value goes (:data:`Role`).
+    """
+
     required: bool = False
-    help: str = ""
     cli: Cli | None = None
     role: Role = "use_case"
 
@@ -151,7 +154,7 @@ class Command:
     name: str
     summary: str
     run: Runner
-    params: tuple[Param, ...] = ()
+    params: tuple[CommandParam, ...] = ()
     cli: tuple[str, ...] | None = None
     doc: str = ""
     result: Schema = field(default_factory=lambda: OBJECT)
@@ -167,7 +170,7 @@ class Command:
     parity: str | None = None
 
     @property
-    def rpc_params(self) -> tuple[Param, ...]:
+    def rpc_params(self) -> tuple[CommandParam, ...]:
         """The parameters of the use case: the RPC method's."""
         return tuple(p for p in self.params if p.role == "use_case")
 
@@ -197,9 +200,9 @@ __all__ = [
     "STRS",
     "Cli",
     "Command",
+    "CommandParam",
     "Context",
     "Output",
-    "Param",
     "Renderer",
     "Runner",
     "Schema",

@@ -39,7 +39,7 @@ def build_registry(app: Application) -> RpcRegistry:
         registry.add(
             command.name,
             _handler(command, app),
-            params=[Param(p.name, p.schema, p.required, p.help) for p in command.rpc_params],
+            params=command.rpc_params,
             result=command.result,
             summary=command.summary,
         )

@@ -15,7 +15,7 @@ from coordinator.multiformats import Multihash
 from node.app.results import SubscriptionRow
 from node.cli import app
 from node.commands.catalog import BY_NAME, COMMANDS
-from node.commands.spec import STR, Command, Param
+from node.commands.spec import STR, Command, CommandParam
 from node.rpc.registry import openrpc_document, validate_openrpc
 from node.rpc.schema import validate
 from node.state import NodeState
@@ -83,7 +83,7 @@ def test_a_declaration_that_drifts_from_its_use_case_is_refused() -> None:
     async def use_case(app: Any, ctx: Any, ref: str) -> None:
         return None
 
-    drifted = Command("dataset.drift", "x", use_case, (Param("reff", STR, True),))
+    drifted = Command("dataset.drift", "x", use_case, (CommandParam("reff", STR, True),))
     original = rpc_api.COMMANDS
     rpc_api.COMMANDS = (drifted,)  # type: ignore[misc]
     try:
