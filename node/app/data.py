@@ -157,6 +157,11 @@ class ExportResult:
         """The command's JSON."""
         return dict(self.__dict__)
 
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> ExportResult:
+        """The inverse of :meth:`to_json` (the JSON the CLI receives, over the RPC or not)."""
+        return cls(**{f: value[f] for f in cls.__dataclass_fields__})
+
 
 def json_cell(v: Any) -> Any:
     """A cell as JSON: timestamps as RFC 3339 (UTC ``Z`` when zoned), bytes as hex, decimals

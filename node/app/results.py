@@ -8,18 +8,30 @@ daemon runs or not. Fields a context cannot know (e.g. ``publish_work_id`` witho
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from node.app.jsontypes import JsonObject
 
 
 class _Json:
-    """``to_json``: the dataclass's fields as a JSON-friendly dict."""
+    """``to_json``: the dataclass's fields as a JSON-friendly dict; ``from_json``: back."""
 
     def to_json(self) -> dict[str, Any]:
         """JSON-friendly form (field names are the wire names)."""
         return asdict(self)  # type: ignore[call-overload, no-any-return]
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> Self:
+        """The inverse of :meth:`to_json`: the typed result from the JSON a command returns
+        (over the RPC or in-process, the same JSON), so a rendering reads fields, not keys.
+
+        Keys that are not fields are ignored (a newer daemon may add some); a missing field
+        takes its default (a missing required one raises ``TypeError``).
+        """
+        names = cls.__dataclass_fields__  # type: ignore[attr-defined]
+        return cls(**{k: v for k, v in value.items() if k in names})
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,21 @@ class VerifyResult(_Json):
             problems=self.problems,
         )
         return out
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> Self:
+        """The inverse of :meth:`to_json`: the keys that are not this result's own fields are
+        the integrity report's."""
+        own = ("id", "alias", "ok", "seconds", "replay", "problems")
+        return cls(
+            id=value["id"],
+            alias=value["alias"],
+            ok=value["ok"],
+            seconds=value["seconds"],
+            integrity={k: v for k, v in value.items() if k not in own},
+            replay=value["replay"],
+            problems=value["problems"],
+        )
 
 
 @dataclass(frozen=True)
@@ -288,6 +315,14 @@ class FlowsResult(_Json):
 
     schedules: list[ScheduleRow]
     runs: list[FlowRunRow]
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> Self:
+        """The inverse of :meth:`to_json`, the rows typed too."""
+        return cls(
+            schedules=[ScheduleRow.from_json(s) for s in value["schedules"]],
+            runs=[FlowRunRow.from_json(r) for r in value["runs"]],
+        )
 
 
 @dataclass(frozen=True)
