@@ -180,9 +180,36 @@ def _forge(msg: HeadAnnouncement, domain_kind: MessageKind) -> bytes:
     return unsigned + ds.sign(DOMAINS[domain_kind] + unsigned)
 
 
+# A bad vector: (name, envelope bytes, the error the decoder must report).
+BadVector = tuple[str, bytes, str]
+
+
 def build() -> dict[str, Any]:
     """All vectors as a JSON-ready dict (hex strings)."""
     ds, node, other = keys()
+    good = _good_messages(ds, node)
+    return {
+        "format": "odf-node p2p wire format v1 (docs/p2p-wire-format.md)",
+        "keys": {
+            "dataset_seed": DATASET_SEED.hex(),
+            "dataset_did": ds.dataset_id().as_did_str(),
+            "node_seed": NODE_SEED.hex(),
+            "node_did": node.dataset_id().as_did_str(),
+            "other_seed": OTHER_SEED.hex(),
+            "other_did": other.dataset_id().as_did_str(),
+        },
+        "good": [
+            {"name": name, "hex": m.envelope.hex(), "content_id": m.content_id.hex()}
+            for name, m in good.items()
+        ],
+        "bad": [{"name": n, "hex": b.hex(), "error": e} for n, b, e in _bad_vectors(good)],
+    }
+
+
+def _good_messages(
+    ds: PrivateKey, node: PrivateKey
+) -> dict[str, SignedMessage | EquivocationProof]:
+    """The valid messages, by vector name, in the order the stored file lists them."""
     ann = sign_message(announcement(), ds)
     ann_min = sign_message(
         HeadAnnouncement(
@@ -198,77 +225,65 @@ def build() -> dict[str, Any]:
         ds,
     )
     fork = sign_message(announcement(head="head-7-fork"), ds)
-    att = sign_message(attestation(), node)
-    dis = sign_message(dispute(), node)
-    proof = EquivocationProof.make(ann, fork)
-    obs = sign_message(observation(), node)
-    obs_env = obs.envelope
-    # The body starts with the observation's own version byte, right after the header.
-    obs_v2 = obs_env[:6] + b"\x02" + obs_env[7:]
-    src_at = obs_env.index(b"https://data.")
-    same_head = sign_message(
-        HeadAnnouncement(**{**_fields(announcement()), "nonce": b"\xff" * 16}), ds
-    )
-    no_conflict = EquivocationProof.make(ann, same_head)
-    rot = key_rotation()
-    rev = key_revocation()
-    rot_msg = rot.message
-    assert isinstance(rot_msg, KeyRotation)
-    # The old key's signature is the body's last 64 bytes, before the envelope's own.
-    rot_bad_old = bytearray(rot.envelope)
-    rot_bad_old[-65] ^= 0x01
-    # The same record with the old key's signature altered, signed again by the new key.
-    rot_bad_old_msg = KeyRotation(
-        rot_msg.old,
-        rot_msg.new,
-        rot_msg.issued_at_ns,
-        rot_msg.nonce,
-        rot_msg.old_signature[:-1] + bytes([rot_msg.old_signature[-1] ^ 0x01]),
-        version=1,
-    )
-    rot_forged_old = sign_message(
-        KeyRotation(
-            rot_msg.old, rot_msg.new, rot_msg.issued_at_ns, rot_msg.nonce, bytes(64), version=1
-        ),
-        other,
-    )
-    rot_same = bytearray(rot.envelope)
-    rot_same[7 + 34 : 7 + 68] = rot.envelope[7 : 7 + 34]  # new := old
-    rot2 = key_rotation_v2()
-    rev_next = key_revocation_by_next_key()
-    rev_next_msg = rev_next.message
-    assert isinstance(rev_next_msg, KeyRevocation)
-    # A version 2 rotation read as version 1 (the commitment's bytes then shift every field).
-    rot2_as_v1 = rot2.envelope[:6] + b"\x01" + rot2.envelope[7:]
-    inc = key_inception()
-    inc_msg = inc.message
-    assert isinstance(inc_msg, KeyInception)
-    rev_self_named = bytearray(rev_next.envelope)
-    rev_self_named[7 + 34 + 1 : 7 + 34 + 1 + 34] = rev_next.envelope[7 : 7 + 34]  # by := node
+    return {
+        "announcement": ann,
+        "announcement_minimal": ann_min,
+        "attestation": sign_message(attestation(), node),
+        "dispute": sign_message(dispute(), node),
+        "equivocation_proof": EquivocationProof.make(ann, fork),
+        "observation": sign_message(observation(), node),
+        "key_rotation": key_rotation(),
+        "key_revocation": key_revocation(),
+        "key_rotation_v2": key_rotation_v2(),
+        "key_revocation_by_next_key": key_revocation_by_next_key(),
+        "key_inception": key_inception(),
+    }
 
+
+def _bad_vectors(good: dict[str, SignedMessage | EquivocationProof]) -> list[BadVector]:
+    """Every bad vector, each group derived from the good message it corrupts."""
+
+    def signed(name: str) -> SignedMessage:
+        msg = good[name]
+        assert isinstance(msg, SignedMessage)
+        return msg
+
+    proof = good["equivocation_proof"]
+    assert isinstance(proof, EquivocationProof)
+    return [
+        *_bad_announcements(signed("announcement"), proof),
+        *_bad_observations(signed("observation")),
+        *_bad_rotations(signed("key_rotation")),
+        ("key_revocation_by_other_key", _resigned(signed("key_revocation"), "other"), "signature"),
+        *_bad_rotations_v2(signed("key_rotation_v2")),
+        *_bad_revocations_by_next_key(signed("key_revocation_by_next_key")),
+        *_bad_inceptions(signed("key_inception")),
+    ]
+
+
+def _resigned(msg: SignedMessage, signer: str) -> bytes:
+    """``msg``'s record signed again by the ``"dataset"``, ``"node"`` or ``"other"`` key."""
+    ds, node, other = keys()
+    key = {"dataset": ds, "node": node, "other": other}[signer]
+    return sign_message(msg.message, key).envelope
+
+
+def _bad_announcements(ann: SignedMessage, proof: EquivocationProof) -> list[BadVector]:
+    """Malformed or wrongly signed announcements and equivocation proofs."""
+    ds, _, other = keys()
     env = ann.envelope
     prev_tag_at = 6 + 34 + 1 + 34 + 8  # header, dataset, head len+hash, sequence
     bad_tag = bytearray(env)
     bad_tag[prev_tag_at] = 2
+    first_len = 2 + len(proof.first.envelope)
     swapped = (
-        proof.envelope[:6]
-        + proof.envelope[6 + 2 + len(proof.first.envelope) :]
-        + proof.envelope[6 : 6 + 2 + len(proof.first.envelope)]
+        proof.envelope[:6] + proof.envelope[6 + first_len :] + proof.envelope[6 : 6 + first_len]
     )
-    good: dict[str, SignedMessage | EquivocationProof] = {
-        "announcement": ann,
-        "announcement_minimal": ann_min,
-        "attestation": att,
-        "dispute": dis,
-        "equivocation_proof": proof,
-        "observation": obs,
-        "key_rotation": rot,
-        "key_revocation": rev,
-        "key_rotation_v2": rot2,
-        "key_revocation_by_next_key": rev_next,
-        "key_inception": inc,
-    }
-    bad: list[tuple[str, bytes, str]] = [
+    same_head = sign_message(
+        HeadAnnouncement(**{**_fields(announcement()), "nonce": b"\xff" * 16}), ds
+    )
+    no_conflict = EquivocationProof.make(ann, same_head)
+    return [
         ("empty", b"", "decode:truncated"),
         ("garbage", b"not an odf gossip message at all", "decode:bad-magic"),
         ("truncated", env[:-1], "decode:truncated"),
@@ -291,10 +306,21 @@ def build() -> dict[str, Any]:
         ),
         ("proof_non_canonical_order", swapped, "decode:non-canonical"),
         ("proof_not_conflicting", no_conflict.envelope, "proof"),
+    ]
+
+
+def _bad_observations(obs: SignedMessage) -> list[BadVector]:
+    """Observations with an unknown version, a non-URL source or the wrong signer."""
+    ds, _, _ = keys()
+    env = obs.envelope
+    # The body starts with the observation's own version byte, right after the header.
+    obs_v2 = env[:6] + b"\x02" + env[7:]
+    src_at = env.index(b"https://data.")
+    return [
         ("observation_unknown_version", obs_v2, "decode:unknown-version"),
         (
             "observation_source_not_url",
-            obs_env[:src_at] + b"file:" + obs_env[src_at + 5 :],
+            env[:src_at] + b"file:" + env[src_at + 5 :],
             "decode:bad-url",
         ),
         (
@@ -302,6 +328,35 @@ def build() -> dict[str, Any]:
             sign_message(observation(), ds).envelope,
             "signature",
         ),
+    ]
+
+
+def _bad_rotations(rot: SignedMessage) -> list[BadVector]:
+    """Version 1 rotations whose old key's signature, keys or record version are wrong."""
+    _, _, other = keys()
+    rot_msg = rot.message
+    assert isinstance(rot_msg, KeyRotation)
+    # The old key's signature is the body's last 64 bytes, before the envelope's own.
+    rot_bad_old = bytearray(rot.envelope)
+    rot_bad_old[-65] ^= 0x01
+    # The same record with the old key's signature altered, signed again by the new key.
+    rot_bad_old_msg = KeyRotation(
+        rot_msg.old,
+        rot_msg.new,
+        rot_msg.issued_at_ns,
+        rot_msg.nonce,
+        rot_msg.old_signature[:-1] + bytes([rot_msg.old_signature[-1] ^ 0x01]),
+        version=1,
+    )
+    rot_forged_old = sign_message(
+        KeyRotation(
+            rot_msg.old, rot_msg.new, rot_msg.issued_at_ns, rot_msg.nonce, bytes(64), version=1
+        ),
+        other,
+    )
+    rot_same = bytearray(rot.envelope)
+    rot_same[7 + 34 : 7 + 68] = rot.envelope[7 : 7 + 34]  # new := old
+    return [
         # The new key's signature still verifies over the altered body: only the old key's fails.
         (
             "key_rotation_bad_old_signature",
@@ -316,55 +371,63 @@ def build() -> dict[str, Any]:
             rot.envelope[:6] + b"\x03" + rot.envelope[7:],
             "decode:unknown-version",
         ),
-        ("key_revocation_by_other_key", sign_message(rev.message, other).envelope, "signature"),
+    ]
+
+
+def _bad_rotations_v2(rot2: SignedMessage) -> list[BadVector]:
+    """A version 2 rotation misread as version 1, and one with its commitment altered."""
+    env = rot2.envelope
+    # A version 2 rotation read as version 1 (the commitment's bytes then shift every field).
+    rot2_as_v1 = env[:6] + b"\x01" + env[7:]
+    return [
         ("key_rotation_v2_read_as_v1", rot2_as_v1, "decode:trailing-bytes"),
         (
             "key_rotation_v2_tampered_next_digest",
-            rot2.envelope[: 7 + 68] + bytes([rot2.envelope[7 + 68] ^ 1]) + rot2.envelope[7 + 69 :],
+            env[: 7 + 68] + bytes([env[7 + 68] ^ 1]) + env[7 + 69 :],
             "signature",
         ),
+    ]
+
+
+def _bad_revocations_by_next_key(rev_next: SignedMessage) -> list[BadVector]:
+    """Version 2 revocations signed by the revoked key, or naming it as their own signer."""
+    rev_self_named = bytearray(rev_next.envelope)
+    rev_self_named[7 + 34 + 1 : 7 + 34 + 1 + 34] = rev_next.envelope[7 : 7 + 34]  # by := node
+    return [
         (
             "key_revocation_by_next_key_signed_by_revoked_key",
-            sign_message(rev_next_msg, node).envelope,
+            _resigned(rev_next, "node"),
             "signature",
         ),
         ("key_revocation_names_itself_as_signer", bytes(rev_self_named), "decode:same-key"),
+    ]
+
+
+def _bad_inceptions(inc: SignedMessage) -> list[BadVector]:
+    """Inceptions with the wrong signer, an altered commitment, version or domain."""
+    _, node, _ = keys()
+    env = inc.envelope
+    return [
         # Only the committing key can sign its inception (a thief holding another key cannot
         # give the node key a commitment of its choosing).
-        ("key_inception_signed_by_other_key", sign_message(inc_msg, other).envelope, "signature"),
+        ("key_inception_signed_by_other_key", _resigned(inc, "other"), "signature"),
         (
             "key_inception_tampered_next_digest",
-            inc.envelope[: 7 + 34] + bytes([inc.envelope[7 + 34] ^ 1]) + inc.envelope[7 + 35 :],
+            env[: 7 + 34] + bytes([env[7 + 34] ^ 1]) + env[7 + 35 :],
             "signature",
         ),
         (
             "key_inception_unknown_version",
-            inc.envelope[:6] + b"\x02" + inc.envelope[7:],
+            env[:6] + b"\x02" + env[7:],
             "decode:unknown-version",
         ),
-        ("key_inception_truncated", inc.envelope[:-65] + inc.envelope[-64:], "decode:truncated"),
+        ("key_inception_truncated", env[:-65] + env[-64:], "decode:truncated"),
         (
             "key_inception_cross_domain_signature",
-            inc.envelope[:-64] + node.sign(DOMAINS[MessageKind.KEY_ROTATION] + inc.envelope[:-64]),
+            env[:-64] + node.sign(DOMAINS[MessageKind.KEY_ROTATION] + env[:-64]),
             "signature",
         ),
     ]
-    return {
-        "format": "odf-node p2p wire format v1 (docs/p2p-wire-format.md)",
-        "keys": {
-            "dataset_seed": DATASET_SEED.hex(),
-            "dataset_did": ds.dataset_id().as_did_str(),
-            "node_seed": NODE_SEED.hex(),
-            "node_did": node.dataset_id().as_did_str(),
-            "other_seed": OTHER_SEED.hex(),
-            "other_did": other.dataset_id().as_did_str(),
-        },
-        "good": [
-            {"name": name, "hex": m.envelope.hex(), "content_id": m.content_id.hex()}
-            for name, m in good.items()
-        ],
-        "bad": [{"name": n, "hex": b.hex(), "error": e} for n, b, e in bad],
-    }
 
 
 def _fields(a: HeadAnnouncement) -> dict[str, Any]:
