@@ -110,73 +110,116 @@ def write_backup(
     node_id = h.node_key().dataset_id().as_did_key()
     fd, tmp_name = tempfile.mkstemp(prefix=f".{file.name}.", suffix=".partial", dir=file.parent)
     tmp = Path(tmp_name)
-    files: list[dict[str, Any]] = []
     try:
         with (
             tempfile.TemporaryDirectory(prefix=".odf-backup-", dir=file.parent) as scratch,
             os.fdopen(fd, "wb") as raw,
             tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar,
         ):
-            header = json.dumps({"format": FORMAT, "version": FORMAT_VERSION}).encode()
-            _add_bytes(tar, HEADER, header, 0o644)
-            _add_file(tar, files, "config.toml", h.config_path, 0o600)
-            _add_file(tar, files, "keys/node.key", h.node_key_path, 0o600)
-            keys = sorted(h.dataset_keys_path.glob("*.key"))
-            for key in keys:
-                _add_file(tar, files, f"keys/datasets/{key.name}", key, 0o600)
-            # Retired node keys (odf-node key rotate): the restored node can still revoke them.
-            for key in sorted((h.path / "keys" / "retired").glob("*.key")):
-                _add_file(tar, files, f"keys/retired/{key.name}", key, 0o600)
-            state = _snapshot_state(home / "state.db", Path(scratch) / "state.db")
-            if state is not None:
-                _add_file(tar, files, "state.db", Path(scratch) / "state.db", 0o600)
-            stored = _add_datasets(tar, files, h) if datasets else []
-            summary = BackupResult(
-                file=str(file),
-                format_version=FORMAT_VERSION,
-                node_id=node_id,
-                state_schema_version=state["schema_version"] if state else 0,
-                subscriptions=state["subscriptions"] if state else 0,
-                attestations=state["attestations"] if state else 0,
-                disputes=state["disputes"] if state else 0,
-                datasets=stored,
-                owned_dataset_keys=len(keys),
-                files=len(files),
-                bytes=sum(int(f["size"]) for f in files),
-                seconds=0.0,
+            summary = _write_members(
+                tar, h, Path(scratch), file, node_id, datasets=datasets, clock=clock
             )
-            manifest = {
-                "format": FORMAT,
-                "version": FORMAT_VERSION,
-                "created_ns": clock(),
-                "node_id": node_id,
-                "state_schema_version": summary.state_schema_version,
-                "subscriptions": summary.subscriptions,
-                "attestations": summary.attestations,
-                "disputes": summary.disputes,
-                "datasets_included": datasets,
-                "datasets": stored,
-                "owned_dataset_keys": len(keys),
-                "files": files,
-            }
-            body = json.dumps(manifest, indent=1).encode()
-            if len(body) > MAX_MANIFEST_BYTES:
-                raise BackupError(
-                    f"{len(files)} files make a {MANIFEST} of {len(body)} bytes, more than a "
-                    f"restore reads ({MAX_MANIFEST_BYTES}); back up without --datasets"
-                )
-            _add_bytes(tar, MANIFEST, body, 0o644)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o600)  # it holds private keys
-        if file.exists():
-            raise BackupError(f"{file} appeared while the backup was written; not replaced")
-        os.replace(tmp, file)
-        fsync_dir(file.parent)
+        _publish_archive(tmp, file)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return dataclasses.replace(summary, seconds=round(time.monotonic() - t0, 3))
+
+
+def _write_members(
+    tar: tarfile.TarFile,
+    h: NodeHome,
+    scratch: Path,
+    file: Path,
+    node_id: str,
+    *,
+    datasets: bool,
+    clock: Callable[[], int],
+) -> BackupResult:
+    """Every member in the documented order, the manifest last; the backup's summary (its
+    ``seconds`` left for the caller to fill)."""
+    _add_bytes(
+        tar, HEADER, json.dumps({"format": FORMAT, "version": FORMAT_VERSION}).encode(), 0o644
+    )
+    files: list[dict[str, Any]] = []
+    owned_keys = _add_keys(tar, files, h)
+    state = _snapshot_state(h.path / "state.db", scratch / "state.db")
+    if state is not None:
+        _add_file(tar, files, "state.db", scratch / "state.db", 0o600)
+    stored = _add_datasets(tar, files, h) if datasets else []
+    summary = BackupResult(
+        file=str(file),
+        format_version=FORMAT_VERSION,
+        node_id=node_id,
+        state_schema_version=state["schema_version"] if state else 0,
+        subscriptions=state["subscriptions"] if state else 0,
+        attestations=state["attestations"] if state else 0,
+        disputes=state["disputes"] if state else 0,
+        datasets=stored,
+        owned_dataset_keys=owned_keys,
+        files=len(files),
+        bytes=sum(int(f["size"]) for f in files),
+        seconds=0.0,
+    )
+    _add_manifest(tar, summary, files, datasets_included=datasets, created_ns=clock())
+    return summary
+
+
+def _add_keys(tar: tarfile.TarFile, files: list[dict[str, Any]], h: NodeHome) -> int:
+    """The config and every key (mode 0600); the number of owned dataset keys."""
+    _add_file(tar, files, "config.toml", h.config_path, 0o600)
+    _add_file(tar, files, "keys/node.key", h.node_key_path, 0o600)
+    keys = sorted(h.dataset_keys_path.glob("*.key"))
+    for key in keys:
+        _add_file(tar, files, f"keys/datasets/{key.name}", key, 0o600)
+    # Retired node keys (odf-node key rotate): the restored node can still revoke them.
+    for key in sorted((h.path / "keys" / "retired").glob("*.key")):
+        _add_file(tar, files, f"keys/retired/{key.name}", key, 0o600)
+    return len(keys)
+
+
+def _add_manifest(
+    tar: tarfile.TarFile,
+    summary: BackupResult,
+    files: list[dict[str, Any]],
+    *,
+    datasets_included: bool,
+    created_ns: int,
+) -> None:
+    """The last member: the summary's facts and every member before it, refused when larger
+    than a restore reads."""
+    manifest = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "created_ns": created_ns,
+        "node_id": summary.node_id,
+        "state_schema_version": summary.state_schema_version,
+        "subscriptions": summary.subscriptions,
+        "attestations": summary.attestations,
+        "disputes": summary.disputes,
+        "datasets_included": datasets_included,
+        "datasets": summary.datasets,
+        "owned_dataset_keys": summary.owned_dataset_keys,
+        "files": files,
+    }
+    body = json.dumps(manifest, indent=1).encode()
+    if len(body) > MAX_MANIFEST_BYTES:
+        raise BackupError(
+            f"{len(files)} files make a {MANIFEST} of {len(body)} bytes, more than a "
+            f"restore reads ({MAX_MANIFEST_BYTES}); back up without --datasets"
+        )
+    _add_bytes(tar, MANIFEST, body, 0o644)
+
+
+def _publish_archive(tmp: Path, file: Path) -> None:
+    """Make the complete archive at ``tmp`` durable and private, then rename it to ``file``."""
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.chmod(tmp, 0o600)  # it holds private keys
+    if file.exists():
+        raise BackupError(f"{file} appeared while the backup was written; not replaced")
+    os.replace(tmp, file)
+    fsync_dir(file.parent)
 
 
 def _snapshot_state(src: Path, dest: Path) -> dict[str, int] | None:
@@ -667,63 +710,120 @@ def _parse_manifest(text: str) -> tuple[dict[str, Any], dict[str, _Listed] | Non
     reads the datasets themselves): never the whole document at once, as ``json.loads`` of a
     48 MB manifest of tiny objects took 1.3 GB, and of deep nesting raised a RecursionError.
     """
-    decoder = json.JSONDecoder()
+    return _ManifestParser(text).parse()
 
-    def bad(why: str) -> MalformedArchive:
+
+class _ManifestParser:
+    """One pass over a manifest's text (:func:`_parse_manifest`): each method reads from an
+    offset and returns the offset after what it read."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.decoder = json.JSONDecoder()
+        self.manifest: dict[str, Any] = {}
+        self.listed: dict[str, _Listed] | None = None
+
+    def parse(self) -> tuple[dict[str, Any], dict[str, _Listed] | None]:
+        """The top-level object: scalars kept, ``files`` and ``datasets`` read entry by entry."""
+        text = self.text
+        i = self.expect(0, "{")
+        if text[self.ws(i) : self.ws(i) + 1] == "}":
+            i = self.ws(i) + 1
+        else:
+            while True:
+                i = self.member(self.ws(i))
+                i = self.ws(i)
+                if text[i : i + 1] == "}":
+                    i += 1
+                    break
+                i = self.expect(i, ",")
+        if self.ws(i) != len(text):
+            raise self.bad(f"data after the object at offset {self.ws(i)}")
+        return self.manifest, self.listed
+
+    def member(self, i: int) -> int:
+        """One ``"key": value`` of the top-level object."""
+        if self.text[i : i + 1] != '"':
+            raise self.bad(f"expected a key at offset {i}")
+        key, i = self.scalar(i, "key")
+        i = self.ws(self.expect(i, ":"))
+        if key in self.manifest or (key == "files" and self.listed is not None):
+            raise self.bad(f"{key!r} appears twice")
+        if key == "files":
+            self.listed = {}
+            return self.entries(i, key, self.take_file)
+        if key == "datasets":
+            self.manifest[key] = True
+            return self.entries(i, key, lambda _n, _d: None)
+        self.manifest[key], i = self.scalar(i, key)
+        return i
+
+    def bad(self, why: str) -> MalformedArchive:
         return MalformedArchive(MANIFEST, f"unreadable {MANIFEST}: {why}")
 
-    def ws(i: int) -> int:
+    def ws(self, i: int) -> int:
+        text = self.text
         while i < len(text) and text[i] in " \t\r\n":
             i += 1
         return i
 
-    def expect(i: int, ch: str) -> int:
-        i = ws(i)
-        if text[i : i + 1] != ch:
-            raise bad(f"expected {ch!r} at offset {i}")
+    def expect(self, i: int, ch: str) -> int:
+        i = self.ws(i)
+        if self.text[i : i + 1] != ch:
+            raise self.bad(f"expected {ch!r} at offset {i}")
         return i + 1
 
-    def scalar(i: int, key: str) -> tuple[Any, int]:
-        if text[i : i + 1] not in ('"', "-", "t", "f", "n") and not text[i : i + 1].isdigit():
-            raise bad(f"{key!r} is not a string, number, boolean or null")
+    def scalar(self, i: int, key: str) -> tuple[Any, int]:
+        """A string, number, boolean or null (never a container: no depth to exhaust)."""
+        first = self.text[i : i + 1]
+        if first not in ('"', "-", "t", "f", "n") and not first.isdigit():
+            raise self.bad(f"{key!r} is not a string, number, boolean or null")
         try:
-            value, end = decoder.raw_decode(text, i)
+            value, end = self.decoder.raw_decode(self.text, i)
         except ValueError as e:  # ValueError: also an integer of too many digits
-            raise bad(f"{key!r}: {e}") from None
+            raise self.bad(f"{key!r}: {e}") from None
         return value, end
 
-    def entries(i: int, key: str, take: Callable[[int, dict[str, Any]], None]) -> int:
-        i = ws(expect(i, "["))
+    def entries(self, i: int, key: str, take: Callable[[int, dict[str, Any]], None]) -> int:
+        """A list of flat objects, each decoded alone and passed to ``take``."""
+        text = self.text
+        i = self.ws(self.expect(i, "["))
         if text[i : i + 1] == "]":
             return i + 1
         n = 0
         while True:
-            i = ws(i)
+            i = self.ws(i)
             if text[i : i + 1] != "{":
-                raise bad(f"{key}[{n}] is not an object")
-            # A flat object ends at its first "}" (no value a backup writes holds one).
-            end = text.find("}", i, i + _MAX_ENTRY_CHARS)
-            if end < 0:
-                raise bad(f"{key}[{n}] is not a flat object of at most {_MAX_ENTRY_CHARS} bytes")
-            try:
-                item = json.loads(text[i : end + 1])
-            except ValueError as e:
-                raise bad(f"{key}[{n}]: {e}") from None
-            if not all(v is None or isinstance(v, (str, int, float)) for v in item.values()):
-                raise bad(f"{key}[{n}] is not a flat object")
-            take(n, item)
+                raise self.bad(f"{key}[{n}] is not an object")
+            end = self.flat_object_end(i, key, n)
+            take(n, self.flat_object(i, end, key, n))
             n += 1
             if n > MAX_MEMBERS:
-                raise bad(f"{key} has more than {MAX_MEMBERS} entries")
-            i = ws(end + 1)
+                raise self.bad(f"{key} has more than {MAX_MEMBERS} entries")
+            i = self.ws(end + 1)
             if text[i : i + 1] == "]":
                 return i + 1
-            i = expect(i, ",")
+            i = self.expect(i, ",")
 
-    listed: dict[str, _Listed] | None = None
-    manifest: dict[str, Any] = {}
+    def flat_object_end(self, i: int, key: str, n: int) -> int:
+        # A flat object ends at its first "}" (no value a backup writes holds one).
+        end = self.text.find("}", i, i + _MAX_ENTRY_CHARS)
+        if end < 0:
+            raise self.bad(f"{key}[{n}] is not a flat object of at most {_MAX_ENTRY_CHARS} bytes")
+        return end
 
-    def take_file(n: int, f: dict[str, Any]) -> None:
+    def flat_object(self, i: int, end: int, key: str, n: int) -> dict[str, Any]:
+        try:
+            item = json.loads(self.text[i : end + 1])
+        except ValueError as e:
+            raise self.bad(f"{key}[{n}]: {e}") from None
+        if not all(v is None or isinstance(v, (str, int, float)) for v in item.values()):
+            raise self.bad(f"{key}[{n}] is not a flat object")
+        return cast(dict[str, Any], item)
+
+    def take_file(self, n: int, f: dict[str, Any]) -> None:
+        """Keep ``files[n]`` as its size and hash, by path (each checked, none repeated)."""
+        listed = self.listed
         assert listed is not None
         path, size, sha = f.get("path"), f.get("size"), f.get("sha256")
         if not isinstance(path, str) or path in listed:
@@ -733,35 +833,6 @@ def _parse_manifest(text: str) -> tuple[dict[str, Any], dict[str, _Listed] | Non
         if not isinstance(sha, str) or len(sha) != 64:
             raise MalformedArchive(path, f"{MANIFEST}: {path!r} has no sha256")
         listed[path] = _Listed(size, sha)
-
-    i = expect(0, "{")
-    if text[ws(i) : ws(i) + 1] == "}":
-        i = ws(i) + 1
-    else:
-        while True:
-            i = ws(i)
-            if text[i : i + 1] != '"':
-                raise bad(f"expected a key at offset {i}")
-            key, i = scalar(i, "key")
-            i = ws(expect(i, ":"))
-            if key in manifest or (key == "files" and listed is not None):
-                raise bad(f"{key!r} appears twice")
-            if key == "files":
-                listed = {}
-                i = entries(i, key, take_file)
-            elif key == "datasets":
-                manifest[key] = True
-                i = entries(i, key, lambda _n, _d: None)
-            else:
-                manifest[key], i = scalar(i, key)
-            i = ws(i)
-            if text[i : i + 1] == "}":
-                i += 1
-                break
-            i = expect(i, ",")
-    if ws(i) != len(text):
-        raise bad(f"data after the object at offset {ws(i)}")
-    return manifest, listed
 
 
 _TOP_LEVEL = frozenset({"config.toml", "state.db", "keys", "datasets"})
