@@ -76,6 +76,19 @@ _TOPICS_SCHEMA: Final = {
 }
 
 
+def _topics_changed_schema(changed: str) -> dict[str, Any]:
+    """The result schema of ``rpc.subscribe`` (``changed="added"``) or ``rpc.unsubscribe``
+    (``"removed"``): the topics changed and how many the socket now has."""
+    return {
+        "type": "object",
+        "required": [changed, "count"],
+        "properties": {
+            changed: {"type": "array", "items": {"type": "string"}},
+            "count": {"type": "integer", "minimum": 0},
+        },
+    }
+
+
 @dataclass(eq=False)
 class _WsClient:
     """One connected WebSocket: its topics and bounded outgoing queue."""
@@ -147,9 +160,14 @@ class RpcServer:
         # Strong references to fire-and-forget drop tasks (the loop only keeps weak ones).
         self._tasks: set[asyncio.Task[None]] = set()
         self._mounts: list[Callable[[web.Application], None]] = []
-        self._builtins = RpcRegistry()
-        self._builtins.add("rpc.ping", self._ping, summary="Liveness check", _builtin=True)
-        self._builtins.add(
+        self._builtins = self._builtin_registry()
+
+    def _builtin_registry(self) -> RpcRegistry:
+        """The methods the server answers itself: ``rpc.ping``, ``rpc.discover``,
+        ``rpc.subscribe`` and ``rpc.unsubscribe``."""
+        builtins = RpcRegistry()
+        builtins.add("rpc.ping", self._ping, summary="Liveness check", _builtin=True)
+        builtins.add(
             "rpc.discover",
             self._discover,
             summary="The OpenRPC document of this server",
@@ -158,7 +176,7 @@ class RpcServer:
         )
         # The answers say what changed and how many topics the socket has: echoing the whole
         # set made every call's reply as large as everything subscribed so far.
-        self._builtins.add(
+        builtins.add(
             "rpc.subscribe",
             self._subscribe_stub,
             params=[
@@ -172,38 +190,25 @@ class RpcServer:
                     ),
                 )
             ],
-            result={
-                "type": "object",
-                "required": ["added", "count"],
-                "properties": {
-                    "added": {"type": "array", "items": {"type": "string"}},
-                    "count": {"type": "integer", "minimum": 0},
-                },
-            },
+            result=_topics_changed_schema("added"),
             summary=(
                 "WebSocket only: receive `event` notifications for these topics; answers the "
                 "topics newly added and how many the socket now has"
             ),
             _builtin=True,
         )
-        self._builtins.add(
+        builtins.add(
             "rpc.unsubscribe",
             self._subscribe_stub,
             params=[Param("topics", _TOPICS_SCHEMA)],
-            result={
-                "type": "object",
-                "required": ["removed", "count"],
-                "properties": {
-                    "removed": {"type": "array", "items": {"type": "string"}},
-                    "count": {"type": "integer", "minimum": 0},
-                },
-            },
+            result=_topics_changed_schema("removed"),
             summary=(
                 "WebSocket only: stop receiving these topics; answers the topics removed and "
                 "how many the socket still has"
             ),
             _builtin=True,
         )
+        return builtins
 
     # -- lifecycle -------------------------------------------------------------------------
 
