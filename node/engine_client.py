@@ -310,6 +310,29 @@ CRASHES_KEPT = 32
 """Failures a :class:`CrashLog` remembers (a readiness window needs only a few)."""
 
 
+def _check_options(
+    *, engine: str, protocol: str, spawn: bool, driver_host: str, isolate_network: bool
+) -> None:
+    """Refuse an :class:`EngineClient`'s options that cannot work together."""
+    if protocol not in ("grpc", "frames"):
+        raise ValueError(f"unknown engine protocol {protocol!r}")
+    if protocol == "frames" and (not spawn or engine != "datafusion"):
+        raise ValueError("the framed protocol is for DataFusion workers this client spawns")
+    if driver_host and isolate_network:
+        raise EngineUnavailable(
+            "a cluster driver host needs the network: isolate_network must be off"
+        )
+
+
+def _with_driver_host(driver_host: str, spark_conf: dict[str, str] | None) -> dict[str, str]:
+    """``spark_conf`` with the driver bound to ``driver_host`` (an explicit setting wins)."""
+    return {
+        "spark.driver.host": driver_host,
+        "spark.driver.bindAddress": driver_host,
+        **(spark_conf or {}),
+    }
+
+
 class EngineClient:
     """A lazily started, idle-stopped, crash-restarted engine worker (Spark or DataFusion)."""
 
@@ -338,21 +361,16 @@ class EngineClient:
         executors connect back to ("" = 127.0.0.1, enough for ``local`` masters).
         ``protocol``: ``grpc`` (kamu's engine protocol) or ``frames`` (odf-node's own, for a
         DataFusion worker this client spawns on a Unix socket)."""
-        if protocol not in ("grpc", "frames"):
-            raise ValueError(f"unknown engine protocol {protocol!r}")
-        if protocol == "frames" and (not spawn or engine != "datafusion"):
-            raise ValueError("the framed protocol is for DataFusion workers this client spawns")
-        if driver_host and isolate_network:
-            raise EngineUnavailable(
-                "a cluster driver host needs the network: isolate_network must be off"
-            )
+        _check_options(
+            engine=engine,
+            protocol=protocol,
+            spawn=spawn,
+            driver_host=driver_host,
+            isolate_network=isolate_network,
+        )
         self.driver_host = driver_host or "127.0.0.1"
         if driver_host:
-            spark_conf = {
-                "spark.driver.host": driver_host,
-                "spark.driver.bindAddress": driver_host,
-                **(spark_conf or {}),
-            }
+            spark_conf = _with_driver_host(driver_host, spark_conf)
         self.engine = engine
         """The worker's engine: ``spark`` or ``datafusion`` (the release ``python`` imports)."""
         self._tmp = Path(tempfile.mkdtemp(prefix="odf-engine-"))
@@ -384,6 +402,10 @@ class EngineClient:
         self.crashes = CrashLog()
         """Failed starts and deaths of the worker that nobody asked for (not idle stops, not
         kills for a resource limit or a timeout)."""
+        self._init_worker_state()
+
+    def _init_worker_state(self) -> None:
+        """No worker yet: no process, channel, connection, timers or batches in flight."""
         self._proc: subprocess.Popen[bytes] | None = None
         self._channel: Any = None
         self._transform_rpc: dict[str, Any] = {}
