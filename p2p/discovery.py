@@ -383,17 +383,7 @@ class Discovery:
         }
         followed = list(self._followed())
         # 1. Each new peer's own record (what it carries among ours, and its addresses).
-        for peer in sorted(connected - self._asked.keys()):
-            # Asked once per connection and TTL, answered or not: a peer that does not speak
-            # the protocol (an older node) is not asked again every round.
-            self._asked[peer] = now
-            try:
-                records = await self._ask(peer, followed[:MAX_DIDS])
-            except (TransportError, WireDecodeError, P2PError) as e:
-                log.debug("providers request to %s failed: %s", peer, e)
-                continue
-            report.asked += 1
-            self._learn(peer, records, report)
+        await self._ask_new_peers(connected, followed, now, report)
         if not followed:
             return report
         try:
@@ -407,64 +397,12 @@ class Discovery:
             if not (topics.get(dataset_topic(d.as_multibase()), set()) & connected)
         ]
         if lacking:
-            candidates = sorted(connected)
-            self._rng.shuffle(candidates)
-            for peer in candidates[:_ASK_PEERS_PER_ROUND]:
-                for i in range(0, len(lacking), MAX_DIDS):
-                    try:
-                        records = await self._ask(peer, lacking[i : i + MAX_DIDS])
-                    except (TransportError, WireDecodeError, P2PError):
-                        break
-                    report.asked += 1
-                    self._learn(peer, records, report)
-            wanted = {d.as_did_str() for d in lacking}
-            for pid, rec in list(self._providers.items()):
-                if pid in connected or not wanted.intersection(rec.carries):
-                    continue
-                for addr in rec.gossip:
-                    try:
-                        await self._t.connect(addr)
-                    except (TransportError, P2PError) as e:
-                        log.info("could not dial provider %s at %s: %s", pid, addr, e)
-                        continue
-                    report.dialled.append(pid)
-                    connected.add(pid)
-                    break
-                else:
-                    if rec.gossip:
-                        report.unreachable.append(pid)
+            await self._ask_around(lacking, connected, report)
+            await self._dial_providers(lacking, connected, report)
         # 3. The IPFS node connects to the providers of what we follow (bitswap needs it).
         if self._connect_ipfs is not None:
-            wanted_all = {d.as_did_str() for d in followed}
-            targets = [
-                rec
-                for pid, rec in self._providers.items()
-                if wanted_all.intersection(rec.carries) and rec.ipfs
-            ]
-            for pid in connected:
-                own = self._first_hand.get(pid)
-                if own is not None and own.ipfs and pid not in self._providers:
-                    on_topic = any(
-                        pid in topics.get(dataset_topic(d.as_multibase()), ()) for d in followed
-                    )
-                    if on_topic:
-                        targets.append(own)
-            for rec in targets[:_IPFS_CONNECTS_PER_ROUND]:
-                failed: dict[str, str] = {}
-                for addr in rec.ipfs:
-                    try:
-                        await self._connect_ipfs(addr)
-                    except Exception as e:  # a provider's IPFS node being down is normal
-                        if addr not in self._ipfs_failed.get(rec.peer_id, {}):
-                            log.info("IPFS connect to %s failed: %s", addr, e)
-                        failed[addr] = str(e) or type(e).__name__
-                        continue
-                    report.ipfs_connected.append(rec.peer_id)
-                    self._ipfs_failed.pop(rec.peer_id, None)
-                    break
-                else:
-                    if failed:
-                        self._ipfs_failed[rec.peer_id] = failed
+            for rec in self._ipfs_targets(followed, connected, topics)[:_IPFS_CONNECTS_PER_ROUND]:
+                await self._connect_ipfs_to(self._connect_ipfs, rec, report)
         if report.dialled or report.learned:
             log.info(
                 "discovery: asked %d, learned %d provider record(s), dialled %s",
@@ -473,6 +411,101 @@ class Discovery:
                 report.dialled,
             )
         return report
+
+    async def _ask_new_peers(
+        self, connected: set[str], followed: list[DatasetId], now: float, report: RoundReport
+    ) -> None:
+        """Ask each connected peer not asked within the TTL for its own record."""
+        for peer in sorted(connected - self._asked.keys()):
+            # Asked once per connection and TTL, answered or not: a peer that does not speak
+            # the protocol (an older node) is not asked again every round.
+            self._asked[peer] = now
+            try:
+                records = await self._ask(peer, followed[:MAX_DIDS])
+            except (TransportError, WireDecodeError, P2PError) as e:
+                log.debug("providers request to %s failed: %s", peer, e)
+                continue
+            report.asked += 1
+            self._learn(peer, records, report)
+
+    async def _ask_around(
+        self, lacking: list[DatasetId], connected: set[str], report: RoundReport
+    ) -> None:
+        """Ask a few random connected peers who carries the ``lacking`` datasets."""
+        candidates = sorted(connected)
+        self._rng.shuffle(candidates)
+        for peer in candidates[:_ASK_PEERS_PER_ROUND]:
+            for i in range(0, len(lacking), MAX_DIDS):
+                try:
+                    records = await self._ask(peer, lacking[i : i + MAX_DIDS])
+                except (TransportError, WireDecodeError, P2PError):
+                    break
+                report.asked += 1
+                self._learn(peer, records, report)
+
+    async def _dial_providers(
+        self, lacking: list[DatasetId], connected: set[str], report: RoundReport
+    ) -> None:
+        """Dial each known, unconnected provider of a ``lacking`` dataset (its first gossip
+        address that answers); ``connected`` gains the peers dialled."""
+        wanted = {d.as_did_str() for d in lacking}
+        for pid, rec in list(self._providers.items()):
+            if pid in connected or not wanted.intersection(rec.carries):
+                continue
+            for addr in rec.gossip:
+                try:
+                    await self._t.connect(addr)
+                except (TransportError, P2PError) as e:
+                    log.info("could not dial provider %s at %s: %s", pid, addr, e)
+                    continue
+                report.dialled.append(pid)
+                connected.add(pid)
+                break
+            else:
+                if rec.gossip:
+                    report.unreachable.append(pid)
+
+    def _ipfs_targets(
+        self, followed: list[DatasetId], connected: set[str], topics: dict[str, set[str]]
+    ) -> list[PeerRecord]:
+        """The records whose IPFS node ours should connect to: providers of what we follow,
+        then connected peers on a followed topic that are not known providers."""
+        wanted_all = {d.as_did_str() for d in followed}
+        targets = [
+            rec
+            for pid, rec in self._providers.items()
+            if wanted_all.intersection(rec.carries) and rec.ipfs
+        ]
+        for pid in connected:
+            own = self._first_hand.get(pid)
+            if own is not None and own.ipfs and pid not in self._providers:
+                on_topic = any(
+                    pid in topics.get(dataset_topic(d.as_multibase()), ()) for d in followed
+                )
+                if on_topic:
+                    targets.append(own)
+        return targets
+
+    async def _connect_ipfs_to(
+        self, connect: Callable[[str], Awaitable[None]], rec: PeerRecord, report: RoundReport
+    ) -> None:
+        """Connect our IPFS node to ``rec``'s first IPFS address that answers; remember why
+        each failed when none did."""
+        failed: dict[str, str] = {}
+        for addr in rec.ipfs:
+            try:
+                await connect(addr)
+            except Exception as e:  # a provider's IPFS node being down is normal
+                if addr not in self._ipfs_failed.get(rec.peer_id, {}):
+                    log.info("IPFS connect to %s failed: %s", addr, e)
+                failed[addr] = str(e) or type(e).__name__
+                continue
+            report.ipfs_connected.append(rec.peer_id)
+            self._ipfs_failed.pop(rec.peer_id, None)
+            break
+        else:
+            if failed:
+                self._ipfs_failed[rec.peer_id] = failed
 
 
 __all__ = [
