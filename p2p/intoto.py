@@ -236,6 +236,31 @@ def verify_envelope(envelope: Mapping[str, Any]) -> VerifiedStatement:
     Raises:
         EnvelopeError: any check fails (the message says which).
     """
+    keyid, payload = _signed_payload(envelope)
+    stmt = _statement_of(payload)
+    want, keys = _signed_predicate(stmt)
+    out = {k: want[k] for k in keys}
+    if stmt.predicate_type == ATTESTATION_PREDICATE:
+        out["inputs"] = _checked_inputs(stmt.predicate.get("inputs"))
+        out["logicalHash"] = _checked_hash(
+            stmt.predicate.get("logicalHash"), "predicate.logicalHash"
+        )
+    node = str(want["node"])
+    return VerifiedStatement(
+        signer=keyid,
+        node=node,
+        relayed=node != keyid,
+        kind="attestation" if stmt.predicate_type == ATTESTATION_PREDICATE else "dispute",
+        predicate_type=stmt.predicate_type,
+        dataset=str(want["dataset"]),
+        block=str(want["block"]),
+        digest=stmt.digest,
+        predicate=out,
+    )
+
+
+def _signed_payload(envelope: Mapping[str, Any]) -> tuple[str, bytes]:
+    """The DSSE layer: ``(keyid, payload)`` once the envelope's one signature verifies."""
     if not isinstance(envelope, Mapping):
         raise EnvelopeError("an envelope must be a JSON object")
     payload_type = _field(envelope, "payloadType", str, "envelope")
@@ -255,7 +280,22 @@ def verify_envelope(envelope: Mapping[str, Any]) -> VerifiedStatement:
         verify_signature(key, pae(payload_type, payload), sig)
     except SignatureError as e:
         raise EnvelopeError(f"the signature does not verify for {keyid}") from e
+    return keyid, payload
 
+
+@dataclass(frozen=True, slots=True)
+class _Statement:
+    """A payload read as an in-toto statement: its shape checked, nothing trusted yet."""
+
+    body: dict[str, Any]
+    subject: dict[str, Any]
+    digest: str
+    predicate_type: str
+    predicate: dict[str, Any]
+
+
+def _statement_of(payload: bytes) -> _Statement:
+    """The statement layer: one subject with a sha3_256 digest and a known predicate type."""
     try:
         stmt = json.loads(payload)
     # RecursionError: a hostile payload nested deeper than the decoder recurses (no statement is).
@@ -274,8 +314,13 @@ def verify_envelope(envelope: Mapping[str, Any]) -> VerifiedStatement:
     if predicate_type not in (ATTESTATION_PREDICATE, DISPUTE_PREDICATE):
         raise EnvelopeError(f"unknown predicateType {predicate_type!r}")
     predicate = _field(stmt, "predicate", dict, "statement")
+    return _Statement(stmt, subjects[0], digest, predicate_type, predicate)
 
-    wire = _b64(predicate.get("wireEnvelope"), "predicate.wireEnvelope")
+
+def _signed_predicate(stmt: _Statement) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The wire layer: the predicate the embedded gossip envelope signs, and the keys the
+    statement must match it on (it does, and has no field of its own)."""
+    wire = _b64(stmt.predicate.get("wireEnvelope"), "predicate.wireEnvelope")
     try:
         signed = decode(wire)
     except (WireDecodeError, SignatureError) as e:
@@ -283,46 +328,31 @@ def verify_envelope(envelope: Mapping[str, Any]) -> VerifiedStatement:
     if not isinstance(signed, SignedMessage):
         raise EnvelopeError("the embedded wire envelope is not an attestation or a dispute")
     expected = statement(signed)  # refuses announcements
-    want = expected["predicate"]
-    if subjects[0] != expected["subject"][0] or predicate_type != expected["predicateType"]:
+    want: dict[str, Any] = expected["predicate"]
+    if stmt.subject != expected["subject"][0] or stmt.predicate_type != expected["predicateType"]:
         raise EnvelopeError("the subject or predicate type differs from the signed wire envelope")
     keys: tuple[str, ...] = ("dataset", "block", "node", "issuedAt")
     keys += (
         ("verdict", "checks", "engine", "locations")
-        if predicate_type == ATTESTATION_PREDICATE
+        if stmt.predicate_type == ATTESTATION_PREDICATE
         else ("kind", "expected", "computed", "detail")
     )
     for k in keys:
-        if predicate.get(k) != want[k]:
+        if stmt.predicate.get(k) != want[k]:
             raise EnvelopeError(f"predicate.{k} differs from the signed wire envelope")
     # Whoever seals the statement signs all of it, and can add fields of its own to a peer's
     # verdict (a relay re-sealing what it received): a v1 statement has a fixed set of fields,
     # so any other is refused, and only the checked fields are returned (never the input's).
-    extra = sorted(set(stmt) - set(expected))
+    extra = sorted(set(stmt.body) - set(expected))
     if extra:
         raise EnvelopeError(f"statement.{extra[0][:64]} is not a field of an in-toto statement v1")
-    extra = sorted(set(predicate) - set(want))
+    extra = sorted(set(stmt.predicate) - set(want))
     if extra:
         raise EnvelopeError(
-            f"predicate.{extra[0][:64]} is not a field of {predicate_type} "
+            f"predicate.{extra[0][:64]} is not a field of {stmt.predicate_type} "
             "(added outside the signed wire envelope)"
         )
-    out = {k: want[k] for k in keys}
-    if predicate_type == ATTESTATION_PREDICATE:
-        out["inputs"] = _checked_inputs(predicate.get("inputs"))
-        out["logicalHash"] = _checked_hash(predicate.get("logicalHash"), "predicate.logicalHash")
-    node = str(want["node"])
-    return VerifiedStatement(
-        signer=keyid,
-        node=node,
-        relayed=node != keyid,
-        kind="attestation" if predicate_type == ATTESTATION_PREDICATE else "dispute",
-        predicate_type=predicate_type,
-        dataset=str(want["dataset"]),
-        block=str(want["block"]),
-        digest=digest,
-        predicate=out,
-    )
+    return want, keys
 
 
 def _checked_hash(value: Any, what: str) -> str | None:
