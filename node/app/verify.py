@@ -251,7 +251,6 @@ class VerifyPipeline:
         # Replay imports pyarrow (via the transform planner): imported when a verification runs,
         # so that an idle daemon never loads it.
         await load_data_stack()
-        from coordinator.transform.verify import VerificationReport, verify_dataset
 
         did = DatasetId.parse(item.did)
         ds = self._repo.open(item.did)
@@ -268,37 +267,71 @@ class VerifyPipeline:
         await self._state.log_event("verify.start", item.did, {"head": head.to_multibase()})
         self._events.publish("verify.started", {"did": item.did, "head": head.to_multibase()})
         t0 = time.monotonic()
+        report, outcome, detail = await self._verify(item.did, ds, inputs, replay, engine_name)
+        seconds = time.monotonic() - t0
+        await self._record(item.did, head, report, outcome, detail, seconds)
+        finished = _Outcome(
+            did,
+            head,
+            outcome,
+            report,
+            replayed=report.replay is not None,
+            kind=chain.dataset_kind,
+            dataset=ds,
+        )
+        await self._conclude(finished, detail)
+
+    async def _verify(
+        self,
+        did: str,
+        ds: Dataset,
+        inputs: dict[DatasetId, Dataset],
+        replay: bool,
+        engine_name: str | None,
+    ) -> tuple[VerificationReport, VerificationOutcome, str]:
+        """Check ``ds``: its integrity only when its engine cannot run here (``engine_name``),
+        else :func:`verify_dataset` (a replay with ``replay``); the report, outcome, detail."""
+        from coordinator.transform.verify import VerificationReport, verify_dataset  # see run()
 
         def progress(phase: str, done: int, total: int) -> None:
             self._events.publish_threadsafe(
-                "verify.progress", {"did": item.did, "phase": phase, "done": done, "total": total}
+                "verify.progress", {"did": did, "phase": phase, "done": done, "total": total}
             )
 
-        report: VerificationReport | None = None
         if engine_name:
             integrity = await asyncio.to_thread(verify_integrity, ds, listener=progress)
-            report = VerificationReport(integrity=integrity)
             outcome: VerificationOutcome = "unverifiable" if integrity.ok else "failed"
             detail = (
                 f"unverifiable: engine {engine_name}"
                 if integrity.ok
                 else "; ".join(integrity.problems)
             )
-        else:
-            report = await asyncio.to_thread(
-                verify_dataset,
-                ds,
-                inputs,
-                self._engine() if replay else None,
-                integrity_only=not replay,
-                listener=progress,
-            )
-            outcome, detail = self._judge(report)
-        seconds = time.monotonic() - t0
+            return VerificationReport(integrity=integrity), outcome, detail
+        report = await asyncio.to_thread(
+            verify_dataset,
+            ds,
+            inputs,
+            self._engine() if replay else None,
+            integrity_only=not replay,
+            listener=progress,
+        )
+        outcome, detail = self._judge(report)
+        return report, outcome, detail
+
+    async def _record(
+        self,
+        did: str,
+        head: Multihash,
+        report: VerificationReport,
+        outcome: VerificationOutcome,
+        detail: str,
+        seconds: float,
+    ) -> None:
+        """The outcome in the metrics, the state (with the event log) and to the console."""
         self._metrics.verifications.labels(outcome).inc()
         self._metrics.verify_seconds.observe(seconds)
         await self._state.record_verification(
-            item.did, head.to_multibase(), outcome, detail[:2000], seconds
+            did, head.to_multibase(), outcome, detail[:2000], seconds
         )
         replayed = report.replay.blocks_replayed if report.replay is not None else 0
         # Per replayed block, the engine and release that reproduced it (the chain does not
@@ -314,7 +347,7 @@ class VerifyPipeline:
         ]
         await self._state.log_event(
             "verify." + outcome,
-            item.did,
+            did,
             {
                 "head": head.to_multibase(),
                 "seconds": seconds,
@@ -323,20 +356,15 @@ class VerifyPipeline:
             },
         )
         self._events.publish(
-            "verify.finished", {"did": item.did, "head": head.to_multibase(), "outcome": outcome}
+            "verify.finished", {"did": did, "head": head.to_multibase(), "outcome": outcome}
         )
-        finished = _Outcome(
-            did,
-            head,
-            outcome,
-            report,
-            replayed=report.replay is not None,
-            kind=chain.dataset_kind,
-            dataset=ds,
-        )
+
+    async def _conclude(self, finished: _Outcome, detail: str) -> None:
+        """Tell the trust driver, then carry out the core's verdict: attest, dispute or not."""
+        did, head, outcome, report = finished.did, finished.head, finished.outcome, finished.report
         if self.trust is not None:
             # Before the attestation: a head this replay trusts is republished with it.
-            conclusive = finished.replayed or chain.dataset_kind == m.DatasetKind.ROOT
+            conclusive = finished.replayed or finished.kind == m.DatasetKind.ROOT
             await self.trust.local_verdict(
                 did, head, outcome, conclusive=conclusive, evidence=detail[:200] or outcome
             )
@@ -346,6 +374,7 @@ class VerifyPipeline:
             case PublishAttestation():
                 await self._attest(finished)
             case PublishDispute():
+                assert report is not None  # every verification makes one
                 await self._dispute_from_report(did, head, report)
             case None:
                 pass
