@@ -29,7 +29,7 @@ from functools import cached_property
 from typing import Any
 
 from coordinator.storage.repository import DatasetRepository
-from node.app.console import ConsoleQueries
+from node.app.console import CONSOLE_PATH, ConsoleLogin, ConsoleQueries
 from node.app.data import VerifiedData
 from node.app.datasets import CommitLocks, DatasetUseCases
 from node.app.errors import InvalidArgument, Unavailable
@@ -39,6 +39,7 @@ from node.app.metrics import NodeMetrics
 from node.app.ports import (
     BackupPort,
     Clock,
+    ConsoleLoginPort,
     EnginePort,
     EventSink,
     GossipPort,
@@ -106,6 +107,8 @@ class Application:
     """Signs the HTTP data API's query commitments with the node key (None: no proofs)."""
     data: VerifiedData | None = None
     """Reading what the node verified: SQL, tail, export (``node/app/data.py``)."""
+    logins: ConsoleLoginPort | None = None
+    """The console's one-time login tokens (the daemon's; None offline: no console runs)."""
 
     async def backup(self, file: str, datasets: bool = False) -> BackupResult:
         """Write a backup of the node to ``file`` (an absolute path; never over a file).
@@ -119,6 +122,18 @@ class Application:
             raise InvalidArgument(f"the backup file must be an absolute path, got {file!r}")
         # No event is logged: beside a daemon this runs in the CLI, which only reads the home.
         return await self.backup_port.create(file, datasets=datasets)
+
+    async def console_login(self) -> ConsoleLogin:
+        """A one-time URL that logs a browser into the node console (``odf-node ui``).
+
+        The console is served beside the RPC (``<rpc>/ui``); only the token-authenticated RPC
+        reaches this use case, never a console page.
+        """
+        if self.logins is None or not self.info.rpc_url:
+            raise Unavailable("the node console runs only in the daemon: start `odf-node run`")
+        token, ttl = self.logins.issue_login()
+        base = self.info.rpc_url.removesuffix("/rpc")
+        return ConsoleLogin(url=f"{base}{CONSOLE_PATH}/login#{token}", expires_in_s=ttl)
 
     @property
     def queries(self) -> NodeQueries:

@@ -31,10 +31,30 @@ from p2p.core import CoreConfig
 from p2p.wire import Dispute as WireDispute
 from p2p.wire import Evidence, decode_unverified
 
+CONSOLE_PATH = "/ui"
+"""Where the console's pages are served, beside the RPC endpoint (``http://host:port/ui``)."""
 PREVIEW_MAX_ROWS = 100
 LINEAGE_MAX_NODES = 200
 VERIFY_EVENT_PREFIX = "verify."
 _VERIFY_DONE = frozenset({"verified", "failed", "nondeterministic", "unverifiable"})
+
+
+@dataclass(frozen=True)
+class ConsoleLogin:
+    """``console.login``: a one-time URL that logs a browser into the console, valid for
+    ``expires_in_s`` seconds after it was issued."""
+
+    url: str
+    expires_in_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The RPC result."""
+        return {"url": self.url, "expires_in_s": self.expires_in_s}
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> ConsoleLogin:
+        """The inverse of :meth:`to_json` (the RPC result the CLI receives)."""
+        return cls(url=str(value["url"]), expires_in_s=float(value["expires_in_s"]))
 
 
 @dataclass(frozen=True)

@@ -807,6 +807,14 @@ class QueryEnginePort(Protocol):
         ...
 
 
+class ConsoleLoginPort(Protocol):
+    """One-time login tokens of the node console (the daemon's console sessions)."""
+
+    def issue_login(self) -> tuple[str, float]:
+        """A new one-time login token and its lifetime in seconds."""
+        ...
+
+
 class NodeKeyStore(Protocol):
     """The node's keys on disk (``keys/`` of the home): the current node key, the key it
     committed to (``next.key``), the retired keys, and a rotation's staged keys. Key rotation
@@ -858,6 +866,7 @@ __all__ = [
     "AnswerStream",
     "BackupPort",
     "Clock",
+    "ConsoleLoginPort",
     "ContainerRequest",
     "ContainerResponse",
     "EnginePort",

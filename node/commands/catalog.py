@@ -43,6 +43,7 @@ from node.app.results import (
     WorkRow,
 )
 from node.app.rows import WorkState
+from node.commands.node_family import NODE_COMMANDS
 from node.commands.spec import (
     ARRAY,
     BOOL,
@@ -1516,6 +1517,7 @@ COMMANDS: tuple[Command, ...] = (
         result=ARRAY,
     ),
     Command("console.charts", "Data of the console's charts.", _console_charts),
+    *NODE_COMMANDS,
 )
 """Every command, in the order ``rpc.discover`` and ``odf-node --help`` list them."""
 

@@ -23,8 +23,8 @@ from rich.table import Table
 
 from coordinator.errors import OdfNodeError
 from node.commands.catalog import BY_NAME, COMMANDS
-from node.commands.dispatch import dispatch
-from node.commands.spec import Command, CommandParam, Context
+from node.commands.dispatch import dispatch, run_on_home
+from node.commands.spec import Command, CommandParam, Context, to_json
 from node.compose import OfflineOptions, default_home
 
 if TYPE_CHECKING:
@@ -163,7 +163,8 @@ def typer_function(command: Command) -> Any:
 
 def invoke(command: Command, values: dict[str, Any]) -> None:
     """Prepare the CLI ``values``, dispatch ``command``, print its result, set the exit code."""
-    home = values.pop("home", None) or default_home()
+    given_home = values.pop("home", None)
+    home = given_home or default_home()
     as_json = bool(values.pop("as_json", False))
     if values.pop("alternate", False) and command.alternate is not None:
         command = BY_NAME[command.alternate[2]]
@@ -181,21 +182,28 @@ def invoke(command: Command, values: dict[str, Any]) -> None:
             {"use_case": params, "offline": offline, "cli": opts}[p.role][name] = value
         if opts.get("output_format") == "json":
             as_json = True
-        result = dispatch(
-            command,
-            home,
-            params,
-            offline=OfflineOptions(**{k: v for k, v in offline.items() if v is not None}),
-            context=lambda: _progress(command, params, as_json),
-        )
+        progress = lambda: _progress(command, params, as_json)  # noqa: E731
+        if command.home_only is not None:
+            typed = run_on_home(command, given_home, params, context=progress)
+            result = to_json(typed)
+        else:
+            result = typed = dispatch(
+                command,
+                home,
+                params,
+                offline=OfflineOptions(**{k: v for k, v in offline.items() if v is not None}),
+                context=progress,
+            )
+        if typed is None and command.home_only is not None:
+            pass  # the command printed as it went (the SQL shell)
+        elif as_json:
+            emit(result, True)
+        elif command.render is not None:
+            command.render(typed, RichOutput(), opts)
+        else:
+            emit(result, False, command.columns)
     except (OdfNodeError, ValueError) as e:
         fail(str(e))
-    if as_json:
-        emit(result, True)
-    elif command.render is not None:
-        command.render(result, RichOutput(), opts)
-    else:
-        emit(result, False, command.columns)
     code = command.exit_code(result) if command.exit_code is not None else 0
     if code:
         raise typer.Exit(code)
@@ -257,9 +265,11 @@ def _progress(command: Command, params: dict[str, Any], as_json: bool) -> Iterat
         yield Context()
 
 
-def add_commands(app: typer.Typer, groups: dict[str, typer.Typer]) -> None:
+def add_commands(
+    app: typer.Typer, groups: dict[str, typer.Typer], commands: Sequence[Command] = COMMANDS
+) -> None:
     """Add a typer command for every declaration with a CLI path."""
-    for command in COMMANDS:
+    for command in commands:
         if command.cli is None:
             continue
         *group, name = command.cli

@@ -92,6 +92,29 @@ def dispatch(
         return asyncio.run(run_command(command, app, given, ctx))
 
 
+def run_on_home(
+    command: Command,
+    home: Path | None,
+    params: Mapping[str, Any],
+    *,
+    context: Callable[[], AbstractContextManager[Context]] | None = None,
+) -> Any:
+    """Run a :attr:`~node.commands.spec.Command.home_only` command here, on ``home`` (None: the
+    default home); its typed result (``to_json`` gives the JSON).
+
+    Its params are checked against the declared schemas as any command's are. The runner takes
+    the home's lock itself where it needs it (``key rotate`` refuses while a daemon runs).
+    """
+    given = {k: v for k, v in params.items() if v is not None}
+    validate_params(command, given)
+
+    async def main(ctx: Context) -> Any:
+        return await command.run(home, ctx, **given)
+
+    with context() if context is not None else contextlib.nullcontext(Context()) as ctx:
+        return asyncio.run(main(ctx))
+
+
 def call(home: Path, method: str, params: Mapping[str, Any] | None = None) -> Any:
     """Call any RPC ``method`` on the daemon of ``home`` (:class:`DaemonRequired` if none)."""
     endpoint = daemon_endpoint(home)
@@ -121,4 +144,12 @@ def write_lock(h: NodeHome) -> Iterator[None]:
         lock.release()
 
 
-__all__ = ["REDIRECTED", "DaemonRequired", "call", "dispatch", "validate_params", "write_lock"]
+__all__ = [
+    "REDIRECTED",
+    "DaemonRequired",
+    "call",
+    "dispatch",
+    "run_on_home",
+    "validate_params",
+    "write_lock",
+]

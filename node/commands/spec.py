@@ -19,7 +19,7 @@ This module imports no CLI toolkit and no adapter: the daemon loads it at start-
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from node.app import Application
@@ -149,6 +149,10 @@ class Command:
             with the same parameters (``connect --ipfs`` runs ``ipfs.connect``).
         parity: why the parity test cannot compare this command's JSON with and without a
             daemon (``None``: it does).
+        home_only: why the command runs on the home directory in the CLI's process, never on
+            an Application nor over the RPC (``node/commands/home.py``: ``init``, ``run``...);
+            its runner is ``await run(home, context, **params)``, ``home`` the ``--home``
+            given (None: the default).
     """
 
     name: str
@@ -168,6 +172,7 @@ class Command:
     prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     alternate: tuple[str, str, str] | None = None
     parity: str | None = None
+    home_only: str | None = None
 
     @property
     def rpc_params(self) -> tuple[CommandParam, ...]:
@@ -176,11 +181,16 @@ class Command:
 
 
 def to_json(result: Any) -> Any:
-    """A use case's result as JSON: ``to_json()`` of a typed result, element-wise for lists."""
+    """A use case's result as JSON: ``to_json()`` of a typed result (a dataclass without one:
+    its fields), element-wise for lists."""
     if isinstance(result, list):
         return [to_json(r) for r in result]
     to = getattr(result, "to_json", None)
-    return to() if callable(to) else result
+    if callable(to):
+        return to()
+    if is_dataclass(result) and not isinstance(result, type):
+        return asdict(result)
+    return result
 
 
 async def run_command(

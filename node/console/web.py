@@ -27,11 +27,12 @@ from typing import Final
 
 from aiohttp import web
 
+from node.app.console import CONSOLE_PATH
 from node.console.sessions import ConsoleSessions
 from node.rpc.errors import FORBIDDEN, INVALID_REQUEST, UNAUTHORIZED, error_response
 from node.rpc.server import RpcServer
 
-UI: Final = "/ui"
+UI: Final = CONSOLE_PATH
 PAGES: Final = ("overview", "datasets", "dataset", "query", "peers", "work", "flows")
 """Each page is ``/ui/<name>`` (the overview also at ``/ui/``); the script renders it."""
 

@@ -33,6 +33,7 @@ from node.app.datasets import CommitLocks
 from node.app.events import EventBus
 from node.app.metrics import NodeMetrics
 from node.config import NodeConfig
+from node.console.sessions import ConsoleSessions
 from node.daemon.addresses import advertised_http_url
 from node.daemon.engine_service import EngineService
 from node.daemon.flight_service import FlightSqlService
@@ -189,6 +190,9 @@ class _Running:
         self._add_surfaces()
         group.add(self.reachability)
         self._rpc: Any = None
+        # One-time console logins: issued by the console.login use case, redeemed by the
+        # console's pages served beside the RPC.
+        self.sessions = ConsoleSessions(d.clock)
         group.add(FunctionService("rpc", self._start_rpc, self._stop_rpc))
 
     def _gossip_runtime(self) -> GossipRuntime:
@@ -296,6 +300,7 @@ class _Running:
             owns=d.owns,
             spawn=self._spawn,
             peers=peer_hooks(g),
+            logins=self.sessions,
         )
 
     def _gossip_use(self) -> GossipUse:
@@ -353,7 +358,12 @@ class _Running:
 
         d = self.d
         self._rpc = await start_rpc(
-            self.application.wiring.app, d.events, d.home.path, d.config.rpc, d.ephemeral
+            self.application.wiring.app,
+            d.events,
+            d.home.path,
+            d.config.rpc,
+            d.ephemeral,
+            self.sessions,
         )
         d.info.rpc_url = self._rpc.url
 

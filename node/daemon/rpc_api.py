@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,9 +23,9 @@ from node.commands.catalog import COMMANDS
 from node.commands.spec import Command, run_command
 from node.config import RpcSection
 from node.console.sessions import ConsoleSessions
-from node.console.web import UI, ConsoleWeb
+from node.console.web import ConsoleWeb
 from node.rpc.cookie import new_token, remove_cookie, write_cookie
-from node.rpc.registry import Param, RpcRegistry
+from node.rpc.registry import RpcRegistry
 from node.rpc.server import RpcServer
 
 log = logging.getLogger("odf_node.rpc")
@@ -72,12 +71,17 @@ class RpcHandle:
 
 
 async def start_rpc(
-    app: Application, events: EventBus, home: Path, cfg: RpcSection, ephemeral: bool
+    app: Application,
+    events: EventBus,
+    home: Path,
+    cfg: RpcSection,
+    ephemeral: bool,
+    sessions: ConsoleSessions,
 ) -> RpcHandle:
-    """Start the RPC server for ``app`` and publish its URL and token in the home's cookie."""
+    """Start the RPC server for ``app`` and publish its URL and token in the home's cookie;
+    the console's pages beside it redeem ``sessions``' logins (issued by ``console.login``)."""
     token = new_token()
     registry = build_registry(app)
-    sessions = ConsoleSessions(app.clock)
     server = RpcServer(
         registry,
         token=token,
@@ -91,19 +95,6 @@ async def start_rpc(
     )
     ConsoleWeb(server, sessions, allowed_origins=cfg.allowed_origins).attach()
 
-    async def console_login() -> dict[str, Any]:
-        # Only over the token-authenticated RPC (the CLI): never callable from a console page.
-        login, ttl = sessions.issue_login()
-        base = server.url.removesuffix("/rpc")
-        return {"url": f"{base}{UI}/login#{login}", "expires_in_s": ttl}
-
-    registry.add(
-        "console.login",
-        console_login,
-        result={"type": "object", "required": ["url", "expires_in_s"]},
-        summary="A one-time URL that logs a browser into the node console",
-    )
-    _add_debug_memory(registry)
     await server.start()
     write_cookie(home, server.url, token)
     tasks: set[asyncio.Task[Any]] = set()
@@ -115,33 +106,6 @@ async def start_rpc(
 
     events.listen(forward)
     return RpcHandle(server, token)
-
-
-def _add_debug_memory(registry: RpcRegistry) -> None:
-    """``node.debug_memory``: the native allocators' figures always, tracemalloc's growth on a
-    daemon started with ``ODF_NODE_TRACEMALLOC`` (procutil/memdebug.py)."""
-
-    def answer(baseline: bool) -> dict[str, Any]:
-        # tracemalloc is imported only by a daemon asked to trace, and by this call.
-        from procutil.memdebug import debug_memory, native_memory
-
-        traced = sys.modules.get("tracemalloc")
-        if traced is not None and traced.is_tracing():
-            return debug_memory(baseline)
-        return {"traced_mb": None, "native": native_memory(), "top_growth": []}
-
-    async def handler(baseline: bool = False) -> dict[str, Any]:
-        # A snapshot of a busy daemon takes a while: off the event loop.
-        return await asyncio.to_thread(answer, baseline)
-
-    registry.add(
-        "node.debug_memory",
-        handler,
-        params=[Param("baseline", {"type": "boolean"}, False, "Take a new baseline snapshot.")],
-        result={"type": "object", "required": ["traced_mb", "native", "top_growth"]},
-        summary="Native allocators (Arrow's pool, glibc's heap); with ODF_NODE_TRACEMALLOC=1 "
-        "also the allocation sites that grew most since the baseline",
-    )
 
 
 async def stop_rpc(home: Path, rpc: RpcHandle) -> None:

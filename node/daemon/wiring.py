@@ -47,7 +47,7 @@ from node.app.identities import NodeIdentities
 from node.app.keys import NodeKeyRecords
 from node.app.metrics import NodeMetrics
 from node.app.node_keys import MOVE_NEXT_KEY_ADVICE, NodeKeys
-from node.app.ports import EnginePort, GossipPort, IpfsPort, StatePort
+from node.app.ports import ConsoleLoginPort, EnginePort, GossipPort, IpfsPort, StatePort
 from node.app.publish import PublishPipeline
 from node.app.query_proofs import CommitmentSigner
 from node.app.subscriptions import SubscriptionUseCases
@@ -96,6 +96,7 @@ class Inputs:
     owns: Callable[[DatasetId], bool]
     spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]
     peers: PeerHooks
+    logins: ConsoleLoginPort
 
 
 @dataclass(frozen=True)
@@ -346,6 +347,7 @@ def _application(
         backup_port=HomeBackup(i.home.path),
         flows=flows,
         query_signer=CommitmentSigner(i.info.node_id, i.node_key.sign),
+        logins=i.logins,
         data=verified_data(
             i.repo,
             i.state,

@@ -1,0 +1,544 @@
+"""The commands that run on a node home itself, in the CLI's process: declared like the others.
+
+A use-case command (``node/commands/catalog.py``) runs on an :class:`~node.app.Application`,
+over the daemon's RPC when one runs. These do not: they make a home (``init``), make one from a
+backup (``restore``: the home does not exist yet), start the daemon (``run``: the process
+becomes it), change the key the daemon would run with (``key rotate|revoke``: the daemon must be
+stopped), serve a home without a daemon (``serve-http``), or are the command line's own front
+of the RPC (``rpc`` calls any method, ``sql`` is ``data.query`` with an interactive shell).
+Kubo declares its ``init`` and ``daemon`` the same way, as commands that never run remotely.
+
+Each declaration has :attr:`~node.commands.spec.Command.home_only` (why it runs here) and a
+runner ``await run(home, context, **params)`` where ``home`` is the ``--home`` given (None: the
+default home). None of them is an RPC method: the daemon does not load this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coordinator.errors import OdfNodeError
+from node.app.errors import InvalidArgument
+from node.app.node_keys import MOVE_NEXT_KEY_ADVICE, Revoked, Rotated
+from node.app.results import RestoreResult
+from node.commands.spec import (
+    BOOL,
+    INT,
+    OBJECT,
+    STR,
+    STRS,
+    Cli,
+    Command,
+    CommandParam,
+    Context,
+    object_of,
+)
+from node.commands.spec import Output as Out
+from node.compose import NodeHome, default_home
+
+
+@dataclass(frozen=True)
+class Initialised:
+    """``init``: the node home, its node id, whether it was made now, its committed next key."""
+
+    home: str
+    node_id: str
+    created: bool
+    next_key: str | None
+
+
+def _absolute(path: Path) -> str:
+    return str(path.expanduser().absolute())
+
+
+def _home(home: Path | None) -> NodeHome:
+    h = NodeHome(home or default_home())
+    if not h.initialized:
+        h.init()
+    return h
+
+
+# ---- init
+
+
+async def _init(home: Path | None, context: Context) -> Initialised:
+    from node.compose import init_inception
+
+    h = NodeHome(home or default_home())
+    created = h.init()
+    did = h.node_key().dataset_id().as_did_key()
+    # The first key commits to its next one (keys/next.key): docs/operations.md.
+    incepted = init_inception(h)
+    next_key = incepted.next_key if incepted is not None else None
+    return Initialised(home=str(h.path), node_id=did, created=created, next_key=next_key)
+
+
+def _render_init(r: Initialised, out: Out, cli: Mapping[str, Any]) -> None:
+    verb = "Initialised" if r.created else "Already initialised:"
+    out.print(f"{verb} node home [bold]{r.home}[/]\nnode id: {r.node_id}")
+    if r.next_key is not None:
+        out.print(f"next key: {r.next_key}: {MOVE_NEXT_KEY_ADVICE}")
+
+
+# ---- run
+
+
+async def _run(
+    home: Path | None,
+    context: Context,
+    ephemeral: bool = False,
+    rpc_port: int | None = None,
+    http_port: int | None = None,
+    p2p_port: int | None = None,
+    bootstrap: list[str] | None = None,
+    ipfs_mode: str | None = None,
+    log_format: str | None = None,
+) -> None:
+    from node.config import check_listeners
+
+    tmp: Path | None = None
+    if ephemeral and home is None:
+        tmp = Path(tempfile.mkdtemp(prefix="odf-node-"))
+        home = tmp
+    overrides: dict[str, dict[str, Any]] = {}
+    for section, key, value in (
+        *((s, "port", 0 if ephemeral else None) for s in ("rpc", "http", "p2p")),
+        ("rpc", "port", rpc_port),
+        ("http", "port", http_port),
+        ("p2p", "port", p2p_port),
+        ("p2p", "bootstrap", list(bootstrap) if bootstrap else None),
+        ("ipfs", "mode", ipfs_mode),
+        ("node", "log_format", log_format),
+    ):
+        if value is not None:
+            overrides.setdefault(section, {})[key] = value
+    h = _home(home)
+    # A bad option or config file fails here, before the exec, as do listeners the daemon
+    # could not advertise.
+    check_listeners(h.config(overrides))
+    # The daemon runs as ``python -m node.daemon`` in this same process (exec: same PID, stdio
+    # and environment), without the CLI toolkit loaded (node/daemon/__main__.py).
+    argv = [
+        sys.executable,
+        # -X, -W, -O ... as this run was given (what multiprocessing uses for its children too)
+        *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
+        "-m",
+        "node.daemon",
+        "--home",
+        str(h.path),
+        "--overrides",
+        json.dumps(overrides),
+    ]
+    if ephemeral:
+        argv.append("--ephemeral")
+    if tmp is not None:
+        argv.append("--remove-home-on-exit")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, argv)
+
+
+# ---- restore
+
+
+async def _restore(home: Path | None, context: Context, file: str) -> RestoreResult:
+    from node.compose import restore_home
+
+    # The backup port runs its own event loop: in a thread of its own, not inside this one.
+    return await asyncio.to_thread(restore_home, Path(file), home or default_home())
+
+
+def _render_restore(s: RestoreResult, out: Out, cli: Mapping[str, Any]) -> None:
+    out.print(
+        f"Restored node {s.node_id} into [bold]{s.home}[/]: "
+        f"{s.subscriptions} subscriptions, {s.datasets} datasets, "
+        f"{s.files} files (backup format {s.format_version}, "
+        f"state schema {s.state_schema_version})"
+    )
+
+
+# ---- key rotate | revoke
+
+
+async def _key_rotate(home: Path | None, context: Context, next_key: str | None = None) -> Rotated:
+    from node.compose import rotate_key
+
+    return rotate_key(_home(home), next_key=Path(next_key) if next_key else None)
+
+
+def _render_rotated(r: Rotated, out: Out, cli: Mapping[str, Any]) -> None:
+    out.print(
+        f"Node key rotated: {r.old_id} -> [bold]{r.new_id}[/]\n"
+        f"peer id: {r.old_peer_id} -> {r.new_peer_id}\n"
+        "committed to the next key in keys/next.key: keep a copy of it off this node\n"
+        "the rotation record is gossiped when the daemon starts (odf-node run)"
+    )
+
+
+async def _key_revoke(home: Path | None, context: Context, node_id: str | None = None) -> Revoked:
+    from node.compose import revoke_key
+
+    return revoke_key(_home(home), node_id)
+
+
+def _render_revoked(r: Revoked, out: Out, cli: Mapping[str, Any]) -> None:
+    out.print(f"Revoked node key [bold]{r.node_id}[/] from {r.revoked_ns} ns on")
+
+
+# ---- serve-http
+
+
+async def _serve_http(
+    home: Path | None, context: Context, port: int = 8090, host: str = "127.0.0.1"
+) -> None:
+    from aiohttp import web
+
+    from node.transfer.server import make_app
+
+    runner = web.AppRunner(make_app(_home(home).repository()))
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        print(f"serving {host}:{port} (Ctrl-C stops)", file=sys.stderr, flush=True)
+        await asyncio.Event().wait()  # until the process is interrupted
+    finally:
+        await runner.cleanup()
+
+
+# ---- rpc
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise InvalidArgument(f"params are not JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise InvalidArgument("params must be a JSON object")
+    return value
+
+
+async def _rpc(home: Path | None, context: Context, method: str, params: str = "{}") -> Any:
+    from node.commands.dispatch import call
+
+    return call(home or default_home(), method, _json_object(params))
+
+
+def _render_json(result: Any, out: Out, cli: Mapping[str, Any]) -> None:
+    out.raw(json.dumps(result, indent=2, default=str) + "\n")
+
+
+# ---- sql
+
+
+async def _sql(
+    home: Path | None,
+    context: Context,
+    query: str | None = None,
+    untrusted: bool = False,
+    engine: str = "datafusion",
+    limit: int | None = None,
+    skip: int = 0,
+) -> Any:
+    """One query: ``data.query``'s JSON; none: the interactive shell (prints as it goes)."""
+    from node.commands.catalog import BY_NAME, render_rows
+    from node.commands.cli import RichOutput
+    from node.commands.dispatch import dispatch
+
+    where = home or default_home()
+
+    def run_one(text: str) -> Any:
+        params: dict[str, Any] = {"sql": text, "untrusted": untrusted, "engine": engine}
+        if skip:
+            params["skip"] = skip
+        if limit is not None:
+            params["limit"] = limit
+        return dispatch(BY_NAME["data.query"], where, params)
+
+    # The dispatcher runs an event loop of its own offline: in a thread, not inside this one.
+    if query is not None:
+        return await asyncio.to_thread(run_one, query)
+    await asyncio.to_thread(
+        _sql_shell, where, untrusted, lambda text: render_rows(run_one(text), RichOutput(), {})
+    )
+    return None
+
+
+def _render_sql(result: Any, out: Out, cli: Mapping[str, Any]) -> None:
+    from node.commands.catalog import render_rows
+
+    if result is not None:  # None: the shell printed its answers itself
+        render_rows(result, out, cli)
+
+
+def _sql_shell(home: Path, untrusted: bool, run_one: Callable[[str], None]) -> None:
+    """Read queries until EOF or \\q; one failing query prints its error and the shell goes on."""
+    from node.commands.catalog import BY_NAME
+    from node.commands.cli import err, out
+    from node.commands.dispatch import dispatch
+
+    history = Path(home) / ".sql_history"
+    try:
+        import readline
+
+        with contextlib.suppress(OSError):
+            readline.read_history_file(str(history))
+    except ImportError:  # pragma: no cover - readline is part of CPython on Linux
+        readline = None  # type: ignore[assignment]
+
+    def tables() -> None:
+        rows = dispatch(BY_NAME["data.tables"], home, {"untrusted": untrusted})
+        out.print(f"{len(rows)} readable table(s):")
+        for r in rows:
+            mark = "" if r["trusted"] else " [yellow](untrusted)[/]"
+            out.print(f'  "{r["name"]}"  {r["records"]} records, {r["trust"]}{mark}')
+
+    def attempt(action: Callable[[], None], prefix: str = "") -> None:
+        try:
+            action()
+        except OdfNodeError as e:
+            err.print(f"{prefix}{e}", markup=False)
+
+    attempt(tables)
+    err.print("Type SQL ending with ; (\\d tables, \\q quit).", markup=False)
+    buffer: list[str] = []
+    while True:
+        try:
+            line = input("sql> " if not buffer else "...> ")
+        except (EOFError, KeyboardInterrupt):
+            break
+        stripped = line.strip()
+        if not buffer and stripped in ("\\q", "quit", "exit"):
+            break
+        if not buffer and stripped in ("\\d", ".tables"):
+            attempt(tables)
+            continue
+        if not stripped:
+            continue
+        buffer.append(line)
+        if not stripped.endswith(";"):
+            continue
+        text = "\n".join(buffer)
+        buffer = []
+        attempt(functools.partial(run_one, text), "error: ")
+    if readline is not None:
+        with contextlib.suppress(OSError):
+            readline.write_history_file(str(history))
+
+
+_NO_DAEMON = "changes the key the daemon runs with: run it with the daemon stopped"
+HOME_COMMANDS: tuple[Command, ...] = (
+    Command(
+        "node.init",
+        "Create the node home: config, node key (mode 0600) and the dataset store.",
+        _init,
+        cli=("init",),
+        result=object_of(Initialised),
+        render=_render_init,
+        home_only="makes the home",
+    ),
+    Command(
+        "node.run",
+        "Run the node daemon in the foreground until SIGINT/SIGTERM.",
+        _run,
+        (
+            CommandParam(
+                "ephemeral",
+                BOOL,
+                description="Temporary home (deleted on exit) and random ports: for tests "
+                "and simulations.",
+                cli=Cli(),
+            ),
+            CommandParam("rpc_port", INT, description="JSON-RPC port.", cli=Cli(type=int)),
+            CommandParam(
+                "http_port", INT, description="Transfer + /metrics port.", cli=Cli(type=int)
+            ),
+            CommandParam("p2p_port", INT, description="libp2p port.", cli=Cli(type=int)),
+            CommandParam(
+                "bootstrap",
+                STRS,
+                description="Gossip peer multiaddr (repeatable).",
+                cli=Cli(type=list[str]),
+            ),
+            CommandParam(
+                "ipfs_mode",
+                STR,
+                description="IPFS mode: embedded, external or none.",
+                cli=Cli(flags=("--ipfs",), type=str),
+            ),
+            CommandParam("log_format", STR, description="text or json.", cli=Cli(type=str)),
+        ),
+        cli=("run",),
+        doc="The subscription pipelines, the JSON-RPC control API, the console and the HTTP "
+        "surface (Simple Transfer Protocol, /metrics) run in this process; gossip (libp2p), the "
+        "embedded IPFS node and the engine workers (started on demand) in child processes it "
+        "owns. The RPC address and token are written to <home>/rpc.cookie (mode 0600) for the "
+        "CLI.",
+        result=OBJECT,
+        home_only="the process becomes the daemon",
+        parity="becomes the daemon: every other daemon test starts it this way",
+    ),
+    Command(
+        "node.restore",
+        "Restore a backup into a new node home (never over an existing one).",
+        _restore,
+        (
+            CommandParam(
+                "file",
+                STR,
+                True,
+                "A backup archive (odf-node backup).",
+                Cli("argument", type=Path, to_wire=_absolute),
+            ),
+        ),
+        cli=("restore",),
+        doc="The restored node has the backed-up node key (the same node id), config, state "
+        "(subscriptions, accepted heads, attestations, disputes, work items) and, if the backup "
+        "included them, datasets. Start it with `odf-node run --home DIR`. docs/backup.md.",
+        result=object_of(RestoreResult),
+        render=_render_restore,
+        home_only="makes a new home: no daemon or Application exists for it yet",
+    ),
+    Command(
+        "key.rotate",
+        "Replace the node key by the key it committed to; the node keeps its identity.",
+        _key_rotate,
+        (
+            CommandParam(
+                "next_key",
+                STR,
+                description="The key the current node key committed to, if kept outside "
+                "keys/next.key.",
+                cli=Cli(type=Path, to_wire=_absolute),
+            ),
+        ),
+        cli=("key", "rotate"),
+        doc="Pre-rotation: the new key is the one the current key committed to (keys/next.key, "
+        "or --next-key; a fresh one if the current key made no commitment), and the record "
+        "commits to a fresh key after it, written to keys/next.key: keep a copy of that file "
+        "off the node. The record, signed by the old and the new key, is stored and gossiped by "
+        "the daemon at its next start: peers move the node's score to its new peer id and count "
+        "attestations signed by the old key as the node's. The old key is kept in keys/retired/ "
+        "(for `key revoke`). Update `[p2p] bootstrap` entries of other nodes that name this "
+        'node\'s old peer id. docs/operations.md ("Node key rotation").',
+        result=object_of(Rotated),
+        render=_render_rotated,
+        home_only=_NO_DAEMON,
+    ),
+    Command(
+        "key.revoke",
+        "Revoke a retired node key: from now on its attestations and disputes no longer count.",
+        _key_revoke,
+        (
+            CommandParam(
+                "node_id",
+                STR,
+                description="The retired key to revoke (did:key:...; default: the newest).",
+                cli=Cli("argument", type=str),
+            ),
+        ),
+        cli=("key", "revoke"),
+        doc="Signed by the key the revoked key committed to (its successor) when it made a "
+        "commitment, else by the revoked key itself, and gossiped by the daemon at its next "
+        "start. The current key cannot be revoked: rotate first. docs/operations.md "
+        '("Node key rotation").',
+        result=object_of(Revoked),
+        render=_render_revoked,
+        home_only=_NO_DAEMON,
+    ),
+    Command(
+        "node.serve_http",
+        "Serve hosted datasets read-only over the ODF Simple Transfer Protocol.",
+        _serve_http,
+        (
+            CommandParam("port", INT, description="TCP port.", cli=Cli(type=int, default=8090)),
+            CommandParam(
+                "host", STR, description="Bind address.", cli=Cli(type=str, default="127.0.0.1")
+            ),
+        ),
+        cli=("serve-http",),
+        result=OBJECT,
+        home_only="serves the home's files without a daemon",
+    ),
+    Command(
+        "node.rpc",
+        "Call any RPC method and print the JSON result (see `odf-node rpc rpc.discover`).",
+        _rpc,
+        (
+            CommandParam(
+                "method",
+                STR,
+                True,
+                "JSON-RPC method, e.g. node.status.",
+                Cli("argument", type=str),
+            ),
+            CommandParam(
+                "params",
+                STR,
+                description="Params as a JSON object.",
+                cli=Cli("argument", default="{}"),
+            ),
+        ),
+        cli=("rpc",),
+        result={},
+        render=_render_json,
+        home_only="the command line's own client of the daemon's RPC",
+    ),
+    Command(
+        "data.sql",
+        "Run read-only SQL over the datasets this node verified (dataset aliases are tables).",
+        _sql,
+        (
+            CommandParam(
+                "query",
+                STR,
+                description="The query; none: an interactive shell.",
+                cli=Cli("argument", type=str),
+            ),
+            CommandParam(
+                "untrusted",
+                BOOL,
+                description="Read untrusted heads too (the answer says so).",
+                cli=Cli(),
+            ),
+            CommandParam(
+                "engine",
+                STR,
+                description="datafusion (default) or spark.",
+                cli=Cli(type=str, default="datafusion"),
+            ),
+            CommandParam(
+                "limit",
+                INT,
+                description="At most this many rows (page with --skip).",
+                cli=Cli(type=int),
+            ),
+            CommandParam(
+                "skip", INT, description="Skip this many rows first.", cli=Cli(type=int, default=0)
+            ),
+        ),
+        cli=("sql",),
+        doc="Quote names with dots or dashes as kamu's examples do: select * from \"covid19."
+        'canada". Only trusted heads are read unless --untrusted (docs/query.md). Without a '
+        "query: an interactive shell (history; \\d lists the tables, \\q quits).",
+        result={},
+        render=_render_sql,
+        home_only="data.query (daemon or in-process) with the command line's interactive shell",
+    ),
+)
+"""The declarations of this module, in the order of the CLI's help."""
+
+BY_NAME: dict[str, Command] = {c.name: c for c in HOME_COMMANDS}
+
+__all__ = ["BY_NAME", "HOME_COMMANDS", "Initialised"]
