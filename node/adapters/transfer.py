@@ -8,7 +8,7 @@ import dataclasses
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ from node.transfer.policy import SourcePolicy
 
 if TYPE_CHECKING:
     from node.app.ports import EthereumLogsRequest
+    from node.transfer.pull import PullOptions
     from node.transfer.sources import SharedHttpSession, StreamRequest
 
 
@@ -52,6 +53,37 @@ def source_policy(config: NodeConfig | None) -> SourcePolicy:
     return SourcePolicy.open(
         allow_private=t.allow_private_sources, allowed_networks=t.allowed_source_networks
     )
+
+
+@contextlib.contextmanager
+def _as_pull_errors() -> Iterator[None]:
+    """The fetcher's refusals as the application's pull errors (:class:`PullDiverged` ...)."""
+    from node.transfer.errors import (
+        DivergedHeads,
+        InvalidSourceUrl,
+        ObjectRejected,
+        SourceHeadUnreachable,
+        SourceRefused,
+        SourceTooSlow,
+        StorageBudgetExceeded,
+    )
+
+    try:
+        yield
+    except StorageBudgetExceeded as e:
+        raise PullOverBudget(str(e), needed=e.needed, allowed=e.allowed) from e
+    except DivergedHeads as e:
+        raise PullDiverged(str(e)) from e
+    except ObjectRejected as e:
+        raise PullRejected(str(e)) from e
+    except SourceRefused as e:
+        raise PullRefused(str(e), e.setting) from e
+    except InvalidSourceUrl as e:
+        raise PullRefused(str(e)) from e
+    except SourceHeadUnreachable as e:
+        raise PullUnreachable(str(e)) from e
+    except SourceTooSlow as e:
+        raise PullTooSlow(str(e)) from e
 
 
 def _tree_bytes(root: Path) -> int:
@@ -213,28 +245,10 @@ class TransferAdapter:
         """Pull ``url``; :class:`PullDiverged` / :class:`PullRejected` / :class:`PullRefused` /
         :class:`PullUnreachable` / :class:`PullTooSlow` for the fetcher's choices."""
         # Imported here: the pull brings pyarrow, which an idle daemon should not pay for.
-        from node.transfer.errors import (
-            DivergedHeads,
-            InvalidSourceUrl,
-            ObjectRejected,
-            SourceHeadUnreachable,
-            SourceRefused,
-            SourceTooSlow,
-            StorageBudgetExceeded,
-        )
-        from node.transfer.pull import PullOptions, pull_url
+        from node.transfer.pull import pull_url
 
         if self._http is None and self._loop_thread is not None:
             self._http = self._session()
-
-        options = PullOptions()
-        if self._config is not None:
-            t = self._config.transfer
-            options = PullOptions(
-                deadline_base_s=t.deadline_base_s,
-                min_rate_bytes_per_s=float(t.min_rate_bytes_per_s),
-                first_contact_s=t.first_contact_s,
-            )
         budget = self.budget
         admitted: list[int] = []
 
@@ -242,13 +256,7 @@ class TransferAdapter:
             budget.admit(need)
             admitted.append(need)
 
-        # With a budget, nothing is downloaded before the chain is validated and admitted:
-        # no speculative data download of a new dataset.
-        options = dataclasses.replace(
-            options,
-            admit=admit,
-            max_speculative_bytes=0 if budget.max_bytes else options.max_speculative_bytes,
-        )
+        options = self._pull_options(admit)
         ipfs_api = self._ipfs_api()
         bridged = self._bridged_request if self._p2p_request is not None else None
 
@@ -271,26 +279,32 @@ class TransferAdapter:
                 for need in admitted:
                     budget.settle(need)
 
-        try:
+        with _as_pull_errors():
             if self._loop_thread is not None:
                 result = await self._loop_thread.run(pulling())
             else:
                 result = await pulling()
-        except StorageBudgetExceeded as e:
-            raise PullOverBudget(str(e), needed=e.needed, allowed=e.allowed) from e
-        except DivergedHeads as e:
-            raise PullDiverged(str(e)) from e
-        except ObjectRejected as e:
-            raise PullRejected(str(e)) from e
-        except SourceRefused as e:
-            raise PullRefused(str(e), e.setting) from e
-        except InvalidSourceUrl as e:
-            raise PullRefused(str(e)) from e
-        except SourceHeadUnreachable as e:
-            raise PullUnreachable(str(e)) from e
-        except SourceTooSlow as e:
-            raise PullTooSlow(str(e)) from e
         return dict(result.to_dict())
+
+    def _pull_options(self, admit: Callable[[int], None]) -> PullOptions:
+        """The configured deadlines, with every download admitted against the budget."""
+        from node.transfer.pull import PullOptions
+
+        options = PullOptions()
+        if self._config is not None:
+            t = self._config.transfer
+            options = PullOptions(
+                deadline_base_s=t.deadline_base_s,
+                min_rate_bytes_per_s=float(t.min_rate_bytes_per_s),
+                first_contact_s=t.first_contact_s,
+            )
+        # With a budget, nothing is downloaded before the chain is validated and admitted:
+        # no speculative data download of a new dataset.
+        return dataclasses.replace(
+            options,
+            admit=admit,
+            max_speculative_bytes=0 if self.budget.max_bytes else options.max_speculative_bytes,
+        )
 
     async def _bridged_request(
         self, peer: str, protocol: str, data: bytes, timeout_s: float
