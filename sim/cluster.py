@@ -134,9 +134,7 @@ async def run_cluster(sc: Scenario, seed: int | None = None) -> dict[str, Any]:
     assert_loopback_only("a simulated cluster")
     sim = Simulator(sc, seed)  # the same topology, link latencies and owner key
     n_total = sc.nodes
-    owner = sim.owner_keys[0]
-    did = owner.dataset_id()
-    topic = dataset_topic(did.as_multibase())
+    did = sim.owner_keys[0].dataset_id()
     nodes = {
         i: DevNode(i, (0x5000 + i).to_bytes(2, "big") * 16, did.as_did_str())
         for i in range(1, n_total)
@@ -150,34 +148,12 @@ async def run_cluster(sc: Scenario, seed: int | None = None) -> dict[str, Any]:
         await asyncio.gather(*(n.start() for n in nodes.values()))
         await asyncio.wait_for(asyncio.gather(*(n.ready.wait() for n in nodes.values())), 120)
         await host.start()
-        ports = {i: int(n.addr.split("/")[4]) for i, n in nodes.items()}
-        for (a, b), lat_ns in sorted(sim.links.items()):
-            proxy = DelayProxy(ports[b], lat_ns / NS)
-            await proxy.start()
-            proxies.append(proxy)
-            if a == 0:
-                await host.connect(_via(nodes[b].addr, proxy.port))
-            else:
-                await nodes[a].send(f"connect {_via(nodes[b].addr, proxy.port)}")
+        await _link(sim, nodes, host, proxies)
         out["links"] = len(sim.links)
         out["startup_s"] = round(time.monotonic() - t0, 1)
         await asyncio.sleep(5)  # meshes form on the 1 s heartbeat
-        messages, rate = sc.cluster.messages, sc.cluster.rate
-        for seq in range(1, messages + 1):
-            msg = HeadAnnouncement(
-                did,
-                Multihash.sha3_256(f"cluster-{seq}".encode()),
-                seq,
-                None,
-                0,
-                FetchLocations(),
-                time.time_ns(),
-                seq.to_bytes(16, "big"),
-            )
-            env = sign_message(msg, owner).envelope
-            sent[seq] = time.time_ns()
-            await host.publish(topic, env)
-            await asyncio.sleep(1 / rate)
+        await _announce(sc, sim, host, sent)
+        messages = sc.cluster.messages
         await wait_until(
             lambda: all(len(n.of("candidate")) >= messages for n in nodes.values()), 15
         )
@@ -187,6 +163,59 @@ async def run_cluster(sc: Scenario, seed: int | None = None) -> dict[str, Any]:
         await host.stop()
         for p in proxies:
             await p.stop()
+    out.update(_delivery(nodes, sent))
+    out.update(_beside_simulation(out["latency_ms"], sim.run()))
+    out["loadavg_1m"] = round(os.getloadavg()[0], 2)
+    return out
+
+
+async def _link(
+    sim: Simulator,
+    nodes: dict[int, DevNode],
+    host: Libp2pTransport,
+    proxies: list[DelayProxy],
+) -> None:
+    """Connect the simulator's links, each through a proxy delaying it by its latency (node 0
+    is ``host``); ``proxies`` gains every proxy started."""
+    ports = {i: int(n.addr.split("/")[4]) for i, n in nodes.items()}
+    for (a, b), lat_ns in sorted(sim.links.items()):
+        proxy = DelayProxy(ports[b], lat_ns / NS)
+        await proxy.start()
+        proxies.append(proxy)
+        if a == 0:
+            await host.connect(_via(nodes[b].addr, proxy.port))
+        else:
+            await nodes[a].send(f"connect {_via(nodes[b].addr, proxy.port)}")
+
+
+async def _announce(
+    sc: Scenario, sim: Simulator, host: Libp2pTransport, sent: dict[int, int]
+) -> None:
+    """Publish the scenario's announcements at its rate from ``host``; ``sent`` gains each
+    sequence number's send time (ns)."""
+    owner = sim.owner_keys[0]
+    did = owner.dataset_id()
+    topic = dataset_topic(did.as_multibase())
+    messages, rate = sc.cluster.messages, sc.cluster.rate
+    for seq in range(1, messages + 1):
+        msg = HeadAnnouncement(
+            did,
+            Multihash.sha3_256(f"cluster-{seq}".encode()),
+            seq,
+            None,
+            0,
+            FetchLocations(),
+            time.time_ns(),
+            seq.to_bytes(16, "big"),
+        )
+        env = sign_message(msg, owner).envelope
+        sent[seq] = time.time_ns()
+        await host.publish(topic, env)
+        await asyncio.sleep(1 / rate)
+
+
+def _delivery(nodes: dict[int, DevNode], sent: dict[int, int]) -> dict[str, Any]:
+    """The real nodes' delivery ratio, latency percentiles and latency CDF (50 points)."""
     lat = [
         (e["t_ns"] - sent[e["seq"]]) / 1e6
         for n in nodes.values()
@@ -194,24 +223,30 @@ async def run_cluster(sc: Scenario, seed: int | None = None) -> dict[str, Any]:
         if e["seq"] in sent
     ]
     delivered = len({(n.idx, e["seq"]) for n in nodes.values() for e in n.of("candidate")})
-    out["delivery_ratio"] = round(delivered / (len(sent) * len(nodes)), 4) if sent else None
-    out["latency_ms"] = _pcts(lat)
     ls = sorted(lat)
-    out["latency_cdf_ms"] = [
-        [round(ls[max(0, -(-(k + 1) * len(ls) // 50) - 1)], 3), round((k + 1) / 50, 3)]
-        for k in range(50)
-        if ls
-    ]
-    simres = sim.run()
-    out["sim_latency_cdf_ms"] = simres["latency_cdf_ms"]
-    out["sim_latency_ms"] = simres["latency_ms"]
-    out["sim_ideal_latency_ms"] = simres["ideal_latency_ms"]
-    out["sim_delivery_ratio"] = simres["delivery_ratio"]
-    real, simlat = out["latency_ms"], simres["latency_ms"]
+    return {
+        "delivery_ratio": round(delivered / (len(sent) * len(nodes)), 4) if sent else None,
+        "latency_ms": _pcts(lat),
+        "latency_cdf_ms": [
+            [round(ls[max(0, -(-(k + 1) * len(ls) // 50) - 1)], 3), round((k + 1) / 50, 3)]
+            for k in range(50)
+            if ls
+        ],
+    }
+
+
+def _beside_simulation(real: dict[str, Any] | None, simres: dict[str, Any]) -> dict[str, Any]:
+    """The simulator's figures for the same scenario, and the real/simulated latency ratios."""
+    out: dict[str, Any] = {
+        "sim_latency_cdf_ms": simres["latency_cdf_ms"],
+        "sim_latency_ms": simres["latency_ms"],
+        "sim_ideal_latency_ms": simres["ideal_latency_ms"],
+        "sim_delivery_ratio": simres["delivery_ratio"],
+    }
+    simlat = simres["latency_ms"]
     if real and simlat:
         out["ratio_real_over_sim_p50"] = round(real["p50"] / simlat["p50"], 3)
         out["ratio_real_over_sim_p99"] = round(real["p99"] / simlat["p99"], 3)
-    out["loadavg_1m"] = round(os.getloadavg()[0], 2)
     return out
 
 
