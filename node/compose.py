@@ -55,7 +55,7 @@ from node.app.results import RestoreResult
 from node.app.subscriptions import SubscriptionUseCases
 from node.app.verify import VerifyPipeline
 from node.app.work import RetryPolicy, WorkRunner
-from node.config import NodeConfig
+from node.config import NodeConfig, check_listeners
 from node.home import NodeHome, default_home
 from node.home_lock import HomeLock, HomeLocked
 from node.state import NodeState
@@ -379,9 +379,11 @@ __all__ = [
     "NodeHome",
     "OfflineOptions",
     "call_daemon",
+    "check_listeners",
     "daemon_endpoint",
     "default_home",
     "offline_application",
+    "serve_home",
 ]
 
 
@@ -480,3 +482,19 @@ def restore_home(archive: Path, target: Path) -> RestoreResult:
         BackupError: the archive is refused (malformed, a newer format) or ``target`` is not new.
     """
     return asyncio.run(HomeBackup(target).restore(str(archive)))
+
+
+async def serve_home(home: NodeHome, host: str, port: int) -> None:
+    """``serve-http``: the home's datasets read-only over the Simple Transfer Protocol on
+    ``host:port``, without a daemon, until cancelled (the process interrupted)."""
+    from aiohttp import web
+
+    from node.transfer.server import make_app
+
+    runner = web.AppRunner(make_app(home.repository()))
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()

@@ -105,7 +105,7 @@ async def _run(
     ipfs_mode: str | None = None,
     log_format: str | None = None,
 ) -> None:
-    from node.config import check_listeners
+    from node.compose import check_listeners
 
     tmp: Path | None = None
     if ephemeral and home is None:
@@ -202,18 +202,10 @@ def _render_revoked(r: Revoked, out: Out, cli: Mapping[str, Any]) -> None:
 async def _serve_http(
     home: Path | None, context: Context, port: int = 8090, host: str = "127.0.0.1"
 ) -> None:
-    from aiohttp import web
+    from node.compose import serve_home
 
-    from node.transfer.server import make_app
-
-    runner = web.AppRunner(make_app(_home(home).repository()))
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, host, port).start()
-        print(f"serving {host}:{port} (Ctrl-C stops)", file=sys.stderr, flush=True)
-        await asyncio.Event().wait()  # until the process is interrupted
-    finally:
-        await runner.cleanup()
+    print(f"serving {host}:{port} (Ctrl-C stops)", file=sys.stderr, flush=True)
+    await serve_home(_home(home), host, port)
 
 
 # ---- rpc

@@ -23,8 +23,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from node.app import Application
-from node.rpc.registry import Param
-from node.rpc.schema import Schema
+from node.rpc.schema import Param, Schema
 
 if TYPE_CHECKING:
     from coordinator.ingest.push import IngestProgress  # pyarrow: not at the daemon's start

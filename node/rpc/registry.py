@@ -24,11 +24,11 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from node.rpc.errors import CODE_MESSAGES, INVALID_PARAMS, RpcError
-from node.rpc.schema import Schema, ValidationError, check_schema, validate
+from node.rpc.schema import Param, Schema, ValidationError, check_schema, validate
 
 MethodHandler = Callable[..., Awaitable[Any]]
 """An async RPC handler; called with the validated params as keyword arguments."""
@@ -38,16 +38,6 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_PREFIX: Final = "rpc."
 """Method names under ``rpc.`` are reserved by JSON-RPC 2.0 for the server's own methods."""
-
-
-@dataclass(frozen=True, slots=True)
-class Param:
-    """One named parameter: its JSON schema, whether it is required, and a description."""
-
-    name: str
-    schema: Schema = field(default_factory=dict)
-    required: bool = True
-    description: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,3 +282,15 @@ def validate_openrpc(doc: Mapping[str, Any]) -> None:
         for err in m.get("errors", []):
             if not isinstance(err.get("code"), int) or not isinstance(err.get("message"), str):
                 raise ValueError(f"{name}: error objects need an integer code and a message")
+
+
+__all__ = [
+    "OPENRPC_VERSION",
+    "RESERVED_PREFIX",
+    "MethodHandler",
+    "MethodSpec",
+    "Param",
+    "RpcRegistry",
+    "openrpc_document",
+    "validate_openrpc",
+]

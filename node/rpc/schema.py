@@ -14,12 +14,25 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from coordinator.errors import OdfNodeError
 
 Schema = Mapping[str, Any]
 """A JSON schema (the supported subset), as a plain mapping."""
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """One named parameter of an RPC method: its JSON schema, whether it is required, and a
+    description (what ``rpc.discover`` publishes; the registry validates calls against it)."""
+
+    name: str
+    schema: Schema = field(default_factory=dict)
+    required: bool = True
+    description: str = ""
+
 
 _TYPES = frozenset({"null", "boolean", "integer", "number", "string", "array", "object"})
 _CHECKED = frozenset(
