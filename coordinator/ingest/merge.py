@@ -65,6 +65,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from coordinator.errors import MergeError
+from coordinator.ingest.spool import sort_keys
 
 __all__ = [
     "OP_TYPE",
@@ -139,6 +140,43 @@ def _key_table(table: pa.Table, primary_key: Sequence[str], prefix: str) -> pa.T
     return pa.table({f"{prefix}{i}": table.column(c) for i, c in enumerate(primary_key)})
 
 
+def _row_numbers(table: pa.Table) -> pa.Array:
+    return pa.array(np.arange(table.num_rows, dtype=np.int64))
+
+
+def _key_join(
+    left_table: pa.Table,
+    right_table: pa.Table,
+    primary_key: Sequence[str],
+    join_type: str,
+    *,
+    distinct_right: bool = False,
+) -> pa.Table:
+    """The ``join_type`` join of two tables on their primary-key columns (SQL semantics: a null
+    key column never matches), with the left rows' numbers in ``_LI`` and the right rows' in
+    ``_RI`` (unless ``distinct_right``: the right side is then its distinct keys only).
+
+    The right key columns are cast to the left ones' types: the join wants equal types.
+    """
+    n = len(primary_key)
+    left = _key_table(left_table, primary_key, "__l").append_column(_LI, _row_numbers(left_table))
+    right = _key_table(right_table, primary_key, "__r")
+    right = pa.table(
+        [right.column(i).cast(left.column(i).type) for i in range(n)], names=right.column_names
+    )
+    if distinct_right:
+        right = right.group_by(right.column_names, use_threads=False).aggregate([])
+    else:
+        right = right.append_column(_RI, _row_numbers(right_table))
+    return left.join(
+        right,
+        keys=[f"__l{i}" for i in range(n)],
+        right_keys=[f"__r{i}" for i in range(n)],
+        join_type=join_type,
+        coalesce_keys=False,
+    )
+
+
 def ledger_filter(
     new: pa.Table, seen_keys: pa.Table | None, primary_key: Sequence[str]
 ) -> pa.Table:
@@ -156,20 +194,7 @@ def ledger_filter(
             value_set = value_set.cast(col.type)
         seen = pc.is_in(col, value_set=value_set, skip_nulls=True)
         return new.filter(pc.invert(seen))
-    left = _key_table(new, primary_key, "__l").append_column(
-        _LI, pa.array(np.arange(new.num_rows, dtype=np.int64))
-    )
-    right = _key_table(seen_keys, primary_key, "__r")
-    right = pa.table(
-        [right.column(i).cast(left.column(i).type) for i in range(len(primary_key))],
-        names=right.column_names,
-    )
-    kept = left.join(
-        right,
-        keys=[f"__l{i}" for i in range(len(primary_key))],
-        right_keys=[f"__r{i}" for i in range(len(primary_key))],
-        join_type="left anti",
-    )
+    kept = _key_join(new, seen_keys, primary_key, "left anti")
     rows = np.sort(kept.column(_LI).to_numpy())
     return new.take(pa.array(rows))
 
@@ -204,22 +229,9 @@ def merge_ledger(
 def sort_by_event_time(table: pa.Table, event_time_column: str) -> pa.Table:
     """Stable sort by event time, nulls first (Append/Ledger ``sort_order``)."""
     col = table.column(event_time_column)
-    keys = _sort_key(col)
+    keys = sort_keys(col)
     order = np.argsort(keys, kind="stable")
     return table.take(pa.array(order))
-
-
-def _sort_key(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """int64 keys of a timestamp/date/integer column; nulls sort first."""
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    if pa.types.is_date32(arr.type):
-        ints = arr.view(pa.int32()).cast(pa.int64())
-    elif pa.types.is_timestamp(arr.type) or pa.types.is_date64(arr.type):
-        ints = arr.view(pa.int64())
-    else:
-        ints = arr.cast(pa.int64())
-    filled = pc.fill_null(ints, np.iinfo(np.int64).min)
-    return np.asarray(filled.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,9 +241,7 @@ def _sort_key(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 def _latest_rows(table: pa.Table, primary_key: Sequence[str]) -> np.ndarray:
     """Indices of the last row of each key (rows must be in offset order)."""
-    keyed = table.select(list(primary_key)).append_column(
-        _LI, pa.array(np.arange(table.num_rows, dtype=np.int64))
-    )
+    keyed = table.select(list(primary_key)).append_column(_LI, _row_numbers(table))
     last = keyed.group_by(list(primary_key), use_threads=False).aggregate([(_LI, "max")])
     return np.sort(last.column(f"{_LI}_max").to_numpy())
 
@@ -251,20 +261,7 @@ def key_filter(table: pa.Table, keys: pa.Table, primary_key: Sequence[str]) -> p
         if value_set.type != col.type:
             value_set = value_set.cast(col.type)
         return table.filter(pc.is_in(col, value_set=value_set, skip_nulls=True))
-    left = _key_table(table, primary_key, "__l").append_column(
-        _LI, pa.array(np.arange(table.num_rows, dtype=np.int64))
-    )
-    right = _key_table(keys, primary_key, "__r")
-    right = pa.table(
-        [right.column(i).cast(left.column(i).type) for i in range(len(primary_key))],
-        names=right.column_names,
-    )
-    kept = left.join(
-        right.group_by(right.column_names, use_threads=False).aggregate([]),
-        keys=[f"__l{i}" for i in range(len(primary_key))],
-        right_keys=[f"__r{i}" for i in range(len(primary_key))],
-        join_type="left semi",
-    )
+    kept = _key_join(table, keys, primary_key, "left semi", distinct_right=True)
     return table.take(pa.array(np.sort(kept.column(_LI).to_numpy())))
 
 
@@ -370,21 +367,7 @@ def _full_outer_pairs(
     Ordered by new row, then old row, with unmatched old rows last (deterministic; the join
     engine's own order is not).
     """
-    left = _key_table(old, primary_key, "__l").append_column(
-        _LI, pa.array(np.arange(old.num_rows, dtype=np.int64))
-    )
-    right = _key_table(new, primary_key, "__r")
-    right = pa.table(
-        [right.column(i).cast(left.column(i).type) for i in range(len(primary_key))],
-        names=right.column_names,
-    ).append_column(_RI, pa.array(np.arange(new.num_rows, dtype=np.int64)))
-    joined = left.join(
-        right,
-        keys=[f"__l{i}" for i in range(len(primary_key))],
-        right_keys=[f"__r{i}" for i in range(len(primary_key))],
-        join_type="full outer",
-        coalesce_keys=False,
-    )
+    joined = _key_join(old, new, primary_key, "full outer")
     li = joined.column(_LI).combine_chunks()
     ri = joined.column(_RI).combine_chunks()
     big = np.iinfo(np.int64).max
@@ -631,21 +614,7 @@ def _left_pairs(new: pa.Table, old: pa.Table, primary_key: Sequence[str]) -> pa.
     """
     if old.num_rows == 0 or new.num_rows == 0:
         return pa.nulls(new.num_rows, pa.int64())
-    left = _key_table(new, primary_key, "__l").append_column(
-        _LI, pa.array(np.arange(new.num_rows, dtype=np.int64))
-    )
-    right = _key_table(old, primary_key, "__r")
-    right = pa.table(
-        [right.column(i).cast(left.column(i).type) for i in range(len(primary_key))],
-        names=right.column_names,
-    ).append_column(_RI, pa.array(np.arange(old.num_rows, dtype=np.int64)))
-    joined = left.join(
-        right,
-        keys=[f"__l{i}" for i in range(len(primary_key))],
-        right_keys=[f"__r{i}" for i in range(len(primary_key))],
-        join_type="left outer",
-        coalesce_keys=False,
-    )
+    joined = _key_join(new, old, primary_key, "left outer")
     li = np.asarray(joined.column(_LI).to_numpy(zero_copy_only=False), dtype=np.int64)
     if len(li) != new.num_rows:
         raise MergeError("the previous state holds more than one row for a key")
