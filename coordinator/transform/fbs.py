@@ -16,8 +16,10 @@ own size raises :class:`DecodeError` (``docs/resource-budget.md``). The gRPC ser
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, TypeVar
 
 import flatbuffers
 from flatbuffers.table import Table
@@ -42,6 +44,7 @@ from coordinator.transform.model import (
 )
 
 _TS_VERSION = fbs.BLOCK_VERSION_V3  # 4-byte aligned Timestamp struct
+_S = TypeVar("_S")
 _RESP_SUCCESS, _RESP_INVALID, _RESP_INTERNAL = 2, 3, 4
 RESP_PROGRESS = 1
 
@@ -316,13 +319,50 @@ def _dec_interval(t: _T | None) -> m.OffsetInterval | None:
     return None if t is None else m.OffsetInterval(start=t.u64(0), end=t.u64(1))
 
 
+class _Decoding:
+    """Parsing ``what``: any failure but a :class:`DecodeError` becomes one (malformed)."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        # Returns None (never swallows), so type checkers see a ``with`` body's return as final.
+        if isinstance(e, Exception) and not isinstance(e, DecodeError):
+            raise DecodeError(f"malformed {self._what}: {e}") from e
+
+
+def _decode_response(
+    buf: bytes, what: str, success: Callable[[_T], _S]
+) -> _S | TransformInvalidQuery | TransformInternalError | None:
+    """A ``*ResponseRoot`` named ``what``: ``None`` for ``Progress``, ``success`` of the value
+    for ``Success``, the two error variants alike for transforms and raw queries."""
+    with _Decoding(what):
+        r = _root(buf)
+        code = r.u8(0)
+        v = _req(r.table(1), "value")
+        if code == RESP_PROGRESS:
+            return None
+        if code == _RESP_SUCCESS:
+            return success(v)
+        if code == _RESP_INVALID:
+            return TransformInvalidQuery(message=v.text(0) or "")
+        if code == _RESP_INTERNAL:
+            return TransformInternalError(message=v.text(0) or "", backtrace=v.text(1))
+    raise DecodeError(f"unknown {what} variant {code}")
+
+
 def decode_transform_request(buf: bytes) -> TransformRequest:
     """Parse a ``TransformRequest`` flatbuffer.
 
     Raises:
         DecodeError: malformed or incomplete message.
     """
-    try:
+    with _Decoding("TransformRequest"):
         r = _root(buf)
         inputs = []
         for t in r.tables(6):
@@ -360,10 +400,6 @@ def decode_transform_request(buf: bytes) -> TransformRequest:
             new_checkpoint_path=Path(_req(r.text(9), "new_checkpoint_path")),
             new_data_path=Path(_req(r.text(10), "new_data_path")),
         )
-    except DecodeError:
-        raise
-    except Exception as e:
-        raise DecodeError(f"malformed TransformRequest: {e}") from e
 
 
 def decode_transform_response(buf: bytes) -> TransformResponse | None:
@@ -372,25 +408,13 @@ def decode_transform_response(buf: bytes) -> TransformResponse | None:
     Raises:
         DecodeError: malformed message or unknown variant.
     """
-    try:
-        r = _root(buf)
-        code = r.u8(0)
-        v = _req(r.table(1), "value")
-        if code == RESP_PROGRESS:
-            return None
-        if code == _RESP_SUCCESS:
-            return TransformSuccess(
-                new_offset_interval=_dec_interval(v.table(0)), new_watermark=v.ts(1)
-            )
-        if code == _RESP_INVALID:
-            return TransformInvalidQuery(message=v.text(0) or "")
-        if code == _RESP_INTERNAL:
-            return TransformInternalError(message=v.text(0) or "", backtrace=v.text(1))
-    except DecodeError:
-        raise
-    except Exception as e:
-        raise DecodeError(f"malformed TransformResponse: {e}") from e
-    raise DecodeError(f"unknown TransformResponse variant {code}")
+    return _decode_response(
+        buf,
+        "TransformResponse",
+        lambda v: TransformSuccess(
+            new_offset_interval=_dec_interval(v.table(0)), new_watermark=v.ts(1)
+        ),
+    )
 
 
 # -- raw queries ---------------------------------------------------------------------------------
@@ -417,7 +441,7 @@ def decode_raw_query_request(buf: bytes) -> RawQueryRequest:
     Raises:
         DecodeError: malformed or incomplete message.
     """
-    try:
+    with _Decoding("RawQueryRequest"):
         r = _root(buf)
         if r.u8(1) != 1:
             raise DecodeError("engine message: transform must be TransformSql")
@@ -426,10 +450,6 @@ def decode_raw_query_request(buf: bytes) -> RawQueryRequest:
             transform=r.transform_sql(2),
             output_data_path=Path(_req(r.text(3), "output_data_path")),
         )
-    except DecodeError:
-        raise
-    except Exception as e:
-        raise DecodeError(f"malformed RawQueryRequest: {e}") from e
 
 
 def encode_raw_query_response(resp: RawQueryResponse | None) -> bytes:
@@ -453,23 +473,9 @@ def decode_raw_query_response(buf: bytes) -> RawQueryResponse | None:
     Raises:
         DecodeError: malformed message or unknown variant.
     """
-    try:
-        r = _root(buf)
-        code = r.u8(0)
-        v = _req(r.table(1), "value")
-        if code == RESP_PROGRESS:
-            return None
-        if code == _RESP_SUCCESS:
-            return RawQuerySuccess(num_records=v.u64(0))
-        if code == _RESP_INVALID:
-            return TransformInvalidQuery(message=v.text(0) or "")
-        if code == _RESP_INTERNAL:
-            return TransformInternalError(message=v.text(0) or "", backtrace=v.text(1))
-    except DecodeError:
-        raise
-    except Exception as e:
-        raise DecodeError(f"malformed RawQueryResponse: {e}") from e
-    raise DecodeError(f"unknown RawQueryResponse variant {code}")
+    return _decode_response(
+        buf, "RawQueryResponse", lambda v: RawQuerySuccess(num_records=v.u64(0))
+    )
 
 
 # -- protobuf envelope -----------------------------------------------------------------------------
