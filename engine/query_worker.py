@@ -13,7 +13,8 @@ Request (one JSON line)::
     {"sql": "...", "tables": [{"name": "covid19.canada", "files": ["/abs/part.parquet", ...]}],
      "memory_bytes": N, "max_rows": N, "max_bytes": N, "skip": 0, "limit": null,
      "max_sql_bytes": N (optional),
-     "out": "/private/dir/answer.arrow", "scratch": "/private/dir"}
+     "out": "/private/dir/answer.arrow", "scratch": "/private/dir",
+     "tables_dir": "/worker/dir/tables" (optional: keep the session, see below)}
 
 Answer (one JSON line on stdout): ``{"ok": true, "rows": N}`` with the rows in ``out`` as an
 Arrow IPC file (with ``"stream": true`` in the request: in parts, see below), or
@@ -42,14 +43,29 @@ reproducible; one rule for transforms and queries is also one rule to explain.
 Table names are registered through the catalog API, not ``register_parquet``: DataFusion parses
 a name given there as ``schema.table``, so a dataset alias with a dot (``covid19.canada``) could
 not be registered as one table. Each table is a directory of symbolic links to its parquet parts
-(in the request's private ``scratch`` directory) read by DataFusion's native parquet scan.
+read by DataFusion's native parquet scan; tables with the same parts (a dataset under its alias
+and its DID) share one scan.
+
+**Sessions kept between queries.** With ``"tables_dir"`` in the request (a directory private to
+this worker), the session its tables were registered in is kept (:data:`SESSIONS_KEPT` of them,
+the least recently used dropped first) and serves the next request naming exactly the same tables
+(names and part files, in order) and the same ``memory_bytes``: the parts' schemas are not
+inferred again, nor their footers and statistics read again (~9 ms of a 1M-row aggregation's ~40,
+measured on the development machine). A dataset's parts are files named by their content hash
+and a head's parts never change, so a kept table is the head it was registered for. Nothing a
+query runs can change a kept session: DDL, DML and statements (``SET``, ``PREPARE``...) are
+refused when the SQL is planned and the plan's root must be a query (the sandbox); every
+request is still checked and planned afresh and sees only its own tables. Without
+``"tables_dir"``, a fresh session in the request's ``scratch`` directory, dropped after it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +75,8 @@ from engine.query_sandbox import SandboxViolation, check_query_plan, check_query
 
 PART_BYTES = 8 << 20
 """About how many bytes of batches one part of a streamed answer holds."""
+SESSIONS_KEPT = 4
+"""Sessions (their registered tables) a worker keeps for the next requests on the same tables."""
 
 
 def _context(df: Any, memory_bytes: int) -> Any:
@@ -73,25 +91,72 @@ def _context(df: Any, memory_bytes: int) -> Any:
 
 
 def _register(ctx: Any, tables: list[dict[str, Any]], scratch: Path) -> set[str]:
+    """Register ``tables`` in ``ctx`` (folders of links to their parts made in ``scratch``);
+    the internal names of their scans, the only ones the sandbox lets a plan read."""
     schema = ctx.catalog().schema("public")
-    names: set[str] = set()
+    scans: dict[tuple[str, ...], str] = {}
     for i, t in enumerate(tables):
         name = str(t["name"])
-        files = [str(f) for f in t["files"]]
+        files = tuple(str(f) for f in t["files"])
         if not files:
             continue  # a dataset with no data yet: its name stays unknown to the query
-        folder = scratch / f"t{i}"
-        folder.mkdir()
-        for k, f in enumerate(files):
-            (folder / f"p{k:08d}.parquet").symlink_to(f)
-        # The parquet scan gets a plain internal name (the one the plan's TableScan shows and
-        # the sandbox allows); the dataset's name is a view of it, registered through the
-        # catalog so that a dot in it stays part of the name.
-        raw = f"__odf_table_{i}"
-        ctx.register_parquet(raw, str(folder))
+        raw = scans.get(files)
+        if raw is None:
+            folder = scratch / f"t{i}"
+            folder.mkdir()
+            for k, f in enumerate(files):
+                (folder / f"p{k:08d}.parquet").symlink_to(f)
+            # The parquet scan gets a plain internal name (the one the plan's TableScan shows
+            # and the sandbox allows); the dataset's name is a view of it, registered through
+            # the catalog so that a dot in it stays part of the name.
+            raw = f"__odf_table_{i}"
+            ctx.register_parquet(raw, str(folder))
+            scans[files] = raw
         schema.register_table(name, ctx.table(raw).into_view())
-        names.add(raw)
-    return names
+    return set(scans.values())
+
+
+class _Sessions:
+    """The sessions kept between requests (see the module docstring), least recently used
+    first; each one's table folders in a directory of its own under the worker's."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[tuple[Any, ...], tuple[Any, set[str], Path]] = OrderedDict()
+        self._made = 0
+
+    def session(self, df: Any, request: dict[str, Any]) -> tuple[Any, set[str]]:
+        """The session for ``request``'s tables and memory bound, and its scans' names."""
+        memory_bytes = int(request["memory_bytes"])
+        tables = list(request["tables"])
+        home = request.get("tables_dir")
+        if home is None:
+            ctx = _context(df, memory_bytes)
+            return ctx, _register(ctx, tables, Path(request["scratch"]))
+        key = (
+            memory_bytes,
+            tuple((str(t["name"]), tuple(str(f) for f in t["files"])) for t in tables),
+        )
+        kept = self._kept.get(key)
+        if kept is not None:
+            self._kept.move_to_end(key)
+            return kept[0], kept[1]
+        folder = Path(home) / f"s{self._made}"
+        self._made += 1
+        folder.mkdir(parents=True)
+        ctx = _context(df, memory_bytes)
+        try:
+            names = _register(ctx, tables, folder)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        self._kept[key] = (ctx, names, folder)
+        while len(self._kept) > SESSIONS_KEPT:
+            _, (_, _, old) = self._kept.popitem(last=False)
+            shutil.rmtree(old, ignore_errors=True)
+        return ctx, names
+
+
+_SESSIONS = _Sessions()
 
 
 def run(request: dict[str, Any]) -> int:
@@ -112,8 +177,7 @@ def run(request: dict[str, Any]) -> int:
         check_query_text(sql, None if max_sql is None else int(max_sql))
     except SandboxViolation as e:
         raise WorkerRefusal("rejected", e.reason) from None
-    ctx = _context(datafusion, int(request["memory_bytes"]))
-    names = _register(ctx, list(request["tables"]), Path(request["scratch"]))
+    ctx, names = _SESSIONS.session(datafusion, request)
     options = (
         datafusion.SQLOptions()
         .with_allow_ddl(False)

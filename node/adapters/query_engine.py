@@ -269,6 +269,9 @@ class DataFusionQueryEngine:
             "max_sql_bytes": self._max_sql_bytes,
             "out": str(here / "answer.arrow"),
             "scratch": str(scratch),
+            # The worker keeps a session per set of tables here (its own directory, removed
+            # with it): a dashboard's next query on the same heads skips their registration.
+            "tables_dir": str(worker.dir / "tables"),
             "stream": stream,
             "part_bytes": self._part_bytes,
         }
