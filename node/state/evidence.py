@@ -80,6 +80,26 @@ class EvidenceStore(StateCore):
             for r in rows
         ]
 
+    def _with_signers(
+        self,
+        rows: list[sqlite3.Row],
+        select: str,
+        did: str,
+        head: str,
+        signers: Sequence[str],
+    ) -> list[sqlite3.Row]:
+        """``rows`` (of ``select``, which filters on ``did`` and ``head``; extended in place)
+        and every row of ``select`` signed by one of ``signers``, each once, ordered by id: a
+        capped listing still shows every trusted signer's evidence."""
+        ids = {r[0] for r in rows}
+        for chunk in chunks(sorted(set(signers)), 500):
+            marks = ", ".join("?" * len(chunk))
+            extra = self._rows(select + f" AND signer IN ({marks})", (did, head, *chunk))
+            rows += [r for r in extra if r[0] not in ids]
+            ids |= {r[0] for r in extra}
+        rows.sort(key=lambda r: int(r[0]))
+        return rows
+
     def attestations_of_head(
         self, did: str, head: str, signers: Sequence[str] = (), limit: int = 100
     ) -> list[AttestationRecord]:
@@ -96,13 +116,7 @@ class EvidenceStore(StateCore):
             )
         )
         rows += self._rows(select + " AND own = 1", (did, head))
-        ids = {r[0] for r in rows}
-        for chunk in chunks(sorted(set(signers)), 500):
-            marks = ", ".join("?" * len(chunk))
-            extra = self._rows(select + f" AND signer IN ({marks})", (did, head, *chunk))
-            rows += [r for r in extra if r[0] not in ids]
-            ids |= {r[0] for r in extra}
-        rows.sort(key=lambda r: int(r[0]))
+        rows = self._with_signers(rows, select, did, head, signers)
         return [
             AttestationRecord(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bool(r[7]), r[8])
             for r in rows
@@ -241,13 +255,7 @@ class EvidenceStore(StateCore):
             " FROM disputes WHERE did = ? AND head = ? AND own = 0"
         )
         rows = list(self._rows(select + " ORDER BY id LIMIT ?", (did, head, checked_limit(limit))))
-        ids = {r[0] for r in rows}
-        for chunk in chunks(sorted(set(signers)), 500):
-            marks = ", ".join("?" * len(chunk))
-            extra = self._rows(select + f" AND signer IN ({marks})", (did, head, *chunk))
-            rows += [r for r in extra if r[0] not in ids]
-            ids |= {r[0] for r in extra}
-        rows.sort(key=lambda r: int(r[0]))
+        rows = self._with_signers(rows, select, did, head, signers)
         return [
             DisputeRecord(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bool(r[7]), r[8], r[9])
             for r in rows
