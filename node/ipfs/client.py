@@ -56,6 +56,18 @@ class IpfsReader(Protocol):
         ...
 
 
+async def _read_all(reader: IpfsReader, ipfs_path: str, *, max_size: int | None = None) -> bytes:
+    """The whole content of ``ipfs_path`` read through ``reader`` (refused beyond ``max_size``
+    bytes, as soon as the stream passes it)."""
+    buf = bytearray()
+    async with reader.open_stream(ipfs_path) as chunks:
+        async for chunk in chunks:
+            buf += chunk
+            if max_size is not None and len(buf) > max_size:
+                raise IpfsError(f"{ipfs_path}: larger than {max_size} bytes")
+    return bytes(buf)
+
+
 @dataclass(frozen=True, slots=True)
 class AddedEntry:
     """One line of ``add`` output."""
@@ -186,13 +198,7 @@ class IpfsClient(_SessionOwner):
 
     async def cat(self, ipfs_path: str, *, max_size: int | None = None) -> bytes:
         """The whole content of a file (refused beyond ``max_size`` bytes)."""
-        buf = bytearray()
-        async with self.open_stream(ipfs_path) as chunks:
-            async for chunk in chunks:
-                buf += chunk
-                if max_size is not None and len(buf) > max_size:
-                    raise IpfsError(f"{ipfs_path}: larger than {max_size} bytes")
-        return bytes(buf)
+        return await _read_all(self, ipfs_path, max_size=max_size)
 
     @asynccontextmanager
     async def _stream(self, call: str, arg: str) -> AsyncIterator[AsyncIterator[bytes]]:
@@ -340,10 +346,4 @@ class GatewayReader(_SessionOwner):
 
     async def cat(self, ipfs_path: str, *, max_size: int | None = None) -> bytes:
         """The whole content (refused beyond ``max_size`` bytes)."""
-        buf = bytearray()
-        async with self.open_stream(ipfs_path) as chunks:
-            async for chunk in chunks:
-                buf += chunk
-                if max_size is not None and len(buf) > max_size:
-                    raise IpfsError(f"{ipfs_path}: larger than {max_size} bytes")
-        return bytes(buf)
+        return await _read_all(self, ipfs_path, max_size=max_size)
