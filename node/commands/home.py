@@ -462,6 +462,7 @@ HOME_COMMANDS: tuple[Command, ...] = (
         cli=("serve-http",),
         result=OBJECT,
         home_only="serves the home's files without a daemon",
+        parity="a server, no JSON: tests/integration/test_follow_urls.py follows a home it serves",
     ),
     Command(
         "node.rpc",

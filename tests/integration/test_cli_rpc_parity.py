@@ -25,6 +25,7 @@ from netns import ipfs_node, require_loopback_only  # noqa: F401 - pytest fixtur
 from coordinator.multiformats import Multihash
 from node.app.results import PublishResult
 from node.commands.catalog import COMMANDS
+from node.commands.home import HOME_COMMANDS
 from node.ipfs.embedded import EmbeddedIpfs
 from node.state import NodeState
 
@@ -190,7 +191,13 @@ def test_every_command_has_one_json_shape(
     documented = {c.name for c in COMMANDS if c.cli is not None and c.parity is not None}
     covered = {name for name, _ in runs} | {"dataset.pull"}  # the pull runs below
     assert covered == data_printing - documented, "a command escapes the parity test"
-    assert documented == {"peers.connect", "dataset.publish", "node.backup", "dataset.export"}
+    assert documented == {
+        "peers.connect",
+        "dataset.publish",
+        "node.backup",
+        "dataset.export",
+        "console.login",
+    }
 
     results: dict[str, dict[tuple[str, ...], Any]] = {"offline": {}, "daemon": {}}
     for _name, cmd in runs:
@@ -253,3 +260,57 @@ def test_every_command_has_one_json_shape(
     ):
         proc = run_cli(offline, *args)
         assert proc.returncode == 1 and "odf-node run" in proc.stderr, proc.stderr
+
+
+def test_every_home_command_runs(homes: tuple[Path, NodeProcess], tmp_path: Path) -> None:
+    """The home commands (``node/commands/home.py``) and ``ui``: each runs here, in the CLI's
+    process, with and without a daemon on the home, or says in one line why it cannot."""
+    offline, daemon = homes
+    ran: set[str] = set()
+
+    def refused(home: Path, *args: str, naming: str) -> None:
+        proc = run_cli(home, *args)
+        assert proc.returncode == 1 and naming in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+    # init: both homes were made by it; again, it says so.
+    again = cli(daemon.home, "init")
+    assert again["created"] is False and again["home"] == str(daemon.home)
+    assert again["node_id"] == daemon.call("node.status")["node_id"]
+    ran.add("node.init")
+    # rpc: the daemon's own answer; offline, one line naming `odf-node run`.
+    assert cli(daemon.home, "rpc", "node.status")["node_id"] == again["node_id"]
+    assert cli(daemon.home, "rpc", "node.events", '{"limit": 1}') == daemon.call(
+        "node.events", limit=1
+    )
+    refused(offline, "rpc", "node.status", naming="odf-node run")
+    refused(daemon.home, "rpc", "node.status", "[1", naming="params are not JSON")
+    ran.add("node.rpc")
+    # sql: data.query's answer, the same shape with and without a daemon.
+    one = {home: cli(home, "sql", "select 1 as one") for home in (offline, daemon.home)}
+    assert shape(one[offline]) == shape(one[daemon.home])
+    assert one[offline]["rows"] == one[daemon.home]["rows"] == [[1]]
+    ran.add("data.sql")
+    # ui (console.login): a one-time URL from the daemon; offline, one line naming `odf-node run`.
+    login = cli(daemon.home, "ui")
+    assert login["url"].startswith(daemon.url.removesuffix("/rpc") + "/ui/login#")
+    refused(offline, "ui", naming="odf-node run")
+    # restore: a backup of the offline home made into a new home with the same node id.
+    archive = tmp_path / "offline.tar"
+    cli(offline, "backup", str(archive))
+    restored_home = tmp_path / "restored"
+    restored = cli(restored_home, "restore", str(archive))
+    offline_id = cli(offline, "status")["node_id"]
+    assert restored["node_id"] == offline_id and restored["home"] == str(restored_home)
+    refused(restored_home, "restore", str(archive), naming="")
+    ran.add("node.restore")
+    # key rotate, then revoke the retired key; refused while a daemon runs on the home.
+    # (a backup leaves keys/next.key out: its owner keeps a copy off the node)
+    rotated = cli(restored_home, "key", "rotate", "--next-key", str(offline / "keys" / "next.key"))
+    assert rotated["old_id"] == offline_id and rotated["new_id"] != offline_id
+    revoked = cli(restored_home, "key", "revoke")
+    assert revoked["node_id"] == offline_id
+    ran |= {"key.rotate", "key.revoke"}
+    refused(daemon.home, "key", "rotate", naming="daemon")
+
+    assert ran == {c.name for c in HOME_COMMANDS if c.parity is None}, "a command escapes"
