@@ -1,6 +1,6 @@
 """The measures of issue 42 ("a house a newcomer can live in") that a script can take from the
-source, for before/after tables: functions over 80 lines, type names defined more than once, and
-``__getattr__`` forwarding in ``node/``.
+source, for before/after tables: functions over 80 lines, type names defined more than once,
+``__getattr__`` forwarding in ``node/`` and commands written by hand (not declared).
 
 Run: ``.venv/bin/python tests/bench/house_measures.py [TREE]`` (default: this checkout); a tree
 at another commit: ``git worktree add /tmp/old REV`` and pass ``/tmp/old``.
@@ -70,6 +70,35 @@ def getattr_forwarding(root: Path) -> list[str]:
     return out
 
 
+def hand_written_commands(root: Path) -> list[str]:
+    """``path:line`` of every command not generated from a declaration: a typer
+    ``@<app>.command(...)`` decorator in ``node/`` (the generator in ``node/commands/cli.py``
+    calls ``.command(name)`` without decorating), and every RPC method a daemon module
+    registers itself (``registry.add`` outside ``build_registry``'s loop over the
+    declarations)."""
+    out = []
+    for f in sorted((root / "node").rglob("*.py")):
+        tree = ast.parse(f.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                for dec in node.decorator_list:
+                    call = dec.func if isinstance(dec, ast.Call) else dec
+                    if isinstance(call, ast.Attribute) and call.attr == "command":
+                        out.append(f"{f.relative_to(root)}:{node.lineno}")
+            if (
+                f.parts[-2] == "daemon"
+                and isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("add", "method")
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "registry"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                out.append(f"{f.relative_to(root)}:{node.lineno}")
+    return out
+
+
 def main() -> None:
     """Print the measures as one JSON object."""
     ap = argparse.ArgumentParser(description=__doc__)
@@ -83,6 +112,7 @@ def main() -> None:
         "type_names_defined_more_than_once": len(dups),
         "duplicate_type_names": dups,
         "getattr_in_node": getattr_forwarding(root),
+        "hand_written_commands": hand_written_commands(root),
         "daemon_lines": len((root / "node/daemon/daemon.py").read_text().splitlines()),
     }
     print(json.dumps(report, indent=2))

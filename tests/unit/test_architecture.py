@@ -163,3 +163,29 @@ def test_nothing_loose_at_the_top_of_node() -> None:
         f"new at the top of node/: {sorted(found - TOP_OF_NODE)} (a use case goes in node/app, "
         f"an adapter in node/adapters); gone: {sorted(TOP_OF_NODE - found)}"
     )
+
+
+def _hand_written_commands(root: Path) -> list[str]:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "house_measures", ROOT / "tests" / "bench" / "house_measures.py"
+    )
+    assert spec is not None and spec.loader is not None
+    measures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(measures)
+    found: list[str] = measures.hand_written_commands(root)
+    return found
+
+
+def test_every_command_is_declared() -> None:
+    # A typer command written by hand, or an RPC method a daemon module registers itself,
+    # escapes the declarations (node/commands): their JSON, rpc.discover and the parity test.
+    assert _hand_written_commands(ROOT) == []
+
+
+def test_the_hand_written_command_finder_finds_them(tmp_path: Path) -> None:
+    (tmp_path / "node" / "daemon").mkdir(parents=True)
+    (tmp_path / "node" / "cli.py").write_text("@app.command()\ndef init() -> None: ...\n")
+    (tmp_path / "node" / "daemon" / "rpc.py").write_text('registry.add("x.y", handler)\n')
+    assert _hand_written_commands(tmp_path) == ["node/cli.py:2", "node/daemon/rpc.py:1"]
