@@ -59,6 +59,7 @@ from p2p.wire import (
     KeyRotation,
     Observation,
     SignedMessage,
+    WireMessage,
     content_id,
     decode_unverified,
     verify_equivocation_proof,
@@ -310,28 +311,50 @@ class ProtocolCore:
         self._delay(peer, p, data, now_ns, out)
         self._drain(peer, p, now_ns, out)
 
+    def _screen(
+        self, peer: str, p: PeerState, data: bytes, now_ns: int, out: list[Decision]
+    ) -> tuple[bytes, bool, str | None] | None:
+        """The first checks of every message, queued or processed: an oversized one is
+        penalised (None: not even hashed); else its content id and what is remembered of it
+        (``seen``, and the reason it was bad or None)."""
+        cfg = self.config
+        if len(data) > cfg.max_message_size:
+            self._penalise(peer, p, "oversized", cfg.penalty_oversized, now_ns, out)
+            return None
+        cid = content_id(data)
+        seen, bad = self._seen.get(cid, now_ns)
+        return cid, seen, bad
+
+    def _decode(
+        self, peer: str, p: PeerState, data: bytes, cid: bytes, now_ns: int, out: list[Decision]
+    ) -> WireMessage | None:
+        """The message parsed without its signatures; a malformed one is remembered as bad
+        and penalised (None)."""
+        try:
+            return decode_unverified(data)
+        except WireDecodeError as e:
+            reason = "oversized" if e.reason == "oversized" else f"malformed:{e.reason}"
+            self._seen.add(cid, now_ns, reason)
+            self._penalise(peer, p, reason, self._penalty_for(reason), now_ns, out)
+            return None
+
     def _delay(
         self, peer: str, p: PeerState, data: bytes, now_ns: int, out: list[Decision]
     ) -> None:
         """Park a message that found the sender's bucket empty (only cheap checks run here)."""
         cfg = self.config
-        if len(data) > cfg.max_message_size:
-            self._penalise(peer, p, "oversized", cfg.penalty_oversized, now_ns, out)
+        screened = self._screen(peer, p, data, now_ns, out)
+        if screened is None:
             return
-        cid = content_id(data)
-        seen, bad = self._seen.get(cid, now_ns)
+        cid, seen, bad = screened
         if seen:
             if bad is None:
                 out.append(Ignore(peer, "duplicate"))
             else:
                 self._penalise(peer, p, bad, self._penalty_for(bad), now_ns, out)
             return
-        try:
-            msg = decode_unverified(data)
-        except WireDecodeError as e:
-            reason = "oversized" if e.reason == "oversized" else f"malformed:{e.reason}"
-            self._seen.add(cid, now_ns, reason)
-            self._penalise(peer, p, reason, self._penalty_for(reason), now_ns, out)
+        msg = self._decode(peer, p, data, cid, now_ns, out)
+        if msg is None:
             return
         key, order = cid, (0, 0)
         if isinstance(msg, SignedMessage) and isinstance(msg.message, HeadAnnouncement):
@@ -385,11 +408,10 @@ class ProtocolCore:
     ) -> None:
         """Rules 2-5 for one message the sender had a token for (or from anti-entropy)."""
         cfg = self.config
-        if len(data) > cfg.max_message_size:
-            self._penalise(peer, p, "oversized", cfg.penalty_oversized, now_ns, out)
+        screened = self._screen(peer, p, data, now_ns, out)
+        if screened is None:
             return
-        cid = content_id(data)
-        seen, bad = self._seen.get(cid, now_ns)
+        cid, seen, bad = screened
         if seen:
             if bad is not None:
                 self._penalise(peer, p, bad, self._penalty_for(bad), now_ns, out)
@@ -398,12 +420,8 @@ class ProtocolCore:
             else:
                 out.append(Ignore(peer, "duplicate"))
             return
-        try:
-            msg = decode_unverified(data)
-        except WireDecodeError as e:
-            reason = "oversized" if e.reason == "oversized" else f"malformed:{e.reason}"
-            self._seen.add(cid, now_ns, reason)
-            self._penalise(peer, p, reason, self._penalty_for(reason), now_ns, out)
+        msg = self._decode(peer, p, data, cid, now_ns, out)
+        if msg is None:
             return
         if isinstance(msg, EquivocationProof):
             self._on_proof(peer, p, msg, now_ns, out, via_ae=via_ae)
