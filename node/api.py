@@ -56,7 +56,7 @@ class NotAHome(OdfNodeError):
 
 
 @dataclass(frozen=True)
-class Dataset:
+class ReadableDataset:
     """One readable dataset at one head: what it is, how far it is trusted, its data files."""
 
     name: str
@@ -125,13 +125,15 @@ class Home:
         """The home directory."""
         return self._home.path
 
-    def datasets(self, untrusted: bool = False) -> list[Dataset]:
+    def datasets(self, untrusted: bool = False) -> list[ReadableDataset]:
         """The readable datasets with their trust state; with ``untrusted``, also those whose
         only head is not trusted yet (marked ``trusted=False``)."""
         rows = self._run(lambda data: data.tables(untrusted=untrusted))
         return [_dataset(r) for r in rows]
 
-    def dataset(self, ref: str, untrusted: bool = False, block: str | None = None) -> Dataset:
+    def dataset(
+        self, ref: str, untrusted: bool = False, block: str | None = None
+    ) -> ReadableDataset:
         """The dataset ``ref`` (alias or ``did:odf:...``) at its readable head, or at ``block``
         (which must be on that head's chain).
 
@@ -204,9 +206,9 @@ async def _await(make: Callable[[], Awaitable[T]]) -> T:
     return await make()
 
 
-def _dataset(row: Any) -> Dataset:
-    """A :class:`Dataset` of a ``ReadableTable``."""
-    return Dataset(
+def _dataset(row: Any) -> ReadableDataset:
+    """A :class:`ReadableDataset` of a ``ReadableTable``."""
+    return ReadableDataset(
         name=row.table.name,
         alias=row.alias,
         did=row.did,
@@ -229,4 +231,4 @@ def open_home(path: str | os.PathLike[str] | None = None) -> Home:
     return Home(Path(path) if path is not None else default_home())
 
 
-__all__ = ["Dataset", "Home", "NotAHome", "open_home"]
+__all__ = ["Home", "NotAHome", "ReadableDataset", "open_home"]

@@ -33,8 +33,8 @@ def _part(path: Path, start: int, cities: list[str]) -> str:
     return str(path)
 
 
-def _dataset(files: tuple[str, ...]) -> api.Dataset:
-    return api.Dataset(
+def _dataset(files: tuple[str, ...]) -> api.ReadableDataset:
+    return api.ReadableDataset(
         name="covid19.cities",
         alias="covid19.cities",
         did="did:odf:fed01",
