@@ -233,16 +233,8 @@ class SparkEngine:
         views: set[str] = set()
         try:
             return self._execute(session, req, cached, views)
-        except (InvalidQuery, SandboxViolation) as e:
-            return TransformInvalidQuery(message=str(e))
         except Exception as e:
-            kind = type(e).__name__
-            if kind in ("AnalysisException", "ParseException"):
-                return TransformInvalidQuery(message=str(e).splitlines()[0])
-            return TransformInternalError(
-                message=f"{kind}: {str(e).splitlines()[0] if str(e) else ''}",
-                backtrace=traceback.format_exc(),
-            )
+            return _failure(e)
         finally:
             self._cleanup(session, cached, views)
 
@@ -261,13 +253,8 @@ class SparkEngine:
             self._run_steps(session, req.transform, views, (("input", _schema_key(df)),))
             count = self._write(session.sql("SELECT * FROM __output__"), req.output_data_path)
             return RawQuerySuccess(num_records=count)
-        except (InvalidQuery, SandboxViolation) as e:
-            return TransformInvalidQuery(message=str(e))
         except Exception as e:
-            kind = type(e).__name__
-            if kind in ("AnalysisException", "ParseException"):
-                return TransformInvalidQuery(message=str(e).splitlines()[0])
-            return TransformInternalError(message=f"{kind}: {e}", backtrace=traceback.format_exc())
+            return _failure(e)
         finally:
             self._cleanup(session, [], views)
 
@@ -424,6 +411,19 @@ class SparkEngine:
             return int(rows)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _failure(e: Exception) -> TransformInvalidQuery | TransformInternalError:
+    """A failed transform or raw query as its response (call it in the ``except`` block: the
+    backtrace is the one being handled): our own refusals and Spark's analysis and parse errors
+    are invalid queries (their first line), anything else an internal error."""
+    if isinstance(e, InvalidQuery | SandboxViolation):
+        return TransformInvalidQuery(message=str(e))
+    kind = type(e).__name__
+    first = str(e).splitlines()[0] if str(e) else ""
+    if kind in ("AnalysisException", "ParseException"):
+        return TransformInvalidQuery(message=first)
+    return TransformInternalError(message=f"{kind}: {first}", backtrace=traceback.format_exc())
 
 
 __all__ = [
