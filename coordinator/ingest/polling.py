@@ -37,11 +37,10 @@ from coordinator.ingest.push import (
     IngestResult,
     PushSourceInfo,
     ingest_resolved,
+    scan_source,
 )
-from coordinator.ingest.writer import Vocab
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
-from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import Dataset
 
 __all__ = [
@@ -70,33 +69,12 @@ def resolve_polling_source(dataset: Dataset) -> PushSourceInfo:
             "the dataset has no active polling source (SetPollingSource); push files into it "
             "with `odf-node dataset ingest`"
         )
-    source: m.SetPollingSource | None = None
-    vocab_event: m.SetVocab | None = None
-    data_schema: m.SetDataSchema | None = None
-    source_state: m.SourceState | None = None
-    seen_add_data = False
-    slices: list[Multihash] = []
-    for _, block in dataset.iter_blocks(state.head):
-        e = block.event
-        if isinstance(e, m.AddData):
-            if not seen_add_data:
-                # kamu's SearchSourceStateVisitor: the newest AddData's state, even if None.
-                source_state = e.new_source_state
-                seen_add_data = True
-            if e.new_data is not None:
-                slices.append(e.new_data.physical_hash)
-        elif isinstance(e, m.SetPollingSource) and source is None:
-            source = e
-        elif isinstance(e, m.SetVocab) and vocab_event is None:
-            vocab_event = e
-        elif isinstance(e, m.SetDataSchema) and data_schema is None:
-            data_schema = e
-    if source is None:  # pragma: no cover - ChainState says it is active
-        raise PollingSourceNotFound("the dataset has no active polling source")
-    slices.reverse()
-    return PushSourceInfo(
-        state, source, Vocab.of(vocab_event), tuple(slices), data_schema, source_state
+    info = scan_source(
+        dataset, state, lambda e: isinstance(e, m.SetPollingSource), source_state=True
     )
+    if info is None:  # pragma: no cover - ChainState says it is active
+        raise PollingSourceNotFound("the dataset has no active polling source")
+    return info
 
 
 def _polling(info: PushSourceInfo) -> m.SetPollingSource:

@@ -107,6 +107,7 @@ __all__ = [
     "ingest",
     "ingest_resolved",
     "resolve_push_source",
+    "scan_source",
     "system_clock",
 ]
 
@@ -194,24 +195,52 @@ def resolve_push_source(dataset: Dataset, source_name: str | None) -> PushSource
         if source_name not in active:
             raise PushSourceNotFound(f"Source '{source_name}' not found")
         name = source_name
-    source: m.AddPushSource | None = None
+    info = scan_source(
+        dataset, state, lambda e: isinstance(e, m.AddPushSource) and e.source_name == name
+    )
+    if info is None:  # pragma: no cover - ChainState says it is active
+        raise PushSourceNotFound(f"Source '{name}' not found")
+    return info
+
+
+def scan_source(
+    dataset: Dataset,
+    state: ChainState,
+    is_source: Callable[[m.AddPushSource | m.SetPollingSource], bool],
+    *,
+    source_state: bool = False,
+) -> PushSourceInfo | None:
+    """The writer's metadata state of the source ``is_source`` picks (its newest event; None if
+    the chain has none): the newest vocabulary and data schema, the data slices (oldest first)
+    and, with ``source_state`` (polling sources), the newest ``AddData``'s source state."""
+    source: m.AddPushSource | m.SetPollingSource | None = None
     vocab_event: m.SetVocab | None = None
     data_schema: m.SetDataSchema | None = None
+    newest_state: m.SourceState | None = None
+    seen_add_data = False
     slices: list[Multihash] = []
     for _, block in dataset.iter_blocks(state.head):
         e = block.event
-        if isinstance(e, m.AddData) and e.new_data is not None:
-            slices.append(e.new_data.physical_hash)
-        elif isinstance(e, m.AddPushSource) and e.source_name == name and source is None:
-            source = e
+        if isinstance(e, m.AddData):
+            if source_state and not seen_add_data:
+                # kamu's SearchSourceStateVisitor: the newest AddData's state, even if None.
+                newest_state = e.new_source_state
+                seen_add_data = True
+            if e.new_data is not None:
+                slices.append(e.new_data.physical_hash)
+        elif isinstance(e, m.AddPushSource | m.SetPollingSource) and source is None:
+            if is_source(e):
+                source = e
         elif isinstance(e, m.SetVocab) and vocab_event is None:
             vocab_event = e
         elif isinstance(e, m.SetDataSchema) and data_schema is None:
             data_schema = e
-    if source is None:  # pragma: no cover - ChainState says it is active
-        raise PushSourceNotFound(f"Source '{name}' not found")
+    if source is None:
+        return None
     slices.reverse()
-    return PushSourceInfo(state, source, Vocab.of(vocab_event), tuple(slices), data_schema)
+    return PushSourceInfo(
+        state, source, Vocab.of(vocab_event), tuple(slices), data_schema, newest_state
+    )
 
 
 def _existing_schema(dataset: Dataset, info: PushSourceInfo) -> pa.Schema | None:
