@@ -32,6 +32,7 @@ from p2p.limits import MAX_MESSAGE_SIZE
 from p2p.netguard import assert_loopback_multiaddr, assert_loopback_only
 from p2p.transport import (
     GossipMessage,
+    HostIdentity,
     RequestHandler,
     TransportError,
     ValidationResult,
@@ -168,11 +169,12 @@ async def _read_exact(stream: Any, n: int) -> bytes:
     return bytes(buf)
 
 
-class Libp2pTransport:
+class Libp2pTransport(HostIdentity):
     """py-libp2p host + gossipsub behind :class:`p2p.transport.GossipTransport`."""
 
     def __init__(self, config: Libp2pConfig) -> None:
         """Prepare (nothing runs until :meth:`start`)."""
+        super().__init__()
         self.config = config
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -181,8 +183,6 @@ class Libp2pTransport:
         self._stop_event: Any = None
         self._host: Any = None
         self._pubsub: Any = None
-        self._peer_id = ""
-        self._addrs: list[str] = []
         self._validators: dict[str, Validator] = {}
         self._handlers: dict[str, RequestHandler] = {}
         self._queues: dict[str, asyncio.Queue[GossipMessage]] = {}
@@ -504,16 +504,7 @@ class Libp2pTransport:
         await done.wait()
         return cf.result()
 
-    # ---- GossipTransport
-
-    @property
-    def peer_id(self) -> str:
-        """The libp2p peer id (``12D3KooW…``) derived from the node key."""
-        return self._peer_id
-
-    def listen_addrs(self) -> list[str]:
-        """Full listen multiaddrs (with ``/p2p/<id>``)."""
-        return [a if "/p2p/" in a else f"{a}/p2p/{self._peer_id}" for a in self._addrs]
+    # ---- GossipTransport (peer_id and listen_addrs: HostIdentity)
 
     async def connect(self, addr: str) -> str:
         """Dial a ``/ip4/.../tcp/N/p2p/ID`` multiaddr (loopback only unless open); the peer id."""

@@ -49,6 +49,7 @@ from p2p.limits import MAX_MESSAGE_SIZE
 from p2p.netguard import assert_loopback_multiaddr, assert_loopback_only
 from p2p.transport import (
     GossipMessage,
+    HostIdentity,
     RequestHandler,
     TransportError,
     ValidationResult,
@@ -111,7 +112,7 @@ def write_frame(writer: asyncio.StreamWriter, frame: tuple[Any, ...]) -> None:
     writer.write(_LEN.pack(len(body)) + body)
 
 
-class Libp2pProcessTransport:
+class Libp2pProcessTransport(HostIdentity):
     """:class:`~p2p.transport.GossipTransport` whose libp2p host runs in a child process.
 
     The public surface is that of :class:`~p2p.libp2p_host.Libp2pTransport` (``start``, ``stop``,
@@ -128,6 +129,7 @@ class Libp2pProcessTransport:
         on_restart: Callable[[], None] | None = None,
     ) -> None:
         """Prepare (nothing runs until :meth:`start`)."""
+        super().__init__()
         self.config = config
         self._python = python
         self._proc: subprocess.Popen[bytes] | None = None
@@ -143,8 +145,6 @@ class Libp2pProcessTransport:
         self._handlers: dict[str, RequestHandler] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._peer_snapshot: tuple[str, ...] = ()
-        self._peer_id = ""
-        self._addrs: list[str] = []
         self._stopping = False
         self._up = asyncio.Event()
         self.restarts = 0
@@ -348,16 +348,7 @@ class Libp2pProcessTransport:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # ---- GossipTransport
-
-    @property
-    def peer_id(self) -> str:
-        """The libp2p peer id (``12D3KooW…``) derived from the node key."""
-        return self._peer_id
-
-    def listen_addrs(self) -> list[str]:
-        """Full listen multiaddrs (with ``/p2p/<id>``)."""
-        return [a if "/p2p/" in a else f"{a}/p2p/{self._peer_id}" for a in self._addrs]
+    # ---- GossipTransport (peer_id and listen_addrs: HostIdentity)
 
     async def connect(self, addr: str) -> str:
         """Dial a ``/ip4/.../tcp/N/p2p/ID`` multiaddr (loopback only unless open); the peer id."""

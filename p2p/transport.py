@@ -70,6 +70,25 @@ class TransportError(P2PError):
     rpc_code = UNAVAILABLE
 
 
+class HostIdentity:
+    """A libp2p host's peer id and listen addresses as :class:`GossipTransport` shows them
+    (shared by the libp2p transports, in this process or in a child); both are empty until
+    the host has started and set ``_peer_id`` and ``_addrs``."""
+
+    def __init__(self) -> None:
+        self._peer_id = ""
+        self._addrs: list[str] = []
+
+    @property
+    def peer_id(self) -> str:
+        """The libp2p peer id (``12D3KooW…``) derived from the node key."""
+        return self._peer_id
+
+    def listen_addrs(self) -> list[str]:
+        """Full listen multiaddrs (with ``/p2p/<id>``)."""
+        return [a if "/p2p/" in a else f"{a}/p2p/{self._peer_id}" for a in self._addrs]
+
+
 class GossipTransport(Protocol):
     """What the daemon needs from a gossip network; see the module docstring."""
 
