@@ -416,18 +416,7 @@ class ConsoleQueries:
                     "source": sv.source,
                     "seen": sv.seen,
                     "last_seen_ns": sv.last_seen_ns,
-                    # Both signed statements, envelopes in hex: the evidence anyone can check.
-                    "observations": [
-                        {
-                            "head": o.head,
-                            "sequence": o.sequence,
-                            "signer": o.signer,
-                            "own": o.own,
-                            "at_ns": o.observed_ns,
-                            "envelope": o.envelope.hex(),
-                        }
-                        for o in (first, second)
-                    ],
+                    "observations": sv.observations(),
                 }
             )
         out.sort(key=lambda r: int(r["at_ns"]), reverse=True)

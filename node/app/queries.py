@@ -128,17 +128,7 @@ class NodeQueries:
                     source=s.source,
                     seen=s.seen,
                     last_seen_ns=s.last_seen_ns,
-                    observations=[
-                        {
-                            "head": o.head,
-                            "sequence": o.sequence,
-                            "signer": o.signer,
-                            "own": o.own,
-                            "at_ns": o.observed_ns,
-                            "envelope": o.envelope.hex(),
-                        }
-                        for o in (s.first, s.second)
-                    ],
+                    observations=s.observations(),
                 )
             )
         rows.sort(key=lambda r: r.at_ns, reverse=True)

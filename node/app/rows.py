@@ -162,6 +162,21 @@ class SplitView:
     seen: int = 1
     last_seen_ns: int = 0
 
+    def observations(self) -> list[dict[str, Any]]:
+        """Both signed observations as plain data, envelopes in hex: the evidence anyone can
+        check (the console and the query API show it alike)."""
+        return [
+            {
+                "head": o.head,
+                "sequence": o.sequence,
+                "signer": o.signer,
+                "own": o.own,
+                "at_ns": o.observed_ns,
+                "envelope": o.envelope.hex(),
+            }
+            for o in (self.first, self.second)
+        ]
+
 
 @dataclass(frozen=True)
 class EquivocationRecord:
