@@ -41,7 +41,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,7 @@ from coordinator.transform.frames import (
 )
 from coordinator.transform.model import (
     TransformInternalError,
+    TransformRequest,
     TransformResponse,
     TransformSuccess,
 )
@@ -102,17 +103,20 @@ class EngineServicer:
 
     def execute_transform_batch(self, requests: list[bytes], context: Any) -> Iterator[list[bytes]]:
         """The batch extension: every request in order, one message with all the answers."""
-        out: list[bytes] = []
         with self.lock:
-            for request in requests:
-                try:
-                    req = decode_transform_request(request)
-                except Exception as e:
-                    resp: TransformResponse = TransformInternalError(message=f"bad request: {e}")
-                else:
-                    resp = self._run(req)
-                out.append(encode_transform_response(resp))
-        yield out
+            answers = [self.answer(request, decode_transform_request) for request in requests]
+        yield [encode_transform_response(resp) for resp in answers]
+
+    def answer(
+        self, payload: bytes, decode: Callable[[bytes], TransformRequest]
+    ) -> TransformResponse:
+        """One request of a batch, decoded by ``decode`` and run (the caller holds the lock);
+        one that does not decode is answered as an internal error, the others still run."""
+        try:
+            req = decode(payload)
+        except Exception as e:
+            return TransformInternalError(message=f"bad request: {e}")
+        return self._run(req)
 
     def _run(self, req: Any) -> TransformResponse:
         """One transform (the caller holds the lock); the crash hook of the tests first."""
@@ -150,12 +154,7 @@ def answer_batch(servicer: EngineServicer, payloads: list[bytes]) -> list[bytes]
     out: list[bytes] = []
     with servicer.lock:
         for payload in payloads:
-            try:
-                req = decode_request(payload)
-            except Exception as e:
-                resp: TransformResponse = TransformInternalError(message=f"bad request: {e}")
-            else:
-                resp = servicer._run(req)
+            resp = servicer.answer(payload, decode_request)
             arrow = isinstance(resp, TransformSuccess) and resp.arrow_output
             out.append(encode_transform_response(resp))
             out.append(ARROW_OUTPUT if arrow else b"")
