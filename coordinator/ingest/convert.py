@@ -151,6 +151,22 @@ def _bad_index(source: pa.Array, result: pa.Array) -> int | None:
     return int(np.flatnonzero(bad.to_numpy(zero_copy_only=False))[0])
 
 
+def _strptime(arr: pa.Array, fmt: str, unit: str, what: str) -> pa.Array:
+    """Strings parsed with the ``strptime`` pattern ``fmt`` into timestamps of ``unit``.
+
+    Raises:
+        ConversionFailure: at the first non-null string that does not parse (as ``what``).
+    """
+    parsed = pc.strptime(arr, format=fmt, unit=unit, error_is_null=True)
+    index = _bad_index(arr, parsed)
+    if index is not None:
+        value = arr[index].as_py()
+        raise ConversionFailure(
+            index, value, f"cannot parse {shown(value)} as {what} with format {fmt!r}"
+        )
+    return parsed
+
+
 def parse_timestamps(arr: pa.Array, fmt: str | None = None) -> pa.Array:
     """Strings -> ``timestamp[ms, tz=UTC]``.
 
@@ -162,13 +178,7 @@ def parse_timestamps(arr: pa.Array, fmt: str | None = None) -> pa.Array:
     """
     arr = pc.cast(arr, pa.string()) if not pa.types.is_string(arr.type) else arr
     if fmt is not None and fmt != "rfc3339":
-        ns = pc.strptime(arr, format=fmt, unit="ns", error_is_null=True)
-        index = _bad_index(arr, ns)
-        if index is not None:
-            value = arr[index].as_py()
-            raise ConversionFailure(
-                index, value, f"cannot parse {shown(value)} as a timestamp with format {fmt!r}"
-            )
+        ns = _strptime(arr, fmt, "ns", "a timestamp")
         if ns.type.tz is None:
             ns = pc.assume_timezone(ns, "UTC")
         return pc.cast(ns, _MS_UTC, safe=False)
@@ -241,14 +251,7 @@ def parse_dates(arr: pa.Array, fmt: str | None = None) -> pa.Array:
     """
     arr = pc.cast(arr, pa.string()) if not pa.types.is_string(arr.type) else arr
     if fmt is not None and fmt != "rfc3339":
-        ts = pc.strptime(arr, format=fmt, unit="s", error_is_null=True)
-        index = _bad_index(arr, ts)
-        if index is not None:
-            value = arr[index].as_py()
-            raise ConversionFailure(
-                index, value, f"cannot parse {shown(value)} as a date with format {fmt!r}"
-            )
-        return pc.cast(ts, pa.date32())
+        return pc.cast(_strptime(arr, fmt, "s", "a date"), pa.date32())
     try:
         return cast_column(arr, pa.date32())
     except ConversionFailure:
