@@ -11,6 +11,26 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # (after use("Agg"): the backend must be chosen first)
 
+_LATENCY_AXES = ("delivery latency (ms)", "fraction of (node, head) deliveries")
+"""The axes of a delivery latency CDF (the simulator's and the real cluster's)."""
+
+
+def _finish(fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str, title: str) -> None:
+    """Label a one-panel chart (grid, legend) and write it to ``path``."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def _save(fig: Any, path: Path) -> None:
+    """Write a chart to ``path`` (the figure is closed: pyplot keeps every open one alive)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
 
 def latency_cdf(results: list[dict[str, Any]], path: Path, title: str = "") -> None:
     """Delivery latency CDF of each result against its ideal (shortest-path) CDF."""
@@ -32,14 +52,13 @@ def latency_cdf(results: list[dict[str, Any]], path: Path, title: str = "") -> N
     ]
     if p98:
         ax.set_xlim(0, 1.5 * max(p98))
-    ax.set_xlabel("delivery latency (ms)")
-    ax.set_ylabel("fraction of (node, head) deliveries")
-    ax.set_title(title or "Announcement delivery latency")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _finish(
+        fig,
+        ax,
+        path,
+        *_LATENCY_AXES,
+        title or "Announcement delivery latency",
+    )
 
 
 def _malicious(r: dict[str, Any]) -> float:
@@ -74,14 +93,14 @@ def detection_vs_malicious(rows: list[dict[str, Any]], path: Path) -> None:
                 color=line.get_color(),
                 label=f"{policy} p90",
             )
-    ax.set_xlabel("malicious fraction of nodes")
-    ax.set_ylabel("time to detect a spoofed head (s)")
-    ax.set_title("Fraud detection time (honest nodes, p50 solid / p90 dotted)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _finish(
+        fig,
+        ax,
+        path,
+        "malicious fraction of nodes",
+        "time to detect a spoofed head (s)",
+        "Fraud detection time (honest nodes, p50 solid / p90 dotted)",
+    )
 
 
 def cost_vs_safety(rows: list[dict[str, Any]], path: Path) -> None:
@@ -93,14 +112,14 @@ def cost_vs_safety(rows: list[dict[str, Any]], path: Path) -> None:
         ax.scatter(xs, ys, label=policy)
         for r, x, y in zip(rs, xs, ys, strict=True):
             ax.annotate(f"{_malicious(r):.0%}", (x, y), fontsize=6)
-    ax.set_xlabel("engine seconds per trusted head (honest nodes)")
-    ax.set_ylabel("P(honest node trusts a spoofed head)")
-    ax.set_title("Cost vs safety across trust policies (labels: malicious fraction)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _finish(
+        fig,
+        ax,
+        path,
+        "engine seconds per trusted head (honest nodes)",
+        "P(honest node trusts a spoofed head)",
+        "Cost vs safety across trust policies (labels: malicious fraction)",
+    )
 
 
 def cluster_cdf(cluster: dict[str, Any], path: Path) -> None:
@@ -113,14 +132,13 @@ def cluster_cdf(cluster: dict[str, Any], path: Path) -> None:
         if cluster.get(key):
             xs, ys = zip(*cluster[key], strict=True)
             ax.plot(xs, ys, label=label)
-    ax.set_xlabel("delivery latency (ms)")
-    ax.set_ylabel("fraction of (node, head) deliveries")
-    ax.set_title(f"Real cluster vs simulator ({cluster['scenario']}, seed {cluster['seed']})")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _finish(
+        fig,
+        ax,
+        path,
+        *_LATENCY_AXES,
+        f"Real cluster vs simulator ({cluster['scenario']}, seed {cluster['seed']})",
+    )
 
 
 def policy_sweep(summary: list[dict[str, Any]], path: Path) -> None:
@@ -156,6 +174,4 @@ def policy_sweep(summary: list[dict[str, Any]], path: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=6)
     fig.suptitle("Trust policies (mean and 95 % CI over seeds)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
