@@ -237,15 +237,13 @@ class ChainFetcher:
                 try:
                     summary = await self._transfer.pull(url, alias=alias)
                 except PullDiverged as e:
-                    self._metrics.pulls.labels("diverged").inc()
-                    self._progress("pull.finished", did, url=url, outcome="diverged")
+                    self._finished(did, url, "diverged")
                     log.warning("pull of %s from %s: %s", did, url, e)
                     return False
                 except PullOverBudget as e:
                     # Every source would bring the same chain: paused, not tried elsewhere.
                     # The core retries on the next announcement or anti-entropy round.
-                    self._metrics.pulls.labels("over_budget").inc()
-                    self._progress("pull.finished", did, url=url, outcome="over_budget")
+                    self._finished(did, url, "over_budget")
                     if self._over_budget.get(did) != req.head:
                         self._over_budget[did] = req.head
                         await self._state.log_event(
@@ -263,32 +261,20 @@ class ChainFetcher:
                 except PullRefused as e:
                     # An announcement naming an address the policy forbids (an internal host,
                     # a metadata endpoint): logged for the operator, never contacted.
-                    self._metrics.pulls.labels("refused").inc()
-                    self._progress("pull.finished", did, url=url, outcome="refused")
                     errors.append(f"{url}: {e}")
-                    await self._state.log_event(
-                        "pull.refused", did.as_did_str(), {"url": url, "error": str(e)}
-                    )
-                    await self._failed(did, url, "refused", str(e), setting=e.setting)
+                    await self._source_failed(did, url, e, "refused", "refused", setting=e.setting)
                     continue
                 except PullRejected as e:
-                    self._metrics.pulls.labels("rejected").inc()
-                    self._progress("pull.finished", did, url=url, outcome="rejected")
                     errors.append(f"{url}: {e}")
-                    await self._state.log_event(
-                        "pull.rejected", did.as_did_str(), {"url": url, "error": str(e)}
-                    )
-                    await self._failed(did, url, "bad-bytes", str(e))
+                    await self._source_failed(did, url, e, "rejected", "bad-bytes")
                     continue
                 except (OdfNodeError, OSError) as e:
                     # Unavailable sources, or our copy moved meanwhile (another pull): next.
-                    self._metrics.pulls.labels("unavailable").inc()
-                    self._progress("pull.finished", did, url=url, outcome="unavailable")
+                    self._finished(did, url, "unavailable")
                     errors.append(f"{url}: {e}")
                     await self._unavailable(did, url, e)
                     continue
-                self._metrics.pulls.labels("ok").inc()
-                self._progress("pull.finished", did, url=url, outcome="ok")
+                self._finished(did, url, "ok")
                 self._metrics.pull_seconds.observe(time.monotonic() - t0)
                 self._forget(did)
                 self._served(did, url)
@@ -323,6 +309,30 @@ class ChainFetcher:
             else:
                 error += "; no provider's IPFS node is connected to this node's"
         await self._failed(did, url, "unreachable", error, setting=setting, addresses=addresses)
+
+    def _finished(self, did: DatasetId, url: str, outcome: str) -> None:
+        """One pull from ``url`` ended with ``outcome``: counted and reported."""
+        self._metrics.pulls.labels(outcome).inc()
+        self._progress("pull.finished", did, url=url, outcome=outcome)
+
+    async def _source_failed(
+        self,
+        did: DatasetId,
+        url: str,
+        e: Exception,
+        outcome: str,
+        reason: str,
+        *,
+        setting: str = "",
+    ) -> None:
+        """``url`` will not serve this chain (``e``; the next source is tried): the pull's
+        ``outcome`` counted and logged (``pull.<outcome>``), the source's failure (``reason``)
+        recorded."""
+        self._finished(did, url, outcome)
+        await self._state.log_event(
+            f"pull.{outcome}", did.as_did_str(), {"url": url, "error": str(e)}
+        )
+        await self._failed(did, url, reason, str(e), setting=setting)
 
     async def _failed(
         self,
