@@ -22,18 +22,21 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+dataset_app = typer.Typer(help="Create, inspect and verify datasets.", no_args_is_help=True)
+key_app = typer.Typer(
+    help="Rotate or revoke the node key (the daemon must be stopped).", no_args_is_help=True
+)
+attestation_app = typer.Typer(
+    help="Check exported attestations (in-toto/DSSE envelopes).", no_args_is_help=True
+)
+query_app = typer.Typer(
+    help="Check query commitments of the HTTP data API (docs/query.md).", no_args_is_help=True
+)
 GROUPS = {
-    "dataset": typer.Typer(help="Create, inspect and verify datasets.", no_args_is_help=True),
-    "key": typer.Typer(
-        help="Rotate or revoke the node key (the daemon must be stopped).", no_args_is_help=True
-    ),
-    "attestation": typer.Typer(
-        help="Check exported attestations (in-toto/DSSE envelopes).", no_args_is_help=True
-    ),
-    "query": typer.Typer(
-        help="Check query commitments of the HTTP data API (docs/query.md).",
-        no_args_is_help=True,
-    ),
+    "dataset": dataset_app,
+    "key": key_app,
+    "attestation": attestation_app,
+    "query": query_app,
 }
 for _name, _group in GROUPS.items():
     app.add_typer(_group, name=_name)
