@@ -32,6 +32,7 @@ const { withLibp2pLight } = await import('@helia/libp2p')
 const { withBitswap } = await import('@helia/bitswap')
 const { unixfs } = await import('@helia/unixfs')
 const { car } = await import('@helia/car')
+const { createUnsafe } = await import('multiformats/block')
 const { ipns, pubSubIPNSRouting } = await import('@helia/ipns')
 const { tcp } = await import('@libp2p/tcp')
 const { noise } = await import('@libp2p/noise')
@@ -94,6 +95,63 @@ await helia.start()
 const libp2p = helia.libp2p
 const fsys = unixfs(helia)
 const cars = car(helia)
+
+// dag/export: every block of the DAG under a root, breadth first, up to EXPORT_READS blocks read
+// at once. @helia/car's own exporters read one block at a time through a sorted queue, and its
+// UnixFS one looks each child up in its parent's links and decodes the parent again per child
+// (quadratic in a directory's size): ~1,100 blocks/s for a dataset's 3,000-entry blocks/
+// directory, where this walk is bound by the blockstore. kubo's dag export is this walk too
+// (any order is a valid CARv1).
+const EXPORT_READS = 64
+const RAW_CODE = 0x55
+
+async function blockBytes (value) {
+  if (value instanceof Uint8Array) return value
+  const parts = []
+  let size = 0
+  for await (const part of value) { parts.push(part); size += part.length }
+  if (parts.length === 1) return parts[0]
+  const out = new Uint8Array(size)
+  let at = 0
+  for (const part of parts) { out.set(part, at); at += part.length }
+  return out
+}
+
+// A block this node holds is read from its blockstore directly (Helia's networked blockstore
+// costs several times the file read per block); any other through Helia (bitswap).
+async function localOrNetwork (cid, network, options) {
+  try {
+    return await blockBytes(blockstore.get(cid, options))
+  } catch (err) {
+    if (err?.name !== 'NotFoundError') throw err
+    return blockBytes(network.get(cid, options))
+  }
+}
+
+class WholeDagExporter {
+  async * export (root, blockstore, getCodec, options) {
+    const seen = new Set([root.toString()])
+    let level = [root]
+    while (level.length > 0) {
+      const next = []
+      for (let i = 0; i < level.length; i += EXPORT_READS) {
+        const batch = level.slice(i, i + EXPORT_READS)
+        const blocks = await Promise.all(batch.map(async (cid) =>
+          ({ cid, bytes: await localOrNetwork(cid, blockstore, options) })))
+        for (const { cid, bytes } of blocks) {
+          yield { cid, bytes }
+          if (cid.code === RAW_CODE) continue
+          const block = createUnsafe({ cid, bytes, codec: await getCodec(cid.code) })
+          for (const [, link] of block.links()) {
+            const key = link.toString()
+            if (!seen.has(key)) { seen.add(key); next.push(link) }
+          }
+        }
+      }
+      level = next
+    }
+  }
+}
 const names = ipns(helia, { routers: config.pubsub ? [pubSubIPNSRouting(helia)] : [] })
 
 class HttpError extends Error {
@@ -330,7 +388,7 @@ const commands = {
 
   async 'dag/export' (q, { res, signal }) {
     const cid = await resolveCid(await splitPath(q.get('arg'), signal), signal)
-    await writeStream(res, cars.export(cid, { signal }), 'application/vnd.ipld.car')
+    await writeStream(res, cars.export(cid, { signal, exporter: new WholeDagExporter() }), 'application/vnd.ipld.car')
   },
 
   async add (q, { req, signal }) {

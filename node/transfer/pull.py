@@ -836,6 +836,12 @@ async def _walk(
     new: list[tuple[Multihash, bytes, m.MetadataBlock]] = []
     h: Multihash | None = remote_head
     while h is not None:
+        if mem and not local and h in mem:
+            # A new dataset's blocks from one export, their hashes proven: decode the run of
+            # them in one worker-thread call, not one hand-over per block (~3x the walk).
+            run, h = await asyncio.to_thread(_walk_in_memory, mem, h, _WALK_RUN)
+            new.extend(run)
+            continue
         if await local.contains(h):
             new.reverse()
             return new, True
@@ -844,6 +850,26 @@ async def _walk(
         h = block.prev_block_hash
     new.reverse()
     return new, False
+
+
+_WALK_RUN = 4096
+"""Blocks decoded per worker-thread call of the in-memory walk (the loop stays responsive)."""
+
+
+def _walk_in_memory(
+    mem: dict[Multihash, bytes], h: Multihash | None, limit: int
+) -> tuple[list[tuple[Multihash, bytes, m.MetadataBlock]], Multihash | None]:
+    """Decode blocks back from ``h`` while they are in ``mem`` (at most ``limit``); the run
+    (newest first) and the hash to go on from (None at the chain's start)."""
+    run: list[tuple[Multihash, bytes, m.MetadataBlock]] = []
+    while h is not None and len(run) < limit:
+        data = mem.get(h)
+        if data is None:
+            break
+        block = _decode_block(f"blocks/{h}", data)
+        run.append((h, data, block))
+        h = block.prev_block_hash
+    return run, h
 
 
 def _validate_chain(
