@@ -178,25 +178,36 @@ def _finish_response_root(b: flatbuffers.Builder, code: int, value: int) -> byte
     return bytes(b.Output())
 
 
-def encode_transform_response(resp: TransformResponse | None) -> bytes:
-    """``TransformResponseRoot``; ``None`` encodes a ``Progress`` message."""
+def _encode_response(
+    resp: _S | TransformInvalidQuery | TransformInternalError | None,
+    success: Callable[[flatbuffers.Builder, _S], int],
+) -> bytes:
+    """A ``*ResponseRoot``: ``None`` encodes ``Progress``, the two error variants alike for
+    transforms and raw queries, ``success`` builds the ``Success`` table."""
     b = flatbuffers.Builder(256)
     if resp is None:
         b.StartObject(0)
         code, value = RESP_PROGRESS, b.EndObject()
-    elif isinstance(resp, TransformSuccess):
-        iv = (
-            _interval(b, resp.new_offset_interval) if resp.new_offset_interval is not None else None
-        )
-        b.StartObject(2)
-        if iv is not None:
-            b.PrependUOffsetTRelativeSlot(0, iv, 0)
-        if resp.new_watermark is not None:
-            fbs.prepend_timestamp(b, 1, resp.new_watermark, _TS_VERSION)
-        code, value = _RESP_SUCCESS, b.EndObject()
-    else:
+    elif isinstance(resp, TransformInvalidQuery | TransformInternalError):
         code, value = _encode_error(b, resp)
+    else:
+        code, value = _RESP_SUCCESS, success(b, resp)
     return _finish_response_root(b, code, value)
+
+
+def encode_transform_response(resp: TransformResponse | None) -> bytes:
+    """``TransformResponseRoot``; ``None`` encodes a ``Progress`` message."""
+    return _encode_response(resp, _transform_success)
+
+
+def _transform_success(b: flatbuffers.Builder, resp: TransformSuccess) -> int:
+    iv = _interval(b, resp.new_offset_interval) if resp.new_offset_interval is not None else None
+    b.StartObject(2)
+    if iv is not None:
+        b.PrependUOffsetTRelativeSlot(0, iv, 0)
+    if resp.new_watermark is not None:
+        fbs.prepend_timestamp(b, 1, resp.new_watermark, _TS_VERSION)
+    return int(b.EndObject())
 
 
 # -- decoding ------------------------------------------------------------------------------------
@@ -454,17 +465,13 @@ def decode_raw_query_request(buf: bytes) -> RawQueryRequest:
 
 def encode_raw_query_response(resp: RawQueryResponse | None) -> bytes:
     """``RawQueryResponseRoot``; ``None`` encodes ``Progress``."""
-    b = flatbuffers.Builder(256)
-    if resp is None:
-        b.StartObject(0)
-        code, value = RESP_PROGRESS, b.EndObject()
-    elif isinstance(resp, RawQuerySuccess):
-        b.StartObject(1)
-        b.PrependUint64Slot(0, resp.num_records, 0)
-        code, value = _RESP_SUCCESS, b.EndObject()
-    else:
-        code, value = _encode_error(b, resp)
-    return _finish_response_root(b, code, value)
+    return _encode_response(resp, _raw_query_success)
+
+
+def _raw_query_success(b: flatbuffers.Builder, resp: RawQuerySuccess) -> int:
+    b.StartObject(1)
+    b.PrependUint64Slot(0, resp.num_records, 0)
+    return int(b.EndObject())
 
 
 def decode_raw_query_response(buf: bytes) -> RawQueryResponse | None:
