@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Iterable
+from typing import Protocol
 
 from coordinator.errors import SignatureError
 from coordinator.identity import DatasetId
@@ -268,14 +269,8 @@ class ProtocolCore:
             p.graylisted = False
 
     def _take_token(self, p: PeerState, now_ns: int) -> bool:
-        cfg = self.config
-        dt = max(0, now_ns - p.refilled_ns)
-        p.tokens = min(cfg.rate_burst, p.tokens + dt * cfg.rate_per_s / NS_PER_S)
-        p.refilled_ns = max(p.refilled_ns, now_ns)
-        if p.tokens >= 1.0:
-            p.tokens -= 1.0
-            return True
-        return False
+        """A token from the peer's bucket (rule 2)."""
+        return _take(p, now_ns, self.config.rate_per_s, self.config.rate_burst)
 
     def _penalise(
         self, peer: str, p: PeerState, reason: str, amount: float, now_ns: int, out: list[Decision]
@@ -312,26 +307,36 @@ class ProtocolCore:
         self._drain(peer, p, now_ns, out)
 
     def _screen(
-        self, peer: str, p: PeerState, data: bytes, now_ns: int, out: list[Decision]
-    ) -> tuple[bytes, bool, str | None] | None:
-        """The first checks of every message, queued or processed: an oversized one is
-        penalised (None: not even hashed); else its content id and what is remembered of it
-        (``seen``, and the reason it was bad or None)."""
+        self,
+        peer: str,
+        p: PeerState,
+        data: bytes,
+        now_ns: int,
+        out: list[Decision],
+        *,
+        via_ae: bool = False,
+    ) -> tuple[bytes, WireMessage] | None:
+        """The first checks of every message, queued or processed, with their decisions: an
+        oversized one is penalised (not even hashed); a known one is a duplicate, or penalised
+        again if it was bad, or (``via_ae``) compared as anti-entropy; a malformed one is
+        remembered as bad and penalised. None after any of them; else the message's content id
+        and the message, parsed without its signatures."""
         cfg = self.config
         if len(data) > cfg.max_message_size:
             self._penalise(peer, p, "oversized", cfg.penalty_oversized, now_ns, out)
             return None
         cid = content_id(data)
         seen, bad = self._seen.get(cid, now_ns)
-        return cid, seen, bad
-
-    def _decode(
-        self, peer: str, p: PeerState, data: bytes, cid: bytes, now_ns: int, out: list[Decision]
-    ) -> WireMessage | None:
-        """The message parsed without its signatures; a malformed one is remembered as bad
-        and penalised (None)."""
+        if seen:
+            if bad is not None:
+                self._penalise(peer, p, bad, self._penalty_for(bad), now_ns, out)
+            elif via_ae:
+                self._on_known_via_ae(peer, p, data, now_ns, out)
+            else:
+                out.append(Ignore(peer, "duplicate"))
+            return None
         try:
-            return decode_unverified(data)
+            return cid, decode_unverified(data)
         except WireDecodeError as e:
             reason = "oversized" if e.reason == "oversized" else f"malformed:{e.reason}"
             self._seen.add(cid, now_ns, reason)
@@ -346,16 +351,7 @@ class ProtocolCore:
         screened = self._screen(peer, p, data, now_ns, out)
         if screened is None:
             return
-        cid, seen, bad = screened
-        if seen:
-            if bad is None:
-                out.append(Ignore(peer, "duplicate"))
-            else:
-                self._penalise(peer, p, bad, self._penalty_for(bad), now_ns, out)
-            return
-        msg = self._decode(peer, p, data, cid, now_ns, out)
-        if msg is None:
-            return
+        cid, msg = screened
         key, order = cid, (0, 0)
         if isinstance(msg, SignedMessage) and isinstance(msg.message, HeadAnnouncement):
             a = msg.message
@@ -408,21 +404,10 @@ class ProtocolCore:
     ) -> None:
         """Rules 2-5 for one message the sender had a token for (or from anti-entropy)."""
         cfg = self.config
-        screened = self._screen(peer, p, data, now_ns, out)
+        screened = self._screen(peer, p, data, now_ns, out, via_ae=via_ae)
         if screened is None:
             return
-        cid, seen, bad = screened
-        if seen:
-            if bad is not None:
-                self._penalise(peer, p, bad, self._penalty_for(bad), now_ns, out)
-            elif via_ae:
-                self._on_known_via_ae(peer, p, data, now_ns, out)
-            else:
-                out.append(Ignore(peer, "duplicate"))
-            return
-        msg = self._decode(peer, p, data, cid, now_ns, out)
-        if msg is None:
-            return
+        cid, msg = screened
         if isinstance(msg, EquivocationProof):
             self._on_proof(peer, p, msg, now_ns, out, via_ae=via_ae)
             return
@@ -472,13 +457,7 @@ class ProtocolCore:
                 self._signers.popitem(last=False)
         else:
             self._signers.move_to_end(signer)
-        dt = max(0, now_ns - b.refilled_ns)
-        b.tokens = min(cfg.signer_rate_burst, b.tokens + dt * cfg.signer_rate_per_s / NS_PER_S)
-        b.refilled_ns = max(b.refilled_ns, now_ns)
-        if b.tokens >= 1.0:
-            b.tokens -= 1.0
-            return True
-        return False
+        return _take(b, now_ns, cfg.signer_rate_per_s, cfg.signer_rate_burst)
 
     def _on_observation(self, peer: str, o: Observation, out: list[Decision]) -> None:
         """Rule 8: a peer saw a source we follow show another head: poll it now."""
@@ -811,6 +790,25 @@ class ProtocolCore:
 
     def _jitter(self) -> int:
         return int(self.config.anti_entropy_interval_ns * (0.5 + self._rng.random()))
+
+
+class _Bucket(Protocol):
+    """A token bucket: a peer's (rule 2) or a signing key's (rule 4a)."""
+
+    tokens: float
+    refilled_ns: int
+
+
+def _take(b: _Bucket, now_ns: int, rate_per_s: float, burst: float) -> bool:
+    """A token from ``b``, refilled first at ``rate_per_s`` up to ``burst`` (a clock that steps
+    back refills nothing)."""
+    dt = max(0, now_ns - b.refilled_ns)
+    b.tokens = min(burst, b.tokens + dt * rate_per_s / NS_PER_S)
+    b.refilled_ns = max(b.refilled_ns, now_ns)
+    if b.tokens >= 1.0:
+        b.tokens -= 1.0
+        return True
+    return False
 
 
 def _budget_key(sm: SignedMessage) -> DatasetId:
