@@ -56,7 +56,7 @@ such input is refused with :class:`MergeError` here rather than stored.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from enum import IntEnum
 from typing import Final
 
@@ -293,19 +293,13 @@ def project_snapshot_state(
 
     The result has the ledger's columns minus the offset and op columns.
     """
-    check_primary_key(ledger.schema, primary_key, "previous data")
-    if offset_column in ledger.column_names:
-        order = np.argsort(
-            np.asarray(ledger.column(offset_column).to_numpy(zero_copy_only=False)),
-            kind="stable",
-        )
-        ledger = ledger.take(pa.array(order))
-    latest = ledger.take(pa.array(_latest_rows(ledger, primary_key)))
-    op = latest.column(op_column)
-    alive = pc.or_(pc.equal(op, int(Op.APPEND)), pc.equal(op, int(Op.CORRECT_TO)))
-    state = latest.filter(pc.fill_null(alive, False))
-    drop = [c for c in (offset_column, op_column) if c in state.column_names]
-    return state.drop_columns(drop)
+    return _latest_state(
+        ledger,
+        primary_key,
+        offset_column,
+        op_column,
+        lambda op: pc.or_(pc.equal(op, int(Op.APPEND)), pc.equal(op, int(Op.CORRECT_TO))),
+    )
 
 
 def project_upsert_state(
@@ -321,6 +315,24 @@ def project_upsert_state(
     hand-made changelog still counts as the key's state.) The result has the ledger's columns
     minus the offset and op columns.
     """
+    return _latest_state(
+        ledger,
+        primary_key,
+        offset_column,
+        op_column,
+        lambda op: pc.not_equal(op, int(Op.RETRACT)),
+    )
+
+
+def _latest_state(
+    ledger: pa.Table,
+    primary_key: Sequence[str],
+    offset_column: str,
+    op_column: str,
+    alive: Callable[[pa.ChunkedArray], pa.Array],
+) -> pa.Table:
+    """Per key the highest-offset row of a changelog, kept where ``alive`` of its op is true
+    (a null op: not kept); without the offset and op columns."""
     check_primary_key(ledger.schema, primary_key, "previous data")
     if offset_column in ledger.column_names:
         order = np.argsort(
@@ -329,8 +341,7 @@ def project_upsert_state(
         )
         ledger = ledger.take(pa.array(order))
     latest = ledger.take(pa.array(_latest_rows(ledger, primary_key)))
-    alive = pc.not_equal(latest.column(op_column), int(Op.RETRACT))
-    state = latest.filter(pc.fill_null(alive, False))
+    state = latest.filter(pc.fill_null(alive(latest.column(op_column)), False))
     drop = [c for c in (offset_column, op_column) if c in state.column_names]
     return state.drop_columns(drop)
 
@@ -357,6 +368,26 @@ def distinct_from(a: pa.Array | pa.ChunkedArray, b: pa.Array | pa.ChunkedArray) 
         )
     both = pc.and_(pc.invert(a_null), pc.invert(b_null))
     return pc.or_(one_null, pc.and_(both, pc.fill_null(ne, False)))
+
+
+def _previous_as(prev_state: pa.Table, schema: pa.Schema, primary_key: Sequence[str]) -> pa.Table:
+    """The previous state's columns of ``schema`` (the new data's), cast to its types.
+
+    Raises:
+        MergeError: the key or a column of the new data is missing from the previous state.
+    """
+    check_primary_key(prev_state.schema, primary_key, "previous data")
+    # Sets, built once: a list per test made wide inputs quadratic in the number of columns.
+    previous = set(prev_state.column_names)
+    missing = [c for c in schema.names if c not in previous]
+    if missing:
+        raise MergeError(
+            f"column(s) {', '.join(missing)} are not in the previous data (schema evolution is "
+            "not supported)"
+        )
+    return pa.table(
+        [prev_state.column(c).cast(schema.field(c).type) for c in schema.names], schema=schema
+    )
 
 
 def _full_outer_pairs(
@@ -401,19 +432,7 @@ def merge_snapshot(
         raise MergeError("Snapshot compareColumns must not be empty when given")
     if prev_state is None:
         return prepend_op(new, Op.APPEND, op_column)
-    check_primary_key(prev_state.schema, primary_key, "previous data")
-    # Sets, built once: a list per test made wide inputs quadratic in the number of columns.
-    previous = set(prev_state.column_names)
-    missing = [c for c in new.column_names if c not in previous]
-    if missing:
-        raise MergeError(
-            f"column(s) {', '.join(missing)} are not in the previous data (schema evolution is "
-            "not supported)"
-        )
-    old = pa.table(
-        [prev_state.column(c).cast(new.schema.field(c).type) for c in new.column_names],
-        schema=new.schema,
-    )
+    old = _previous_as(prev_state, new.schema, primary_key)
     li, ri = _full_outer_pairs(old, new, primary_key)
     o = old.take(li)  # null index -> null row
     n = new.take(ri)
@@ -557,18 +576,7 @@ def merge_upsert_stream(
     if prev_state is None:
         old = data.slice(0, 0)
     else:
-        check_primary_key(prev_state.schema, primary_key, "previous data")
-        previous = set(prev_state.column_names)
-        missing = [c for c in data.column_names if c not in previous]
-        if missing:
-            raise MergeError(
-                f"column(s) {', '.join(missing)} are not in the previous data (schema evolution "
-                "is not supported)"
-            )
-        old = pa.table(
-            [prev_state.column(c).cast(data.schema.field(c).type) for c in data.column_names],
-            schema=data.schema,
-        )
+        old = _previous_as(prev_state, data.schema, primary_key)
     oi = _left_pairs(data, old, primary_key)  # per new row: its old row or null
     o = old.take(oi)
     matched = oi.is_valid()
