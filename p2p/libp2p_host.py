@@ -37,6 +37,7 @@ from p2p.transport import (
     TransportError,
     ValidationResult,
     Validator,
+    delivered,
 )
 
 T = TypeVar("T")
@@ -580,13 +581,7 @@ class Libp2pTransport(HostIdentity):
 
         joined = self._run_in_trio(lambda: self._join_in_trio(topic, deliver))
         self._joins[topic] = joined
-
-        async def iterate() -> AsyncIterator[GossipMessage]:
-            await joined
-            while True:
-                yield await queue.get()
-
-        return iterate()
+        return delivered(queue, joined)
 
     async def join(self, topic: str) -> None:
         """Join ``topic`` without delivery (see :meth:`GossipTransport.join`)."""

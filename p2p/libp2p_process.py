@@ -54,6 +54,7 @@ from p2p.transport import (
     TransportError,
     ValidationResult,
     Validator,
+    delivered,
 )
 
 log = logging.getLogger(__name__)
@@ -375,13 +376,7 @@ class Libp2pProcessTransport(HostIdentity):
         joined = self._joined.get(topic)
         if joined is None:
             joined = self._joined[topic] = asyncio.ensure_future(self._call("subscribe", topic))
-
-        async def iterate() -> AsyncIterator[GossipMessage]:
-            await joined
-            while True:
-                yield await queue.get()
-
-        return iterate()
+        return delivered(queue, joined)
 
     async def join(self, topic: str) -> None:
         """Join ``topic`` in the child without delivery: no ``msg`` frames, no queue."""

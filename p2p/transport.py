@@ -70,6 +70,17 @@ class TransportError(P2PError):
     rpc_code = UNAVAILABLE
 
 
+async def delivered(
+    queue: asyncio.Queue[GossipMessage], joined: Awaitable[object] | None = None
+) -> AsyncIterator[GossipMessage]:
+    """A subscription's messages: once ``joined`` (the join of its topic) is done, those the
+    transport puts in ``queue``, as they come (the iterator never ends by itself)."""
+    if joined is not None:
+        await joined
+    while True:
+        yield await queue.get()
+
+
 class HostIdentity:
     """A libp2p host's peer id and listen addresses as :class:`GossipTransport` shows them
     (shared by the libp2p transports, in this process or in a child); both are empty until
@@ -213,13 +224,7 @@ class InMemoryTransport:
 
     def subscribe(self, topic: str) -> AsyncIterator[GossipMessage]:
         """Join ``topic`` and iterate its messages."""
-        queue = self._queues.setdefault(topic, asyncio.Queue())
-
-        async def iterate() -> AsyncIterator[GossipMessage]:
-            while True:
-                yield await queue.get()
-
-        return iterate()
+        return delivered(self._queues.setdefault(topic, asyncio.Queue()))
 
     async def join(self, topic: str) -> None:
         """Join ``topic``: validate and forward its messages, deliver none."""
