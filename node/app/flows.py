@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 from coordinator.errors import OdfNodeError, SourceUnreachable
@@ -271,34 +271,15 @@ class FlowUseCases:
         for s in schedules:
             if s.on_input or s.next_ns is None or s.next_ns > now or self._held(s.did, now):
                 continue
-            try:
-                # The next time first: a row whose next time cannot be computed or stored
-                # queues nothing (it would otherwise queue on every tick).
-                nxt = self._next_time(s, now)
-                item = await self._state.enqueue(POLL, s.did, None, {"trigger": _trigger_text(s)})
-                await self._state.schedule_ran(s.did, next_ns=nxt)
-            except Exception as e:  # one bad row must not stop the others
-                await self._schedule_failed(s, now, e)
-                continue
-            self._failed.pop(s.did, None)
-            queued.append(item)
+            if (item := await self._fire(s, now, self._queue_timed(s, now))) is not None:
+                queued.append(item)
         if reactive:
             changed, failed = await asyncio.to_thread(self._changed_inputs, reactive)
             for s, error in failed:
                 await self._schedule_failed(s, now, error)
             for s, heads in changed:
-                try:
-                    item = await self._state.enqueue(
-                        TRANSFORM, s.did, None, {"trigger": "on input"}
-                    )
-                    if item.state == "claimed":
-                        continue  # running: this change is picked up once it is done
-                    await self._state.schedule_ran(s.did, inputs_seen=heads)
-                except Exception as e:  # one bad row must not stop the others
-                    await self._schedule_failed(s, now, e)
-                    continue
-                self._failed.pop(s.did, None)
-                queued.append(item)
+                if (item := await self._fire(s, now, self._queue_on_input(s, heads))) is not None:
+                    queued.append(item)
         if queued:
             self._kick()
         return queued
@@ -307,6 +288,38 @@ class FlowUseCases:
         """Whether ``did``'s schedule failed lately and waits before it is tried again."""
         failed = self._failed.get(did)
         return failed is not None and now < failed[0]
+
+    async def _fire(
+        self, s: Schedule, now: int, queue: Awaitable[WorkItem | None]
+    ) -> WorkItem | None:
+        """Await one schedule's ``queue`` (None: nothing queued). A failure is recorded for
+        that row and returns None: one bad row must not stop the others; a queued item clears
+        the row's failure."""
+        try:
+            item = await queue
+        except Exception as e:
+            await self._schedule_failed(s, now, e)
+            return None
+        if item is not None:
+            self._failed.pop(s.did, None)
+        return item
+
+    async def _queue_timed(self, s: Schedule, now: int) -> WorkItem:
+        """A due timed schedule's poll, and its next time."""
+        # The next time first: a row whose next time cannot be computed or stored queues
+        # nothing (it would otherwise queue on every tick).
+        nxt = self._next_time(s, now)
+        item = await self._state.enqueue(POLL, s.did, None, {"trigger": _trigger_text(s)})
+        await self._state.schedule_ran(s.did, next_ns=nxt)
+        return item
+
+    async def _queue_on_input(self, s: Schedule, heads: dict[str, str]) -> WorkItem | None:
+        """The transform of a dataset whose inputs moved to ``heads``, and the heads seen."""
+        item = await self._state.enqueue(TRANSFORM, s.did, None, {"trigger": "on input"})
+        if item.state == "claimed":
+            return None  # running: this change is picked up once it is done
+        await self._state.schedule_ran(s.did, inputs_seen=heads)
+        return item
 
     async def _schedule_failed(self, s: Schedule, now: int, e: Exception) -> None:
         """Log and mark a schedule whose step failed; it is tried again after
