@@ -12,7 +12,9 @@ data"):
 
 The local ``refs/head`` of a followed dataset may be ahead of its trusted head (blocks fetched,
 not yet trusted), so the data parts of a head are found by walking the chain from that head's
-block back to the Seed, never from ``refs/head``. The walk is cached per head.
+block back to the Seed, never from ``refs/head``. The walk is cached per head, and so are the
+facts a query's resolution looks up that cannot become false (blocks are named by their hash):
+that a block is stored, that a block is on the chain of a given head.
 
 Table names: a dataset is a table under its alias and under its ``did:odf`` (quote both in SQL:
 ``select * from "covid19.canada"``). Queries run on the :class:`~node.app.ports.QueryEnginePort`
@@ -61,6 +63,10 @@ ExportFormat = Literal["parquet", "csv", "ndjson"]
 EXPORT_FORMATS: tuple[str, ...] = ("parquet", "csv", "ndjson")
 PARTS_CACHE = 256
 """Heads whose data-part lists are kept (a walk of a long chain is not repeated per query)."""
+FACTS_CACHE = 1024
+"""Blocks known stored, and (head, block) pairs known on one chain, kept (see the module
+docstring): a query on a followed dataset does not read its trusted head's block again, nor an
+untrusted or pinned one walk the chain again."""
 
 
 class BlockNotOnChain(OdfNodeError):
@@ -218,6 +224,7 @@ class VerifiedData:
         self.limits = limits
         self.max_sql_bytes = max_sql_bytes
         self._parts: OrderedDict[tuple[str, str], _Parts] = OrderedDict()
+        self._facts: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         # Whether this node replays derivatives ([pipeline] replay): on a light node a
         # derivative's "verified" outcome is an integrity check, which proves nothing about its
         # data (docs/trust.md), so it does not make the head readable.
@@ -263,19 +270,19 @@ class VerifiedData:
         trust: Trust
         if block is not None:
             head = block
-            if not await asyncio.to_thread(_on_chain, ds, local, block):
+            if not await self._is_on_chain(ds, did, local, block):
                 raise BlockNotOnChain(did, block)
             trust = await self._trust_of_block(ds, did, owned, trusted_head, block)
         elif owned:
             head, trust = str(local), "owned"
-        elif trusted_head is not None and await asyncio.to_thread(_stored, ds, trusted_head):
+        elif trusted_head is not None and await self._is_stored(ds, did, trusted_head):
             head, trust = trusted_head, "trusted"
         elif await self._verified_here(ds, did, str(local)):
             head, trust = str(local), "verified"
         else:
             acc = await self._state.accepted_head(did)
             head = acc.head if acc is not None else str(local)
-            if not await asyncio.to_thread(_on_chain, ds, local, head):
+            if not await self._is_on_chain(ds, did, local, head):
                 head = str(local)  # announced but not fetched yet: what is stored
             trust = "untrusted"
         if trust == "untrusted" and not untrusted:
@@ -308,8 +315,8 @@ class VerifiedData:
     ) -> Trust:
         if owned:
             return "owned"
-        if trusted_head is not None and await asyncio.to_thread(
-            _on_chain, ds, Multihash.from_multibase(trusted_head), block
+        if trusted_head is not None and await self._is_on_chain(
+            ds, did, Multihash.from_multibase(trusted_head), block
         ):
             return "trusted"
         if await self._verified_here(ds, did, block):
@@ -338,6 +345,26 @@ class VerifiedData:
             newest = max(items, key=lambda w: (w.updated_ns, w.id))
             if newest.payload.get("replay", True) is False:
                 return False
+        return True
+
+    async def _is_stored(self, ds: Dataset, did: str, block: str) -> bool:
+        """Whether ``block`` is stored (a yes is kept: a stored block stays stored)."""
+        return await self._fact((did, "", block), lambda: _stored(ds, block))
+
+    async def _is_on_chain(self, ds: Dataset, did: str, head: Multihash, block: str) -> bool:
+        """Whether ``block`` is on the chain ending at ``head`` (a yes is kept: a head's
+        chain never changes)."""
+        return await self._fact((did, str(head), block), lambda: _on_chain(ds, head, block))
+
+    async def _fact(self, key: tuple[str, str, str], check: Callable[[], bool]) -> bool:
+        if key in self._facts:
+            self._facts.move_to_end(key)
+            return True
+        if not await asyncio.to_thread(check):
+            return False  # a no may become a yes (a block fetched later): asked again
+        self._facts[key] = None
+        while len(self._facts) > FACTS_CACHE:
+            self._facts.popitem(last=False)
         return True
 
     async def _parts_of(self, ds: Dataset, did: str, head: str) -> _Parts:
