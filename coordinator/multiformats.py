@@ -57,6 +57,8 @@ _SUPPORTED_HASH_CODES: Final = frozenset(
     {Multicodec.SHA3_256, Multicodec.ARROW0_SHA3_256, Multicodec.SHA2_256}
 )
 _SHA3_PREFIX: Final = b"\x16\x20"
+_new_object = object.__new__
+_set_attribute = object.__setattr__
 _ARROW0_PREFIX: Final = b"\x96\x80\xc0\x01\x20"
 _MAX_DIGEST_LEN: Final = 64
 _HEX_RE: Final = re.compile(r"(?:[0-9a-fA-F]{2})*")
@@ -157,10 +159,19 @@ class Multihash:
         return cls(code, digest)
 
     @classmethod
+    def sha3_256_of_digest(cls, digest: bytes) -> Multihash:
+        """The sha3-256 multihash (code 0x16) of a 32-byte ``digest`` already computed or read
+        (a decoder that found the ``0x16 0x20`` prefix: no second parse)."""
+        if len(digest) != 32:
+            raise InvalidMultihash(f"invalid sha3-256 digest length {len(digest)}")
+        return cls._trusted(Multicodec.SHA3_256, digest)
+
+    @classmethod
     def _trusted(cls, code: int, digest: bytes) -> Multihash:
-        obj = object.__new__(cls)
-        object.__setattr__(obj, "code", code)
-        object.__setattr__(obj, "digest", digest)
+        # Five per decoded block: the frozen dataclass's checks skipped, names bound once.
+        obj = _new_object(cls)
+        _set_attribute(obj, "code", code)
+        _set_attribute(obj, "digest", digest)
         return obj
 
     @classmethod
