@@ -36,13 +36,13 @@ the DataFusion dialect, the random, current-time and session functions are refus
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any
 
 from engine.errors import SandboxViolation, WorkerRefusal
 from engine.lifeline import watch_lifeline
+from engine.query_lines import serve_lines
 from engine.sandbox import check_query, nondeterminism
 
 QUERY_SPARK_CONF: dict[str, str] = {
@@ -186,16 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = create_spark_session(args.master, extra)
     _warm_up(spark)
     print("READY", flush=True)
-    for line in iter(sys.stdin.readline, ""):
-        try:
-            rows = run(spark, json.loads(line))
-            answer: dict[str, Any] = {"ok": True, "rows": rows}
-        except WorkerRefusal as r:
-            answer = {"ok": False, "kind": r.kind, "message": r.message}
-        except Exception as e:  # the node gets every failure as an answer
-            answer = {"ok": False, "kind": "failed", "message": f"{type(e).__name__}: {e}"}
-        sys.stdout.write(json.dumps(answer) + "\n")
-        sys.stdout.flush()
+    serve_lines(lambda request: run(spark, request))
     try:
         spark.stop()
     finally:
