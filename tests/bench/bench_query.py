@@ -127,7 +127,8 @@ class DirectDataFusion:
         assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "READY"
 
     def run(self) -> float:
-        """One run's seconds (session set-up included, as ours)."""
+        """One run's seconds: a new session registering the files, then the query (ours: the
+        worker's session for the same tables is kept from the previous run, docs/query.md)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write("go\n")
         self.proc.stdin.flush()
