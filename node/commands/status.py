@@ -1,0 +1,71 @@
+"""The node's own state: ``status``, its configuration and its event log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from node.app import Application
+from node.app.results import (
+    EventRow,
+    NodeStatus,
+)
+from node.commands.spec import (
+    INT,
+    LIMIT,
+    STR,
+    Cli,
+    Command,
+    CommandParam,
+    Context,
+    array_of,
+    object_of,
+)
+
+
+async def _status(app: Application, ctx: Context) -> NodeStatus:
+    return await app.status()
+
+
+async def _config(app: Application, ctx: Context) -> dict[str, Any]:
+    return dict(app.info.config)
+
+
+async def _events(
+    app: Application, ctx: Context, after_id: int = 0, limit: int = 100, kind: str | None = None
+) -> list[EventRow]:
+    return await app.queries.events(after_id, limit, kind)
+
+
+STATUS_COMMANDS: tuple[Command, ...] = (
+    Command(
+        "node.status",
+        "Identity, uptime, addresses, counts and queue depths.",
+        _status,
+        cli=("status",),
+        doc="Without a daemon: what the home stores, the live fields null.",
+        result=object_of(NodeStatus),
+    ),
+    Command("node.config", "The effective configuration.", _config),
+    Command(
+        "node.events",
+        "The event log, oldest first.",
+        _events,
+        (
+            CommandParam(
+                "after_id", INT, False, "Only events after this id.", Cli(flags=("--after",))
+            ),
+            CommandParam(
+                "limit", LIMIT, False, "At most this many events.", Cli(type=int, default=100)
+            ),
+            CommandParam(
+                "kind", STR, False, "Only events of this kind (e.g. head.repaired).", Cli(type=str)
+            ),
+        ),
+        cli=("events",),
+        result=array_of(EventRow),
+        columns=("id", "kind", "did", "data"),
+    ),
+)
+"""In the order of ``rpc.discover``."""
+
+__all__ = ["STATUS_COMMANDS"]
