@@ -71,6 +71,7 @@ from typing import Any
 
 from engine.errors import WorkerRefusal
 from engine.lifeline import watch_lifeline
+from engine.query_lines import serve_lines
 from engine.query_sandbox import SandboxViolation, check_query_plan, check_query_text
 
 PART_BYTES = 8 << 20
@@ -318,17 +319,7 @@ def main() -> int:
     warm.sql("select sum(x) from warm group by x").collect()
     del warm
     print("READY", flush=True)
-    for line in iter(sys.stdin.readline, ""):
-        try:
-            request = json.loads(line)
-            rows = run(request)
-            answer: dict[str, Any] = {"ok": True, "rows": rows}
-        except WorkerRefusal as r:
-            answer = {"ok": False, "kind": r.kind, "message": r.message}
-        except Exception as e:  # the node gets every failure as an answer
-            answer = {"ok": False, "kind": "failed", "message": f"{type(e).__name__}: {e}"}
-        sys.stdout.write(json.dumps(answer) + "\n")
-        sys.stdout.flush()
+    serve_lines(run)
     os._exit(0)  # skip interpreter teardown: DataFusion's runtime threads can hold it up
 
 
