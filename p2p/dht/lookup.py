@@ -1,0 +1,223 @@
+"""One iterative Kademlia lookup, sans-IO: which peers to ask next, and when it is done.
+
+The walk of go-libp2p-kad-dht (``query.go``), without its rounds: ``alpha`` queries run at once;
+a query outstanding longer than ``slow_after_ns`` stops counting against ``alpha``, so another
+starts in its place (up to ``max_in_flight`` in all) and one slow or frozen peer never holds the
+walk up; it fails at ``query_timeout_ns``. Each answer names closer peers (at most ``k`` taken)
+and, for a provider lookup, providers (distinct, capped). The lookup ends when the ``k`` closest
+peers it knows that have not failed have all answered, when it has ``want_providers``
+providers, or when nobody is left to ask.
+
+The driver sends each :class:`Query` it is given, reports the answer with :meth:`on_response`
+or the failure with :meth:`on_failure`, and calls :meth:`poll` when its timer fires; every call
+returns the queries to send now. Peer keys are computed by the driver (``key_of`` of the peer
+id it will authenticate when it dials), never taken from an answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from p2p.dht.keys import DhtKey, distance
+from p2p.dht.routing import K
+
+ALPHA = 3
+MAX_IN_FLIGHT = 10
+SLOW_AFTER_NS = 1_000_000_000
+QUERY_TIMEOUT_NS = 10_000_000_000
+
+
+@dataclass(frozen=True)
+class LookupConfig:
+    """A lookup's parameters (go-libp2p-kad-dht's defaults)."""
+
+    k: int = K
+    alpha: int = ALPHA
+    max_in_flight: int = MAX_IN_FLIGHT
+    slow_after_ns: int = SLOW_AFTER_NS
+    query_timeout_ns: int = QUERY_TIMEOUT_NS
+    want_providers: int = 0
+    """Stop once this many distinct providers are known (0: a ``FIND_NODE`` walk to the end)."""
+    max_providers: int = 64
+    """Providers kept at most (an answer cannot make a lookup hold more)."""
+
+
+@dataclass(frozen=True)
+class Query:
+    """Ask ``peer`` for the peers closest to the target (and its providers)."""
+
+    peer: str
+    key: DhtKey
+
+
+class _State(Enum):
+    NEW = 0
+    IN_FLIGHT = 1
+    ANSWERED = 2
+    FAILED = 3
+
+
+@dataclass(slots=True)
+class _Candidate:
+    peer: str
+    key: DhtKey
+    distance: int
+    state: _State = _State.NEW
+    sent_ns: int = 0
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """What a lookup found: the closest answering peers (closest first) and the providers."""
+
+    closest: tuple[str, ...]
+    providers: tuple[str, ...]
+    queried: int
+    failed: int
+
+
+@dataclass
+class Lookup:
+    """One lookup of ``target`` started from ``seeds`` (the routing table's closest peers)."""
+
+    target: DhtKey
+    seeds: Iterable[tuple[str, DhtKey]]
+    config: LookupConfig = field(default_factory=LookupConfig)
+    _candidates: dict[str, _Candidate] = field(default_factory=dict, repr=False)
+    _providers: dict[str, None] = field(default_factory=dict, repr=False)
+    _started: bool = False
+
+    def __post_init__(self) -> None:
+        self._learn(self.seeds)
+
+    # ---- driver calls
+
+    def start(self, now_ns: int) -> list[Query]:
+        """The first queries."""
+        self._started = True
+        return self._next(now_ns)
+
+    def on_response(
+        self,
+        peer: str,
+        closer: Iterable[tuple[str, DhtKey]],
+        providers: Iterable[str],
+        now_ns: int,
+    ) -> list[Query]:
+        """``peer`` answered with ``closer`` peers and ``providers``; the queries to send now.
+
+        An answer from a peer that was not asked (or already timed out) is ignored.
+        """
+        c = self._candidates.get(peer)
+        if c is None or c.state is not _State.IN_FLIGHT:
+            return self._next(now_ns)
+        c.state = _State.ANSWERED
+        taken = 0
+        for p in providers:
+            if taken >= self.config.k or len(self._providers) >= self.config.max_providers:
+                break
+            if p not in self._providers:
+                self._providers[p] = None
+                taken += 1
+        self._learn(list(closer)[: self.config.k])
+        return self._next(now_ns)
+
+    def on_failure(self, peer: str, now_ns: int) -> list[Query]:
+        """The query to ``peer`` failed (refused, unreachable, bad answer)."""
+        c = self._candidates.get(peer)
+        if c is not None and c.state is _State.IN_FLIGHT:
+            c.state = _State.FAILED
+        return self._next(now_ns)
+
+    def poll(self, now_ns: int) -> list[Query]:
+        """The timer fired: time out overdue queries; the queries to send now (in place of
+        slow ones too)."""
+        for c in self._candidates.values():
+            if c.state is _State.IN_FLIGHT and now_ns - c.sent_ns >= self.config.query_timeout_ns:
+                c.state = _State.FAILED
+        return self._next(now_ns)
+
+    def next_deadline(self) -> int | None:
+        """When :meth:`poll` has work next: a query turning slow or timing out (None: none
+        in flight)."""
+        times = [
+            t
+            for c in self._candidates.values()
+            if c.state is _State.IN_FLIGHT
+            for t in (
+                c.sent_ns + self.config.slow_after_ns,
+                c.sent_ns + self.config.query_timeout_ns,
+            )
+        ]
+        return min(times) if times else None
+
+    # ---- outcome
+
+    @property
+    def done(self) -> bool:
+        """Nothing more to learn (see the module docstring)."""
+        if not self._started:
+            return False
+        want = self.config.want_providers
+        if want and len(self._providers) >= want:
+            return True
+        # The k closest peers not known to have failed have all answered (none left: done).
+        return all(c.state is _State.ANSWERED for c in self._closest_alive())
+
+    def result(self) -> LookupResult:
+        """The closest peers that answered and the providers found so far."""
+        answered = sorted(
+            (c.distance, p) for p, c in self._candidates.items() if c.state is _State.ANSWERED
+        )
+        return LookupResult(
+            closest=tuple(p for _, p in answered[: self.config.k]),
+            providers=tuple(self._providers),
+            queried=sum(c.state is not _State.NEW for c in self._candidates.values()),
+            failed=sum(c.state is _State.FAILED for c in self._candidates.values()),
+        )
+
+    # ---- rules
+
+    def _learn(self, peers: Iterable[tuple[str, DhtKey]]) -> None:
+        for peer, key in peers:
+            if peer not in self._candidates:
+                self._candidates[peer] = _Candidate(peer, key, distance(key, self.target))
+
+    def _closest_alive(self) -> list[_Candidate]:
+        alive = [c for c in self._candidates.values() if c.state is not _State.FAILED]
+        alive.sort(key=lambda c: c.distance)
+        return alive[: self.config.k]
+
+    def _next(self, now_ns: int) -> list[Query]:
+        if self.done:
+            return []
+        cfg = self.config
+        in_flight = [c for c in self._candidates.values() if c.state is _State.IN_FLIGHT]
+        active = sum(now_ns - c.sent_ns < cfg.slow_after_ns for c in in_flight)
+        total = len(in_flight)
+        out: list[Query] = []
+        # Only the k closest peers not yet failed are worth asking: a farther one cannot
+        # change the answer.
+        for c in self._closest_alive():
+            if active >= cfg.alpha or total >= cfg.max_in_flight:
+                break
+            if c.state is _State.NEW:
+                c.state, c.sent_ns = _State.IN_FLIGHT, now_ns
+                active += 1
+                total += 1
+                out.append(Query(c.peer, c.key))
+        return out
+
+
+__all__ = [
+    "ALPHA",
+    "MAX_IN_FLIGHT",
+    "QUERY_TIMEOUT_NS",
+    "SLOW_AFTER_NS",
+    "Lookup",
+    "LookupConfig",
+    "LookupResult",
+    "Query",
+]
