@@ -751,6 +751,23 @@ def test_large_values_cross_piece_boundaries() -> None:
     assert logical_hash(table) == naive_record_digest(table.schema, [batch])
 
 
+def test_many_rows_of_strings_cross_row_pieces() -> None:
+    # Strings are assembled in pieces of 64Ki rows: three pieces plus a remainder, with null
+    # slots that still hold bytes (skipped) and empty values on both sides of every cut.
+    rows = 3 * (1 << 16) + 17
+    rng = np.random.default_rng(11)
+    words = pa.array(["", "a", "kamu", "Ho Chi Minh City", "é" * 9])
+    values = words.take(pa.array(rng.integers(0, len(words), rows)))
+    valid = rng.random(rows) >= 0.1
+    strings = pa.Array.from_buffers(
+        pa.string(), rows, [pa.array(valid).buffers()[1], *values.buffers()[1:]]
+    )
+    table = pa.table({"s": strings, "b": values.cast(pa.large_binary())})
+    batch = table.to_batches()[0]
+    assert logical_hash(table) == naive_record_digest(table.schema, [batch])
+    assert logical_hash(table.slice(5)) == naive_record_digest(table.schema, [batch.slice(5)])
+
+
 # --------------------------------------------------------------------------------------------
 # Parquet: what arrow-rs (and so kamu) would see
 # --------------------------------------------------------------------------------------------
