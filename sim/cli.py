@@ -5,6 +5,8 @@
 ``sim sweep SCENARIO --param adversary.malicious_fraction=0,0.1,0.3 --param policy.name=...``
 runs the grid (times ``--seeds``) and writes ``DIR/sweep.json`` plus the detection-time and
 cost-vs-safety plots. ``SCENARIO`` is a path or a name in ``sim/scenarios/``.
+``sim discovery --nodes N --datasets M --seed S`` measures provider discovery over the DHT
+against the one-hop exchange (``sim/discovery.py``).
 """
 
 from __future__ import annotations
@@ -182,3 +184,33 @@ def spark_sweep_cmd(
     summary = spark_sweep.write(rows, outdir, plot)
     typer.echo(spark_sweep.markdown(summary), nl=False)
     typer.echo(f"{len(rows)} simulations on {master} -> {outdir}")
+
+
+@sim_app.command("discovery")
+def discovery_cmd(
+    nodes: Annotated[int, typer.Option(min=2, help="nodes in the network")] = 10_000,
+    datasets: Annotated[int, typer.Option(min=1, help="datasets (Zipf popularity)")] = 10_000,
+    carriers: Annotated[int, typer.Option(min=1, help="carriers per dataset")] = 5,
+    subscriptions: Annotated[int, typer.Option(min=1, help="subscriptions measured")] = 2_000,
+    unresponsive: Annotated[
+        float, typer.Option(min=0.0, max=0.9, help="fraction of nodes that never answer")
+    ] = 0.10,
+    seed: Annotated[int, typer.Option(help="random seed (the run is deterministic per seed)")] = 1,
+    json_out: Annotated[bool, typer.Option("--json", help="print the results JSON")] = False,
+) -> None:
+    """Provider discovery over the DHT (p2p/dht) against the one-hop exchange (sim/discovery.py)."""
+    from sim.discovery import DiscoveryParams, simulate_discovery
+
+    if carriers > nodes:
+        raise typer.BadParameter(f"--carriers {carriers} is more than --nodes {nodes}")
+    res = simulate_discovery(
+        DiscoveryParams(
+            nodes=nodes,
+            datasets=datasets,
+            carriers=carriers,
+            subscriptions=subscriptions,
+            unresponsive=unresponsive,
+            seed=seed,
+        )
+    )
+    typer.echo(json.dumps(res, sort_keys=True) if json_out else json.dumps(res, indent=2))

@@ -139,17 +139,16 @@ class Lookup:
                 c.state = _State.FAILED
         return self._next(now_ns)
 
-    def next_deadline(self) -> int | None:
-        """When :meth:`poll` has work next: a query turning slow or timing out (None: none
-        in flight)."""
+    def next_deadline(self, now_ns: int) -> int | None:
+        """When :meth:`poll` has work next after ``now_ns``: a query in flight turning slow or
+        timing out (None: nothing in flight)."""
+        cfg = self.config
         times = [
             t
             for c in self._candidates.values()
             if c.state is _State.IN_FLIGHT
-            for t in (
-                c.sent_ns + self.config.slow_after_ns,
-                c.sent_ns + self.config.query_timeout_ns,
-            )
+            for t in (c.sent_ns + cfg.slow_after_ns, c.sent_ns + cfg.query_timeout_ns)
+            if t > now_ns
         ]
         return min(times) if times else None
 

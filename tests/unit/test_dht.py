@@ -106,7 +106,7 @@ def drive(
     peak = len(pending)
     while not lookup.done:
         answers = [a for a in pending if a[1].peer not in frozen]
-        deadline = lookup.next_deadline()
+        deadline = lookup.next_deadline(now)
         due = min([t for t, _ in answers] + ([deadline] if deadline is not None else []))
         now = due
         sent: list[Query] = []
