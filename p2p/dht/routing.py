@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from p2p.dht.keys import KEY_BITS, DhtKey, distance, shared_prefix_len
+from p2p.dht.keys import DhtKey, distance, shared_prefix_len
 
 K = 20
 """Bucket size and the number of closest peers a lookup returns (go-libp2p-kad-dht)."""
@@ -38,19 +38,22 @@ class RoutingTable:
     own: DhtKey
     k: int = K
     max_failures: int = 2
-    _buckets: list[OrderedDict[str, _Entry]] = field(default_factory=list, repr=False)
-
-    def __post_init__(self) -> None:
-        self._buckets = [OrderedDict() for _ in range(KEY_BITS + 1)]
+    _buckets: dict[int, OrderedDict[str, _Entry]] = field(default_factory=dict, repr=False)
+    """Shared prefix length -> its bucket, made when its first peer comes (most of the 257
+    possible buckets of a table stay empty)."""
 
     def __len__(self) -> int:
-        return sum(len(b) for b in self._buckets)
+        return sum(len(b) for b in self._buckets.values())
 
     def __contains__(self, peer: str) -> bool:
-        return any(peer in b for b in self._buckets)
+        return any(peer in b for b in self._buckets.values())
 
     def _bucket(self, key: DhtKey) -> OrderedDict[str, _Entry]:
-        return self._buckets[shared_prefix_len(self.own, key)]
+        i = shared_prefix_len(self.own, key)
+        bucket = self._buckets.get(i)
+        if bucket is None:
+            bucket = self._buckets[i] = OrderedDict()
+        return bucket
 
     def seen(self, peer: str, key: DhtKey, now_ns: int) -> bool:
         """``peer`` answered (or connected): add or refresh it; False when its bucket is full
@@ -73,18 +76,21 @@ class RoutingTable:
 
     def failed(self, peer: str, key: DhtKey) -> None:
         """A query to ``peer`` failed or timed out (it stays until a new peer needs its place)."""
-        entry = self._bucket(key).get(peer)
+        bucket = self._buckets.get(shared_prefix_len(self.own, key))
+        entry = bucket.get(peer) if bucket is not None else None
         if entry is not None:
             entry.failures += 1
 
     def remove(self, peer: str, key: DhtKey) -> None:
         """Forget ``peer`` (it is not an odf peer, or it misbehaved)."""
-        self._bucket(key).pop(peer, None)
+        bucket = self._buckets.get(shared_prefix_len(self.own, key))
+        if bucket is not None:
+            bucket.pop(peer, None)
 
     def closest(self, target: DhtKey, n: int | None = None) -> list[tuple[str, DhtKey]]:
         """The ``n`` (default ``k``) known peers closest to ``target``, closest first; peers
         that failed their last queries come after the others."""
-        entries = [(p, e) for b in self._buckets for p, e in b.items()]
+        entries = [(p, e) for b in self._buckets.values() for p, e in b.items()]
         entries.sort(
             key=lambda pe: (pe[1].failures >= self.max_failures, distance(pe[1].key, target))
         )
@@ -92,7 +98,7 @@ class RoutingTable:
 
     def bucket_sizes(self) -> dict[int, int]:
         """Non-empty buckets: shared prefix length -> peers (for status and tests)."""
-        return {i: len(b) for i, b in enumerate(self._buckets) if b}
+        return {i: len(b) for i, b in sorted(self._buckets.items()) if b}
 
 
 __all__ = ["K", "RoutingTable"]
