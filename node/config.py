@@ -130,6 +130,8 @@ class IpfsSection:
     swarm_peers: tuple[str, ...]
     swarm_host: str
     swarm_port: int
+    #: The embedded node's start: "lazy" on its first use, "eager" with the daemon.
+    start: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,6 +381,7 @@ _CHOICES: dict[tuple[str, str], frozenset[str]] = {
     ("node", "log_format"): frozenset({"text", "json"}),
     ("network", "isolation"): frozenset({"loopback-only", "open"}),
     ("ipfs", "mode"): frozenset({"embedded", "external", "none"}),
+    ("ipfs", "start"): frozenset({"lazy", "eager"}),
 }
 
 

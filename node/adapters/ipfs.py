@@ -1,12 +1,17 @@
-"""The IPFS port over the node's IPFS RPC endpoint (the embedded Helia node or kubo)."""
+"""The IPFS port over the node's IPFS RPC endpoint (the embedded Helia node or kubo), and over
+an embedded node that starts on its first use (:class:`LazyIpfs`, ``[ipfs] start = "lazy"``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from coordinator.storage.dataset import Dataset
 from node.app.errors import Unavailable
 from node.app.jsontypes import JsonObject
+
+if TYPE_CHECKING:
+    from node.ipfs.lazy import LazyStart
 
 
 class IpfsAdapter:
@@ -48,6 +53,53 @@ class IpfsAdapter:
 
         async with IpfsClient(self._api_url) as client:
             await client.swarm_connect(multiaddr)
+
+
+class LazyIpfs:
+    """:class:`~node.app.ports.IpfsPort` of an embedded node that starts on its first use
+    (``node/ipfs/lazy.py``): each call that needs the node starts it (once; concurrent first
+    calls wait on the same start), and :attr:`api_url` stands for the API until then."""
+
+    def __init__(self, lazy: LazyStart, started: Callable[[], IpfsAdapter | None]) -> None:
+        self._lazy = lazy
+        self._started = started
+
+    @property
+    def api_url(self) -> str | None:
+        """The RPC endpoint, or the placeholder that starts the node on its first request."""
+        return self._lazy.api_url or self._lazy.placeholder
+
+    def info(self) -> JsonObject | None:
+        """The started node's peer id, addresses, API and mode; before: that it starts on use."""
+        adapter = self._started()
+        if adapter is not None:
+            return adapter.info()
+        return {
+            "mode": "embedded",
+            "state": self._lazy.state,
+            "peer_id": None,
+            "addresses": [],
+            "api": None,
+        }
+
+    async def _adapter(self) -> IpfsAdapter:
+        await self._lazy.ensure()
+        adapter = self._started()
+        if adapter is None:  # started, then stopped with the daemon
+            raise Unavailable("the IPFS node is stopping")
+        return adapter
+
+    async def publish_dataset(self, dataset: Dataset) -> str:
+        """Start the node if needed, then as :meth:`IpfsAdapter.publish_dataset`."""
+        return await (await self._adapter()).publish_dataset(dataset)
+
+    async def publish_ipns(self, cid: str, key: str) -> str:
+        """Start the node if needed, then as :meth:`IpfsAdapter.publish_ipns`."""
+        return await (await self._adapter()).publish_ipns(cid, key)
+
+    async def connect(self, multiaddr: str) -> None:
+        """Start the node if needed, then swarm-connect."""
+        await (await self._adapter()).connect(multiaddr)
 
 
 class NoIpfs:

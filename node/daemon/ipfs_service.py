@@ -2,6 +2,8 @@
 (``node/daemon/ipfs_process.py``) or a kubo-compatible RPC endpoint it was pointed at, as the
 ``ipfs`` service.
 
+The embedded node starts on its first use (``[ipfs] start = "lazy"``, the default:
+``node/ipfs/lazy.py``; an idle node saves its ~100 MB) or with the daemon (``"eager"``).
 On start it learns the node's peer id and addresses (what peers should dial: the advertised
 host, and no loopback address in open mode) and reconnects the swarm peers configured and
 remembered; :attr:`IpfsService.port` is the IPFS port of the use cases from then on
@@ -12,14 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from node.adapters.ipfs import IpfsAdapter, NoIpfs
+from node.adapters.ipfs import IpfsAdapter, LazyIpfs, NoIpfs
 from node.app.ports import IpfsPort, StatePort
 from node.config import NodeConfig
 from node.daemon.addresses import advertised_multiaddrs
-from node.daemon.reachability import withheld_ipfs
+from node.daemon.reachability import start_warnings, withheld_ipfs
 from node.home import NodeHome
+
+if TYPE_CHECKING:
+    from node.ipfs.client import IpfsClient
+    from node.ipfs.lazy import LazyStart
 
 log = logging.getLogger("odf_node.daemon")
 
@@ -36,41 +42,93 @@ class IpfsService:
         self._home = home
         self._state = state
         self._node: Any = None
+        self._lazy: LazyStart | None = None
+        self._adapter: IpfsAdapter | None = None
         self._port: IpfsPort = NoIpfs()
 
     @property
     def port(self) -> IpfsPort:
-        """The IPFS port: the running node's adapter once started, else :class:`NoIpfs`."""
+        """The IPFS port: the node's adapter once started (a :class:`LazyIpfs` from the start
+        of an embedded node that starts on first use), else :class:`NoIpfs`."""
         return self._port
 
     async def start(self) -> None:
-        """Start (embedded) or reach (external) the IPFS node, then connect its swarm peers."""
+        """Start (embedded, ``[ipfs] start = "eager"``) or reach (external) the IPFS node, then
+        connect its swarm peers; with ``start = "lazy"`` the embedded node starts on first use."""
+        cfg = self._config.ipfs
+        if cfg.mode == "embedded" and cfg.start == "lazy":
+            from node.ipfs.lazy import LazyStart, register
+
+            self._lazy = LazyStart(self._start_node, asyncio.get_running_loop())
+            register(self._lazy)
+            self._port = LazyIpfs(self._lazy, lambda: self._adapter)
+            log.info('the IPFS node starts on its first use ([ipfs] start = "lazy")')
+            return
+        await self._start_node()
+        assert self._adapter is not None
+        self._port = self._adapter
+
+    async def _start_node(self) -> str:
+        """Start or reach the node, connect its swarm peers; its API URL."""
         from node.ipfs.client import IpfsClient
 
         cfg = self._config.ipfs
         if cfg.mode == "embedded":
             self._node = await asyncio.to_thread(self._start_embedded)
-            api = self._node.api_url
+            api: str = self._node.api_url
         else:
             api = cfg.api_url
-        async with IpfsClient(api) as client:
-            ident = await client.id()
-            info = self._describe(ident, api)
-            # Configured peers, then the ones an operator connected earlier (remembered).
-            remembered = [
-                str(e.data["multiaddr"])
-                for e in await self._state.events(0, 1000, "ipfs.connect")
-                if "multiaddr" in e.data
-            ]
-            for addr in dict.fromkeys([*cfg.swarm_peers, *remembered]):
-                try:
-                    await asyncio.wait_for(client.swarm_connect(addr), _SWARM_CONNECT_S)
-                except Exception as e:  # a peer being down must not stop the node
-                    log.warning("IPFS swarm connect to %s failed: %s", addr, e)
-        self._port = IpfsAdapter(api, info)
+        try:
+            async with IpfsClient(api) as client:
+                ident = await client.id()
+                info = self._describe(ident, api)
+                await self._connect_peers(client)
+        except BaseException:
+            await self._stop_embedded()
+            raise
+        self._adapter = IpfsAdapter(api, info)
+        if self._lazy is not None:
+            log.info("IPFS node started on first use: api=%s peer=%s", api, info["peer_id"])
+            await self._warn_unreachable(info)
+        return api
+
+    async def _connect_peers(self, client: IpfsClient) -> None:
+        """Configured peers, then the ones an operator connected earlier (remembered)."""
+        remembered = [
+            str(e.data["multiaddr"])
+            for e in await self._state.events(0, 1000, "ipfs.connect")
+            if "multiaddr" in e.data
+        ]
+        for addr in dict.fromkeys([*self._config.ipfs.swarm_peers, *remembered]):
+            try:
+                await asyncio.wait_for(client.swarm_connect(addr), _SWARM_CONNECT_S)
+            except Exception as e:  # a peer being down must not stop the node
+                log.warning("IPFS swarm connect to %s failed: %s", addr, e)
+
+    async def _warn_unreachable(self, info: dict[str, Any]) -> None:
+        """What the daemon's start-up warnings say of an IPFS node, for one started later:
+        logged and recorded (``node.reachability``) as they are."""
+        warnings = start_warnings(
+            open_mode=not self._config.network.loopback_only,
+            ipfs_mode=self._config.ipfs.mode,
+            ipfs_advertised=[str(a) for a in info.get("addresses") or []],
+            ipfs_withheld=[str(a) for a in info.get("withheld_addresses") or []],
+            http_url="",
+            gossip_advertised=None,
+        )
+        for w in warnings:
+            log.warning("reachability: %s", w["message"])
+            await self._state.log_event("node.reachability", None, w)
 
     async def stop(self) -> None:
-        """Stop the embedded node (an external one is left running)."""
+        """Stop the embedded node (an external one is left running); a start under way is
+        waited for first."""
+        if self._lazy is not None:
+            await self._lazy.close()
+        self._adapter = None
+        await self._stop_embedded()
+
+    async def _stop_embedded(self) -> None:
         if self._node is not None:
             from node.daemon.ipfs_process import stop_embedded_ipfs
 
@@ -113,6 +171,7 @@ class IpfsService:
             "addresses": [a if "/p2p/" in a else f"{a}/p2p/{peer_id}" for a in addresses],
             "api": api,
             "mode": self._config.ipfs.mode,
+            "state": "running",
         }
         if not net.loopback_only:
             # Listened on but advertised to nobody (loopback in open mode): named in the start

@@ -30,6 +30,7 @@ from urllib.parse import quote
 import aiohttp
 
 from coordinator.errors import UNAVAILABLE, OdfNodeError
+from node.ipfs.lazy import resolve_api
 
 DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=10, sock_read=60)
 
@@ -112,8 +113,12 @@ class IpfsClient(_SessionOwner):
         timeout_s: float = 60.0,
     ) -> None:
         super().__init__(session)
-        self.base = api_url.rstrip("/") + "/api/v0"
+        self.api_url = api_url.rstrip("/")
         self.timeout_s = timeout_s
+
+    async def _base(self) -> str:
+        """``<api_url>/api/v0``, starting a node that starts on first use (node/ipfs/lazy.py)."""
+        return await resolve_api(self.api_url) + "/api/v0"
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -129,9 +134,10 @@ class IpfsClient(_SessionOwner):
         params: dict[str, Any] | list[tuple[str, str]] | None = None,
         data: Any = None,
     ) -> bytes:
+        base = await self._base()
         try:
             async with self.session.post(
-                f"{self.base}/{path}",
+                f"{base}/{path}",
                 params=self._params(params),
                 data=data,
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s + 5),
@@ -202,9 +208,10 @@ class IpfsClient(_SessionOwner):
 
     @asynccontextmanager
     async def _stream(self, call: str, arg: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        base = await self._base()
         try:
             async with self.session.post(
-                f"{self.base}/{call}", params=self._params([("arg", arg)])
+                f"{base}/{call}", params=self._params([("arg", arg)])
             ) as r:
                 if r.status != 200:
                     body = await r.content.read(300)

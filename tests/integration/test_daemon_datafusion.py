@@ -102,13 +102,15 @@ def test_subscriber_verifies_datafusion_derivative_then_disputes_forgery(
     owner, sub = nodes["owner"], nodes["sub"]
     st = owner.call("node.status")
     sub.call("peers.connect", multiaddr=st["p2p"]["listen_addrs"][0])
-    sub.call("ipfs.connect", multiaddr=st["ipfs"]["addresses"][0])
 
     # Owner: create, ingest, transform on DataFusion; publication and announcement are queued.
     csv = tmp_path / "c1.csv"
     csv.write_text(CSV1)
     ids, der_head = owner.create_and_transform(SNAPSHOTS, csv)
     root_id, der_id = ids["cities"], ids["big-cities"]
+    # The owner's IPFS node started with its first publication ([ipfs] start = "lazy"); the
+    # subscriber's starts with this connect.
+    sub.call("ipfs.connect", multiaddr=owner.call("node.status")["ipfs"]["addresses"][0])
 
     # Subscriber: follows the derivative by DID through the CLI (its daemon's RPC).
     proc = subprocess.run(

@@ -76,7 +76,6 @@ def test_owner_subscribers_attest_then_dispute_forgery(
     st = owner.call("node.status")
     for s in (sub1, sub2):
         s.call("peers.connect", multiaddr=st["p2p"]["listen_addrs"][0])
-        s.call("ipfs.connect", multiaddr=st["ipfs"]["addresses"][0])
     sub2.call("peers.connect", multiaddr=sub1.call("node.status")["p2p"]["listen_addrs"][0])
 
     # Owner: create, ingest, transform; publication and announcement are queued automatically.
@@ -84,6 +83,11 @@ def test_owner_subscribers_attest_then_dispute_forgery(
     csv.write_text(CSV1)
     ids, der_head = owner.create_and_transform(SNAPSHOTS, csv)
     root_id, der_id = ids["cities"], ids["big-cities"]
+    # The owner's IPFS node started with its first publication ([ipfs] start = "lazy"); each
+    # subscriber's starts with this connect.
+    ipfs_addr = owner.call("node.status")["ipfs"]["addresses"][0]
+    for s in (sub1, sub2):
+        s.call("ipfs.connect", multiaddr=ipfs_addr)
 
     # Subscribers follow the derivative only; its input is pulled recursively.
     for s in (sub1, sub2):

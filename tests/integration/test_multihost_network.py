@@ -132,9 +132,6 @@ def test_subscribers_find_the_owner_through_the_bootstrap_node(
     for n in network.values():
         st = n.call("node.status")
         assert st["p2p"]["listen_addrs"][0].startswith(f"/ip4/{n.address}/tcp/")
-        if n is not boot:
-            ipfs = st["ipfs"]["addresses"]
-            assert ipfs and all(a.startswith(f"/ip4/{n.address}/tcp/") for a in ipfs), ipfs
 
     created = owner.call("dataset.create", snapshot_yaml=SNAPSHOTS)
     ids = {c["alias"]: c["id"] for c in created}
@@ -187,6 +184,11 @@ def test_subscribers_find_the_owner_through_the_bootstrap_node(
         pulls = [e for e in s.call("node.events", kind="pull.ok", limit=1000) if e["did"] == der_id]
         assert pulls and pulls[0]["data"]["url"].startswith("ipfs://"), pulls
     assert owner_ipfs
+    # Their IPFS nodes started on first use (the owner's publication, the subscribers' connects
+    # to it) and listen on their host addresses too.
+    for n in (owner, *subs):
+        ipfs = n.call("node.status")["ipfs"]["addresses"]
+        assert ipfs and all(a.startswith(f"/ip4/{n.address}/tcp/") for a in ipfs), ipfs
 
     # Partition sub3, append two heads, heal: sub3 catches up and verifies both.
     late = subs[2]

@@ -50,6 +50,9 @@ def lan(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, HostNode
                 # The misconfiguration: the IPFS swarm on its default (loopback) and no private
                 # HTTP sources allowed.
                 n.config["ipfs"] = {"swarm_port": 0}
+                # Started with the daemon, so its start warnings name it (a node that starts
+                # it on first use warns then, in its log and events).
+                n.config["ipfs"]["start"] = "eager"
                 n.config["transfer"] = {}
                 # Nor does the owner serve its datasets over libp2p streams (which would carry
                 # the pull here, the owner being connected): the sources this test is about are
