@@ -41,6 +41,7 @@ from node.app.query_api import (
     PinnedBlockNotFound,
     QueryApi,
     ResponseSigningNotConfigured,
+    response_json,
 )
 
 log = logging.getLogger("odf_node.data_api")
@@ -148,11 +149,11 @@ def _client(request: web.Request) -> str:
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
-    return web.Response(
-        text=json.dumps(body, ensure_ascii=False, separators=(",", ":")),
-        status=status,
-        content_type="application/json",
-    )
+    return _json_text(response_json(body), status)
+
+
+def _json_text(text: str, status: int = 200) -> web.Response:
+    return web.Response(text=text, status=status, content_type="application/json")
 
 
 def _error(status: int, kind: str, message: str) -> web.Response:
@@ -184,12 +185,12 @@ def _error_of(e: OdfNodeError) -> web.Response:
 
 async def _query_get(api: QueryApi, request: web.Request, guard: _Guard) -> web.StreamResponse:
     req = api.parse_get(dict(request.query))
-    return _json(await api.query(req, client=_client(request)))
+    return _json_text(await api.query_json(req, client=_client(request)))
 
 
 async def _query_post(api: QueryApi, request: web.Request, guard: _Guard) -> web.StreamResponse:
     body = await guard.body(request)
-    return _json(await api.query(body, client=_client(request)))
+    return _json_text(await api.query_json(body, client=_client(request)))
 
 
 async def _verify(api: QueryApi, request: web.Request, guard: _Guard) -> web.StreamResponse:

@@ -304,3 +304,74 @@ def test_the_deadline_bounds_a_streamed_query_not_its_reader(
             await stream.close()
 
     assert _LOOP.run_until_complete(go()) == 60_000
+
+
+def _sessions_made(engine: DataFusionQueryEngine) -> list[str]:
+    """The kept sessions' folders of the engine's one idle worker (``s0``, ``s1``...: one per
+    session it made, see ``engine/query_worker.py``)."""
+    assert len(engine._idle) == 1
+    return sorted(p.name for p in (engine._idle[0].dir / "tables").iterdir())
+
+
+def test_a_worker_keeps_a_session_for_the_same_tables_and_still_refuses_changes(
+    tables: tuple[QueryTable, ...],
+) -> None:
+    engine = DataFusionQueryEngine(warm_workers=1)
+    canada, _, small = tables
+    both = (canada, small)
+    try:
+        sql = 'select count(*) as n from "covid19.canada"'
+        assert run(engine, sql, both).column("n").to_pylist() == [60_000]
+        assert run(engine, 'select sum(k) as s from "small"', both).column("s").to_pylist() == [6]
+        assert engine.started == 1
+        # The second query on the same tables ran in the first one's session.
+        assert _sessions_made(engine) == ["s0"]
+        # A reused session still refuses what would change it, when planned...
+        for change in (
+            "create table x as select 1",
+            'create view v as select * from "small"',
+            "set datafusion.execution.batch_size = 1",
+            'drop table "small"',
+        ):
+            with pytest.raises(QueryError):
+                run(engine, change, both)
+        # ...and nothing did: its tables answer as before, still in the one session.
+        assert run(engine, sql, both).column("n").to_pylist() == [60_000]
+        with pytest.raises(QueryError):
+            run(engine, "select * from x", both)
+        with pytest.raises(QueryError):
+            run(engine, "select * from v", both)
+        assert _sessions_made(engine) == ["s0"]
+        # A query naming fewer tables does not see a table the kept session registered: it
+        # gets a session of its own.
+        with pytest.raises(QueryError) as info:
+            run(engine, 'select * from "small"', (canada,))
+        assert "small" in str(info.value)
+        assert run(engine, sql, (canada,)).column("n").to_pylist() == [60_000]
+        assert _sessions_made(engine) == ["s0", "s1"]
+        # The first set of tables still has its kept session.
+        assert run(engine, 'select sum(k) as s from "small"', both).column("s").to_pylist() == [6]
+        assert _sessions_made(engine) == ["s0", "s1"]
+        assert engine.started == 1
+    finally:
+        _LOOP.run_until_complete(engine.close())
+
+
+@pytest.mark.parametrize("data_format", ["JsonAoS", "JsonAoA", "JsonSoA"])
+def test_an_answers_json_text_is_the_encoders(
+    engine: DataFusionQueryEngine, tables: tuple[QueryTable, ...], data_format: str
+) -> None:
+    """The data API writes an answer's rows column by column (``encode_data_json``): the same
+    characters as ``json.dumps`` of the row objects, for the types DataFusion answers with."""
+    from node.app.query_api import encode_data, encode_data_json, response_json
+
+    sql = """select k, k * 1.5 as f, case when k = 2 then 'nan'::double end as nan,
+        case when k = 1 then null else concat('é"%s\\', k) end as s,
+        cast(k as decimal(10, 2)) as d, to_timestamp_micros(k * 1000001) as ts,
+        cast(k as boolean) as b, [k, k + 1] as l, named_struct('x', k) as st, null as z,
+        arrow_cast(concat('v', k), 'Utf8View') as v,
+        k as "%", k as "k2" from "small" order by k"""
+    answer = run(engine, sql, tables)
+    assert answer.num_rows == 3
+    text = encode_data_json(answer, data_format)
+    assert text == response_json(encode_data(answer, data_format))
