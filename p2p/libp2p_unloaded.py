@@ -42,6 +42,15 @@ UNLOADED: dict[str, str] = {
     # A subpackage: the circuit-relay transport imports it, and basic_host imports the relay
     # package for a helper, but neither runs a DHT unless asked; no routing is the rule here.
     "libp2p.kad_dht": "the Kademlia DHT (no routing: odf-node never starts one)",
+    # Transports odf-node never listens or dials on (TCP only: enable_quic=False, no /ws
+    # address), and the persistent peerstore (the host keeps its peers in memory). libp2p
+    # imports them at module level for names and ``except`` clauses only; about 4.5 MB.
+    "aioquic": "the QUIC transport (enable_quic=False)",
+    "libp2p.transport.quic": "the QUIC transport (enable_quic=False)",
+    "libp2p.transport.websocket": "the WebSocket transport (TCP addresses only)",
+    "trio_websocket": "the WebSocket transport (TCP addresses only)",
+    "wsproto": "the WebSocket transport (TCP addresses only)",
+    "libp2p.peer.persistent": "the persistent peerstore (peers are kept in memory)",
 }
 
 
