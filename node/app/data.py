@@ -199,6 +199,17 @@ def json_cell(v: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class _Stored:
+    """A stored dataset as its files say (read in a thread): its handle, the dataset, its
+    stored head (``None``: no blocks yet) and whether this node owns it (holds its key)."""
+
+    handle: DatasetHandle
+    ds: Dataset
+    local: Multihash | None
+    owned: bool
+
+
+@dataclass(frozen=True)
 class _Parts:
     files: tuple[str, ...]
     sequence: int
@@ -252,16 +263,20 @@ class VerifiedData:
             BlockNotOnChain: ``block`` is not on the stored chain.
             HeadNotTrusted: no trusted head and ``untrusted`` is False.
         """
-        handle = await asyncio.to_thread(self._handle, ref)
-        return await self._readable(handle, untrusted=untrusted, block=block)
+        stored = await asyncio.to_thread(lambda: self._stored(self._handle(ref)))
+        return await self._readable(stored, untrusted=untrusted, block=block)
+
+    def _stored(self, handle: DatasetHandle) -> _Stored:
+        """What the files say of ``handle`` (its stored head, whether this node owns it): a
+        thread's work, done in the thread that found the handle."""
+        ds = Dataset(handle.root, durable=False)
+        return _Stored(handle, ds, ds.head(), self._repo.key_path(handle.id).is_file())
 
     async def _readable(
-        self, handle: DatasetHandle, *, untrusted: bool, block: str | None
+        self, stored: _Stored, *, untrusted: bool, block: str | None
     ) -> ReadableTable:
+        handle, ds, local, owned = stored.handle, stored.ds, stored.local, stored.owned
         did = handle.id.as_did_str()
-        owned = self._repo.key_path(handle.id).is_file()
-        ds = Dataset(handle.root, durable=False)
-        local = await asyncio.to_thread(ds.head)
         if local is None:
             raise HeadNotTrusted(f"{handle.alias} ({did}) has no blocks yet")
         sub = await self._state.subscription(did)
@@ -383,9 +398,9 @@ class VerifiedData:
         """Every stored dataset with a readable head (with ``untrusted``: every one with
         blocks), by alias."""
         out: list[ReadableTable] = []
-        for handle in await asyncio.to_thread(self._repo.list):
+        for stored in await asyncio.to_thread(self._all_stored):
             try:
-                out.append(await self._readable(handle, untrusted=untrusted, block=None))
+                out.append(await self._readable(stored, untrusted=untrusted, block=None))
             except (HeadNotTrusted, OdfNodeError):
                 continue
         out.sort(key=lambda r: (r.alias or "", r.did))
@@ -457,13 +472,14 @@ class VerifiedData:
             raise Unavailable("the query engine is not available in this context")
         inputs: list[ReadableTable] = []
         pins = dict(pinned or {})
-        for handle in await asyncio.to_thread(self._repo.list):
+        # One thread hand-over for the listing and the named datasets' heads (a hand-over
+        # costs more than these small reads, milliseconds when the machine is loaded).
+        for stored in await asyncio.to_thread(self._named_stored, sql, set(pins)):
+            handle = stored.handle
             did = handle.id.as_did_str()
-            if did not in pins and did not in sql and not _mentioned(sql, handle.alias):
-                continue  # not named: not registered (a superset of what the SQL reads)
             try:
                 inputs.append(
-                    await self._readable(handle, untrusted=untrusted, block=pins.pop(did, None))
+                    await self._readable(stored, untrusted=untrusted, block=pins.pop(did, None))
                 )
             except HeadNotTrusted:
                 if did in sql or _named(sql, handle.alias):
@@ -477,6 +493,25 @@ class VerifiedData:
             if r.alias != r.did:
                 tables.append(QueryTable(r.did, r.did, r.head, r.table.files))
         return self.engine, inputs, tables
+
+    def _all_stored(self) -> list[_Stored]:
+        """Every stored dataset with what its files say, those that cannot be read left out
+        (as :meth:`tables` leaves out those it cannot read); a thread's work."""
+        out = []
+        for handle in self._repo.list():
+            with contextlib.suppress(OdfNodeError):
+                out.append(self._stored(handle))
+        return out
+
+    def _named_stored(self, sql: str, pinned: set[str]) -> list[_Stored]:
+        """The stored datasets ``sql`` names or ``pinned`` holds (a superset of what the SQL
+        reads: the others are not registered), each with what its files say (a thread's work)."""
+        out = []
+        for handle in self._repo.list():
+            did = handle.id.as_did_str()
+            if did in pinned or did in sql or _mentioned(sql, handle.alias):
+                out.append(self._stored(handle))
+        return out
 
     async def _unknown_table(self, name: str, untrusted: bool) -> UnknownTable:
         """The error for a table the engine did not find: which tables can be read, how to
