@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from node.app import Application
 from node.app.errors import InvalidArgument
@@ -26,6 +26,7 @@ from node.commands.spec import (
     CommandParam,
     Context,
     Output,
+    Renderer,
     array_of,
 )
 
@@ -96,18 +97,47 @@ def _export_params() -> tuple[CommandParam, ...]:
     )
 
 
-def _render_exportable(columns: tuple[str, ...]) -> Any:
+class _Exported:
+    """An element of an ``attestations`` or ``disputes`` answer: a row, or with ``--format
+    in-toto`` a DSSE envelope, kept as its JSON (the export's own format, written as is)."""
+
+    row: ClassVar[type[AttestationRow] | type[DisputeRow]]
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> AttestationRow | DisputeRow | dict[str, Any]:
+        """The typed row, or the envelope (a DSSE envelope has a ``payloadType``; no row has)."""
+        return dict(value) if "payloadType" in value else cls.row.from_json(value)
+
+
+class _ExportedAttestation(_Exported):
+    """An element of an ``attestations`` answer."""
+
+    row = AttestationRow
+
+
+class _ExportedDispute(_Exported):
+    """An element of a ``disputes`` answer."""
+
+    row = DisputeRow
+
+
+_ExportAnswer = list[AttestationRow] | list[DisputeRow] | list[dict[str, Any]]
+"""What ``attestations`` and ``disputes`` render: rows, or envelopes (``--format in-toto``)."""
+
+
+def _render_exportable(columns: tuple[str, ...]) -> Renderer:
     """Rows as a table; envelopes (``--format in-toto``) as JSON lines, ready for a file."""
 
-    def render(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
-        if value and "payloadType" in value[0]:
+    def render(value: _ExportAnswer, out: Output, opts: Mapping[str, Any]) -> None:
+        if not value:
+            out.error("(none)")  # on stderr: an empty export redirected to a file stays empty
+        elif isinstance(value[0], dict):
             from p2p.intoto import canonical_json
 
             out.raw("".join(canonical_json(e).decode() + "\n" for e in value))
-        elif not value:
-            out.error("(none)")  # on stderr: an empty export redirected to a file stays empty
         else:
-            out.table(list(columns), [[_cell(row.get(c)) for c in columns] for row in value])
+            # The declared columns are the rows' field names.
+            out.table(list(columns), [[_cell(getattr(row, c)) for c in columns] for row in value])
 
     return render
 
@@ -133,23 +163,23 @@ def _read_envelopes(path: Path) -> str:
         raise InvalidArgument(f"{path}: not UTF-8 text") from None
 
 
-def _render_verified(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+def _render_verified(value: list[VerifiedEnvelope], out: Output, opts: Mapping[str, Any]) -> None:
     for v in value:
-        if not v["ok"]:
-            out.error(f"[red]✗[/] {v['problem']}")
+        p = v.predicate  # None when the envelope did not verify
+        if not v.ok or p is None:
+            out.error(f"[red]✗[/] {v.problem}")
             continue
-        p = v["predicate"]
-        by = f"{v['node']}, relayed by {v['signer']}" if v["relayed"] else v["node"]
+        by = f"{v.node}, relayed by {v.signer}" if v.relayed else v.node
         what = (
             f"{p['verdict']} ({', '.join(p['checks'])}; engine {p['engine']['name']} "
             f"{p['engine']['release']})"
-            if v["kind"] == "attestation"
+            if v.kind == "attestation"
             else f"{p['kind']}: {p['detail']}"
         )
-        out.print(f"[green]✓[/] {v['kind']} by {by}, {p['issuedAt']}")
-        out.print(f"  {v['dataset']}@{v['block']} (sha3_256 {v['digest']})")
+        out.print(f"[green]✓[/] {v.kind} by {by}, {p['issuedAt']}")
+        out.print(f"  {v.dataset}@{v.block} (sha3_256 {v.digest})")
         out.print(f"  {what}")
-        if v["kind"] == "attestation":
+        if v.kind == "attestation":
             inputs = p["inputs"]
             shown = (
                 "not in the signer's copy"
@@ -176,6 +206,7 @@ ATTESTATION_COMMANDS: tuple[Command, ...] = (
         "`odf-node attestation verify FILE`.",
         result={"type": "array", "items": {"type": "object"}},
         render=_render_exportable(("did", "head", "verdict", "node", "signer", "own")),
+        result_type=_ExportedAttestation,
     ),
     Command(
         "disputes.list",
@@ -186,6 +217,7 @@ ATTESTATION_COMMANDS: tuple[Command, ...] = (
         doc="--format in-toto: as for `attestations` (docs/attestations.md).",
         result={"type": "array", "items": {"type": "object"}},
         render=_render_exportable(("did", "block", "kind", "signer", "own", "detail")),
+        result_type=_ExportedDispute,
     ),
     Command(
         "attestation.verify",
@@ -205,8 +237,9 @@ ATTESTATION_COMMANDS: tuple[Command, ...] = (
         "types, the subject's sha3_256 digest and the signed gossip envelope inside. Exit "
         "status 2 when one does not verify.",
         result=array_of(VerifiedEnvelope),
+        result_type=VerifiedEnvelope,
         render=_render_verified,
-        exit_code=lambda value: 0 if value and all(v["ok"] for v in value) else 2,
+        exit_code=lambda value: 0 if value and all(v.ok for v in value) else 2,
         in_process="a check of the file's bytes alone: no state is read, the file may be "
         "larger than an RPC body",
     ),

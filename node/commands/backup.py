@@ -30,14 +30,14 @@ async def _backup(
     return await app.backup(file, datasets)
 
 
-def _render_backup(result: Any, out: Output, opts: Mapping[str, Any]) -> None:
-    stored = len(result["datasets"])
+def _render_backup(result: BackupResult, out: Output, opts: Mapping[str, Any]) -> None:
+    stored = len(result.datasets)
     out.print(
-        f"Backed up node {result['node_id']} to [bold]{result['file']}[/]: "
-        f"{result['subscriptions']} subscriptions, {result['attestations']} attestations, "
-        f"{result['disputes']} disputes, {result['owned_dataset_keys']} dataset keys"
+        f"Backed up node {result.node_id} to [bold]{result.file}[/]: "
+        f"{result.subscriptions} subscriptions, {result.attestations} attestations, "
+        f"{result.disputes} disputes, {result.owned_dataset_keys} dataset keys"
         + (f", {stored} datasets" if stored else " (datasets not included: --datasets)")
-        + f"; {result['files']} files, {result['bytes']} bytes in {result['seconds']} s"
+        + f"; {result.files} files, {result.bytes} bytes in {result.seconds} s"
     )
 
 
@@ -62,6 +62,7 @@ BACKUP_COMMANDS: tuple[Command, ...] = (
         doc="Safe while the daemon runs. Restore with `odf-node restore FILE --home DIR`; the "
         "archive format: docs/backup.md.",
         result=object_of(BackupResult),
+        result_type=BackupResult,
         render=_render_backup,
         in_process="a read of the home beside the daemon (SQLite's online backup copies "
         "state.db while the daemon writes; dataset files are immutable once written), and the "

@@ -72,7 +72,7 @@ def _prepare_publish(values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def _render_log(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+def _render_log(value: list[LogEntry], out: Output, opts: Mapping[str, Any]) -> None:
     from coordinator.metadata.yaml_serde import KIND_METADATA_BLOCK, write_manifest
 
     fmt = opts.get("output_format", "table")
@@ -81,17 +81,17 @@ def _render_log(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
         # manifest, blank lines. Each block keeps its own manifest version (kamu HEAD labels
         # every block with its current version 3).
         for e in value:
-            manifest = write_manifest(KIND_METADATA_BLOCK, e.get("version", 2), e["block"])
-            out.raw(f"---\n# Block: {e['hash']}\n{manifest}\n\n")
+            manifest = write_manifest(KIND_METADATA_BLOCK, e.version, e.block)
+            out.raw(f"---\n# Block: {e.hash}\n{manifest}\n\n")
     elif fmt == "table":
         out.table(
             ["seq", "hash", "system time", "event"],
             [
                 [
-                    str(e["block"]["sequenceNumber"]),
-                    _short(e["hash"]),
-                    str(e["block"]["systemTime"]),
-                    str(e["block"]["event"]["kind"]),
+                    str(e.block["sequenceNumber"]),
+                    _short(e.hash),
+                    str(e.block["systemTime"]),
+                    str(e.block["event"]["kind"]),
                 ]
                 for e in value
             ],
@@ -111,35 +111,34 @@ def _check_log_format(values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def _render_pull(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
-    if value.get("source") == "polling":
-        if value["comparison"] == "equal":
-            out.print(f"{value['alias']}: up to date (the polling source has nothing new)")
+def _render_pull(value: PullResult, out: Output, opts: Mapping[str, Any]) -> None:
+    if value.source == "polling":
+        if value.comparison == "equal":
+            out.print(f"{value.alias}: up to date (the polling source has nothing new)")
         else:
             out.print(
-                f"{value['alias']}: polled, {value['new_blocks']} new block(s), "
-                f"{value['records']} record(s); head {value['new_head']}"
+                f"{value.alias}: polled, {value.new_blocks} new block(s), "
+                f"{value.records} record(s); head {value.new_head}"
             )
         return
-    if value["comparison"] == "equal":
-        out.print(f"{value['alias']}: up to date")
-    elif value["comparison"] == "local-ahead":
-        out.print(f"{value['alias']}: local copy is ahead of the source; nothing pulled")
+    if value.comparison == "equal":
+        out.print(f"{value.alias}: up to date")
+    elif value.comparison == "local-ahead":
+        out.print(f"{value.alias}: local copy is ahead of the source; nothing pulled")
     else:
-        verb = "created" if value["created"] else ("replaced" if value["forced"] else "updated")
+        verb = "created" if value.created else ("replaced" if value.forced else "updated")
         out.print(
-            f"{value['alias']}: {verb}, {value['new_blocks']} new block(s), "
-            f"{value['objects_downloaded']} object(s) downloaded; head {value['new_head']}"
+            f"{value.alias}: {verb}, {value.new_blocks} new block(s), "
+            f"{value.objects_downloaded} object(s) downloaded; head {value.new_head}"
         )
 
 
-def _render_publish(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
-    if value["cid"] is not None:
-        out.print(value["url"] + (f"  (ipns://{value['ipns']})" if value["ipns"] else ""))
+def _render_publish(value: PublishResult, out: Output, opts: Mapping[str, Any]) -> None:
+    if value.cid is not None:
+        out.print(f"{value.url}" + (f"  (ipns://{value.ipns})" if value.ipns else ""))
     else:
         out.print(
-            f"{value['alias']}: publication queued as work item {value['work_id']} "
-            f"(head {value['head']})"
+            f"{value.alias}: publication queued as work item {value.work_id} (head {value.head})"
         )
 
 
@@ -179,6 +178,7 @@ CHAIN_COMMANDS: tuple[Command, ...] = (
         prepare=_prepare_publish,
         parity=_NEEDS_IPFS,
         result=object_of(PublishResult),
+        result_type=PublishResult,
     ),
     Command(
         "dataset.pull",
@@ -229,6 +229,7 @@ CHAIN_COMMANDS: tuple[Command, ...] = (
         render=_render_pull,
         write=True,
         result=object_of(PullResult),
+        result_type=PullResult,
     ),
     Command(
         "dataset.log",
@@ -246,6 +247,7 @@ CHAIN_COMMANDS: tuple[Command, ...] = (
         ),
         cli=("dataset", "log"),
         result=array_of(LogEntry),
+        result_type=LogEntry,
         render=_render_log,
         prepare=_check_log_format,
         in_process="a read of the repository, safe beside a daemon; without --limit it shows "

@@ -24,7 +24,7 @@ from rich.table import Table
 from coordinator.errors import OdfNodeError
 from node.commands.catalog import BY_NAME, COMMANDS
 from node.commands.dispatch import dispatch, run_on_home
-from node.commands.spec import Command, CommandParam, Context, to_json
+from node.commands.spec import Command, CommandParam, Context, from_json, to_json
 from node.compose import OfflineOptions, default_home
 
 if TYPE_CHECKING:
@@ -187,13 +187,15 @@ def invoke(command: Command, values: dict[str, Any]) -> None:
             typed = run_on_home(command, given_home, params, context=progress)
             result = to_json(typed)
         else:
-            result = typed = dispatch(
+            result = dispatch(
                 command,
                 home,
                 params,
                 offline=OfflineOptions(**{k: v for k, v in offline.items() if v is not None}),
                 context=progress,
             )
+            # The same JSON from the daemon or in-process: the renderer reads the typed result.
+            typed = from_json(command, result)
         if typed is None and command.home_only is not None:
             pass  # the command printed as it went (the SQL shell)
         elif as_json:
@@ -204,7 +206,7 @@ def invoke(command: Command, values: dict[str, Any]) -> None:
             emit(result, False, command.columns)
     except (OdfNodeError, ValueError) as e:
         fail(str(e))
-    code = command.exit_code(result) if command.exit_code is not None else 0
+    code = command.exit_code(typed) if command.exit_code is not None else 0
     if code:
         raise typer.Exit(code)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from node.app import Application
+from node.app.data import ExportResult
 from node.app.errors import InvalidArgument, Unavailable
 from node.commands.params import absolute_file, ref_param
 from node.commands.spec import (
@@ -100,12 +101,12 @@ def _cell_text(v: Any) -> str:
     return str(v)
 
 
-def _render_export(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+def _render_export(value: ExportResult, out: Output, opts: Mapping[str, Any]) -> None:
     out.print(
-        f"Wrote {value['rows']} records of {value['did']} at {value['head']} to "
-        f"[bold]{value['path']}[/] ({value['format']}, {value['bytes']} bytes)"
+        f"Wrote {value.rows} records of {value.did} at {value.head} to "
+        f"[bold]{value.path}[/] ({value.format}, {value.bytes} bytes)"
     )
-    if not value["trusted"]:
+    if not value.trusted:
         out.error("[yellow]the head read is UNTRUSTED[/] (--untrusted)")
 
 
@@ -283,6 +284,7 @@ DATA_COMMANDS: tuple[Command, ...] = (
         cli=("dataset", "export"),
         doc="Part by part (bounded memory), to a temporary file renamed into place.",
         render=_render_export,
+        result_type=ExportResult,
         progress="phases",
         in_process="a read of dataset files beside the daemon (immutable once written); the "
         "file is written by the caller, where the caller sees FILE",

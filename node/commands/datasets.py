@@ -142,43 +142,43 @@ def _prepare_ingest(values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def _render_created(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+def _render_created(value: list[CreatedDataset], out: Output, opts: Mapping[str, Any]) -> None:
     for c in value:
-        out.print(f"created [bold]{c['alias']}[/] {c['id']}")
+        out.print(f"created [bold]{c.alias}[/] {c.id}")
 
 
-def _render_ingest(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
-    if value["up_to_date"]:
+def _render_ingest(value: IngestSummary, out: Output, opts: Mapping[str, Any]) -> None:
+    if value.up_to_date:
         out.print("dataset is up to date: nothing to commit")
     else:
         out.print(
-            f"committed {len(value['new_blocks'])} block(s), {value['records']} record(s); "
-            f"head {value['new_head']}"
+            f"committed {len(value.new_blocks)} block(s), {value.records} record(s); "
+            f"head {value.new_head}"
         )
 
 
-def _render_list(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+def _render_list(value: list[DatasetRow], out: Output, opts: Mapping[str, Any]) -> None:
     rows = []
     for r in value:
-        if r.get("error"):
-            rows.append([r["alias"], "[red]damaged[/]", "", "", r["error"][:40], r["id"]])
+        if r.error:
+            rows.append([r.alias, "[red]damaged[/]", "", "", r.error[:40], r.id])
         else:
-            head = r["head"][-8:] if r["head"] else "-"
-            rows.append([r["alias"], r["kind"], str(r["blocks"]), str(r["records"]), head, r["id"]])
+            head = r.head[-8:] if r.head else "-"
+            rows.append([r.alias, r.kind or "", str(r.blocks), str(r.records), head, r.id])
     out.table(["alias", "kind", "blocks", "records", "head", "id"], rows)
 
 
-def _render_transform(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
-    if value["up_to_date"]:
+def _render_transform(value: TransformResult, out: Output, opts: Mapping[str, Any]) -> None:
+    if value.up_to_date:
         out.print("Up to date")
     else:
-        out.print(f"Committed {len(value['new_blocks'])} block(s), head {value['new_head']}")
+        out.print(f"Committed {len(value.new_blocks)} block(s), head {value.new_head}")
 
 
-def _render_verify(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
-    for p in value["problems"]:
+def _render_verify(value: VerifyResult, out: Output, opts: Mapping[str, Any]) -> None:
+    for p in value.problems:
         out.error(f"[red]✗[/] {p}")
-    replay = value["replay"]
+    replay = value.replay
     if replay is not None and replay["mismatch"] is not None:
         mm = replay["mismatch"]
         out.error(
@@ -187,7 +187,8 @@ def _render_verify(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
         )
     elif replay is not None and replay["error"]:
         out.error(f"[red]✗[/] replay error: {replay['error']}")
-    verdict = "[green]OK[/]" if value["ok"] else "[red]FAILED[/]"
+    verdict = "[green]OK[/]" if value.ok else "[red]FAILED[/]"
+    counts = value.integrity  # the integrity report (coordinator), a dict
     replayed = (
         f", {replay['blocks_replayed']}/{replay['blocks_total']} transforms replayed"
         f" ({replay['verdict']})"
@@ -195,8 +196,8 @@ def _render_verify(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
         else ""
     )
     out.print(
-        f"{verdict}: {value['blocks_checked']} blocks, {value['data_files_checked']} data "
-        f"files, {value['checkpoints_checked']} checkpoints checked{replayed}"
+        f"{verdict}: {counts['blocks_checked']} blocks, {counts['data_files_checked']} data "
+        f"files, {counts['checkpoints_checked']} checkpoints checked{replayed}"
     )
 
 
@@ -207,6 +208,7 @@ DATASET_COMMANDS: tuple[Command, ...] = (
         _dataset_list,
         cli=("dataset", "list"),
         result=array_of(DatasetRow),
+        result_type=DatasetRow,
         render=_render_list,
     ),
     Command(
@@ -240,6 +242,7 @@ DATASET_COMMANDS: tuple[Command, ...] = (
         ),
         cli=("dataset", "create"),
         result=array_of(CreatedDataset),
+        result_type=CreatedDataset,
         render=_render_created,
         write=True,
         prepare=_prepare_create,
@@ -284,6 +287,7 @@ DATASET_COMMANDS: tuple[Command, ...] = (
         progress="bytes",
         prepare=_prepare_ingest,
         result=object_of(IngestSummary),
+        result_type=IngestSummary,
     ),
     Command(
         "dataset.transform",
@@ -301,6 +305,7 @@ DATASET_COMMANDS: tuple[Command, ...] = (
         render=_render_transform,
         write=True,
         result=object_of(TransformResult),
+        result_type=TransformResult,
     ),
     Command(
         "dataset.verify",
@@ -321,8 +326,9 @@ DATASET_COMMANDS: tuple[Command, ...] = (
             "type": "object",
             "required": ["id", "alias", "ok", "seconds", "replay", "problems"],
         },
+        result_type=VerifyResult,
         progress="phases",
-        exit_code=lambda value: 0 if value["ok"] else 2,
+        exit_code=lambda value: 0 if value.ok else 2,
     ),
 )
 """In the order of ``rpc.discover``."""

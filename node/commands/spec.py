@@ -120,7 +120,17 @@ Runner = Callable[..., Awaitable[Any]]
 """``await run(app, context, **params)``: the use case call; returns a typed result (with
 ``to_json``), a list of them, or a JSON value."""
 Renderer = Callable[[Any, Output, Mapping[str, Any]], None]
-"""``render(json_result, out, cli_values)``: the human form of a result."""
+"""``render(result, out, cli_values)``: the human form of a result, the typed result when the
+command declares a :attr:`Command.result_type` (its JSON otherwise)."""
+
+
+class FromJson(Protocol):
+    """A typed result's class: built back from the JSON its ``to_json`` gives."""
+
+    @classmethod
+    def from_json(cls, value: Any) -> Any:
+        """The typed result of the JSON ``value``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -136,13 +146,17 @@ class Command:
         doc: the CLI help after the summary.
         result: the JSON schema of the result.
         render: the human form; ``None``: a table of ``columns`` (lists) or key: value lines.
+        result_type: the typed result's class (``from_json``, element-wise for a list): the CLI
+            gives ``render`` and ``exit_code`` the typed result built from the command's JSON,
+            the same JSON whether a daemon answered it or it ran in-process; ``None``: they get
+            the JSON.
         columns: the table columns of the default rendering (default: every key).
         write: runs offline under the home's write lock (it changes the home).
         daemon_only: needs a running daemon (offline: a clear error naming ``odf-node run``).
         in_process: why the command runs in-process even when a daemon runs (``None``: it goes
             to the daemon when one runs).
         progress: the offline progress bar: ``bytes`` of input files or verification ``phases``.
-        exit_code: the exit status for a result (``dataset verify``: 2 when it failed).
+        exit_code: the exit status for a (typed) result (``dataset verify``: 2 when it failed).
         prepare: checks and folds the CLI values before dispatch (may raise ``OdfNodeError``).
         alternate: ``(flag, help, command name)``: a CLI flag that runs another declaration
             with the same parameters (``connect --ipfs`` runs ``ipfs.connect``).
@@ -162,6 +176,7 @@ class Command:
     doc: str = ""
     result: Schema = field(default_factory=lambda: OBJECT)
     render: Renderer | None = None
+    result_type: type[FromJson] | None = None
     columns: tuple[str, ...] | None = None
     write: bool = False
     daemon_only: bool = False
@@ -177,6 +192,17 @@ class Command:
     def rpc_params(self) -> tuple[CommandParam, ...]:
         """The parameters of the use case: the RPC method's."""
         return tuple(p for p in self.params if p.role == "use_case")
+
+
+def from_json(command: Command, value: Any) -> Any:
+    """``command``'s typed result from its JSON ``value``: :attr:`Command.result_type`'s
+    ``from_json``, element-wise for a list; the JSON itself when it declares none."""
+    kind = command.result_type
+    if kind is None or value is None:
+        return value
+    if isinstance(value, list):
+        return [kind.from_json(v) for v in value]
+    return kind.from_json(value)
 
 
 def to_json(result: Any) -> Any:
@@ -211,11 +237,13 @@ __all__ = [
     "Command",
     "CommandParam",
     "Context",
+    "FromJson",
     "Output",
     "Renderer",
     "Runner",
     "Schema",
     "array_of",
+    "from_json",
     "object_of",
     "run_command",
     "to_json",

@@ -55,43 +55,43 @@ async def _work(
     return await app.queries.work(state, did)
 
 
-def _render_schedule(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
-    name = value["alias"] or value["id"]
-    if not value["active"]:
-        out.print(f"{name}: schedule removed" if value["removed"] else f"{name}: no schedule")
+def _render_schedule(value: ScheduleRow, out: Output, opts: Mapping[str, Any]) -> None:
+    name = value.alias or value.id
+    if not value.active:
+        out.print(f"{name}: schedule removed" if value.removed else f"{name}: no schedule")
     else:
-        nxt = f", next run {value['next_run']}" if value["next_run"] else ""
-        out.print(f"{name}: {value['trigger']}{nxt}")
+        nxt = f", next run {value.next_run}" if value.next_run else ""
+        out.print(f"{name}: {value.trigger}{nxt}")
 
 
-def _render_flows(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
+def _render_flows(value: FlowsResult, out: Output, opts: Mapping[str, Any]) -> None:
     out.table(
         ["dataset", "trigger", "next run", "id"],
         [
             [
-                s["alias"] or "",
-                s["trigger"] or "",
+                s.alias or "",
+                s.trigger or "",
                 # A failing trigger is held back: its error says why its run does not come.
-                f"held: {s['error']}" if s.get("error") else s["next_run"] or "",
-                s["id"],
+                f"held: {s.error}" if s.error else s.next_run or "",
+                s.id,
             ]
-            for s in value["schedules"]
+            for s in value.schedules
         ],
     )
     out.table(
         ["run", "kind", "dataset", "trigger", "state", "attempts", "updated", "last error"],
         [
             [
-                str(r["id"]),
-                r["kind"],
-                r["alias"] or r["did"],
-                r["trigger"],
-                r["state"],
-                str(r["attempts"]),
-                r["updated"],
-                (r["last_error"] or "")[:60],
+                str(r.id),
+                r.kind,
+                r.alias or r.did,
+                r.trigger,
+                r.state,
+                str(r.attempts),
+                r.updated,
+                (r.last_error or "")[:60],
             ]
-            for r in value["runs"]
+            for r in value.runs
         ],
     )
 
@@ -134,6 +134,7 @@ WORK_COMMANDS: tuple[Command, ...] = (
         render=_render_schedule,
         write=True,
         result=object_of(ScheduleRow),
+        result_type=ScheduleRow,
     ),
     Command(
         "flows.list",
@@ -146,6 +147,7 @@ WORK_COMMANDS: tuple[Command, ...] = (
         cli=("flows",),
         render=_render_flows,
         result=object_of(FlowsResult),
+        result_type=FlowsResult,
     ),
     Command(
         "work.list",
