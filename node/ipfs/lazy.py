@@ -60,9 +60,10 @@ class LazyStart:
         self._closed = False
         #: The RPC API URL once started (None before).
         self.api_url: str | None = None
-        #: Stands for the API URL until the node starts; ``.invalid`` resolves nowhere, so a
-        #: request that bypassed :func:`resolve_api` fails instead of reaching another host.
-        self.placeholder = f"http://not-started-{next(_ids)}.ipfs.invalid"
+        #: Stands for the API URL until the node starts. Port 0 of the loopback address: a
+        #: request that bypassed :func:`resolve_api` fails at once, with no name to look up and
+        #: nothing reached.
+        self.placeholder = f"http://127.0.0.1:0/ipfs-not-started-{next(_ids)}"
 
     @property
     def started(self) -> bool:
