@@ -29,7 +29,7 @@ from functools import cached_property
 from typing import Any
 
 from coordinator.storage.repository import DatasetRepository
-from node.app.console import CONSOLE_PATH, ConsoleLogin, ConsoleQueries
+from node.app.console import CONSOLE_PATH, ConsoleQueries
 from node.app.data import VerifiedData
 from node.app.datasets import CommitLocks, DatasetUseCases
 from node.app.errors import InvalidArgument, Unavailable
@@ -50,7 +50,7 @@ from node.app.publish import PublishPipeline
 from node.app.queries import NodeQueries
 from node.app.query_api import ApiSettings, QueryApi
 from node.app.query_proofs import CommitmentSigner
-from node.app.results import BackupResult, NodeStatus
+from node.app.results import BackupResult, ConsoleLogin, NodeStatus
 from node.app.subscriptions import SubscriptionUseCases
 from node.app.verify import VerifyPipeline
 from node.app.work import WorkRunner

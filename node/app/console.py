@@ -40,24 +40,6 @@ _VERIFY_DONE = frozenset({"verified", "failed", "nondeterministic", "unverifiabl
 
 
 @dataclass(frozen=True)
-class ConsoleLogin:
-    """``console.login``: a one-time URL that logs a browser into the console, valid for
-    ``expires_in_s`` seconds after it was issued."""
-
-    url: str
-    expires_in_s: float
-
-    def to_json(self) -> dict[str, Any]:
-        """The RPC result."""
-        return {"url": self.url, "expires_in_s": self.expires_in_s}
-
-    @classmethod
-    def from_json(cls, value: dict[str, Any]) -> ConsoleLogin:
-        """The inverse of :meth:`to_json` (the RPC result the CLI receives)."""
-        return cls(url=str(value["url"]), expires_in_s=float(value["expires_in_s"]))
-
-
-@dataclass(frozen=True)
 class _Local:
     """One stored dataset as the catalog reads it (off the event loop)."""
 

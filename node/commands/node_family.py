@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from node.app import Application
-from node.app.console import ConsoleLogin
 from node.app.errors import Unavailable
-from node.commands.spec import BOOL, Cli, Command, CommandParam, Context, Output
+from node.app.results import ConsoleLogin
+from node.commands.spec import BOOL, Cli, Command, CommandParam, Context, Output, object_of
 
 # ---- console.login (odf-node ui)
 
@@ -24,8 +24,7 @@ async def _console_login(app: Application, context: Context) -> ConsoleLogin:
     return await app.console_login()
 
 
-def _render_login(result: Any, out: Output, cli: Mapping[str, Any]) -> None:
-    login = result if isinstance(result, ConsoleLogin) else ConsoleLogin.from_json(result)
+def _render_login(login: ConsoleLogin, out: Output, cli: Mapping[str, Any]) -> None:
     out.print(login.url)
     out.error(
         f"one-time login link, valid {login.expires_in_s:.0f} s; "
@@ -73,7 +72,8 @@ NODE_COMMANDS: tuple[Command, ...] = (
             ),
         ),
         cli=("ui",),
-        result={"type": "object", "required": ["url", "expires_in_s"]},
+        result=object_of(ConsoleLogin),
+        result_type=ConsoleLogin,
         render=_render_login,
         daemon_only=True,
         parity="the console runs only in the daemon: offline it names `odf-node run`",
