@@ -15,7 +15,7 @@ DATAFUSION_VERSIONS := 51.0.0 41.0.0
 ENGINES := $(VENV)/engines
 DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.installed)
 
-.PHONY: browser nftables test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-longrun bench-follow bench-follow-urls bench-hostile bench-hostile-flood bench-query bench-evidence-flood bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-nat bench-decode fuzz p2p-vectors test-image image-inputs clean
+.PHONY: browser nftables test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-longrun bench-follow bench-follow-urls bench-cold-verify bench-hostile bench-hostile-flood bench-query bench-evidence-flood bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-nat bench-decode fuzz p2p-vectors test-image image-inputs clean
 
 setup: $(STAMP) $(DF_STAMPS)
 
@@ -151,6 +151,11 @@ bench-sim: setup
 # local[*]; table and plot in sim-results/spark-sweep/. A cluster: see README (Simulations).
 bench-sim-sweep: setup
 	$(NETNS) 'ip link set lo up && exec $(BIN)/odf-node sim spark-sweep --master "local[*]" --out sim-results/spark-sweep'
+
+# Seconds from `subscribe` to `verified` on a fresh follower: Spark cold/warm, DataFusion cold
+# (issue 44 targets: 30 s, 10 s, 5 s).
+bench-cold-verify: setup
+	$(NETNS) 'ip link set lo up && exec $(BIN)/python tests/bench/bench_cold_verify.py'
 
 # Two daemons: an owner appends to 200 datasets 5 times as fast as it can; the subscriber
 # follows all of them (time until every subscription is at the owner's head; isolates itself).

@@ -101,17 +101,62 @@ class EngineRouter:
         )
         self._lock = threading.Lock()
         self._warming: set[EngineClient] = set()  # being started in the background
+        self._prestarting: set[EngineClient] = set()  # see prestart()
+        self._closed = False
 
     # -- capabilities -----------------------------------------------------------------------
 
     def pinned_versions(self, engine: str) -> tuple[str, ...]:
-        """The versions of ``engine`` this node can run now (newest first; empty: none)."""
+        """The versions of ``engine`` this node can run now (newest first; empty: none).
+
+        Asked only on the way to a replay: the verify pipeline asks it of a derivative's
+        engine at its first attempt (``node/app/verify.py`` ``_missing_engine``), before it
+        waits for the inputs to be pulled; the replay plan asks it again. So it also starts
+        that engine's worker in the background (:meth:`prestart`): the start (a JVM and a
+        warm-up query for Spark, seconds) overlaps with the pull of the inputs instead of
+        following it.
+        """
         name = normalize_engine(engine)
         if name == SPARK:
+            self.prestart(SPARK)
             return (SPARK_VERSION,)
         if name == DATAFUSION:
+            if self._versions:
+                self.prestart(DATAFUSION)
             return self._versions
         return ()
+
+    def prestart(self, engine: str, version: str | None = None) -> bool:
+        """Start the worker of ``engine`` (the DataFusion ``version``, else the newest) in the
+        background, ahead of a request expected soon; the worker stops when idle as after a
+        request. Returns whether a start was begun (not if it runs, is being started, the
+        engine is not available here or the router is closed)."""
+        name = normalize_engine(engine)
+        if self._closed:
+            return False
+        if name == SPARK:
+            client = self.spark()
+        elif name == DATAFUSION and self._versions:
+            v = datafusion_core(version) if version else self._versions[0]
+            client = self.datafusion(v if v in self._versions else self._versions[0])
+        else:
+            return False
+        with self._lock:
+            if client.running or client in self._prestarting:
+                return False
+            self._prestarting.add(client)
+        threading.Thread(
+            target=self._prestart, args=(client,), name="odf-engine-prestart", daemon=True
+        ).start()
+        return True
+
+    def _prestart(self, client: EngineClient) -> None:
+        try:
+            if not self._closed:
+                client.warm()
+        finally:
+            with self._lock:
+                self._prestarting.discard(client)
 
     # -- workers ----------------------------------------------------------------------------
 
@@ -219,6 +264,7 @@ class EngineRouter:
 
     def close(self) -> None:
         """Stop every worker and remove their scratch directories."""
+        self._closed = True
         for c in self._clients():
             c.close()
 
