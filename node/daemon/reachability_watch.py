@@ -63,6 +63,10 @@ class ReachabilityWatch:
         """Log, record and show (``status``) what keeps peers on other hosts from this node."""
         ipfs = self._ipfs()
         info = ipfs.info() if ipfs.api_url is not None else None
+        if info is not None and info.get("state") not in (None, "running"):
+            # An embedded node that starts on first use has no addresses yet: not a problem to
+            # warn about (its service warns if it cannot be reached once it runs).
+            info = None
         gossip = self._gossip
         warnings = start_warnings(
             open_mode=not self._config.network.loopback_only,

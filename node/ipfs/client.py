@@ -29,20 +29,10 @@ from urllib.parse import quote
 
 import aiohttp
 
-from coordinator.errors import UNAVAILABLE, OdfNodeError
+from node.ipfs.errors import IpfsError
 from node.ipfs.lazy import resolve_api
 
 DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=10, sock_read=60)
-
-
-class IpfsError(OdfNodeError):
-    """An IPFS RPC or gateway call failed; ``status`` is the HTTP status (None: no response)."""
-
-    rpc_code = UNAVAILABLE
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class IpfsReader(Protocol):
@@ -354,3 +344,13 @@ class GatewayReader(_SessionOwner):
     async def cat(self, ipfs_path: str, *, max_size: int | None = None) -> bytes:
         """The whole content (refused beyond ``max_size`` bytes)."""
         return await _read_all(self, ipfs_path, max_size=max_size)
+
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "AddedEntry",
+    "GatewayReader",
+    "IpfsClient",
+    "IpfsError",
+    "IpfsReader",
+]

@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from node.ipfs.errors import IpfsError
+
 log = logging.getLogger("odf_node.ipfs")
 
 #: Seconds after a failed start before a use tries again (a start waits up to 180 s for the
@@ -90,8 +92,6 @@ class LazyStart:
             return url
         with self._lock:
             if self._closed:
-                from node.ipfs.client import IpfsError  # the client imports this module
-
                 raise IpfsError("the IPFS node is stopping")
             fut = self._future
             if fut is None or (
