@@ -221,7 +221,7 @@ async function overview(main) {
   const cards = [
     ["Node id", st.node_id], ["Uptime", st.uptime_s + " s"], ["Peers", st.p2p.peers],
     ["Datasets", st.datasets], ["Subscriptions", st.subscriptions],
-    ["IPFS", ipfs.peer_id ? (ipfs.mode || "on") + " " + short(ipfs.peer_id) : "off"],
+    ["IPFS", ipfs.peer_id ? (ipfs.mode || "on") + " " + short(ipfs.peer_id) : (ipfs.state || "off")],
     ["Engine", st.engine.running ? "running (" + st.engine.spark_master + ")" : "idle (" + st.engine.spark_master + ")"],
     ["Queues", `verify ${st.work.verify} · publish ${st.work.publish} · dispute ${st.work.dispute} · running ${st.running_work}`],
     ["Pulls running", st.p2p.fetches_running],
