@@ -16,6 +16,8 @@ from typer.testing import CliRunner
 
 from coordinator.multiformats import Multihash
 from node.cli import app
+from node.commands.cli import err as err_out
+from node.commands.cli import out as cli_out
 from node.state import NodeState
 
 SNAPSHOT = """\
@@ -40,6 +42,9 @@ SIGNER = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK"
 
 
 def run(home: Path, *args: str) -> tuple[int, str]:
+    # The CLI's consoles are made when node.commands.cli is first imported, and read the
+    # terminal's width then (80 in a test worker without one): set it here, for every test.
+    cli_out.width = err_out.width = 200
     result = CliRunner().invoke(app, [*args, "--home", str(home)], env={"COLUMNS": "200"})
     return result.exit_code, result.output
 
