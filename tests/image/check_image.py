@@ -227,7 +227,21 @@ def _is_wildcard(hex_addr: str) -> bool:
 
 def test_advertised_addresses_are_real_listeners_on_fixed_ports(node: Container) -> None:
     """Problem 3: the IPFS swarm listened on 127.0.0.1 on a random port, advertised anyway."""
-    status = node.status()
+    # The embedded IPFS node starts on its first use ([ipfs] start = "lazy"): until then it
+    # advertises nothing. Any IPFS call starts it; a connect that fails (nobody on port 9) too.
+    before = node.status()["ipfs"]
+    assert isinstance(before, dict) and not before.get("addresses"), before
+    node.cli("connect", "--ipfs", "/ip4/127.0.0.1/tcp/9", check=False, timeout=120)
+    deadline = time.monotonic() + 120
+    while True:
+        status = node.status()
+        ipfs_now = status["ipfs"]
+        if isinstance(ipfs_now, dict) and ipfs_now.get("addresses"):
+            break
+        assert time.monotonic() < deadline, (
+            f"the IPFS node did not start on its first use: {ipfs_now}"
+        )
+        time.sleep(1)
     text = json.dumps(status)
     listening = _listening_ports(node.name)
     advertised = re.findall(r"/ip4/([0-9.]+)/tcp/(\d+)", text)
