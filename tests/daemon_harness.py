@@ -243,8 +243,15 @@ class NodeProcess:
                 try:
                     call_sync(self.url, self.token, "rpc.ping", None, 5)
                     return
-                except RpcCallError:
-                    pass
+                except RpcCallError as e:
+                    if "Network is unreachable" in str(e):
+                        # A bare `unshare -rn` leaves the loopback interface down: the daemon
+                        # is up but nobody can reach it. Say so now, not after the timeout.
+                        raise RuntimeError(
+                            f"{self.name}: 127.0.0.1 is unreachable (the loopback interface is "
+                            "down): run the tests as make test does, "
+                            "unshare -rn bash -c 'ip link set lo up && exec ...'"
+                        ) from e
             time.sleep(0.2)
         raise RuntimeError(f"{self.name} not ready after {timeout:.0f} s:\n{self.tail()}")
 
