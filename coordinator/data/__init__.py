@@ -1,25 +1,8 @@
-"""The data plane: logical and physical hashes of ODF data slices."""
+"""The data plane: logical and physical hashes of ODF data slices.
 
-from coordinator.data.hashing import (
-    LOGICAL_HASH_BATCH_SIZE,
-    LogicalHasher,
-    UnreproducibleLogicalHash,
-    WrittenFileHasher,
-    array_digest,
-    kamu_parquet_schema,
-    logical_hash,
-    physical_hash,
-    type_bytes,
-)
+This package is the public face of :mod:`coordinator.data.hashing`: its names are the ones that
+module declares in its ``__all__``, the one list of them.
+"""
 
-__all__ = [
-    "LOGICAL_HASH_BATCH_SIZE",
-    "LogicalHasher",
-    "UnreproducibleLogicalHash",
-    "WrittenFileHasher",
-    "array_digest",
-    "kamu_parquet_schema",
-    "logical_hash",
-    "physical_hash",
-    "type_bytes",
-]
+from coordinator.data.hashing import *  # noqa: F403 - hashing's __all__ is the package's API
+from coordinator.data.hashing import __all__ as __all__
