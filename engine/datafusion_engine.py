@@ -50,17 +50,8 @@ import pyarrow as pa
 from coordinator.ingest.vocab import Vocab
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
+from coordinator.transform import model as tm
 from coordinator.transform.engines import DATAFUSION, datafusion_core, normalize_engine
-from coordinator.transform.model import (
-    RawQueryRequest,
-    RawQueryResponse,
-    RawQuerySuccess,
-    TransformInternalError,
-    TransformInvalidQuery,
-    TransformRequest,
-    TransformResponse,
-    TransformSuccess,
-)
 from coordinator.transform.output import (
     ARROW_OUTPUT_MAX_BYTES,
     arrow_output_path,
@@ -131,25 +122,25 @@ class DataFusionEngine:
 
     # -- public ----------------------------------------------------------------------------
 
-    def execute_transform(self, req: TransformRequest) -> TransformResponse:
+    def execute_transform(self, req: tm.TransformRequest) -> tm.TransformResponse:
         """Run the request; never raises for query or engine failures (they are responses)."""
         scratch = Path(tempfile.gettempdir()) / f"odf-df-{secrets.token_hex(8)}"
         try:
             return self._execute(req, scratch)
         except (InvalidQuery, SandboxViolation) as e:
-            return TransformInvalidQuery(message=str(e))
+            return tm.TransformInvalidQuery(message=str(e))
         except Exception as e:
             text = str(e)
             if _is_query_error(text):
-                return TransformInvalidQuery(message=text.splitlines()[0][:2000])
-            return TransformInternalError(
+                return tm.TransformInvalidQuery(message=text.splitlines()[0][:2000])
+            return tm.TransformInternalError(
                 message=f"{type(e).__name__}: {text.splitlines()[0] if text else ''}",
                 backtrace=traceback.format_exc(),
             )
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
-    def execute_raw_query(self, req: RawQueryRequest) -> RawQueryResponse:
+    def execute_raw_query(self, req: tm.RawQueryRequest) -> tm.RawQueryResponse:
         """Run a raw query over ``input`` (the given parquet files); one parquet file out."""
         scratch = Path(tempfile.mkdtemp(prefix="odf-df-"))
         try:
@@ -166,19 +157,19 @@ class DataFusionEngine:
             table = self._collect(ctx)
             table = _normalize(table, Vocab())
             _write(table, req.output_data_path)
-            return RawQuerySuccess(num_records=table.num_rows)
+            return tm.RawQuerySuccess(num_records=table.num_rows)
         except (InvalidQuery, SandboxViolation) as e:
-            return TransformInvalidQuery(message=str(e))
+            return tm.TransformInvalidQuery(message=str(e))
         except Exception as e:
             if _is_query_error(str(e)):
-                return TransformInvalidQuery(message=str(e).splitlines()[0][:2000])
-            return TransformInternalError(message=f"{type(e).__name__}: {e}")
+                return tm.TransformInvalidQuery(message=str(e).splitlines()[0][:2000])
+            return tm.TransformInternalError(message=f"{type(e).__name__}: {e}")
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
     # -- steps -----------------------------------------------------------------------------
 
-    def _execute(self, req: TransformRequest, scratch: Path) -> TransformResponse:
+    def _execute(self, req: tm.TransformRequest, scratch: Path) -> tm.TransformResponse:
         t = req.transform
         if not isinstance(t, m.TransformSql) or not t.queries:
             raise InvalidQuery("the transform has no queries")
@@ -186,7 +177,7 @@ class DataFusionEngine:
             raise InvalidQuery(f"engine {t.engine!r} is not supported, only datafusion")
         wanted = datafusion_core(t.version)
         if wanted is not None and wanted != self.version:
-            return TransformInternalError(
+            return tm.TransformInternalError(
                 message=f"this worker runs DataFusion {self.version}, the request asks for {wanted}"
             )
         ctx = self._context()
@@ -236,7 +227,7 @@ class DataFusionEngine:
             if table.num_rows
             else None
         )
-        return TransformSuccess(
+        return tm.TransformSuccess(
             new_offset_interval=interval,
             new_watermark=min(marks) if marks else None,
             arrow_output=arrow,

@@ -32,16 +32,7 @@ from typing import Any
 from coordinator.errors import OdfNodeError
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
-from coordinator.transform.model import (
-    RawQueryRequest,
-    RawQueryResponse,
-    RawQuerySuccess,
-    TransformInternalError,
-    TransformInvalidQuery,
-    TransformRequest,
-    TransformResponse,
-    TransformSuccess,
-)
+from coordinator.transform import model as tm
 from engine.errors import InvalidQuery, SandboxViolation
 from engine.sandbox import VerdictCache, nondeterminism
 
@@ -280,7 +271,7 @@ class SparkEngine:
                     reasons.append(r)
         return tuple(reasons)
 
-    def execute_transform(self, req: TransformRequest) -> TransformResponse:
+    def execute_transform(self, req: tm.TransformRequest) -> tm.TransformResponse:
         """Run the request; never raises for query or engine failures (they are responses)."""
         session = self._session()
         cached: list[Any] = []
@@ -292,7 +283,7 @@ class SparkEngine:
         finally:
             self._cleanup(session, cached, views)
 
-    def execute_raw_query(self, req: RawQueryRequest) -> RawQueryResponse:
+    def execute_raw_query(self, req: tm.RawQueryRequest) -> tm.RawQueryResponse:
         """Run a raw query over ``input`` (the given parquet files); one parquet file out."""
         session = self._session()
         views: set[str] = set()
@@ -306,7 +297,7 @@ class SparkEngine:
             views.add("input")
             self._run_steps(session, req.transform, views, (("input", _schema_key(df)),))
             count = self._write(session.sql("SELECT * FROM __output__"), req.output_data_path)
-            return RawQuerySuccess(num_records=count)
+            return tm.RawQuerySuccess(num_records=count)
         except Exception as e:
             return _failure(e)
         finally:
@@ -336,8 +327,8 @@ class SparkEngine:
                 pass
 
     def _execute(
-        self, spark: Any, req: TransformRequest, cached: list[Any], views: set[str]
-    ) -> TransformResponse:
+        self, spark: Any, req: tm.TransformRequest, cached: list[Any], views: set[str]
+    ) -> tm.TransformResponse:
         from pyspark.sql import functions as F  # noqa: N812
         from pyspark.sql.window import Window
 
@@ -424,7 +415,7 @@ class SparkEngine:
             if count
             else None
         )
-        return TransformSuccess(new_offset_interval=interval, new_watermark=new_wm)
+        return tm.TransformSuccess(new_offset_interval=interval, new_watermark=new_wm)
 
     def _run_steps(
         self,
@@ -467,17 +458,17 @@ class SparkEngine:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _failure(e: Exception) -> TransformInvalidQuery | TransformInternalError:
+def _failure(e: Exception) -> tm.TransformInvalidQuery | tm.TransformInternalError:
     """A failed transform or raw query as its response (call it in the ``except`` block: the
     backtrace is the one being handled): our own refusals and Spark's analysis and parse errors
     are invalid queries (their first line), anything else an internal error."""
     if isinstance(e, InvalidQuery | SandboxViolation):
-        return TransformInvalidQuery(message=str(e))
+        return tm.TransformInvalidQuery(message=str(e))
     kind = type(e).__name__
     first = str(e).splitlines()[0] if str(e) else ""
     if kind in ("AnalysisException", "ParseException"):
-        return TransformInvalidQuery(message=first)
-    return TransformInternalError(message=f"{kind}: {first}", backtrace=traceback.format_exc())
+        return tm.TransformInvalidQuery(message=first)
+    return tm.TransformInternalError(message=f"{kind}: {first}", backtrace=traceback.format_exc())
 
 
 __all__ = [

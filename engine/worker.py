@@ -44,7 +44,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from coordinator.transform.fbs import (
     decode_raw_query_request,
@@ -83,6 +83,10 @@ CRASH_ENV = "ODF_ENGINE_CRASH_FILE"
 output file and dies mid-request (so N consecutive requests crash)."""
 
 
+_Req = TypeVar("_Req")
+_Resp = TypeVar("_Resp")
+
+
 class EngineServicer:
     """Holds the warm engine; serialises requests."""
 
@@ -91,15 +95,8 @@ class EngineServicer:
         self.lock = threading.Lock()
 
     def execute_transform(self, request: bytes, context: Any) -> Iterator[bytes]:
-        yield encode_transform_response(None)  # Progress
-        try:
-            req = decode_transform_request(request)
-        except Exception as e:
-            yield encode_transform_response(TransformInternalError(message=f"bad request: {e}"))
-            return
-        with self.lock:
-            resp = self._run(req)
-        yield encode_transform_response(resp)
+        """``ExecuteTransform``: one transform, streamed as ``Progress`` then its answer."""
+        return self._stream(request, decode_transform_request, encode_transform_response, self._run)
 
     def execute_transform_batch(self, requests: list[bytes], context: Any) -> Iterator[list[bytes]]:
         """The batch extension: every request in order, one message with all the answers."""
@@ -138,15 +135,32 @@ class EngineServicer:
         return resp
 
     def execute_raw_query(self, request: bytes, context: Any) -> Iterator[bytes]:
-        yield encode_raw_query_response(None)  # Progress
+        """``ExecuteRawQuery``: one raw query, streamed as ``Progress`` then its answer."""
+        return self._stream(
+            request,
+            decode_raw_query_request,
+            encode_raw_query_response,
+            self.engine.execute_raw_query,
+        )
+
+    def _stream(
+        self,
+        request: bytes,
+        decode: Callable[[bytes], _Req],
+        encode: Callable[[_Resp | TransformInternalError | None], bytes],
+        run: Callable[[_Req], _Resp],
+    ) -> Iterator[bytes]:
+        """The shape of both server-streaming RPCs: ``Progress``, then the answer of ``run``
+        (under the lock), or an internal error if ``request`` does not decode."""
+        yield encode(None)  # Progress
         try:
-            req = decode_raw_query_request(request)
+            req = decode(request)
         except Exception as e:
-            yield encode_raw_query_response(TransformInternalError(message=f"bad request: {e}"))
+            yield encode(TransformInternalError(message=f"bad request: {e}"))
             return
         with self.lock:
-            resp = self.engine.execute_raw_query(req)
-        yield encode_raw_query_response(resp)
+            resp = run(req)
+        yield encode(resp)
 
 
 def answer_batch(servicer: EngineServicer, payloads: list[bytes]) -> list[bytes]:
