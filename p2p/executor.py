@@ -35,63 +35,68 @@ from p2p.core import (
 
 
 class DecisionEffects(Protocol):
-    """What a driver does for each kind of decision (one method per decision type)."""
+    """What a driver does for each kind of decision (one method per decision type).
+
+    A driver implements it structurally (``node/app/effects.py``, ``sim/simulator.py``) and so
+    defines every method. The bodies here are no-ops that only an explicit subclass inherits:
+    :class:`NullEffects` is that subclass.
+    """
 
     def accepted(self, d: Accept) -> None:
         """A message passed every check (announcements still await their fetch)."""
-        ...
+        return None
 
     def ignored(self, d: Ignore) -> None:
         """A message was dropped without blame."""
-        ...
+        return None
 
     def penalised(self, d: Penalise) -> None:
         """A peer misbehaved (the core already lowered its score)."""
-        ...
+        return None
 
     def forward(self, d: Forward) -> None:
         """Propagate an envelope to other peers."""
-        ...
+        return None
 
     def fetch(self, d: RequestFetch) -> None:
         """Start fetching a chain; report ``FetchCompleted`` / ``FetchFailed`` later."""
-        ...
+        return None
 
     def abandon_fetch(self, d: AbandonFetch) -> None:
         """Cancel a running fetch the core stopped waiting for; nothing of it may commit."""
-        ...
+        return None
 
     def head_accepted(self, d: HeadAccepted) -> None:
         """A head became the accepted head of its dataset: persist it and verify it."""
-        ...
+        return None
 
     def head_rejected(self, d: RejectHead) -> None:
         """An owner-signed head failed its ancestry check."""
-        ...
+        return None
 
     def equivocation(self, d: EmitEquivocationProof) -> None:
         """The core built an equivocation proof: store and publish it."""
-        ...
+        return None
 
     def anti_entropy(self, d: RequestAntiEntropy) -> None:
         """Ask a peer for its latest heads; report ``AntiEntropyReceived`` later."""
-        ...
+        return None
 
     def disconnect(self, d: DisconnectPeer) -> None:
         """A peer's score fell below the graylist threshold."""
-        ...
+        return None
 
     def attest(self, d: PublishAttestation) -> None:
         """Sign and publish an attestation for a head this node verified."""
-        ...
+        return None
 
     def dispute(self, d: PublishDispute) -> None:
         """Sign and publish a dispute for a head whose verification failed."""
-        ...
+        return None
 
     def poll_source(self, d: PollSource) -> None:
         """Poll a followed source now (a peer observed it showing another head)."""
-        ...
+        return None
 
 
 def execute(decision: Decision, effects: DecisionEffects) -> None:
@@ -135,54 +140,11 @@ def execute_all(decisions: list[Decision], effects: DecisionEffects) -> None:
         execute(d, effects)
 
 
-class NullEffects:
+class NullEffects(DecisionEffects):
     """Effects that do nothing: a base class for drivers that care about a few decisions.
 
-    Subclasses override what they act on; everything else is an explicit no-op here, so a
-    reader sees in one place which decisions a driver deliberately leaves alone.
+    Every method is the no-op of :class:`DecisionEffects`; subclasses override what they act on.
     """
-
-    def accepted(self, d: Accept) -> None:
-        """No-op."""
-
-    def ignored(self, d: Ignore) -> None:
-        """No-op."""
-
-    def penalised(self, d: Penalise) -> None:
-        """No-op."""
-
-    def forward(self, d: Forward) -> None:
-        """No-op."""
-
-    def fetch(self, d: RequestFetch) -> None:
-        """No-op."""
-
-    def abandon_fetch(self, d: AbandonFetch) -> None:
-        """No-op."""
-
-    def head_accepted(self, d: HeadAccepted) -> None:
-        """No-op."""
-
-    def head_rejected(self, d: RejectHead) -> None:
-        """No-op."""
-
-    def equivocation(self, d: EmitEquivocationProof) -> None:
-        """No-op."""
-
-    def anti_entropy(self, d: RequestAntiEntropy) -> None:
-        """No-op."""
-
-    def disconnect(self, d: DisconnectPeer) -> None:
-        """No-op."""
-
-    def attest(self, d: PublishAttestation) -> None:
-        """No-op."""
-
-    def dispute(self, d: PublishDispute) -> None:
-        """No-op."""
-
-    def poll_source(self, d: PollSource) -> None:
-        """No-op."""
 
 
 __all__ = ["DecisionEffects", "NullEffects", "execute", "execute_all"]
