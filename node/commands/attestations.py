@@ -16,19 +16,9 @@ from node.app.results import (
     EquivocationRow,
     VerifiedEnvelope,
 )
+from node.commands import spec
 from node.commands.params import did_filter
-from node.commands.spec import (
-    BOOL,
-    LIMIT,
-    STR,
-    Cli,
-    Command,
-    CommandParam,
-    Context,
-    Output,
-    Renderer,
-    array_of,
-)
+from node.commands.spec import Cli, Command, CommandParam, Context, Output, Renderer
 
 
 async def _attestations(
@@ -89,7 +79,7 @@ def _export_params() -> tuple[CommandParam, ...]:
         ),
         CommandParam(
             "received",
-            BOOL,
+            spec.BOOL,
             False,
             "With --format in-toto: also the peers' (sealed by this node, theirs inside).",
             Cli(),
@@ -196,8 +186,8 @@ ATTESTATION_COMMANDS: tuple[Command, ...] = (
         _attestations,
         (
             did_filter(),
-            CommandParam("head", STR, False),
-            CommandParam("limit", LIMIT, False),
+            CommandParam("head", spec.STR, False),
+            CommandParam("limit", spec.LIMIT, False),
             *_export_params(),
         ),
         cli=("attestations",),
@@ -212,7 +202,7 @@ ATTESTATION_COMMANDS: tuple[Command, ...] = (
         "disputes.list",
         "Disputes received and made (newest first).",
         _disputes,
-        (did_filter(), CommandParam("limit", LIMIT, False), *_export_params()),
+        (did_filter(), CommandParam("limit", spec.LIMIT, False), *_export_params()),
         cli=("disputes",),
         doc="--format in-toto: as for `attestations` (docs/attestations.md).",
         result={"type": "array", "items": {"type": "object"}},
@@ -226,7 +216,7 @@ ATTESTATION_COMMANDS: tuple[Command, ...] = (
         (
             CommandParam(
                 "envelopes",
-                STR,
+                spec.STR,
                 True,
                 "An export: one envelope, a JSON array or JSON lines; - for standard input.",
                 Cli("argument", type=Path, to_wire=_read_envelopes, metavar="FILE"),
@@ -236,7 +226,7 @@ ATTESTATION_COMMANDS: tuple[Command, ...] = (
         doc="Checks the DSSE signature by the did:key of its keyid, the payload and statement "
         "types, the subject's sha3_256 digest and the signed gossip envelope inside. Exit "
         "status 2 when one does not verify.",
-        result=array_of(VerifiedEnvelope),
+        result=spec.array_of(VerifiedEnvelope),
         result_type=VerifiedEnvelope,
         render=_render_verified,
         exit_code=lambda value: 0 if value and all(v.ok for v in value) else 2,
@@ -249,7 +239,7 @@ ATTESTATION_COMMANDS: tuple[Command, ...] = (
         _equivocations,
         (did_filter(),),
         cli=("equivocations",),
-        result=array_of(EquivocationRow),
+        result=spec.array_of(EquivocationRow),
     ),
 )
 """In the order of ``rpc.discover``."""

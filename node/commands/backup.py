@@ -11,17 +11,9 @@ from node.app import Application
 from node.app.results import (
     BackupResult,
 )
+from node.commands import spec
 from node.commands.params import absolute_file
-from node.commands.spec import (
-    BOOL,
-    STR,
-    Cli,
-    Command,
-    CommandParam,
-    Context,
-    Output,
-    object_of,
-)
+from node.commands.spec import Cli, Command, CommandParam, Context, Output
 
 
 async def _backup(
@@ -49,19 +41,23 @@ BACKUP_COMMANDS: tuple[Command, ...] = (
         (
             CommandParam(
                 "file",
-                STR,
+                spec.STR,
                 True,
                 "The archive to write (never over an existing file).",
                 Cli("argument", type=Path, to_wire=absolute_file, metavar="FILE"),
             ),
             CommandParam(
-                "datasets", BOOL, False, "Include every dataset (blocks, data, checkpoints).", Cli()
+                "datasets",
+                spec.BOOL,
+                False,
+                "Include every dataset (blocks, data, checkpoints).",
+                Cli(),
             ),
         ),
         cli=("backup",),
         doc="Safe while the daemon runs. Restore with `odf-node restore FILE --home DIR`; the "
         "archive format: docs/backup.md.",
-        result=object_of(BackupResult),
+        result=spec.object_of(BackupResult),
         result_type=BackupResult,
         render=_render_backup,
         in_process="a read of the home beside the daemon (SQLite's online backup copies "

@@ -14,19 +14,9 @@ from node.app.results import (
     PublishResult,
     PullResult,
 )
+from node.commands import spec
 from node.commands.params import ref_param
-from node.commands.spec import (
-    BOOL,
-    LIMIT,
-    STR,
-    Cli,
-    Command,
-    CommandParam,
-    Context,
-    Output,
-    array_of,
-    object_of,
-)
+from node.commands.spec import Cli, Command, CommandParam, Context, Output
 
 _NEEDS_IPFS = (
     "publishing without a daemon needs a reachable IPFS RPC API; "
@@ -151,7 +141,7 @@ CHAIN_COMMANDS: tuple[Command, ...] = (
             ref_param(),
             CommandParam(
                 "ipns_key",
-                STR,
+                spec.STR,
                 False,
                 "Also publish IPNS under this key name.",
                 Cli(type=str),
@@ -177,7 +167,7 @@ CHAIN_COMMANDS: tuple[Command, ...] = (
         render=_render_publish,
         prepare=_prepare_publish,
         parity=_NEEDS_IPFS,
-        result=object_of(PublishResult),
+        result=spec.object_of(PublishResult),
         result_type=PublishResult,
     ),
     Command(
@@ -187,24 +177,24 @@ CHAIN_COMMANDS: tuple[Command, ...] = (
         (
             CommandParam(
                 "url",
-                STR,
+                spec.STR,
                 True,
                 "ipfs://CID, ipfs://CID/path, ipns://…, http(s)://… or a path.",
                 Cli("argument"),
             ),
             CommandParam(
                 "alias",
-                STR,
+                spec.STR,
                 False,
                 "Local name (default: the URL's last segment).",
                 Cli(flags=("--as",), type=str),
             ),
             CommandParam(
-                "force", BOOL, False, "Replace the local chain if it has diverged.", Cli()
+                "force", spec.BOOL, False, "Replace the local chain if it has diverged.", Cli()
             ),
             CommandParam(
                 "publish",
-                BOOL,
+                spec.BOOL,
                 False,
                 "After polling an owned root: publish and announce it (a pull of a remote "
                 "dataset ignores it).",
@@ -228,7 +218,7 @@ CHAIN_COMMANDS: tuple[Command, ...] = (
         "merge, commit (all or nothing), then publish like an ingest.",
         render=_render_pull,
         write=True,
-        result=object_of(PullResult),
+        result=spec.object_of(PullResult),
         result_type=PullResult,
     ),
     Command(
@@ -237,7 +227,9 @@ CHAIN_COMMANDS: tuple[Command, ...] = (
         _dataset_log,
         (
             ref_param(),
-            CommandParam("limit", LIMIT, False, "Show at most this many blocks.", Cli(type=int)),
+            CommandParam(
+                "limit", spec.LIMIT, False, "Show at most this many blocks.", Cli(type=int)
+            ),
             CommandParam(
                 "output_format",
                 description="yaml | json | table",
@@ -246,7 +238,7 @@ CHAIN_COMMANDS: tuple[Command, ...] = (
             ),
         ),
         cli=("dataset", "log"),
-        result=array_of(LogEntry),
+        result=spec.array_of(LogEntry),
         result_type=LogEntry,
         render=_render_log,
         prepare=_check_log_format,

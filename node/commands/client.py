@@ -15,7 +15,8 @@ from typing import Any
 
 from coordinator.errors import OdfNodeError
 from node.app.errors import InvalidArgument
-from node.commands.spec import BOOL, INT, STR, Cli, Command, CommandParam, Context
+from node.commands import spec
+from node.commands.spec import Cli, Command, CommandParam, Context
 from node.commands.spec import Output as Out
 from node.compose import default_home
 
@@ -148,14 +149,14 @@ CLIENT_COMMANDS: tuple[Command, ...] = (
         (
             CommandParam(
                 "method",
-                STR,
+                spec.STR,
                 True,
                 "JSON-RPC method, e.g. node.status.",
                 Cli("argument", type=str),
             ),
             CommandParam(
                 "params",
-                STR,
+                spec.STR,
                 description="Params as a JSON object.",
                 cli=Cli("argument", default="{}"),
             ),
@@ -172,30 +173,33 @@ CLIENT_COMMANDS: tuple[Command, ...] = (
         (
             CommandParam(
                 "query",
-                STR,
+                spec.STR,
                 description="The query; none: an interactive shell.",
                 cli=Cli("argument", type=str),
             ),
             CommandParam(
                 "untrusted",
-                BOOL,
+                spec.BOOL,
                 description="Read untrusted heads too (the answer says so).",
                 cli=Cli(),
             ),
             CommandParam(
                 "engine",
-                STR,
+                spec.STR,
                 description="datafusion (default) or spark.",
                 cli=Cli(type=str, default="datafusion"),
             ),
             CommandParam(
                 "limit",
-                INT,
+                spec.INT,
                 description="At most this many rows (page with --skip).",
                 cli=Cli(type=int),
             ),
             CommandParam(
-                "skip", INT, description="Skip this many rows first.", cli=Cli(type=int, default=0)
+                "skip",
+                spec.INT,
+                description="Skip this many rows first.",
+                cli=Cli(type=int, default=0),
             ),
         ),
         cli=("sql",),

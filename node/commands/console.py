@@ -6,14 +6,8 @@ from typing import Any
 
 from node.app import Application
 from node.app.errors import InvalidArgument
-from node.commands.spec import (
-    ARRAY,
-    LIMIT,
-    STR,
-    Command,
-    CommandParam,
-    Context,
-)
+from node.commands import spec
+from node.commands.spec import Command, CommandParam, Context
 
 
 def _console(app: Application) -> Any:
@@ -53,19 +47,21 @@ async def _console_charts(app: Application, ctx: Context) -> Any:
 
 
 CONSOLE_COMMANDS: tuple[Command, ...] = (
-    Command("console.datasets", "Stored and followed datasets.", _console_datasets, result=ARRAY),
+    Command(
+        "console.datasets", "Stored and followed datasets.", _console_datasets, result=spec.ARRAY
+    ),
     Command(
         "console.dataset",
         "One dataset in detail.",
         _console_dataset,
-        (CommandParam("ref", STR, True),),
+        (CommandParam("ref", spec.STR, True),),
     ),
     Command(
         "console.preview",
         "Last rows of the newest data slice.",
         _console_preview,
         (
-            CommandParam("ref", STR, True),
+            CommandParam("ref", spec.STR, True),
             CommandParam("limit", {"type": "integer", "minimum": 1, "maximum": 100}, False),
         ),
     ),
@@ -73,16 +69,16 @@ CONSOLE_COMMANDS: tuple[Command, ...] = (
         "console.disputes",
         "Disputes with their evidence.",
         _console_disputes,
-        (CommandParam("did", STR, False), CommandParam("limit", LIMIT, False)),
-        result=ARRAY,
+        (CommandParam("did", spec.STR, False), CommandParam("limit", spec.LIMIT, False)),
+        result=spec.ARRAY,
     ),
     Command("console.peers", "Peers, scores, graylist, penalties.", _console_peers),
     Command(
         "console.events",
         "The newest events.",
         _console_events,
-        (CommandParam("limit", LIMIT, False),),
-        result=ARRAY,
+        (CommandParam("limit", spec.LIMIT, False),),
+        result=spec.ARRAY,
     ),
     Command("console.charts", "Data of the console's charts.", _console_charts),
 )

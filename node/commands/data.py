@@ -13,18 +13,9 @@ from typing import Any
 from node.app import Application
 from node.app.data import ExportResult
 from node.app.errors import InvalidArgument, Unavailable
+from node.commands import spec
 from node.commands.params import absolute_file, ref_param
-from node.commands.spec import (
-    ARRAY,
-    BOOL,
-    INT,
-    STR,
-    Cli,
-    Command,
-    CommandParam,
-    Context,
-    Output,
-)
+from node.commands.spec import Cli, Command, CommandParam, Context, Output
 
 
 def _data(app: Application) -> Any:
@@ -210,13 +201,15 @@ DATA_COMMANDS: tuple[Command, ...] = (
         "Run a read-only SQL query over the datasets this node verified.",
         _data_query,
         (
-            CommandParam("sql", STR, True, "The query; dataset aliases and DIDs are table names."),
             CommandParam(
-                "untrusted", BOOL, False, "Read untrusted heads too (the answer says so)."
+                "sql", spec.STR, True, "The query; dataset aliases and DIDs are table names."
+            ),
+            CommandParam(
+                "untrusted", spec.BOOL, False, "Read untrusted heads too (the answer says so)."
             ),
             CommandParam("engine", {"type": "string", "enum": ["datafusion", "spark"]}, False),
-            CommandParam("skip", INT, False),
-            CommandParam("limit", INT, False),
+            CommandParam("skip", spec.INT, False),
+            CommandParam("limit", spec.INT, False),
         ),
         doc="`odf-node sql` runs it (docs/query.md).",
         render=render_rows,
@@ -225,8 +218,8 @@ DATA_COMMANDS: tuple[Command, ...] = (
         "data.tables",
         "The datasets a query can read, each at its readable head and why it may be read.",
         _data_tables,
-        (CommandParam("untrusted", BOOL, False, "Also datasets with no trusted head."),),
-        result=ARRAY,
+        (CommandParam("untrusted", spec.BOOL, False, "Also datasets with no trusted head."),),
+        result=spec.ARRAY,
     ),
     Command(
         "data.tail",
@@ -242,7 +235,7 @@ DATA_COMMANDS: tuple[Command, ...] = (
                 Cli(flags=("-n", "--num-records"), type=int),
             ),
             CommandParam(
-                "untrusted", BOOL, False, "Read the newest head even if untrusted.", Cli()
+                "untrusted", spec.BOOL, False, "Read the newest head even if untrusted.", Cli()
             ),
         ),
         cli=("dataset", "tail"),
@@ -258,7 +251,7 @@ DATA_COMMANDS: tuple[Command, ...] = (
             ref_param(),
             CommandParam(
                 "file",
-                STR,
+                spec.STR,
                 True,
                 "The file to write (never over an existing one).",
                 Cli("argument", type=Path, to_wire=absolute_file, metavar="FILE"),
@@ -272,13 +265,13 @@ DATA_COMMANDS: tuple[Command, ...] = (
             ),
             CommandParam(
                 "as_of",
-                STR,
+                spec.STR,
                 False,
                 "Export the records as of this block (on the chain, and trusted).",
                 Cli(flags=("--as-of",), metavar="BLOCK"),
             ),
             CommandParam(
-                "untrusted", BOOL, False, "Read the newest head even if untrusted.", Cli()
+                "untrusted", spec.BOOL, False, "Read the newest head even if untrusted.", Cli()
             ),
         ),
         cli=("dataset", "export"),
@@ -311,7 +304,7 @@ DATA_COMMANDS: tuple[Command, ...] = (
             ),
             CommandParam(
                 "node",
-                STR,
+                spec.STR,
                 False,
                 "Ask this node's /verify (its HTTP URL) instead of reproducing it here.",
                 Cli(metavar="URL"),

@@ -17,19 +17,9 @@ from node.app.results import (
     TransformResult,
     VerifyResult,
 )
+from node.commands import spec
 from node.commands.params import absolute_paths, ref_param
-from node.commands.spec import (
-    BOOL,
-    STR,
-    STRS,
-    Cli,
-    Command,
-    CommandParam,
-    Context,
-    Output,
-    array_of,
-    object_of,
-)
+from node.commands.spec import Cli, Command, CommandParam, Context, Output
 
 _ENGINE = (
     CommandParam(
@@ -207,7 +197,7 @@ DATASET_COMMANDS: tuple[Command, ...] = (
         "List datasets with their head, kind and number of blocks.",
         _dataset_list,
         cli=("dataset", "list"),
-        result=array_of(DatasetRow),
+        result=spec.array_of(DatasetRow),
         result_type=DatasetRow,
         render=_render_list,
     ),
@@ -218,21 +208,21 @@ DATASET_COMMANDS: tuple[Command, ...] = (
         (
             CommandParam(
                 "snapshot_yaml",
-                STR,
+                spec.STR,
                 True,
                 "DatasetSnapshot YAML file (may hold several); - for standard input.",
                 Cli("argument", type=Path, to_wire=_read_snapshot, metavar="SNAPSHOT"),
             ),
             CommandParam(
                 "snapshot_dir",
-                STR,
+                spec.STR,
                 False,
                 "Absolute directory of the snapshot file: relative FilesGlob paths resolve "
                 "there at pull (unless [ingest] files_root is set). The CLI sends it.",
             ),
             CommandParam(
                 "account",
-                STR,
+                spec.STR,
                 False,
                 "Create the datasets as this account: a name without one becomes "
                 "account/name, and inputs named without one resolve in it first "
@@ -241,7 +231,7 @@ DATASET_COMMANDS: tuple[Command, ...] = (
             ),
         ),
         cli=("dataset", "create"),
-        result=array_of(CreatedDataset),
+        result=spec.array_of(CreatedDataset),
         result_type=CreatedDataset,
         render=_render_created,
         write=True,
@@ -252,28 +242,30 @@ DATASET_COMMANDS: tuple[Command, ...] = (
         "Push files into a root dataset through its push source (one AddData per file).",
         _dataset_ingest,
         (
-            CommandParam("ref", STR, True, "Root dataset alias or did:odf.", Cli("argument")),
+            CommandParam("ref", spec.STR, True, "Root dataset alias or did:odf.", Cli("argument")),
             CommandParam(
                 "files",
-                STRS,
+                spec.STRS,
                 True,
                 "Input files (CSV, NDJSON, JSON, Parquet).",
                 Cli("argument", type=list[Path], to_wire=absolute_paths),
             ),
-            CommandParam("source", STR, False, "Push source name (if several).", Cli(type=str)),
             CommandParam(
-                "publish", BOOL, False, "Publish and announce an owned dataset afterwards."
+                "source", spec.STR, False, "Push source name (if several).", Cli(type=str)
+            ),
+            CommandParam(
+                "publish", spec.BOOL, False, "Publish and announce an owned dataset afterwards."
             ),
             CommandParam(
                 "link_columns",
-                STRS,
+                spec.STRS,
                 False,
                 "A String column whose values are multihashes of linked objects (RFC-017).",
                 Cli(flags=("--link-column",), type=list[str]),
             ),
             CommandParam(
                 "objects",
-                STRS,
+                spec.STRS,
                 False,
                 "A linked object file to store under data/<multihash> (RFC-017).",
                 Cli(flags=("--object",), type=list[Path], to_wire=absolute_paths),
@@ -286,7 +278,7 @@ DATASET_COMMANDS: tuple[Command, ...] = (
         write=True,
         progress="bytes",
         prepare=_prepare_ingest,
-        result=object_of(IngestSummary),
+        result=spec.object_of(IngestSummary),
         result_type=IngestSummary,
     ),
     Command(
@@ -294,9 +286,11 @@ DATASET_COMMANDS: tuple[Command, ...] = (
         "Run the next transform step of a derivative dataset on its engine.",
         _dataset_transform,
         (
-            CommandParam("ref", STR, True, "Derivative dataset alias or did:odf.", Cli("argument")),
             CommandParam(
-                "publish", BOOL, False, "Publish and announce an owned dataset afterwards."
+                "ref", spec.STR, True, "Derivative dataset alias or did:odf.", Cli("argument")
+            ),
+            CommandParam(
+                "publish", spec.BOOL, False, "Publish and announce an owned dataset afterwards."
             ),
             *_ENGINE,
         ),
@@ -304,7 +298,7 @@ DATASET_COMMANDS: tuple[Command, ...] = (
         doc="Spark or DataFusion, as the dataset's transform names.",
         render=_render_transform,
         write=True,
-        result=object_of(TransformResult),
+        result=spec.object_of(TransformResult),
         result_type=TransformResult,
     ),
     Command(
@@ -314,7 +308,7 @@ DATASET_COMMANDS: tuple[Command, ...] = (
         (
             ref_param(),
             CommandParam(
-                "integrity", BOOL, False, "Check hashes only (no transform replay).", Cli()
+                "integrity", spec.BOOL, False, "Check hashes only (no transform replay).", Cli()
             ),
             *_ENGINE,
         ),

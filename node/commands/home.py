@@ -29,19 +29,9 @@ from typing import Any
 
 from node.app.node_keys import MOVE_NEXT_KEY_ADVICE, Revoked, Rotated
 from node.app.results import RestoreResult
+from node.commands import spec
 from node.commands.client import CLIENT_COMMANDS
-from node.commands.spec import (
-    BOOL,
-    INT,
-    OBJECT,
-    STR,
-    STRS,
-    Cli,
-    Command,
-    CommandParam,
-    Context,
-    object_of,
-)
+from node.commands.spec import Cli, Command, CommandParam, Context
 from node.commands.spec import Output as Out
 from node.compose import NodeHome, default_home
 
@@ -213,7 +203,7 @@ HOME_COMMANDS: tuple[Command, ...] = (
         "Create the node home: config, node key (mode 0600) and the dataset store.",
         _init,
         cli=("init",),
-        result=object_of(Initialised),
+        result=spec.object_of(Initialised),
         render=_render_init,
         home_only="makes the home",
     ),
@@ -224,29 +214,29 @@ HOME_COMMANDS: tuple[Command, ...] = (
         (
             CommandParam(
                 "ephemeral",
-                BOOL,
+                spec.BOOL,
                 description="Temporary home (deleted on exit) and random ports: for tests "
                 "and simulations.",
                 cli=Cli(),
             ),
-            CommandParam("rpc_port", INT, description="JSON-RPC port.", cli=Cli(type=int)),
+            CommandParam("rpc_port", spec.INT, description="JSON-RPC port.", cli=Cli(type=int)),
             CommandParam(
-                "http_port", INT, description="Transfer + /metrics port.", cli=Cli(type=int)
+                "http_port", spec.INT, description="Transfer + /metrics port.", cli=Cli(type=int)
             ),
-            CommandParam("p2p_port", INT, description="libp2p port.", cli=Cli(type=int)),
+            CommandParam("p2p_port", spec.INT, description="libp2p port.", cli=Cli(type=int)),
             CommandParam(
                 "bootstrap",
-                STRS,
+                spec.STRS,
                 description="Gossip peer multiaddr (repeatable).",
                 cli=Cli(type=list[str]),
             ),
             CommandParam(
                 "ipfs_mode",
-                STR,
+                spec.STR,
                 description="IPFS mode: embedded, external or none.",
                 cli=Cli(flags=("--ipfs",), type=str),
             ),
-            CommandParam("log_format", STR, description="text or json.", cli=Cli(type=str)),
+            CommandParam("log_format", spec.STR, description="text or json.", cli=Cli(type=str)),
         ),
         cli=("run",),
         doc="The subscription pipelines, the JSON-RPC control API, the console and the HTTP "
@@ -254,7 +244,7 @@ HOME_COMMANDS: tuple[Command, ...] = (
         "embedded IPFS node and the engine workers (started on demand) in child processes it "
         "owns. The RPC address and token are written to <home>/rpc.cookie (mode 0600) for the "
         "CLI.",
-        result=OBJECT,
+        result=spec.OBJECT,
         home_only="the process becomes the daemon",
         parity="becomes the daemon: every other daemon test starts it this way",
     ),
@@ -265,7 +255,7 @@ HOME_COMMANDS: tuple[Command, ...] = (
         (
             CommandParam(
                 "file",
-                STR,
+                spec.STR,
                 True,
                 "A backup archive (odf-node backup).",
                 Cli("argument", type=Path, to_wire=_absolute),
@@ -275,7 +265,7 @@ HOME_COMMANDS: tuple[Command, ...] = (
         doc="The restored node has the backed-up node key (the same node id), config, state "
         "(subscriptions, accepted heads, attestations, disputes, work items) and, if the backup "
         "included them, datasets. Start it with `odf-node run --home DIR`. docs/backup.md.",
-        result=object_of(RestoreResult),
+        result=spec.object_of(RestoreResult),
         render=_render_restore,
         home_only="makes a new home: no daemon or Application exists for it yet",
     ),
@@ -286,7 +276,7 @@ HOME_COMMANDS: tuple[Command, ...] = (
         (
             CommandParam(
                 "next_key",
-                STR,
+                spec.STR,
                 description="The key the current node key committed to, if kept outside "
                 "keys/next.key.",
                 cli=Cli(type=Path, to_wire=_absolute),
@@ -301,7 +291,7 @@ HOME_COMMANDS: tuple[Command, ...] = (
         "attestations signed by the old key as the node's. The old key is kept in keys/retired/ "
         "(for `key revoke`). Update `[p2p] bootstrap` entries of other nodes that name this "
         'node\'s old peer id. docs/operations.md ("Node key rotation").',
-        result=object_of(Rotated),
+        result=spec.object_of(Rotated),
         render=_render_rotated,
         home_only=_NO_DAEMON,
     ),
@@ -312,7 +302,7 @@ HOME_COMMANDS: tuple[Command, ...] = (
         (
             CommandParam(
                 "node_id",
-                STR,
+                spec.STR,
                 description="The retired key to revoke (did:key:...; default: the newest).",
                 cli=Cli("argument", type=str),
             ),
@@ -322,7 +312,7 @@ HOME_COMMANDS: tuple[Command, ...] = (
         "commitment, else by the revoked key itself, and gossiped by the daemon at its next "
         "start. The current key cannot be revoked: rotate first. docs/operations.md "
         '("Node key rotation").',
-        result=object_of(Revoked),
+        result=spec.object_of(Revoked),
         render=_render_revoked,
         home_only=_NO_DAEMON,
     ),
@@ -331,13 +321,18 @@ HOME_COMMANDS: tuple[Command, ...] = (
         "Serve hosted datasets read-only over the ODF Simple Transfer Protocol.",
         _serve_http,
         (
-            CommandParam("port", INT, description="TCP port.", cli=Cli(type=int, default=8090)),
             CommandParam(
-                "host", STR, description="Bind address.", cli=Cli(type=str, default="127.0.0.1")
+                "port", spec.INT, description="TCP port.", cli=Cli(type=int, default=8090)
+            ),
+            CommandParam(
+                "host",
+                spec.STR,
+                description="Bind address.",
+                cli=Cli(type=str, default="127.0.0.1"),
             ),
         ),
         cli=("serve-http",),
-        result=OBJECT,
+        result=spec.OBJECT,
         home_only="serves the home's files without a daemon",
         parity="a server, no JSON: tests/integration/test_follow_urls.py follows a home it serves",
     ),

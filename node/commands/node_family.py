@@ -15,7 +15,8 @@ from typing import Any
 from node.app import Application
 from node.app.errors import Unavailable
 from node.app.results import ConsoleLogin
-from node.commands.spec import BOOL, Cli, Command, CommandParam, Context, Output, object_of
+from node.commands import spec
+from node.commands.spec import Cli, Command, CommandParam, Context, Output
 
 # ---- console.login (odf-node ui)
 
@@ -65,14 +66,14 @@ NODE_COMMANDS: tuple[Command, ...] = (
         (
             CommandParam(
                 "open",
-                BOOL,
+                spec.BOOL,
                 description="Also open the URL in a web browser.",
                 cli=Cli(),
                 role="cli",
             ),
         ),
         cli=("ui",),
-        result=object_of(ConsoleLogin),
+        result=spec.object_of(ConsoleLogin),
         result_type=ConsoleLogin,
         render=_render_login,
         daemon_only=True,
@@ -83,7 +84,7 @@ NODE_COMMANDS: tuple[Command, ...] = (
         "Native allocators (Arrow's pool, glibc's heap); with ODF_NODE_TRACEMALLOC=1 also the "
         "allocation sites that grew most since the baseline",
         _debug_memory,
-        (CommandParam("baseline", BOOL, description="Take a new baseline snapshot."),),
+        (CommandParam("baseline", spec.BOOL, description="Take a new baseline snapshot."),),
         result={"type": "object", "required": ["traced_mb", "native", "top_growth"]},
         daemon_only=True,
     ),

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from node.commands.spec import STR, Cli, CommandParam
+from node.commands import spec
+from node.commands.spec import Cli, CommandParam
 
 
 def ref_param(description: str = "Dataset alias or did:odf.") -> CommandParam:
     """The required ``ref`` argument: the dataset a command works on."""
-    return CommandParam("ref", STR, True, description, Cli("argument"))
+    return CommandParam("ref", spec.STR, True, description, Cli("argument"))
 
 
 def did_filter() -> CommandParam:
     """The optional ``did`` argument of a listing: only this dataset's rows."""
-    return CommandParam("did", STR, False, "Only this dataset.", Cli("argument"))
+    return CommandParam("did", spec.STR, False, "Only this dataset.", Cli("argument"))
 
 
 def absolute_paths(values: list[Path] | None) -> list[str] | None:

@@ -9,15 +9,8 @@ from node.app.results import (
     IpfsConnected,
     PeerRow,
 )
-from node.commands.spec import (
-    STR,
-    Cli,
-    Command,
-    CommandParam,
-    Context,
-    array_of,
-    object_of,
-)
+from node.commands import spec
+from node.commands.spec import Cli, Command, CommandParam, Context
 
 
 async def _peers(app: Application, ctx: Context) -> list[PeerRow]:
@@ -42,27 +35,27 @@ PEER_COMMANDS: tuple[Command, ...] = (
         "Gossip peers the node knows, with scores.",
         _peers,
         cli=("peers",),
-        result=array_of(PeerRow),
+        result=spec.array_of(PeerRow),
         columns=("peer_id", "connected", "score", "last_seen_ns"),
     ),
     Command(
         "peers.connect",
         "Dial a gossip peer (or, with --ipfs, connect the node's IPFS to another).",
         _peers_connect,
-        (CommandParam("multiaddr", STR, True, "/ip4/…/tcp/…/p2p/<peer id>", Cli("argument")),),
+        (CommandParam("multiaddr", spec.STR, True, "/ip4/…/tcp/…/p2p/<peer id>", Cli("argument")),),
         cli=("connect",),
         daemon_only=True,
         alternate=("--ipfs", "Connect the IPFS node.", "ipfs.connect"),
         parity=_NEEDS_PEER,
-        result=object_of(ConnectResult),
+        result=spec.object_of(ConnectResult),
     ),
     Command(
         "ipfs.connect",
         "Swarm-connect the node's IPFS.",
         _ipfs_connect,
-        (CommandParam("multiaddr", STR, True),),
+        (CommandParam("multiaddr", spec.STR, True),),
         daemon_only=True,
-        result=object_of(IpfsConnected),
+        result=spec.object_of(IpfsConnected),
     ),
 )
 """In the order of ``rpc.discover``."""

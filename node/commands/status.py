@@ -9,17 +9,8 @@ from node.app.results import (
     EventRow,
     NodeStatus,
 )
-from node.commands.spec import (
-    INT,
-    LIMIT,
-    STR,
-    Cli,
-    Command,
-    CommandParam,
-    Context,
-    array_of,
-    object_of,
-)
+from node.commands import spec
+from node.commands.spec import Cli, Command, CommandParam, Context
 
 
 async def _status(app: Application, ctx: Context) -> NodeStatus:
@@ -43,7 +34,7 @@ STATUS_COMMANDS: tuple[Command, ...] = (
         _status,
         cli=("status",),
         doc="Without a daemon: what the home stores, the live fields null.",
-        result=object_of(NodeStatus),
+        result=spec.object_of(NodeStatus),
     ),
     Command("node.config", "The effective configuration.", _config),
     Command(
@@ -52,17 +43,21 @@ STATUS_COMMANDS: tuple[Command, ...] = (
         _events,
         (
             CommandParam(
-                "after_id", INT, False, "Only events after this id.", Cli(flags=("--after",))
+                "after_id", spec.INT, False, "Only events after this id.", Cli(flags=("--after",))
             ),
             CommandParam(
-                "limit", LIMIT, False, "At most this many events.", Cli(type=int, default=100)
+                "limit", spec.LIMIT, False, "At most this many events.", Cli(type=int, default=100)
             ),
             CommandParam(
-                "kind", STR, False, "Only events of this kind (e.g. head.repaired).", Cli(type=str)
+                "kind",
+                spec.STR,
+                False,
+                "Only events of this kind (e.g. head.repaired).",
+                Cli(type=str),
             ),
         ),
         cli=("events",),
-        result=array_of(EventRow),
+        result=spec.array_of(EventRow),
         columns=("id", "kind", "did", "data"),
     ),
 )

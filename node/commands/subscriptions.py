@@ -9,16 +9,8 @@ from node.app.results import (
     SubscriptionRow,
     Unsubscribed,
 )
-from node.commands.spec import (
-    STR,
-    STRS,
-    Cli,
-    Command,
-    CommandParam,
-    Context,
-    array_of,
-    object_of,
-)
+from node.commands import spec
+from node.commands.spec import Cli, Command, CommandParam, Context
 
 
 async def _subscribe(
@@ -56,14 +48,14 @@ SUBSCRIPTION_COMMANDS: tuple[Command, ...] = (
         (
             CommandParam(
                 "did",
-                STR,
+                spec.STR,
                 True,
                 "did:odf:… of the dataset to follow (owner-signed heads over gossip), or the URL "
                 "of its repository to poll: http(s)://, ipfs://, ipns:// or a path "
                 "(docs/follow.md).",
                 Cli("argument"),
             ),
-            CommandParam("alias", STR, False, "Local name.", Cli(type=str)),
+            CommandParam("alias", spec.STR, False, "Local name.", Cli(type=str)),
             CommandParam(
                 "policy",
                 {"type": "string", "enum": ["verify-all", "quorum", "sample", "reputation"]},
@@ -80,14 +72,14 @@ SUBSCRIPTION_COMMANDS: tuple[Command, ...] = (
             ),
             CommandParam(
                 "attesters",
-                STRS,
+                spec.STRS,
                 False,
                 "A trusted attester's node id (did:key:…), over [trust] trusted_attesters.",
                 Cli(flags=("--attester",), type=list[str], metavar="NODE_ID"),
             ),
             CommandParam(
                 "source",
-                STR,
+                spec.STR,
                 False,
                 "Follow the DID from this URL (polled; the source is the authority).",
                 Cli(type=str, metavar="URL"),
@@ -95,23 +87,23 @@ SUBSCRIPTION_COMMANDS: tuple[Command, ...] = (
         ),
         cli=("subscribe",),
         write=True,
-        result=object_of(SubscriptionRow),
+        result=spec.object_of(SubscriptionRow),
     ),
     Command(
         "subscriptions.remove",
         "Stop following a dataset (its local copy is kept).",
         _unsubscribe,
-        (CommandParam("did", STR, True, "did:odf:… to stop following.", Cli("argument")),),
+        (CommandParam("did", spec.STR, True, "did:odf:… to stop following.", Cli("argument")),),
         cli=("unsubscribe",),
         write=True,
-        result=object_of(Unsubscribed),
+        result=spec.object_of(Unsubscribed),
     ),
     Command(
         "subscriptions.list",
         "Followed datasets, their accepted heads, verification outcomes and trust.",
         _subscriptions,
         cli=("subscriptions",),
-        result=array_of(SubscriptionRow),
+        result=spec.array_of(SubscriptionRow),
     ),
 )
 """In the order of ``rpc.discover``."""

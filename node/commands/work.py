@@ -14,19 +14,9 @@ from node.app.results import (
     WorkRow,
 )
 from node.app.rows import WorkState
+from node.commands import spec
 from node.commands.params import did_filter, ref_param
-from node.commands.spec import (
-    BOOL,
-    LIMIT,
-    STR,
-    Cli,
-    Command,
-    CommandParam,
-    Context,
-    Output,
-    array_of,
-    object_of,
-)
+from node.commands.spec import Cli, Command, CommandParam, Context, Output
 
 
 async def _dataset_schedule(
@@ -106,26 +96,26 @@ WORK_COMMANDS: tuple[Command, ...] = (
             ref_param("Owned dataset alias or did:odf."),
             CommandParam(
                 "every",
-                STR,
+                spec.STR,
                 False,
                 "Poll a root's source this often (90, 30s, 15m, 1h, 1h30m, 1d).",
                 Cli(type=str),
             ),
             CommandParam(
                 "cron",
-                STR,
+                spec.STR,
                 False,
                 'Poll a root\'s source on a cron schedule, UTC ("0 * * * *", @daily).',
                 Cli(type=str),
             ),
             CommandParam(
                 "on_input",
-                BOOL,
+                spec.BOOL,
                 False,
                 "Transform a derivative when an input gets a new (trusted) head.",
                 Cli(),
             ),
-            CommandParam("off", BOOL, False, "Remove the dataset's schedule.", Cli()),
+            CommandParam("off", spec.BOOL, False, "Remove the dataset's schedule.", Cli()),
         ),
         cli=("dataset", "schedule"),
         doc="Exactly one of --every, --cron, --on-input, --off. The daemon runs the flows "
@@ -133,7 +123,7 @@ WORK_COMMANDS: tuple[Command, ...] = (
         "see docs/flows.md.",
         render=_render_schedule,
         write=True,
-        result=object_of(ScheduleRow),
+        result=spec.object_of(ScheduleRow),
         result_type=ScheduleRow,
     ),
     Command(
@@ -142,11 +132,11 @@ WORK_COMMANDS: tuple[Command, ...] = (
         _flows,
         (
             did_filter(),
-            CommandParam("limit", LIMIT, False, "Show at most this many runs.", Cli(type=int)),
+            CommandParam("limit", spec.LIMIT, False, "Show at most this many runs.", Cli(type=int)),
         ),
         cli=("flows",),
         render=_render_flows,
-        result=object_of(FlowsResult),
+        result=spec.object_of(FlowsResult),
         result_type=FlowsResult,
     ),
     Command(
@@ -161,10 +151,10 @@ WORK_COMMANDS: tuple[Command, ...] = (
                 "pending, claimed, done, failed.",
                 Cli(type=str),
             ),
-            CommandParam("did", STR, False),
+            CommandParam("did", spec.STR, False),
         ),
         cli=("work",),
-        result=array_of(WorkRow),
+        result=spec.array_of(WorkRow),
         columns=("id", "kind", "did", "state", "attempts", "last_error"),
     ),
 )
