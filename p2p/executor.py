@@ -15,23 +15,7 @@ from __future__ import annotations
 
 from typing import Protocol, assert_never
 
-from p2p.core import (
-    AbandonFetch,
-    Accept,
-    Decision,
-    DisconnectPeer,
-    EmitEquivocationProof,
-    Forward,
-    HeadAccepted,
-    Ignore,
-    Penalise,
-    PollSource,
-    PublishAttestation,
-    PublishDispute,
-    RejectHead,
-    RequestAntiEntropy,
-    RequestFetch,
-)
+from p2p import core
 
 
 class DecisionEffects(Protocol):
@@ -42,99 +26,99 @@ class DecisionEffects(Protocol):
     :class:`NullEffects` is that subclass.
     """
 
-    def accepted(self, d: Accept) -> None:
+    def accepted(self, d: core.Accept) -> None:
         """A message passed every check (announcements still await their fetch)."""
         return None
 
-    def ignored(self, d: Ignore) -> None:
+    def ignored(self, d: core.Ignore) -> None:
         """A message was dropped without blame."""
         return None
 
-    def penalised(self, d: Penalise) -> None:
+    def penalised(self, d: core.Penalise) -> None:
         """A peer misbehaved (the core already lowered its score)."""
         return None
 
-    def forward(self, d: Forward) -> None:
+    def forward(self, d: core.Forward) -> None:
         """Propagate an envelope to other peers."""
         return None
 
-    def fetch(self, d: RequestFetch) -> None:
+    def fetch(self, d: core.RequestFetch) -> None:
         """Start fetching a chain; report ``FetchCompleted`` / ``FetchFailed`` later."""
         return None
 
-    def abandon_fetch(self, d: AbandonFetch) -> None:
+    def abandon_fetch(self, d: core.AbandonFetch) -> None:
         """Cancel a running fetch the core stopped waiting for; nothing of it may commit."""
         return None
 
-    def head_accepted(self, d: HeadAccepted) -> None:
+    def head_accepted(self, d: core.HeadAccepted) -> None:
         """A head became the accepted head of its dataset: persist it and verify it."""
         return None
 
-    def head_rejected(self, d: RejectHead) -> None:
+    def head_rejected(self, d: core.RejectHead) -> None:
         """An owner-signed head failed its ancestry check."""
         return None
 
-    def equivocation(self, d: EmitEquivocationProof) -> None:
+    def equivocation(self, d: core.EmitEquivocationProof) -> None:
         """The core built an equivocation proof: store and publish it."""
         return None
 
-    def anti_entropy(self, d: RequestAntiEntropy) -> None:
+    def anti_entropy(self, d: core.RequestAntiEntropy) -> None:
         """Ask a peer for its latest heads; report ``AntiEntropyReceived`` later."""
         return None
 
-    def disconnect(self, d: DisconnectPeer) -> None:
+    def disconnect(self, d: core.DisconnectPeer) -> None:
         """A peer's score fell below the graylist threshold."""
         return None
 
-    def attest(self, d: PublishAttestation) -> None:
+    def attest(self, d: core.PublishAttestation) -> None:
         """Sign and publish an attestation for a head this node verified."""
         return None
 
-    def dispute(self, d: PublishDispute) -> None:
+    def dispute(self, d: core.PublishDispute) -> None:
         """Sign and publish a dispute for a head whose verification failed."""
         return None
 
-    def poll_source(self, d: PollSource) -> None:
+    def poll_source(self, d: core.PollSource) -> None:
         """Poll a followed source now (a peer observed it showing another head)."""
         return None
 
 
-def execute(decision: Decision, effects: DecisionEffects) -> None:
+def execute(decision: core.Decision, effects: DecisionEffects) -> None:
     """Carry out one decision through ``effects`` (exhaustive over :data:`Decision`)."""
     match decision:
-        case Accept():
+        case core.Accept():
             effects.accepted(decision)
-        case Ignore():
+        case core.Ignore():
             effects.ignored(decision)
-        case Penalise():
+        case core.Penalise():
             effects.penalised(decision)
-        case Forward():
+        case core.Forward():
             effects.forward(decision)
-        case RequestFetch():
+        case core.RequestFetch():
             effects.fetch(decision)
-        case AbandonFetch():
+        case core.AbandonFetch():
             effects.abandon_fetch(decision)
-        case HeadAccepted():
+        case core.HeadAccepted():
             effects.head_accepted(decision)
-        case RejectHead():
+        case core.RejectHead():
             effects.head_rejected(decision)
-        case EmitEquivocationProof():
+        case core.EmitEquivocationProof():
             effects.equivocation(decision)
-        case RequestAntiEntropy():
+        case core.RequestAntiEntropy():
             effects.anti_entropy(decision)
-        case DisconnectPeer():
+        case core.DisconnectPeer():
             effects.disconnect(decision)
-        case PublishAttestation():
+        case core.PublishAttestation():
             effects.attest(decision)
-        case PublishDispute():
+        case core.PublishDispute():
             effects.dispute(decision)
-        case PollSource():
+        case core.PollSource():
             effects.poll_source(decision)
         case _:
             assert_never(decision)
 
 
-def execute_all(decisions: list[Decision], effects: DecisionEffects) -> None:
+def execute_all(decisions: list[core.Decision], effects: DecisionEffects) -> None:
     """Carry out ``decisions`` in order."""
     for d in decisions:
         execute(d, effects)
