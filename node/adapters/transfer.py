@@ -8,9 +8,9 @@ import dataclasses
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from coordinator.multiformats import Multihash
 from coordinator.storage.repository import DatasetRepository
@@ -37,7 +37,7 @@ from node.transfer.policy import SourcePolicy
 if TYPE_CHECKING:
     from node.app.ports import EthereumLogsRequest
     from node.transfer.pull import PullOptions
-    from node.transfer.sources import SharedHttpSession, StreamRequest
+    from node.transfer.sources import SharedHttpSession, Source, StreamRequest
 
 
 def source_policy(config: NodeConfig | None) -> SourcePolicy:
@@ -84,6 +84,20 @@ def _as_pull_errors() -> Iterator[None]:
         raise PullUnreachable(str(e)) from e
     except SourceTooSlow as e:
         raise PullTooSlow(str(e)) from e
+
+
+async def _read_capped(source: Source, path: str, limit: int, too_long: str) -> bytes:
+    """``path`` of ``source`` read whole; over ``limit`` bytes a transient failure saying
+    ``too_long``."""
+    from node.transfer.errors import TransientSourceError
+
+    buf = bytearray()
+    async with source.open(path) as chunks:
+        async for c in chunks:
+            buf += c
+            if len(buf) > limit:
+                raise TransientSourceError(too_long)
+    return bytes(buf)
 
 
 def _tree_bytes(root: Path) -> int:
@@ -194,6 +208,7 @@ class DiskBudget:
 
 _MAX_REF = 1024
 _MAX_BLOCK = 16 << 20
+_T = TypeVar("_T")
 
 
 class TransferAdapter:
@@ -457,60 +472,44 @@ class TransferAdapter:
     async def probe_head(self, url: str, etag: str | None, last_modified: str | None) -> HeadProbe:
         """One poll of ``{url}/refs/head``: conditional over HTTP(S); a plain read elsewhere
         (a directory, or IPFS / IPNS through the node's IPFS API or gateway)."""
-        from node.transfer.errors import InvalidSourceUrl, SourceRefused, TransientSourceError
-        from node.transfer.sources import HttpSource, open_source
+        from node.transfer.sources import HttpSource
 
-        if self._http is None and self._loop_thread is not None:
-            self._http = self._session()
-
-        async def http_probe(source: HttpSource) -> HeadProbe:
-            status, body, tag, modified = await source.conditional_head(etag, last_modified)
-            if status == 304:
-                return HeadProbe(False, None, tag, modified, 1, 0)
-            return HeadProbe(
-                True, body.decode("ascii", "replace").strip(), tag, modified, 1, len(body)
-            )
-
-        async def probe() -> HeadProbe:
-            source = open_source(
-                url,
-                ipfs_api=self._ipfs_api(),
-                ipfs_gateway=self._ipfs_gateway,
-                policy=self._policy,
-                http=self._http,
-            )
-            try:
-                if isinstance(source, HttpSource):
-                    return await http_probe(source)
-                buf = bytearray()
-                async with source.open("refs/head") as chunks:
-                    async for c in chunks:
-                        buf += c
-                        if len(buf) > _MAX_REF:
-                            raise TransientSourceError("refs/head too long")
+        async def probe(source: Source) -> HeadProbe:
+            if isinstance(source, HttpSource):
+                status, body, tag, modified = await source.conditional_head(etag, last_modified)
+                if status == 304:
+                    return HeadProbe(False, None, tag, modified, 1, 0)
                 return HeadProbe(
-                    True, buf.decode("ascii", "replace").strip(), None, None, 1, len(buf)
+                    True, body.decode("ascii", "replace").strip(), tag, modified, 1, len(body)
                 )
-            finally:
-                await source.close()
+            ref = await _read_capped(source, "refs/head", _MAX_REF, "refs/head too long")
+            return HeadProbe(True, ref.decode("ascii", "replace").strip(), None, None, 1, len(ref))
 
-        try:
-            result: HeadProbe = await self._run(probe())
-        except (SourceRefused, InvalidSourceUrl) as e:
-            raise PullRefused(str(e)) from e
-        except TransientSourceError as e:
-            raise Unavailable(f"{url}: {e}") from e
-        return result
+        return await self._with_source(url, probe)
 
     async def read_block(self, url: str, block: Multihash) -> bytes:
         """``{url}/blocks/<block>``, checked against its sha3-256 hash."""
+        path = f"blocks/{block.to_multibase()}"
+
+        async def read(source: Source) -> bytes:
+            return await _read_capped(source, path, _MAX_BLOCK, "block too large")
+
+        data = await self._with_source(url, read)
+        if Multihash.sha3_256(data) != block:
+            raise PullRejected(f"{url}: {path} does not match its hash")
+        return data
+
+    async def _with_source(self, url: str, use: Callable[[Source], Awaitable[_T]]) -> _T:
+        """``use`` the source at ``url`` (opened under the source policy with the shared HTTP
+        session, on the pulls' loop; closed after); its refusals as :class:`PullRefused`, its
+        transient failures as :class:`Unavailable`."""
         from node.transfer.errors import InvalidSourceUrl, SourceRefused, TransientSourceError
         from node.transfer.sources import open_source
 
         if self._http is None and self._loop_thread is not None:
             self._http = self._session()
 
-        async def read() -> bytes:
+        async def run() -> _T:
             source = open_source(
                 url,
                 ipfs_api=self._ipfs_api(),
@@ -519,25 +518,17 @@ class TransferAdapter:
                 http=self._http,
             )
             try:
-                buf = bytearray()
-                async with source.open(f"blocks/{block.to_multibase()}") as chunks:
-                    async for c in chunks:
-                        buf += c
-                        if len(buf) > _MAX_BLOCK:
-                            raise TransientSourceError("block too large")
-                return bytes(buf)
+                return await use(source)
             finally:
                 await source.close()
 
         try:
-            data: bytes = await self._run(read())
+            result: _T = await self._run(run())
         except (SourceRefused, InvalidSourceUrl) as e:
             raise PullRefused(str(e)) from e
         except TransientSourceError as e:
             raise Unavailable(f"{url}: {e}") from e
-        if Multihash.sha3_256(data) != block:
-            raise PullRejected(f"{url}: blocks/{block.to_multibase()} does not match its hash")
-        return data
+        return result
 
     async def close(self) -> None:
         """Close the shared HTTP session (on the loop the pulls ran on)."""
