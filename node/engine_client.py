@@ -725,34 +725,10 @@ class EngineClient:
 
     def execute_raw_query(self, request: RawQueryRequest) -> RawQueryResponse:
         """Run a raw query (ingest preprocessing); restart + one retry as for transforms."""
-        import grpc
-
-        with self._lock:
-            if self._idle is not None:
-                self._idle.cancel()
-            try:
-                last_error = ""
-                for attempt in range(2):
-                    _clear_path(request.output_data_path)
-                    watch: _ResourceWatch | None = None
-                    try:
-                        self.start()
-                        watch = self._watch()
-                        with watch or _nothing():
-                            resp = self._call_raw(request)
-                        if watch is None or not watch.exceeded:
-                            return resp
-                    except (grpc.RpcError, EngineUnavailable) as e:
-                        last_error = str(e)
-                    self._teardown()
-                    _clear_path(request.output_data_path)
-                    if watch is not None and watch.exceeded:
-                        return watch.failure()
-                    if not self.spawn or attempt == 1:
-                        break
-                return TransformInternalError(message=f"engine failed: {last_error}")
-            finally:
-                self._arm_idle()
+        result = self._attempts(
+            lambda: _clear_path(request.output_data_path), lambda: self._call_raw(request), 1
+        )
+        return result if not isinstance(result, _Failed) else result.response
 
     def execute_transform(self, request: TransformRequest) -> TransformResponse:
         """Run one transform; restart the worker and retry once if it dies.
@@ -1108,7 +1084,7 @@ class _Failed:
 
     __slots__ = ("response",)
 
-    def __init__(self, response: TransformResponse) -> None:
+    def __init__(self, response: TransformInternalError) -> None:
         self.response = response
 
 
