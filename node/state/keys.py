@@ -44,24 +44,39 @@ class KeyRecords(EvidenceStore):
             if replace
             else "DO NOTHING"
         )
+        return self._add_key_record(
+            "key_rotations",
+            "old_id",
+            old_id,
+            """INSERT INTO key_rotations (old_id, new_id, issued_at_ns, envelope, received_ns, kept)
+               VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (old_id) """
+            + conflict,
+            (new_id, issued_at_ns, bytes(envelope)),
+            kept=kept,
+            cap=cap,
+        )
+
+    def _add_key_record(
+        self,
+        table: str,
+        key: str,
+        record: str,
+        insert: str,
+        values: tuple[object, ...],
+        *,
+        kept: bool,
+        cap: int | None,
+    ) -> bool:
+        """Run ``insert`` on the record ``key = record``: ``record``, ``values``, the time
+        received and the kept flag, set when ``kept`` or without a cap (the node's own);
+        strangers' held within ``cap`` (:meth:`_bound_keys`). Whether ``insert`` stored the
+        record and it is still there."""
+        kept = kept or cap is None
         with self._tx() as c:
-            cur = c.execute(
-                """INSERT INTO key_rotations
-                     (old_id, new_id, issued_at_ns, envelope, received_ns, kept)
-                   VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (old_id) """
-                + conflict,
-                (
-                    old_id,
-                    new_id,
-                    issued_at_ns,
-                    bytes(envelope),
-                    self._clock(),
-                    int(kept := kept or cap is None),
-                ),
-            )
+            cur = c.execute(insert, (record, *values, self._clock(), int(kept)))
             if kept:
-                c.execute("UPDATE key_rotations SET kept = 1 WHERE old_id = ?", (old_id,))
-            return cur.rowcount > 0 and self._bound_keys(c, "key_rotations", "old_id", old_id, cap)
+                c.execute(f"UPDATE {table} SET kept = 1 WHERE {key} = ?", (record,))
+            return cur.rowcount > 0 and self._bound_keys(c, table, key, record, cap)
 
     @staticmethod
     def _bound_keys(
@@ -104,24 +119,18 @@ class KeyRecords(EvidenceStore):
         ``kept`` and ``cap`` as for :meth:`add_key_rotation`."""
         if not node_id:
             raise InvalidStateValue("node_id must not be empty")
-        with self._tx() as c:
-            cur = c.execute(
-                """INSERT INTO key_revocations (node_id, revoked_ns, envelope, received_ns, kept)
-                   VALUES (?, ?, ?, ?, ?) ON CONFLICT (node_id) DO UPDATE SET
-                     revoked_ns = excluded.revoked_ns, envelope = excluded.envelope
-                   WHERE excluded.revoked_ns < key_revocations.revoked_ns""",
-                (
-                    node_id,
-                    revoked_ns,
-                    bytes(envelope),
-                    self._clock(),
-                    int(kept := kept or cap is None),
-                ),
-            )
-            if kept:
-                c.execute("UPDATE key_revocations SET kept = 1 WHERE node_id = ?", (node_id,))
-            stored = cur.rowcount > 0
-            return stored and self._bound_keys(c, "key_revocations", "node_id", node_id, cap)
+        return self._add_key_record(
+            "key_revocations",
+            "node_id",
+            node_id,
+            """INSERT INTO key_revocations (node_id, revoked_ns, envelope, received_ns, kept)
+               VALUES (?, ?, ?, ?, ?) ON CONFLICT (node_id) DO UPDATE SET
+                 revoked_ns = excluded.revoked_ns, envelope = excluded.envelope
+               WHERE excluded.revoked_ns < key_revocations.revoked_ns""",
+            (revoked_ns, bytes(envelope)),
+            kept=kept,
+            cap=cap,
+        )
 
     def key_revocations(self) -> list[KeyRevocationRecord]:
         """Every stored revocation."""
@@ -145,22 +154,16 @@ class KeyRecords(EvidenceStore):
         :meth:`add_key_rotation`."""
         if not node_id:
             raise InvalidStateValue("node_id must not be empty")
-        with self._tx() as c:
-            cur = c.execute(
-                """INSERT INTO key_inceptions (node_id, issued_at_ns, envelope, received_ns, kept)
-                   VALUES (?, ?, ?, ?, ?) ON CONFLICT (node_id) DO NOTHING""",
-                (
-                    node_id,
-                    issued_at_ns,
-                    bytes(envelope),
-                    self._clock(),
-                    int(kept := kept or cap is None),
-                ),
-            )
-            if kept:
-                c.execute("UPDATE key_inceptions SET kept = 1 WHERE node_id = ?", (node_id,))
-            stored = cur.rowcount > 0
-            return stored and self._bound_keys(c, "key_inceptions", "node_id", node_id, cap)
+        return self._add_key_record(
+            "key_inceptions",
+            "node_id",
+            node_id,
+            """INSERT INTO key_inceptions (node_id, issued_at_ns, envelope, received_ns, kept)
+               VALUES (?, ?, ?, ?, ?) ON CONFLICT (node_id) DO NOTHING""",
+            (issued_at_ns, bytes(envelope)),
+            kept=kept,
+            cap=cap,
+        )
 
     def key_inceptions(self) -> list[KeyInceptionRecord]:
         """Every stored key inception, oldest received first."""
