@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import Literal
+from typing import Literal, TypeVar
 
 from coordinator.identity import DatasetId
 from node.app.rows import KeyInceptionRecord, KeyRevocationRecord, KeyRotationRecord
@@ -53,6 +53,8 @@ from p2p.wire import (
 
 MAX_CHAIN = 64
 """Rotations followed from one key at most (a chain is one per rotation of one node)."""
+
+_M = TypeVar("_M", KeyRotation, KeyRevocation, KeyInception)
 
 RecordKind = Literal["rotation", "revocation", "inception"]
 
@@ -277,34 +279,16 @@ class NodeIdentities:
         return not self._next and not self._revoked
 
 
-def rotation_of(envelope: bytes) -> KeyRotation | None:
-    """The rotation in a stored envelope (checked when it was received), or None."""
+def stored_message(envelope: bytes, kind: type[_M]) -> _M | None:
+    """The ``kind`` message (a rotation, revocation or inception) in a stored envelope,
+    checked when it was received; None if it holds another or no longer decodes (a stored
+    record the decoder no longer reads is ignored, not fatal)."""
     try:
         msg = decode_unverified(envelope)
-    except WireDecodeError:  # a stored record the decoder no longer reads: ignored, not fatal
+    except WireDecodeError:
         return None
     inner = getattr(msg, "message", None)
-    return inner if isinstance(inner, KeyRotation) else None
-
-
-def revocation_of(envelope: bytes) -> KeyRevocation | None:
-    """The revocation in a stored envelope (checked when it was received), or None."""
-    try:
-        msg = decode_unverified(envelope)
-    except WireDecodeError:  # as in rotation_of
-        return None
-    inner = getattr(msg, "message", None)
-    return inner if isinstance(inner, KeyRevocation) else None
-
-
-def inception_of(envelope: bytes) -> KeyInception | None:
-    """The inception in a stored envelope (checked when it was received), or None."""
-    try:
-        msg = decode_unverified(envelope)
-    except WireDecodeError:  # as in rotation_of
-        return None
-    inner = getattr(msg, "message", None)
-    return inner if isinstance(inner, KeyInception) else None
+    return inner if isinstance(inner, kind) else None
 
 
 def load_records(
@@ -324,12 +308,12 @@ def load_records(
     Revocations follow, once every commitment is known.
     """
     for i in inceptions:
-        inc = inception_of(i.envelope)
+        inc = stored_message(i.envelope, KeyInception)
         if inc is not None:
             identities.add_inception(inc.node, inc.next_digest, kept=i.kept)
     parsed: list[tuple[DatasetId, DatasetId, bytes | None, bool]] = []
     for r in rotations:
-        msg = rotation_of(r.envelope)
+        msg = stored_message(r.envelope, KeyRotation)
         if msg is not None:
             parsed.append((msg.old, msg.new, msg.next_digest, r.kept))
         else:
@@ -338,7 +322,7 @@ def load_records(
         if not any([identities.add_rotation(o, n, d, kept=k) for o, n, d, k in parsed]):
             break
     for x in revocations:
-        rev = revocation_of(x.envelope)
+        rev = stored_message(x.envelope, KeyRevocation)
         by = rev.by if rev is not None else None
         identities.add_revocation(DatasetId.parse(x.node_id), x.revoked_ns, by, kept=x.kept)
 
@@ -346,8 +330,6 @@ def load_records(
 __all__ = [
     "InceptionOutcome",
     "NodeIdentities",
-    "inception_of",
     "load_records",
-    "revocation_of",
-    "rotation_of",
+    "stored_message",
 ]
