@@ -24,26 +24,20 @@ from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
 from p2p.core import (
     AbandonFetch,
-    Accept,
     AntiEntropyReceived,
     Decision,
-    DisconnectPeer,
     EmitEquivocationProof,
     Event,
     FetchCompleted,
     FetchFailed,
     Forward,
-    HeadAccepted,
-    Ignore,
     MessageReceived,
     PeerConnected,
     PeerDisconnected,
     Penalise,
-    PollSource,
     ProtocolCore,
     PublishAttestation,
     PublishDispute,
-    RejectHead,
     RequestAntiEntropy,
     RequestFetch,
     SourceHeadAccepted,
@@ -86,8 +80,17 @@ _AE_SLICE = 32
 log = logging.getLogger(__name__)
 
 
-class GossipService:
-    """Drives one :class:`ProtocolCore` over one transport; see the module docstring."""
+class GossipService(NullEffects):
+    """Drives one :class:`ProtocolCore` over one transport; see the module docstring.
+
+    Its effect methods are the network part of each decision; :meth:`_apply` then hands the
+    same decision to the node's effects. A decision with no network part is a no-op here
+    (inherited): :class:`Accept`, :class:`Ignore` and :class:`Penalise` are answered by the
+    validator (ACCEPT / IGNORE / REJECT, gossipsub's own scoring sees a REJECT too); a head
+    accepted or rejected, a graylisted peer and a source to poll are the node's alone (it
+    persists, verifies, logs; its follower owns the sources' schedule); attestations and
+    disputes are signed by the node, which holds the key and the evidence.
+    """
 
     def __init__(
         self,
@@ -264,22 +267,11 @@ class GossipService:
         for d in decisions:
             for listener in self._listeners:
                 listener(d)
-            execute(d, self)
+            execute(d, self)  # the network part
+            execute(d, self._node)  # then the node's part
         return decisions
 
-    # ---- DecisionEffects: the network part here, then the node's part
-
-    def accepted(self, d: Accept) -> None:
-        """Nothing to do on the network (the validator's ACCEPT forwards it)."""
-        self._node.accepted(d)
-
-    def ignored(self, d: Ignore) -> None:
-        """The validator answers IGNORE."""
-        self._node.ignored(d)
-
-    def penalised(self, d: Penalise) -> None:
-        """The validator answers REJECT (gossipsub's own scoring sees it too)."""
-        self._node.penalised(d)
+    # ---- DecisionEffects: the network part (the node's part follows in _apply)
 
     def forward(self, d: Forward) -> None:
         """The validator answers ACCEPT and gossipsub forwards.
@@ -289,7 +281,6 @@ class GossipService:
         """
         if d.content_id != self._validating:
             self._spawn(self.publish_best_effort(_topic_of(d.envelope), d.envelope))
-        self._node.forward(d)
 
     def fetch(self, d: RequestFetch) -> None:
         """Run the fetcher in a task that :meth:`abandon_fetch` can cancel."""
@@ -301,48 +292,20 @@ class GossipService:
         self._fetches[key] = task
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        self._node.fetch(d)
 
     def abandon_fetch(self, d: AbandonFetch) -> None:
         """Cancel the pull the core stopped waiting for (a cancelled pull commits nothing)."""
         task = self._fetches.pop((d.dataset, d.head), None)
         if task is not None:
             task.cancel()
-        self._node.abandon_fetch(d)
-
-    def head_accepted(self, d: HeadAccepted) -> None:
-        """The node persists and verifies it."""
-        self._node.head_accepted(d)
-
-    def head_rejected(self, d: RejectHead) -> None:
-        """The node records it (and may dispute)."""
-        self._node.head_rejected(d)
 
     def equivocation(self, d: EmitEquivocationProof) -> None:
         """Publish the proof on the node topic; the node stores it."""
         self._spawn(self.publish_best_effort(NODE_TOPIC, d.proof.envelope))
-        self._node.equivocation(d)
 
     def anti_entropy(self, d: RequestAntiEntropy) -> None:
         """Ask the peer for its heads over ``/odf/heads/1.0.0``."""
         self._spawn(self._anti_entropy(d))
-        self._node.anti_entropy(d)
-
-    def disconnect(self, d: DisconnectPeer) -> None:
-        """The core ignores a graylisted peer from now on; the node logs it."""
-        self._node.disconnect(d)
-
-    def attest(self, d: PublishAttestation) -> None:
-        """Signing needs the node's key and its verification report: the node does it."""
-        self._node.attest(d)
-
-    def dispute(self, d: PublishDispute) -> None:
-        """Signing needs the node's key and its evidence: the node does it."""
-        self._node.dispute(d)
-
-    def poll_source(self, d: PollSource) -> None:
-        """Polling is the node's (its follower owns the sources' schedule)."""
-        self._node.poll_source(d)
 
     async def publish_best_effort(self, topic: str, envelope: bytes) -> None:
         """Publish ``envelope``; no peers on the topic yet is fine (anti-entropy carries it)."""
