@@ -49,6 +49,7 @@ import pyarrow as pa
 
 from coordinator.ingest.vocab import Vocab
 from coordinator.metadata import model as m
+from coordinator.metadata.odf_schema import plain_arrow_type
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.transform import model as tm
 from coordinator.transform.engines import DATAFUSION, datafusion_core, normalize_engine
@@ -320,15 +321,6 @@ def _is_query_error(text: str) -> bool:
     )
 
 
-def _plain(t: pa.DataType) -> pa.DataType:
-    """Views as plain types (see the module docstring: the hash treats them alike)."""
-    if pa.types.is_string_view(t):
-        return pa.string()
-    if pa.types.is_binary_view(t):
-        return pa.binary()
-    return t
-
-
 def _normalize(table: pa.Table, vocab: Vocab) -> pa.Table:
     """Timestamps to ms UTC; a narrow ``op`` to Int32; string views to plain strings."""
     cols: list[Any] = []
@@ -344,9 +336,9 @@ def _normalize(table: pa.Table, vocab: Vocab) -> pa.Table:
         elif f.name == vocab.operation_type_column and any(t.equals(x) for x in _OP_NARROW):
             col = col.cast(pa.int32())
             t = pa.int32()
-        elif _plain(t) != t:
-            col = col.cast(_plain(t))
-            t = _plain(t)
+        elif plain_arrow_type(t) != t:
+            t = plain_arrow_type(t)
+            col = col.cast(t)
         cols.append(col)
         fields.append(pa.field(f.name, t, nullable=f.nullable))
     return pa.Table.from_arrays(cols, schema=pa.schema(fields))

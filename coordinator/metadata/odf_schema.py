@@ -456,6 +456,22 @@ def _strip_type(t: m.DataType) -> m.DataType:
     return t
 
 
+def plain_arrow_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with a view layout replaced by the classic one (``string_view`` -> ``string``,
+    ``binary_view`` -> ``binary``); any other type unchanged.
+
+    The Arrow-level counterpart of :func:`strip_encoding` (not a kamu function): the logical
+    hash treats both layouts alike, and DataFusion's outputs and answers come as views, which
+    odf-node writes and serves as classic columns (``engine/datafusion_engine.py``,
+    ``node/transfer/flight_sql.py``).
+    """
+    if pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_binary_view(t):
+        return pa.binary()
+    return t
+
+
 def upgrade(event: m.SetDataSchema) -> m.DataSchema:
     """The ODF schema of a ``SetDataSchema`` of any version (kamu ``SetDataSchema::upgrade``).
 

@@ -51,6 +51,7 @@ import pyarrow.flight as fl
 import pyarrow.parquet as pq
 
 from coordinator.errors import OdfNodeError
+from coordinator.metadata.odf_schema import plain_arrow_type
 from node.app.errors import (
     HeadNotTrusted,
     QueryBusy,
@@ -358,20 +359,14 @@ def sql_info_table(wanted: Sequence[int]) -> pa.Table:
     return pa.Table.from_arrays([pa.array(codes, pa.uint32()), value], schema=_SQL_INFO_SCHEMA)
 
 
-def _plain(t: pa.DataType) -> pa.DataType:
-    if pa.types.is_string_view(t):
-        return pa.string()
-    if pa.types.is_binary_view(t):
-        return pa.binary()
-    return t
-
-
 def plain_schema(schema: pa.Schema) -> pa.Schema:
     """``schema`` with view columns (DataFusion answers ``string_view``) as classic strings and
     binaries: clients that predate the view types read them, and a slice of a view array would
     carry every data buffer of the whole column into each IPC message (a 10M-row answer sent
     22 MB per 65,536-row batch, more than the ADBC client accepts)."""
-    return pa.schema([f.with_type(_plain(f.type)) for f in schema], metadata=schema.metadata)
+    return pa.schema(
+        [f.with_type(plain_arrow_type(f.type)) for f in schema], metadata=schema.metadata
+    )
 
 
 def batches(table: pa.Table, target: pa.Schema | None = None) -> Iterator[pa.RecordBatch]:
