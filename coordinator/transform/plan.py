@@ -18,7 +18,7 @@ dataset's head has not moved since planning.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from coordinator.data import kamu_parquet_schema, logical_hash, physical_hash
@@ -573,14 +573,7 @@ def commit_transform(
         if event.new_data is None and new_cp == prev_cp and event.new_watermark == prev_wm:
             return CommitResult(event=event, new_head=None, new_blocks=())
         if event.new_data is None and new_cp == prev_cp:
-            event = m.ExecuteTransform(
-                query_inputs=event.query_inputs,
-                prev_checkpoint=event.prev_checkpoint,
-                prev_offset=event.prev_offset,
-                new_data=None,
-                new_checkpoint=output.new_checkpoint,
-                new_watermark=event.new_watermark,
-            )
+            event = replace(event, new_checkpoint=output.new_checkpoint)
         events: list[m.MetadataEvent] = []
         if output.new_data is not None and not state.has_schema:
             events.append(schema_event(kamu_parquet_schema(plan.request.new_data_path)))
