@@ -56,23 +56,12 @@ def make_root(
     merge: m.MergeStrategy | None = None,
 ) -> Dataset:
     """A root dataset with a CSV push source (header row, given DDL schema)."""
-    ds = Dataset.create(root / name)
-    append_events(
-        ds,
-        [
-            m.Seed(
-                dataset_id=DatasetId.new_seeded_ed25519(name.encode()),
-                dataset_kind=m.DatasetKind.ROOT,
-            ),
-            m.AddPushSource(
-                source_name="src",
-                read=m.ReadStepCsv(ddl_schema=schema, header=True),
-                merge=merge or m.MergeStrategyAppend(),
-            ),
-        ],
-        T0,
+    source = m.AddPushSource(
+        source_name="src",
+        read=m.ReadStepCsv(ddl_schema=schema, header=True),
+        merge=merge or m.MergeStrategyAppend(),
     )
-    return ds
+    return _seeded(root, name, m.DatasetKind.ROOT, source)
 
 
 def push_csv(ds: Dataset, tmp: Path, text: str, clock: StepClock) -> IngestResult:
@@ -94,30 +83,27 @@ def make_derivative(
     version: str | None = None,
 ) -> Dataset:
     """A derivative dataset whose ``SetTransform`` reads ``inputs`` (dataset, alias)."""
-    ds = Dataset.create(root / name)
     ins = []
     for in_ds, alias in inputs:
         did = in_ds.state().dataset_id
         assert did is not None
         ins.append(m.TransformInput(dataset_ref=did.as_did_str(), alias=alias))
-    append_events(
-        ds,
-        [
-            m.Seed(
-                dataset_id=DatasetId.new_seeded_ed25519(name.encode()),
-                dataset_kind=m.DatasetKind.DERIVATIVE,
-            ),
-            m.SetTransform(
-                inputs=tuple(ins),
-                transform=m.TransformSql(
-                    engine=engine,
-                    version=version,
-                    queries=tuple(m.SqlQueryStep(alias=a, query=q) for a, q in queries),
-                ),
-            ),
-        ],
-        T0,
+    transform = m.SetTransform(
+        inputs=tuple(ins),
+        transform=m.TransformSql(
+            engine=engine,
+            version=version,
+            queries=tuple(m.SqlQueryStep(alias=a, query=q) for a, q in queries),
+        ),
     )
+    return _seeded(root, name, m.DatasetKind.DERIVATIVE, transform)
+
+
+def _seeded(root: Path, name: str, kind: m.DatasetKind, event: m.MetadataEvent) -> Dataset:
+    """A new dataset at ``root / name``: its ``Seed`` (id seeded by ``name``), then ``event``."""
+    ds = Dataset.create(root / name)
+    seed = m.Seed(dataset_id=DatasetId.new_seeded_ed25519(name.encode()), dataset_kind=kind)
+    append_events(ds, [seed, event], T0)
     return ds
 
 
