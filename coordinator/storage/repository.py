@@ -133,8 +133,8 @@ class DatasetRepository:
         self.key_source = key_source
         self.durable = durable
         self._alias_index: dict[str, DatasetHandle] = {}
-        # Directory names already known to spell a DID (:meth:`count` parses each name once).
-        self._dataset_dir_names: set[str] = set()
+        # The DID each dataset directory's name spells, parsed once (:meth:`_dataset_dirs`).
+        self._dir_dids: dict[str, DatasetId] = {}
         self.root.mkdir(parents=True, exist_ok=True)
 
     # -- lookup ---------------------------------------------------------------------------------
@@ -142,14 +142,9 @@ class DatasetRepository:
     def list(self) -> list[DatasetHandle]:
         """All datasets, sorted by alias."""
         out = []
-        for p in self.root.iterdir() if self.root.is_dir() else ():
-            if p.name.startswith(".") or not p.is_dir():
-                continue
-            try:
-                did = DatasetId.from_multibase(p.name)
-            except InvalidDatasetId:
-                continue
-            out.append(DatasetHandle(did, self._read_alias(p) or p.name, p))
+        for e, did in self._dataset_dirs():
+            p = Path(e.path)
+            out.append(DatasetHandle(did, self._read_alias(p) or e.name, p))
         return sorted(out, key=lambda h: h.alias)
 
     def catalog(self) -> builtins.list[CatalogEntry]:
@@ -165,22 +160,11 @@ class DatasetRepository:
         except (FileNotFoundError, NotADirectoryError):
             owned = set()
         out = []
-        try:
-            entries = os.scandir(self.root)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        with entries:
-            for e in entries:
-                if e.name.startswith(".") or not e.is_dir():
-                    continue
-                try:
-                    did = DatasetId.from_multibase(e.name)
-                except InvalidDatasetId:
-                    continue
-                alias = _read_small(os.path.join(e.path, "info", "alias"))
-                head = _read_small(os.path.join(e.path, "refs", HEAD_REF))
-                handle = DatasetHandle(did, alias or e.name, Path(e.path))
-                out.append(CatalogEntry(handle, head, e.name in owned))
+        for e, did in self._dataset_dirs():
+            alias = _read_small(os.path.join(e.path, "info", "alias"))
+            head = _read_small(os.path.join(e.path, "refs", HEAD_REF))
+            handle = DatasetHandle(did, alias or e.name, Path(e.path))
+            out.append(CatalogEntry(handle, head, e.name in owned))
         out.sort(key=lambda c: c.handle.alias)
         return out
 
@@ -191,23 +175,28 @@ class DatasetRepository:
         busy daemon every system call gives up the GIL and waits to get it back, and 1,000
         ``stat`` calls made ``node.status`` take over 100 ms.
         """
-        n = 0
+        return sum(1 for _ in self._dataset_dirs())
+
+    def _dataset_dirs(self) -> Iterator[tuple[os.DirEntry[str], DatasetId]]:
+        """Each dataset directory under the root with the DID its name spells, from one
+        listing (``os.scandir``: the entry types come with it, no ``stat`` per entry); hidden
+        entries, files and names that spell no DID are skipped. A name is parsed once."""
         try:
             entries = os.scandir(self.root)
         except (FileNotFoundError, NotADirectoryError):
-            return 0
+            return
         with entries:
             for e in entries:
                 if e.name.startswith(".") or not e.is_dir():
                     continue
-                if e.name not in self._dataset_dir_names:
+                did = self._dir_dids.get(e.name)
+                if did is None:
                     try:
-                        DatasetId.from_multibase(e.name)
+                        did = DatasetId.from_multibase(e.name)
                     except InvalidDatasetId:
                         continue
-                    self._dataset_dir_names.add(e.name)
-                n += 1
-        return n
+                    self._dir_dids[e.name] = did
+                yield e, did
 
     def __iter__(self) -> Iterator[DatasetHandle]:
         return iter(self.list())
