@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import KW_ONLY, dataclass
 
 from coordinator.identity import DatasetId
 from node.app.identities import NodeIdentities, load_records
@@ -38,36 +39,27 @@ MovePeerScore = Callable[[str, str], None]
 """Carries a peer's score from its old libp2p peer id over to its new one (the core's)."""
 
 
+@dataclass(eq=False)
 class NodeKeyRecords:
     """See the module docstring."""
 
-    def __init__(
-        self,
-        state: StatePort,
-        identities: NodeIdentities,
-        events: EventSink,
-        *,
-        trust: TrustDriver | None = None,
-        move_peer_score: MovePeerScore | None = None,
-        cap: int = EvidenceCaps().key_records,
-        trusted_nodes: Callable[[], Iterable[DatasetId]] = tuple,
-    ) -> None:
-        self._state = state
-        self._cap = cap
-        self._trusted_nodes = trusted_nodes
-        self.identities = identities
-        self._events = events
-        self._trust = trust
-        self._move_peer_score = move_peer_score
+    state: StatePort
+    identities: NodeIdentities
+    events: EventSink
+    _: KW_ONLY
+    trust: TrustDriver | None = None
+    move_peer_score: MovePeerScore | None = None
+    cap: int = EvidenceCaps().key_records
+    trusted_nodes: Callable[[], Iterable[DatasetId]] = tuple
 
     async def load(self) -> None:
         """Feed the stored records to the identities (at start-up, before the trust driver
         restores its policies)."""
         load_records(
             self.identities,
-            await self._state.key_rotations(),
-            await self._state.key_revocations(),
-            await self._state.key_inceptions(),
+            await self.state.key_rotations(),
+            await self.state.key_revocations(),
+            await self.state.key_inceptions(),
         )
 
     async def received(self, sm: SignedMessage) -> bool:
@@ -85,14 +77,14 @@ class NodeKeyRecords:
                 if self.identities.successor(msg.old) != msg.new:
                     log.warning("key rotation %s -> %s refused: %s", old, new, self._refusal(msg))
                 return False
-            await self._state.add_key_rotation(
+            await self.state.add_key_rotation(
                 old,
                 new,
                 msg.issued_at_ns,
                 sm.envelope,
                 replace=True,
                 kept=kept,
-                cap=self._cap,
+                cap=self.cap,
             )
             # Successors the record voided (a rotation accepted before the commitment was
             # known): their keys' evidence no longer counts as this node's.
@@ -100,7 +92,7 @@ class NodeKeyRecords:
             voided = [k for k, a in zip(before, after, strict=True) if k is not None and k != a]
             old_peer, new_peer = peer_id_of_node(msg.old), peer_id_of_node(msg.new)
             moved = await self._move_peer(old_peer, new_peer)
-            await self._state.log_event(
+            await self.state.log_event(
                 "node.key_rotated",
                 None,
                 {
@@ -111,7 +103,7 @@ class NodeKeyRecords:
                     "score_moved": moved,
                 },
             )
-            self._events.publish("node.key_rotated", {"old": old, "new": new})
+            self.events.publish("node.key_rotated", {"old": old, "new": new})
         elif isinstance(msg, KeyRevocation):
             node = msg.node.as_did_key()
             kept = self._kept(msg)
@@ -123,20 +115,20 @@ class NodeKeyRecords:
                         msg.by.as_did_key(),
                     )
                 return False
-            await self._state.add_key_revocation(
-                node, msg.issued_at_ns, sm.envelope, kept=kept, cap=self._cap
+            await self.state.add_key_revocation(
+                node, msg.issued_at_ns, sm.envelope, kept=kept, cap=self.cap
             )
-            await self._state.log_event(
+            await self.state.log_event(
                 "node.key_revoked", None, {"node": node, "revoked_ns": msg.issued_at_ns}
             )
-            self._events.publish("node.key_revoked", {"node": node})
+            self.events.publish("node.key_revoked", {"node": node})
         elif isinstance(msg, KeyInception):
             # A commitment changes no chain and no count: nothing for the trust driver.
             return await self._incepted(sm, msg)
         else:
             return False
-        if self._trust is not None:
-            await self._trust.identities_changed(*keys_named(msg), *voided)
+        if self.trust is not None:
+            await self.trust.identities_changed(*keys_named(msg), *voided)
         return True
 
     async def _incepted(self, sm: SignedMessage, msg: KeyInception) -> bool:
@@ -148,23 +140,23 @@ class NodeKeyRecords:
             if outcome != "known":
                 log.warning("key inception of %s refused: %s", node, _INCEPTION_REFUSALS[outcome])
             if outcome == "conflict":
-                await self._state.log_event(
+                await self.state.log_event(
                     "node.key_inception_conflict",
                     None,
                     {"node": node, "record": sm.content_id.hex(), "reason": outcome},
                 )
             return False
-        await self._state.add_key_inception(
-            node, msg.issued_at_ns, sm.envelope, kept=kept, cap=self._cap
+        await self.state.add_key_inception(
+            node, msg.issued_at_ns, sm.envelope, kept=kept, cap=self.cap
         )
-        await self._state.log_event("node.key_incepted", None, {"node": node})
+        await self.state.log_event("node.key_incepted", None, {"node": node})
         return True
 
     def _kept(self, msg: KeyRotation | KeyRevocation | KeyInception) -> bool:
         """Whether ``msg`` names a key of a trusted node (``trusted_nodes``: the ``[trust]``
         policy's attesters), kept, never evicted by strangers' records."""
         ids = self.identities
-        roots = {ids.canonical(a) for a in self._trusted_nodes()}
+        roots = {ids.canonical(a) for a in self.trusted_nodes()}
         named = (msg.node,) if isinstance(msg, KeyInception) else keys_named(msg)
         return any(ids.canonical(k) in roots for k in named)
 
@@ -179,14 +171,14 @@ class NodeKeyRecords:
     async def _move_peer(self, old_peer: str, new_peer: str) -> float | None:
         """The core's score of ``old_peer`` moves to ``new_peer``, and so does the stored one
         (``peers``: its addresses too, with the new peer id)."""
-        if self._move_peer_score is not None:
-            self._move_peer_score(old_peer, new_peer)
-        stored = next((p for p in await self._state.peers() if p.peer_id == old_peer), None)
+        if self.move_peer_score is not None:
+            self.move_peer_score(old_peer, new_peer)
+        stored = next((p for p in await self.state.peers() if p.peer_id == old_peer), None)
         if stored is None:
             return None
         addrs = [a.replace(f"/p2p/{old_peer}", f"/p2p/{new_peer}") for a in stored.addrs]
-        await self._state.upsert_peer(new_peer, addrs, stored.score, False)
-        await self._state.upsert_peer(old_peer, None, 0.0, False)
+        await self.state.upsert_peer(new_peer, addrs, stored.score, False)
+        await self.state.upsert_peer(old_peer, None, 0.0, False)
         return stored.score
 
 

@@ -99,26 +99,19 @@ MOVE_NEXT_KEY_ADVICE = (
 """What the operator is told to do once a node key commits to ``keys/next.key``."""
 
 
+@dataclass(eq=False)
 class NodeKeys:
     """Inception, rotation and revocation of the node key, and the records it made."""
 
-    def __init__(
-        self,
-        keys: NodeKeyStore,
-        state: StatePort,
-        clock: Clock,
-        nonce: Callable[[], bytes] = lambda: secrets.token_bytes(16),
-        generate: Callable[[], PrivateKey] = generate_private_key,
-    ) -> None:
-        self._keys = keys
-        self._state = state
-        self._clock = clock
-        self._nonce = nonce
-        self._generate = generate
+    keys: NodeKeyStore
+    state: StatePort
+    clock: Clock
+    nonce: Callable[[], bytes] = lambda: secrets.token_bytes(16)
+    generate: Callable[[], PrivateKey] = generate_private_key
 
     async def _identities(self) -> NodeIdentities:
         ids = NodeIdentities()
-        s = self._state
+        s = self.state
         load_records(
             ids, await s.key_rotations(), await s.key_revocations(), await s.key_inceptions()
         )
@@ -131,35 +124,31 @@ class NodeKeys:
         (kept: never evicted) and ``node.key_incepted`` logged. None when the key already has a
         commitment. ``keys/next.key`` is written before the record, so a run interrupted
         between the two commits to the same key the next time."""
-        key = self._keys.node_key()
+        key = self.keys.node_key()
         ids = await self._identities()
         if ids.commitment(key.dataset_id()) is not None:
             return None
-        after = self._keys.read_committed()
+        after = self.keys.read_committed()
         created = after is None
         if after is None:
-            after = self._generate()
-            self._keys.write_committed(after)
-        now = self._clock()
-        msg = KeyInception(
-            key.dataset_id(), next_key_digest(after.dataset_id()), now, self._nonce()
-        )
+            after = self.generate()
+            self.keys.write_committed(after)
+        now = self.clock()
+        msg = KeyInception(key.dataset_id(), next_key_digest(after.dataset_id()), now, self.nonce())
         signed = sign_message(msg, key)
         if ids.add_inception(msg.node, msg.next_digest) != "accepted":
             # The key already rotated: its first rotation stays.
             if created:
-                self._keys.remove_committed()
+                self.keys.remove_committed()
             return None
         did = key.dataset_id().as_did_key()
-        await self._state.add_key_inception(did, now, signed.envelope)
-        await self._state.log_event(
+        await self.state.add_key_inception(did, now, signed.envelope)
+        await self.state.log_event(
             "node.key_incepted",
             None,
             {"node": did, "own": True, "next_key": "keys/next.key", "action": MOVE_NEXT_KEY_ADVICE},
         )
-        return Incepted(
-            did, self._keys.committed_path(), created, content_id(signed.envelope).hex()
-        )
+        return Incepted(did, self.keys.committed_path(), created, content_id(signed.envelope).hex())
 
     async def rotate(self, next_key: str | None = None) -> Rotated:
         """Rotate the node key (see the module docstring). Pre-rotation: when the current key
@@ -171,21 +160,21 @@ class NodeKeys:
             KeyCommandError: the committed key is missing or is not the committed one, or the
                 key has already rotated.
         """
-        old = self._keys.node_key()
+        old = self.keys.node_key()
         resumed = await self._resume(old)
         if resumed is not None:
             return resumed
         ids = await self._identities()
         new = self._successor(ids, old, next_key)
-        after = self._generate()
-        self._keys.stage(old, new, after)
+        after = self.generate()
+        self.keys.stage(old, new, after)
         signed = KeyRotation.make(
-            old, new, self._clock(), self._nonce(), next_key_digest(after.dataset_id())
+            old, new, self.clock(), self.nonce(), next_key_digest(after.dataset_id())
         )
         msg = signed.message
         assert isinstance(msg, KeyRotation)
         stored = ids.add_rotation(msg.old, msg.new, msg.next_digest) and (
-            await self._state.add_key_rotation(
+            await self.state.add_key_rotation(
                 msg.old.as_did_key(),
                 msg.new.as_did_key(),
                 msg.issued_at_ns,
@@ -194,28 +183,28 @@ class NodeKeys:
             )
         )
         if not stored:
-            self._keys.discard_staged()
+            self.keys.discard_staged()
             raise KeyCommandError(f"node key {msg.old.as_did_key()} has already rotated")
-        await self._state.log_event(
+        await self.state.log_event(
             "node.key_rotated",
             None,
             {"old": msg.old.as_did_key(), "new": msg.new.as_did_key(), "own": True},
         )
-        self._keys.finish()
+        self.keys.finish()
         return _rotated(old, new, signed.envelope)
 
     async def _resume(self, old: PrivateKey) -> Rotated | None:
         """Complete a rotation an earlier run staged and stored (only the renames missing), or
         discard one it staged without storing its record."""
-        new = self._keys.staged()
+        new = self.keys.staged()
         if new is None:
             return None
         old_id, new_id = old.dataset_id().as_did_key(), new.dataset_id().as_did_key()
-        for r in await self._state.key_rotations():
+        for r in await self.state.key_rotations():
             if r.old_id == old_id and r.new_id == new_id:
-                self._keys.finish()
+                self.keys.finish()
                 return _rotated(old, new, r.envelope, resumed=True)
-        self._keys.discard_staged()  # never announced: start again
+        self.keys.discard_staged()  # never announced: start again
         return None
 
     def _successor(self, ids: NodeIdentities, old: PrivateKey, next_key: str | None) -> PrivateKey:
@@ -223,9 +212,9 @@ class NodeKeys:
         commitment (a node's first key, or one from before pre-rotation)."""
         committed = ids.commitment(old.dataset_id())
         if committed is None:
-            return self._generate()
-        key = self._keys.read_committed(next_key)
-        where = self._keys.committed_path(next_key)
+            return self.generate()
+        key = self.keys.read_committed(next_key)
+        where = self.keys.committed_path(next_key)
         if key is None:
             raise KeyCommandError(
                 f"node key {old.dataset_id().as_did_key()} committed to a next key, and {where} "
@@ -246,21 +235,21 @@ class NodeKeys:
                 cannot be revoked: rotate first).
         """
         key = self._retired_key(node_id)
-        now = self._clock()
+        now = self.clock()
         did = key.dataset_id().as_did_key()
         signer = self._committed_successor(await self._identities(), key)
         if signer is None:  # no commitment: the key revokes itself
-            signed = sign_message(KeyRevocation(key.dataset_id(), now, self._nonce()), key)
+            signed = sign_message(KeyRevocation(key.dataset_id(), now, self.nonce()), key)
         else:
-            msg = KeyRevocation(key.dataset_id(), now, self._nonce(), by=signer.dataset_id())
+            msg = KeyRevocation(key.dataset_id(), now, self.nonce(), by=signer.dataset_id())
             signed = sign_message(msg, signer)
-        await self._state.add_key_revocation(did, now, signed.envelope)
-        stored = next(r for r in await self._state.key_revocations() if r.node_id == did)
-        await self._state.log_event("node.key_revoked", None, {"node": did, "own": True})
+        await self.state.add_key_revocation(did, now, signed.envelope)
+        stored = next(r for r in await self.state.key_revocations() if r.node_id == did)
+        await self.state.log_event("node.key_revoked", None, {"node": did, "own": True})
         return Revoked(did, stored.revoked_ns, content_id(stored.envelope).hex())
 
     def _retired_key(self, node_id: str | None) -> PrivateKey:
-        keys = self._keys.retired()
+        keys = self.keys.retired()
         if not keys:
             raise KeyCommandError("this node has no retired key to revoke (rotate first)")
         if node_id is None:
@@ -282,7 +271,7 @@ class NodeKeys:
         committed = ids.commitment(key.dataset_id())
         if successor is None or committed is None or next_key_digest(successor) != committed:
             return None
-        for candidate in (self._keys.node_key(), *self._keys.retired()):
+        for candidate in (self.keys.node_key(), *self.keys.retired()):
             if candidate.dataset_id() == successor:
                 return candidate
         return None
@@ -291,9 +280,9 @@ class NodeKeys:
         """The signed records this node made: the inceptions of its keys (current and
         retired), then the rotations of and revocations by its retired keys. Inceptions first,
         so that a peer knows a key's commitment before it hears the key rotate."""
-        retired = {k.dataset_id().as_did_key() for k in self._keys.retired()}
-        own = {self._keys.node_key().dataset_id().as_did_key(), *retired}
-        s = self._state
+        retired = {k.dataset_id().as_did_key() for k in self.keys.retired()}
+        own = {self.keys.node_key().dataset_id().as_did_key(), *retired}
+        s = self.state
         inc = [r.envelope for r in await s.key_inceptions() if r.node_id in own]
         rot = [r.envelope for r in await s.key_rotations() if r.old_id in retired]
         rev = [r.envelope for r in await s.key_revocations() if r.node_id in retired]

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from coordinator.identity import DatasetId, load_private_key
 from coordinator.multiformats import Multihash
@@ -24,61 +25,51 @@ from p2p.wire import FetchLocations, HeadAnnouncement, sign_message
 log = logging.getLogger("odf_node.publish")
 
 
+@dataclass(eq=False)
 class PublishPipeline:
     """Queues and runs publications of owned datasets."""
 
-    def __init__(
-        self,
-        repo: DatasetRepository,
-        state: StatePort,
-        gossip: GossipPort,
-        ipfs: IpfsPort,
-        events: EventSink,
-        clock: Clock,
-        http_urls: Callable[[DatasetId], tuple[str, ...]],
-        kick: Callable[[], None],
-    ) -> None:
-        self._repo = repo
-        self._state = state
-        self._gossip = gossip
-        self._ipfs = ipfs
-        self._events = events
-        self._clock = clock
-        self._http_urls = http_urls
-        self._kick = kick
+    repo: DatasetRepository
+    state: StatePort
+    gossip: GossipPort
+    ipfs: IpfsPort
+    events: EventSink
+    clock: Clock
+    http_urls: Callable[[DatasetId], tuple[str, ...]]
+    kick: Callable[[], None]
 
     def owns(self, did: DatasetId) -> bool:
         """Whether this node holds the dataset key of ``did``."""
-        return self._repo.key_path(did).is_file()
+        return self.repo.key_path(did).is_file()
 
     async def queue(self, did: DatasetId) -> WorkItem:
         """Queue publication + announcement of the current head of an owned dataset."""
         if not self.owns(did):
             raise NotOwner(f"this node does not hold the key of {did.as_did_str()}")
-        head = await asyncio.to_thread(self._repo.open(did.as_did_str()).head)
+        head = await asyncio.to_thread(self.repo.open(did.as_did_str()).head)
         # One pending publish per dataset: it announces whatever the head is when it runs.
-        for w in await self._state.work(state="pending", did=did.as_did_str()):
+        for w in await self.state.work(state="pending", did=did.as_did_str()):
             if w.kind == "publish":
                 return w
-        item = await self._state.enqueue(
+        item = await self.state.enqueue(
             "publish", did.as_did_str(), str(head) if head else None, {}
         )
-        self._kick()
+        self.kick()
         return item
 
     async def publish(self, ref: str, *, ipns_key: str | None, now: bool) -> PublishResult:
         """``dataset publish``: queue the publication and announcement of an owned dataset, or
         with ``now`` (no daemon to run the queue, or an IPNS name asked for) add any stored
         dataset to IPFS at once, pinned, optionally under the IPNS name of ``ipns_key``."""
-        handle = self._repo.resolve(ref)
+        handle = self.repo.resolve(ref)
         did = handle.id.as_did_str()
         if not now and ipns_key is None:
             item = await self.queue(handle.id)
             return PublishResult(id=did, alias=handle.alias, head=item.head, work_id=item.id)
-        ds = self._repo.open(did)
+        ds = self.repo.open(did)
         head = await asyncio.to_thread(ds.head)
-        cid = await self._ipfs.publish_dataset(ds)
-        name = await self._ipfs.publish_ipns(cid, ipns_key) if ipns_key else None
+        cid = await self.ipfs.publish_dataset(ds)
+        name = await self.ipfs.publish_ipns(cid, ipns_key) if ipns_key else None
         return PublishResult(
             id=did,
             alias=handle.alias,
@@ -95,35 +86,35 @@ class PublishPipeline:
     async def run(self, item: WorkItem) -> None:
         """Publish to IPFS (if on) and announce the dataset's current head."""
         did = DatasetId.parse(item.did)
-        ds = self._repo.open(item.did)
+        ds = self.repo.open(item.did)
         chain = await asyncio.to_thread(ds.state)
         if chain.head is None:
             return
         cids: tuple[str, ...] = ()
-        if self._ipfs.api_url:
-            cids = (await self._ipfs.publish_dataset(ds),)
-        key = await asyncio.to_thread(load_private_key, self._repo.key_path(did))
-        prev = await self._state.accepted_head(item.did)
+        if self.ipfs.api_url:
+            cids = (await self.ipfs.publish_dataset(ds),)
+        key = await asyncio.to_thread(load_private_key, self.repo.key_path(did))
+        prev = await self.state.accepted_head(item.did)
         ann = HeadAnnouncement(
             dataset=did,
             head=chain.head,
             sequence=chain.sequence_number,
             prev_head=Multihash.from_multibase(prev.head) if prev else None,
             epoch=0,
-            locations=FetchLocations(cids, self._http_urls(did)),
-            issued_at_ns=self._clock(),
+            locations=FetchLocations(cids, self.http_urls(did)),
+            issued_at_ns=self.clock(),
             nonce=secrets.token_bytes(16),
         )
         sm = sign_message(ann, key)
-        await self._state.record_accepted_head(
+        await self.state.record_accepted_head(
             item.did, 0, chain.sequence_number, chain.head.to_multibase(), "self", sm.envelope
         )
-        await self._gossip.follow(did)
-        self._gossip.accept_own(sm.envelope)
-        await self._gossip.publish(did, sm.envelope)
+        await self.gossip.follow(did)
+        self.gossip.accept_own(sm.envelope)
+        await self.gossip.publish(did, sm.envelope)
         payload = {"head": chain.head.to_multibase(), "cids": list(cids)}
-        await self._state.log_event("announce", item.did, payload)
-        self._events.publish("announce", {"did": item.did, **payload})
+        await self.state.log_event("announce", item.did, payload)
+        self.events.publish("announce", {"did": item.did, **payload})
 
 
 __all__ = ["PublishPipeline"]

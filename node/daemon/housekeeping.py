@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from coordinator.errors import OdfNodeError
@@ -36,91 +37,80 @@ _TRIM_HEAP_EVERY_NS = 60 * 1_000_000_000  # procutil/heap.py
 _KEPT_EVENTS = 100_000
 
 
+@dataclass(eq=False, kw_only=True)
 class Pipeline:
     """The ``pipeline`` service (see the module docstring)."""
 
     name = "pipeline"
 
-    def __init__(
-        self,
-        *,
-        config: NodeConfig,
-        group: ServiceGroup,
-        state: StatePort,
-        metrics: NodeMetrics,
-        clock: Callable[[], int],
-        engine: EngineService,
-        gc_pauses: GcPauses,
-        wiring: Callable[[], Wiring],
-    ) -> None:
-        self._config = config
-        self._group = group
-        self._state = state
-        self._metrics = metrics
-        self._clock = clock
-        self._engine = engine
-        self._gc_pauses = gc_pauses
-        self._wiring = wiring
+    config: NodeConfig
+    group: ServiceGroup
+    state: StatePort
+    metrics: NodeMetrics
+    clock: Callable[[], int]
+    engine: EngineService
+    gc_pauses: GcPauses
+    wiring: Callable[[], Wiring]
 
     async def start(self) -> None:
         """Spawn the workers and the loops (supervised by the group, restarted on a crash)."""
-        w = self._wiring()
-        for i in range(self._config.pipeline.concurrency):
-            self._group.spawn(w.app.work.worker(), f"worker-{i}")
-        self._group.spawn_restarting(w.follower.run, "follow")
-        self._group.spawn_restarting(self._housekeeping, "housekeeping")
-        self._group.spawn_restarting(self._flows, "flows")
-        self._group.spawn_restarting(
-            lambda: watch_event_loop(self._metrics.loop_lag.observe), "loop-monitor"
+        w = self.wiring()
+        for i in range(self.config.pipeline.concurrency):
+            self.group.spawn(w.app.work.worker(), f"worker-{i}")
+        self.group.spawn_restarting(w.follower.run, "follow")
+        self.group.spawn_restarting(self._housekeeping, "housekeeping")
+        self.group.spawn_restarting(self._flows, "flows")
+        self.group.spawn_restarting(
+            lambda: watch_event_loop(self.metrics.loop_lag.observe), "loop-monitor"
         )
 
     async def stop(self) -> None:
         """Nothing to release: the workers and loops are tasks of the group."""
 
     def _prune_every_ns(self) -> int:
-        keep_ns = self._config.pipeline.keep_finished_work_days * 86_400 * 1_000_000_000
+        keep_ns = self.config.pipeline.keep_finished_work_days * 86_400 * 1_000_000_000
         if keep_ns <= 0:
             return _PRUNE_EVERY_NS
         return min(_PRUNE_EVERY_NS, max(5_000_000_000, int(keep_ns * _PRUNE_WINDOW_FRACTION)))
 
     async def _housekeeping(self) -> None:
-        trust = self._wiring().trust
+        trust = self.wiring().trust
         last_prune: int | None = None
-        last_trim = self._clock()
+        last_trim = self.clock()
         prune_every_ns = self._prune_every_ns()
         while True:
             await self._sample()
-            await self._state.prune_events(_KEPT_EVENTS)
+            await self.state.prune_events(_KEPT_EVENTS)
             await trust.tick()
-            now = self._clock()
+            now = self.clock()
             if now - last_trim >= _TRIM_HEAP_EVERY_NS:
                 # Off the loop: it walks the heap (a few ms); glibc serialises it per arena.
                 await asyncio.to_thread(trim_heap)
                 last_trim = now
             if last_prune is None or now - last_prune >= prune_every_ns:
                 await prune_finished_work(
-                    self._state, now, self._config.pipeline.keep_finished_work_days
+                    self.state, now, self.config.pipeline.keep_finished_work_days
                 )
                 last_prune = now
             await asyncio.sleep(_TICK_S)
 
     async def _sample(self) -> None:
         """Metrics that are read, not counted: history, queue depths, engine, GC."""
-        m = self._metrics
-        m.sample_history(self._clock())
-        pending = await self._state.pending_counts()
+        m = self.metrics
+        m.sample_history(self.clock())
+        pending = await self.state.pending_counts()
         for kind in ("verify", "publish", "dispute", POLL, TRANSFORM):
             m.queue_depth.labels(kind).set(pending.get(kind, 0))
-        engine = self._engine.created
+        engine = self.engine.created
         m.engine_running.set(1 if engine is not None and engine.running else 0)
-        self._gc_pauses.maintain()
+        self.gc_pauses.maintain()
 
     async def _flows(self) -> None:
         """The flow scheduler (``docs/flows.md``): queue the flows that are due, every tick."""
-        flows = self._wiring().flows
+        flows = self.wiring().flows
         while True:
             try:
                 await flows.tick()
             except OdfNodeError as e:  # a bad chain or state read: log it, try next tick
                 log.warning("flow scheduler: %s", e)
-            await asyncio.sleep(self._config.flows.tick_s)
+            await asyncio.sleep(self.config.flows.tick_s)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from node.app import NodeInfo
@@ -27,72 +28,62 @@ log = logging.getLogger("odf_node.daemon")
 _REACHABILITY_POLL_S = 2.0
 
 
+@dataclass(eq=False, kw_only=True)
 class ReachabilityWatch:
     """The ``reachability`` service (see the module docstring)."""
 
     name = "reachability"
 
-    def __init__(
-        self,
-        *,
-        config: NodeConfig,
-        info: NodeInfo,
-        state: StatePort,
-        group: ServiceGroup,
-        gossip: GossipRuntime | None,
-        ipfs: Callable[[], IpfsPort],
-        http_base: Callable[[], str],
-    ) -> None:
-        self._config = config
-        self._info = info
-        self._state = state
-        self._group = group
-        self._gossip = gossip
-        self._ipfs = ipfs
-        self._http_base = http_base
+    config: NodeConfig
+    info: NodeInfo
+    state: StatePort
+    group: ServiceGroup
+    gossip: GossipRuntime | None
+    ipfs: Callable[[], IpfsPort]
+    http_base: Callable[[], str]
 
     async def start(self) -> None:
         """Follow the gossip host's reachability (open mode with gossip only)."""
-        if self._gossip is not None and not self._config.network.loopback_only:
-            self._group.spawn_restarting(self._watch, "reachability")
+        if self.gossip is not None and not self.config.network.loopback_only:
+            self.group.spawn_restarting(self._watch, "reachability")
 
     async def stop(self) -> None:
         """Nothing to release: the watch is a task of the group."""
 
     async def warn_at_start(self) -> None:
         """Log, record and show (``status``) what keeps peers on other hosts from this node."""
-        ipfs = self._ipfs()
+        ipfs = self.ipfs()
         info = ipfs.info() if ipfs.api_url is not None else None
         if info is not None and info.get("state") not in (None, "running"):
             # An embedded node that starts on first use has no addresses yet: not a problem to
             # warn about (its service warns if it cannot be reached once it runs).
             info = None
-        gossip = self._gossip
+        gossip = self.gossip
         warnings = start_warnings(
-            open_mode=not self._config.network.loopback_only,
-            ipfs_mode=self._config.ipfs.mode if info is not None else None,
+            open_mode=not self.config.network.loopback_only,
+            ipfs_mode=self.config.ipfs.mode if info is not None else None,
             ipfs_advertised=[str(a) for a in as_list((info or {}).get("addresses"))],
             ipfs_withheld=[str(a) for a in as_list((info or {}).get("withheld_addresses"))],
-            http_url=self._http_base(),
+            http_url=self.http_base(),
             gossip_advertised=(
                 gossip.advertised_addrs()
                 if gossip is not None and gossip.transport is not None
                 else None
             ),
         )
-        self._info.warnings = warnings
+        self.info.warnings = warnings
         for w in warnings:
             log.warning("reachability: %s", w["message"])
-            await self._state.log_event("node.reachability", None, w)
+            await self.state.log_event("node.reachability", None, w)
 
     async def _watch(self) -> None:
         """Poll the gossip host's AutoNAT verdict, relay reservations and hole punching."""
-        assert self._gossip is not None
+        assert self.gossip is not None
         last: dict[str, Any] | None = None
         punch_seq = 0
         while True:
             try:
-                snap = await self._gossip.transport.reachability()
+                snap = await self.gossip.transport.reachability()
             except Exception as e:  # the gossip process restarting
                 log.debug("reachability: %s", e)
                 snap = None
@@ -107,7 +98,7 @@ class ReachabilityWatch:
         status = snap.get("status", "unknown")
         relayed = list(snap.get("relayed_addrs", []))
         unreachable = status == "private" and not relayed
-        self._info.reachability = {**snap, "unreachable": unreachable}
+        self.info.reachability = {**snap, "unreachable": unreachable}
         data: dict[str, Any] = {
             "kind": "p2p-reachability",
             "status": status,
@@ -121,7 +112,7 @@ class ReachabilityWatch:
                     "; ".join(f"{a}: {e}" for a, e in errors.items())
                     if errors
                     else "no bootstrap peer offers a relay"
-                    if self._config.p2p.use_relays
+                    if self.config.p2p.use_relays
                     else "[p2p] use_relays is off"
                 )
                 + "); its subscribers pull from republishers"
@@ -130,8 +121,8 @@ class ReachabilityWatch:
             log.warning("reachability: %s", data["message"])
         else:
             log.info("reachability: %s%s", status, f" via {relayed}" if relayed else "")
-        await self._state.log_event("node.reachability", None, data)
-        discovery = self._gossip.discovery if self._gossip is not None else None
+        await self.state.log_event("node.reachability", None, data)
+        discovery = self.gossip.discovery if self.gossip is not None else None
         if relayed and discovery is not None:
             discovery.trigger()
 
@@ -139,13 +130,13 @@ class ReachabilityWatch:
         """The gossip host's hole punching (``p2p/holepunch.py``, docs/nat.md): the kind of
         each connected peer's connection into ``status`` (``p2p.connections``), each new
         outcome into a ``p2p.hole_punch`` event and the log; the last outcome's ``seq``."""
-        assert self._gossip is not None
+        assert self.gossip is not None
         try:
-            punch = await self._gossip.transport.hole_punching()
+            punch = await self.gossip.transport.hole_punching()
         except Exception as e:  # the gossip process restarting
             log.debug("hole punching: %s", e)
             return last_seq
-        self._info.connections = dict(punch.get("connections") or {})
+        self.info.connections = dict(punch.get("connections") or {})
         outcomes = list(punch.get("outcomes") or [])
         if outcomes and outcomes[-1]["seq"] < last_seq:
             last_seq = 0  # a restarted gossip process counts from 1 again
@@ -155,7 +146,7 @@ class ReachabilityWatch:
             last_seq = o["seq"]
             _log_outcome(o)
             data = {k: v for k, v in o.items() if k not in ("seq", "at_ns")}
-            await self._state.log_event("p2p.hole_punch", None, data)
+            await self.state.log_event("p2p.hole_punch", None, data)
         return last_seq
 
 
