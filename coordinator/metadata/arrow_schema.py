@@ -164,19 +164,21 @@ def _utf8(value: str | bytes, what: str) -> bytes:
 
 
 def _offsets_vector(builder: flatbuffers.Builder, offsets: list[int]) -> int:
-    """``create_vector`` of table offsets (elements are prepended in reverse)."""
-    builder.StartVector(4, len(offsets), 4)
-    for offset in reversed(offsets):
-        builder.PrependUOffsetTRelative(offset)
-    result: int = builder.EndVector()
-    return result
+    """``create_vector`` of table offsets."""
+    return _vector(builder, offsets, builder.PrependUOffsetTRelative)
 
 
 def _int32_vector(builder: flatbuffers.Builder, values: list[int]) -> int:
     """``create_vector::<i32>``."""
-    builder.StartVector(4, len(values), 4)
-    for value in reversed(values):
-        builder.PrependInt32(value)
+    return _vector(builder, values, builder.PrependInt32)
+
+
+def _vector(builder: flatbuffers.Builder, items: list[int], prepend: Callable[[int], None]) -> int:
+    """A vector of 4-byte ``items``, each written by ``prepend``, last first (the builder
+    grows downwards)."""
+    builder.StartVector(4, len(items), 4)
+    for item in reversed(items):
+        prepend(item)
     result: int = builder.EndVector()
     return result
 
@@ -232,6 +234,9 @@ _EMPTY_TABLE_TYPES: Final[dict[pa.DataType, int]] = {
     pa.large_binary(): _T_LARGE_BINARY,
     pa.string(): _T_UTF8,
     pa.large_string(): _T_LARGE_UTF8,
+}
+_EMPTY_TABLE_TYPE_OF: Final[dict[int, pa.DataType]] = {
+    code: t for t, code in _EMPTY_TABLE_TYPES.items()
 }
 
 # Integer types: (bit width, signed).
@@ -640,18 +645,9 @@ def _decode_type(field: _Table, name: str, depth: int) -> pa.DataType:
         return DecodeError(f"Arrow schema: field {name!r}: {what}")
 
     try:
-        if code == _T_NULL:
-            return pa.null()
-        if code == _T_BOOL:
-            return pa.bool_()
-        if code == _T_BINARY:
-            return pa.binary()
-        if code == _T_LARGE_BINARY:
-            return pa.large_binary()
-        if code == _T_UTF8:
-            return pa.string()
-        if code == _T_LARGE_UTF8:
-            return pa.large_string()
+        plain = _EMPTY_TABLE_TYPE_OF.get(code)
+        if plain is not None:
+            return plain
         if code == _T_INT:
             bits, signed = params().i32(0), params().bool_(1)
             for int_type, int_params in _INT_TYPES.items():
