@@ -349,6 +349,20 @@ def _buf(kind: str, width: int) -> ArrowEncoding:
     return ArrowEncoding(buffer=BufferEncoding(kind, width))
 
 
+# Arrow's variable-size binary and string layouts: the ODF type and the buffer encoding (kind,
+# offset width) that records the layout.
+_BUFFER_LAYOUTS: Final[
+    dict[pa.DataType, tuple[type[m.DataTypeBinary | m.DataTypeString], str, int]]
+] = {
+    pa.binary(): (m.DataTypeBinary, "Contiguous", 32),
+    pa.large_binary(): (m.DataTypeBinary, "Contiguous", 64),
+    pa.binary_view(): (m.DataTypeBinary, "View", 32),
+    pa.string(): (m.DataTypeString, "Contiguous", 32),
+    pa.large_string(): (m.DataTypeString, "Contiguous", 64),
+    pa.string_view(): (m.DataTypeString, "View", 32),
+}
+
+
 def _type_from_arrow(t: pa.DataType, nullable: bool) -> tuple[m.DataType, ArrowEncoding | None]:
     odf, enc = _type_from_arrow_nn(t)
     return (m.DataTypeOption(inner=odf) if nullable else odf), enc
@@ -371,20 +385,12 @@ def _type_from_arrow_nn(t: pa.DataType) -> tuple[m.DataType, ArrowEncoding | Non
         return m.DataTypeDuration(unit=_UNIT_OF[t.unit]), None
     if types.is_interval(t):
         raise UnsupportedOdfSchema("Interval types are not yet supported in ODF schema")
-    if t == pa.binary():
-        return m.DataTypeBinary(), _buf("Contiguous", 32)
-    if t == pa.large_binary():
-        return m.DataTypeBinary(), _buf("Contiguous", 64)
-    if t == pa.binary_view():
-        return m.DataTypeBinary(), _buf("View", 32)
+    layout = _BUFFER_LAYOUTS.get(t)
+    if layout is not None:
+        odf_type, kind, width = layout
+        return odf_type(), _buf(kind, width)
     if types.is_fixed_size_binary(t) and not types.is_decimal(t):
         return m.DataTypeBinary(fixed_length=t.byte_width), None
-    if t == pa.string():
-        return m.DataTypeString(), _buf("Contiguous", 32)
-    if t == pa.large_string():
-        return m.DataTypeString(), _buf("Contiguous", 64)
-    if t == pa.string_view():
-        return m.DataTypeString(), _buf("View", 32)
     if types.is_map(t):
         key, key_enc = _type_from_arrow(t.key_field.type, t.key_field.nullable)
         value, value_enc = _type_from_arrow(t.item_field.type, t.item_field.nullable)
