@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import math
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from coordinator.chain.validation import ChainState
@@ -85,24 +85,17 @@ def _cell(v: Any) -> Any:
     return str(v)
 
 
+@dataclass(eq=False)
 class ConsoleQueries:
     """The console's read models; see the module docstring."""
 
-    def __init__(
-        self,
-        repo: DatasetRepository,
-        state: StatePort,
-        gossip: GossipPort,
-        metrics: NodeMetrics,
-        *,
-        graylist_threshold: float = CoreConfig().graylist_threshold,
-    ) -> None:
-        self._repo = repo
-        self._state = state
-        self._gossip = gossip
-        self._metrics = metrics
-        self._graylist = graylist_threshold
-        self._states: dict[str, ChainState] = {}
+    repo: DatasetRepository
+    state: StatePort
+    gossip: GossipPort
+    metrics: NodeMetrics
+    _: KW_ONLY
+    graylist_threshold: float = CoreConfig().graylist_threshold
+    _states: dict[str, ChainState] = field(init=False, default_factory=dict)
 
     # ---- datasets
 
@@ -111,7 +104,7 @@ class ConsoleQueries:
         # Head ref text -> state, kept from the previous read (only the heads seen in it): the
         # page reloads with mostly unchanged heads, which then cost no parsing at all.
         states: dict[str, ChainState] = {}
-        for c in self._repo.catalog():
+        for c in self.repo.catalog():
             h = c.handle
             did = h.id.as_did_str()
             ref = c.head_ref
@@ -170,9 +163,9 @@ class ConsoleQueries:
         # The files are read in a worker thread while the state's reader thread answers.
         local, sub_list, acc_list, ver_list = await asyncio.gather(
             asyncio.to_thread(self._read_local),
-            self._state.subscriptions(),
-            self._state.accepted_heads(),
-            self._state.verifications_of_heads(),
+            self.state.subscriptions(),
+            self.state.accepted_heads(),
+            self.state.verifications_of_heads(),
         )
         subs = {s.did: s for s in sub_list}
         accepted = {a.did: a for a in acc_list}
@@ -233,7 +226,7 @@ class ConsoleQueries:
 
     async def dataset(self, ref: str) -> dict[str, Any]:
         """One dataset: summary, its data slices (newest first) and its lineage graph."""
-        handle = self._repo.resolve(ref)
+        handle = self.repo.resolve(ref)
         did = handle.id.as_did_str()
 
         def read() -> dict[str, Any]:
@@ -263,18 +256,18 @@ class ConsoleQueries:
                 "head": str(st.head) if st.head else None,
                 "blocks": st.sequence_number + 1,
                 "records": st.next_offset,
-                "owned": self._repo.key_path(handle.id).is_file(),
+                "owned": self.repo.key_path(handle.id).is_file(),
                 "watermark_ns": st.watermark.epoch_ns if st.watermark else None,
                 "slices": slices,
                 "lineage": self._lineage(handle.id),
             }
 
         out = await asyncio.to_thread(read)
-        sub = await self._state.subscription(did)
-        acc = await self._state.accepted_head(did)
+        sub = await self.state.subscription(did)
+        acc = await self.state.accepted_head(did)
         out["followed"] = sub is not None
         out["accepted_head"] = acc.head if acc else None
-        ver = await self._state.verification(did, out["head"]) if out["head"] else None
+        ver = await self.state.verification(did, out["head"]) if out["head"] else None
         out["verification"] = ver.outcome if ver else None
         out["verification_detail"] = (ver.detail or None) if ver else None
         return out
@@ -292,7 +285,7 @@ class ConsoleQueries:
             node: dict[str, Any] = {"id": key, "alias": None, "kind": None, "stored": False}
             nodes[key] = node
             try:
-                handle = self._repo.resolve(key)
+                handle = self.repo.resolve(key)
                 st = Dataset(handle.root, durable=False).state()
             except OdfNodeError:
                 continue
@@ -312,7 +305,7 @@ class ConsoleQueries:
         """The last ``limit`` rows of the newest data slice (column names and rows)."""
         if not 1 <= limit <= PREVIEW_MAX_ROWS:
             raise InvalidArgument(f"limit must be 1..{PREVIEW_MAX_ROWS}")
-        handle = self._repo.resolve(ref)
+        handle = self.repo.resolve(ref)
 
         def read() -> dict[str, Any]:
             import pyarrow.parquet as pq
@@ -357,7 +350,7 @@ class ConsoleQueries:
         if did is not None:
             did = parse_did(did).as_did_str()
         out: list[dict[str, Any]] = []
-        for x in await self._state.disputes(did=did, limit=limit):
+        for x in await self.state.disputes(did=did, limit=limit):
             row: dict[str, Any] = {
                 "did": x.did,
                 "block": x.head,
@@ -381,7 +374,7 @@ class ConsoleQueries:
                     issued_at_ns=msg.issued_at_ns,
                 )
             out.append(row)
-        for sv in await self._state.split_views(did, limit):
+        for sv in await self.state.split_views(did, limit):
             first, second = sv.first, sv.second
             out.append(
                 {
@@ -409,21 +402,21 @@ class ConsoleQueries:
     async def peers(self) -> dict[str, Any]:
         """Known peers with the core's live score and graylist state; penalties by reason."""
         peers = []
-        for p in await self._state.peers():
-            score = self._gossip.peer_score(p.peer_id) if p.connected else p.score
+        for p in await self.state.peers():
+            score = self.gossip.peer_score(p.peer_id) if p.connected else p.score
             peers.append(
                 {
                     "peer_id": p.peer_id,
                     "connected": p.connected,
                     "score": score,
-                    "graylisted": score < self._graylist,
+                    "graylisted": score < self.graylist_threshold,
                     "addrs": list(p.addrs),
                     "first_seen_ns": p.first_seen_ns,
                     "last_seen_ns": p.last_seen_ns,
                 }
             )
         penalties: dict[str, float] = {}
-        for metric in self._metrics.announcements.collect():
+        for metric in self.metrics.announcements.collect():
             for sample in metric.samples:
                 if sample.name.endswith("_total") and sample.labels.get("outcome") == "penalised":
                     reason = sample.labels.get("reason", "")
@@ -431,20 +424,20 @@ class ConsoleQueries:
         return {
             "peers": peers,
             "penalties": penalties,
-            "graylist_threshold": self._graylist,
+            "graylist_threshold": self.graylist_threshold,
         }
 
     async def recent_events(self, limit: int = 50) -> list[dict[str, Any]]:
         """The newest events, newest first."""
         return [
             {"id": e.id, "at_ns": e.ts_ns, "kind": e.kind, "did": e.did, "data": e.data}
-            for e in await self._state.recent_events(limit)
+            for e in await self.state.recent_events(limit)
         ]
 
     async def charts(self, limit: int = 500) -> dict[str, Any]:
         """Chart data: finished verifications (when, how long, outcome) and counter samples."""
         verifications = []
-        for e in await self._state.recent_events(limit * 3, VERIFY_EVENT_PREFIX):
+        for e in await self.state.recent_events(limit * 3, VERIFY_EVENT_PREFIX):
             outcome = e.kind[len(VERIFY_EVENT_PREFIX) :]
             seconds = e.data.get("seconds")
             if outcome in _VERIFY_DONE and isinstance(seconds, int | float):
@@ -456,8 +449,8 @@ class ConsoleQueries:
         verifications.reverse()
         return {
             "verifications": verifications,
-            "samples": self._metrics.history_json(),
-            "totals": self._metrics.totals(),
+            "samples": self.metrics.history_json(),
+            "totals": self.metrics.totals(),
         }
 
 

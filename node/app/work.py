@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 
 from node.app.backoff import backoff_ns
 from node.app.errors import RetryLater
@@ -44,26 +44,19 @@ class RetryPolicy:
         return now_ns + backoff_ns(item.attempts, self.base_s, self.cap_s, rand=rand)
 
 
+@dataclass(eq=False)
 class WorkRunner:
     """Claims runnable items and runs their handlers; see the module docstring."""
 
-    def __init__(
-        self,
-        state: StatePort,
-        clock: Clock,
-        policy: RetryPolicy,
-        rand: Callable[[], float],
-        *,
-        idle_poll_s: float = 1.0,
-    ) -> None:
-        self._state = state
-        self._clock = clock
-        self._policy = policy
-        self._rand = rand
-        self._idle_poll_s = idle_poll_s
-        self._handlers: dict[str, WorkHandler] = {}
-        self._wake = asyncio.Event()
-        self.running: dict[int, str] = {}
+    state: StatePort
+    clock: Clock
+    policy: RetryPolicy
+    rand: Callable[[], float]
+    _: KW_ONLY
+    idle_poll_s: float = 1.0
+    _handlers: dict[str, WorkHandler] = field(init=False, default_factory=dict)
+    _wake: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    running: dict[int, str] = field(init=False, default_factory=dict)
 
     def handle(self, kind: str, handler: WorkHandler) -> None:
         """Run items of ``kind`` with ``handler``."""
@@ -77,11 +70,11 @@ class WorkRunner:
         """One worker: claim, run, repeat (forever; cancel to stop)."""
         while True:
             busy = set(self.running.values())
-            item = await self._state.claim(self._clock(), exclude_dids=busy)
+            item = await self.state.claim(self.clock(), exclude_dids=busy)
             if item is None:
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self._idle_poll_s)
+                    await asyncio.wait_for(self._wake.wait(), self.idle_poll_s)
                 continue
             self.running[item.id] = item.did
             try:
@@ -94,7 +87,7 @@ class WorkRunner:
         """Run one claimed item and record its outcome."""
         handler = self._handlers.get(item.kind)
         if handler is None:
-            await self._state.fail(item.id, f"unknown work kind {item.kind!r}", None)
+            await self.state.fail(item.id, f"unknown work kind {item.kind!r}", None)
             return
         log.info("work #%d %s %s (attempt %d)", item.id, item.kind, item.did, item.attempts)
         try:
@@ -102,7 +95,7 @@ class WorkRunner:
         except asyncio.CancelledError:
             raise  # shutdown: the claim is released at the next start
         except Exception as e:
-            retry = self._policy.next_attempt_ns(item, e, self._clock(), self._rand)
+            retry = self.policy.next_attempt_ns(item, e, self.clock(), self.rand)
             msg = str(e) or type(e).__name__
             log.warning(
                 "work #%d %s failed: %s (%s)",
@@ -111,12 +104,12 @@ class WorkRunner:
                 msg,
                 "will retry" if retry else "giving up",
             )
-            await self._state.fail(item.id, msg, retry)
-            await self._state.log_event(
+            await self.state.fail(item.id, msg, retry)
+            await self.state.log_event(
                 f"{item.kind}.error", item.did, {"error": msg, "final": retry is None}
             )
             return
-        await self._state.complete(item.id)
+        await self.state.complete(item.id)
         log.info("work #%d %s %s done", item.id, item.kind, item.did)
 
 
