@@ -54,6 +54,7 @@ from typing import Protocol
 from coordinator.identity import DatasetId
 from coordinator.multiformats import Multihash
 from node.app.identities import NodeIdentities
+from node.app.jsontypes import JsonFields
 from node.app.ports import Clock, EventSink, StatePort
 from node.app.rows import (
     AttestationRecord,
@@ -599,16 +600,10 @@ class TrustDriver:
         return True
 
     async def _trusted(self, policy: TrustPolicy, d: Trusted) -> None:
-        did, head = d.dataset.as_did_str(), d.head.to_multibase()
-        if not await self._record(policy, d.dataset, d.head):
+        attesters = [_did_key(a) for a in d.attesters]
+        data = {"by": d.by.value, "attesters": attesters}
+        if not await self._record_event(policy, d.dataset, d.head, "head.trusted", data):
             return
-        data = {
-            "head": head,
-            "by": d.by.value,
-            "attesters": [_did_key(a) for a in d.attesters],
-        }
-        await self._state.log_event("head.trusted", did, data)
-        self._events.publish("head.trusted", {"did": did, **data})
         # A head trusted by its own replay was republished with its attestation.
         current = self._current_head(d.dataset)
         quorum = d.by is TrustedBy.QUORUM and self.gates(d.dataset)
@@ -616,17 +611,26 @@ class TrustDriver:
             await self._republish(d.dataset, d.head)
 
     async def _distrusted(self, policy: TrustPolicy, d: Distrusted) -> None:
-        did, head = d.dataset.as_did_str(), d.head.to_multibase()
-        if not await self._record(policy, d.dataset, d.head):
-            return
-        data = {
-            "head": head,
-            "state": d.state.value,
-            "evidence": d.evidence,
-            "disputer": _did_key(d.disputer) if d.disputer is not None else None,
-        }
-        await self._state.log_event("head.distrusted", did, data)
-        self._events.publish("head.distrusted", {"did": did, **data})
+        disputer = _did_key(d.disputer) if d.disputer is not None else None
+        data = {"state": d.state.value, "evidence": d.evidence, "disputer": disputer}
+        await self._record_event(policy, d.dataset, d.head, "head.distrusted", data)
+
+    async def _record_event(
+        self,
+        policy: TrustPolicy,
+        dataset: DatasetId,
+        head: Multihash,
+        kind: str,
+        data: JsonFields,
+    ) -> bool:
+        """:meth:`_record` ``head``'s state; when it is the newest accepted head, log and
+        publish the event ``kind`` (its ``head`` and ``data``). Whether it was."""
+        if not await self._record(policy, dataset, head):
+            return False
+        did, event = dataset.as_did_str(), {"head": head.to_multibase(), **data}
+        await self._state.log_event(kind, did, event)
+        self._events.publish(kind, {"did": did, **event})
+        return True
 
 
 def _issued_at(envelope: bytes) -> int | None:
