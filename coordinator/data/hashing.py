@@ -325,19 +325,18 @@ def _take_pieces(offsets: npt.NDArray[Any], data: Any, pick: Any) -> ByteArray:
     return np.frombuffer(taken.buffers()[2], dtype=np.uint8, count=int(ends[n] - ends[0]))
 
 
-_UINT_BY_WIDTH: Final[dict[int, Any]] = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
 def _fixed_stream(values: ByteArray, width: int, null: BoolArray | None) -> ByteArray:
     """Stream of a fixed-width column: the raw values, a null becomes one ``0x00`` byte.
 
-    With nulls, the stream is every run of valid values followed by ``m`` zero bytes for the
-    run of ``m`` nulls after it -- and in the values buffer those ``m`` bytes are exactly the
-    first bytes of the null run's slots. Zeroed (they already are in arrays read from Parquet,
-    otherwise in a copy of the values), each run pair is one contiguous ``take`` element, with
-    the rest of the null run as a skipped element in between.
+    With nulls, the stream is every run of valid values followed by ``m`` bytes for the run of
+    ``m`` nulls after it. One ``take`` copies each such pair as a single element straight from
+    the values buffer (the ``m`` bytes are the first bytes of the null run's slots, whatever
+    they hold), skipping the rest of the null run; the null bytes are then zeroed in the copy,
+    where the ``c``-th null (from 0) of row ``i`` sits at ``i * width - c * (width - 1)``. So
+    the values are read once and never copied to be zeroed first, and the work per row is a
+    few vectorised passes over the null mask.
     """
-    if null is None or not null.any():
+    if null is None:
         return values
     n = len(null)
     if width == 1:  # one byte per row either way
@@ -352,35 +351,28 @@ def _fixed_stream(values: ByteArray, width: int, null: BoolArray | None) -> Byte
         tail = np.array([n] if null[-1] else [], dtype=np.int64)
         edges = np.concatenate((head, edges, tail))
     starts = edges[0::2]
-    lengths = edges[1::2] - starts
-    # A run of m nulls contributes m zero bytes: the first ceil(m / width) slots of the run.
-    slots = (lengths + (width - 1)) // width
-    if int(slots.max()) > 1:
-        zero_slots = np.repeat(starts - _cumsum0(slots)[:-1], slots) + np.arange(
-            int(slots.sum()), dtype=np.int64
-        )
-    else:
-        zero_slots = starts
-    buf = values
-    if _slot_words(values, width)[zero_slots].any():
-        buf = values.copy()
-        _slot_words(buf, width)[zero_slots] = 0
-    # Elements: [valid run + m zero bytes] (taken), [rest of the null run] (skipped), ...,
-    # [trailing valid run] (taken, maybe empty).
+    ends = edges[1::2]
+    lengths = ends - starts
     runs = len(starts)
+    if runs == 0:
+        return values
+    # Elements: [valid run + m bytes of the null run] (taken), [rest of the null run]
+    # (skipped), ..., [trailing valid run] (taken, maybe empty).
     offsets = np.empty(2 * runs + 2, dtype=_offsets_dtype(n * width))
     offsets[0] = 0
     offsets[1 : 2 * runs : 2] = starts * width + lengths
-    offsets[2 : 2 * runs + 1 : 2] = edges[1::2] * width
+    offsets[2 : 2 * runs + 1 : 2] = ends * width
     offsets[2 * runs + 1] = n * width
-    return _take_pieces(offsets, buf, np.arange(0, 2 * runs + 1, 2, dtype=np.int64))
-
-
-def _slot_words(values: ByteArray, width: int) -> npt.NDArray[Any]:
-    """``values`` viewed with one row per slot (1-D for widths up to 8, else rows of words)."""
-    if width <= 8:
-        return values.view(_UINT_BY_WIDTH[width])
-    return values.view(np.uint64).reshape(-1, width // 8)
+    stream = _take_pieces(offsets, values, np.arange(0, 2 * runs + 1, 2, dtype=np.int64))
+    if not stream.flags.writeable or np.may_share_memory(stream, values):
+        stream = stream.copy()  # never zero bytes in a buffer someone else owns
+    # Null j of run r (``before[r]`` nulls precede the run) is row starts[r] + j and null
+    # number before[r] + j, so it lands at starts[r] * width - before[r] * (width - 1) + j.
+    before = _cumsum0(lengths)
+    first = starts * width - before[:-1] * (width - 1)
+    total = int(before[-1])
+    stream[np.repeat(first - before[:-1], lengths) + np.arange(total, dtype=np.int64)] = 0
+    return stream
 
 
 class _PickCache:
