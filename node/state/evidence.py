@@ -43,27 +43,9 @@ class EvidenceStore(StateCore):
         """Store an attestation; False if the same envelope (by content id) is already stored,
         or the caps evicted it at once. ``trusted``: the keys whose evidence of ``did`` is kept
         (never evicted nor counted); ``caps``: bound the others' (:meth:`_bound`)."""
-        check_did(did)
-        check_head(head)
-        with self._tx() as c:
-            self._keep(c, "attestations", did, trusted)
-            cur = c.execute(
-                """INSERT INTO attestations
-                     (content_id, did, head, verdict, signer, envelope, own, received_ns, kept)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (content_id) DO NOTHING""",
-                (
-                    content_id(envelope),
-                    did,
-                    head,
-                    verdict,
-                    signer,
-                    bytes(envelope),
-                    int(bool(own)),
-                    self._clock(),
-                    int(signer in trusted),
-                ),
-            )
-            return cur.rowcount > 0 and self._bound(c, "attestations", cur.lastrowid, caps)
+        return self._add_evidence(
+            "attestations", did, head, signer, envelope, own, trusted, caps, verdict=verdict
+        )
 
     def attestations(
         self, did: str | None = None, head: str | None = None, limit: int = 100
@@ -137,29 +119,46 @@ class EvidenceStore(StateCore):
     ) -> bool:
         """Store a dispute; False if the same envelope (by content id) is already stored, or
         the caps evicted it at once. ``trusted`` and ``caps`` as for :meth:`add_attestation`."""
+        return self._add_evidence(
+            "disputes", did, head, signer, envelope, own, trusted, caps, kind=kind, detail=detail
+        )
+
+    def _add_evidence(
+        self,
+        table: str,
+        did: str,
+        head: str,
+        signer: str,
+        envelope: bytes,
+        own: bool,
+        trusted: Sequence[str],
+        caps: EvidenceCaps | None,
+        **columns: object,
+    ) -> bool:
+        """Store a signed piece of evidence (its other ``columns`` given by name) in ``table``
+        unless its envelope is stored already; ``trusted`` keys' evidence of ``did`` is kept,
+        strangers' bounded by ``caps`` (:meth:`_bound`). Whether it is stored now."""
         check_did(did)
         check_head(head)
         with self._tx() as c:
-            self._keep(c, "disputes", did, trusted)
+            self._keep(c, table, did, trusted)
+            row = {
+                "content_id": content_id(envelope),
+                "did": did,
+                "head": head,
+                "signer": signer,
+                "envelope": bytes(envelope),
+                "own": int(bool(own)),
+                **columns,
+                "received_ns": self._clock(),
+                "kept": int(signer in trusted),
+            }
             cur = c.execute(
-                """INSERT INTO disputes
-                     (content_id, did, head, kind, signer, envelope, own, detail, received_ns,
-                      kept)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (content_id) DO NOTHING""",
-                (
-                    content_id(envelope),
-                    did,
-                    head,
-                    kind,
-                    signer,
-                    bytes(envelope),
-                    int(bool(own)),
-                    detail,
-                    self._clock(),
-                    int(signer in trusted),
-                ),
+                f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})"
+                " ON CONFLICT (content_id) DO NOTHING",
+                tuple(row.values()),
             )
-            return cur.rowcount > 0 and self._bound(c, "disputes", cur.lastrowid, caps)
+            return cur.rowcount > 0 and self._bound(c, table, cur.lastrowid, caps)
 
     def keep_evidence(self, did: str, trusted: Sequence[str]) -> None:
         """Mark every stored attestation, dispute and observation of ``did`` by a ``trusted``

@@ -15,7 +15,6 @@ from node.state.base import (
     OBS_COLUMNS,
     OBS_SELECT,
     check_did,
-    check_head,
     checked_limit,
     content_id,
     equal_filters,
@@ -47,30 +46,19 @@ class Observations(EvidenceStore):
         caps evicted it at once. Strangers' observations are bounded like their evidence
         (:meth:`add_attestation`: ``trusted`` keys' are kept, ``caps`` bound the others'; the
         node's own, and those a split view names, are never evicted)."""
-        check_did(did)
-        check_head(head)
-        with self._tx() as c:
-            self._keep(c, "observations", did, trusted)
-            cur = c.execute(
-                """INSERT INTO observations (content_id, did, source, head, sequence, signer,
-                                             envelope, own, observed_ns, received_ns, kept)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                   ON CONFLICT (content_id) DO NOTHING""",
-                (
-                    content_id(envelope),
-                    did,
-                    source,
-                    head,
-                    int(sequence),
-                    signer,
-                    bytes(envelope),
-                    int(bool(own)),
-                    int(observed_ns),
-                    self._clock(),
-                    int(signer in trusted),
-                ),
-            )
-            return cur.rowcount > 0 and self._bound(c, "observations", cur.lastrowid, caps)
+        return self._add_evidence(
+            "observations",
+            did,
+            head,
+            signer,
+            envelope,
+            own,
+            trusted,
+            caps,
+            source=source,
+            sequence=int(sequence),
+            observed_ns=int(observed_ns),
+        )
 
     def observations(
         self, did: str | None = None, source: str | None = None, limit: int = 100
