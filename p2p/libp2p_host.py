@@ -501,7 +501,13 @@ class Libp2pTransport(HostIdentity):
         cf = asyncio.run_coroutine_threadsafe(coro, loop)
         done = trio.Event()
         token = self._token
-        cf.add_done_callback(lambda _: token.run_sync_soon(done.set))
+
+        def wake(_: object) -> None:
+            # A handler still running when the host stops ends after trio did: nobody waits.
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(done.set)
+
+        cf.add_done_callback(wake)
         await done.wait()
         return cf.result()
 
