@@ -26,6 +26,7 @@ if (typeof Promise.withResolvers !== 'function') {
 const fs = await import('node:fs')
 const http = await import('node:http')
 const path = await import('node:path')
+const { setImmediate: setImmediatePromise } = await import('node:timers/promises')
 const { default: Busboy } = await import('busboy')
 const { createHeliaLight } = await import('helia')
 const { withLibp2pLight } = await import('@helia/libp2p')
@@ -98,15 +99,24 @@ await helia.start()
 const libp2p = helia.libp2p
 const fsys = unixfs(helia)
 
-// dag/export: a CARv1 of every block of the DAG under a root, breadth first, with up to
-// EXPORT_READS blocks read at once and each batch's sections written in one buffer. @helia/car's
+// dag/export: a CARv1 of every block of the DAG under a root, breadth first. @helia/car's
 // exporters read one block at a time through a sorted queue (its UnixFS one also looks each child
 // up in its parent's links, quadratic in a directory's size), and its CarWriter hands every
-// section over in two chunks, each waiting for the reader: ~1,100 blocks/s for a dataset's
-// 3,000-entry blocks/ directory. kubo's dag export is this walk too (any order is a valid CARv1).
-const EXPORT_READS = 64
+// section over in two chunks, each awaited by the reader: ~1,100 blocks/s for a dataset's
+// 1,000-entry blocks/ directory. Here a level's blocks go in batches of EXPORT_BATCH: those this
+// node holds are read straight from their files, the others through Helia (bitswap) all at
+// once, and each batch's sections are written as one buffer. kubo's dag export is this walk too
+// (any order is a valid CARv1).
+const EXPORT_BATCH = 64
 const RAW_CODE = 0x55
+const DAG_PB_CODE = 0x70
 const IDENTITY_HASH = 0x00
+// Local block files are read synchronously, in slices of at most this many milliseconds between
+// turns of the event loop. Per small block that costs a third of an `fs.readFile` (which makes
+// four thread-pool round trips) and a sixth of blockstore-fs's `get` (which opens the file and
+// streams it): 1,000 blocks of ~300 bytes took 8, 20 and 88 ms. A slow disk delays the loop by
+// at most one slice and one file.
+const EXPORT_SLICE_MS = 4
 
 async function blockBytes (value) {
   if (value instanceof Uint8Array) return value
@@ -120,25 +130,50 @@ async function blockBytes (value) {
   return out
 }
 
-/** The bytes of a block this node holds, read from its file; undefined if it holds none. One
- * `fs.readFile` (callback form): blockstore-fs's `get` opens the file and streams it, and
- * `fs.promises.readFile` reads in awaited slices, each several times slower per small block
- * (1,000 blocks of ~300 bytes, 64 at a time: 88 and 51 ms against 20 ms). */
-function localBlock (cid) {
+/** What the export walks: a CID, and the file its block has in this node's blockstore. */
+function exportEntry (cid) {
   const { dir, file } = SHARDING.encode(cid)
-  return new Promise((resolve, reject) => {
-    fs.readFile(path.join(BLOCKS_DIR, dir, file), (err, bytes) => {
-      if (err == null) resolve(bytes)
-      else if (err.code === 'ENOENT') resolve(undefined)
-      else reject(err)
-    })
-  })
+  return { cid, file: `${BLOCKS_DIR}/${dir}/${file}` }
 }
 
-/** A block's bytes: from this node's blockstore, else through Helia (bitswap). */
-async function exportedBlock (cid, options) {
-  const bytes = await localBlock(cid)
-  return bytes ?? blockBytes(helia.blockstore.get(cid, options))
+/** The bytes of a block this node holds, read from its file; undefined if it holds none. */
+function localBlockSync (file) {
+  try {
+    return fs.readFileSync(file)
+  } catch (err) {
+    if (err.code === 'ENOENT') return undefined
+    throw err
+  }
+}
+
+/** The bytes of a batch's blocks: this node's from its files (yielding to the event loop every
+ * EXPORT_SLICE_MS), any other through Helia (bitswap), concurrently. */
+async function batchBytes (batch, options) {
+  const out = new Array(batch.length)
+  const missing = []
+  let sliceStart = performance.now()
+  for (let i = 0; i < batch.length; i++) {
+    if (performance.now() - sliceStart > EXPORT_SLICE_MS) {
+      await setImmediatePromise()
+      options.signal?.throwIfAborted()
+      sliceStart = performance.now()
+    }
+    const bytes = localBlockSync(batch[i].file)
+    if (bytes === undefined) missing.push(i)
+    else out[i] = bytes
+  }
+  await Promise.all(missing.map(async (i) => {
+    out[i] = await blockBytes(helia.blockstore.get(batch[i].cid, options))
+  }))
+  return out
+}
+
+/** The CIDs a block links to: a dag-pb node's (UnixFS: a directory of thousands of entries)
+ * read from its decoded links; any other codec's through multiformats' generic `links()`. */
+async function blockLinks (cid, bytes) {
+  const codec = await helia.getCodec(cid.code)
+  if (cid.code === DAG_PB_CODE) return codec.decode(bytes).Links.map(link => link.Hash)
+  return Array.from(createUnsafe({ cid, bytes, codec }).links(), ([, link]) => link)
 }
 
 function varintLength (n) {
@@ -174,49 +209,53 @@ function cborByteStringHead (n) {
 }
 
 /** The CAR sections `varint(len) || CID || bytes` of a batch, in one buffer. */
-function carSections (blocks) {
+function carSections (batch, blocks) {
   let size = 0
-  for (const { cid, bytes } of blocks) {
-    const len = cid.bytes.length + bytes.length
+  for (let i = 0; i < batch.length; i++) {
+    const len = batch[i].cid.bytes.length + blocks[i].length
     size += varintLength(len) + len
   }
   const out = Buffer.allocUnsafe(size)
   let at = 0
-  for (const { cid, bytes } of blocks) {
-    at = writeVarint(out, at, cid.bytes.length + bytes.length)
-    out.set(cid.bytes, at)
-    at += cid.bytes.length
-    out.set(bytes, at)
-    at += bytes.length
+  for (let i = 0; i < batch.length; i++) {
+    const cid = batch[i].cid.bytes
+    at = writeVarint(out, at, cid.length + blocks[i].length)
+    out.set(cid, at)
+    at += cid.length
+    out.set(blocks[i], at)
+    at += blocks[i].length
   }
   return out
 }
 
-/** The CARv1 of the DAG under `root`, in one chunk per batch of blocks read. The root is read
- * before anything is yielded, so an absent root is still an HTTP error, not a cut stream. */
+/** The CARv1 of the DAG under `root`, in one chunk per batch of blocks. The root is read before
+ * anything is yielded, so an absent root is still an HTTP error, not a cut stream. */
 async function * exportCar (root, options) {
-  const seen = new Set([root.toString()])
-  let level = [root]
+  // Blocks already queued, by file (a raw leaf) or codec and file: the file's name is the
+  // multihash, which two links with different codecs may share.
+  const first = exportEntry(root)
+  const seen = new Set([root.code === RAW_CODE ? first.file : `${root.code}:${first.file}`])
+  let level = [first]
   let header = carHeader(root)
   while (level.length > 0) {
     const next = []
-    for (let i = 0; i < level.length; i += EXPORT_READS) {
+    for (let i = 0; i < level.length; i += EXPORT_BATCH) {
       options.signal?.throwIfAborted()
-      const batch = level.slice(i, i + EXPORT_READS)
-      const blocks = await Promise.all(batch.map(async (cid) =>
-        ({ cid, bytes: await exportedBlock(cid, options) })))
+      const batch = level.slice(i, i + EXPORT_BATCH)
+      const blocks = await batchBytes(batch, options)
       if (header != null) { yield header; header = null }
-      for (const { cid, bytes } of blocks) {
+      for (let j = 0; j < batch.length; j++) {
+        const { cid } = batch[j]
         if (cid.code === RAW_CODE) continue
-        const block = createUnsafe({ cid, bytes, codec: await helia.getCodec(cid.code) })
-        for (const [, link] of block.links()) {
+        for (const link of await blockLinks(cid, blocks[j])) {
           // An identity CID carries its bytes inline: no block to export (as @helia/car).
           if (link.multihash.code === IDENTITY_HASH) continue
-          const key = link.toString()
-          if (!seen.has(key)) { seen.add(key); next.push(link) }
+          const entry = exportEntry(link)
+          const key = link.code === RAW_CODE ? entry.file : `${link.code}:${entry.file}`
+          if (!seen.has(key)) { seen.add(key); next.push(entry) }
         }
       }
-      yield carSections(blocks)
+      yield carSections(batch, blocks)
     }
     level = next
   }
