@@ -382,6 +382,7 @@ class _PickCache:
         self._lock = threading.Lock()
         self._heads: dict[int, npt.NDArray[Any]] = {}
         self._picks: dict[int, Any] = {}
+        self._picks32: dict[int, npt.NDArray[np.int32]] = {}
 
     def head(self, n: int) -> npt.NDArray[np.int32]:
         """``[0, 8, ..., 8n]``: the offsets of n 8-byte prefixes (int32)."""
@@ -406,10 +407,24 @@ class _PickCache:
                 self._remember(self._picks, n, pick)
             return pick
 
-    def pick_array(self, n: int) -> IntArray:
-        """:meth:`pick` as a read-only numpy view."""
-        view: IntArray = np.frombuffer(self.pick(n).buffers()[1], dtype=np.int64, count=2 * n)
-        return view
+    def pick32(self, n: int) -> npt.NDArray[np.int32]:
+        """:meth:`pick` as an int32 numpy array, for callers that edit a copy of it.
+
+        Chunks with nulls copy this and repoint their null rows: at half the size of the
+        int64 layout the copy stays in cache, which measured that step ~3x faster (2 vs 7.5 ns
+        a row on 64Ki-row string pieces) with ``take`` itself unchanged. Only for ``2n + 2``
+        elements that fit int32 (chunks are at most ``_CHUNK_ROWS`` rows).
+        """
+        with self._lock:
+            pick = self._picks32.get(n)
+            if pick is None:
+                rows = np.arange(n, dtype=np.int32)
+                pick = np.empty(2 * n, dtype=np.int32)
+                pick[0::2] = rows
+                pick[1::2] = rows + (n + 2)
+                pick.flags.writeable = False
+                self._remember(self._picks32, n, pick)
+            return pick
 
     @staticmethod
     def _remember(cache: dict[int, Any], n: int, value: Any) -> None:
@@ -419,6 +434,15 @@ class _PickCache:
 
 
 _PICKS: Final = _PickCache()
+
+
+def _int64_pick(n: int) -> IntArray:
+    """:meth:`_PickCache.pick` as a fresh int64 array, for chunks too long for int32 indices."""
+    rows = np.arange(n, dtype=np.int64)
+    pick = np.empty(2 * n, dtype=np.int64)
+    pick[0::2] = rows
+    pick[1::2] = rows + (n + 2)
+    return pick
 
 
 def _prefixed_stream(
@@ -459,7 +483,7 @@ def _prefixed_stream(
     if null is None:
         return _take_pieces(offsets, data, _PICKS.pick(n))
     # Start from the no-null layout and point null rows at the marker and the empty element.
-    pick = _PICKS.pick_array(n).copy()
+    pick = _PICKS.pick32(n).copy() if 2 * n + 2 <= _INT32_LIMIT else _int64_pick(n)
     null_rows = np.flatnonzero(null)
     pick[2 * null_rows] = n
     pick[2 * null_rows + 1] = n + 1
