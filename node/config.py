@@ -122,6 +122,25 @@ class P2pSection:
 
 
 @dataclass(frozen=True, slots=True)
+class DhtSection:
+    """``[dht]``: the odf DHT of provider records (``p2p/dht_service.py``, docs/libp2p.md)."""
+
+    enabled: bool
+    serve: bool
+    interval_s: float
+    query_timeout_s: float
+    lookup_timeout_s: float
+    ask_after_s: float
+    rate_per_s: float
+    rate_burst: float
+    records_per_dataset: int
+    datasets_per_provider: int
+    max_records: int
+    record_ttl_s: float
+    republish_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class IpfsSection:
     """``[ipfs]``."""
 
@@ -320,6 +339,7 @@ class NodeConfig:
     rpc: RpcSection
     http: HttpSection
     p2p: P2pSection
+    dht: DhtSection
     ipfs: IpfsSection
     engine: EngineSection
     pipeline: PipelineSection
@@ -362,6 +382,7 @@ _SECTION_TYPES = {
     "rpc": RpcSection,
     "http": HttpSection,
     "p2p": P2pSection,
+    "dht": DhtSection,
     "ipfs": IpfsSection,
     "engine": EngineSection,
     "pipeline": PipelineSection,
@@ -480,6 +501,20 @@ def _check_p2p(cfg: NodeConfig) -> None:
         raise ConfigError("p2p: need 0 < dial_backoff_base_s <= dial_backoff_max_s")
     if p.signer_rate_burst < 1 or p.signer_rate_per_s <= 0:
         raise ConfigError("p2p: need signer_rate_burst >= 1 and signer_rate_per_s > 0")
+
+
+def _check_dht(cfg: NodeConfig) -> None:
+    """[dht]: positive intervals, limits and bounds; republishing well inside the TTL."""
+    d = cfg.dht
+    times = (d.interval_s, d.query_timeout_s, d.lookup_timeout_s, d.ask_after_s, d.rate_per_s)
+    bounds = (d.records_per_dataset, d.datasets_per_provider, d.max_records)
+    if min(times) <= 0 or min(bounds) < 1 or d.rate_burst < 1:
+        raise ConfigError(
+            "dht: intervals, timeouts and rate_per_s must be > 0, rate_burst and the record "
+            "bounds >= 1"
+        )
+    if not 0 < d.republish_s < d.record_ttl_s:
+        raise ConfigError("dht: need 0 < republish_s < record_ttl_s")
 
 
 def _check_storage(cfg: NodeConfig) -> None:
@@ -680,6 +715,7 @@ def _validate_hosts(cfg: NodeConfig) -> None:
 _CHECKS: Final = (
     _check_ports,
     _check_p2p,
+    _check_dht,
     _check_storage,
     _validate_hosts,
     _check_follow,
@@ -787,6 +823,7 @@ def load_config(
 
 __all__ = [
     "ConfigError",
+    "DhtSection",
     "EngineSection",
     "FlowsSection",
     "HealthSection",
