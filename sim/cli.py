@@ -6,7 +6,8 @@
 runs the grid (times ``--seeds``) and writes ``DIR/sweep.json`` plus the detection-time and
 cost-vs-safety plots. ``SCENARIO`` is a path or a name in ``sim/scenarios/``.
 ``sim discovery --nodes N --datasets M --seed S`` measures provider discovery over the DHT
-against the one-hop exchange (``sim/discovery.py``).
+against the one-hop exchange (``sim/discovery.py``). ``sim run internet --nodes N --datasets M
+[--no-dht]`` runs the ``internet`` scenario (``sim/internet.py``: discovery and trust at scale).
 """
 
 from __future__ import annotations
@@ -50,10 +51,25 @@ def run_cmd(
             "--cluster", help="real-cluster mode: node processes in a loopback-only namespace"
         ),
     ] = False,
+    nodes: Annotated[int | None, typer.Option(min=2, help="override the node count")] = None,
+    datasets: Annotated[int | None, typer.Option(min=1, help="override the dataset count")] = None,
+    dht: Annotated[
+        bool | None,
+        typer.Option("--dht/--no-dht", help="internet: discovery with the DHT or one-hop only"),
+    ] = None,
 ) -> None:
     """Simulate one scenario with one seed (or run it on a real cluster with --cluster)."""
+    from sim.internet import is_internet
+
+    if is_internet(scenario):
+        _run_internet(scenario, seed, json_out, out, set_ or [], nodes, datasets, dht)
+        return
+    if dht is not None:
+        raise typer.BadParameter("--dht/--no-dht applies to the internet scenario only")
+    sizes = {"nodes": nodes, "workload.datasets": datasets}
     try:
-        sc = load(scenario, _overrides(set_ or []))
+        ov = _overrides(set_ or []) | {k: v for k, v in sizes.items() if v is not None}
+        sc = load(scenario, ov)
     except ScenarioError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from e
@@ -89,6 +105,35 @@ def run_cmd(
             f"delivery={res['delivery_ratio']} p50={lat.get('p50')}ms p99={lat.get('p99')}ms "
             f"P(bad)={res['bad_accept_probability']} wall={res['wall_s']}s -> {outdir}"
         )
+
+
+def _run_internet(
+    scenario: str,
+    seed: int | None,
+    json_out: bool,
+    out: Path | None,
+    set_: list[str],
+    nodes: int | None,
+    datasets: int | None,
+    dht: bool | None,
+) -> None:
+    """``sim run`` of an ``internet`` scenario (``sim/internet.py``)."""
+    from sim.internet import load_params, simulate_internet
+
+    given = {"seed": seed, "internet.nodes": nodes, "internet.datasets": datasets}
+    given["internet.dht"] = dht
+    try:
+        params = load_params(
+            scenario, _overrides(set_) | {k: v for k, v in given.items() if v is not None}
+        )
+    except ScenarioError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from e
+    res = simulate_internet(params)
+    outdir = out or Path("sim-results") / f"internet-n{params.nodes}-seed{params.seed}"
+    outdir.mkdir(parents=True, exist_ok=True)
+    (outdir / "results.json").write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
+    typer.echo(json.dumps(res, sort_keys=True) if json_out else json.dumps(res, indent=2))
 
 
 @sim_app.command("sweep")

@@ -1,0 +1,1184 @@
+"""The ``internet`` scenario (issue 43 items 3-4): discovery and trust in a network of N nodes and
+M datasets, over the product's own code.
+
+``odf-node sim run internet --nodes N --datasets M --seed S --json`` (scenario file
+``sim/scenarios/internet.toml``). What runs unchanged, imported from ``p2p/``:
+
+* **the DHT** (``p2p/dht``): every routing table, iterative lookup and provider store is the
+  sans-IO object the daemon is to drive; this module only carries queries over a latency model;
+* **the one-hop exchange** (``p2p/discovery.py``): every node that answers or asks is a real
+  :class:`~p2p.discovery.Discovery`, its ``serve`` and ``run_once`` coroutines driven to the end
+  synchronously over a simulated transport (no await ever suspends: the transport answers at
+  once and advances a virtual clock by each request's round trip, so a round takes as long as
+  its sequential requests do in the daemon);
+* **the gossip core** (:class:`~p2p.core.ProtocolCore`, through ``p2p/executor.py``): every light
+  subscriber whose trust is measured judges the owner's real signed announcement and a forged
+  one (signed by a malicious node's key);
+* **the trust policy** (:mod:`p2p.trust`, through ``p2p/trust_executor.py``): the attesters run
+  ``verify-all`` and the light subscribers a ``k``-of-``n`` quorum of their trusted attesters.
+
+The network: ``nat_fraction`` of nodes behind NAT (they dial out; others reach them only through
+a relay, one more leg on each dial; they run the DHT in client mode, as go-libp2p-kad-dht does
+when AutoNAT says private), ``light_fraction`` light nodes (no engine: they query the DHT but do
+not serve it, carry nothing and trust by quorum), ``malicious_fraction`` malicious nodes (as DHT
+servers they withhold the records they hold, answer with the malicious nodes closest to the key
+as "closer peers" and with malicious peers as providers; in the one-hop exchange they claim to
+carry every dataset; they attest and forge heads), ``unresponsive`` of the DHT servers gone
+(routing entries that never answer), and churn: each node leaves at ``churn_per_hour`` and comes
+back after ``mean_offline_s`` on average (exponential times), answering nothing meanwhile.
+Datasets have Zipf popularity (``zipf_exponent``): each node follows ``follows`` of them.
+
+Aggregate where a per-message simulation would not fit (100,000 x 100,000): discovery is measured
+on ``subscriptions`` new subscriptions drawn by popularity at uniform times in the run; the
+datasets they ask for are provided by up to ``max_providing`` of their carriers each (the
+owner first; a DHT server keeps ``per_key`` = 20 records of a key, so more providers change
+what it holds, not what a lookup finds). Trust is measured on ``trust_samples`` light
+subscriptions (one head each). Bytes per node per hour and state per node combine the measured
+per-operation figures with the network's rates (docs/simulation.md, "The internet scenario").
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import heapq
+import math
+import random
+import resource
+import statistics
+import time
+import tomllib
+from array import array
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from coordinator.identity import DatasetId, PrivateKey, generate_private_key
+from coordinator.multiformats import Multihash
+from p2p import trust
+from p2p.core import (
+    CoreConfig,
+    FetchCompleted,
+    HeadAccepted,
+    MessageReceived,
+    ProtocolCore,
+    RequestFetch,
+)
+from p2p.dht import Lookup, LookupConfig, ProviderStore, Query, RoutingTable, key_of
+from p2p.dht.keys import DhtKey
+from p2p.dht.records import RecordLimits
+from p2p.discovery import (
+    Discovery,
+    PeerRecord,
+    decode_providers_request,
+    decode_providers_response,
+)
+from p2p.executor import NullEffects, execute_all
+from p2p.transport import TransportError, dataset_topic
+from p2p.trust_executor import dispatch
+from p2p.wire import FetchLocations, HeadAnnouncement, Verdict, sign_message
+from sim.scenario import ScenarioError, apply_override, resolve
+
+NS: Final = 1_000_000_000
+MS: Final = 1_000_000
+T0_NS: Final = 1_763_700_000 * NS
+"""Virtual time zero (a fixed Unix time, so the core's ``issued_at`` checks behave)."""
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class InternetParams:
+    """One run's parameters (the ``[internet]`` table of a scenario file)."""
+
+    nodes: int = 10_000
+    datasets: int = 10_000
+    follows: int = 3
+    """Datasets each node follows (drawn by popularity)."""
+    zipf_exponent: float = 1.0
+    subscriptions: int = 2_000
+    """New subscriptions whose discovery is measured."""
+    nat_fraction: float = 0.60
+    light_fraction: float = 0.10
+    malicious_fraction: float = 0.05
+    unresponsive: float = 0.10
+    """DHT servers that never answer (gone nodes still in routing tables)."""
+    churn_per_hour: float = 0.10
+    mean_offline_s: float = 1800.0
+    duration_s: float = 3600.0
+    dials: int = 25
+    """Gossip connections each node opens (to nodes not behind NAT); it also takes inbound ones."""
+    random_contacts: int = 60
+    """Random DHT servers each node has met, offered to its routing table besides its nearest."""
+    rtt_ms: float = 80.0
+    """Median round trip (log-normal, sigma 0.5, per exchange)."""
+    relay_rtt_ms: float = 80.0
+    """Median round trip of the relay leg a dial to a node behind NAT adds."""
+    max_providing: int = 20
+    dht: bool = True
+    """False: discovery by the one-hop exchange only (``--no-dht``)."""
+    deadline_s: float = 60.0
+    trust_samples: int = 500
+    trusted_attesters: int = 8
+    """Attesters each light subscriber trusts (drawn from the dataset's full followers)."""
+    quorum_k: int = 3
+    verify_s: float = 30.0
+    """Median engine seconds of one replay (log-normal, sigma 0.5)."""
+    fetch_bytes: int = 1_000_000
+    bandwidth_mbps: float = 20.0
+    heads_per_hour: float = 1.0
+    """Heads each dataset's owner publishes per hour (rates for bytes and replays)."""
+    mesh_degree: int = 6
+    seed: int = 1
+
+    def validate(self) -> None:
+        """Check ranges.
+
+        Raises:
+            ScenarioError: a value is out of range.
+        """
+        if self.nodes < 50 or self.datasets < 1:
+            raise ScenarioError("internet: nodes must be >= 50 and datasets >= 1")
+        for name in ("nat_fraction", "light_fraction", "malicious_fraction", "unresponsive"):
+            if not 0.0 <= getattr(self, name) < 0.9:
+                raise ScenarioError(f"internet.{name} must be in [0, 0.9)")
+        if self.nat_fraction + self.light_fraction >= 0.95:
+            raise ScenarioError("internet: too few public full nodes left to serve the DHT")
+        if self.follows < 1 or self.follows > self.datasets:
+            raise ScenarioError("internet.follows must be in 1..datasets")
+        if self.quorum_k < 1 or self.trusted_attesters < self.quorum_k:
+            raise ScenarioError("internet: need 1 <= quorum_k <= trusted_attesters")
+        if self.duration_s <= self.deadline_s:
+            raise ScenarioError("internet.duration_s must exceed deadline_s")
+
+
+def is_internet(path: str | Path) -> bool:
+    """Whether the scenario file (or name) is an ``internet`` scenario (``kind = "internet"``)."""
+    try:
+        doc = tomllib.loads(resolve(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError, ScenarioError):
+        return False
+    return doc.get("kind") == "internet"
+
+
+def load_params(path: str | Path, overrides: dict[str, Any] | None = None) -> InternetParams:
+    """The parameters of an ``internet`` scenario file, with dotted ``overrides``
+    (``{"internet.nodes": 1000}``; ``seed`` at the top level).
+
+    Raises:
+        ScenarioError: not an internet scenario, unknown key, wrong type or bad value.
+    """
+    p = resolve(path)
+    try:
+        doc = tomllib.loads(p.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ScenarioError(f"cannot load scenario {p}: {e}") from e
+    for dotted, value in (overrides or {}).items():
+        apply_override(doc, dotted, value)
+    if doc.get("kind") != "internet":
+        raise ScenarioError(f'{p} is not an internet scenario (kind = "internet")')
+    known = {f.name: f for f in dataclasses.fields(InternetParams)}
+    values: dict[str, Any] = {}
+    for key, value in doc.items():
+        if key in ("kind", "name"):
+            continue
+        if key == "seed":
+            values["seed"] = _typed("seed", value, 1)
+        elif key == "internet":
+            if not isinstance(value, dict):
+                raise ScenarioError("[internet] must be a table")
+            for k, v in value.items():
+                if k not in known or k == "seed":
+                    raise ScenarioError(f"unknown key internet.{k}")
+                values[k] = _typed(f"internet.{k}", v, getattr(InternetParams(), k))
+        else:
+            raise ScenarioError(f"unknown key {key}")
+    params = InternetParams(**values)
+    params.validate()
+    return params
+
+
+def _typed(where: str, value: Any, default: Any) -> Any:
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+    elif isinstance(default, float):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif isinstance(default, int) and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ScenarioError(f"{where}: wrong type {type(value).__name__}")
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _drive(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run a coroutine that never suspends (the simulated transport answers at once)."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("a simulated discovery coroutine suspended")
+
+
+def _zipf_cdf(m: int, s: float) -> list[float]:
+    weights = [1.0 / (i + 1) ** s for i in range(m)]
+    total = sum(weights)
+    acc, out = 0.0, []
+    for w in weights:
+        acc += w / total
+        out.append(acc)
+    return out
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    ordered = sorted(xs)
+    return round(ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))], 1)
+
+
+def _pcts(xs: list[float], qs: tuple[float, ...] = (0.5, 0.9, 0.99)) -> dict[str, float | None]:
+    return {f"p{round(q * 100)}": _pct(xs, q) for q in qs}
+
+
+# Sizes of what the model sends (bytes, with framing): DHT messages as go-libp2p-kad-dht's
+# protobufs carry them, gossip envelopes as p2p.wire encodes them.
+_DHT_REQUEST = 120
+_DHT_PEER = 70
+_DHT_PROVIDER = 350
+_ADD_PROVIDER = 400
+_ANNOUNCEMENT = 560
+_ATTESTATION = 640
+_REFRESH_PERIOD_S = 600.0
+"""go-libp2p-kad-dht refreshes its routing table every 10 minutes."""
+_REFRESHED_BUCKETS = 15
+"""... with one lookup per bucket up to a common prefix length of 15."""
+_REPUBLISH_S = RecordLimits().republish_ns / NS
+_INTERVAL_S = 10.0
+"""The one-hop loop's interval (``Discovery.interval_s``), doubling up to 16x while idle."""
+
+
+@dataclass(slots=True)
+class _Find:
+    """One measured subscription's DHT search (possibly several lookups)."""
+
+    found_ns: int | None = None
+    connected_ns: int | None = None
+    queries: int = 0
+    lookups: int = 0
+    liars: set[int] = field(default_factory=set)
+
+
+class _World:
+    """The network: who is where, what they carry, and the product's objects per node."""
+
+    def __init__(self, p: InternetParams) -> None:
+        self.p = p
+        rng = random.Random(p.seed)
+        n = p.nodes
+        self.names = [f"12D3KooWsim{i}" for i in range(n)]
+        self.keys = [key_of(x.encode()) for x in self.names]
+        self.index = {x: i for i, x in enumerate(self.names)}
+        self.nat = bytearray(1 if rng.random() < p.nat_fraction else 0 for _ in range(n))
+        self.light = bytearray(1 if rng.random() < p.light_fraction else 0 for _ in range(n))
+        self.malicious = bytearray(
+            1 if rng.random() < p.malicious_fraction else 0 for _ in range(n)
+        )
+        self.servers = [i for i in range(n) if not self.nat[i] and not self.light[i]]
+        honest_servers = [i for i in self.servers if not self.malicious[i]]
+        self.frozen = bytearray(n)
+        for i in rng.sample(honest_servers, int(len(self.servers) * p.unresponsive)):
+            self.frozen[i] = 1
+        self.active = [i for i in range(n) if not self.frozen[i]]
+        self.public = [i for i in self.active if not self.nat[i]]
+        # churn: offline intervals (ns from zero), per node, from its own random stream
+        self.offline: dict[int, list[tuple[int, int]]] = {}
+        rate = p.churn_per_hour / 3600.0
+        if rate > 0:
+            for i in self.active:
+                r = random.Random(p.seed * 2_000_003 + i)
+                t = r.expovariate(rate)
+                spans = []
+                while t < p.duration_s:
+                    back = t + r.expovariate(1.0 / p.mean_offline_s)
+                    spans.append((int(t * NS), int(back * NS)))
+                    t = back + r.expovariate(rate)
+                if spans:
+                    self.offline[i] = spans
+        # gossip connections: each node dials `dials` public nodes (CSR of the undirected graph)
+        self.out = array("i")
+        for i in range(n):
+            if self.frozen[i]:
+                self.out.extend([-1] * p.dials)
+                continue
+            picks = rng.sample(self.public, min(p.dials + 1, len(self.public)))
+            picks = [j for j in picks if j != i][: p.dials]
+            picks += [-1] * (p.dials - len(picks))
+            self.out.extend(picks)
+        counts = [0] * (n + 1)
+        for j in self.out:
+            if j >= 0:
+                counts[j + 1] += 1
+        for i in range(n):
+            counts[i + 1] += counts[i]
+        self.in_start = array("i", counts)
+        self.inb = array("i", [0] * counts[n])
+        fill = list(counts[:n])
+        for pos, j in enumerate(self.out):
+            if j >= 0:
+                self.inb[fill[j]] = pos // p.dials
+                fill[j] += 1
+        # datasets: owners, followers (Zipf), carriers
+        self.cdf = _zipf_cdf(p.datasets, p.zipf_exponent)
+        full_honest = [i for i in self.active if not self.light[i] and not self.malicious[i]]
+        self.owner = [rng.choice(full_honest) for _ in range(p.datasets)]
+        self.follows: list[tuple[int, ...]] = [()] * n
+        self.followers: list[list[int]] = [[] for _ in range(p.datasets)]
+        for i in self.active:
+            picked: dict[int, None] = {}
+            while len(picked) < p.follows:
+                d = self.zipf(rng)
+                if self.owner[d] != i:
+                    picked[d] = None
+            self.follows[i] = tuple(picked)
+            for d in picked:
+                self.followers[d].append(i)
+        # DHT: routing tables (servers eagerly, clients when they first look up), stores
+        order = sorted(self.servers, key=lambda i: self.keys[i])
+        self.server_keys = [self.keys[i] for i in order]
+        self.server_order = order
+        mal = sorted((i for i in self.servers if self.malicious[i]), key=lambda i: self.keys[i])
+        self.mal_order = mal
+        self.mal_keys = [self.keys[i] for i in mal]
+        self.tables: dict[int, RoutingTable] = {}
+        for i in self.servers:
+            if not self.frozen[i]:
+                self.table(i)
+        self.stores: dict[int, ProviderStore] = {}
+        self.dids: dict[int, DatasetId] = {}
+        self.dataset_of: dict[DatasetId, int] = {}
+        self.owner_keys: dict[int, PrivateKey] = {}
+        self.node_keys: dict[int, PrivateKey] = {}
+        self.c: dict[str, int] = {
+            "dht_find_queries": 0,
+            "dht_find_lookups": 0,
+            "dht_find_bytes": 0,
+            "dht_provide_queries": 0,
+            "dht_provides": 0,
+            "dht_provide_bytes": 0,
+            "dht_add_provider_bytes": 0,
+            "one_hop_requests": 0,
+            "one_hop_bytes": 0,
+            "one_hop_rounds": 0,
+        }
+        # one-hop: the real Discovery objects and the virtual clock their transports advance
+        self.clock_ns = 0
+        self.timing = False
+        self.asking: list[DatasetId] = []
+        self.watch: tuple[int, int] | None = None  # (subscriber, dataset) whose carriers we time
+        self.watch_found_ns: int | None = None
+        self.rng = random.Random(p.seed * 3_000_017)
+        self._plain: dict[int, Discovery] = {}
+        self._served: dict[int, Discovery] = {}
+
+    # ---- population
+
+    def zipf(self, rng: random.Random) -> int:
+        """A dataset drawn by popularity."""
+        return min(bisect.bisect_left(self.cdf, rng.random()), self.p.datasets - 1)
+
+    def online(self, i: int, t_ns: int) -> bool:
+        """Whether node ``i`` answers at ``t_ns``."""
+        if self.frozen[i]:
+            return False
+        spans = self.offline.get(i)
+        return spans is None or all(not a <= t_ns < b for a, b in spans)
+
+    def neighbours(self, i: int) -> list[int]:
+        """Node ``i``'s gossip connections (its dials and the dials to it)."""
+        d = self.p.dials
+        out = [j for j in self.out[i * d : (i + 1) * d] if j >= 0]
+        return out + list(self.inb[self.in_start[i] : self.in_start[i + 1]])
+
+    def carries(self, i: int, d: int) -> bool:
+        """Ground truth: ``i`` holds ``d`` and serves it (owner, or full honest follower)."""
+        if self.owner[d] == i:
+            return True
+        return not self.light[i] and not self.malicious[i] and d in self.follows[i]
+
+    def member(self, i: int, d: int) -> bool:
+        """``i`` joined ``d``'s gossip topic (owner or follower, honest or not)."""
+        return self.owner[d] == i or d in self.follows[i]
+
+    def did(self, d: int) -> DatasetId:
+        """The DID of dataset ``d`` (its owner's key, made when first needed)."""
+        did = self.dids.get(d)
+        if did is None:
+            key = generate_private_key(
+                b"ds" + self.p.seed.to_bytes(8, "big") + d.to_bytes(22, "big")
+            )
+            self.owner_keys[d] = key
+            did = self.dids[d] = key.dataset_id()
+            self.dataset_of[did] = d
+        return did
+
+    def node_key(self, i: int) -> PrivateKey:
+        """Node ``i``'s signing key (made when first needed)."""
+        key = self.node_keys.get(i)
+        if key is None:
+            key = self.node_keys[i] = generate_private_key(
+                b"nd" + self.p.seed.to_bytes(8, "big") + i.to_bytes(22, "big")
+            )
+        return key
+
+    def rtt_ns(self, rng: random.Random, median_ms: float | None = None) -> int:
+        """One round trip (log-normal around ``median_ms``, default ``rtt_ms``)."""
+        med = self.p.rtt_ms if median_ms is None else median_ms
+        return int(med * MS * math.exp(rng.gauss(0.0, 0.5)))
+
+    def dial_ns(self, j: int, rng: random.Random) -> int:
+        """A new connection to ``j``: two round trips, each with a relay leg behind NAT."""
+        legs = self.rtt_ns(rng) + (self.rtt_ns(rng, self.p.relay_rtt_ms) if self.nat[j] else 0)
+        return 2 * legs
+
+    # ---- DHT
+
+    def table(self, i: int) -> RoutingTable:
+        """Node ``i``'s routing table: its nearest servers in key order and random others."""
+        t = self.tables.get(i)
+        if t is not None:
+            return t
+        t = self.tables[i] = RoutingTable(self.keys[i])
+        r = random.Random(self.p.seed * 1_000_003 + i)
+        pos = bisect.bisect_left(self.server_keys, self.keys[i])
+        near = self.server_order[max(0, pos - 20) : pos + 21]
+        met = r.sample(self.servers, min(self.p.random_contacts, len(self.servers)))
+        for j in [*near, *met]:
+            if j != i:
+                t.seen(self.names[j], self.keys[j], 0)
+        return t
+
+    def _mal_closest(self, target: DhtKey) -> list[tuple[str, DhtKey]]:
+        """The malicious servers nearest ``target`` (what a poisoner names as closer peers)."""
+        if not self.mal_order:
+            return []
+        pos = bisect.bisect_left(self.mal_keys, target)
+        window = self.mal_order[max(0, pos - 20) : pos + 20]
+        window.sort(key=lambda j: self.keys[j] ^ target)
+        return [(self.names[j], self.keys[j]) for j in window[:20]]
+
+    def _answer(
+        self, j: int, target: DhtKey, now: int, find: bool
+    ) -> tuple[list[tuple[str, DhtKey]], list[str]]:
+        if self.malicious[j]:
+            closer = self._mal_closest(target)
+            return closer, [x for x, _ in closer] if find else []
+        store = self.stores.get(j)
+        providers = [r.provider for r in store.providers(target, now)] if store and find else []
+        return self.table(j).closest(target), providers
+
+    def walk(
+        self,
+        start: int,
+        target: DhtKey,
+        t0: int,
+        rng: random.Random,
+        find: _Find | None,
+        d: int = -1,
+    ) -> tuple[Lookup, int]:
+        """One lookup from ``start`` at ``t0`` (a provider lookup when ``find`` is given, which
+        records the first genuine carrier's record and connection); to ``deadline_s``."""
+        p = self.p
+        cfg = LookupConfig(want_providers=p.max_providing if find is not None else 0)
+        lookup = Lookup(target, self.table(start).closest(target), cfg)
+        deadline = t0 + int(p.deadline_s * NS)
+        events: list[tuple[int, int, int, int]] = []  # (time, seq, kind 0 answer / 1 dial, node)
+        seq = 0
+        named_by: dict[int, int] = {}  # provider -> the server whose answer named it first
+        kind = "find" if find is not None else "provide"
+
+        def send(queries: list[Query], now: int) -> None:
+            nonlocal seq
+            for q in queries:
+                j = self.index[q.peer]
+                self.c[f"dht_{kind}_queries"] += 1
+                self.c[f"dht_{kind}_bytes"] += _DHT_REQUEST
+                if find is not None:
+                    find.queries += 1
+                if self.online(j, now):  # gone or offline: never answers (the lookup times out)
+                    seq += 1
+                    heapq.heappush(events, (now + self.rtt_ns(rng), seq, 0, j))
+
+        now = t0
+        send(lookup.start(now), now)
+        while now < deadline:
+            if lookup.done and not any(e[2] == 1 for e in events):
+                break
+            wake = None if lookup.done else lookup.next_deadline(now)
+            if events and (wake is None or events[0][0] <= wake):
+                now, _, ev, j = heapq.heappop(events)
+                if now >= deadline:
+                    break
+                if ev == 1:  # a dial to a provider named in an answer ended
+                    assert find is not None
+                    if self.carries(j, d) and self.online(j, now):
+                        if find.connected_ns is None:
+                            find.connected_ns = now
+                    elif self.online(j, now):
+                        # it answered the dial but carries nothing: whoever named it lied
+                        find.liars.add(named_by[j])
+                    continue
+                if lookup.done:
+                    continue
+                if find is not None and j in find.liars:
+                    send(lookup.on_failure(self.names[j], now), now)
+                    continue
+                closer, providers = self._answer(j, target, now, find is not None)
+                self.c[f"dht_{kind}_bytes"] += (
+                    64 + _DHT_PEER * len(closer) + _DHT_PROVIDER * len(providers)
+                )
+                if find is not None:
+                    for name in providers:
+                        x = self.index[name]
+                        if x in named_by:
+                            continue
+                        named_by[x] = j
+                        if find.found_ns is None and self.carries(x, d) and self.online(x, now):
+                            find.found_ns = now
+                        seq += 1
+                        heapq.heappush(events, (now + self.dial_ns(x, rng), seq, 1, x))
+                send(lookup.on_response(self.names[j], closer, providers, now), now)
+            elif wake is not None:
+                now = wake
+                send(lookup.poll(now), now)
+            else:
+                break
+        return lookup, min(now, deadline)
+
+    def provide(self, carrier: int, d: int, t0: int, rng: random.Random) -> None:
+        """``carrier`` provides ``d``: a walk to the key, then a record at the closest that
+        answered (a malicious one keeps it to itself)."""
+        target = self.dataset_key(d)
+        lookup, _ = self.walk(carrier, target, t0, rng, None)
+        self.c["dht_provides"] += 1
+        record = f"/ip4/127.0.0.1/tcp/4001/p2p/{self.names[carrier]}".encode()
+        for peer in lookup.result().closest:
+            j = self.index[peer]
+            self.c["dht_add_provider_bytes"] += _ADD_PROVIDER
+            if not self.malicious[j]:
+                self.stores.setdefault(j, ProviderStore()).add(
+                    target, self.names[carrier], record, t0
+                )
+
+    def dataset_key(self, d: int) -> DhtKey:
+        """The DHT key of dataset ``d`` (the SHA-256 of its DID)."""
+        return key_of(self.did(d).as_did_str().encode())
+
+    def find(self, start: int, d: int, t0: int, rng: random.Random) -> _Find:
+        """A subscriber's DHT search for ``d``: a provider lookup, dialling every provider as
+        its record arrives; while no genuine carrier answered a dial and time is left, again,
+        treating the servers that named providers carrying nothing as failed."""
+        f = _Find()
+        deadline = t0 + int(self.p.deadline_s * NS)
+        t = t0
+        known_liars = -1
+        while f.connected_ns is None and t < deadline and len(f.liars) > known_liars:
+            known_liars = len(f.liars)
+            f.lookups += 1
+            self.c["dht_find_lookups"] += 1
+            _, t = self.walk(start, self.dataset_key(d), t, rng, f, d)
+            for liar in f.liars:
+                self.table(start).remove(self.names[liar], self.keys[liar])
+        return f
+
+    # ---- one hop (the real Discovery over a simulated transport)
+
+    def record(self, j: int) -> PeerRecord:
+        """``j``'s own record: a direct address, or a relayed one behind NAT."""
+        name = self.names[j]
+        if self.nat[j]:
+            relay = (
+                self.names[self.out[j * self.p.dials]] if self.out[j * self.p.dials] >= 0 else name
+            )
+            addr = f"/ip4/127.0.0.1/tcp/4001/p2p/{relay}/p2p-circuit/p2p/{name}"
+        else:
+            addr = f"/ip4/127.0.0.1/tcp/4001/p2p/{name}"
+        return PeerRecord(peer_id=name, gossip=(addr,))
+
+    def discovery(
+        self, tr: _SimTransport, follows: list[DatasetId], rng: random.Random | None = None
+    ) -> Discovery:
+        """A :class:`Discovery` for ``tr``'s node following ``follows`` (a list the caller
+        may extend)."""
+        j = tr.node
+        rec = self.record(j)
+
+        def carries(did: DatasetId) -> bool:
+            # a malicious node claims to carry whatever it is asked about
+            return bool(self.malicious[j]) or self.carries(j, self.dataset_of[did])
+
+        return Discovery(
+            tr,
+            self_record=lambda: rec,
+            carries=carries,
+            followed=lambda: follows,
+            connect_ipfs=None,
+            rng=rng or self.rng,
+            loopback_only=True,
+            clock=lambda: self.clock_ns / NS,
+            record_ttl_s=self.p.duration_s,
+        )
+
+    def server(self, j: int, first_hand: bool) -> Discovery:
+        """Node ``j``'s Discovery as a responder; ``first_hand``: one that has asked its
+        connected peers for their records (what it hands out about them), as it has after its
+        own first round (run here with the clock stopped)."""
+        if first_hand:
+            disc = self._served.get(j)
+            if disc is None:
+                if len(self._served) >= 4096:
+                    self._served.clear()  # rebuilt identically when needed (no randomness)
+                disc = self._served[j] = self.discovery(_SimTransport(self, j, []), [])
+                timing, self.timing = self.timing, False
+                asking = self.asking
+                _drive(disc.run_once())
+                self.timing, self.asking = timing, asking
+            return disc
+        disc = self._plain.get(j)
+        if disc is None:
+            if len(self._plain) >= 65_536:
+                self._plain.clear()
+            disc = self._plain[j] = self.discovery(_SimTransport(self, j, []), [])
+        return disc
+
+    def advance(self, seconds_ns: int) -> None:
+        """A request or dial took ``seconds_ns`` of the asking node's (sequential) round."""
+        if self.timing:
+            self.clock_ns += seconds_ns
+
+    def one_hop(self, i: int, d: int, t0: int, rng: random.Random) -> tuple[int | None, int]:
+        """Subscriber ``i`` starts following ``d`` at ``t0``: its Discovery's rounds until a
+        genuine carrier's record arrives or the deadline; (found at, end of the first round)."""
+        tr = _SimTransport(self, i, [])
+        follows: list[DatasetId] = []
+        disc = self.discovery(tr, follows, rng)
+        self.timing = False
+        self.clock_ns = t0
+        self.asking = []
+        # the node's steady state: a round has asked its peers for their own records before
+        _drive(disc.run_once())
+        follows.append(self.did(d))
+        tr.followed.append(d)
+        self.watch, self.watch_found_ns = (i, d), None
+        self.timing = True
+        deadline = t0 + int(self.p.deadline_s * NS)
+        topics = _drive(tr.topic_peers())
+        connected = set(tr.connected_peers())
+        on_topic = topics.get(dataset_topic(self.did(d).as_multibase()), set()) & connected
+        if any(self.carries(self.index[x], d) for x in on_topic):
+            self.watch_found_ns = t0  # a connected peer on the topic carries it: nothing to find
+        first_end = t0
+        t, idle, rounds = t0, 0, 0
+        while t < deadline and self.watch_found_ns is None:
+            self.clock_ns = t
+            report = _drive(disc.run_once())
+            rounds += 1
+            self.c["one_hop_rounds"] += 1
+            if rounds == 1:
+                first_end = self.clock_ns
+            busy = report.learned or report.dialled or report.unreachable
+            idle = 0 if busy else min(idle + 1, 4)
+            delay = _INTERVAL_S * (2**idle if idle else 1)
+            t = self.clock_ns + int(min(delay, _INTERVAL_S * 16) * rng.uniform(0.8, 1.2) * NS)
+        self.timing = False
+        found = self.watch_found_ns
+        self.watch = None
+        return (found if found is not None and found < deadline else None), first_end
+
+    def heard(self, i: int, response: bytes) -> None:
+        """A response reached ``i``: note when the watched subscriber first holds a record of a
+        genuine carrier of its dataset that is online."""
+        if self.watch is None or self.watch[0] != i or self.watch_found_ns is not None:
+            return
+        d = self.watch[1]
+        want = self.did(d).as_did_str()
+        for rec in decode_providers_response(response):
+            j = self.index.get(rec.peer_id)
+            genuine = j is not None and want in rec.carries and self.carries(j, d)
+            if genuine and j is not None and self.online(j, self.clock_ns):
+                self.watch_found_ns = self.clock_ns
+                return
+
+
+class _SimTransport:
+    """:class:`~p2p.discovery.DiscoveryTransport` of one simulated node: requests are answered
+    by the peer's own :class:`Discovery` at once, the virtual clock advanced by a round trip."""
+
+    def __init__(self, world: _World, i: int, followed: list[int]) -> None:
+        self._w = world
+        self._i = i
+        self.node = i
+        self.followed = followed
+        self._dialled: set[int] = set()
+        self._rng = random.Random(world.p.seed * 5_000_011 + i)
+
+    @property
+    def peer_id(self) -> str:
+        """This node's peer id."""
+        return self._w.names[self._i]
+
+    def connected_peers(self) -> list[str]:
+        """Connections to peers online now."""
+        w = self._w
+        now = w.clock_ns
+        peers = [*w.neighbours(self._i), *sorted(self._dialled)]
+        return [w.names[j] for j in dict.fromkeys(peers) if w.online(j, now)]
+
+    async def connect(self, addr: str) -> str:
+        """Dial the peer an address names (through its relay behind NAT)."""
+        w = self._w
+        j = w.index[addr.rsplit("/", 1)[1]]
+        w.advance(w.dial_ns(j, self._rng))
+        if not w.online(j, w.clock_ns):
+            raise TransportError(f"{addr}: unreachable")
+        self._dialled.add(j)
+        return w.names[j]
+
+    async def request(self, peer: str, protocol: str, data: bytes, timeout_s: float) -> bytes:
+        """One exchange with ``peer``'s Discovery (``timeout_s`` of virtual time if gone)."""
+        w = self._w
+        j = w.index[peer]
+        if not w.online(j, w.clock_ns):
+            w.advance(int(timeout_s * NS))
+            raise TransportError(f"{peer}: timed out")
+        dids = decode_providers_request(data)
+        w.asking = dids
+        response = await w.server(j, first_hand=bool(dids)).serve(self.peer_id, data)
+        w.advance(w.rtt_ns(self._rng))
+        if w.timing:
+            w.c["one_hop_requests"] += 1
+            w.c["one_hop_bytes"] += len(data) + len(response) + 2 * 64
+        w.heard(self._i, response)
+        return response
+
+    async def topic_peers(self) -> dict[str, set[str]]:
+        """Every asked or followed topic's members among this node's connections."""
+        w = self._w
+        out: dict[str, set[str]] = {}
+        ds = {w.dataset_of[x] for x in w.asking} | set(self.followed)
+        peers = [w.index[x] for x in self.connected_peers()]
+        for d in sorted(ds):
+            out[dataset_topic(w.did(d).as_multibase())] = {
+                w.names[j] for j in peers if w.member(j, d)
+            }
+        return out
+
+
+# ----------------------------------------------------------------------------- trust
+
+
+class _LightEffects(NullEffects):
+    """A light subscriber's core decisions: fetch (then report it), and accepted heads to the
+    trust policy."""
+
+    def __init__(self, run: _LightRun) -> None:
+        self.run = run
+
+    def fetch(self, d: RequestFetch) -> None:
+        r = self.run
+        done = r.now + r.fetch_ns
+        r.push(done, ("fetched", FetchCompleted(d.dataset, d.head, True, T0_NS + done)))
+
+    def head_accepted(self, d: HeadAccepted) -> None:
+        r = self.run
+        r.decide(r.policy.handle(trust.HeadSeen(d.dataset, d.head, T0_NS + r.now)))
+
+
+class _LightTrust:
+    """What a light subscriber's trust decisions do: note when each head became trusted."""
+
+    def __init__(self, run: _LightRun) -> None:
+        self.run = run
+
+    def replay(self, d: trust.Replay) -> None:
+        """A light node has no engine: its policy never asks (``can_replay`` is False)."""
+        self.run.replays += 1
+
+    def trusted(self, d: trust.Trusted) -> None:
+        """Record the time the head became trusted."""
+        self.run.trusted.setdefault(d.head.digest, self.run.now)
+
+    def distrusted(self, d: trust.Distrusted) -> None:
+        """Nothing to record."""
+
+
+@dataclass
+class _LightRun:
+    """One light subscriber's view of one head: its core, its policy, its events in time."""
+
+    core: ProtocolCore
+    policy: trust.TrustPolicy
+    fetch_ns: int
+    now: int = 0
+    events: list[tuple[int, int, tuple[str, Any]]] = field(default_factory=list)
+    trusted: dict[bytes, int] = field(default_factory=dict)
+    replays: int = 0
+    _seq: int = 0
+
+    def push(self, t: int, ev: tuple[str, Any]) -> None:
+        self._seq += 1
+        heapq.heappush(self.events, (t, self._seq, ev))
+
+    def decide(self, decisions: list[trust.TrustDecision]) -> None:
+        effects = _LightTrust(self)
+        for dec in decisions:
+            dispatch(dec, effects)
+
+    def run(self) -> None:
+        effects = _LightEffects(self)
+        while self.events:
+            self.now, _, (kind, ev) = heapq.heappop(self.events)
+            if kind == "attestation":
+                self.decide(self.policy.handle(ev))
+            else:
+                execute_all(self.core.handle(ev), effects)
+
+
+class _AttesterTrust:
+    """A full follower's trust decisions: a replay on its engine, then trusted (it attests)."""
+
+    def __init__(self, w: _World, rng: random.Random) -> None:
+        self.w, self.rng = w, rng
+        self.replays = 0
+        self.verified_at: int | None = None
+        self.now = 0
+
+    def replay(self, d: trust.Replay) -> None:
+        """Replay: log-normal engine seconds around ``verify_s``."""
+        self.replays += 1
+        self.now += int(self.w.p.verify_s * NS * math.exp(self.rng.gauss(0.0, 0.5)))
+
+    def trusted(self, d: trust.Trusted) -> None:
+        """Its own replay verified the head: it attests now."""
+        self.verified_at = self.now
+
+    def distrusted(self, d: trust.Distrusted) -> None:
+        """Never, with honest heads."""
+
+
+def _gossip_ns(w: _World, members: int, rng: random.Random) -> int:
+    """Mesh delivery to one of ``members`` topic members: hops of a tree of degree ``D`` from
+    the publisher, each a one-way link (half a round trip) plus 5 ms of validation."""
+    deg = w.p.mesh_degree
+    rank = rng.randrange(max(1, members))
+    hops = 1 + int(math.log(1 + rank * (deg - 1)) / math.log(deg))
+    return sum(w.rtt_ns(rng) // 2 + 5 * MS for _ in range(hops))
+
+
+def _trust_runs(w: _World, rng: random.Random) -> dict[str, Any]:
+    """Publish -> trusted at sampled light subscribers, forged heads, attester replays."""
+    p = w.p
+    lights = [(i, d) for i in w.active if w.light[i] and not w.malicious[i] for d in w.follows[i]]
+    sample = sorted(rng.sample(lights, min(p.trust_samples, len(lights))))
+    by_dataset: dict[int, list[int]] = {}
+    for i, d in sample:
+        by_dataset.setdefault(d, []).append(i)
+    bw = p.bandwidth_mbps * 1_000_000
+    times: list[float] = []
+    untrusted = no_quorum = forged_sent = forged_trusted = replays = attesters_run = 0
+    for d in sorted(by_dataset):
+        did = w.did(d)
+        members = len(w.followers[d]) + 1
+        t_pub = int(rng.uniform(0, p.duration_s - 900) * NS)
+        owner_key = w.owner_keys[d]
+        head = Multihash.sha3_256(f"s{p.seed}-d{d}-genuine".encode())
+        forged = Multihash.sha3_256(f"s{p.seed}-d{d}-forged".encode())
+
+        genuine = _announce(did, head, t_pub, owner_key, 1)
+        full = [j for j in w.followers[d] if not w.light[j]]
+        forgers = [j for j in w.followers[d] if w.malicious[j]] or [
+            j for j in w.active if w.malicious[j]
+        ][:1]
+        forgery = _announce(did, forged, t_pub, w.node_key(forgers[0]), 2) if forgers else None
+        attest_at: dict[int, int | None] = {}
+        for i in by_dataset[d]:
+            if len(full) < p.quorum_k:
+                no_quorum += 1
+                continue
+            trusted_set = rng.sample(full, min(p.trusted_attesters, len(full)))
+            for j in trusted_set:
+                if j in attest_at or w.malicious[j]:
+                    continue
+                # an honest attester: receives, fetches, replays under verify-all, attests
+                ar = random.Random(p.seed * 7_000_003 + j * 131 + d)
+                pol = trust.dataset_policy(trust.TrustConfig(policy=trust.Policy.VERIFY_ALL), ar)
+                eff = _AttesterTrust(w, ar)
+                eff.now = t_pub + _gossip_ns(w, members, ar) + 2 * w.rtt_ns(ar)
+                eff.now += int(p.fetch_bytes * 8 * NS / bw)
+                for dec in pol.handle(trust.HeadSeen(did, head, T0_NS + eff.now)):
+                    dispatch(dec, eff)
+                for dec in pol.handle(
+                    trust.LocalVerdict(did, head, trust.Outcome.VERIFIED, T0_NS + eff.now)
+                ):
+                    dispatch(dec, eff)
+                replays += eff.replays
+                attesters_run += 1
+                attest_at[j] = eff.verified_at
+            cfg = trust.TrustConfig(
+                policy=trust.Policy.QUORUM,
+                k=p.quorum_k,
+                trusted_attesters=frozenset(w.node_key(j).dataset_id() for j in trusted_set),
+                can_replay=False,
+            )
+            lr = random.Random(p.seed * 9_000_011 + i * 131 + d)
+            run = _LightRun(
+                ProtocolCore(CoreConfig(), lr, (did,)),
+                trust.dataset_policy(cfg, lr),
+                2 * w.rtt_ns(lr) + int(p.fetch_bytes * 8 * NS / bw),
+            )
+            at = t_pub + _gossip_ns(w, members, lr)
+            run.push(at, ("message", MessageReceived(f"n{w.owner[d]}", genuine, T0_NS + at)))
+            if forgery is not None:
+                forged_sent += 1
+                at = t_pub + _gossip_ns(w, members, lr)
+                run.push(at, ("message", MessageReceived(f"n{forgers[0]}", forgery, T0_NS + at)))
+            for j in trusted_set:
+                signer = w.node_key(j).dataset_id()
+                if w.malicious[j]:  # vouches for the forgery at once, never for the real head
+                    at = t_pub + _gossip_ns(w, members, lr)
+                    mh = forged
+                else:
+                    done = attest_at[j]
+                    if done is None:
+                        continue
+                    at = done + _gossip_ns(w, members, lr)
+                    mh = head
+                ev = trust.AttestationSeen(did, mh, signer, Verdict.VERIFIED, T0_NS + at)
+                run.push(at, ("attestation", ev))
+            run.run()
+            if forged.digest in run.trusted:
+                forged_trusted += 1
+            got = run.trusted.get(head.digest)
+            if got is None or got > p.duration_s * NS:
+                untrusted += 1
+            else:
+                times.append((got - t_pub) / NS)
+    n = len(sample)
+    return {
+        "light_subscriptions": n,
+        "publish_to_trusted_s": _pcts(times, (0.5, 0.99)),
+        "trusted_within_run": round(len(times) / n, 4) if n else None,
+        "no_quorum_possible": round(no_quorum / n, 4) if n else None,
+        "forged_heads_sent": forged_sent,
+        "forged_heads_trusted": forged_trusted,
+        "replays_per_attester_head": round(replays / attesters_run, 3) if attesters_run else None,
+    }
+
+
+def _announce(did: DatasetId, mh: Multihash, t_ns: int, key: PrivateKey, nonce: int) -> bytes:
+    """A signed announcement of ``mh`` as the head of ``did`` (by ``key``: the owner's, or a
+    forger's, whose envelope fails the core's signature check)."""
+    ann = HeadAnnouncement(
+        dataset=did,
+        head=mh,
+        sequence=1,
+        prev_head=None,
+        epoch=0,
+        locations=FetchLocations(http_urls=("http://127.0.0.1:1/d",)),
+        issued_at_ns=T0_NS + t_ns,
+        nonce=nonce.to_bytes(16, "big"),
+    )
+    return sign_message(ann, key).envelope
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def simulate_internet(p: InternetParams) -> dict[str, Any]:
+    """Run the internet scenario once; its figures as JSON (only ``wall_s`` and ``max_rss_mb``
+    vary between runs of the same parameters)."""
+    p.validate()
+    t_start = time.perf_counter()
+    w = _World(p)
+    wall: dict[str, float] = {"network": round(time.perf_counter() - t_start, 1)}
+    rng = random.Random(p.seed * 4_000_037)
+    horizon = p.duration_s - p.deadline_s
+    subs: list[tuple[int, int, int]] = []  # (time ns, node, dataset)
+    candidates = [i for i in w.active if not w.malicious[i]]
+    while len(subs) < p.subscriptions:
+        t = int(rng.uniform(0, horizon) * NS)
+        i = rng.choice(candidates)
+        d = w.zipf(rng)
+        if w.online(i, t) and not w.member(i, d):
+            subs.append((t, i, d))
+    subs.sort()
+    # providers of the datasets asked for, at time zero (the records live 48 h)
+    t1 = time.perf_counter()
+    if p.dht:
+        for d in sorted({d for _, _, d in subs}):
+            carriers = [w.owner[d]] + [j for j in w.followers[d] if w.carries(j, d)]
+            pr = random.Random(p.seed * 6_000_023 + d)
+            chosen = carriers[:1] + pr.sample(
+                carriers[1:], min(len(carriers) - 1, p.max_providing - 1)
+            )
+            for c in chosen:
+                if w.online(c, 0):
+                    w.provide(c, d, 0, pr)
+    wall["provide"] = round(time.perf_counter() - t1, 1)
+    t2 = time.perf_counter()
+    deadline_ns = int(p.deadline_s * NS)
+    hop_found = dht_found = hop_only_found = no_carrier_online = 0
+    hop_ms: list[float] = []
+    round_ms: list[float] = []
+    disc_ms: list[float] = []
+    lookup_ms: list[float] = []
+    conn_ms: list[float] = []
+    queries: list[int] = []
+    restarts = 0
+    for s, (t0, i, d) in enumerate(subs):
+        sr = random.Random(p.seed * 8_000_009 + s)
+        if not any(w.carries(j, d) and w.online(j, t0) for j in [w.owner[d], *w.followers[d]]):
+            no_carrier_online += 1
+        found_hop, first_end = w.one_hop(i, d, t0, sr)
+        round_ms.append((first_end - t0) / MS)
+        if found_hop is not None:
+            hop_only_found += 1
+            hop_ms.append((found_hop - t0) / MS)
+        if not p.dht:
+            continue
+        best = found_hop
+        if found_hop is None or found_hop > first_end:
+            # no provider one hop away by the end of the first round: ask the DHT
+            f = w.find(i, d, first_end, sr)
+            queries.append(f.queries)
+            restarts += f.lookups - 1
+            if f.found_ns is not None:
+                lookup_ms.append((f.found_ns - first_end) / MS)
+                if best is None or f.found_ns < best:
+                    best = f.found_ns
+            if f.connected_ns is not None:
+                conn_ms.append((f.connected_ns - t0) / MS)
+        else:
+            hop_found += 1
+        if best is not None and best - t0 <= deadline_ns:
+            dht_found += 1
+            disc_ms.append((best - t0) / MS)
+    wall["discovery"] = round(time.perf_counter() - t2, 1)
+    t3 = time.perf_counter()
+    trust_out = _trust_runs(w, random.Random(p.seed * 10_000_019))
+    wall["trust"] = round(time.perf_counter() - t3, 1)
+    n_subs = len(subs)
+    discovery: dict[str, Any] = {
+        "subscriptions": n_subs,
+        "no_carrier_online": round(no_carrier_online / n_subs, 4),
+        "one_hop_only": {
+            "found_within_deadline": round(hop_only_found / n_subs, 4),
+            "discovery_ms": _pcts(hop_ms, (0.5, 0.99)),
+            "first_round_ms": _pcts(round_ms, (0.5, 0.99)),
+        },
+    }
+    if p.dht:
+        discovery["dht"] = {
+            "found_within_deadline": round(dht_found / n_subs, 4),
+            "found_one_hop_first": round(hop_found / n_subs, 4),
+            "discovery_ms": _pcts(disc_ms, (0.5, 0.99)),
+            "lookup_ms": _pcts(lookup_ms),
+            "lookups": len(queries),
+            "connected_ms": _pcts(conn_ms, (0.5, 0.99)),
+            "queries_per_search_median": statistics.median(queries) if queries else None,
+            "repeated_lookups": restarts,
+        }
+    out: dict[str, Any] = {
+        "scenario": "internet",
+        "seed": p.seed,
+        "nodes": p.nodes,
+        "datasets": p.datasets,
+        "params": dataclasses.asdict(p),
+        "population": {
+            "dht_servers": len(w.servers),
+            "behind_nat": sum(w.nat),
+            "light": sum(w.light),
+            "malicious": sum(w.malicious),
+            "unresponsive_servers": sum(w.frozen),
+            "churned_in_run": len(w.offline),
+        },
+        "discovery": discovery,
+        "trust": trust_out,
+        "bytes_per_node_per_hour": _bytes(w, n_subs),
+        "state_per_node": _state(w),
+        "counters": dict(w.c),
+    }
+    wall["total"] = round(time.perf_counter() - t_start, 1)
+    out["wall_s"] = wall
+    out["max_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    return out
+
+
+def _bytes(w: _World, n_subs: int) -> dict[str, int]:
+    """Bytes sent per node per hour: measured per-operation figures times the network's rates.
+
+    DHT: searches (one per new subscription, and one per followed dataset of each node coming
+    back from churn), provides (every carrier of every dataset once per republish interval and
+    again when it comes back), table refreshes; one-hop: a round asks every connection for its
+    record whenever the records are older than the TTL (40 s < the idle interval of 160 s), and
+    the first round's measured bytes per request; gossip: each head to every topic member over a
+    mesh of degree D, and each full follower's attestation to every member likewise.
+    """
+    p, c = w.p, w.c
+    n = p.nodes
+    hours = p.duration_s / 3600.0
+    out: dict[str, int] = {}
+    if p.dht:
+        per_search = c["dht_find_bytes"] / max(1, c["dht_find_lookups"])
+        per_walk = c["dht_provide_bytes"] / max(1, c["dht_provides"])
+        per_provide = per_walk + c["dht_add_provider_bytes"] / max(1, c["dht_provides"])
+        pairs = sum(1 for d in range(p.datasets) for j in w.followers[d] if w.carries(j, d))
+        pairs += p.datasets
+        searches = n_subs / hours + p.churn_per_hour * n * p.follows
+        provides = pairs * (3600.0 / _REPUBLISH_S + p.churn_per_hour)
+        refresh = len(w.servers) * (3600.0 / _REFRESH_PERIOD_S) * _REFRESHED_BUCKETS
+        out["dht"] = round(
+            (searches * per_search + provides * per_provide + refresh * per_walk) / n
+        )
+    reqs = max(1, c["one_hop_requests"])
+    per_req = c["one_hop_bytes"] / reqs
+    mean_degree = 2 * p.dials
+    out["one_hop"] = round(mean_degree * (3600.0 / (_INTERVAL_S * 16)) * per_req)
+    ann = att = 0.0
+    for d in range(p.datasets):
+        members = len(w.followers[d]) + 1
+        attesters = sum(1 for j in w.followers[d] if w.carries(j, d))
+        ann += members * p.mesh_degree * _ANNOUNCEMENT
+        att += members * p.mesh_degree * _ATTESTATION * attesters
+    out["gossip_heads"] = round(ann * p.heads_per_hour / n)
+    out["gossip_attestations"] = round(att * p.heads_per_hour / n)
+    out["total"] = sum(out.values())
+    return out
+
+
+def _state(w: _World) -> dict[str, Any]:
+    """What a node holds: routing entries (measured), provider records (measured at the
+    servers that stored the sampled datasets' records, and the steady state of every carrier
+    providing every dataset), trust policy heads and core history (capped per dataset)."""
+    p = w.p
+    servers = set(w.servers)
+    tables = [len(t) for i, t in w.tables.items() if i in servers]
+    stores = [len(s) for s in w.stores.values()]
+    carriers = [1 + sum(1 for j in w.followers[d] if w.carries(j, d)) for d in range(p.datasets)]
+    live = max(1, len(w.servers) - sum(w.frozen))
+    steady = 20 * sum(min(c, RecordLimits().per_key) for c in carriers) / live
+    return {
+        "routing_entries_mean": round(statistics.fmean(tables), 1) if tables else 0,
+        "provider_records_sampled_max": max(stores) if stores else 0,
+        "provider_records_steady_mean": round(steady, 1),
+        "followed_datasets": p.follows,
+        "trust_heads_max": p.follows * trust.HEADS_PER_DATASET,
+        "core_history_max": p.follows * CoreConfig().history_per_dataset,
+    }
+
+
+__all__ = ["InternetParams", "is_internet", "load_params", "simulate_internet"]
