@@ -30,22 +30,7 @@ from node.app.ports import EventSink, StatePort
 from node.app.rows import EvidenceCaps
 from node.app.trust import TrustDriver
 from node.app.verify import Spawn, VerifyPipeline
-from p2p.core import (
-    AbandonFetch,
-    Accept,
-    DisconnectPeer,
-    EmitEquivocationProof,
-    Forward,
-    HeadAccepted,
-    Ignore,
-    Penalise,
-    PollSource,
-    PublishAttestation,
-    PublishDispute,
-    RejectHead,
-    RequestAntiEntropy,
-    RequestFetch,
-)
+from p2p import core
 from p2p.wire import (
     Attestation,
     Dispute,
@@ -143,7 +128,7 @@ class NodeEffects:
 
     # ---- DecisionEffects
 
-    def accepted(self, d: Accept) -> None:
+    def accepted(self, d: core.Accept) -> None:
         """Store accepted attestations, disputes and proofs (announcements wait for a fetch)."""
         msg = d.message
         if isinstance(msg, EquivocationProof):
@@ -172,9 +157,7 @@ class NodeEffects:
                 # Bounded like strangers' evidence: a flood of observations from fresh keys
                 # evicts the oldest strangers' ones, never a trusted attester's or our own.
                 trusted = self._trusted(inner.dataset, inner.node)
-                self._later(
-                    lambda: witness.observed(msg, inner, trusted=trusted, caps=self._caps)
-                )
+                self._later(lambda: witness.observed(msg, inner, trusted=trusted, caps=self._caps))
         elif isinstance(inner, KeyRotation | KeyRevocation | KeyInception):
             self._metrics.announcements.labels("key_record", "").inc()
             keys = self._keys
@@ -264,21 +247,21 @@ class NodeEffects:
 
         self._later(write)
 
-    def ignored(self, d: Ignore) -> None:
+    def ignored(self, d: core.Ignore) -> None:
         """Counted by reason."""
         self._metrics.announcements.labels("ignored", d.reason).inc()
 
-    def penalised(self, d: Penalise) -> None:
+    def penalised(self, d: core.Penalise) -> None:
         """Counted by reason."""
         self._metrics.announcements.labels("penalised", d.reason).inc()
 
-    def forward(self, d: Forward) -> None:
+    def forward(self, d: core.Forward) -> None:
         """Nothing for the node: gossipsub forwards."""
 
-    def fetch(self, d: RequestFetch) -> None:
+    def fetch(self, d: core.RequestFetch) -> None:
         """Nothing for the node: the gossip service runs the fetcher."""
 
-    def abandon_fetch(self, d: AbandonFetch) -> None:
+    def abandon_fetch(self, d: core.AbandonFetch) -> None:
         """The service cancelled the pull; recorded for operators."""
         self._metrics.pulls.labels("abandoned").inc()
         did, head = d.dataset.as_did_str(), d.head.to_multibase()
@@ -287,7 +270,7 @@ class NodeEffects:
     async def _log(self, kind: str, did: str | None, data: dict[str, Any]) -> None:
         await self._state.log_event(kind, did, data)
 
-    def head_accepted(self, d: HeadAccepted) -> None:
+    def head_accepted(self, d: core.HeadAccepted) -> None:
         """Persist the accepted head, then verify it (unless this node owns the dataset)."""
         self._metrics.announcements.labels("accepted", "").inc()
 
@@ -314,7 +297,7 @@ class NodeEffects:
 
         self._later(write)
 
-    def head_rejected(self, d: RejectHead) -> None:
+    def head_rejected(self, d: core.RejectHead) -> None:
         """Record it and queue a signed integrity dispute."""
         self._metrics.announcements.labels("rejected", d.reason).inc()
 
@@ -331,26 +314,26 @@ class NodeEffects:
 
         self._later(write)
 
-    def equivocation(self, d: EmitEquivocationProof) -> None:
+    def equivocation(self, d: core.EmitEquivocationProof) -> None:
         """Store the proof the core built (the service publishes it)."""
         self._store_proof(d.proof)
 
-    def anti_entropy(self, d: RequestAntiEntropy) -> None:
+    def anti_entropy(self, d: core.RequestAntiEntropy) -> None:
         """Nothing for the node: the service asks the peer."""
 
-    def disconnect(self, d: DisconnectPeer) -> None:
+    def disconnect(self, d: core.DisconnectPeer) -> None:
         """Log the graylisting."""
         self._later(lambda: self._log("peer.graylisted", None, {"peer": d.peer, "score": d.score}))
 
-    def attest(self, d: PublishAttestation) -> None:
+    def attest(self, d: core.PublishAttestation) -> None:
         """Nothing here: the verify pipeline that reported the verification receives this
         verdict from :meth:`~node.app.ports.GossipPort.verification_completed` and signs and
         publishes it with the report it holds."""
 
-    def dispute(self, d: PublishDispute) -> None:
+    def dispute(self, d: core.PublishDispute) -> None:
         """Nothing here, as for :meth:`attest`: the verify pipeline publishes the dispute."""
 
-    def poll_source(self, d: PollSource) -> None:
+    def poll_source(self, d: core.PollSource) -> None:
         """A peer observed a source we follow showing another head: poll it now."""
         if self.witness is not None:
             self.witness.poll_now(d.dataset, d.source)
