@@ -674,35 +674,33 @@ def _outcome(outcome: str, *, conclusive: bool) -> Outcome | None:
 __all__ = ["ReplayPort", "Republish", "TrustDriver", "effective_config", "keys_named"]
 
 
+@dataclasses.dataclass(eq=False)
 class _Effects:
     """The daemon's :class:`~p2p.trust_executor.TrustEffects` for one batch of a dataset's
     decisions (each an awaitable: state writes and verify work items)."""
 
-    def __init__(
-        self, driver: TrustDriver, did: DatasetId, policy: TrustPolicy, sequence: int
-    ) -> None:
-        self._driver = driver
-        self._did = did
-        self._policy = policy
-        self._sequence = sequence
-        self.replays: list[Replay] = []
-        """The replays asked for (the caller reports them)."""
+    driver: TrustDriver
+    did: DatasetId
+    policy: TrustPolicy
+    sequence: int
+    replays: list[Replay] = dataclasses.field(init=False, default_factory=list)
+    """The replays asked for (the caller reports them)."""
 
     async def replay(self, d: Replay) -> None:
         """Queue a replay work item and log why."""
         self.replays.append(d)
-        drv = self._driver
-        await drv._verify.queue(d.dataset, d.head, self._sequence, replay=True)
+        drv = self.driver
+        await drv._verify.queue(d.dataset, d.head, self.sequence, replay=True)
         await drv._state.log_event(
             "trust.replay",
-            self._did.as_did_str(),
+            self.did.as_did_str(),
             {"head": d.head.to_multibase(), "reason": d.reason.value},
         )
 
     async def trusted(self, d: Trusted) -> None:
         """Record and announce a trusted head."""
-        await self._driver._trusted(self._policy, d)
+        await self.driver._trusted(self.policy, d)
 
     async def distrusted(self, d: Distrusted) -> None:
         """Record and announce a disputed or unverifiable head."""
-        await self._driver._distrusted(self._policy, d)
+        await self.driver._distrusted(self.policy, d)
