@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from coordinator.errors import OdfNodeError
@@ -28,16 +29,14 @@ Sealer = Callable[[Mapping[str, Any]], dict[str, Any]]
 """Seals a statement in a DSSE envelope signed with the node key (``VerifyPipeline.seal``)."""
 
 
+@dataclass(eq=False)
 class AttestationExport:
     """The node's signed verdicts as in-toto statements in DSSE envelopes."""
 
-    def __init__(
-        self, state: StatePort, repo: DatasetRepository, node_id: str, seal: Sealer
-    ) -> None:
-        self._state = state
-        self._repo = repo
-        self._node_id = node_id
-        self._seal = seal
+    state: StatePort
+    repo: DatasetRepository
+    node_id: str
+    seal: Sealer
 
     async def attestations(
         self,
@@ -49,7 +48,7 @@ class AttestationExport:
         """Envelopes of the newest ``limit`` stored attestations: ours, and with ``received``
         also the peers' (sealed by us, the peer's signed wire envelope inside)."""
         did = parse_did(did).as_did_str() if did is not None else None
-        rows = await self._state.attestations(did=did, head=head, limit=limit)
+        rows = await self.state.attestations(did=did, head=head, limit=limit)
         return await self._export([r.envelope for r in rows], received)
 
     async def disputes(
@@ -57,7 +56,7 @@ class AttestationExport:
     ) -> list[dict[str, Any]]:
         """Envelopes of the newest ``limit`` stored disputes (ours; with ``received`` all)."""
         did = parse_did(did).as_did_str() if did is not None else None
-        rows = await self._state.disputes(did=did, limit=limit)
+        rows = await self.state.disputes(did=did, limit=limit)
         return await self._export([r.envelope for r in rows], received)
 
     async def _export(self, envelopes: list[bytes], received: bool) -> list[dict[str, Any]]:
@@ -69,21 +68,21 @@ class AttestationExport:
                 continue  # stored envelopes were verified on receipt; a damaged row is skipped
             if not isinstance(signed, SignedMessage):
                 continue
-            if not received and signed.signer().as_did_key() != self._node_id:
+            if not received and signed.signer().as_did_key() != self.node_id:
                 continue
             facts = None
             if isinstance(signed.message, Attestation):
                 facts = await asyncio.to_thread(self._facts, signed.message)
-            out.append(self._seal(statement(signed, facts)))
+            out.append(self.seal(statement(signed, facts)))
         return out
 
     def _facts(self, att: Attestation) -> BlockFacts | None:
         """Inputs and logical hash of the attested block, if this node holds it."""
         did = att.dataset.as_did_str()
         try:
-            if not self._repo.contains(did):
+            if not self.repo.contains(did):
                 return None
-            block = self._repo.open(did).get_block(att.head)
+            block = self.repo.open(did).get_block(att.head)
         except OdfNodeError:
             return None
         return block_facts(block)
