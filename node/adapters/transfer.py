@@ -9,6 +9,7 @@ import os
 import shutil
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -119,6 +120,7 @@ def _tree_bytes(root: Path) -> int:
     return total
 
 
+@dataclass(eq=False)
 class DiskBudget:
     """``[storage]``: bytes of the datasets the node stores but does not own, against
     ``max_bytes``, and the free space of their file system, against ``min_free_bytes``.
@@ -130,31 +132,23 @@ class DiskBudget:
     admitted pulls are added to it.
     """
 
-    def __init__(
-        self,
-        repo: DatasetRepository,
-        max_bytes: int,
-        min_free_bytes: int,
-        *,
-        rescan_s: float = 60.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._repo = repo
-        self.max_bytes = max_bytes
-        self.min_free_bytes = min_free_bytes
-        self._rescan_s = rescan_s
-        self._clock = clock
-        self._used: int | None = None
-        self._scanned_at = 0.0
-        self._in_flight = 0
+    repo: DatasetRepository
+    max_bytes: int
+    min_free_bytes: int
+    _: KW_ONLY
+    rescan_s: float = 60.0
+    clock: Callable[[], float] = time.monotonic
+    _used: int | None = field(init=False, default=None)
+    _scanned_at: float = field(init=False, default=0.0)
+    _in_flight: int = field(init=False, default=0)
 
     def scan(self) -> int:
         """Bytes of the stored, not owned datasets (and of unfinished pulls), read from disk."""
-        root = self._repo.root
+        root = self.repo.root
         if not root.is_dir():
             return 0
         total = 0
-        owned = {h.root for h in self._repo.list() if self._repo.key_path(h.id).is_file()}
+        owned = {h.root for h in self.repo.list() if self.repo.key_path(h.id).is_file()}
         for p in root.iterdir():
             if p.is_dir() and p not in owned:
                 total += _tree_bytes(p)
@@ -163,10 +157,10 @@ class DiskBudget:
     async def refresh(self) -> None:
         """Rescan if the last scan is older than ``rescan_s`` (off the calling loop)."""
         if self.max_bytes and (
-            self._used is None or self._clock() - self._scanned_at >= self._rescan_s
+            self._used is None or self.clock() - self._scanned_at >= self.rescan_s
         ):
             self._used = await asyncio.to_thread(self.scan)
-            self._scanned_at = self._clock()
+            self._scanned_at = self.clock()
 
     @property
     def used(self) -> int:
@@ -188,7 +182,7 @@ class DiskBudget:
                 needed=need,
                 allowed=max(0, self.max_bytes - self.used),
             )
-        free = shutil.disk_usage(self._repo.root).free - self._in_flight
+        free = shutil.disk_usage(self.repo.root).free - self._in_flight
         if free - need < self.min_free_bytes:
             raise StorageBudgetExceeded(
                 f"the pull needs {need} bytes; {free} are free on the datasets' file system and "
