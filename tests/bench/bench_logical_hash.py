@@ -201,7 +201,8 @@ def main() -> None:
         f"{'raw s':>7} {'raw MiB/s':>9} {'ratio':>6} {'cpu':>6} {'target':>6}"
     )
     lines = [header, "-" * len(header)]
-    for label, fraction, target in (("no nulls", 0.0, 0.8), ("10% nulls", 0.1, 0.65)):
+    # Issue 44's target: >= 0.9x raw SHA3 per core, nulls included.
+    for label, fraction, target in (("no nulls", 0.0, 0.9), ("10% nulls", 0.1, 0.9)):
         lines += measure(label, args.rows, fraction, target, repeat, thread_options)
     print("\n".join(lines))
     print(
