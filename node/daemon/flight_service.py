@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from node.app import Application, NodeInfo
@@ -21,36 +22,29 @@ log = logging.getLogger("odf_node.daemon")
 _STOP_WAIT_S = 15.0
 
 
+@dataclass(eq=False, kw_only=True)
 class FlightSqlService:
     """The ``flight-sql`` service (see the module docstring)."""
 
     name = "flight-sql"
 
-    def __init__(
-        self,
-        *,
-        config: NodeConfig,
-        info: NodeInfo,
-        app: Callable[[], Application],
-        ephemeral: bool,
-    ) -> None:
-        self._config = config
-        self._info = info
-        self._app = app
-        self._ephemeral = ephemeral
-        self._server: Any = None
-        self._thread: Any = None
+    config: NodeConfig
+    info: NodeInfo
+    app: Callable[[], Application]
+    ephemeral: bool
+    _server: Any = field(init=False, default=None)
+    _thread: Any = field(init=False, default=None)
 
     async def start(self) -> None:
         """Bind and serve; ``NodeInfo.flight_sql_url`` says where."""
         from node.transfer.flight_sql import FlightSqlServer, start_in_thread
 
-        q = self._config.query
-        app = self._app()
+        q = self.config.query
+        app = self.app()
         if app.data is None:
             log.warning("flight-sql: the application has no data use case; not serving")
             return
-        port = 0 if self._ephemeral else q.flight_sql_port
+        port = 0 if self.ephemeral else q.flight_sql_port
         self._server = await asyncio.to_thread(
             FlightSqlServer,
             app.data,
@@ -67,7 +61,7 @@ class FlightSqlService:
             max_sql_bytes=q.max_sql_bytes,
         )
         self._thread = start_in_thread(self._server)
-        self._info.flight_sql_url = self._server.url
+        self.info.flight_sql_url = self._server.url
 
     async def stop(self) -> None:
         """Stop serving, waiting for running calls at most :data:`_STOP_WAIT_S`."""
@@ -82,4 +76,4 @@ class FlightSqlService:
             )
         except TimeoutError:
             log.warning("flight-sql: calls still running after 15 s; stopping without them")
-        self._info.flight_sql_url = None
+        self.info.flight_sql_url = None
