@@ -20,6 +20,9 @@ bounds (per dataset, per provider, in all); a record the bounds refuse is answer
 Provider records are checked (signature, dataset, one per provider, the newest kept) before
 anything uses them; they stay hints, as every dial authenticates the peer.
 
+A light node (``serve`` off) registers no handler, sends no addresses (so no server lists it
+as a peer to ask) and refreshes no table: it only asks.
+
 **Providing.** :meth:`DhtService.run` keeps the datasets ``provided()`` names (the ones this
 node carries) announced: on each round, a dataset not yet stored at any peer, one due for
 republish (the core's ``republish_ns``), or one whose record changed (new addresses) is
@@ -35,7 +38,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -71,6 +74,7 @@ from p2p.dht.wire import (
     encode_response,
     peer_key,
 )
+from p2p.discovery import PeerRecord
 from p2p.errors import NetworkNotIsolated, P2PError, WireDecodeError
 from p2p.netguard import assert_loopback_multiaddr
 from p2p.transport import TransportError, peer_id_of_node
@@ -79,6 +83,8 @@ log = logging.getLogger(__name__)
 
 _MS = 1_000_000
 _S = 1_000_000_000
+ASK_AT_ONCE = 8
+"""Datasets one :meth:`DhtService.find_peer_records` call looks up."""
 
 
 @dataclass(frozen=True)
@@ -192,7 +198,7 @@ class DhtService:
         *,
         node_key: PrivateKey,
         self_addrs: Callable[[], tuple[tuple[str, ...], tuple[str, ...], str]],
-        provided: Callable[[], Sequence[DatasetId]],
+        provided: Callable[[], Awaitable[Sequence[DatasetId]]],
         config: DhtConfig | None = None,
         clock_ns: Callable[[], int] = time.monotonic_ns,
         wall_ms: Callable[[], int] = lambda: time.time_ns() // _MS,
@@ -488,6 +494,32 @@ class DhtService:
         found = tuple(r for r in records.values() if r.did == did)
         return ProviderLookup(did, found, walk, (self._now() - t0) / _S)
 
+    async def find_peer_records(self, dids: Sequence[DatasetId]) -> list[PeerRecord]:
+        """Discovery's records of the carriers of ``dids`` (at most :data:`ASK_AT_ONCE`
+        datasets, looked up at once): what discovery dials, as if a neighbour had named them."""
+        found = await asyncio.gather(*(self.find_providers(d) for d in dids[:ASK_AT_ONCE]))
+        out = []
+        for f in found:
+            log.info(
+                "DHT: %d provider(s) of %s in %.2f s (%d queried, %d failed)",
+                len(f.records),
+                f.did.as_did_str(),
+                f.elapsed_s,
+                f.walk.queried,
+                f.walk.failed,
+            )
+            out += [
+                PeerRecord(
+                    peer_id=peer_id_of_node(r.node),
+                    gossip=r.gossip,
+                    ipfs=r.ipfs,
+                    http=r.http,
+                    carries=(f.did.as_did_str(),),
+                )
+                for r in f.records
+            ]
+        return out
+
     async def provide(self, did: DatasetId) -> ProvideReport:
         """Announce that this node carries ``did`` to the peers closest to its key."""
         self.stats.provides += 1
@@ -517,6 +549,7 @@ class DhtService:
                 limited.append(peer)
             else:
                 failed.append(peer)
+                log.info("DHT: provide of %s to %s failed: %s", did.as_did_str(), peer, out)
         self._own[did] = (rec, self._now(), len(stored))
         report = ProvideReport(did, tuple(stored), tuple(refused), tuple(limited), tuple(failed))
         log.info(
@@ -535,7 +568,9 @@ class DhtService:
         """One round: refresh the table if new peers came, then provide what is due."""
         connected = set(self._t.connected_peers())
         fresh = connected - self._bootstrapped
-        if fresh:
+        if fresh and self.config.serve:
+            # A serving node makes itself known to the peers closest to it, and learns them
+            # (a light node keeps no table up: its lookups start from its connections).
             self._bootstrapped |= fresh
             await self.lookup(peer_key(self._me))
         self._bootstrapped &= connected
@@ -543,7 +578,7 @@ class DhtService:
         self.store.expire(now)
         reports = []
         gossip, ipfs, http = self._self_addrs()
-        carried = list(dict.fromkeys(self._provided()))
+        carried = list(dict.fromkeys(await self._provided()))
         for did in list(self._own):
             if did not in carried:
                 del self._own[did]  # no longer carried: its records expire where they are

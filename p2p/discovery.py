@@ -209,6 +209,8 @@ class RoundReport:
     ipfs_connected: list[str] = field(default_factory=list)
     unreachable: list[str] = field(default_factory=list)
     """Known providers of a dataset with no connected carrier that could not be dialled."""
+    from_dht: int = 0
+    """Provider records the DHT gave (datasets no neighbour carried)."""
 
 
 class Discovery:
@@ -229,13 +231,18 @@ class Discovery:
         on_record: Callable[[PeerRecord], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         record_ttl_s: float | None = None,
+        find_providers: Callable[[Sequence[DatasetId]], Awaitable[list[PeerRecord]]] | None = None,
+        ask_dht_after_s: float = 30.0,
     ) -> None:
         """``followed`` lists the datasets this node follows; ``carries`` says whether this
         node carries one (owns or follows it); ``connect_ipfs`` connects its IPFS node.
         ``loopback_only``: dial no address that is not ``/ip4/127.x`` (gossip or IPFS), whatever
         a record says. ``on_record`` receives each connected peer's own record (the node
         remembers its addresses, to redial it after a restart). Each connected peer's own
-        record is asked for again after ``record_ttl_s`` (default ``4 * interval_s``)."""
+        record is asked for again after ``record_ttl_s`` (default ``4 * interval_s``).
+        ``find_providers`` asks the DHT (``p2p/dht_service.py``) who carries datasets no
+        connected peer carries and no neighbour named, each at most every
+        ``ask_dht_after_s``."""
         self._loopback_only = loopback_only
         self._on_record = on_record
         self._t = transport
@@ -259,6 +266,9 @@ class Discovery:
         self._wake = asyncio.Event()
         self._idle = 0
         self.rounds = 0
+        self._find_providers = find_providers
+        self._ask_dht_after_s = ask_dht_after_s
+        self._dht_asked: dict[str, float] = {}
 
     def trigger(self) -> None:
         """Run a round now (a new connection or a new subscription)."""
@@ -398,6 +408,7 @@ class Discovery:
         ]
         if lacking:
             await self._ask_around(lacking, connected, report)
+            await self._ask_dht(lacking, connected, now, report)
             await self._dial_providers(lacking, connected, report)
         # 3. The IPFS node connects to the providers of what we follow (bitswap needs it).
         if self._connect_ipfs is not None:
@@ -405,9 +416,10 @@ class Discovery:
                 await self._connect_ipfs_to(self._connect_ipfs, rec, report)
         if report.dialled or report.learned:
             log.info(
-                "discovery: asked %d, learned %d provider record(s), dialled %s",
+                "discovery: asked %d, learned %d provider record(s) (%d from the DHT), dialled %s",
                 report.asked,
                 report.learned,
+                report.from_dht,
                 report.dialled,
             )
         return report
@@ -442,6 +454,34 @@ class Discovery:
                     break
                 report.asked += 1
                 self._learn(peer, records, report)
+
+    async def _ask_dht(
+        self, lacking: list[DatasetId], connected: set[str], now: float, report: RoundReport
+    ) -> None:
+        """Ask the DHT who carries the ``lacking`` datasets for which no known provider is
+        connected (one hop found none, or none that answers), each at most every
+        ``ask_dht_after_s``."""
+        if self._find_providers is None:
+            return
+        ask = []
+        for d in lacking:
+            did = d.as_did_str()
+            known = any(
+                did in rec.carries and pid in connected for pid, rec in self._providers.items()
+            )
+            if known or now - self._dht_asked.get(did, -1e18) < self._ask_dht_after_s:
+                continue
+            self._dht_asked[did] = now
+            ask.append(d)
+        if not ask:
+            return
+        try:
+            records = await self._find_providers(ask)
+        except (TransportError, WireDecodeError, P2PError) as e:
+            log.info("discovery: the DHT lookup failed: %s", e)
+            return
+        report.from_dht += len(records)
+        self._learn("", records, report)
 
     async def _dial_providers(
         self, lacking: list[DatasetId], connected: set[str], report: RoundReport

@@ -138,7 +138,10 @@ class DisputeKind(enum.IntEnum):
 # Primitive writer / reader
 
 
-class _Writer:
+class Writer:
+    """Appends the wire format's primitives to ``buf`` (range-checked: ``WireEncodeError``);
+    shared by every canonical format of ``p2p`` (the gossip envelopes, ``p2p/dht/wire.py``)."""
+
     def __init__(self) -> None:
         self.buf = bytearray()
 
@@ -200,7 +203,10 @@ class _Writer:
             self.u64(v)
 
 
-class _Reader:
+class Reader:
+    """Reads the primitives :class:`Writer` writes from ``data[pos:end]``, strictly
+    (``WireDecodeError`` on truncation, oversize or non-canonical fields)."""
+
     def __init__(self, data: bytes, pos: int = 0, end: int | None = None) -> None:
         self.data = data
         self.pos = pos
@@ -325,7 +331,7 @@ class FetchLocations:
             return "bad-url"
         return None
 
-    def _write(self, w: _Writer) -> None:
+    def _write(self, w: Writer) -> None:
         reason = self.validate()
         if reason is not None:
             raise WireEncodeError(f"invalid fetch locations: {reason}")
@@ -337,7 +343,7 @@ class FetchLocations:
             w.text(u, MAX_URL_LEN)
 
     @classmethod
-    def _read(cls, r: _Reader) -> FetchLocations:
+    def _read(cls, r: Reader) -> FetchLocations:
         n = r.u8("ipfs_cids count")
         if n > MAX_LOCATIONS:
             raise WireDecodeError("too-many-locations", f"{n} IPFS CIDs (max {MAX_LOCATIONS})")
@@ -376,7 +382,7 @@ class HeadAnnouncement:
         """The key that must sign this message: the dataset's own key."""
         return self.dataset
 
-    def _write(self, w: _Writer) -> None:
+    def _write(self, w: Writer) -> None:
         _check_block_hash(self.head, "head")
         if self.prev_head is not None:
             _check_block_hash(self.prev_head, "prev_head")
@@ -391,7 +397,7 @@ class HeadAnnouncement:
         w.fixed(self.nonce, NONCE_LEN)
 
     @classmethod
-    def _read(cls, r: _Reader) -> HeadAnnouncement:
+    def _read(cls, r: Reader) -> HeadAnnouncement:
         return cls(
             dataset=r.did("dataset"),
             head=r.block_hash("head"),
@@ -425,7 +431,7 @@ class Attestation:
         """The key that must sign this message: the attesting node's key."""
         return self.node
 
-    def _write(self, w: _Writer) -> None:
+    def _write(self, w: Writer) -> None:
         _check_block_hash(self.head, "head")
         _check_nonce(self.nonce)
         if int(self.checks) & ~_ALL_CHECKS:
@@ -442,7 +448,7 @@ class Attestation:
         w.fixed(self.nonce, NONCE_LEN)
 
     @classmethod
-    def _read(cls, r: _Reader) -> Attestation:
+    def _read(cls, r: Reader) -> Attestation:
         node = r.did("node")
         dataset = r.did("dataset")
         head = r.block_hash("head")
@@ -483,7 +489,7 @@ class Evidence:
     offsets: tuple[int, int] | None = None
     watermark_ns: int | None = None
 
-    def _write(self, w: _Writer) -> None:
+    def _write(self, w: Writer) -> None:
         w.opt_mh(self.logical_hash)
         w.opt_mh(self.physical_hash)
         if self.offsets is None:
@@ -498,7 +504,7 @@ class Evidence:
         w.opt_i64(self.watermark_ns)
 
     @classmethod
-    def _read(cls, r: _Reader) -> Evidence:
+    def _read(cls, r: Reader) -> Evidence:
         logical = r.opt_mh("logical_hash")
         physical = r.opt_mh("physical_hash")
         offsets: tuple[int, int] | None = None
@@ -530,7 +536,7 @@ class Dispute:
         """The key that must sign this message: the disputing node's key."""
         return self.node
 
-    def _write(self, w: _Writer) -> None:
+    def _write(self, w: Writer) -> None:
         _check_block_hash(self.block, "block")
         _check_nonce(self.nonce)
         w.fixed(self.node.to_bytes(), DID_LEN)
@@ -544,7 +550,7 @@ class Dispute:
         w.fixed(self.nonce, NONCE_LEN)
 
     @classmethod
-    def _read(cls, r: _Reader) -> Dispute:
+    def _read(cls, r: Reader) -> Dispute:
         node = r.did("node")
         dataset = r.did("dataset")
         block = r.block_hash("block")
@@ -603,7 +609,7 @@ class Observation:
         """The key that must sign this message: the observing node's key."""
         return self.node
 
-    def _write(self, w: _Writer) -> None:
+    def _write(self, w: Writer) -> None:
         if self.version != OBSERVATION_VERSION:
             raise WireEncodeError(f"observation version must be {OBSERVATION_VERSION}")
         _check_block_hash(self.head, "head")
@@ -619,7 +625,7 @@ class Observation:
         w.u64(self.issued_at_ns)
 
     @classmethod
-    def _read(cls, r: _Reader) -> Observation:
+    def _read(cls, r: Reader) -> Observation:
         version = r.u8("observation version")
         if version != OBSERVATION_VERSION:
             raise WireDecodeError("unknown-version", f"unknown observation version {version}")
@@ -649,7 +655,7 @@ def next_key_digest(key: DatasetId) -> bytes:
     return hashlib.sha3_256(NEXT_KEY_DOMAIN + key.to_bytes()).digest()
 
 
-def _read_record_version(r: _Reader) -> int:
+def _read_record_version(r: Reader) -> int:
     v = r.u8("record version")
     if v not in KEY_RECORD_VERSIONS:
         raise WireDecodeError("unknown-version", f"unknown key record version {v}")
@@ -694,7 +700,7 @@ class KeyRotation:
         """The key that must sign the envelope: the new key."""
         return self.new
 
-    def _fields(self, w: _Writer) -> None:
+    def _fields(self, w: Writer) -> None:
         _check_nonce(self.nonce)
         _check_record_version(self.version)
         if self.old == self.new:
@@ -711,7 +717,7 @@ class KeyRotation:
 
     def old_signing_input(self) -> bytes:
         """The exact bytes the old key signs."""
-        w = _Writer()
+        w = Writer()
         self._fields(w)
         return ROTATION_OLD_KEY_DOMAIN + _header(self.KIND) + bytes(w.buf)
 
@@ -723,12 +729,12 @@ class KeyRotation:
         """
         verify_signature(self.old, self.old_signing_input(), self.old_signature)
 
-    def _write(self, w: _Writer) -> None:
+    def _write(self, w: Writer) -> None:
         self._fields(w)
         w.fixed(self.old_signature, SIGNATURE_LEN)
 
     @classmethod
-    def _read(cls, r: _Reader) -> KeyRotation:
+    def _read(cls, r: Reader) -> KeyRotation:
         version = _read_record_version(r)
         old, new = r.did("old"), r.did("new")
         if old == new:
@@ -792,7 +798,7 @@ class KeyRevocation:
         """The key that must sign the envelope: ``by``, or the revoked key itself."""
         return self.by if self.by is not None else self.node
 
-    def _write(self, w: _Writer) -> None:
+    def _write(self, w: Writer) -> None:
         _check_nonce(self.nonce)
         _check_record_version(self.version)
         if self.by is not None and (self.version < 2 or self.by == self.node):
@@ -807,7 +813,7 @@ class KeyRevocation:
         w.fixed(self.nonce, NONCE_LEN)
 
     @classmethod
-    def _read(cls, r: _Reader) -> KeyRevocation:
+    def _read(cls, r: Reader) -> KeyRevocation:
         version = _read_record_version(r)
         node = r.did("node")
         by = r.did("by") if version >= 2 and r.tag("by") else None
@@ -848,7 +854,7 @@ class KeyInception:
         """The key that must sign the envelope: the committing key itself."""
         return self.node
 
-    def _write(self, w: _Writer) -> None:
+    def _write(self, w: Writer) -> None:
         _check_nonce(self.nonce)
         if self.version != KEY_INCEPTION_VERSION:
             raise WireEncodeError(f"unknown key inception version {self.version}")
@@ -859,7 +865,7 @@ class KeyInception:
         w.fixed(self.nonce, NONCE_LEN)
 
     @classmethod
-    def _read(cls, r: _Reader) -> KeyInception:
+    def _read(cls, r: Reader) -> KeyInception:
         version = r.u8("record version")
         if version != KEY_INCEPTION_VERSION:
             raise WireDecodeError("unknown-version", f"unknown key inception version {version}")
@@ -888,7 +894,7 @@ def _header(kind: MessageKind) -> bytes:
 
 
 def _body(msg: SignableMessage) -> bytes:
-    w = _Writer()
+    w = Writer()
     msg._write(w)
     return bytes(w.buf)
 
@@ -973,7 +979,7 @@ class EquivocationProof:
     def make(cls, a: SignedMessage, b: SignedMessage) -> EquivocationProof:
         """Wrap two conflicting announcements (any order) into a canonical proof envelope."""
         first, second = (a, b) if a.envelope < b.envelope else (b, a)
-        w = _Writer()
+        w = Writer()
         w.var(first.envelope)
         w.var(second.envelope)
         envelope = _header(MessageKind.EQUIVOCATION_PROOF) + bytes(w.buf)
@@ -991,7 +997,7 @@ class EquivocationProof:
 
 WireMessage = SignedMessage | EquivocationProof
 
-_READERS: Final[dict[MessageKind, Callable[[_Reader], SignableMessage]]] = {
+_READERS: Final[dict[MessageKind, Callable[[Reader], SignableMessage]]] = {
     MessageKind.HEAD_ANNOUNCEMENT: HeadAnnouncement._read,
     MessageKind.ATTESTATION: Attestation._read,
     MessageKind.DISPUTE: Dispute._read,
@@ -1024,7 +1030,7 @@ def _decode_signed(data: bytes, max_size: int) -> SignedMessage:
     if len(data) < HEADER_LEN + SIGNATURE_LEN:
         raise WireDecodeError("truncated", "envelope shorter than header + signature")
     body_end = len(data) - SIGNATURE_LEN
-    r = _Reader(data, HEADER_LEN, body_end)
+    r = Reader(data, HEADER_LEN, body_end)
     msg = _READERS[kind](r)
     if r.pos != body_end:
         raise WireDecodeError("trailing-bytes", f"{body_end - r.pos} bytes after the body")
@@ -1043,7 +1049,7 @@ def decode_unverified(data: bytes) -> WireMessage:
     kind = _read_header(data)
     if kind != MessageKind.EQUIVOCATION_PROOF:
         return _decode_signed(data, MAX_SIGNED_SIZE)
-    r = _Reader(data, HEADER_LEN)
+    r = Reader(data, HEADER_LEN)
     first = _decode_signed(r.var("first announcement"), MAX_SIGNED_SIZE)
     second = _decode_signed(r.var("second announcement"), MAX_SIGNED_SIZE)
     if r.pos != len(data):
@@ -1128,7 +1134,7 @@ def encode_heads_request(datasets: Iterable[DatasetId]) -> bytes:
 
 def decode_heads_request(data: bytes) -> list[DatasetId]:
     """Strict inverse of :func:`encode_heads_request`."""
-    r = _Reader(bytes(data))
+    r = Reader(bytes(data))
     (n,) = _U16.unpack(r.take(2, "count"))
     if n > MAX_HEADS_PER_EXCHANGE:
         raise WireDecodeError("too-many", f"{n} datasets requested")
@@ -1141,7 +1147,7 @@ def decode_heads_request(data: bytes) -> list[DatasetId]:
 def encode_heads_response(envelopes: Iterable[bytes]) -> bytes:
     """``u16 count || count x var(signed announcement envelope)``."""
     envs = list(envelopes)[:MAX_HEADS_PER_EXCHANGE]
-    w = _Writer()
+    w = Writer()
     w.buf += _U16.pack(len(envs))
     for e in envs:
         w.var(e)
@@ -1150,7 +1156,7 @@ def encode_heads_response(envelopes: Iterable[bytes]) -> bytes:
 
 def decode_heads_response(data: bytes) -> list[bytes]:
     """Split a heads response into envelopes (each is validated later by the core)."""
-    r = _Reader(bytes(data))
+    r = Reader(bytes(data))
     (n,) = _U16.unpack(r.take(2, "count"))
     if n > MAX_HEADS_PER_EXCHANGE:
         raise WireDecodeError("too-many", f"{n} heads in response")

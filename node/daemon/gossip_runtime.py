@@ -103,6 +103,8 @@ class GossipRuntime:
         """The libp2p host process (``p2p/libp2p_process.py``) while the service runs."""
         self.discovery: Any = None
         """Provider discovery (``p2p/discovery.py``), when ``[p2p] discovery`` is on."""
+        self.dht: Any = None
+        """The odf DHT (``p2p/dht_service.py``), when ``[dht] enabled`` is on."""
         self._service: Any = None
         self._own_key_records: list[bytes] | None = None
 
@@ -127,6 +129,9 @@ class GossipRuntime:
         self._service = GossipService(core, self.transport, self._clock, use.fetcher, use.effects)
         self._service.on_peer_change(self._on_peer_change)
         await self._service.start()
+        if self._config.dht.enabled and self._config.p2p.discovery:
+            # Part of discovery: a node told to find no peers (discovery off) dials none.
+            self._start_dht()
         if self._config.p2p.discovery:
             self._start_discovery(core)
         self._slot.install(
@@ -240,12 +245,64 @@ class GossipRuntime:
             loopback_only=self._config.network.loopback_only,
             # Remembered, so a restarted node redials the peers it knew at once.
             on_record=self._remember_record,
+            # One hop found no carrier: the DHT is asked (docs/libp2p.md).
+            find_providers=self.dht.find_peer_records if self.dht is not None else None,
+            ask_dht_after_s=self._config.dht.ask_after_s,
         )
         self.transport.set_request_handler(PROVIDERS_PROTOCOL, discovery.serve)
         self._service.on_peer_change(
             lambda _peer, connected: discovery.trigger() if connected else None
         )
         self._group.spawn_restarting(discovery.run, "discovery")
+
+    def _start_dht(self) -> None:
+        """Serve ``/odf/kad/1.0.0`` (unless light: ``[dht] serve = false``) and keep the
+        datasets this node carries provided; a round runs on every new connection."""
+        from p2p.dht import RecordLimits
+        from p2p.dht.wire import PROTOCOL as KAD_PROTOCOL
+        from p2p.dht_service import DhtConfig, DhtService
+
+        d = self._config.dht
+        self.dht = dht = DhtService(
+            self.transport,
+            node_key=self._node_key,
+            self_addrs=self._dht_addrs,
+            provided=self._carried,
+            config=DhtConfig(
+                serve=d.serve,
+                interval_s=d.interval_s,
+                query_timeout_s=d.query_timeout_s,
+                lookup_timeout_s=d.lookup_timeout_s,
+                rate_per_s=d.rate_per_s,
+                rate_burst=d.rate_burst,
+                records=RecordLimits(
+                    ttl_ns=int(d.record_ttl_s * 1e9),
+                    republish_ns=int(d.republish_s * 1e9),
+                    per_key=d.records_per_dataset,
+                    per_provider=d.datasets_per_provider,
+                    max_records=d.max_records,
+                ),
+                loopback_only=self._config.network.loopback_only,
+            ),
+        )
+        if d.serve:
+            self.transport.set_request_handler(KAD_PROTOCOL, dht.serve)
+        self._service.on_peer_change(lambda _peer, connected: dht.trigger() if connected else None)
+        self._group.spawn_restarting(dht.run, "dht")
+
+    def _dht_addrs(self) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+        """This node's (gossip, IPFS, HTTP) addresses for its signed provider records."""
+        rec = self._peer_record()
+        return rec.gossip, rec.ipfs, rec.http
+
+    async def _carried(self) -> list[DatasetId]:
+        """What this node provides in the DHT: the datasets it owns, and those it follows with
+        a trusted head (a follower provides what it verified, never a head it only heard of)."""
+        owned = [h.id for h in await asyncio.to_thread(self._repo.list) if self._owns(h.id)]
+        trusted = [
+            DatasetId.parse(s.did) for s in await self._state.subscriptions() if s.trusted_head
+        ]
+        return [*owned, *trusted]
 
     # ---- what the use cases and the other services ask of it
 

@@ -53,7 +53,7 @@ from coordinator.errors import InvalidDatasetId, SignatureError
 from coordinator.identity import DatasetId, PrivateKey, verify_signature
 from p2p.dht.keys import DhtKey, key_of
 from p2p.errors import WireDecodeError, WireEncodeError
-from p2p.wire import DID_LEN, SIGNATURE_LEN, _Reader, _Writer
+from p2p.wire import DID_LEN, SIGNATURE_LEN, Reader, Writer
 
 PROTOCOL: Final = "/odf/kad/1.0.0"
 MAGIC: Final = b"ODFK"
@@ -108,7 +108,7 @@ def _key_bytes(key: DhtKey) -> bytes:
     return int(key).to_bytes(KEY_LEN, "big")
 
 
-def _write_addrs(w: _Writer, addrs: tuple[str, ...]) -> None:
+def _write_addrs(w: Writer, addrs: tuple[str, ...]) -> None:
     if len(addrs) > MAX_ADDRS:
         raise WireEncodeError(f"at most {MAX_ADDRS} addresses, got {len(addrs)}")
     w.u8(len(addrs))
@@ -116,14 +116,14 @@ def _write_addrs(w: _Writer, addrs: tuple[str, ...]) -> None:
         w.text(a, MAX_ADDR_LEN)
 
 
-def _read_addrs(r: _Reader, what: str) -> tuple[str, ...]:
+def _read_addrs(r: Reader, what: str) -> tuple[str, ...]:
     n = r.u8(what)
     if n > MAX_ADDRS:
         raise WireDecodeError("too-many", f"{what}: {n} addresses > {MAX_ADDRS}")
     return tuple(r.text(what, MAX_ADDR_LEN) for _ in range(n))
 
 
-def _check_header(r: _Reader, magic: bytes, version: int, what: str) -> None:
+def _check_header(r: Reader, magic: bytes, version: int, what: str) -> None:
     if r.take(len(magic), "magic") != magic:
         raise WireDecodeError("bad-magic", f"not a {what}")
     v = r.u8("version")
@@ -131,7 +131,7 @@ def _check_header(r: _Reader, magic: bytes, version: int, what: str) -> None:
         raise WireDecodeError("bad-version", f"{what} version {v} (this node reads {version})")
 
 
-def _check_end(r: _Reader) -> None:
+def _check_end(r: Reader) -> None:
     if r.pos != r.end:
         raise WireDecodeError("trailing-bytes", f"{r.end - r.pos} bytes after the message")
 
@@ -171,7 +171,7 @@ class SignedProviderRecord:
         Raises:
             WireEncodeError: a field is out of range or the record exceeds its cap.
         """
-        w = _Writer()
+        w = Writer()
         w.buf += RECORD_MAGIC
         w.u8(RECORD_VERSION)
         w.fixed(did.to_bytes(), DID_LEN)
@@ -200,7 +200,7 @@ def decode_record(data: bytes) -> SignedProviderRecord:
         raise WireDecodeError("too-large", f"provider record of {len(data)} bytes")
     if len(data) < SIGNATURE_LEN:
         raise WireDecodeError("truncated", "provider record shorter than a signature")
-    r = _Reader(data, 0, len(data) - SIGNATURE_LEN)
+    r = Reader(data, 0, len(data) - SIGNATURE_LEN)
     _check_header(r, RECORD_MAGIC, RECORD_VERSION, "provider record")
     did = r.did("did")
     node = r.did("node")
@@ -256,7 +256,7 @@ def encode_request(req: Request) -> bytes:
     Raises:
         WireEncodeError: a field is out of range.
     """
-    w = _Writer()
+    w = Writer()
     w.buf += MAGIC
     w.u8(VERSION)
     w.u8(int(req.op))
@@ -280,7 +280,7 @@ def decode_request(data: bytes) -> Request:
     data = bytes(data)
     if len(data) > MAX_MESSAGE_SIZE:
         raise WireDecodeError("too-large", f"request of {len(data)} bytes")
-    r = _Reader(data)
+    r = Reader(data)
     _check_header(r, MAGIC, VERSION, "DHT request")
     raw_op = r.u8("op")
     try:
@@ -308,7 +308,7 @@ def encode_response(resp: Response) -> bytes:
         raise WireEncodeError("too many peers or providers in a DHT response")
     if not 0 <= resp.retry_after_ms <= 0xFFFFFFFF:
         raise WireEncodeError(f"retry_after_ms out of range: {resp.retry_after_ms}")
-    w = _Writer()
+    w = Writer()
     w.buf += MAGIC
     w.u8(VERSION)
     w.u8(_RESPONSE)
@@ -338,7 +338,7 @@ def decode_response(data: bytes) -> Response:
     data = bytes(data)
     if len(data) > MAX_MESSAGE_SIZE:
         raise WireDecodeError("too-large", f"response of {len(data)} bytes")
-    r = _Reader(data)
+    r = Reader(data)
     _check_header(r, MAGIC, VERSION, "DHT response")
     if r.u8("type") != _RESPONSE:
         raise WireDecodeError("bad-op", "not a DHT response")

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from coordinator.identity import PrivateKey
+from coordinator.identity import DatasetId, PrivateKey
 from p2p.dht import RecordLimits
 from p2p.dht.wire import PROTOCOL, Op, Request, SignedProviderRecord, Status, did_key
 from p2p.dht_service import DhtConfig, DhtRateLimited, DhtService
@@ -54,13 +54,16 @@ class Host:
         self.carries = carries
         self.dht: DhtService
 
+    async def provided(self) -> list[DatasetId]:
+        return [DID] if self.carries else []
+
     def start_dht(self) -> None:
         t = self.t
         self.dht = DhtService(
             t,
             node_key=self.key,
             self_addrs=lambda: (tuple(t.listen_addrs()), (), ""),
-            provided=lambda: [DID] if self.carries else [],
+            provided=self.provided,
             config=self.config,
         )
         if self.config.serve:
