@@ -4,7 +4,7 @@ A node that knows only a bootstrap peer must find the owner (or any peer) carryi
 it follows, connect its gossip host to them and connect its IPFS node to theirs, because
 the embedded IPFS node has no routing and fetches blocks only from peers it is connected to.
 
-**Why a request protocol and not gossipsub peer exchange or the Kademlia DHT.** Gossipsub
+**Why a request protocol first, and the odf DHT beyond it.** Gossipsub
 already tells every node which of its *connected* peers joined which topic; what a newcomer
 lacks is the addresses of peers it is not connected to, and the IPFS addresses of all of them.
 Gossipsub's PX (peer exchange on PRUNE) hands out signed peer records only when a mesh is
@@ -14,6 +14,9 @@ and several round trips through peers that may carry nothing, and still says not
 or HTTP addresses. Asking the connected peers directly ("who carries these datasets?") costs
 one request per peer, answers with exactly the addresses a subscriber needs (gossip, IPFS,
 HTTP), and reuses the length-framed request/response streams the anti-entropy protocol runs on.
+It reaches neighbours and some of theirs, which is not enough in a large network: a followed
+dataset that one hop did not resolve is looked up in the odf DHT (``p2p/dht_service.py``, the
+``find_providers`` hook), whose signed provider records carry the same addresses.
 
 **The exchange.** Request: JSON ``{"dids": [did, ...]}`` (at most 256, may be empty). Response:
 JSON ``{"records": [record, ...]}`` (at most 32): the responder's own record first, then the
