@@ -187,9 +187,17 @@ class IpfsClient(_SessionOwner):
         """``pin/add``."""
         await self._call("pin/add", {"arg": cid, "recursive": recursive})
 
-    async def ls(self, ipfs_path: str) -> list[dict[str, Any]]:
-        """``ls``: the links (``Name``, ``Hash``, ``Size``, ``Type``) of a directory."""
-        out = await self._json("ls", [("arg", ipfs_path)])
+    async def ls(self, ipfs_path: str, *, resolve_type: bool = True) -> list[dict[str, Any]]:
+        """``ls``: the links (``Name``, ``Hash``, ``Size``, ``Type``) of a directory.
+
+        ``resolve_type=False`` leaves ``Type`` 0 (unknown) for a caller that only needs names
+        and CIDs: the daemon then reads no child (the embedded node stats each dag-pb child,
+        ~10 ms for a dataset's root against ~2 ms without).
+        """
+        params = [("arg", ipfs_path)]
+        if not resolve_type:
+            params.append(("resolve-type", "false"))
+        out = await self._json("ls", params)
         return [dict(link) for obj in out for o in obj.get("Objects", []) for link in o["Links"]]
 
     async def cat(self, ipfs_path: str, *, max_size: int | None = None) -> bytes:

@@ -290,7 +290,9 @@ class IpfsSource:
         if not isinstance(self.reader, IpfsClient):
             return None
         try:
-            entries = await self.reader.ls(f"{await self.resolved_root()}/{rel_dir}")
+            entries = await self.reader.ls(
+                f"{await self.resolved_root()}/{rel_dir}", resolve_type=False
+            )
         except (IpfsError, TransientSourceError):
             return None
         for e in entries:
@@ -313,7 +315,7 @@ class IpfsSource:
         try:
             cid = self._cids.get("blocks")
             if cid is None:
-                for e in await client.ls(await self.resolved_root()):
+                for e in await client.ls(await self.resolved_root(), resolve_type=False):
                     self._cids[str(e["Name"])] = str(e["Hash"])
                 cid = self._cids.get("blocks")
             if cid is None:
