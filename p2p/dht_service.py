@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
@@ -83,6 +84,9 @@ log = logging.getLogger(__name__)
 
 _MS = 1_000_000
 _S = 1_000_000_000
+NOT_A_SEED_NS = 600 * _S
+"""How long a connected peer whose query failed, and that is not in the routing table, is
+not asked again as a seed (a light node or one without the DHT would fail every lookup)."""
 ASK_AT_ONCE = 8
 """Datasets one :meth:`DhtService.find_peer_records` call looks up."""
 
@@ -219,6 +223,9 @@ class DhtService:
         self._addrs: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
         self._retry_at: dict[str, int] = {}
+        # Connected peers that failed a query while not in the table (light nodes, nodes
+        # without the DHT): not taken as seeds again before the time kept here.
+        self._not_seeds: OrderedDict[str, int] = OrderedDict()
         # dataset -> (its record as last provided, when, how many peers stored it)
         self._own: dict[DatasetId, tuple[SignedProviderRecord, int, int]] = {}
         self._bootstrapped: set[str] = set()
@@ -303,7 +310,7 @@ class DhtService:
         if b.tokens >= 1.0:
             b.tokens -= 1.0
             return 0
-        return max(1, int((1.0 - b.tokens) / cfg.rate_per_s * 1000) + 1)
+        return max(1, math.ceil((1.0 - b.tokens) / cfg.rate_per_s * 1000))
 
     # ---- addresses
 
@@ -343,6 +350,8 @@ class DhtService:
             self.stats.held_back += 1
             raise DhtRateLimited(f"{peer} asked not to be queried for a while")
         self._retry_at.pop(peer, None)
+        if len(self._retry_at) > self.config.max_senders:
+            self._retry_at = {p: t for p, t in self._retry_at.items() if t > now}
         timeout = self.config.query_timeout_s
         if peer not in self._t.connected_peers():
             await self._dial(peer, timeout)
@@ -384,9 +393,12 @@ class DhtService:
         if len(seeds) < cfg.k:
             # Connected peers not (yet) in the table may serve the DHT: asking costs a query.
             known = {p for p, _ in seeds}
-            seeds += [(p, peer_key(p)) for p in self._t.connected_peers() if p not in known][
-                : K - len(seeds)
-            ]
+            now = self._now()
+            seeds += [
+                (p, peer_key(p))
+                for p in self._t.connected_peers()
+                if p not in known and self._not_seeds.get(p, 0) <= now
+            ][: cfg.k - len(seeds)]
         walk = Lookup(
             key,
             seeds,
@@ -446,7 +458,13 @@ class DhtService:
         if exc is not None:
             if not isinstance(exc, DhtRateLimited):
                 self.stats.query_failures += 1
-                self.table.failed(peer, peer_key(peer))
+                if peer in self.table:
+                    self.table.failed(peer, peer_key(peer))
+                else:
+                    self._not_seeds[peer] = now + NOT_A_SEED_NS
+                    self._not_seeds.move_to_end(peer)
+                    while len(self._not_seeds) > self.config.max_addr_book:
+                        self._not_seeds.popitem(last=False)
             log.debug("DHT query to %s failed: %s", peer, exc)
             return list(walk.on_failure(peer, now))
         resp = task.result()
