@@ -47,8 +47,9 @@ the Arrow buffer. Every other stream is assembled in pieces of up to a million r
 strings, whose ``take`` then stays in cache) with numpy and one Arrow ``take`` over a binary
 array whose elements are the parts of the stream -- u64 prefixes, a ``0x00`` marker, the
 values -- so Arrow concatenates them in C++; fixed-width columns with nulls need one element per
-run of valid values or nulls, not one per row. That ``take`` (one variable-size copy per value,
-~13 ns per string row) is what keeps string columns below the speed of plain SHA3.
+run of valid values or nulls, not one per row, and have their null bytes zeroed in the copy.
+That ``take`` (two variable-size copies per string row, ~13 ns) is what keeps string columns
+below the speed of plain SHA3 (``docs/logical-hash.md``, "Speed").
 ``threads > 1`` hashes leaf columns concurrently and builds a column's next piece while the
 previous one is hashed (hashlib and the Arrow kernels release the GIL).
 """
