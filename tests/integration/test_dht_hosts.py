@@ -184,3 +184,55 @@ def test_bounds_a_frozen_peer_rate_limits_refusals_and_foreign_records() -> None
             await asyncio.gather(*(h.t.stop() for h in hosts), return_exceptions=True)
 
     asyncio.run(main())
+
+
+def test_lookups_overtake_peers_that_froze_after_joining() -> None:
+    """Ten hosts, k = 3; after the tables fill and the carrier provides, three of the hosts
+    freeze (their handler never answers, their connections stay up: the worst case, as a
+    timeout is the only sign). A newcomer's provider lookup still ends on the live peers'
+    answers, not on the frozen ones' timeouts."""
+
+    async def main() -> None:
+        cfg = DhtConfig(k=3, query_timeout_s=5.0, slow_after_s=0.5, want_providers=1)
+        hosts = [Host(20 + i, cfg, carries=(i == 9)) for i in range(10)]
+        await asyncio.gather(*(h.t.start() for h in hosts))
+        try:
+            for h in hosts:
+                h.start_dht()
+            seeker, hub, carrier = hosts[0], hosts[1], hosts[9]
+            for h in hosts[2:]:
+                await h.t.connect(hub.t.listen_addrs()[0])
+            assert await _until(lambda: len(hub.t.connected_peers()) == 8)
+            for h in hosts[1:]:
+                await h.dht.run_once()
+            assert len([h for h in hosts if len(h.dht.store)]) >= 2
+
+            asked: list[str] = []
+
+            async def never(peer: str, data: bytes) -> bytes:
+                asked.append(peer)
+                await asyncio.sleep(60)
+                return b""
+
+            holders = [h for h in hosts[2:9] if len(h.dht.store)]
+            others = [h for h in hosts[2:9] if not len(h.dht.store)]
+            # Freeze three peers, one of them holding the record when there is a choice.
+            frozen = (holders[:1] + others)[:3] if len(holders) > 1 else others[:3]
+            for h in frozen:
+                h.t.set_request_handler(PROTOCOL, never)
+            await seeker.t.connect(hub.t.listen_addrs()[0])
+            assert await _until(lambda: seeker.t.connected_peers() == [hub.t.peer_id])
+            t0 = time.monotonic()
+            found = await seeker.dht.find_providers(DID)
+            took = time.monotonic() - t0
+            print(
+                f"provider lookup, 3 of 9 peers frozen: {took:.2f} s, "
+                f"{found.walk.queried} queried, {found.walk.failed} failed, "
+                f"{asked.count(seeker.t.peer_id)} frozen peer(s) asked"
+            )
+            assert [r.node for r in found.records] == [carrier.key.dataset_id()]
+            assert took < cfg.query_timeout_s
+        finally:
+            await asyncio.gather(*(h.t.stop() for h in hosts), return_exceptions=True)
+
+    asyncio.run(main())
