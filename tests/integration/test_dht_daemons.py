@@ -160,3 +160,7 @@ def test_a_subscriber_whose_neighbours_carry_nothing_finds_the_owner_through_the
         120,
     )
     print(f"subscribed -> head accepted through the DHT: {found_in:.1f} s")
+    # A follower that verified carries the dataset: it provides it too (a second record).
+    sub.wait_for(
+        "the subscriber's provider record at the DHT server", lambda: server.records() == 2, 60
+    )
