@@ -5,6 +5,8 @@ signed provider records that cannot be forged or re-signed by a relaying node.""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator.identity import PrivateKey
 from p2p.dht.keys import DhtKey
@@ -159,3 +161,31 @@ def test_caps_are_enforced_when_encoding() -> None:
         encode_response(Response(closer=tuple(PeerInfo(f"p{i}") for i in range(MAX_PEERS + 1))))
     with pytest.raises(WireEncodeError):
         SignedProviderRecord.sign(NODE_KEY, DID, 1, http="x" * 600)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([ADD_PROVIDER_HEX, RESPONSE_HEX, RECORD_HEX]), st.data())
+def test_mangled_bytes_fail_only_as_decode_errors(vector: str, data: st.DataObject) -> None:
+    raw = bytearray(bytes.fromhex(vector))
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(raw) - 1))
+        raw[at] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(raw)))
+    for decode in (decode_request, decode_response, decode_record):
+        for candidate in (bytes(raw), bytes(raw[:cut])):
+            try:
+                decode(candidate)
+            except WireDecodeError:
+                pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(list(Op)),
+    st.integers(0, (1 << 256) - 1),
+    st.lists(st.text(min_size=1, max_size=40), max_size=4),
+)
+def test_requests_round_trip(op: Op, key: int, addrs: list[str]) -> None:
+    record = _record().encoded if op is Op.ADD_PROVIDER else b""
+    req = Request(op, DhtKey(key), tuple(addrs), record)
+    assert decode_request(encode_request(req)) == req
