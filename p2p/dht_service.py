@@ -426,7 +426,7 @@ class DhtService:
                 if now >= deadline:
                     break
                 wake = walk.next_deadline(now)
-                timeout = (min(wake, deadline) - now) / _S if wake is not None else None
+                timeout = (min(wake if wake is not None else deadline, deadline) - now) / _S
                 done, _ = await asyncio.wait(
                     pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
                 )
