@@ -11,8 +11,9 @@ passes the bound (``memory_bytes`` and some slack for the interpreter) without h
 query; a worker that answered goes back to the idle ones (up to ``warm_workers``, and at most
 :data:`QUERIES_PER_WORKER` queries), so its warm caches serve the next query.
 
-Nothing here blocks the event loop: workers are asyncio subprocesses, and the answer (an Arrow
-IPC file in a private temporary directory) is read in a thread when it is over 1 MiB.
+Nothing here blocks the event loop: workers are asyncio subprocesses; an answer of up to
+:data:`INLINE_READ_BYTES` comes inline after the worker's answer line (an Arrow IPC stream on its
+stdout), a larger one as an Arrow IPC file in a private temporary directory, read in a thread.
 
 :class:`InMemoryQueryEngine` is the in-memory twin for unit tests of the use cases.
 """
@@ -39,6 +40,7 @@ from node.adapters.query_answers import (
 )
 from node.adapters.query_workers import QueryWorker, answer_line, raise_refusal, start_worker
 from node.app.errors import (
+    QueryDeadlineExceeded,
     QueryError,
     QueryRejected,
     QueryTooLarge,
@@ -63,7 +65,8 @@ MEMORY_SLACK_BYTES = 512 * 1024 * 1024
 own structures, batches being written) before it is killed."""
 MEMORY_POLL_S = 0.05
 INLINE_READ_BYTES = 1 << 20
-"""Answers up to this size are read on the event loop, larger ones in a thread."""
+"""Answers up to this size come inline on the worker's stdout and are read on the event loop;
+larger ones are files, read in a thread."""
 SHM_MIN_FREE_BYTES = 1 << 30
 """Workers' directories go to ``/dev/shm`` only when it has this much room (see ``_work_root``)."""
 QUERIES_PER_WORKER = 200
@@ -179,15 +182,18 @@ class DataFusionQueryEngine:
                 f"limit {limit} is over [query] max_rows ({limits.max_rows}): page with skip"
             )
         worker = await self._take()
+        # The worker makes this directory only if it writes the answer there (not inline).
         here = worker.dir / f"q{worker.served}"
         try:
-            here.mkdir()
             out = here / "answer.arrow"
             await self._send(worker, here, sql, tables, limits, skip, limit, stream=False)
             deadline = asyncio.get_running_loop().time() + limits.deadline_s
             watch = self._watch(worker, limits)
             try:
                 answer = await answer_line(worker, limits, deadline, watch)
+                size = answer.get("inline")
+                if isinstance(size, int):
+                    return read_inline(await _inline_bytes(worker, size, deadline, limits))
             finally:
                 watch.cancel()
             raise_refusal(answer, limits)
@@ -214,10 +220,9 @@ class DataFusionQueryEngine:
             return TableStream(await self._spark_engine().query(sql, tables, limits, dialect))
         self._check(sql)
         worker = await self._take()
-        here = worker.dir / f"q{worker.served}"
+        here = worker.dir / f"q{worker.served}"  # made by the worker with the first part
         stream = _WorkerStream(self, worker, here, limits)
         try:
-            here.mkdir()
             await self._send(worker, here, sql, tables, limits, 0, None, stream=True)
             stream.started()
             await stream.first_part()
@@ -253,8 +258,6 @@ class DataFusionQueryEngine:
         *,
         stream: bool,
     ) -> None:
-        scratch = here / "tables"
-        scratch.mkdir()
         # Until the answer is read, the worker is not reusable (a cancelled or failed exchange
         # leaves it mid-request).
         worker.healthy = False
@@ -268,12 +271,14 @@ class DataFusionQueryEngine:
             "limit": limit,
             "max_sql_bytes": self._max_sql_bytes,
             "out": str(here / "answer.arrow"),
-            "scratch": str(scratch),
+            # Made by the worker when it registers tables there (no kept session).
+            "scratch": str(here / "tables"),
             # The worker keeps a session per set of tables here (its own directory, removed
             # with it): a dashboard's next query on the same heads skips their registration.
             "tables_dir": str(worker.dir / "tables"),
             "stream": stream,
             "part_bytes": self._part_bytes,
+            "inline_bytes": 0 if stream else INLINE_READ_BYTES,
         }
         proc = worker.proc
         assert proc.stdin is not None
@@ -425,14 +430,47 @@ class _WorkerStream:
         await self._engine._release(self._worker)
 
 
+async def _inline_bytes(
+    worker: QueryWorker, size: int, deadline: float, limits: QueryLimits
+) -> bytes:
+    """The ``size`` bytes of an inline answer that follow the worker's answer line
+    (``engine/query_lines.py``), within the query's deadline."""
+    proc = worker.proc
+    assert proc.stdout is not None
+    worker.healthy = False  # mid-answer until its last byte is read
+    try:
+        async with asyncio.timeout_at(deadline):
+            data = await proc.stdout.readexactly(size)
+    except TimeoutError:
+        worker.kill()
+        raise QueryDeadlineExceeded(
+            f"the query ran longer than {limits.deadline_s:g} s ([query] deadline_s) "
+            "and was stopped"
+        ) from None
+    except asyncio.IncompleteReadError:
+        raise QueryError(
+            f"the query worker ended before its answer was read: {worker.log_tail(300)}"
+        ) from None
+    worker.healthy = True
+    return data
+
+
+def read_inline(data: bytes) -> pa.Table:
+    """An inline answer (an Arrow IPC stream) as a table, its buffers views of ``data``."""
+    import pyarrow as pa
+
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
 def _work_root() -> str | None:
     """Where workers' private directories go: ``/dev/shm`` when writable with at least
     :data:`SHM_MIN_FREE_BYTES` free, else the default temporary directory.
 
-    Each query makes and removes directories (its tables' symbolic links) and writes and
-    removes its answer file: on the development machine's ext4 ``/tmp`` that churn took ~6 ms
-    a query (most of a small query's hand-over), on tmpfs 0.03 ms. An answer (within ``[query]
-    max_bytes``) stays there only until the node reads it, into memory anyway.
+    A query on tables without a kept session makes directories (its tables' symbolic links),
+    and an answer over :data:`INLINE_READ_BYTES` is written there and removed: on the
+    development machine's ext4 ``/tmp`` that churn took ~6 ms a query, on tmpfs 0.03 ms. An
+    answer (within ``[query] max_bytes``) stays there only until the node reads it, into memory
+    anyway.
     """
     shm = Path("/dev/shm")
     try:

@@ -352,6 +352,75 @@ def test_a_worker_keeps_a_session_for_the_same_tables_and_still_refuses_changes(
         # The first set of tables still has its kept session.
         assert run(engine, 'select sum(k) as s from "small"', both).column("s").to_pylist() == [6]
         assert _sessions_made(engine) == ["s0", "s1"]
+        # A text whose checked plan the first session keeps is planned afresh on other tables:
+        # "small" is not one of them.
+        with pytest.raises(QueryError) as info:
+            run(engine, 'select sum(k) as s from "small"', (canada,))
+        assert "small" in str(info.value)
+        assert engine.started == 1
+    finally:
+        _LOOP.run_until_complete(engine.close())
+
+
+def test_a_kept_plan_answers_as_a_new_one_and_pages_afresh(
+    tables: tuple[QueryTable, ...],
+) -> None:
+    """The same text on the same tables reuses the session's checked plan
+    (``engine/query_worker.py``): its answers, paged differently each time, are the ones a
+    fresh worker gives."""
+    engine = DataFusionQueryEngine(warm_workers=1)
+    fresh = DataFusionQueryEngine(warm_workers=0)
+    sql = (
+        'select city, count(*) as n, sum(population) as p from "covid19.canada" '
+        "group by city order by city"
+    )
+    try:
+        whole = run(engine, sql, tables)
+        assert whole.num_rows == 50
+        for skip, limit in ((0, None), (10, 5), (0, 50), (45, 10), (0, None)):
+            got = run(engine, sql, tables, skip=skip, limit=limit)
+            assert got.to_pylist() == whole.slice(skip, limit).to_pylist()
+            assert got.to_pylist() == run(fresh, sql, tables, skip=skip, limit=limit).to_pylist()
+        assert engine.started == 1
+    finally:
+        _LOOP.run_until_complete(engine.close())
+        _LOOP.run_until_complete(fresh.close())
+
+
+def test_small_answers_come_inline_large_ones_as_a_file(
+    tables: tuple[QueryTable, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer within ``INLINE_READ_BYTES`` comes on the worker's stdout after its answer
+    line and no answer file is made; a larger one (here: over a lowered bound) is a file, and
+    the two read the same rows; an empty answer inline still has its schema."""
+    import node.adapters.query_engine as qe
+
+    engine = DataFusionQueryEngine(warm_workers=1)
+    sql = 'select "offset", city from "covid19.canada" where "offset" < 400 order by "offset"'
+    made: list[int] = []  # the inline answers' sizes
+    real_inline = qe.read_inline
+
+    def spy(data: bytes) -> pa.Table:
+        made.append(len(data))
+        return real_inline(data)
+
+    monkeypatch.setattr(qe, "read_inline", spy)
+    try:
+        inline = run(engine, sql, tables)
+        assert inline.num_rows == 400 and len(made) == 1
+        empty = run(engine, sql.replace("< 400", "< 0"), tables)
+        assert empty.num_rows == 0 and empty.schema == inline.schema and len(made) == 2
+        worker_dir = engine._idle[0].dir
+        # No answer directory was made for them (only the worker's log and kept sessions).
+        assert sorted(p.name for p in worker_dir.iterdir()) == ["tables", "worker.log"]
+        monkeypatch.setattr(qe, "INLINE_READ_BYTES", 1000)
+        as_file = run(engine, sql, tables)
+        assert len(made) == 2  # not inline
+        assert as_file.to_pylist() == inline.to_pylist()
+        assert as_file.schema == inline.schema
+        # And a worker that answered with a file serves inline answers again.
+        monkeypatch.setattr(qe, "INLINE_READ_BYTES", 1 << 20)
+        assert run(engine, sql, tables).to_pylist() == inline.to_pylist() and len(made) == 3
         assert engine.started == 1
     finally:
         _LOOP.run_until_complete(engine.close())
