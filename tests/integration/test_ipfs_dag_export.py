@@ -3,8 +3,9 @@ root and which holds every block of the DAG exactly once, each under a CID its b
 
 The archive is parsed here independently of ``node/ipfs/car.py`` (the reader the pull uses), the
 header with a generic CBOR decoder. Covered: raw leaves, a multi-chunk file (a dag-pb node over
-raw leaves), a subdirectory, an empty file and two files with the same bytes (one block), read
-from the node's own blockstore; and an absent root, refused with an HTTP error before any byte.
+raw leaves, more than 1 MiB in one batch), a subdirectory, an empty file and two files with the
+same bytes (one block), read from the node's own blockstore; and an absent root, refused with an
+HTTP error before any byte.
 Needs ``unshare -rn``.
 """
 
@@ -83,7 +84,8 @@ def test_dag_export_holds_every_block_once(ipfs_node: EmbeddedIpfs, tmp_path: Pa
         (root / name).write_bytes(data)
     (root / "same-as-f007").write_bytes(small["f007"])
     (root / "empty").write_bytes(b"")
-    big = bytes(range(256)) * (3 * CHUNK // 256) + b"tail"  # 3 full chunks and a 4th
+    # 5 full chunks and a 6th: more than the node reads into its 1 MiB buffer per batch
+    big = bytes(range(256)) * (5 * CHUNK // 256) + b"tail"
     (root / "sub" / "big").write_bytes(big)
     (root / "sub" / "x").write_bytes(b"x")
 
