@@ -118,6 +118,10 @@ class InternetParams:
     max_providing: int = 20
     dht: bool = True
     """False: discovery by the one-hop exchange only (``--no-dht``)."""
+    stop_on_verified: bool = True
+    """A provider lookup walks to convergence and the driver stops it at the first provider a
+    dial confirmed (False: the lookup ends once it holds ``max_providing`` providers, confirmed
+    or not, as go-libp2p-kad-dht's ``FindProvidersAsync(count)`` does)."""
     deadline_s: float = 60.0
     trust_samples: int = 500
     trusted_attesters: int = 8
@@ -493,7 +497,11 @@ class _World:
         """One lookup from ``start`` at ``t0`` (a provider lookup when ``find`` is given, which
         records the first genuine carrier's record and connection); to ``deadline_s``."""
         p = self.p
-        cfg = LookupConfig(want_providers=p.max_providing if find is not None else 0)
+        # Counting providers toward the end of the walk (want_providers) lets one poisoned answer
+        # of 20 fake providers end it; walking to convergence and stopping at the first provider
+        # a dial confirmed does not (``stop_on_verified``).
+        stop_early = find is not None and not p.stop_on_verified
+        cfg = LookupConfig(want_providers=p.max_providing if stop_early else 0)
         lookup = Lookup(target, self.table(start).closest(target), cfg)
         deadline = t0 + int(p.deadline_s * NS)
         events: list[tuple[int, int, int, int]] = []  # (time, seq, kind 0 answer / 1 dial, node)
@@ -516,6 +524,8 @@ class _World:
         now = t0
         send(lookup.start(now), now)
         while now < deadline:
+            if find is not None and find.connected_ns is not None and p.stop_on_verified:
+                break  # a carrier answered our dial: the driver stops walking
             if lookup.done and not any(e[2] == 1 for e in events):
                 break
             wake = None if lookup.done else lookup.next_deadline(now)
