@@ -10,8 +10,11 @@ then, from that same daemon's RPC API:
   issue's yardstick: pull / cat is the headline ratio);
 * ``raw-all``: every byte the pull reads, unverified and discarded (one ``dag/export`` of
   ``blocks/`` then ``cat`` of the parts) -- the verification and storage overhead;
-* ``walk``: the metadata walk alone (one ``dag/export`` of ``blocks/``, hash every leaf,
-  decode, chain walk) -- blocks/s.
+* ``walk``: the metadata walk alone (``ls`` of the root, one ``dag/export`` of ``blocks/``,
+  hash every leaf, decode, chain walk) -- blocks/s, the median of ``--walks`` (default 3)
+  walks in a row, with the CPU time each process spent per walk (this one, all threads; the
+  IPFS node, from ``/proc/<pid>/task/*/schedstat``): on a loaded machine the wall time mostly
+  measures the scheduler, the CPU times what the walk costs.
 
 ``--rounds`` (default 3) repeats cat, pull and walk back to back against the same daemon and
 prints the median of each figure and the 1-minute load average.
@@ -67,6 +70,17 @@ def _proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _proc_cpu_ns_s(pid: int) -> float:
+    """CPU seconds of every thread of a process so far, to the nanosecond (schedstat)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return total / 1e9
+
+
 def _self_cpu_s() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -97,7 +111,8 @@ async def _cat_all(client: IpfsClient, paths: list[str], parallel: int) -> int:
     return total
 
 
-async def _walk(api: str, cid: str, head_hex: str) -> float:
+async def _walk(api: str, cid: str, head_hex: str, ipfs_pid: int) -> tuple[float, float, float]:
+    """One walk of a new dataset's chain: (blocks/s, CPU s of this process, of the IPFS node)."""
     from coordinator.multiformats import Multihash
     from coordinator.storage.objects import FsObjectRepository
     from node.transfer.sources import open_source
@@ -106,17 +121,19 @@ async def _walk(api: str, cid: str, head_hex: str) -> float:
     with tempfile.TemporaryDirectory() as d:
         f = pull_mod._Fetcher(src, PullOptions())
         cache = FsObjectRepository(Path(d), durable=False)
+        c_ipfs, c_self = _proc_cpu_ns_s(ipfs_pid), _self_cpu_s()
         t0 = time.perf_counter()
         nothing = pull_mod._LocalChain(None, None)
         mem = await pull_mod._prefetch_blocks(f, cache, nothing)
         new, _ = await pull_mod._walk(f, cache, Multihash.from_multibase(head_hex), nothing, mem)
         dt = time.perf_counter() - t0
+        cpu_self, cpu_ipfs = _self_cpu_s() - c_self, _proc_cpu_ns_s(ipfs_pid) - c_ipfs
     await src.close()
-    return len(new) / dt
+    return len(new) / dt, cpu_self, cpu_ipfs
 
 
 async def bench(
-    work: Path, parts: int, part_mb: int, blocks: int, parallel: int, rounds: int
+    work: Path, parts: int, part_mb: int, blocks: int, parallel: int, rounds: int, walks: int = 3
 ) -> list[dict[str, float]]:
     src = new_dataset(work / "src" / "ds", b"bench", durable=False)
     rng = random.Random(7)
@@ -181,7 +198,12 @@ async def bench(
             floor_s = max(raw_s, (raw_ipfs_cpu + sha3_cpu) / cores)
             assert r.new_head == head and r.new_blocks == blocks
             assert verify_integrity(dst.open("ds")).ok
-            walk_bps = await _walk(node.api_url, pub.cid, str(head))
+            walk_rows = [
+                await _walk(node.api_url, pub.cid, str(head), ipfs_pid) for _ in range(walks)
+            ]
+            walk_bps = statistics.median(w[0] for w in walk_rows)
+            walk_self_ms = statistics.median(w[1] for w in walk_rows) * 1e3
+            walk_ipfs_ms = statistics.median(w[2] for w in walk_rows) * 1e3
             shutil.rmtree(work / f"dst{i}")
             row = {
                 "blocks": blocks,
@@ -194,6 +216,8 @@ async def bench(
                 "raw_all_s": raw_s,
                 "ratio_pull_to_raw_all": raw_s / pull_s,
                 "walk_blocks_s": walk_bps,
+                "walk_self_cpu_ms": walk_self_ms,
+                "walk_ipfs_cpu_ms": walk_ipfs_ms,
                 "cat_ipfs_cpu_s": cat_ipfs_cpu,
                 "cat_self_cpu_s": cat_self_cpu,
                 "raw_all_ipfs_cpu_s": raw_ipfs_cpu,
@@ -208,7 +232,8 @@ async def bench(
             print(
                 f"round {i + 1}: cat {row['cat_mb_s']:.0f} MB/s, pull {row['pull_mb_s']:.0f} "
                 f"MB/s ({pull_s:.2f} s), ratio {row['ratio_pull_to_cat']:.2f}x, walk "
-                f"{walk_bps:.0f} blocks/s, raw-all {raw_s:.2f} s, CPU s (IPFS node/this process): "
+                f"{walk_bps:.0f} blocks/s (CPU ms this process/IPFS node {walk_self_ms:.1f}/"
+                f"{walk_ipfs_ms:.1f}), raw-all {raw_s:.2f} s, CPU s (IPFS node/this process): "
                 f"cat {cat_ipfs_cpu:.2f}/{cat_self_cpu:.2f}, pull {pull_ipfs_cpu:.2f}/"
                 f"{pull_self_cpu:.2f}, sha3 {sha3_cpu:.2f}; bound {cat_s / floor_s:.2f}x, "
                 f"load {row['loadavg_1m']:.2f}",
@@ -232,11 +257,14 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=1000)
     ap.add_argument("--parallel", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--walks", type=int, default=3, help="walks per round (their median)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         rows = asyncio.run(
-            bench(Path(d), a.parts, a.part_mb, a.blocks, a.parallel, max(1, a.rounds))
+            bench(
+                Path(d), a.parts, a.part_mb, a.blocks, a.parallel, max(1, a.rounds), max(1, a.walks)
+            )
         )
     # Medians over the rounds (each figure separately), never the best round.
     res = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
@@ -254,7 +282,10 @@ def main() -> None:
         f"unverified read of every byte the pull reads (dag/export blocks/ + cat parts): "
         f"{res['raw_all_s']:.2f} s; pull / that: {res['ratio_pull_to_raw_all']:.2f}x"
     )
-    print(f"metadata walk:           {res['walk_blocks_s']:.0f} blocks/s")
+    print(
+        f"metadata walk:           {res['walk_blocks_s']:.0f} blocks/s; CPU per walk: this "
+        f"process {res['walk_self_cpu_ms']:.1f} ms, IPFS node {res['walk_ipfs_cpu_ms']:.1f} ms"
+    )
     print(
         f"CPU seconds, IPFS node / this process: cat {res['cat_ipfs_cpu_s']:.2f} / "
         f"{res['cat_self_cpu_s']:.2f}; raw-all IPFS node {res['raw_all_ipfs_cpu_s']:.2f}; pull "
