@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from coordinator.errors import OdfNodeError
 from node.commands.catalog import BY_NAME, COMMANDS
@@ -44,7 +46,7 @@ _SCHEMA_TYPES: dict[str, Any] = {"string": str, "integer": int, "boolean": bool}
 
 def fail(message: str) -> NoReturn:
     """Print ``error: message`` on standard error and exit with status 1."""
-    err.print(f"[bold red]error:[/] {message}")
+    err.print(f"[bold red]error:[/] {escape(message)}")  # "[trust] k: …" is text, not markup
     raise typer.Exit(1)
 
 
@@ -59,11 +61,13 @@ class RichOutput:
         """A line of markup on standard error."""
         err.print(text)
 
-    def table(self, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-        """A table on standard output."""
+    def table(
+        self, columns: Sequence[str], rows: Sequence[Sequence[str]], *, markup: bool = True
+    ) -> None:
+        """A table on standard output (cells as data when ``markup`` is false)."""
         table = Table(*columns)
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(row if markup else [Text(cell) for cell in row]))
         out.print(table)
 
     def raw(self, text: str) -> None:
@@ -80,10 +84,10 @@ def emit(value: Any, as_json: bool, columns: Sequence[str] | None = None) -> Non
             out.print("(none)")
             return
         cols = list(columns or value[0].keys())
-        RichOutput().table(cols, [[_cell(row.get(c)) for c in cols] for row in value])
+        RichOutput().table(cols, [[_cell(row.get(c)) for c in cols] for row in value], markup=False)
     elif isinstance(value, dict):
         for k, v in value.items():
-            out.print(f"[bold]{k:>16}[/]: {_cell(v)}")
+            out.print(f"[bold]{k:>16}[/]: {escape(_cell(v))}")
     else:
         out.print(str(value))
 
@@ -92,6 +96,21 @@ def _cell(v: Any) -> str:
     if isinstance(v, dict | list):
         return json.dumps(v, default=str)
     return "" if v is None else str(v)
+
+
+def help_text(text: str) -> str:
+    """``text`` shown as written by typer's rich help, which parses help as rich markup with
+    emoji codes: ``[trust] k`` lost its ``[trust]`` and ``did:key:…`` showed a key emoji.
+    Tags are escaped, and a word joiner (U+2060, zero width) after each colon that precedes a
+    letter keeps ``:key:`` from being an emoji code; the declarations' text stays plain (it is
+    also the RPC methods' OpenRPC description)."""
+    escaped = escape(text)
+    chars: list[str] = []
+    for i, ch in enumerate(escaped):
+        chars.append(ch)
+        if ch == ":" and escaped[i + 1 : i + 2].isalpha():
+            chars.append("\u2060")
+    return "".join(chars)
 
 
 def _type_of(p: CommandParam) -> Any:
@@ -110,10 +129,10 @@ def _parameter(p: CommandParam) -> inspect.Parameter:
     c = p.cli
     info: Any
     if c.kind == "argument":
-        info = typer.Argument(help=p.description, metavar=c.metavar)
+        info = typer.Argument(help=help_text(p.description), metavar=c.metavar)
     else:
         flags = c.flags or ("--" + p.name.replace("_", "-"),)
-        info = typer.Option(*flags, help=p.description, envvar=c.envvar)
+        info = typer.Option(*flags, help=help_text(p.description), envvar=c.envvar)
     default: Any = c.default
     if default is None and _type_of(p) is bool:
         default = False
@@ -133,13 +152,13 @@ def typer_function(command: Command) -> Any:
     arguments = [_parameter(p) for p in params if p.cli and p.cli.kind == "argument"]
     options = [_parameter(p) for p in params if p.cli and p.cli.kind == "option"]
     if command.alternate is not None:
-        flag, help_text, _ = command.alternate
+        flag, alt_help, _ = command.alternate
         options.append(
             inspect.Parameter(
                 "alternate",
                 inspect.Parameter.POSITIONAL_OR_KEYWORD,
                 default=False,
-                annotation=Annotated[bool, typer.Option(flag, help=help_text)],
+                annotation=Annotated[bool, typer.Option(flag, help=help_text(alt_help))],
             )
         )
     for name, annotation in (("home", HomeOpt), ("as_json", JsonOpt)):
@@ -157,7 +176,7 @@ def typer_function(command: Command) -> Any:
 
     run.__signature__ = inspect.Signature([*arguments, *options])  # type: ignore[attr-defined]
     run.__name__ = "_".join(command.cli or (command.name,)).replace("-", "_")
-    run.__doc__ = command.summary + (f"\n\n{command.doc}" if command.doc else "")
+    run.__doc__ = help_text(command.summary + (f"\n\n{command.doc}" if command.doc else ""))
     return run
 
 

@@ -73,7 +73,8 @@ async def _dataset_export(
 
 def render_rows(value: Any, out: Output, opts: Mapping[str, Any]) -> None:
     """An answer of ``data.query``/``data.tail`` as a table, and which heads it read."""
-    out.table(value["columns"], [[_cell_text(c) for c in r] for r in value["rows"]])
+    # The rows are data: a value "[/x]" must show as it is, not fail as a closing markup tag.
+    out.table(value["columns"], [[_cell_text(c) for c in r] for r in value["rows"]], markup=False)
     n = len(value["rows"])
     out.print(f"[dim]{n} row{'s' if n != 1 else ''}[/]")
     untrusted = [i for i in value.get("inputs", []) if not i.get("trusted")]

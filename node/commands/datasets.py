@@ -160,9 +160,9 @@ def _render_list(value: list[DatasetRow], out: Output, opts: Mapping[str, Any]) 
 
 def _render_transform(value: TransformResult, out: Output, opts: Mapping[str, Any]) -> None:
     if value.up_to_date:
-        out.print("Up to date")
+        out.print("dataset is up to date: nothing to commit")
     else:
-        out.print(f"Committed {len(value.new_blocks)} block(s), head {value.new_head}")
+        out.print(f"committed {len(value.new_blocks)} block(s); head {value.new_head}")
 
 
 def _render_verify(value: VerifyResult, out: Output, opts: Mapping[str, Any]) -> None:

@@ -107,8 +107,11 @@ class Output(Protocol):
         """A line of rich markup on standard error."""
         ...
 
-    def table(self, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-        """A table on standard output."""
+    def table(
+        self, columns: Sequence[str], rows: Sequence[Sequence[str]], *, markup: bool = True
+    ) -> None:
+        """A table on standard output; ``markup=False``: the cells are data, shown as they are
+        (a value such as ``[trust] k`` or ``[/x]`` is text, not a style tag)."""
         ...
 
     def raw(self, text: str) -> None:

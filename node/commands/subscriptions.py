@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from node.app import Application
 from node.app.results import (
@@ -10,7 +12,7 @@ from node.app.results import (
     Unsubscribed,
 )
 from node.commands import spec
-from node.commands.spec import Cli, Command, CommandParam, Context
+from node.commands.spec import Cli, Command, CommandParam, Context, Output
 
 
 async def _subscribe(
@@ -38,6 +40,37 @@ async def _unsubscribe(app: Application, ctx: Context, did: str) -> Unsubscribed
 
 async def _subscriptions(app: Application, ctx: Context) -> list[SubscriptionRow]:
     return await app.subscriptions.subscriptions()
+
+
+def _render_subscriptions(
+    value: list[SubscriptionRow], out: Output, opts: Mapping[str, Any]
+) -> None:
+    """One line per followed dataset: its twelve fields as JSON cells did not fit a terminal
+    (`--json` has them all). The DID (or the URL it is followed from) comes last, where a
+    narrow terminal cuts it."""
+    if not value:
+        out.print("(none)")
+        return
+    rows = []
+    for r in value:
+        trust = str(r.trust.get("state")) if r.trust else ""
+        pull = ""
+        if r.pull is not None:
+            failed = r.pull.get("attempts") or []
+            pull = f"{len(failed)} failed: {failed[0].get('reason')}" if failed else "ok"
+        rows.append(
+            [
+                r.alias or "",
+                "" if r.sequence is None else str(r.sequence),
+                r.verification or "",
+                trust,
+                r.accepted_head[-8:] if r.accepted_head else "-",
+                pull,
+                r.source or r.did,
+            ]
+        )
+    columns = ["alias", "seq", "outcome", "trust", "head", "pull", "did"]
+    out.table(columns, rows, markup=False)
 
 
 SUBSCRIPTION_COMMANDS: tuple[Command, ...] = (
@@ -104,6 +137,8 @@ SUBSCRIPTION_COMMANDS: tuple[Command, ...] = (
         _subscriptions,
         cli=("subscriptions",),
         result=spec.array_of(SubscriptionRow),
+        result_type=SubscriptionRow,
+        render=_render_subscriptions,
     ),
 )
 """In the order of ``rpc.discover``."""

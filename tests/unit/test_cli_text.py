@@ -1,0 +1,92 @@
+"""The command line shows text as written: help, errors, query rows and subscriptions.
+
+Found by trying the product as a new user: typer renders help as rich markup with emoji codes,
+so ``[trust] k`` lost its ``[trust]`` and ``did:key:…`` showed a key emoji; error messages lost
+their ``[section]`` names; an ``odf-node sql`` row holding ``[/x]`` failed with rich's
+``MarkupError`` and one holding ``[bold]x[/bold]`` lost its brackets; the ``subscriptions``
+table printed twelve JSON columns that no terminal could show.
+"""
+
+from __future__ import annotations
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from node.app.results import SubscriptionRow
+from node.cli import app
+from node.commands.catalog import BY_NAME
+from node.commands.cli import RichOutput, fail, help_text
+from node.commands.data import render_rows
+
+DID = "did:odf:fed01" + "ab" * 32
+
+
+def _plain(text: str) -> str:
+    """The help as a reader sees it: no zero-width joiners, lines and box edges undone."""
+    text = text.replace("\u2060", "")
+    return " ".join(w for w in text.split() if w not in {"│", "╭", "╰"})
+
+
+def test_help_keeps_config_sections_and_did_key() -> None:
+    result = CliRunner().invoke(app, ["subscribe", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    shown = _plain(result.output)
+    assert "over [trust] k." in shown
+    assert "over the node's [trust] policy" in shown
+    assert "(did:key:…)" in shown
+    assert "\N{KEY}" not in result.output
+
+
+def test_help_text_is_plain_for_rich() -> None:
+    from rich.text import Text
+
+    for raw in ("[trust] k and [p2p] bootstrap", "did:key:z6Mk… and :smile: and http://x"):
+        assert Text.from_markup(help_text(raw)).plain.replace("\u2060", "") == raw
+
+
+def test_error_keeps_the_setting_it_names(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(typer.Exit):
+        fail("[trust] trusted_attesters: policy 'quorum' needs at least k node ids")
+    assert "error: [trust] trusted_attesters: policy" in capsys.readouterr().err
+
+
+def test_query_rows_are_data_not_markup(capsys: pytest.CaptureFixture[str]) -> None:
+    answer = {
+        "columns": ["s", "t"],
+        "rows": [["[bold]x[/bold] and [trust] k", "[/x]"]],
+        "inputs": [],
+    }
+    render_rows(answer, RichOutput(), {})
+    shown = capsys.readouterr().out
+    assert "[bold]x[/bold] and [trust] k" in shown and "[/x]" in shown
+    assert "1 row" in shown
+
+
+def test_subscriptions_table_fits_and_says_trust(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [
+        SubscriptionRow(
+            did=DID,
+            alias="big-cities",
+            since_ns=1,
+            accepted_head="f1620" + "c" * 60 + "206a71ed",
+            sequence=3,
+            verification="verified",
+            trust={"state": "trusted", "by": "local", "attesters": []},
+            pull={"last_ok_ns": 1, "attempts": []},
+        ),
+        SubscriptionRow(
+            did=DID,
+            alias=None,
+            since_ns=1,
+            trust={"state": "pending", "by": None, "attesters": []},
+            pull={"last_ok_ns": None, "attempts": [{"url": "ipfs://x", "reason": "unreachable"}]},
+        ),
+    ]
+    render = BY_NAME["subscriptions.list"].render
+    assert render is not None
+    render(rows, RichOutput(), {})
+    shown = capsys.readouterr().out
+    for word in ("big-cities", "verified", "trusted", "206a71ed", "pending", "1 failed"):
+        assert word in shown, word
+    assert max(len(line) for line in shown.splitlines()) <= 80  # pytest's capture: 80 columns
