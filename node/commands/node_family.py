@@ -11,6 +11,7 @@ import asyncio
 import sys
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from node.app import Application
 from node.app.errors import Unavailable
@@ -27,9 +28,10 @@ async def _console_login(app: Application, context: Context) -> ConsoleLogin:
 
 def _render_login(login: ConsoleLogin, out: Output, cli: Mapping[str, Any]) -> None:
     out.print(login.url)
+    port = urlsplit(login.url).port
     out.error(
-        f"one-time login link, valid {login.expires_in_s:.0f} s; "
-        "from another machine: ssh -L <port>:127.0.0.1:<port> (see the README)"
+        f"one-time login link, valid {login.expires_in_s:.0f} s; from another machine: "
+        f"ssh -L {port}:127.0.0.1:{port} HOST, then open it there (see the README)"
     )
     if cli.get("open"):
         import webbrowser

@@ -263,7 +263,7 @@ class _Running:
             d.node_id,
             d.info.rpc_url,
             d.info.http_url,
-            self.ipfs.port.api_url,
+            self.ipfs.api_shown,
         )
         waiter = asyncio.ensure_future(stop.wait())
         failure = asyncio.ensure_future(self.group.wait_failure())

@@ -52,6 +52,14 @@ class IpfsService:
         of an embedded node that starts on first use), else :class:`NoIpfs`."""
         return self._port
 
+    @property
+    def api_shown(self) -> str | None:
+        """The API URL as the ready line shows it: before a lazy node's first use, its state
+        (its API URL is then a placeholder on port 0, which read as a node listening there)."""
+        if self._lazy is not None and not self._lazy.started:
+            return self._lazy.state
+        return self._port.api_url
+
     async def start(self) -> None:
         """Start (embedded, ``[ipfs] start = "eager"``) or reach (external) the IPFS node, then
         connect its swarm peers; with ``start = "lazy"`` the embedded node starts on first use."""
