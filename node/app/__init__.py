@@ -79,6 +79,9 @@ class NodeInfo:
     connections: dict[str, str] = field(default_factory=dict)
     """Per connected peer, ``direct`` or ``relayed`` (``status``' ``p2p.connections``; open
     mode with ``[p2p] hole_punching``, else empty)."""
+    dht: dict[str, int] = field(default_factory=dict)
+    """The odf DHT's counters (``status``' ``p2p.dht``; empty when it does not run): lookups,
+    records stored and refused, rate limits answered and met (``p2p/dht_service.py``)."""
 
 
 @dataclass
@@ -194,6 +197,7 @@ class Application:
                 "fetches_running": self.gossip.fetches_running(),
                 "reachability": dict(info.reachability) or None,
                 "connections": dict(info.connections),
+                "dht": dict(info.dht) or None,
             },
             ipfs=self.ipfs.info(),
             engine={

@@ -42,6 +42,7 @@ from p2p.core import CoreConfig, ProtocolCore
 log = logging.getLogger("odf_node.daemon")
 
 _PEER_SCORES_EVERY_S = 10.0
+_DHT_STATUS_EVERY_S = 2.0
 # A connected peer learns our topics from our first subscription message; a record published
 # before that would not reach it (py-libp2p sends only to peers known in the topic).
 _KEY_RECORDS_DELAY_S = 2.0
@@ -289,6 +290,19 @@ class GossipRuntime:
             self.transport.set_request_handler(KAD_PROTOCOL, dht.serve)
         self._service.on_peer_change(lambda _peer, connected: dht.trigger() if connected else None)
         self._group.spawn_restarting(dht.run, "dht")
+        self._group.spawn_restarting(self._report_dht, "dht-status")
+
+    async def _report_dht(self) -> None:
+        """Copy the DHT's counters into ``status`` (``p2p.dht``) every few seconds."""
+        from dataclasses import asdict
+
+        while True:
+            self._info.dht = {
+                **asdict(self.dht.stats),
+                "routing_table": len(self.dht.table),
+                "records": len(self.dht.store),
+            }
+            await asyncio.sleep(_DHT_STATUS_EVERY_S)
 
     def _dht_addrs(self) -> tuple[tuple[str, ...], tuple[str, ...], str]:
         """This node's (gossip, IPFS, HTTP) addresses for its signed provider records."""

@@ -160,6 +160,20 @@ def test_a_subscriber_whose_neighbours_carry_nothing_finds_the_owner_through_the
         120,
     )
     print(f"subscribed -> head accepted through the DHT: {found_in:.1f} s")
+
+    # Status reports the DHT's work (copied every 2 s): the light subscriber's lookup, nothing
+    # served (it does not serve), nothing refused or limited.
+    def sub_dht() -> Any:
+        dht = sub.call("node.status")["p2p"]["dht"] or {}
+        return dht if dht.get("lookups", 0) >= 1 else None
+
+    dht = sub.wait_for("the subscriber's lookups in status", sub_dht, 30)
+    assert dht["served"] == 0 and dht["rate_limited_by_peers"] == 0
+    owner.wait_for(
+        "the owner's provides in status",
+        lambda: (owner.call("node.status")["p2p"]["dht"] or {}).get("provides", 0) >= 1,
+        30,
+    )
     # A follower that verified carries the dataset: it provides it too (a second record).
     sub.wait_for(
         "the subscriber's provider record at the DHT server", lambda: server.records() == 2, 60
