@@ -14,7 +14,8 @@ own records and their connected peers') is evaluated on the same network for com
 
 Routing tables: each node knows the ``k`` nodes nearest to it in key order (a self-lookup's
 result) and a random sample of others, kept by the table's own rules (``k`` per bucket).
-Not modelled yet: churn, NAT and relays, malicious answers, republishing over time, bandwidth.
+Not modelled here: churn, NAT and relays, malicious answers, bandwidth; the ``internet`` scenario
+(``sim/internet.py``, ``odf-node sim run internet``) adds them over the same DHT objects.
 
 Run: ``odf-node sim discovery --nodes 10000 --datasets 10000 --seed 1 --json``.
 """

@@ -986,6 +986,12 @@ def _trust_runs(w: _World, rng: random.Random) -> dict[str, Any]:
         "forged_heads_sent": forged_sent,
         "forged_heads_trusted": forged_trusted,
         "replays_per_attester_head": round(replays / attesters_run, 3) if attesters_run else None,
+        # a full node replays every head of each dataset it follows (verify-all), a light none
+        "replays_per_full_node_per_hour": round(
+            p.follows * p.heads_per_hour * replays / attesters_run, 3
+        )
+        if attesters_run
+        else None,
     }
 
 
