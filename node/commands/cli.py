@@ -86,8 +86,9 @@ def emit(value: Any, as_json: bool, columns: Sequence[str] | None = None) -> Non
         cols = list(columns or value[0].keys())
         RichOutput().table(cols, [[_cell(row.get(c)) for c in cols] for row in value], markup=False)
     elif isinstance(value, dict):
+        width = max([16, *(len(k) for k in value)])  # "verification_detail" is 19
         for k, v in value.items():
-            out.print(f"[bold]{k:>16}[/]: {escape(_cell(v))}")
+            out.print(f"[bold]{k:>{width}}[/]: {escape(_cell(v))}")
     else:
         out.print(str(value))
 

@@ -46,8 +46,8 @@ def _render_subscriptions(
     value: list[SubscriptionRow], out: Output, opts: Mapping[str, Any]
 ) -> None:
     """One line per followed dataset: its twelve fields as JSON cells did not fit a terminal
-    (`--json` has them all). The DID (or the URL it is followed from) comes last, where a
-    narrow terminal cuts it."""
+    (`--json` has them all, the source URL too). The DID comes last, where a narrow terminal
+    cuts it."""
     if not value:
         out.print("(none)")
         return
@@ -66,7 +66,7 @@ def _render_subscriptions(
                 trust,
                 r.accepted_head[-8:] if r.accepted_head else "-",
                 pull,
-                r.source or r.did,
+                r.did,
             ]
         )
     columns = ["alias", "seq", "outcome", "trust", "head", "pull", "did"]
