@@ -19,6 +19,7 @@ import collections
 import contextlib
 import hashlib
 import logging
+import socket
 import struct
 import threading
 import time
@@ -241,6 +242,8 @@ class Libp2pTransport(HostIdentity):
             )
             for addr in self.config.bootstrap:
                 assert_loopback_multiaddr(addr)
+        if self.config.listen_port:
+            refuse_port_in_use(self.config.listen_host, self.config.listen_port)
         self._loop = asyncio.get_running_loop()
         ready: asyncio.Future[None] = self._loop.create_future()
         self._thread = threading.Thread(
@@ -964,6 +967,30 @@ def _peer_str(raw: bytes) -> str:
 def _set_result(fut: asyncio.Future[Any], value: Any) -> None:
     if not fut.done():
         fut.set_result(value)
+
+
+def refuse_port_in_use(host: str, port: int) -> None:
+    """Refuse a gossip port another process listens on.
+
+    py-libp2p's TCP listener sets ``SO_REUSEPORT`` (for hole punching), so a second node given
+    the same port binds it too, and the kernel hands each incoming connection to either node:
+    dials naming the first node's peer id then fail at random. A plain bind finds the listener
+    first (``SO_REUSEADDR`` only, which a socket left in TIME_WAIT allows and a listening one
+    does not).
+
+    Raises:
+        TransportError: the port is in use, naming the settings that choose another.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            raise TransportError(
+                f"gossip port {host}:{port} is in use ({e.strerror}): another node listens "
+                "there; give this one another port (--p2p-port, [p2p] port)"
+            ) from None
 
 
 def _set_exception(fut: asyncio.Future[Any], exc: BaseException) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import shutil
 import sys
@@ -57,6 +58,15 @@ def run_daemon(
             return _fail(str(e))
         except OdfNodeError as e:
             return _fail(f"the node could not start: {e}")
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                raise
+            # A second node started with the first one's ports: one line, not a traceback.
+            return _fail(
+                f"the node could not start: {e}; another process listens there: give this node "
+                "other ports (odf-node run --rpc-port, --http-port, --p2p-port; [query] "
+                "flight_sql_port)"
+            )
         return 0
     finally:
         if remove_home:
