@@ -50,6 +50,10 @@ def _parse(car: bytes) -> tuple[object, list[tuple[int, bytes, bytes]]]:
     while pos < len(car):
         n, body = _varint(car, pos)
         end = body + n
+        if car[body : body + 2] == b"\x12\x20":  # CIDv0: a bare sha2-256 multihash
+            sections.append((0x70, car[body + 2 : body + 34], car[body + 34 : end]))
+            pos = end
+            continue
         version, p = _varint(car, body)
         assert version == 1
         codec, p = _varint(car, p)
@@ -138,3 +142,30 @@ def test_dag_export_of_an_absent_root_is_an_http_error(ipfs_node: EmbeddedIpfs) 
     with pytest.raises(IpfsError) as e:
         asyncio.run(run())
     assert e.value.status is not None and e.value.status >= 400
+
+
+def test_dag_export_of_a_cid_v0_dag(ipfs_node: EmbeddedIpfs) -> None:  # noqa: F811
+    """A file added as CIDv0 (dag-pb leaves, links by bare multihash) exports whole too."""
+    import aiohttp
+
+    data = bytes(range(251)) * (3 * CHUNK // 251)  # 3 chunks, the last one short
+
+    async def run() -> tuple[str, bytes]:
+        async with IpfsClient(ipfs_node.api_url) as client:
+            form = aiohttp.FormData()
+            form.add_field("file", data, filename="f", content_type="application/octet-stream")
+            out = await client._json("add", {"cid-version": 0, "pin": False}, form)
+            cid = str(out[-1]["Hash"])
+            return cid, await _export(client, cid)
+
+    cid, car = asyncio.run(run())
+    assert cid.startswith("Qm")
+    header, sections = _parse(car)
+    assert isinstance(header, dict)
+    (tag,) = header["roots"]
+    assert tag.value == b"\x00" + _cid_bytes(cid)
+    assert all(codec == 0x70 for codec, _, _ in sections)
+    for _, digest, block in sections:
+        assert hashlib.sha256(block).digest() == digest
+    assert len(sections) == 1 + 3  # the file's root and its three leaves
+    assert sections[0][1] == _cid_bytes(cid)[-32:]
