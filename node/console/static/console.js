@@ -289,10 +289,15 @@ const SENTENCES = {
     d.source ? [" from ", code(d.source, 24)] : "", "."],
   "head.rejected": (d, ds, blk) => ["Rejected head ", blk(d.head), " of ", ds, d.reason ? ": " + d.reason : "", "."],
   "head.repaired": (d, ds, blk) => ["Anti-entropy brought head ", blk(d.head), " of ", ds, " from ", peerLink(d.peer), "."],
-  "head.trusted": (d, ds, blk) => ["Head ", blk(d.head), " of ", ds, " is trusted", d.by ? " by " + d.by : "",
+  // by: "local" (this node's own replay) or "quorum" (p2p/trust.py TrustedBy)
+  "head.trusted": (d, ds, blk) => ["Head ", blk(d.head), " of ", ds, " is trusted",
+    d.by === "local" ? " by this node's own replay" : d.by === "quorum" ? " by a quorum of attesters" : d.by ? " by " + d.by : "",
     (d.attesters || []).length ? " (" + plural(d.attesters.length, "attester") + ")" : "", "."],
   "head.distrusted": (d, ds, blk) => ["Head ", blk(d.head), " of ", ds, " is no longer trusted", d.reason ? ": " + d.reason : "", "."],
-  "trust.replay": (d, ds, blk) => ["Replaying ", ds, " at ", blk(d.head), " for the trust policy", d.reason ? " (" + d.reason + ")" : "", "."],
+  // reason: p2p/trust.py ReplayReason
+  "trust.replay": (d, ds, blk) => ["Replaying ", ds, " at ", blk(d.head), " for the trust policy",
+    ({ policy: " (verify-all: every head)", sample: " (this head was sampled)", dispute: " (a trusted attester disputed it)" })[d.reason]
+      || (d.reason ? " (" + d.reason + ")" : ""), "."],
   "pull.started": (d, ds) => ["Pull of ", ds, " from ", code(d.url, 24), " started."],
   "pull.finished": (d, ds) => ["Pull of ", ds, " from ", code(d.url, 24), ": ", h("strong", { text: d.outcome || "done" }), "."],
   "pull.ok": (d, ds) => ["Pulled ", ds, " from ", code(d.url, 24), d.blocks !== undefined ? " (" + plural(d.blocks, "block") + ")" : "", "."],
@@ -344,7 +349,8 @@ function eventSentence(kind, did, d) {
       d.blocks_replayed ? " (" + plural(d.blocks_replayed, "block") + " replayed)" : "", "."];
   }
   if (tail === "error") {
-    return ["Work (" + group + ") on ", ds, d.final ? " failed for good: " : " failed, will retry: ", d.error || "", "."];
+    // Not final: waiting is normal (a derivative's inputs still being pulled), not a failure.
+    return ["Work (" + group + ") on ", ds, d.final ? " failed for good: " : " did not finish yet, will retry: ", d.error || "", "."];
   }
   return [h("strong", { text: kind }), did ? [" for ", ds] : "", "."];
 }
