@@ -26,9 +26,17 @@ Reported: RPC ``node.status`` p50/p99, event-loop lag p99 (from the daemon's
 ``odf_event_loop_lag_seconds`` histogram, as the upper bound of the bucket holding the 99th
 percentile, over the load phase only), announcements offered vs the daemon's outcomes by reason
 (each offered announcement must be accepted, or ignored/rejected with a reason), time until every
-subscription was at head, verification throughput (verifications finished per second) and RSS.
+subscription was at head, verification throughput (verifications finished per second) and RSS
+of each of the node's processes (daemon, libp2p process) and of the whole: median, max, final
+and the slope (least squares, MB/min) over each third of the load phase, so that a plateau
+(last third flat) is told from a rise; the daemon's native allocators (``node.debug_memory``:
+glibc's heap, SQLite, Arrow's pool) are sampled every minute. With ``--trace`` the daemon and its
+libp2p process run ``tracemalloc`` (``ODF_NODE_TRACEMALLOC``): baselines at ``--trace-baseline``
+minutes into the load, and the allocation sites that grew most since are reported at its end
+(docs/operations.md, "Hunting a leak").
 
 Usage: .venv/bin/python tests/bench/bench_soak.py [--datasets 1000] [--rate 50] [--minutes 10]
+                                                  [--trace [--trace-baseline 2]]
 """
 
 from __future__ import annotations
@@ -71,11 +79,29 @@ content:
 LOAD_GENERATOR_NICE = 10
 
 
-def rss_mb(pid: int) -> float:
-    """Resident memory of the daemon and its libp2p process together (MiB)."""
-    from daemon_harness import node_rss_mb
+def slope_per_min(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope (units per minute) of ``(seconds, value)`` points."""
+    from bench_longrun import slope_per_hour
 
-    return node_rss_mb(pid)["total"]
+    per_h = slope_per_hour(points)
+    return None if per_h is None else round(per_h / 60, 2)
+
+
+def rss_summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per process (and ``total``): median, max, final RSS (MB) and the slope (MB/min) over each
+    third of the samples: a plateau has a last third near 0."""
+    out: dict[str, Any] = {}
+    for name in samples[0]["rss_mb_by_process"]:
+        series = [(s["t"], s["rss_mb_by_process"].get(name, 0.0)) for s in samples]
+        n = max(1, len(series) // 3)
+        thirds = [series[:n], series[n : 2 * n], series[2 * n :]]
+        out[name] = {
+            "median": round(statistics.median(v for _, v in series), 1),
+            "max": round(max(v for _, v in series), 1),
+            "final": round(series[-1][1], 1),
+            "slope_mb_per_min_by_third": [slope_per_min(t) for t in thirds],
+        }
+    return out
 
 
 def cpu_s(pid: int) -> float:
@@ -135,6 +161,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    from bench_longrun import libp2p_growth, signal_libp2p
     from daemon_harness import NodeProcess, node_rss_mb
 
     from coordinator.identity import load_private_key
@@ -155,7 +182,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     work = Path(tempfile.mkdtemp(prefix="odf-soak-"))
     result: dict[str, Any] = {"datasets": args.datasets, "rate": args.rate, "minutes": args.minutes}
-    node = NodeProcess(work / "node", "soak", config={"ipfs": {"mode": "none"}})
+    env = {"ODF_NODE_TRACEMALLOC": args.trace} if args.trace else {}
+    node = NodeProcess(work / "node", "soak", config={"ipfs": {"mode": "none"}}, env=env)
     publishers: list[Libp2pTransport] = []
     probes: dict[str, subprocess.Popen[str]] = {}
     runner = None
@@ -185,8 +213,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         assert node.proc is not None
         pid = node.proc.pid
         await asyncio.sleep(10)
-        result["idle_rss_mb"] = round(rss_mb(pid), 1)
         result["idle_rss_mb_by_process"] = node_rss_mb(pid)
+        result["idle_rss_mb"] = result["idle_rss_mb_by_process"]["total"]
         result["idle_engine_running"] = node.call("node.status")["engine"]["running"]
         # node.status (and rpc.ping, for comparison) timed from processes of their own, as a
         # CLI or the console calls the node; the in-process timing below shares this process's
@@ -263,6 +291,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         metrics0 = prometheus(http_url)
         cpu0, wall0 = cpu_s(pid), time.monotonic()
         next_sample = time.monotonic() + 5
+        # A traced daemon answers node.debug_memory with a snapshot (seconds of its time): its
+        # native figures are sampled only untraced.
+        next_native = float("inf") if args.trace else time.monotonic()
+        native: list[dict[str, Any]] = []
+        trace_at = wall0 + args.trace_baseline * 60 if args.trace else float("inf")
         next_rpc = time.monotonic() + 1
         next_send = time.monotonic()
         rpc_tasks: list[asyncio.Task[float]] = []
@@ -311,21 +344,43 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if now >= next_sample:
                 next_sample = now + 5
                 status = await asyncio.to_thread(node.call, "node.status")
+                by_process = node_rss_mb(pid)
                 samples.append(
                     {
                         "t": round(now - wall0, 1),
-                        "rss_mb": rss_mb(pid),
+                        "rss_mb": by_process["total"],
+                        "rss_mb_by_process": by_process,
                         "cpu_pct": 100 * (cpu_s(pid) - cpu0) / (now - wall0),
                         "verify_queue": status["work"]["verify"],
                         "running": status["running_work"],
                     }
                 )
                 print(json.dumps(samples[-1]), file=sys.stderr, flush=True)
+            if now >= next_native:
+                next_native = now + 60
+                mem = await asyncio.to_thread(node.call, "node.debug_memory")
+                native.append({"t": round(now - wall0, 1), **mem["native"]})
+            if now >= trace_at:
+                # Baselines of both traced processes (the daemon's answer is its snapshot).
+                trace_at = float("inf")
+                await asyncio.to_thread(node.call, "node.debug_memory", baseline=True)
+                signal_libp2p(node)
             next_send += interval
             delay = next_send - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
         elapsed = time.monotonic() - wall0
+        if args.trace:
+            growth = await asyncio.to_thread(node.call, "node.debug_memory")
+            result["tracemalloc_daemon"] = {
+                k: growth.get(k) for k in ("traced_mb", "growth_total_kb", "top_growth")
+            }
+            lp = await libp2p_growth(node)
+            result["tracemalloc_libp2p"] = {
+                k: lp.get(k) for k in ("traced_mb", "growth_total_kb", "top_growth")
+            }
+        result["native_memory_by_minute"] = native
+        result["rss_mb_by_process"] = rss_summary(samples)
         rpc_ms += await asyncio.gather(*rpc_tasks)
         probed: dict[str, list[float]] = {}
         for m, proc in probes.items():
@@ -417,6 +472,19 @@ def main() -> None:
         default=LOAD_GENERATOR_NICE,
         help="niceness of the load generator once the load starts (lower it when other\n"
         "background jobs at nice 10 share the machine and the offered rate falls short)",
+    )
+    p.add_argument(
+        "--trace",
+        default="",
+        metavar="DEPTH",
+        help="run the daemon and its libp2p process with tracemalloc (ODF_NODE_TRACEMALLOC=DEPTH,\n"
+        "e.g. 1 or 10) and report the allocation sites that grew most after --trace-baseline",
+    )
+    p.add_argument(
+        "--trace-baseline",
+        type=float,
+        default=2.0,
+        help="minutes into the load phase at which the traced baselines are taken",
     )
     args = p.parse_args()
     if os.environ.get("ODF_SOAK_IN_NETNS") != "1":
