@@ -48,6 +48,7 @@ from p2p.core.state import (
     SeenCache,
     SignerBucket,
     announcement_of,
+    kept,
     order_of,
     supersede,
 )
@@ -486,14 +487,15 @@ class ProtocolCore:
             a = msg.message
             st = self._datasets.get(a.dataset)
             if st is not None and st.inflight is None and st.queued is None:
-                known = st.history.get((a.epoch, a.sequence))
-                if known is None and a.head.digest not in st.rejected:
+                known_env = st.history.get((a.epoch, a.sequence))
+                if known_env is None and a.head.digest not in st.rejected:
                     self._on_announcement(peer, p, msg, now_ns, out, via_ae=True)
                     return
                 newest = next(reversed(st.history.values()), None) if st.history else None
+                known = kept(known_env) if known_env is not None else None
                 if (
                     known is not None
-                    and known is newest
+                    and known_env == newest
                     and known.message == a
                     and (st.accepted is None or order_of(known) > order_of(st.accepted))
                     and a.head.digest not in st.rejected
@@ -547,7 +549,7 @@ class ProtocolCore:
 
     def _remember(self, st: DatasetState, sm: SignedMessage) -> None:
         key = order_of(sm)
-        st.history.setdefault(key, sm)
+        st.history.setdefault(key, sm.envelope)
         st.history.move_to_end(key)
         while len(st.history) > self.config.history_per_dataset:
             st.history.popitem(last=False)
@@ -590,7 +592,8 @@ class ProtocolCore:
             out.append(Ignore(peer, "not-subscribed"))
             return
         key = (a.epoch, a.sequence)
-        prior = st.history.get(key)
+        prior_env = st.history.get(key)
+        prior = kept(prior_env) if prior_env is not None else None
         if prior is not None and announcement_of(prior).head != a.head:
             self._equivocation(a.dataset, st, prior, sm, out)
             out.append(Ignore(peer, "equivocation"))
@@ -619,7 +622,7 @@ class ProtocolCore:
             elif st.retry is not None and order_of(st.retry) > order_of(prior):
                 out.append(Ignore(peer, "superseded"))  # a newer head waits for its retry
             else:
-                if st.retry is prior:
+                if st.retry is not None and st.retry.envelope == prior.envelope:
                     out.append(Ignore(peer, "already-pending"))
                 self._start_fetch(st, prior, now_ns, out)
             return
@@ -655,7 +658,8 @@ class ProtocolCore:
         if st.retry is not None and order_of(st.retry) < order_of(sm):
             st.retry, st.attempts = None, 0
             supersede(out)
-        elif st.retry is sm:
+        elif st.retry is not None and st.retry.envelope == sm.envelope:
+            # The same announcement (the history keeps envelopes: a copy decoded again).
             st.retry = None
         out.append(RequestFetch(a.dataset, a.head, a.sequence, a.epoch, base, a.locations))
 
@@ -697,7 +701,11 @@ class ProtocolCore:
         the accepted head is accepted: a head must never be committed but left unaccepted.
         """
         late = next(
-            (sm for sm in reversed(st.history.values()) if announcement_of(sm).head == ev.head),
+            (
+                sm
+                for sm in map(kept, reversed(st.history.values()))
+                if announcement_of(sm).head == ev.head
+            ),
             None,
         )
         if late is None or not ev.ancestry_ok:
@@ -743,7 +751,7 @@ class ProtocolCore:
         if st.queued is not None or (st.retry is not None and order_of(st.retry) > order_of(sm)):
             supersede(out)
             return
-        if st.retry is not None and st.retry is not sm:
+        if st.retry is not None and st.retry.envelope != sm.envelope:
             supersede(out)  # the older head waiting for its retry
         cfg = self.config
         st.attempts += 1
