@@ -73,6 +73,17 @@ def _render_subscriptions(
     out.table(columns, rows, markup=False)
 
 
+def _render_subscribed(row: SubscriptionRow, out: Output, opts: Mapping[str, Any]) -> None:
+    """What was followed and where to watch it (the row's twelve fields were mostly empty)."""
+    name = f"{row.alias} ({row.did})" if row.alias else row.did
+    source = f" from {row.source}" if row.source else ""
+    head = (
+        f"; accepted head {row.accepted_head[-8:]} (#{row.sequence})" if row.accepted_head else ""
+    )
+    out.print(f"following {name}{source}{head}")
+    out.print("`odf-node subscriptions` shows its pull, verification and trust as they happen")
+
+
 SUBSCRIPTION_COMMANDS: tuple[Command, ...] = (
     Command(
         "subscriptions.add",
@@ -121,6 +132,8 @@ SUBSCRIPTION_COMMANDS: tuple[Command, ...] = (
         cli=("subscribe",),
         write=True,
         result=spec.object_of(SubscriptionRow),
+        result_type=SubscriptionRow,
+        render=_render_subscribed,
     ),
     Command(
         "subscriptions.remove",

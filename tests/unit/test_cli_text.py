@@ -4,7 +4,8 @@ Found by trying the product as a new user: typer renders help as rich markup wit
 so ``[trust] k`` lost its ``[trust]`` and ``did:key:…`` showed a key emoji; error messages lost
 their ``[section]`` names; an ``odf-node sql`` row holding ``[/x]`` failed with rich's
 ``MarkupError`` and one holding ``[bold]x[/bold]`` lost its brackets; the ``subscriptions``
-table printed twelve JSON columns that no terminal could show.
+table printed twelve JSON columns that no terminal could show, and ``subscribe`` twelve mostly
+empty fields.
 """
 
 from __future__ import annotations
@@ -90,3 +91,15 @@ def test_subscriptions_table_fits_and_says_trust(capsys: pytest.CaptureFixture[s
     for word in ("big-cities", "verified", "trusted", "206a71ed", "pending", "1 failed"):
         assert word in shown, word
     assert max(len(line) for line in shown.splitlines()) <= 80  # pytest's capture: 80 columns
+
+
+def test_subscribe_says_what_it_follows_and_where_to_watch(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    row = SubscriptionRow(did=DID, alias="big-cities", since_ns=1)
+    render = BY_NAME["subscriptions.add"].render
+    assert render is not None
+    render(row, RichOutput(), {})
+    shown = capsys.readouterr().out
+    assert f"following big-cities ({DID})" in shown.replace("\n", "")
+    assert "odf-node subscriptions" in shown
