@@ -1,5 +1,6 @@
-"""The protocol core's per-dataset history stays bounded and small while following many
-datasets (``make bench-soak``: 1,000 followed datasets, 16 remembered announcements each)."""
+"""What a node keeps per followed dataset stays bounded and small while following many datasets
+(``make bench-soak``: 1,000 followed datasets): the protocol core's last 16 announcements and the
+trust policy's last 16 heads of each."""
 
 from __future__ import annotations
 
@@ -11,6 +12,14 @@ from coordinator.identity import generate_private_key
 from coordinator.multiformats import Multihash
 from p2p.core import CoreConfig, FetchCompleted, MessageReceived, ProtocolCore
 from p2p.core.config import NS_PER_S
+from p2p.trust import (
+    HEADS_PER_DATASET,
+    HeadSeen,
+    LocalVerdict,
+    Outcome,
+    TrustConfig,
+    dataset_policy,
+)
 from p2p.wire import FetchLocations, HeadAnnouncement, sign_message
 
 T0 = 1_800_000_000 * NS_PER_S
@@ -67,3 +76,31 @@ def test_history_keeps_envelopes_within_its_bound() -> None:
     per_message_after_full = (end - full) / ((rounds - cfg.history_per_dataset) * len(dids))
     assert per_message_after_full < 400, per_message_after_full
     assert full / (cfg.history_per_dataset * len(dids)) < 800
+
+
+def test_trust_heads_bounded_and_small_without_attestations() -> None:
+    """200 datasets, 30 heads each seen and verified locally (no other node's attestation): each
+    policy remembers at most ``HEADS_PER_DATASET`` heads, and a head record without attestations
+    or disputes costs well under the ~0.8 KB it took with its five empty containers."""
+    keys = [generate_private_key(bytes([i % 256, i // 256]) * 16) for i in range(200)]
+    dids = [k.dataset_id() for k in keys]
+    rng = random.Random(1)
+    policies = {d: dataset_policy(TrustConfig(), rng) for d in dids}
+    heads = [[Multihash.sha3_256(f"{d}/{r}".encode()) for d in dids] for r in range(30)]
+    t = T0
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for row in heads:
+            for d, h in zip(dids, row, strict=True):
+                t += NS_PER_S // 50
+                policies[d].handle(HeadSeen(d, h, t))
+                policies[d].handle(LocalVerdict(d, h, Outcome.VERIFIED, t))
+        gc.collect()
+        used = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert all(p.head_count() == HEADS_PER_DATASET for p in policies.values())
+    per_head = used / (HEADS_PER_DATASET * len(dids))
+    assert per_head < 600, per_head
