@@ -66,7 +66,7 @@ from p2p.core import (
     RequestFetch,
 )
 from p2p.dht import Lookup, LookupConfig, ProviderStore, Query, RoutingTable, key_of
-from p2p.dht.keys import DhtKey
+from p2p.dht.keys import KEY_BITS, DhtKey
 from p2p.dht.records import RecordLimits
 from p2p.discovery import (
     Discovery,
@@ -111,6 +111,10 @@ class InternetParams:
     """Gossip connections each node opens (to nodes not behind NAT); it also takes inbound ones."""
     random_contacts: int = 60
     """Random DHT servers each node has met, offered to its routing table besides its nearest."""
+    refreshed_tables: bool = True
+    """Routing tables as go-libp2p-kad-dht's refresh leaves them: up to ``k`` random servers of
+    every bucket up to a common prefix length of 15, besides the nearest (False: the nearest and
+    ``random_contacts`` random servers, whose middle buckets stay thin)."""
     rtt_ms: float = 80.0
     """Median round trip (log-normal, sigma 0.5, per exchange)."""
     relay_rtt_ms: float = 80.0
@@ -458,9 +462,22 @@ class _World:
             return t
         t = self.tables[i] = RoutingTable(self.keys[i])
         r = random.Random(self.p.seed * 1_000_003 + i)
-        pos = bisect.bisect_left(self.server_keys, self.keys[i])
+        own = self.keys[i]
+        pos = bisect.bisect_left(self.server_keys, own)
         near = self.server_order[max(0, pos - 20) : pos + 21]
-        met = r.sample(self.servers, min(self.p.random_contacts, len(self.servers)))
+        if self.p.refreshed_tables:
+            # bucket c: the keys sharing c leading bits with ours and not the next one, a
+            # contiguous range of the sorted server keys
+            met = []
+            for cpl in range(_REFRESHED_BUCKETS + 1):
+                shift = KEY_BITS - cpl - 1
+                prefix = (own >> shift) ^ 1
+                lo = bisect.bisect_left(self.server_keys, prefix << shift)
+                hi = bisect.bisect_left(self.server_keys, (prefix + 1) << shift)
+                picks = r.sample(range(lo, hi), min(t.k, hi - lo))
+                met += [self.server_order[x] for x in picks]
+        else:
+            met = r.sample(self.servers, min(self.p.random_contacts, len(self.servers)))
         for j in [*near, *met]:
             if j != i:
                 t.seen(self.names[j], self.keys[j], 0)
