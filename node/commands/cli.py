@@ -13,7 +13,7 @@ import contextlib
 import inspect
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -70,6 +70,12 @@ class RichOutput:
             table.add_row(*(row if markup else [Text(cell) for cell in row]))
         out.print(table)
 
+    def fields(self, value: Mapping[str, Any]) -> None:
+        """``key: value`` lines, the keys aligned, the values as data."""
+        width = max([16, *(len(k) for k in value)])  # "verification_detail" is 19
+        for k, v in value.items():
+            out.print(f"[bold]{k:>{width}}[/]: {escape(_cell(v))}")
+
     def raw(self, text: str) -> None:
         """Text as is on standard output."""
         sys.stdout.write(text)
@@ -86,9 +92,7 @@ def emit(value: Any, as_json: bool, columns: Sequence[str] | None = None) -> Non
         cols = list(columns or value[0].keys())
         RichOutput().table(cols, [[_cell(row.get(c)) for c in cols] for row in value], markup=False)
     elif isinstance(value, dict):
-        width = max([16, *(len(k) for k in value)])  # "verification_detail" is 19
-        for k, v in value.items():
-            out.print(f"[bold]{k:>{width}}[/]: {escape(_cell(v))}")
+        RichOutput().fields(value)
     else:
         out.print(str(value))
 

@@ -114,6 +114,10 @@ class Output(Protocol):
         (a value such as ``[trust] k`` or ``[/x]`` is text, not a style tag)."""
         ...
 
+    def fields(self, value: Mapping[str, Any]) -> None:
+        """``key: value`` lines on standard output, the values as data (objects as JSON)."""
+        ...
+
     def raw(self, text: str) -> None:
         """Text written as is to standard output."""
         ...

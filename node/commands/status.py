@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from node.app import Application
@@ -10,11 +11,21 @@ from node.app.results import (
     NodeStatus,
 )
 from node.commands import spec
-from node.commands.spec import Cli, Command, CommandParam, Context
+from node.commands.spec import Cli, Command, CommandParam, Context, Output
 
 
 async def _status(app: Application, ctx: Context) -> NodeStatus:
     return await app.status()
+
+
+def _render_status(value: dict[str, Any], out: Output, opts: Mapping[str, Any]) -> None:
+    out.fields(value)
+    if value.get("uptime_s") is None:
+        # The empty live fields alone did not say why (a stopped daemon, or a mistyped --home).
+        out.error(
+            f"no daemon runs on {value.get('home')}: these are the figures its files hold, "
+            "the live ones empty; start it with `odf-node run`"
+        )
 
 
 async def _config(app: Application, ctx: Context) -> dict[str, Any]:
@@ -35,6 +46,7 @@ STATUS_COMMANDS: tuple[Command, ...] = (
         cli=("status",),
         doc="Without a daemon: what the home stores, the live fields null.",
         result=spec.object_of(NodeStatus),
+        render=_render_status,
     ),
     Command("node.config", "The effective configuration.", _config),
     Command(

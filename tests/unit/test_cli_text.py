@@ -10,6 +10,8 @@ empty fields.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -103,3 +105,15 @@ def test_subscribe_says_what_it_follows_and_where_to_watch(
     shown = capsys.readouterr().out
     assert f"following big-cities ({DID})" in shown.replace("\n", "")
     assert "odf-node subscriptions" in shown
+
+
+def test_status_without_a_daemon_says_so(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    runner = CliRunner()
+    assert runner.invoke(app, ["init", "--home", str(home)]).exit_code == 0
+    result = runner.invoke(app, ["status", "--home", str(home)])
+    assert result.exit_code == 0, result.output
+    assert f"no daemon runs on {home}" in result.stderr.replace("\n", "")
+    assert "node_id: did:key:" in result.stdout
+    as_json = runner.invoke(app, ["status", "--home", str(home), "--json"])
+    assert "no daemon" not in as_json.output  # --json: one JSON document, no note
