@@ -3,6 +3,10 @@ swarm)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
+from typing import Any
+
 from node.app import Application
 from node.app.results import (
     ConnectResult,
@@ -10,7 +14,7 @@ from node.app.results import (
     PeerRow,
 )
 from node.commands import spec
-from node.commands.spec import Cli, Command, CommandParam, Context
+from node.commands.spec import Cli, Command, CommandParam, Context, Output
 
 
 async def _peers(app: Application, ctx: Context) -> list[PeerRow]:
@@ -26,6 +30,32 @@ async def _ipfs_connect(app: Application, ctx: Context, multiaddr: str) -> IpfsC
     return IpfsConnected(connected=multiaddr)
 
 
+def _ago(ns: int, now_ns: int) -> str:
+    s = max(0, (now_ns - ns) // 1_000_000_000)
+    if s < 120:
+        return f"{s} s ago"
+    return f"{s // 60} min ago" if s < 7200 else f"{s // 3600} h ago"
+
+
+def _render_peers(value: list[PeerRow], out: Output, opts: Mapping[str, Any]) -> None:
+    """Score to two decimals and last seen as an age (they printed as 1.0672825206648733 and
+    1795935950165979547); the peer id last, where a narrow terminal cuts it."""
+    if not value:
+        out.print("(none)")
+        return
+    now = time.time_ns()
+    rows = [
+        [
+            "yes" if r.connected else "no",
+            f"{r.score:.2f}",
+            _ago(r.last_seen_ns, now),
+            r.peer_id,
+        ]
+        for r in value
+    ]
+    out.table(["connected", "score", "last seen", "peer id"], rows, markup=False)
+
+
 _NEEDS_PEER = "needs the daemon (dials a peer): offline it fails naming `odf-node run`"
 
 
@@ -36,7 +66,8 @@ PEER_COMMANDS: tuple[Command, ...] = (
         _peers,
         cli=("peers",),
         result=spec.array_of(PeerRow),
-        columns=("peer_id", "connected", "score", "last_seen_ns"),
+        result_type=PeerRow,
+        render=_render_peers,
     ),
     Command(
         "peers.connect",

@@ -10,13 +10,14 @@ empty fields.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
-from node.app.results import SubscriptionRow
+from node.app.results import PeerRow, SubscriptionRow
 from node.cli import app
 from node.commands.catalog import BY_NAME
 from node.commands.cli import RichOutput, fail, help_text
@@ -117,3 +118,21 @@ def test_status_without_a_daemon_says_so(tmp_path: Path) -> None:
     assert "node_id: did:key:" in result.stdout
     as_json = runner.invoke(app, ["status", "--home", str(home), "--json"])
     assert "no daemon" not in as_json.output  # --json: one JSON document, no note
+
+
+def test_peers_show_a_score_and_an_age(capsys: pytest.CaptureFixture[str]) -> None:
+    seen = time.time_ns() - 90 * 1_000_000_000
+    row = PeerRow(
+        peer_id="12D3KooWPeer",
+        connected=True,
+        score=1.0672825206648733,
+        addrs=[],
+        last_seen_ns=seen,
+    )
+    render = BY_NAME["peers.list"].render
+    assert render is not None
+    render([row], RichOutput(), {})
+    shown = capsys.readouterr().out
+    assert "1.07" in shown and "1.0672" not in shown
+    assert "90 s ago" in shown or "91 s ago" in shown
+    assert "12D3KooWPeer" in shown and "yes" in shown
