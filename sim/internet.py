@@ -222,6 +222,58 @@ def _typed(where: str, value: Any, default: Any) -> Any:
 # ----------------------------------------------------------------------------- helpers
 
 
+def _churn(p: InternetParams, active: list[int]) -> dict[int, list[tuple[int, int]]]:
+    """Offline intervals (ns from zero) of the nodes that leave during the run, each drawn from
+    the node's own random stream: leaving at ``churn_per_hour``, back after ``mean_offline_s``
+    on average."""
+    offline: dict[int, list[tuple[int, int]]] = {}
+    rate = p.churn_per_hour / 3600.0
+    if rate <= 0:
+        return offline
+    for i in active:
+        r = random.Random(p.seed * 2_000_003 + i)
+        t = r.expovariate(rate)
+        spans = []
+        while t < p.duration_s:
+            back = t + r.expovariate(1.0 / p.mean_offline_s)
+            spans.append((int(t * NS), int(back * NS)))
+            t = back + r.expovariate(rate)
+        if spans:
+            offline[i] = spans
+    return offline
+
+
+def _connections(
+    p: InternetParams, rng: random.Random, frozen: bytearray, public: list[int]
+) -> tuple[array[int], array[int], array[int]]:
+    """The gossip connections: each node dials ``dials`` nodes not behind NAT. Returned as the
+    dials (``dials`` per node, -1 for none) and the dials to each node (``inb`` from
+    ``in_start[i]`` to ``in_start[i + 1]``), compact at 100,000 nodes."""
+    n = p.nodes
+    out = array("i")
+    for i in range(n):
+        if frozen[i]:
+            out.extend([-1] * p.dials)
+            continue
+        picks = rng.sample(public, min(p.dials + 1, len(public)))
+        picks = [j for j in picks if j != i][: p.dials]
+        picks += [-1] * (p.dials - len(picks))
+        out.extend(picks)
+    counts = [0] * (n + 1)
+    for j in out:
+        if j >= 0:
+            counts[j + 1] += 1
+    for i in range(n):
+        counts[i + 1] += counts[i]
+    inb = array("i", [0] * counts[n])
+    fill = list(counts[:n])
+    for pos, j in enumerate(out):
+        if j >= 0:
+            inb[fill[j]] = pos // p.dials
+            fill[j] += 1
+    return out, array("i", counts), inb
+
+
 def _drive(coro: Coroutine[Any, Any, _T]) -> _T:
     """Run a coroutine that never suspends (the simulated transport answers at once)."""
     try:
@@ -303,43 +355,8 @@ class _World:
             self.frozen[i] = 1
         self.active = [i for i in range(n) if not self.frozen[i]]
         self.public = [i for i in self.active if not self.nat[i]]
-        # churn: offline intervals (ns from zero), per node, from its own random stream
-        self.offline: dict[int, list[tuple[int, int]]] = {}
-        rate = p.churn_per_hour / 3600.0
-        if rate > 0:
-            for i in self.active:
-                r = random.Random(p.seed * 2_000_003 + i)
-                t = r.expovariate(rate)
-                spans = []
-                while t < p.duration_s:
-                    back = t + r.expovariate(1.0 / p.mean_offline_s)
-                    spans.append((int(t * NS), int(back * NS)))
-                    t = back + r.expovariate(rate)
-                if spans:
-                    self.offline[i] = spans
-        # gossip connections: each node dials `dials` public nodes (CSR of the undirected graph)
-        self.out = array("i")
-        for i in range(n):
-            if self.frozen[i]:
-                self.out.extend([-1] * p.dials)
-                continue
-            picks = rng.sample(self.public, min(p.dials + 1, len(self.public)))
-            picks = [j for j in picks if j != i][: p.dials]
-            picks += [-1] * (p.dials - len(picks))
-            self.out.extend(picks)
-        counts = [0] * (n + 1)
-        for j in self.out:
-            if j >= 0:
-                counts[j + 1] += 1
-        for i in range(n):
-            counts[i + 1] += counts[i]
-        self.in_start = array("i", counts)
-        self.inb = array("i", [0] * counts[n])
-        fill = list(counts[:n])
-        for pos, j in enumerate(self.out):
-            if j >= 0:
-                self.inb[fill[j]] = pos // p.dials
-                fill[j] += 1
+        self.offline = _churn(p, self.active)
+        self.out, self.in_start, self.inb = _connections(p, rng, self.frozen, self.public)
         # datasets: owners, followers (Zipf), carriers
         self.cdf = _zipf_cdf(p.datasets, p.zipf_exponent)
         full_honest = [i for i in self.active if not self.light[i] and not self.malicious[i]]
@@ -906,6 +923,122 @@ def _gossip_ns(w: _World, members: int, rng: random.Random) -> int:
     return sum(w.rtt_ns(rng) // 2 + 5 * MS for _ in range(hops))
 
 
+@dataclass
+class _Published:
+    """One head of dataset ``d`` published at ``t_pub``, and a forgery of it."""
+
+    d: int
+    did: DatasetId
+    t_pub: int
+    members: int
+    head: Multihash
+    forged: Multihash
+    genuine: bytes
+    forgery: bytes | None
+    forger: int
+    full: list[int]
+    """The dataset's full followers (its possible attesters, malicious ones included)."""
+    attest_at: dict[int, int | None] = field(default_factory=dict)
+
+
+@dataclass
+class _TrustTally:
+    times: list[float] = field(default_factory=list)
+    no_quorum: int = 0
+    forged_sent: int = 0
+    forged_trusted: int = 0
+    replays: int = 0
+    attesters_run: int = 0
+
+
+def _publish(w: _World, d: int, rng: random.Random) -> _Published:
+    """The owner's signed head of ``d`` and a malicious follower's forgery of it."""
+    p = w.p
+    did = w.did(d)
+    t_pub = int(rng.uniform(0, p.duration_s - 900) * NS)
+    head = Multihash.sha3_256(f"s{p.seed}-d{d}-genuine".encode())
+    forged = Multihash.sha3_256(f"s{p.seed}-d{d}-forged".encode())
+    forgers = [j for j in w.followers[d] if w.malicious[j]] or [
+        j for j in w.active if w.malicious[j]
+    ][:1]
+    forgery = _announce(did, forged, t_pub, w.node_key(forgers[0]), 2) if forgers else None
+    return _Published(
+        d,
+        did,
+        t_pub,
+        len(w.followers[d]) + 1,
+        head,
+        forged,
+        _announce(did, head, t_pub, w.owner_keys[d], 1),
+        forgery,
+        forgers[0] if forgers else -1,
+        [j for j in w.followers[d] if not w.light[j]],
+    )
+
+
+def _fetch_ns(w: _World, rng: random.Random) -> int:
+    """A pull of ``fetch_bytes``: two round trips, then the transfer."""
+    return 2 * w.rtt_ns(rng) + int(w.p.fetch_bytes * 8 * NS / (w.p.bandwidth_mbps * 1_000_000))
+
+
+def _attestation_time(w: _World, h: _Published, j: int, tally: _TrustTally) -> int | None:
+    """When honest full follower ``j`` attests ``h``: it receives the head, fetches it, and
+    its verify-all policy asks for a replay whose verdict trusts it (memoised per head)."""
+    if j in h.attest_at:
+        return h.attest_at[j]
+    ar = random.Random(w.p.seed * 7_000_003 + j * 131 + h.d)
+    pol = trust.dataset_policy(trust.TrustConfig(policy=trust.Policy.VERIFY_ALL), ar)
+    eff = _AttesterTrust(w, ar)
+    eff.now = h.t_pub + _gossip_ns(w, h.members, ar) + _fetch_ns(w, ar)
+    for dec in pol.handle(trust.HeadSeen(h.did, h.head, T0_NS + eff.now)):
+        dispatch(dec, eff)
+    verdict = trust.LocalVerdict(h.did, h.head, trust.Outcome.VERIFIED, T0_NS + eff.now)
+    for dec in pol.handle(verdict):
+        dispatch(dec, eff)
+    tally.replays += eff.replays
+    tally.attesters_run += 1
+    h.attest_at[j] = eff.verified_at
+    return eff.verified_at
+
+
+def _light_view(
+    w: _World, h: _Published, i: int, trusted_set: list[int], tally: _TrustTally
+) -> _LightRun:
+    """Light subscriber ``i`` of ``h``: its core judges the head and the forgery, its quorum
+    policy the attestations of ``trusted_set`` (malicious ones vouch for the forgery at once,
+    never for the real head); run to the end."""
+    p = w.p
+    cfg = trust.TrustConfig(
+        policy=trust.Policy.QUORUM,
+        k=p.quorum_k,
+        trusted_attesters=frozenset(w.node_key(j).dataset_id() for j in trusted_set),
+        can_replay=False,
+    )
+    lr = random.Random(p.seed * 9_000_011 + i * 131 + h.d)
+    run = _LightRun(
+        ProtocolCore(CoreConfig(), lr, (h.did,)), trust.dataset_policy(cfg, lr), _fetch_ns(w, lr)
+    )
+    at = h.t_pub + _gossip_ns(w, h.members, lr)
+    run.push(at, ("message", MessageReceived(f"n{w.owner[h.d]}", h.genuine, T0_NS + at)))
+    if h.forgery is not None:
+        tally.forged_sent += 1
+        at = h.t_pub + _gossip_ns(w, h.members, lr)
+        run.push(at, ("message", MessageReceived(f"n{h.forger}", h.forgery, T0_NS + at)))
+    for j in trusted_set:
+        if w.malicious[j]:
+            at, mh = h.t_pub + _gossip_ns(w, h.members, lr), h.forged
+        else:
+            done = h.attest_at[j]
+            if done is None:
+                continue
+            at, mh = done + _gossip_ns(w, h.members, lr), h.head
+        signer = w.node_key(j).dataset_id()
+        ev = trust.AttestationSeen(h.did, mh, signer, Verdict.VERIFIED, T0_NS + at)
+        run.push(at, ("attestation", ev))
+    run.run()
+    return run
+
+
 def _trust_runs(w: _World, rng: random.Random) -> dict[str, Any]:
     """Publish -> trusted at sampled light subscribers, forged heads, attester replays."""
     p = w.p
@@ -914,100 +1047,35 @@ def _trust_runs(w: _World, rng: random.Random) -> dict[str, Any]:
     by_dataset: dict[int, list[int]] = {}
     for i, d in sample:
         by_dataset.setdefault(d, []).append(i)
-    bw = p.bandwidth_mbps * 1_000_000
-    times: list[float] = []
-    untrusted = no_quorum = forged_sent = forged_trusted = replays = attesters_run = 0
+    tally = _TrustTally()
     for d in sorted(by_dataset):
-        did = w.did(d)
-        members = len(w.followers[d]) + 1
-        t_pub = int(rng.uniform(0, p.duration_s - 900) * NS)
-        owner_key = w.owner_keys[d]
-        head = Multihash.sha3_256(f"s{p.seed}-d{d}-genuine".encode())
-        forged = Multihash.sha3_256(f"s{p.seed}-d{d}-forged".encode())
-
-        genuine = _announce(did, head, t_pub, owner_key, 1)
-        full = [j for j in w.followers[d] if not w.light[j]]
-        forgers = [j for j in w.followers[d] if w.malicious[j]] or [
-            j for j in w.active if w.malicious[j]
-        ][:1]
-        forgery = _announce(did, forged, t_pub, w.node_key(forgers[0]), 2) if forgers else None
-        attest_at: dict[int, int | None] = {}
+        h = _publish(w, d, rng)
         for i in by_dataset[d]:
-            if len(full) < p.quorum_k:
-                no_quorum += 1
+            if len(h.full) < p.quorum_k:
+                tally.no_quorum += 1
                 continue
-            trusted_set = rng.sample(full, min(p.trusted_attesters, len(full)))
+            trusted_set = rng.sample(h.full, min(p.trusted_attesters, len(h.full)))
             for j in trusted_set:
-                if j in attest_at or w.malicious[j]:
-                    continue
-                # an honest attester: receives, fetches, replays under verify-all, attests
-                ar = random.Random(p.seed * 7_000_003 + j * 131 + d)
-                pol = trust.dataset_policy(trust.TrustConfig(policy=trust.Policy.VERIFY_ALL), ar)
-                eff = _AttesterTrust(w, ar)
-                eff.now = t_pub + _gossip_ns(w, members, ar) + 2 * w.rtt_ns(ar)
-                eff.now += int(p.fetch_bytes * 8 * NS / bw)
-                for dec in pol.handle(trust.HeadSeen(did, head, T0_NS + eff.now)):
-                    dispatch(dec, eff)
-                for dec in pol.handle(
-                    trust.LocalVerdict(did, head, trust.Outcome.VERIFIED, T0_NS + eff.now)
-                ):
-                    dispatch(dec, eff)
-                replays += eff.replays
-                attesters_run += 1
-                attest_at[j] = eff.verified_at
-            cfg = trust.TrustConfig(
-                policy=trust.Policy.QUORUM,
-                k=p.quorum_k,
-                trusted_attesters=frozenset(w.node_key(j).dataset_id() for j in trusted_set),
-                can_replay=False,
-            )
-            lr = random.Random(p.seed * 9_000_011 + i * 131 + d)
-            run = _LightRun(
-                ProtocolCore(CoreConfig(), lr, (did,)),
-                trust.dataset_policy(cfg, lr),
-                2 * w.rtt_ns(lr) + int(p.fetch_bytes * 8 * NS / bw),
-            )
-            at = t_pub + _gossip_ns(w, members, lr)
-            run.push(at, ("message", MessageReceived(f"n{w.owner[d]}", genuine, T0_NS + at)))
-            if forgery is not None:
-                forged_sent += 1
-                at = t_pub + _gossip_ns(w, members, lr)
-                run.push(at, ("message", MessageReceived(f"n{forgers[0]}", forgery, T0_NS + at)))
-            for j in trusted_set:
-                signer = w.node_key(j).dataset_id()
-                if w.malicious[j]:  # vouches for the forgery at once, never for the real head
-                    at = t_pub + _gossip_ns(w, members, lr)
-                    mh = forged
-                else:
-                    done = attest_at[j]
-                    if done is None:
-                        continue
-                    at = done + _gossip_ns(w, members, lr)
-                    mh = head
-                ev = trust.AttestationSeen(did, mh, signer, Verdict.VERIFIED, T0_NS + at)
-                run.push(at, ("attestation", ev))
-            run.run()
-            if forged.digest in run.trusted:
-                forged_trusted += 1
-            got = run.trusted.get(head.digest)
-            if got is None or got > p.duration_s * NS:
-                untrusted += 1
-            else:
-                times.append((got - t_pub) / NS)
+                if not w.malicious[j]:
+                    _attestation_time(w, h, j, tally)
+            run = _light_view(w, h, i, trusted_set, tally)
+            tally.forged_trusted += h.forged.digest in run.trusted
+            got = run.trusted.get(h.head.digest)
+            if got is not None and got <= p.duration_s * NS:
+                tally.times.append((got - h.t_pub) / NS)
     n = len(sample)
+    per_head = tally.replays / tally.attesters_run if tally.attesters_run else None
     return {
         "light_subscriptions": n,
-        "publish_to_trusted_s": _pcts(times, (0.5, 0.99)),
-        "trusted_within_run": round(len(times) / n, 4) if n else None,
-        "no_quorum_possible": round(no_quorum / n, 4) if n else None,
-        "forged_heads_sent": forged_sent,
-        "forged_heads_trusted": forged_trusted,
-        "replays_per_attester_head": round(replays / attesters_run, 3) if attesters_run else None,
+        "publish_to_trusted_s": _pcts(tally.times, (0.5, 0.99)),
+        "trusted_within_run": round(len(tally.times) / n, 4) if n else None,
+        "no_quorum_possible": round(tally.no_quorum / n, 4) if n else None,
+        "forged_heads_sent": tally.forged_sent,
+        "forged_heads_trusted": tally.forged_trusted,
+        "replays_per_attester_head": round(per_head, 3) if per_head is not None else None,
         # a full node replays every head of each dataset it follows (verify-all), a light none
-        "replays_per_full_node_per_hour": round(
-            p.follows * p.heads_per_hour * replays / attesters_run, 3
-        )
-        if attesters_run
+        "replays_per_full_node_per_hour": round(p.follows * p.heads_per_hour * per_head, 3)
+        if per_head is not None
         else None,
     }
 
@@ -1031,16 +1099,13 @@ def _announce(did: DatasetId, mh: Multihash, t_ns: int, key: PrivateKey, nonce: 
 # ----------------------------------------------------------------------------- the run
 
 
-def simulate_internet(p: InternetParams) -> dict[str, Any]:
-    """Run the internet scenario once; its figures as JSON (only ``wall_s`` and ``max_rss_mb``
-    vary between runs of the same parameters)."""
-    p.validate()
-    t_start = time.perf_counter()
-    w = _World(p)
-    wall: dict[str, float] = {"network": round(time.perf_counter() - t_start, 1)}
+def _subscriptions(w: _World) -> list[tuple[int, int, int]]:
+    """The measured new subscriptions, by time: (ns, honest node online then, dataset by
+    popularity that it neither owns nor follows)."""
+    p = w.p
     rng = random.Random(p.seed * 4_000_037)
     horizon = p.duration_s - p.deadline_s
-    subs: list[tuple[int, int, int]] = []  # (time ns, node, dataset)
+    subs: list[tuple[int, int, int]] = []
     candidates = [i for i in w.active if not w.malicious[i]]
     while len(subs) < p.subscriptions:
         t = int(rng.uniform(0, horizon) * NS)
@@ -1049,82 +1114,114 @@ def simulate_internet(p: InternetParams) -> dict[str, Any]:
         if w.online(i, t) and not w.member(i, d):
             subs.append((t, i, d))
     subs.sort()
-    # providers of the datasets asked for, at time zero (the records live 48 h)
+    return subs
+
+
+def _provide_asked(w: _World, subs: list[tuple[int, int, int]]) -> None:
+    """Up to ``max_providing`` carriers (the owner first) of each dataset asked for provide it
+    at time zero (records live 48 h)."""
+    p = w.p
+    for d in sorted({d for _, _, d in subs}):
+        carriers = [w.owner[d]] + [j for j in w.followers[d] if w.carries(j, d)]
+        pr = random.Random(p.seed * 6_000_023 + d)
+        chosen = carriers[:1] + pr.sample(carriers[1:], min(len(carriers) - 1, p.max_providing - 1))
+        for c in chosen:
+            if w.online(c, 0):
+                w.provide(c, d, 0, pr)
+
+
+@dataclass
+class _DiscoveryTally:
+    no_carrier_online: int = 0
+    hop_only_found: int = 0
+    hop_first: int = 0
+    found: int = 0
+    restarts: int = 0
+    hop_ms: list[float] = field(default_factory=list)
+    round_ms: list[float] = field(default_factory=list)
+    disc_ms: list[float] = field(default_factory=list)
+    lookup_ms: list[float] = field(default_factory=list)
+    conn_ms: list[float] = field(default_factory=list)
+    queries: list[int] = field(default_factory=list)
+
+
+def _discover(w: _World, s: int, t0: int, i: int, d: int, tally: _DiscoveryTally) -> None:
+    """Subscription ``s``: node ``i`` starts following ``d`` at ``t0``. One-hop rounds to the
+    deadline (the one-hop-only figure); with the DHT, a search when the first round found
+    nothing, the earlier of the two counting."""
+    p = w.p
+    sr = random.Random(p.seed * 8_000_009 + s)
+    if not any(w.carries(j, d) and w.online(j, t0) for j in [w.owner[d], *w.followers[d]]):
+        tally.no_carrier_online += 1
+    found_hop, first_end = w.one_hop(i, d, t0, sr)
+    tally.round_ms.append((first_end - t0) / MS)
+    if found_hop is not None:
+        tally.hop_only_found += 1
+        tally.hop_ms.append((found_hop - t0) / MS)
+    if not p.dht:
+        return
+    best = found_hop
+    if found_hop is None or found_hop > first_end:
+        f = w.find(i, d, first_end, sr)
+        tally.queries.append(f.queries)
+        tally.restarts += f.lookups - 1
+        if f.found_ns is not None:
+            tally.lookup_ms.append((f.found_ns - first_end) / MS)
+            if best is None or f.found_ns < best:
+                best = f.found_ns
+        if f.connected_ns is not None:
+            tally.conn_ms.append((f.connected_ns - t0) / MS)
+    else:
+        tally.hop_first += 1
+    if best is not None and best - t0 <= int(p.deadline_s * NS):
+        tally.found += 1
+        tally.disc_ms.append((best - t0) / MS)
+
+
+def _discovery_figures(p: InternetParams, n: int, t: _DiscoveryTally) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "subscriptions": n,
+        "no_carrier_online": round(t.no_carrier_online / n, 4),
+        "one_hop_only": {
+            "found_within_deadline": round(t.hop_only_found / n, 4),
+            "discovery_ms": _pcts(t.hop_ms, (0.5, 0.99)),
+            "first_round_ms": _pcts(t.round_ms, (0.5, 0.99)),
+        },
+    }
+    if p.dht:
+        out["dht"] = {
+            "found_within_deadline": round(t.found / n, 4),
+            "found_one_hop_first": round(t.hop_first / n, 4),
+            "discovery_ms": _pcts(t.disc_ms, (0.5, 0.99)),
+            "lookup_ms": _pcts(t.lookup_ms),
+            "lookups": len(t.queries),
+            "connected_ms": _pcts(t.conn_ms, (0.5, 0.99)),
+            "queries_per_search_median": statistics.median(t.queries) if t.queries else None,
+            "repeated_lookups": t.restarts,
+        }
+    return out
+
+
+def simulate_internet(p: InternetParams) -> dict[str, Any]:
+    """Run the internet scenario once; its figures as JSON (only ``wall_s`` and ``max_rss_mb``
+    vary between runs of the same parameters)."""
+    p.validate()
+    t_start = time.perf_counter()
+    w = _World(p)
+    wall: dict[str, float] = {"network": round(time.perf_counter() - t_start, 1)}
+    subs = _subscriptions(w)
     t1 = time.perf_counter()
     if p.dht:
-        for d in sorted({d for _, _, d in subs}):
-            carriers = [w.owner[d]] + [j for j in w.followers[d] if w.carries(j, d)]
-            pr = random.Random(p.seed * 6_000_023 + d)
-            chosen = carriers[:1] + pr.sample(
-                carriers[1:], min(len(carriers) - 1, p.max_providing - 1)
-            )
-            for c in chosen:
-                if w.online(c, 0):
-                    w.provide(c, d, 0, pr)
+        _provide_asked(w, subs)
     wall["provide"] = round(time.perf_counter() - t1, 1)
     t2 = time.perf_counter()
-    deadline_ns = int(p.deadline_s * NS)
-    hop_found = dht_found = hop_only_found = no_carrier_online = 0
-    hop_ms: list[float] = []
-    round_ms: list[float] = []
-    disc_ms: list[float] = []
-    lookup_ms: list[float] = []
-    conn_ms: list[float] = []
-    queries: list[int] = []
-    restarts = 0
+    tally = _DiscoveryTally()
     for s, (t0, i, d) in enumerate(subs):
-        sr = random.Random(p.seed * 8_000_009 + s)
-        if not any(w.carries(j, d) and w.online(j, t0) for j in [w.owner[d], *w.followers[d]]):
-            no_carrier_online += 1
-        found_hop, first_end = w.one_hop(i, d, t0, sr)
-        round_ms.append((first_end - t0) / MS)
-        if found_hop is not None:
-            hop_only_found += 1
-            hop_ms.append((found_hop - t0) / MS)
-        if not p.dht:
-            continue
-        best = found_hop
-        if found_hop is None or found_hop > first_end:
-            # no provider one hop away by the end of the first round: ask the DHT
-            f = w.find(i, d, first_end, sr)
-            queries.append(f.queries)
-            restarts += f.lookups - 1
-            if f.found_ns is not None:
-                lookup_ms.append((f.found_ns - first_end) / MS)
-                if best is None or f.found_ns < best:
-                    best = f.found_ns
-            if f.connected_ns is not None:
-                conn_ms.append((f.connected_ns - t0) / MS)
-        else:
-            hop_found += 1
-        if best is not None and best - t0 <= deadline_ns:
-            dht_found += 1
-            disc_ms.append((best - t0) / MS)
+        _discover(w, s, t0, i, d, tally)
     wall["discovery"] = round(time.perf_counter() - t2, 1)
     t3 = time.perf_counter()
     trust_out = _trust_runs(w, random.Random(p.seed * 10_000_019))
     wall["trust"] = round(time.perf_counter() - t3, 1)
-    n_subs = len(subs)
-    discovery: dict[str, Any] = {
-        "subscriptions": n_subs,
-        "no_carrier_online": round(no_carrier_online / n_subs, 4),
-        "one_hop_only": {
-            "found_within_deadline": round(hop_only_found / n_subs, 4),
-            "discovery_ms": _pcts(hop_ms, (0.5, 0.99)),
-            "first_round_ms": _pcts(round_ms, (0.5, 0.99)),
-        },
-    }
-    if p.dht:
-        discovery["dht"] = {
-            "found_within_deadline": round(dht_found / n_subs, 4),
-            "found_one_hop_first": round(hop_found / n_subs, 4),
-            "discovery_ms": _pcts(disc_ms, (0.5, 0.99)),
-            "lookup_ms": _pcts(lookup_ms),
-            "lookups": len(queries),
-            "connected_ms": _pcts(conn_ms, (0.5, 0.99)),
-            "queries_per_search_median": statistics.median(queries) if queries else None,
-            "repeated_lookups": restarts,
-        }
     out: dict[str, Any] = {
         "scenario": "internet",
         "seed": p.seed,
@@ -1139,9 +1236,9 @@ def simulate_internet(p: InternetParams) -> dict[str, Any]:
             "unresponsive_servers": sum(w.frozen),
             "churned_in_run": len(w.offline),
         },
-        "discovery": discovery,
+        "discovery": _discovery_figures(p, len(subs), tally),
         "trust": trust_out,
-        "bytes_per_node_per_hour": _bytes(w, n_subs),
+        "bytes_per_node_per_hour": _bytes(w, len(subs)),
         "state_per_node": _state(w),
         "counters": dict(w.c),
     }
