@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,13 +46,20 @@ def read_answer_part(path: Path) -> pa.Table:
         return pa.ipc.open_stream(source).read_all()
 
 
-async def watch_memory(pid: int, bound: int, poll_s: float, *, in_thread: bool = False) -> None:
-    """Returns when the resident memory of ``pid`` and its descendants passes ``bound`` (never
-    otherwise), looking every ``poll_s`` seconds; ``in_thread``: read ``/proc`` in a thread
-    (a JVM's process tree is larger)."""
+async def watch_memory(
+    pid: int,
+    bound: int,
+    poll_s: float,
+    *,
+    in_thread: bool = False,
+    tree_rss: Callable[[int], int] = process_tree_rss,
+) -> None:
+    """Returns when the resident memory of ``pid`` and its descendants (``tree_rss``) passes
+    ``bound`` (never otherwise), looking every ``poll_s`` seconds; ``in_thread``: read ``/proc``
+    in a thread (a JVM's process tree is larger)."""
     while True:
         await asyncio.sleep(poll_s)
-        rss = await asyncio.to_thread(process_tree_rss, pid) if in_thread else process_tree_rss(pid)
+        rss = await asyncio.to_thread(tree_rss, pid) if in_thread else tree_rss(pid)
         if rss > bound:
             return
 

@@ -160,6 +160,30 @@ def test_a_memory_hungry_query_is_a_typed_error(
         run(engine, sql, tables, limits=tight)
 
 
+def test_a_worker_over_its_resident_memory_bound_is_stopped(
+    tables: tuple[QueryTable, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node's watch of a worker's resident memory (``worker_tree_rss``, polled every
+    ``MEMORY_POLL_S``) stops it past ``memory_bytes`` + the slack: here the slack is lowered so
+    that any worker is past it, and a query that runs for a while is stopped, typed."""
+    import node.adapters.query_engine as qe
+
+    engine = DataFusionQueryEngine(warm_workers=1)
+    limits = QueryLimits(deadline_s=20.0, memory_bytes=256 << 20, max_rows=1000, max_bytes=8 << 20)
+    monkeypatch.setattr(qe, "MEMORY_SLACK_BYTES", 1 - limits.memory_bytes)
+    sql = (
+        "select sum(a.population * b.population + c.population) as s "
+        'from "covid19.canada" a, "covid19.canada" b, "covid19.canada" c'
+    )
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(QueryTooLarge, match=r"\(\[query\] memory_bytes\) and was stopped"):
+            run(engine, sql, tables, limits=limits)
+        assert time.monotonic() - t0 < 10.0  # not its deadline (20 s)
+    finally:
+        _LOOP.run_until_complete(engine.close())
+
+
 def test_concurrent_queries_each_get_their_worker(
     engine: DataFusionQueryEngine, tables: tuple[QueryTable, ...]
 ) -> None:

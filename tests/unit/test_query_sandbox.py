@@ -213,3 +213,34 @@ def test_worker_directories_leave_a_small_dev_shm_alone(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(os, "statvfs", _gone)
     assert query_engine._work_root() is None
+
+
+def test_a_workers_memory_is_its_process_trees_read_without_scanning_proc() -> None:
+    """``worker_tree_rss`` (polled on the event loop while a query runs) counts the same
+    processes as ``process_tree_rss``, which reads every process's ``stat``: a shell with two
+    children here; a process that is gone counts 0."""
+    import os
+    import signal
+    import subprocess
+
+    from node.adapters.query_engine import worker_tree_rss
+    from node.engine_client import process_tree_rss
+
+    tree = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30 & wait"])
+    children: list[int] = []
+    try:
+        deadline = time.monotonic() + 10
+        while len(children) < 2:  # until both run (the shell forks them after it starts)
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+            with open(f"/proc/{tree.pid}/task/{tree.pid}/children") as f:
+                children = [int(c) for c in f.read().split()]
+        with open(f"/proc/{tree.pid}/statm", "rb") as f:
+            shell_only = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        assert worker_tree_rss(tree.pid) == process_tree_rss(tree.pid) > shell_only
+    finally:
+        for child in children:
+            os.kill(child, signal.SIGKILL)
+        tree.kill()
+        tree.wait()
+    assert worker_tree_rss(tree.pid) == 0
