@@ -60,7 +60,7 @@ class DatasetState:
     # a late fetch). A decoded announcement holds ~1.3 KB of Python objects against the
     # envelope's ~0.35 KB, and a node following 1,000 datasets keeps 16,000 of them: the core
     # then held 20.8 MB decoded, 6.8 MB as envelopes, its seen-cache included
-    # (tests/unit/test_core_history_memory.py; docs/operations.md, "Following 1,000 datasets").
+    # (tests/unit/test_follow_memory.py; docs/operations.md, "Following 1,000 datasets").
     history: OrderedDict[tuple[int, int], bytes] = field(default_factory=OrderedDict)
     rejected: OrderedDict[bytes, None] = field(default_factory=OrderedDict)
     proof: EquivocationProof | None = None
