@@ -56,6 +56,7 @@ from p2p.dht import (
 from p2p.dht.keys import DhtKey
 from p2p.dht.records import due_for_republish
 from p2p.dht.routing import K
+from p2p.dht.stats import DhtStats
 from p2p.dht.wire import (
     MAX_ADDRS,
     MAX_PEERS,
@@ -143,26 +144,6 @@ class DhtRateLimited(P2PError):
 
 class DhtRefused(P2PError):
     """A peer answered a DHT request with ``INVALID`` (or an answer that was not one)."""
-
-
-@dataclass
-class DhtStats:
-    """Counters for status, logs and tests."""
-
-    served: int = 0
-    served_rate_limited: int = 0
-    served_invalid: int = 0
-    records_stored: int = 0
-    records_refused: int = 0
-    lookups: int = 0
-    queries: int = 0
-    query_failures: int = 0
-    rate_limited_by_peers: int = 0
-    """Answers ``RATE_LIMITED`` this node received."""
-    held_back: int = 0
-    """Queries not sent because the peer's ``retry_after`` had not passed."""
-    bad_records: int = 0
-    provides: int = 0
 
 
 @dataclass(frozen=True)

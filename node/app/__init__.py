@@ -54,6 +54,7 @@ from node.app.results import BackupResult, ConsoleLogin, NodeStatus
 from node.app.subscriptions import SubscriptionUseCases
 from node.app.verify import VerifyPipeline
 from node.app.work import WorkRunner
+from p2p.dht.stats import status_row
 
 
 @dataclass
@@ -79,8 +80,9 @@ class NodeInfo:
     connections: dict[str, str] = field(default_factory=dict)
     """Per connected peer, ``direct`` or ``relayed`` (``status``' ``p2p.connections``; open
     mode with ``[p2p] hole_punching``, else empty)."""
-    dht: dict[str, int] = field(default_factory=dict)
-    """The odf DHT's counters (``status``' ``p2p.dht``; empty when it does not run): lookups,
+    dht: dict[str, int | bool] = field(default_factory=status_row)
+    """The odf DHT's counters (``status``' ``p2p.dht``, :func:`p2p.dht.stats.status_row`;
+    ``running`` false and zeros when it does not run, so ``status`` has one shape): lookups,
     records stored and refused, rate limits answered and met (``p2p/dht_service.py``)."""
 
 
@@ -197,7 +199,7 @@ class Application:
                 "fetches_running": self.gossip.fetches_running(),
                 "reachability": dict(info.reachability) or None,
                 "connections": dict(info.connections),
-                "dht": dict(info.dht) or None,
+                "dht": dict(info.dht),
             },
             ipfs=self.ipfs.info(),
             engine={

@@ -38,6 +38,7 @@ from node.daemon.services import ServiceGroup
 from node.daemon.wiring import PeerHooks
 from node.home import NodeHome
 from p2p.core import CoreConfig, ProtocolCore
+from p2p.dht.stats import status_row
 
 log = logging.getLogger("odf_node.daemon")
 
@@ -294,14 +295,10 @@ class GossipRuntime:
 
     async def _report_dht(self) -> None:
         """Copy the DHT's counters into ``status`` (``p2p.dht``) every few seconds."""
-        from dataclasses import asdict
-
         while True:
-            self._info.dht = {
-                **asdict(self.dht.stats),
-                "routing_table": len(self.dht.table),
-                "records": len(self.dht.store),
-            }
+            self._info.dht = status_row(
+                self.dht.stats, routing_table=len(self.dht.table), records=len(self.dht.store)
+            )
             await asyncio.sleep(_DHT_STATUS_EVERY_S)
 
     def _dht_addrs(self) -> tuple[tuple[str, ...], tuple[str, ...], str]:
