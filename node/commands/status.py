@@ -18,12 +18,12 @@ async def _status(app: Application, ctx: Context) -> NodeStatus:
     return await app.status()
 
 
-def _render_status(value: dict[str, Any], out: Output, opts: Mapping[str, Any]) -> None:
-    out.fields(value)
-    if value.get("uptime_s") is None:
+def _render_status(status: NodeStatus, out: Output, opts: Mapping[str, Any]) -> None:
+    out.fields(status.to_json())
+    if status.uptime_s is None:
         # The empty live fields alone did not say why (a stopped daemon, or a mistyped --home).
         out.error(
-            f"no daemon runs on {value.get('home')}: these are the figures its files hold, "
+            f"no daemon runs on {status.home}: these are the figures its files hold, "
             "the live ones empty; start it with `odf-node run`"
         )
 
@@ -46,6 +46,7 @@ STATUS_COMMANDS: tuple[Command, ...] = (
         cli=("status",),
         doc="Without a daemon: what the home stores, the live fields null.",
         result=spec.object_of(NodeStatus),
+        result_type=NodeStatus,
         render=_render_status,
     ),
     Command("node.config", "The effective configuration.", _config),

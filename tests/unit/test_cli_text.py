@@ -20,10 +20,18 @@ from typer.testing import CliRunner
 from node.app.results import PeerRow, SubscriptionRow
 from node.cli import app
 from node.commands.catalog import BY_NAME
-from node.commands.cli import RichOutput, fail, help_text
+from node.commands.cli import RichOutput, err, fail, help_text, out
 from node.commands.data import render_rows
 
 DID = "did:odf:fed01" + "ab" * 32
+
+
+@pytest.fixture(autouse=True)
+def _narrow_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests read the output as an 80-column terminal shows it. The CLI's consoles are
+    module globals that other test modules in the same worker widen (to 200), so set it here."""
+    monkeypatch.setattr(out, "width", 80)
+    monkeypatch.setattr(err, "width", 80)
 
 
 def _plain(text: str) -> str:
