@@ -133,7 +133,7 @@ def _register(ctx: Any, tables: list[dict[str, Any]], scratch: Path) -> set[str]
     return set(scans.values())
 
 
-class _Session:
+class _KeptSession:
     """A session, the internal names of its tables' scans (the only ones the sandbox lets a
     plan read), and when it is kept its folder and its checked plans by query text."""
 
@@ -164,10 +164,10 @@ class _Sessions:
     first; each one's table folders in a directory of its own under the worker's."""
 
     def __init__(self) -> None:
-        self._kept: OrderedDict[tuple[Any, ...], _Session] = OrderedDict()
+        self._kept: OrderedDict[tuple[Any, ...], _KeptSession] = OrderedDict()
         self._made = 0
 
-    def session(self, df: Any, request: dict[str, Any]) -> _Session:
+    def session(self, df: Any, request: dict[str, Any]) -> _KeptSession:
         """The session for ``request``'s tables and memory bound."""
         memory_bytes = int(request["memory_bytes"])
         tables = list(request["tables"])
@@ -176,7 +176,7 @@ class _Sessions:
             ctx = _context(df, memory_bytes)
             scratch = Path(request["scratch"])
             scratch.mkdir(parents=True, exist_ok=True)
-            return _Session(ctx, _register(ctx, tables, scratch), None)
+            return _KeptSession(ctx, _register(ctx, tables, scratch), None)
         key = (
             memory_bytes,
             tuple((str(t["name"]), tuple(str(f) for f in t["files"])) for t in tables),
@@ -194,7 +194,7 @@ class _Sessions:
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
-        session = self._kept[key] = _Session(ctx, names, folder)
+        session = self._kept[key] = _KeptSession(ctx, names, folder)
         while len(self._kept) > SESSIONS_KEPT:
             _, old = self._kept.popitem(last=False)
             if old.folder is not None:

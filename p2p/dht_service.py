@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from coordinator.identity import DatasetId, PrivateKey
+from p2p.core.protocol import take_token
 from p2p.dht import (
     Lookup,
     LookupConfig,
@@ -62,10 +63,10 @@ from p2p.dht.wire import (
     MAX_PEERS,
     MAX_PROVIDERS,
     PROTOCOL,
-    Op,
+    DhtOp,
+    DhtRequest,
+    DhtResponse,
     PeerInfo,
-    Request,
-    Response,
     SignedProviderRecord,
     Status,
     decode_record,
@@ -169,9 +170,11 @@ class ProviderLookup:
 
 
 @dataclass(slots=True)
-class _Bucket:
+class _SenderTokens:
+    """A sender's token bucket (:class:`p2p.core.protocol.TokenBucket`)."""
+
     tokens: float
-    at_ns: int
+    refilled_ns: int
 
 
 class DhtService:
@@ -202,7 +205,7 @@ class DhtService:
         self.store = ProviderStore(self.config.records)
         self.stats = DhtStats()
         self._addrs: OrderedDict[str, tuple[str, ...]] = OrderedDict()
-        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+        self._buckets: OrderedDict[str, _SenderTokens] = OrderedDict()
         self._retry_at: dict[str, int] = {}
         # Connected peers that failed a query while not in the table (light nodes, nodes
         # without the DHT): not taken as seeds again before the time kept here.
@@ -224,12 +227,12 @@ class DhtService:
         wait_ms = self._spend_token(peer, now)
         if wait_ms:
             self.stats.served_rate_limited += 1
-            return encode_response(Response(Status.RATE_LIMITED, wait_ms))
+            return encode_response(DhtResponse(Status.RATE_LIMITED, wait_ms))
         try:
             req = decode_request(data)
         except WireDecodeError:
             self.stats.served_invalid += 1
-            return encode_response(Response(Status.INVALID))
+            return encode_response(DhtResponse(Status.INVALID))
         self.stats.served += 1
         if req.addrs:
             addrs = self._allowed(req.addrs)
@@ -237,27 +240,29 @@ class DhtService:
                 self._remember(peer, addrs)
                 self.table.seen(peer, peer_key(peer), now)
         closer = self._closer(req.key, exclude=peer)
-        if req.op is Op.FIND_NODE:
-            return encode_response(Response(closer=closer))
-        if req.op is Op.GET_PROVIDERS:
-            return encode_response(Response(closer=closer, providers=self._providers_of(req.key)))
+        if req.op is DhtOp.FIND_NODE:
+            return encode_response(DhtResponse(closer=closer))
+        if req.op is DhtOp.GET_PROVIDERS:
+            return encode_response(
+                DhtResponse(closer=closer, providers=self._providers_of(req.key))
+            )
         return encode_response(self._add_provider(peer, req, now))
 
-    def _add_provider(self, peer: str, req: Request, now: int) -> Response:
+    def _add_provider(self, peer: str, req: DhtRequest, now: int) -> DhtResponse:
         try:
             rec = decode_record(req.record)
         except WireDecodeError:
             self.stats.served_invalid += 1
-            return Response(Status.INVALID)
+            return DhtResponse(Status.INVALID)
         if did_key(rec.did) != req.key or peer_id_of_node(rec.node) != peer:
             # Only a carrier's own record, and only under its dataset's key.
             self.stats.served_invalid += 1
-            return Response(Status.INVALID)
+            return DhtResponse(Status.INVALID)
         if not self.store.add(req.key, peer, rec.encoded, now):
             self.stats.records_refused += 1
-            return Response(Status.REFUSED)
+            return DhtResponse(Status.REFUSED)
         self.stats.records_stored += 1
-        return Response()
+        return DhtResponse()
 
     def _providers_of(self, key: DhtKey) -> tuple[bytes, ...]:
         now = self._now()
@@ -281,15 +286,12 @@ class DhtService:
         cfg = self.config
         b = self._buckets.get(peer)
         if b is None:
-            b = self._buckets[peer] = _Bucket(cfg.rate_burst, now)
+            b = self._buckets[peer] = _SenderTokens(cfg.rate_burst, now)
             while len(self._buckets) > cfg.max_senders:
                 self._buckets.popitem(last=False)
         else:
             self._buckets.move_to_end(peer)
-            b.tokens = min(cfg.rate_burst, b.tokens + (now - b.at_ns) / _S * cfg.rate_per_s)
-            b.at_ns = now
-        if b.tokens >= 1.0:
-            b.tokens -= 1.0
+        if take_token(b, now, cfg.rate_per_s, cfg.rate_burst):
             return 0
         return max(1, math.ceil((1.0 - b.tokens) / cfg.rate_per_s * 1000))
 
@@ -317,7 +319,7 @@ class DhtService:
 
     # ---- querying
 
-    async def query(self, peer: str, req: Request) -> Response:
+    async def query(self, peer: str, req: DhtRequest) -> DhtResponse:
         """Send ``req`` to ``peer`` (dialling it first if it is not connected).
 
         Raises:
@@ -359,12 +361,12 @@ class DhtService:
                 errors.append(f"{full}: {e}")
         raise TransportError(f"cannot reach DHT peer {peer}: {'; '.join(errors) or 'no address'}")
 
-    def _request(self, op: Op, key: DhtKey, record: bytes = b"") -> Request:
+    def _request(self, op: DhtOp, key: DhtKey, record: bytes = b"") -> DhtRequest:
         addrs = self._allowed(self._self_addrs()[0]) if self.config.serve else ()
-        return Request(op, key, addrs, record)
+        return DhtRequest(op, key, addrs, record)
 
     async def lookup(
-        self, key: DhtKey, op: Op = Op.FIND_NODE, want_providers: int = 0
+        self, key: DhtKey, op: DhtOp = DhtOp.FIND_NODE, want_providers: int = 0
     ) -> tuple[LookupResult, dict[str, SignedProviderRecord]]:
         """One iterative lookup of ``key`` over real streams; the walk's result and, for
         ``GET_PROVIDERS``, the checked provider records by provider peer id."""
@@ -391,7 +393,7 @@ class DhtService:
             ),
         )
         records: dict[str, SignedProviderRecord] = {}
-        pending: dict[asyncio.Task[Response], str] = {}
+        pending: dict[asyncio.Task[DhtResponse], str] = {}
         req = self._request(op, key)
 
         def send(queries: Sequence[Query]) -> None:
@@ -430,7 +432,7 @@ class DhtService:
         self,
         walk: Lookup,
         peer: str,
-        task: asyncio.Task[Response],
+        task: asyncio.Task[DhtResponse],
         key: DhtKey,
         records: dict[str, SignedProviderRecord],
         now: int,
@@ -486,7 +488,7 @@ class DhtService:
         for stored in self.store.providers(key, t0):
             with contextlib.suppress(WireDecodeError):
                 local[stored.provider] = decode_record(stored.peer_record)
-        walk, records = await self.lookup(key, Op.GET_PROVIDERS, self.config.want_providers)
+        walk, records = await self.lookup(key, DhtOp.GET_PROVIDERS, self.config.want_providers)
         for pid, rec in local.items():
             if pid not in records or rec.issued_ms > records[pid].issued_ms:
                 records[pid] = rec
@@ -533,16 +535,16 @@ class DhtService:
         )
         key = did_key(did)
         walk, _ = await self.lookup(key)
-        req = self._request(Op.ADD_PROVIDER, key, rec.encoded)
+        req = self._request(DhtOp.ADD_PROVIDER, key, rec.encoded)
         targets = list(walk.closest)
         outcomes = await asyncio.gather(
             *(self.query(p, req) for p in targets), return_exceptions=True
         )
         stored, refused, limited, failed = [], [], [], []
         for peer, out in zip(targets, outcomes, strict=True):
-            if isinstance(out, Response) and out.status is Status.OK:
+            if isinstance(out, DhtResponse) and out.status is Status.OK:
                 stored.append(peer)
-            elif isinstance(out, Response) and out.status is Status.REFUSED:
+            elif isinstance(out, DhtResponse) and out.status is Status.REFUSED:
                 refused.append(peer)
             elif isinstance(out, DhtRateLimited):
                 limited.append(peer)

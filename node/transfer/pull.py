@@ -431,7 +431,7 @@ class _Speculation:
 
     def offer(self, blocks: list[m.MetadataBlock]) -> None:
         """Start downloading what exported blocks reference (not yet known to be on the chain),
-        within the budget. :class:`_Exported` decoded them in a worker thread as they came."""
+        within the budget. :class:`_ExportedBlocks` decoded them in a worker thread as they came."""
         for obj in _data_objects(self.ds, blocks):
             rel, store, h, size = obj
             if rel in self.tasks or store.contains(h):
@@ -513,7 +513,7 @@ async def _read_remote_head(f: _Fetcher) -> Multihash:
 
 
 async def _fetch_block(
-    f: _Fetcher, cache: FsObjectRepository, h: Multihash, mem: _Exported | None = None
+    f: _Fetcher, cache: FsObjectRepository, h: Multihash, mem: _ExportedBlocks | None = None
 ) -> tuple[bytes, m.MetadataBlock]:
     rel = f"blocks/{h}"
     data: bytes | None = None
@@ -619,12 +619,12 @@ async def _prefetch_blocks(
     cache: FsObjectRepository,
     local: _LocalChain,
     on_blocks: Callable[[list[m.MetadataBlock]], None] | None = None,
-) -> _Exported | None:
+) -> _ExportedBlocks | None:
     """Fetch the blocks we lack before the walk, in as few round trips as the source allows.
 
     * Nothing local yet (a new dataset): ask the source for every ``blocks/`` file in one
       transfer (IPFS ``dag/export``). Each payload is hashed and decoded while the rest still
-      streams (:class:`_Exported`) and returned in memory under its sha3-256, so the walk
+      streams (:class:`_ExportedBlocks`) and returned in memory under its sha3-256, so the walk
       reads them without a request and with their identity already proven. Anything else in
       the archive is ignored. ``on_blocks`` sees the decoded candidates as they come (see
       :class:`_Speculation`).
@@ -636,7 +636,7 @@ async def _prefetch_blocks(
     any other altered block.
     """
     if not local:
-        mem = _Exported(f.opts.max_block_size, on_blocks)
+        mem = _ExportedBlocks(f.opts.max_block_size, on_blocks)
         try:
             exported = await f.source.export_blocks(f.opts.max_export_size, mem.offer)
             if exported and not mem.offered:  # a source that does not report arrivals
@@ -674,7 +674,7 @@ async def _prefetch_blocks(
     return None
 
 
-class _Exported:
+class _ExportedBlocks:
     """A new dataset's ``blocks/`` from one bulk export, each candidate hashed and decoded.
 
     The source hands over each candidate as it arrives (:meth:`offer`); a worker thread hashes
@@ -907,7 +907,7 @@ async def _walk(
     cache: FsObjectRepository,
     remote_head: Multihash,
     local: _LocalChain,
-    mem: _Exported | None = None,
+    mem: _ExportedBlocks | None = None,
 ) -> tuple[list[tuple[Multihash, bytes, m.MetadataBlock]], bool]:
     """Blocks from ``remote_head`` back to the first one in ``local`` (oldest first)."""
     new: list[tuple[Multihash, bytes, m.MetadataBlock]] = []
@@ -935,7 +935,7 @@ _WALK_RUN = 16384
 
 
 def _walk_in_memory(
-    mem: _Exported, h: Multihash | None, limit: int
+    mem: _ExportedBlocks, h: Multihash | None, limit: int
 ) -> tuple[list[tuple[Multihash, bytes, m.MetadataBlock]], Multihash | None]:
     """Follow decoded blocks back from ``h`` while ``mem`` holds them (at most ``limit``); the
     run (newest first) and the hash to go on from (None at the chain's start)."""
@@ -1025,7 +1025,7 @@ async def _walk_remote(
     remote_head: Multihash,
     spec: _Speculation | None,
     durable: bool,
-) -> tuple[_NewBlocks, bool, FsObjectRepository, _Exported | None]:
+) -> tuple[_NewBlocks, bool, FsObjectRepository, _ExportedBlocks | None]:
     """Fetch the remote blocks down to a local one: (new blocks oldest first, met a local
     block?, block cache, prefetched blocks)."""
     cache = at.cache()
@@ -1052,7 +1052,7 @@ async def _walk_remote(
 
 
 async def _older_blocks(
-    f: _Fetcher, cache: FsObjectRepository, h: Multihash | None, mem: _Exported | None
+    f: _Fetcher, cache: FsObjectRepository, h: Multihash | None, mem: _ExportedBlocks | None
 ) -> _NewBlocks:
     """The blocks from ``h`` back to the ``Seed``, oldest first."""
     older: _NewBlocks = []

@@ -271,7 +271,7 @@ class ProtocolCore:
 
     def _take_token(self, p: PeerState, now_ns: int) -> bool:
         """A token from the peer's bucket (rule 2)."""
-        return _take(p, now_ns, self.config.rate_per_s, self.config.rate_burst)
+        return take_token(p, now_ns, self.config.rate_per_s, self.config.rate_burst)
 
     def _penalise(
         self, peer: str, p: PeerState, reason: str, amount: float, now_ns: int, out: list[Decision]
@@ -458,7 +458,7 @@ class ProtocolCore:
                 self._signers.popitem(last=False)
         else:
             self._signers.move_to_end(signer)
-        return _take(b, now_ns, cfg.signer_rate_per_s, cfg.signer_rate_burst)
+        return take_token(b, now_ns, cfg.signer_rate_per_s, cfg.signer_rate_burst)
 
     def _on_observation(self, peer: str, o: Observation, out: list[Decision]) -> None:
         """Rule 8: a peer saw a source we follow show another head: poll it now."""
@@ -800,14 +800,15 @@ class ProtocolCore:
         return int(self.config.anti_entropy_interval_ns * (0.5 + self._rng.random()))
 
 
-class _Bucket(Protocol):
-    """A token bucket: a peer's (rule 2) or a signing key's (rule 4a)."""
+class TokenBucket(Protocol):
+    """A token bucket: a peer's (rule 2), a signing key's (rule 4a), a DHT sender's
+    (``p2p/dht_service.py``)."""
 
     tokens: float
     refilled_ns: int
 
 
-def _take(b: _Bucket, now_ns: int, rate_per_s: float, burst: float) -> bool:
+def take_token(b: TokenBucket, now_ns: int, rate_per_s: float, burst: float) -> bool:
     """A token from ``b``, refilled first at ``rate_per_s`` up to ``burst`` (a clock that steps
     back refills nothing)."""
     dt = max(0, now_ns - b.refilled_ns)

@@ -8,7 +8,7 @@ primitives of the gossip wire format (:mod:`p2p.wire`: big-endian integers, ``u1
 strings), so an encoding is unique and decoding is strict (unknown magic, version or type,
 truncation, trailing bytes, oversize fields and lists are all rejected).
 
-Request::
+DhtRequest::
 
     "ODFK" || version u8 (=1) || op u8 || key (32 bytes) || addrs || [record]
 
@@ -19,7 +19,7 @@ addresses when it serves the DHT, empty when it only queries (a light node): a s
 sender to its routing table only when it serves. ``ADD_PROVIDER`` carries one signed provider
 record (``u16``-length bytes) whose DID's key must be ``key``.
 
-Response::
+DhtResponse::
 
     "ODFK" || version u8 (=1) || 0x80 || status u8 || retry_after_ms u32 || closer || providers
 
@@ -75,7 +75,7 @@ _RESPONSE: Final = 0x80
 _U32 = struct.Struct(">I")
 
 
-class Op(enum.IntEnum):
+class DhtOp(enum.IntEnum):
     """What a request asks."""
 
     FIND_NODE = 1
@@ -220,10 +220,10 @@ def decode_record(data: bytes) -> SignedProviderRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class Request:
+class DhtRequest:
     """One DHT request (see the module docstring)."""
 
-    op: Op
+    op: DhtOp
     key: DhtKey
     addrs: tuple[str, ...] = ()
     """The sender's own gossip addresses when it serves the DHT; empty for a light node."""
@@ -240,7 +240,7 @@ class PeerInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class Response:
+class DhtResponse:
     """One DHT response (see the module docstring)."""
 
     status: Status = Status.OK
@@ -250,7 +250,7 @@ class Response:
     """Signed provider records, still to be checked with :func:`decode_record`."""
 
 
-def encode_request(req: Request) -> bytes:
+def encode_request(req: DhtRequest) -> bytes:
     """The canonical bytes of ``req``.
 
     Raises:
@@ -262,7 +262,7 @@ def encode_request(req: Request) -> bytes:
     w.u8(int(req.op))
     w.fixed(_key_bytes(req.key), KEY_LEN)
     _write_addrs(w, req.addrs)
-    if req.op is Op.ADD_PROVIDER:
+    if req.op is DhtOp.ADD_PROVIDER:
         if not req.record or len(req.record) > MAX_RECORD_SIZE:
             raise WireEncodeError("ADD_PROVIDER needs one provider record within its cap")
         w.var(req.record)
@@ -271,7 +271,7 @@ def encode_request(req: Request) -> bytes:
     return bytes(w.buf)
 
 
-def decode_request(data: bytes) -> Request:
+def decode_request(data: bytes) -> DhtRequest:
     """Strict inverse of :func:`encode_request` (the record is not checked here).
 
     Raises:
@@ -284,21 +284,21 @@ def decode_request(data: bytes) -> Request:
     _check_header(r, MAGIC, VERSION, "DHT request")
     raw_op = r.u8("op")
     try:
-        op = Op(raw_op)
+        op = DhtOp(raw_op)
     except ValueError:
         raise WireDecodeError("bad-op", f"unknown DHT op {raw_op}") from None
     key = DhtKey(int.from_bytes(r.take(KEY_LEN, "key"), "big"))
     addrs = _read_addrs(r, "addrs")
     record = b""
-    if op is Op.ADD_PROVIDER:
+    if op is DhtOp.ADD_PROVIDER:
         record = r.var("record")
         if not record or len(record) > MAX_RECORD_SIZE:
             raise WireDecodeError("too-large", "provider record empty or over its cap")
     _check_end(r)
-    return Request(op, key, addrs, record)
+    return DhtRequest(op, key, addrs, record)
 
 
-def encode_response(resp: Response) -> bytes:
+def encode_response(resp: DhtResponse) -> bytes:
     """The canonical bytes of ``resp``.
 
     Raises:
@@ -329,7 +329,7 @@ def encode_response(resp: Response) -> bytes:
     return out
 
 
-def decode_response(data: bytes) -> Response:
+def decode_response(data: bytes) -> DhtResponse:
     """Strict inverse of :func:`encode_response` (records are not checked here).
 
     Raises:
@@ -364,7 +364,7 @@ def decode_response(data: bytes) -> Response:
             raise WireDecodeError("too-large", f"provider record of {len(rec)} bytes")
         providers.append(rec)
     _check_end(r)
-    return Response(status, int(retry_after_ms), closer, tuple(providers))
+    return DhtResponse(status, int(retry_after_ms), closer, tuple(providers))
 
 
 __all__ = [
@@ -373,10 +373,10 @@ __all__ = [
     "MAX_PROVIDERS",
     "MAX_RECORD_SIZE",
     "PROTOCOL",
-    "Op",
+    "DhtOp",
+    "DhtRequest",
+    "DhtResponse",
     "PeerInfo",
-    "Request",
-    "Response",
     "SignedProviderRecord",
     "Status",
     "decode_record",

@@ -13,7 +13,7 @@ import pytest
 from coordinator.identity import DatasetId, PrivateKey
 from p2p.dht import RecordLimits
 from p2p.dht.records import HOUR_NS
-from p2p.dht.wire import PROTOCOL, Op, Request, SignedProviderRecord, Status, did_key
+from p2p.dht.wire import PROTOCOL, DhtOp, DhtRequest, SignedProviderRecord, Status, did_key
 from p2p.dht_service import DhtConfig, DhtRateLimited, DhtRefused, DhtService
 from p2p.transport import TransportError, peer_id_of_node
 
@@ -94,7 +94,7 @@ def test_rate_limits_are_answered_respected_and_reported() -> None:
         a = Node(net, 1, clock)
         b = Node(net, 2, clock, DhtConfig(rate_per_s=1.0, rate_burst=2.0))
         net.link(a.peer_id, b.peer_id)
-        find = Request(Op.FIND_NODE, did_key(DID))
+        find = DhtRequest(DhtOp.FIND_NODE, did_key(DID))
         for _ in range(2):
             assert (await a.dht.query(b.peer_id, find)).status is Status.OK
         with pytest.raises(DhtRateLimited, match="1000 ms"):
@@ -117,15 +117,19 @@ def test_only_a_carrier_s_own_record_under_its_dataset_s_key() -> None:
         net.link(a.peer_id, b.peer_id)
         c_rec = SignedProviderRecord.sign(c.key, DID, 1)
         with pytest.raises(DhtRefused):
-            await a.dht.query(b.peer_id, Request(Op.ADD_PROVIDER, did_key(DID), (), c_rec.encoded))
+            await a.dht.query(
+                b.peer_id, DhtRequest(DhtOp.ADD_PROVIDER, did_key(DID), (), c_rec.encoded)
+            )
         a_rec = SignedProviderRecord.sign(a.key, DID, 1)
         other = PrivateKey.from_seed(b"\x49" * 32).dataset_id()
         with pytest.raises(DhtRefused):
             await a.dht.query(
-                b.peer_id, Request(Op.ADD_PROVIDER, did_key(other), (), a_rec.encoded)
+                b.peer_id, DhtRequest(DhtOp.ADD_PROVIDER, did_key(other), (), a_rec.encoded)
             )
         assert len(b.dht.store) == 0 and b.dht.stats.served_invalid == 2
-        ok = await a.dht.query(b.peer_id, Request(Op.ADD_PROVIDER, did_key(DID), (), a_rec.encoded))
+        ok = await a.dht.query(
+            b.peer_id, DhtRequest(DhtOp.ADD_PROVIDER, did_key(DID), (), a_rec.encoded)
+        )
         assert ok.status is Status.OK and len(b.dht.store) == 1
 
     asyncio.run(main())

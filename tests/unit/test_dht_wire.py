@@ -13,10 +13,10 @@ from p2p.dht.keys import DhtKey
 from p2p.dht.wire import (
     MAX_PEERS,
     PROTOCOL,
-    Op,
+    DhtOp,
+    DhtRequest,
+    DhtResponse,
     PeerInfo,
-    Request,
-    Response,
     SignedProviderRecord,
     Status,
     decode_record,
@@ -67,14 +67,14 @@ def test_protocol_id_is_private() -> None:
 def test_frozen_vectors() -> None:
     rec = _record()
     assert rec.encoded.hex() == RECORD_HEX
-    assert encode_request(Request(Op.FIND_NODE, did_key(DID))).hex() == FIND_NODE_HEX
-    add = Request(Op.ADD_PROVIDER, did_key(DID), ("/ip4/127.0.0.1/tcp/4001",), rec.encoded)
+    assert encode_request(DhtRequest(DhtOp.FIND_NODE, did_key(DID))).hex() == FIND_NODE_HEX
+    add = DhtRequest(DhtOp.ADD_PROVIDER, did_key(DID), ("/ip4/127.0.0.1/tcp/4001",), rec.encoded)
     assert encode_request(add).hex() == ADD_PROVIDER_HEX
-    resp = Response(
+    resp = DhtResponse(
         Status.OK, 0, (PeerInfo("12D3KooWB", ("/ip4/127.0.0.1/tcp/4002",)),), (rec.encoded,)
     )
     assert encode_response(resp).hex() == RESPONSE_HEX
-    assert encode_response(Response(Status.RATE_LIMITED, 1500)).hex() == RATE_LIMITED_HEX
+    assert encode_response(DhtResponse(Status.RATE_LIMITED, 1500)).hex() == RATE_LIMITED_HEX
     # ... and the frozen bytes decode to the same values.
     assert decode_request(bytes.fromhex(ADD_PROVIDER_HEX)) == add
     assert decode_response(bytes.fromhex(RESPONSE_HEX)) == resp
@@ -152,13 +152,15 @@ def test_responses_decode_strictly() -> None:
 
 def test_caps_are_enforced_when_encoding() -> None:
     with pytest.raises(WireEncodeError):
-        encode_request(Request(Op.FIND_NODE, did_key(DID), tuple(f"/a/{i}" for i in range(5))))
+        encode_request(
+            DhtRequest(DhtOp.FIND_NODE, did_key(DID), tuple(f"/a/{i}" for i in range(5)))
+        )
     with pytest.raises(WireEncodeError):
-        encode_request(Request(Op.ADD_PROVIDER, did_key(DID)))
+        encode_request(DhtRequest(DhtOp.ADD_PROVIDER, did_key(DID)))
     with pytest.raises(WireEncodeError):
-        encode_request(Request(Op.GET_PROVIDERS, did_key(DID), (), b"x"))
+        encode_request(DhtRequest(DhtOp.GET_PROVIDERS, did_key(DID), (), b"x"))
     with pytest.raises(WireEncodeError):
-        encode_response(Response(closer=tuple(PeerInfo(f"p{i}") for i in range(MAX_PEERS + 1))))
+        encode_response(DhtResponse(closer=tuple(PeerInfo(f"p{i}") for i in range(MAX_PEERS + 1))))
     with pytest.raises(WireEncodeError):
         SignedProviderRecord.sign(NODE_KEY, DID, 1, http="x" * 600)
 
@@ -181,11 +183,11 @@ def test_mangled_bytes_fail_only_as_decode_errors(vector: str, data: st.DataObje
 
 @settings(max_examples=200, deadline=None)
 @given(
-    st.sampled_from(list(Op)),
+    st.sampled_from(list(DhtOp)),
     st.integers(0, (1 << 256) - 1),
     st.lists(st.text(min_size=1, max_size=40), max_size=4),
 )
-def test_requests_round_trip(op: Op, key: int, addrs: list[str]) -> None:
-    record = _record().encoded if op is Op.ADD_PROVIDER else b""
-    req = Request(op, DhtKey(key), tuple(addrs), record)
+def test_requests_round_trip(op: DhtOp, key: int, addrs: list[str]) -> None:
+    record = _record().encoded if op is DhtOp.ADD_PROVIDER else b""
+    req = DhtRequest(op, DhtKey(key), tuple(addrs), record)
     assert decode_request(encode_request(req)) == req
