@@ -17,7 +17,17 @@ DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.inst
 
 .PHONY: browser nftables test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-longrun bench-follow bench-follow-urls bench-cold-verify bench-hostile bench-hostile-flood bench-query bench-evidence-flood bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-nat bench-decode fuzz p2p-vectors test-image image-inputs clean
 
-setup: $(STAMP) $(DF_STAMPS)
+NATIVE_LIB := build/native/libodf_stream.so
+
+setup: $(STAMP) $(DF_STAMPS) $(NATIVE_LIB)
+
+# Optional compiled stream assembly for the logical hash (coordinator/data/native_stream.py loads it;
+# without it the numpy path produces the same hashes, only slower).
+$(NATIVE_LIB): native/odf_stream.c
+	@mkdir -p $(@D)
+	@if command -v $(CC) >/dev/null 2>&1; then \
+		$(CC) -O2 -shared -fPIC -o $@ $< || echo "native/odf_stream.c did not build; the logical hash uses its numpy path"; \
+	else echo "no C compiler ($(CC)): the logical hash uses its numpy path"; fi
 
 $(STAMP): pyproject.toml constraints.txt js/package-lock.json
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'

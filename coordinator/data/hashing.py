@@ -74,6 +74,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from coordinator.data import native_stream
 from coordinator.errors import DataError, UnreproducibleLogicalHash, UnsupportedArrowType
 from coordinator.multiformats import Multicodec, Multihash
 
@@ -339,6 +340,9 @@ def _fixed_stream(values: ByteArray, width: int, null: BoolArray | None) -> Byte
     """
     if null is None:
         return values
+    native = native_stream.fixed(values, width, null)  # compiled loop when built (make setup)
+    if native is not None:
+        return native
     n = len(null)
     if width == 1:  # one byte per row either way
         buf = values.copy()
@@ -458,6 +462,9 @@ def _prefixed_stream(
     ``prefix`` defaults to the body lengths (strings and binaries); lists pass element counts
     and the child's stream as the body. A null row's body is skipped even if it holds bytes.
     """
+    native = native_stream.prefixed(null, body, body_offsets, prefix)  # compiled loop when built
+    if native is not None:
+        return native
     n = len(body_offsets) - 1
     base = int(body_offsets[0])
     body_bytes = int(body_offsets[-1]) - base
