@@ -29,7 +29,7 @@ def _load() -> ctypes.CDLL | None:
         lib = ctypes.CDLL(str(_LIB_PATH))
     except OSError:  # a stale or foreign-architecture build: fall back to numpy
         return None
-    lib.odf_prefixed.argtypes = [_PTR, _PTR, ctypes.c_int, _I64, _PTR, _PTR, _PTR]
+    lib.odf_prefixed.argtypes = [_PTR, _PTR, ctypes.c_int, _I64, _PTR, _I64, _PTR, _PTR]
     lib.odf_prefixed.restype = _I64
     lib.odf_fixed.argtypes = [_PTR, _I64, _PTR, _I64, _PTR]
     lib.odf_fixed.restype = _I64
@@ -65,7 +65,7 @@ def prefixed(
         if body_bytes
         else np.zeros(1, dtype=np.uint8)
     )
-    out = np.empty(8 * n + body_bytes, dtype=np.uint8)
+    out = np.empty(8 * n + body_bytes + 16, dtype=np.uint8)  # 16: short-copy slack
     null_arr = None if null is None else np.ascontiguousarray(null, dtype=np.bool_)
     pre = None if prefix is None else np.ascontiguousarray(prefix, dtype=np.int64)
     written = lib.odf_prefixed(
@@ -74,8 +74,9 @@ def prefixed(
         1 if offsets.dtype == np.int64 else 0,
         n,
         _addr(body_arr),
+        body_bytes,
         None if pre is None else _addr(pre),
-        _addr(out) if len(out) else None,
+        _addr(out),
     )
     return out[:written]
 
