@@ -61,7 +61,16 @@ def test_varlen_streams_identical(
 
 
 @pytest.mark.parametrize(
-    "typ", [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.float64(), pa.timestamp("ms")]
+    "typ",
+    [
+        pa.int8(),
+        pa.int16(),
+        pa.int32(),
+        pa.int64(),
+        pa.float64(),
+        pa.timestamp("ms"),
+        pa.decimal128(25, 2),
+    ],
 )
 @pytest.mark.parametrize("null_rate", [0.05, 0.5, 1.0])
 def test_fixed_streams_identical(
