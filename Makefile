@@ -69,7 +69,8 @@ unit: setup test-deps
 # start on a loopback port (tests/integration/test_ingest_mqtt.py); nftables, the NAT routers'
 # masquerade rules of the multi-host test network (sim/netlab.py, in the lab's own namespaces);
 # podman, runc and busybox-static, the container runtime and the image (made with `podman
-# import`, no registry) of the Container polling source tests (tests/integration/test_fetch_container.py).
+# import`, no registry) of the Container polling source tests (tests/integration/test_fetch_container.py);
+# gcc, the C compiler of the logical hash's stream assembly (native/odf_stream.c).
 test-deps:
 	@missing=; \
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
@@ -79,10 +80,14 @@ test-deps:
 	command -v podman >/dev/null || missing="$$missing podman"; \
 	command -v runc >/dev/null || [ -x /usr/sbin/runc ] || missing="$$missing runc"; \
 	[ -x /bin/busybox ] || missing="$$missing busybox-static"; \
+	command -v $(CC) >/dev/null || missing="$$missing gcc libc6-dev"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	    $$SUDO apt-get install -y -qq --no-install-recommends $$missing; fi
+	# The logical hash's compiled stream assembly (tests/unit/test_logical_hash_native.py checks
+	# it), built here too when `setup` ran before a C compiler was installed above.
+	[ -f $(NATIVE_LIB) ] || $(MAKE) --no-print-directory $(NATIVE_LIB)
 	# anvil (Foundry's local Ethereum node, the EthereumLogs source tests: tests/integration/
 	# test_fetch_evm.py) from npm, exactly as locked in tests/evm (its binary is a platform package).
 	[ -x tests/evm/node_modules/.bin/anvil ] || \
