@@ -83,6 +83,9 @@ _BATCH_ROWS = 65536
 _BATCH_BYTES = 4 << 20
 """Record batches of about this size: the Go gRPC client under ADBC refuses messages over
 16 MiB, so wide rows make smaller batches."""
+_WHOLE_BYTES = 4 << 20
+"""An answer that ends within about this many bytes is taken whole by ``GetFlightInfo`` and
+sent from the gRPC thread; a larger one is streamed as the worker computes it."""
 
 
 # ---- the use case this adapter serves (``node.app.data.VerifiedData``, by shape)
@@ -411,6 +414,25 @@ class _Live:
     def __init__(self, stream: AnswerStream, slot: contextlib.AsyncExitStack) -> None:
         self.stream = stream
         self.slot = slot
+        self.head: list[pa.RecordBatch] = []
+        """Batches already read from ``stream`` (by :meth:`whole`), sent before the rest."""
+
+    async def whole(self, max_bytes: int) -> pa.Table | None:
+        """The whole answer as a table, the stream closed and the slot released, when it ends
+        within ``max_bytes``; else ``None`` (the batches read are kept in :attr:`head`).
+
+        An aggregation's answer is complete with its first part: sending it as a table from
+        the gRPC thread (Arrow's C++ stream) spares ``DoGet`` a hop to the daemon's loop per
+        batch, the Python generator and the release hop."""
+        size = 0
+        while size <= max_bytes:
+            batch = await self.stream.next_batch()
+            if batch is None:
+                await self.close()
+                return pa.Table.from_batches(self.head, schema=self.stream.schema)
+            self.head.append(batch)
+            size += batch.nbytes
+        return None
 
     async def close(self) -> None:
         try:
@@ -427,8 +449,10 @@ class _Result:
 
     @property
     def nbytes(self) -> int:
-        # A live answer is bounded by [query] max_bytes in the worker, not held here.
-        return self.answer.nbytes if isinstance(self.answer, pa.Table) else 0
+        # A live answer is bounded by [query] max_bytes in the worker; only its head is here.
+        if isinstance(self.answer, pa.Table):
+            return int(self.answer.nbytes)
+        return sum(int(b.nbytes) for b in self.answer.head)
 
 
 class _Auth(fl.ServerMiddleware):  # type: ignore[misc]
@@ -670,7 +694,7 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
 
         self._supersede(session)
 
-        async def run() -> _Live:
+        async def run() -> pa.Table | _Live:
             # The slot is held until the answer is sent or dropped, not only while it starts.
             slot = contextlib.AsyncExitStack()
             await slot.enter_async_context(self._limiter.slot(f"flight-sql:{session.token}"))
@@ -679,7 +703,14 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
             except BaseException:
                 await slot.aclose()
                 raise
-            return _Live(answer.stream, slot)
+            live = _Live(answer.stream, slot)
+            try:
+                # A small answer is taken whole now; a large one is streamed by DoGet.
+                whole = await live.whole(_WHOLE_BYTES)
+            except BaseException:
+                await live.close()
+                raise
+            return live if whole is None else whole
 
         return self._on_loop(run)
 
@@ -861,6 +892,9 @@ class FlightSqlServer(fl.FlightServerBase):  # type: ignore[misc]
         the client goes away, or on an error (which reaches the client as a Flight error)."""
         target = plain_schema(answer.stream.schema)
         try:
+            for batch in answer.head:
+                yield from batches(pa.Table.from_batches([batch]), target)
+            answer.head = []
             while True:
                 batch = self._on_loop(answer.stream.next_batch)
                 if batch is None:

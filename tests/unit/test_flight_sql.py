@@ -97,6 +97,8 @@ class StandIn:
             await asyncio.to_thread(self.gate.wait)
         if "covid19.canada" in low:
             return _Answer(ROWS)
+        if "big" in low:  # 8 MB: over what GetFlightInfo takes whole
+            return _Answer(pa.table({"n": pa.array(range(1_000_000), pa.int64())}))
         return _Answer(pa.table({"Int64(1)": pa.array([1], pa.int64())}))
 
     async def query_stream(self, sql: str, *, untrusted: bool = False) -> _Streamed:
@@ -271,9 +273,10 @@ def test_auth_sessions_and_concurrency(served: tuple[FlightSqlServer, StandIn]) 
             client.get_flight_info(cmd, opts)
         # Another session is not held up.
         other = fl.FlightCallOptions(headers=[client.authenticate_basic_token(b"anonymous", b"")])
-        # (A statement's answer is sent as it is computed: its row count is not known first.)
+        # (A small answer is complete with its first part: it is taken whole, its row count
+        # known; a large one is streamed, see test_large_answer_streams.)
         theirs = client.get_flight_info(cmd, other)
-        assert theirs.total_records == -1
+        assert theirs.total_records == 1
         assert client.do_get(theirs.endpoints[0].ticket, other).read_all().num_rows == 1
     finally:
         data.gate.set()
@@ -304,3 +307,26 @@ def test_auth_sessions_and_concurrency(served: tuple[FlightSqlServer, StandIn]) 
         cur.execute("select 1")
     assert data.untrusted_seen[-1] is False
     client.close()
+
+
+def test_large_answer_streams(served: tuple[FlightSqlServer, StandIn]) -> None:
+    """A small answer is taken whole (its row count known, its slot free); a large one keeps
+    its slot and is streamed by DoGet, the batches read ahead sent first."""
+    server, _ = served
+    client = fl.FlightClient(server.url)
+    opts = fl.FlightCallOptions(headers=[client.authenticate_basic_token(b"anonymous", b"")])
+    big = fl.FlightDescriptor.for_command(pack_any("CommandStatementQuery", [(1, "big")]))
+    info = client.get_flight_info(big, opts)
+    assert info.total_records == -1
+    # Its slot is held (concurrency_per_client = 1) until it is sent: another session's
+    # small answer is not held up, and is taken whole.
+    other = fl.FlightCallOptions(headers=[client.authenticate_basic_token(b"anonymous", b"")])
+    one = fl.FlightDescriptor.for_command(pack_any("CommandStatementQuery", [(1, "select 1")]))
+    assert client.get_flight_info(one, other).total_records == 1
+    got = client.do_get(info.endpoints[0].ticket, opts).read_all()
+    assert got.column("n").to_pylist() == list(range(1_000_000))
+    # Sent: the slot is free again, a small answer twice in a row is never busy.
+    for _ in range(2):
+        small = client.get_flight_info(one, opts)
+        assert small.total_records == 1
+        assert client.do_get(small.endpoints[0].ticket, opts).read_all().num_rows == 1
