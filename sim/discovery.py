@@ -60,8 +60,9 @@ class DiscoveryParams:
     seed: int = 1
 
 
-def _zipf_cdf(m: int) -> list[float]:
-    weights = [1.0 / (i + 1) for i in range(m)]
+def zipf_cdf(m: int, s: float = 1.0) -> list[float]:
+    """The cumulative popularity of ``m`` items ranked by Zipf's law with exponent ``s``."""
+    weights = [1.0 / (i + 1) ** s for i in range(m)]
     total = sum(weights)
     acc, out = 0.0, []
     for w in weights:
@@ -152,7 +153,7 @@ def simulate_discovery(p: DiscoveryParams) -> dict[str, object]:
     live = [i for i in range(p.nodes) if i not in net.frozen]
     carriers = {d: set(rng.sample(live, p.carriers)) for d in range(p.datasets)}
     dataset_keys = [key_of(f"did:odf:fed01sim{d}".encode()) for d in range(p.datasets)]
-    cdf = _zipf_cdf(p.datasets)
+    cdf = zipf_cdf(p.datasets)
     wanted = [
         min(bisect.bisect_left(cdf, rng.random()), p.datasets - 1) for _ in range(p.subscriptions)
     ]

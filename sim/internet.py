@@ -78,6 +78,7 @@ from p2p.executor import NullEffects, execute_all
 from p2p.transport import TransportError, dataset_topic
 from p2p.trust_executor import dispatch
 from p2p.wire import FetchLocations, HeadAnnouncement, Verdict, sign_message
+from sim.discovery import zipf_cdf
 from sim.scenario import ScenarioError, apply_override, resolve
 
 NS: Final = 1_000_000_000
@@ -284,16 +285,6 @@ def _drive(coro: Coroutine[Any, Any, _T]) -> _T:
     raise RuntimeError("a simulated discovery coroutine suspended")
 
 
-def _zipf_cdf(m: int, s: float) -> list[float]:
-    weights = [1.0 / (i + 1) ** s for i in range(m)]
-    total = sum(weights)
-    acc, out = 0.0, []
-    for w in weights:
-        acc += w / total
-        out.append(acc)
-    return out
-
-
 def _pct(xs: list[float], q: float) -> float | None:
     if not xs:
         return None
@@ -358,7 +349,7 @@ class _World:
         self.offline = _churn(p, self.active)
         self.out, self.in_start, self.inb = _connections(p, rng, self.frozen, self.public)
         # datasets: owners, followers (Zipf), carriers
-        self.cdf = _zipf_cdf(p.datasets, p.zipf_exponent)
+        self.cdf = zipf_cdf(p.datasets, p.zipf_exponent)
         full_honest = [i for i in self.active if not self.light[i] and not self.malicious[i]]
         self.owner = [rng.choice(full_honest) for _ in range(p.datasets)]
         self.follows: list[tuple[int, ...]] = [()] * n
