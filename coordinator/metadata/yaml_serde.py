@@ -536,11 +536,20 @@ class _Emitter:
         self._column = 0
 
     def _write_break(self, c: str) -> None:
+        """A line break of a scalar's text: the next character starts an indented line."""
         if c == "\n":
             self._put_break()
         else:
             self._out.append(c)
             self._column = 0
+        self._indention = True
+
+    def _write_text(self, after_break: bool, text: str) -> None:
+        """A scalar's text that is not a break, indented first when it starts a line."""
+        if after_break:
+            self._write_indent()
+        self._put(text)
+        self._indention = False
 
     def _increase_indent(self, flow: bool, indentless: bool) -> None:
         self._indents.append(self._indent)
@@ -689,13 +698,9 @@ class _Emitter:
                 if not breaks and c == "\n":
                     self._put_break()
                 self._write_break(c)
-                self._indention = True
                 breaks = True
             else:
-                if breaks:
-                    self._write_indent()
-                self._put("''" if quote_escape and c == "'" else c)
-                self._indention = False
+                self._write_text(breaks, "''" if quote_escape and c == "'" else c)
                 breaks = False
         return breaks
 
@@ -756,13 +761,9 @@ class _Emitter:
         for c in s:
             if c in _BREAKS:
                 self._write_break(c)
-                self._indention = True
                 breaks = True
             else:
-                if breaks:
-                    self._write_indent()
-                self._put(c)
-                self._indention = False
+                self._write_text(breaks, c)
                 breaks = False
 
 
@@ -1002,21 +1003,23 @@ def _fail(path: str, message: str) -> DecodeError:
     return DecodeError(f"{path}: {message}")
 
 
+#: What serde calls a loaded YAML value in "invalid type" errors, tested in this order (``bool``
+#: before ``int``: a bool is an int).
+_TYPE_NAMES: Final[tuple[tuple[type, str], ...]] = (
+    (type(None), "null"),
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "float"),
+    (str, "string"),
+    (list, "sequence"),
+    (dict, "mapping"),
+)
+
+
 def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "sequence"
-    if isinstance(value, dict):
-        return "mapping"
+    for kind, name in _TYPE_NAMES:
+        if isinstance(value, kind):
+            return name
     return type(value).__name__
 
 
