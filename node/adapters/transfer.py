@@ -38,7 +38,8 @@ from node.transfer.policy import SourcePolicy
 if TYPE_CHECKING:
     from node.app.ports import EthereumLogsRequest
     from node.transfer.pull import PullOptions
-    from node.transfer.sources import SharedHttpSession, Source, StreamRequest
+    from node.transfer.source_api import Source
+    from node.transfer.sources import SharedHttpSession, StreamRequest
 
 
 def source_policy(config: NodeConfig | None) -> SourcePolicy:

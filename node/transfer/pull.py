@@ -1,4 +1,5 @@
-"""Verified, incremental, resumable pull of a dataset from a :class:`~node.transfer.sources.Source`.
+"""Verified, incremental, resumable pull of a dataset from a
+:class:`~node.transfer.source_api.Source`.
 
 Order of work (kamu's Simple Transfer Protocol client, plus verification and resumption):
 
@@ -98,13 +99,8 @@ from node.transfer.errors import (
 from node.transfer.linked import LinkSummary, LinkSummaryError, link_choices, link_summary
 from node.transfer.policy import SourcePolicy
 from node.transfer.pull_plan import HeadComparison, PullDecision, decide_pull, staging_extends
-from node.transfer.sources import (
-    SharedHttpSession,
-    Source,
-    StreamRequest,
-    default_alias,
-    open_source,
-)
+from node.transfer.source_api import Source
+from node.transfer.sources import SharedHttpSession, StreamRequest, default_alias, open_source
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Protocol
 from urllib.parse import unquote, urlparse
 
 import aiohttp
@@ -27,41 +26,13 @@ from node.ipfs.car import RAW_CODEC, CarError, read_car
 from node.ipfs.client import GatewayReader, IpfsClient, IpfsError, IpfsReader
 from node.transfer.errors import InvalidSourceUrl, SourceRefused, TransientSourceError
 from node.transfer.policy import PolicyResolver, SourcePolicy
+from node.transfer.source_api import SingleObjectSource, Source
 
 _CHUNK = 1 << 20
 StreamRequest = Callable[[str, str, bytes, float], Awaitable[bytes]]
 """``(peer, protocol, data, timeout_s) -> response`` of the gossip transport."""
 MAX_REDIRECTS = 5
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-
-
-class Source(Protocol):
-    """Read access to one dataset directory in kamu's layout."""
-
-    description: str
-
-    def open(self, rel: str) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
-        """Stream the object at ``rel``; raises :class:`TransientSourceError`."""
-        ...
-
-    async def list_names(self, rel_dir: str) -> list[str] | None:
-        """Entry names of a directory if the source can list them (``None``: it cannot)."""
-        ...
-
-    async def export_blocks(
-        self, max_bytes: int, on_block: Callable[[bytes], None] | None = None
-    ) -> list[bytes] | None:
-        """Candidate contents of every ``blocks/`` file in one transfer, unverified (``None``:
-        the source cannot do that cheaply; the pull then fetches blocks one by one).
-
-        ``on_block`` is called with each candidate as soon as it arrives, so the caller can
-        act on early blocks while the rest still stream.
-        """
-        ...
-
-    async def close(self) -> None:
-        """Release connections."""
-        ...
 
 
 class SharedHttpSession:
@@ -146,8 +117,9 @@ async def policy_get(
     raise TransientSourceError(f"more than {MAX_REDIRECTS} redirects from {url}")
 
 
-class HttpSource:
-    """ODF Simple Transfer Protocol over HTTP(S): ``GET {base}/{rel}``.
+class HttpSource(SingleObjectSource):
+    """ODF Simple Transfer Protocol over HTTP(S): ``GET {base}/{rel}`` (the protocol has no
+    listing and no bulk transfer).
 
     Only addresses ``policy`` allows are contacted (default: loopback only, the policy of a
     node with the default configuration). ``resolver`` replaces the system resolver under the
@@ -220,16 +192,6 @@ class HttpSource:
                 return 200, body, r.headers.get("ETag"), r.headers.get("Last-Modified")
         except (aiohttp.ClientError, TimeoutError) as e:
             raise TransientSourceError(f"{type(e).__name__}: {e}") from e
-
-    async def list_names(self, rel_dir: str) -> list[str] | None:
-        """The Simple Transfer Protocol has no listing."""
-        return None
-
-    async def export_blocks(
-        self, max_bytes: int, on_block: Callable[[bytes], None] | None = None
-    ) -> list[bytes] | None:
-        """The Simple Transfer Protocol has no bulk transfer."""
-        return None
 
     async def close(self) -> None:
         """Close the HTTP session (unless it is shared)."""
@@ -336,8 +298,9 @@ class IpfsSource:
         await self.reader.close()
 
 
-class LocalSource:
-    """A dataset directory on a local filesystem."""
+class LocalSource(SingleObjectSource):
+    """A dataset directory on a local filesystem (no bulk transfer: local files are read one
+    by one as cheaply as in bulk)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -368,12 +331,6 @@ class LocalSource:
             return [p.name for p in (self.root / rel_dir).iterdir()]
         except OSError:
             return None
-
-    async def export_blocks(
-        self, max_bytes: int, on_block: Callable[[bytes], None] | None = None
-    ) -> list[bytes] | None:
-        """Local files are read one by one as cheaply as in bulk."""
-        return None
 
     async def close(self) -> None:
         """Nothing to release."""

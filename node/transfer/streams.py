@@ -33,6 +33,7 @@ from coordinator.multiformats import Multihash
 from coordinator.storage.dataset import HEAD_REF
 from coordinator.storage.repository import DatasetRepository
 from node.transfer.errors import InvalidSourceUrl, TransientSourceError
+from node.transfer.source_api import SingleObjectSource
 
 PROTOCOL = "/odf/stp/1.0.0"
 MAX_CHUNK = 512 * 1024
@@ -94,8 +95,9 @@ def serve(repo: DatasetRepository, served_head: ServedHead | None, request: byte
     return json.dumps({"size": size}).encode() + b"\n" + body
 
 
-class StreamSource:
-    """A dataset of a connected peer read over ``/odf/stp/1.0.0`` (``libp2p://peer/dataset``).
+class StreamSource(SingleObjectSource):
+    """A dataset of a connected peer read over ``/odf/stp/1.0.0`` (``libp2p://peer/dataset``);
+    no listing, no bulk transfer: blocks are read one by one.
 
     Failures to obtain bytes (no connection, a dropped stream, a timeout, not found) raise
     :class:`~node.transfer.errors.TransientSourceError`, as for every source.
@@ -170,16 +172,6 @@ class StreamSource:
                 yield data
 
         yield chunks()
-
-    async def list_names(self, rel_dir: str) -> list[str] | None:
-        """Not supported (blocks are read one by one)."""
-        return None
-
-    async def export_blocks(
-        self, max_bytes: int, on_block: Callable[[bytes], None] | None = None
-    ) -> list[bytes] | None:
-        """Not supported."""
-        return None
 
     async def close(self) -> None:
         """Nothing to release (the connection is the gossip host's)."""
