@@ -181,7 +181,9 @@ class EngineRouter:
         with self._lock:
             return list(self._datafusion[version])
 
-    def _new_datafusion(self, version: str) -> EngineClient:
+    def _new_datafusion(self, version: str, protocol: str = "frames") -> EngineClient:
+        """A DataFusion ``version`` worker's client: framed for transform batches, ``grpc`` for
+        raw queries (see :meth:`execute_raw_query`)."""
         return EngineClient(
             engine=DATAFUSION,
             python=str(datafusion_python(version, self._root)),
@@ -190,7 +192,7 @@ class EngineRouter:
             memory_limit=self._memory,
             cpu_limit=self._cpu,
             start_timeout=60.0,
-            protocol="frames",
+            protocol=protocol,
         )
 
     def _for_batch(self, version: str) -> EngineClient:
@@ -359,15 +361,7 @@ class EngineRouter:
         with self._lock:
             client = self._datafusion_raw.get(target)
             if client is None:
-                client = self._datafusion_raw[target] = EngineClient(
-                    engine=DATAFUSION,
-                    python=str(datafusion_python(target, self._root)),
-                    idle_timeout=self._idle,
-                    isolate_network=self._isolate,
-                    memory_limit=self._memory,
-                    cpu_limit=self._cpu,
-                    start_timeout=60.0,
-                )
+                client = self._datafusion_raw[target] = self._new_datafusion(target, "grpc")
         return client.execute_raw_query(request)
 
 
