@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -207,15 +207,16 @@ def _check_signature(name: str, handler: MethodHandler, params: Sequence[Param])
 
 
 def openrpc_document(
-    registry: RpcRegistry,
+    registry: Iterable[MethodSpec],
     *,
     title: str = "odf-node",
     version: str = "0.1.0",
     description: str = "",
 ) -> dict[str, Any]:
-    """An OpenRPC 1.2.6 document describing every method in ``registry``."""
+    """An OpenRPC 1.2.6 document describing every method in ``registry`` (an
+    :class:`RpcRegistry`, or the specs of several), in name order."""
     methods: list[dict[str, Any]] = []
-    for spec in registry:
+    for spec in sorted(registry, key=lambda s: s.name):
         m: dict[str, Any] = {
             "name": spec.name,
             "paramStructure": "either",

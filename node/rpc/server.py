@@ -580,19 +580,9 @@ class RpcServer:
         return "pong"
 
     async def _discover(self) -> dict[str, Any]:
-        merged = RpcRegistry()
-        for spec in [*self._builtins, *self._registry]:
-            merged.add(
-                spec.name,
-                spec.handler,
-                params=spec.params,
-                result=spec.result,
-                summary=spec.summary,
-                description=spec.description,
-                errors=spec.errors,
-                _builtin=True,
-            )
-        return openrpc_document(merged, title="odf-node JSON-RPC", version=self._version)
+        # Method names never collide: the registry refuses the builtins' ``rpc.`` prefix.
+        methods = [*self._builtins, *self._registry]
+        return openrpc_document(methods, title="odf-node JSON-RPC", version=self._version)
 
     async def _subscribe_stub(self, topics: list[str]) -> dict[str, Any]:
         # Dispatch handles the subscription methods itself (they need the client).
