@@ -340,10 +340,11 @@ def _fixed_stream(values: ByteArray, width: int, null: BoolArray | None) -> Byte
     """
     if null is None:
         return values
-    native = native_stream.fixed(values, width, null)  # compiled loop when built (make setup)
+    n = len(null)
+    # compiled loop when built (make setup)
+    native = native_stream.fixed(values, width, native_stream.bitmap_of(null), n)
     if native is not None:
         return native
-    n = len(null)
     if width == 1:  # one byte per row either way
         buf = values.copy()
         buf[null] = 0
@@ -462,7 +463,8 @@ def _prefixed_stream(
     ``prefix`` defaults to the body lengths (strings and binaries); lists pass element counts
     and the child's stream as the body. A null row's body is skipped even if it holds bytes.
     """
-    native = native_stream.prefixed(null, body, body_offsets, prefix)  # compiled loop when built
+    valid = None if null is None else native_stream.bitmap_of(null)
+    native = native_stream.prefixed(valid, body, body_offsets, prefix)  # compiled loop when built
     if native is not None:
         return native
     n = len(body_offsets) - 1
@@ -582,6 +584,10 @@ def _encode(arr: Any, null: BoolArray | None, *, want_offsets: bool, column: str
 def _bool_stream(arr: Any, null: BoolArray | None) -> ByteArray:
     n = len(arr)
     off = arr.offset
+    valid = None if null is None else native_stream.bitmap_of(null)
+    native = native_stream.booleans((arr.buffers()[1], off), valid, n)
+    if native is not None:
+        return native
     first = off // 8
     count = (off + n + 7) // 8 - first
     bits = np.unpackbits(
@@ -692,6 +698,52 @@ def _leaf_pieces(arr: Any, null: BoolArray | None, column: str) -> Iterator[Piec
         if part_null is not None and not part_null.any():
             part_null = None
         yield _encode(part, part_null, want_offsets=False, column=column).stream
+
+
+def _own_leaf_pieces(arr: Any, column: str) -> Iterator[Piece]:
+    """:func:`_leaf_pieces` of a leaf whose nulls are its own (a top-level column, an array).
+
+    With the compiled loops the validity bitmap goes to C as Arrow holds it (buffer and bit
+    offset of the piece), so nulls cost no numpy mask and no allocation per row; a piece
+    without nulls (Arrow's ``null_count`` of the slice, a popcount) is hashed as if the column
+    had none. Lists, and every type without the library, take the null-mask path.
+    """
+    arr = _unwrap(arr)
+    kind = _kind(arr.type)
+    if arr.null_count == 0:
+        yield from _leaf_pieces(arr, None, column)
+        return
+    if (
+        native_stream.LIB is None
+        or kind not in (_Kind.FIXED, _Kind.BOOL, _Kind.VARLEN, _Kind.FIXED_BINARY)
+        or arr.buffers()[0] is None  # nulls without a bitmap (Null arrays): refused below
+    ):
+        yield from _leaf_pieces(arr, _own_nulls(arr), column)
+        return
+    for start, stop in _row_chunks(arr, kind):
+        part = arr.slice(start, stop - start)
+        if part.null_count == 0:
+            yield from _leaf_pieces(part, None, column)
+            continue
+        bufs = part.buffers()
+        valid = (bufs[0], part.offset)
+        n = len(part)
+        native: ByteArray | None
+        if kind is _Kind.FIXED:
+            width = part.type.bit_width // 8
+            values = np.frombuffer(
+                bufs[1], dtype=np.uint8, count=n * width, offset=part.offset * width
+            )
+            native = native_stream.fixed(values, width, valid, n)
+        elif kind is _Kind.BOOL:
+            native = native_stream.booleans((bufs[1], part.offset), valid, n)
+        else:
+            offsets, data = _varlen_parts(part)
+            body = _slice_data(data, int(offsets[0]), int(offsets[-1]))
+            native = native_stream.prefixed(valid, body, offsets, None)
+        if native is None:  # the library was switched off meanwhile (tests)
+            native = _encode(part, _own_nulls(part), want_offsets=False, column=column).stream
+        yield native
 
 
 # --------------------------------------------------------------------------------------------
@@ -927,18 +979,19 @@ class LogicalHasher:
         leaf = self._leaves[index]
         if _kind(arr.type) is _Kind.NULL:  # arrow-digest panics on any batch of a Null column
             raise _unsupported(leaf.column, arr.type, "Null arrays cannot be hashed")
-        own = _own_nulls(arr)
-        if parent is None:
-            null = own
+        pieces: Iterator[Piece]
+        if parent is None:  # the column's own validity: its bitmap goes straight to C
+            pieces = _own_leaf_pieces(arr, leaf.column)
         else:
+            own = _own_nulls(arr)
             combined = _combine(parent, own, win)
             null = combined.null if combined is not None and combined.null.any() else None
             if own is not None:
                 stale = own if null is None else own & ~null
                 if stale.any():
                     self._check_stale(leaf, arr, stale, refuse_stale_slots)
+            pieces = _leaf_pieces(arr, null, leaf.column)
         hasher = self._columns[index]
-        pieces = _leaf_pieces(arr, null, leaf.column)
         if self._digest_pool is None:
             for piece in pieces:
                 hasher.update(piece)
@@ -1013,7 +1066,7 @@ def array_digest(array: pa.Array | pa.ChunkedArray) -> bytes:
     hasher = hashlib.sha3_256(type_bytes(dt, "<array>"))
     chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
     for chunk in chunks:
-        for piece in _leaf_pieces(chunk, _own_nulls(_unwrap(chunk)), "<array>"):
+        for piece in _own_leaf_pieces(chunk, "<array>"):
             hasher.update(piece)
     return hasher.digest()
 

@@ -1,6 +1,8 @@
 """The compiled stream assembly (``native/odf_stream.c``) and the numpy fallback agree byte for
 byte on random columns: strings/binaries with and without nulls, int32/int64 offsets, sliced
-arrays, fixed-width columns with nulls, lists; and whole-table logical hashes are equal."""
+arrays, fixed-width columns with nulls, lists; validity bitmaps handed to C as Arrow holds them
+(every bit offset, all-null, all-valid, no bitmap, several pieces, chunked arrays, booleans);
+and whole-table logical hashes are equal."""
 
 from __future__ import annotations
 
@@ -130,3 +132,124 @@ def test_table_hash_identical(monkeypatch: pytest.MonkeyPatch) -> None:
     native = logical_hash(table)
     monkeypatch.setattr(native_stream, "LIB", None)
     assert logical_hash(table) == native
+
+
+# --- validity bitmaps passed straight to C (a leaf's own nulls) --------------------------------
+
+
+def _leaf_bytes(arr: Any) -> bytes:
+    """The whole stream of a leaf whose nulls are its own, as the record hasher builds it."""
+    return b"".join(
+        bytes(memoryview(np.asarray(p, dtype=np.uint8)).cast("B"))
+        for p in hashing._own_leaf_pieces(arr, "c")
+    )
+
+
+def _leaf_both(arr: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[bytes, bytes]:
+    native = _leaf_bytes(arr)
+    with monkeypatch.context() as m:
+        m.setattr(native_stream, "LIB", None)
+        numpy_path = _leaf_bytes(arr)
+    return native, numpy_path
+
+
+def _random_array(typ: Any, n: int, null_rate: float, seed: int) -> Any:
+    rng = np.random.default_rng(seed)
+    mask = rng.random(n) < null_rate
+    if pa.types.is_boolean(typ):
+        return pa.array(rng.random(n) < 0.5, mask=mask)
+    if pa.types.is_fixed_size_binary(typ):
+        raw = rng.integers(0, 256, n * typ.byte_width, dtype=np.uint8).tobytes()
+        w = typ.byte_width
+        return pa.array([None if mask[i] else raw[i * w : (i + 1) * w] for i in range(n)], type=typ)
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_string_view(typ):
+        return pa.array([None if mask[i] else v for i, v in enumerate(_strings(rng, n, 0.0))], typ)
+    if pa.types.is_binary(typ) or pa.types.is_large_binary(typ):
+        values = [None if mask[i] else v.encode() for i, v in enumerate(_strings(rng, n, 0.0))]
+        return pa.array(values, typ)
+    return pa.array(rng.integers(0, 100, n), mask=mask).cast(typ)
+
+
+_BITMAP_TYPES = [
+    pa.bool_(),
+    pa.int8(),
+    pa.uint16(),
+    pa.int32(),
+    pa.float32(),
+    pa.int64(),
+    pa.float64(),
+    pa.timestamp("ms", "UTC"),
+    pa.decimal128(25, 2),
+    pa.decimal256(50, 2),
+    pa.string(),
+    pa.large_binary(),
+    pa.binary(3),
+    pa.string_view(),
+]
+
+
+@pytest.mark.parametrize("typ", _BITMAP_TYPES, ids=str)
+@pytest.mark.parametrize("null_rate", [0.0, 0.03, 0.1, 0.5, 1.0])
+def test_bitmap_streams_identical(
+    typ: Any, null_rate: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sliced arrays put row 0 at every bit position of a bitmap byte (offsets 0..9), lengths
+    cover the 64-row words and their tails; all-null and null-free bitmaps included."""
+    arr = _random_array(typ, 1000, null_rate, seed=5)
+    for start, length in ((0, 1000), (1, 999), (3, 130), (7, 64), (8, 65), (9, 63), (5, 1)):
+        part = arr.slice(start, length)
+        native, numpy_path = _leaf_both(part, monkeypatch)
+        assert native == numpy_path, (start, length)
+
+
+@pytest.mark.parametrize("typ", [pa.bool_(), pa.int16(), pa.float64(), pa.string()], ids=str)
+def test_bitmap_without_buffer_and_all_valid_bitmap(
+    typ: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No validity buffer at all, and a bitmap present but all valid: both mean no nulls."""
+    arr = _random_array(typ, 300, 0.0, seed=9)
+    bufs = arr.buffers()
+    assert bufs[0] is None
+    ones = pa.py_buffer(np.full(40, 0xFF, dtype=np.uint8).tobytes())
+    with_bitmap = pa.Array.from_buffers(arr.type, len(arr), [ones, *bufs[1:]], null_count=-1)
+    assert with_bitmap.null_count == 0
+    for a in (arr, arr.slice(11, 200), with_bitmap, with_bitmap.slice(13, 250)):
+        native, numpy_path = _leaf_both(a, monkeypatch)
+        assert native == numpy_path
+        assert native == _leaf_bytes(arr.slice(a.offset, len(a)))
+
+
+@pytest.mark.parametrize("typ", [pa.bool_(), pa.int64(), pa.string()], ids=str)
+def test_bitmap_streams_across_pieces(typ: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A column long enough to be cut into several pieces, some of them without nulls."""
+    n = 300_000
+    arr = _random_array(typ, n, 0.0, seed=2)
+    mask = np.zeros(n, dtype=np.bool_)
+    mask[np.random.default_rng(4).integers(70_000, n, 5_000)] = True
+    arr = pa.array(arr.to_numpy(zero_copy_only=False), type=typ, mask=mask).slice(3)
+    native, numpy_path = _leaf_both(arr, monkeypatch)
+    assert native == numpy_path
+
+
+def test_chunked_array_digest_identical(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunked array hashes as one stream over its chunks, whichever path builds it."""
+    whole = _random_array(pa.int32(), 2000, 0.2, seed=6)
+    chunked = pa.chunked_array([whole.slice(0, 7), whole.slice(7, 1000), whole.slice(1007)])
+    native = hashing.array_digest(chunked)
+    assert native == hashing.array_digest(whole)
+    with monkeypatch.context() as m:
+        m.setattr(native_stream, "LIB", None)
+        assert hashing.array_digest(chunked) == native
+        assert hashing.array_digest(whole) == native
+
+
+def test_table_hash_identical_with_bitmaps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole-table hashes over sliced batches of every bitmap type, native vs numpy."""
+    n = 3000
+    table = pa.table(
+        {f"c{i}": _random_array(t, n, 0.1, seed=i) for i, t in enumerate(_BITMAP_TYPES)}
+    )
+    batches = [table.slice(0, 1001).to_batches()[0], table.slice(1001).to_batches()[0]]
+    native = logical_hash(batches)
+    monkeypatch.setattr(native_stream, "LIB", None)
+    assert logical_hash(batches) == native
