@@ -12,17 +12,18 @@ The ``Timestamp`` struct is written with 1-byte alignment in manifest version 2 
 v0.264, spec v0.34 era) and 4-byte alignment in version 3. The outer ``Manifest`` wraps the
 finished block buffer as a ``[ubyte]`` vector; the block hash covers the whole outer buffer.
 
-Encoding is driven by the field specs below (one per schema table, in declaration order), so the
-encoder and decoder cannot drift apart. Decoding uses a small bounds-checked reader instead of
-generated accessors: it is faster and turns every malformed input into :class:`InvalidBlock`.
+Encoding is driven by field specs read off the model's dataclasses (one per schema table, fields
+in declaration order), so the model, the encoder and the decoder cannot drift apart. Decoding uses
+a small bounds-checked reader instead of generated accessors: it is faster and turns every
+malformed input into :class:`InvalidBlock`.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from enum import Enum, auto
+from dataclasses import dataclass, fields, is_dataclass
+from enum import Enum, IntEnum, auto
 from typing import Any, Final, TypeVar
 
 import flatbuffers
@@ -145,21 +146,6 @@ class _TableSpec:
     num_slots: int
 
 
-def _spec(cls: type, *fields: tuple[str, _K, bool] | tuple[str, _K, bool, Any]) -> _TableSpec:
-    """Assign vtable slots in declaration order (a union takes two: type byte, then value)."""
-    out = []
-    slot = 0
-    declared = list(getattr(cls, "__dataclass_fields__", {}))
-    for f in fields:
-        name, kind, required = f[0], f[1], f[2]
-        arg = f[3] if len(f) > 3 else None
-        out.append(_Field(name, kind, required, slot, arg))
-        slot += 2 if kind is _K.UNION else 1
-    if [f.name for f in out] != declared:
-        raise AssertionError(f"spec of {cls.__name__} does not match the model's field order")
-    return _TableSpec(cls, tuple(out), slot)
-
-
 # Union members in type-code order (code = index + 1; 0 is NONE).
 UNIONS: Final[dict[str, tuple[type, ...]]] = {
     "MetadataEvent": (
@@ -240,256 +226,85 @@ _UNION_CODE: Final[dict[type, int]] = {
     cls: i + 1 for members in UNIONS.values() for i, cls in enumerate(members)
 }
 
-REQ, OPT = True, False  # required / optional, for readability of the table below
-_S, _B, _H, _D, _SS = _K.STR, _K.BYTES, _K.HASH, _K.DID, _K.STRS
-_T, _TT, _U = _K.TABLE, _K.TABLES, _K.UNION
+# The field specs are read off the model (:mod:`coordinator.metadata.model`): fields in
+# declaration order, a field's kind from its annotation's text (the model's annotations are
+# postponed, so ``dataclasses.fields`` gives them as written), ``X | None`` optional, and the
+# tables those a ``MetadataBlock`` reaches. Only what an annotation cannot say is listed here.
 
-SPECS: Final[dict[type, _TableSpec]] = {
-    s.cls: s
-    for s in (
-        _spec(m.OffsetInterval, ("start", _K.U64, REQ), ("end", _K.U64, REQ)),
-        _spec(
-            m.DataSlice,
-            ("logical_hash", _H, REQ),
-            ("physical_hash", _H, REQ),
-            ("offset_interval", _T, REQ, m.OffsetInterval),
-            ("size", _K.U64, REQ),
-        ),
-        _spec(m.Checkpoint, ("physical_hash", _H, REQ), ("size", _K.U64, REQ)),
-        _spec(m.SourceState, ("source_name", _S, REQ), ("kind", _S, REQ), ("value", _S, REQ)),
-        _spec(
-            m.AddData,
-            ("prev_checkpoint", _H, OPT),
-            ("prev_offset", _K.U64_OPT, OPT),
-            ("new_data", _T, OPT, m.DataSlice),
-            ("new_checkpoint", _T, OPT, m.Checkpoint),
-            ("new_watermark", _K.TS, OPT),
-            ("new_source_state", _T, OPT, m.SourceState),
-            # Spec v0.37: ODF extensions; absent unless set, so v0.34 bytes are unchanged.
-            ("extra", _T, OPT, m.ExtraAttributes),
-        ),
-        _spec(m.ExtraAttributes, ("entries", _S, REQ)),
-        # Spec v0.38 renamed the DDL ``schema`` to ``ddl_schema`` (same slot, same bytes) and
-        # appended the ODF ``schema``.
-        _spec(
-            m.ReadStepCsv,
-            ("ddl_schema", _SS, OPT),
-            ("separator", _S, OPT),
-            ("encoding", _S, OPT),
-            ("quote", _S, OPT),
-            ("escape", _S, OPT),
-            ("header", _K.BOOL_OPT, OPT),
-            ("infer_schema", _K.BOOL_OPT, OPT),
-            ("null_value", _S, OPT),
-            ("date_format", _S, OPT),
-            ("timestamp_format", _S, OPT),
-            ("schema", _T, OPT, m.DataSchema),
-        ),
-        _spec(m.ReadStepGeoJson, ("ddl_schema", _SS, OPT), ("schema", _T, OPT, m.DataSchema)),
-        _spec(
-            m.ReadStepEsriShapefile,
-            ("ddl_schema", _SS, OPT),
-            ("sub_path", _S, OPT),
-            ("schema", _T, OPT, m.DataSchema),
-        ),
-        _spec(m.ReadStepParquet, ("ddl_schema", _SS, OPT), ("schema", _T, OPT, m.DataSchema)),
-        _spec(
-            m.ReadStepJson,
-            ("sub_path", _S, OPT),
-            ("ddl_schema", _SS, OPT),
-            ("date_format", _S, OPT),
-            ("encoding", _S, OPT),
-            ("timestamp_format", _S, OPT),
-            ("schema", _T, OPT, m.DataSchema),
-        ),
-        _spec(
-            m.ReadStepNdJson,
-            ("ddl_schema", _SS, OPT),
-            ("date_format", _S, OPT),
-            ("encoding", _S, OPT),
-            ("timestamp_format", _S, OPT),
-            ("schema", _T, OPT, m.DataSchema),
-        ),
-        _spec(m.ReadStepNdGeoJson, ("ddl_schema", _SS, OPT), ("schema", _T, OPT, m.DataSchema)),
-        # ODF schema (spec v0.37, RFC-016).
-        _spec(m.DataTypeBinary, ("fixed_length", _K.U64_OPT, OPT)),
-        _spec(m.DataTypeBool),
-        _spec(m.DataTypeDate),
-        _spec(m.DataTypeDecimal, ("precision", _K.U32, REQ), ("scale", _K.I32, REQ)),
-        _spec(m.DataTypeDuration, ("unit", _K.ENUM16_OPT, OPT, m.TimeUnit)),
-        _spec(m.DataTypeFloat16),
-        _spec(m.DataTypeFloat32),
-        _spec(m.DataTypeFloat64),
-        _spec(m.DataTypeInt8),
-        _spec(m.DataTypeInt16),
-        _spec(m.DataTypeInt32),
-        _spec(m.DataTypeInt64),
-        _spec(m.DataTypeUInt8),
-        _spec(m.DataTypeUInt16),
-        _spec(m.DataTypeUInt32),
-        _spec(m.DataTypeUInt64),
-        _spec(
-            m.DataTypeList, ("item_type", _U, REQ, "DataType"), ("fixed_length", _K.U64_OPT, OPT)
-        ),
-        _spec(
-            m.DataTypeMap,
-            ("key_type", _U, REQ, "DataType"),
-            ("value_type", _U, REQ, "DataType"),
-            ("keys_sorted", _K.BOOL_OPT, OPT),
-        ),
-        _spec(m.DataTypeNull),
-        _spec(m.DataTypeOption, ("inner", _U, REQ, "DataType")),
-        _spec(m.DataTypeStruct, ("fields", _TT, REQ, m.DataField)),
-        _spec(m.DataTypeTime, ("unit", _K.ENUM16_OPT, OPT, m.TimeUnit)),
-        _spec(m.DataTypeTimestamp, ("unit", _K.ENUM16_OPT, OPT, m.TimeUnit), ("timezone", _S, OPT)),
-        _spec(m.DataTypeString),
-        _spec(
-            m.DataField,
-            ("name", _S, REQ),
-            ("type", _U, REQ, "DataType"),
-            ("extra", _T, OPT, m.ExtraAttributes),
-        ),
-        _spec(
-            m.DataSchema, ("fields", _TT, REQ, m.DataField), ("extra", _T, OPT, m.ExtraAttributes)
-        ),
-        _spec(m.SqlQueryStep, ("alias", _S, OPT), ("query", _S, REQ)),
-        _spec(m.TemporalTable, ("name", _S, REQ), ("primary_key", _SS, REQ)),
-        _spec(
-            m.TransformSql,
-            ("engine", _S, REQ),
-            ("version", _S, OPT),
-            ("query", _S, OPT),
-            ("queries", _TT, OPT, m.SqlQueryStep),
-            ("temporal_tables", _TT, OPT, m.TemporalTable),
-        ),
-        _spec(m.MergeStrategyAppend),
-        _spec(m.MergeStrategyLedger, ("primary_key", _SS, REQ)),
-        _spec(m.MergeStrategySnapshot, ("primary_key", _SS, REQ), ("compare_columns", _SS, OPT)),
-        _spec(m.MergeStrategyChangelogStream, ("primary_key", _SS, REQ)),
-        _spec(m.MergeStrategyUpsertStream, ("primary_key", _SS, REQ)),
-        _spec(
-            m.AddPushSource,
-            ("source_name", _S, REQ),
-            ("read", _U, REQ, "ReadStep"),
-            ("preprocess", _U, OPT, "Transform"),
-            ("merge", _U, REQ, "MergeStrategy"),
-        ),
-        _spec(m.AttachmentEmbedded, ("path", _S, REQ), ("content", _S, REQ)),
-        _spec(m.AttachmentsEmbedded, ("items", _TT, REQ, m.AttachmentEmbedded)),
-        _spec(
-            m.ExecuteTransformInput,
-            ("dataset_id", _D, REQ),
-            ("prev_block_hash", _H, OPT),
-            ("new_block_hash", _H, OPT),
-            ("prev_offset", _K.U64_OPT, OPT),
-            ("new_offset", _K.U64_OPT, OPT),
-        ),
-        _spec(
-            m.ExecuteTransform,
-            ("query_inputs", _TT, REQ, m.ExecuteTransformInput),
-            ("prev_checkpoint", _H, OPT),
-            ("prev_offset", _K.U64_OPT, OPT),
-            ("new_data", _T, OPT, m.DataSlice),
-            ("new_checkpoint", _T, OPT, m.Checkpoint),
-            ("new_watermark", _K.TS, OPT),
-        ),
-        _spec(m.Seed, ("dataset_id", _D, REQ), ("dataset_kind", _K.ENUM, REQ, m.DatasetKind)),
-        _spec(m.EventTimeSourceFromMetadata),
-        _spec(m.EventTimeSourceFromPath, ("pattern", _S, REQ), ("timestamp_format", _S, OPT)),
-        _spec(m.EventTimeSourceFromSystemTime),
-        _spec(m.SourceCachingForever),
-        _spec(m.RequestHeader, ("name", _S, REQ), ("value", _S, REQ)),
-        _spec(m.EnvVar, ("name", _S, REQ), ("value", _S, OPT)),
-        _spec(
-            m.FetchStepUrl,
-            ("url", _S, REQ),
-            ("event_time", _U, OPT, "EventTimeSource"),
-            ("cache", _U, OPT, "SourceCaching"),
-            ("headers", _TT, OPT, m.RequestHeader),
-        ),
-        _spec(
-            m.FetchStepFilesGlob,
-            ("path", _S, REQ),
-            ("event_time", _U, OPT, "EventTimeSource"),
-            ("cache", _U, OPT, "SourceCaching"),
-            ("order", _K.ENUM_OPT, OPT, m.SourceOrdering),
-        ),
-        _spec(
-            m.FetchStepContainer,
-            ("image", _S, REQ),
-            ("command", _SS, OPT),
-            ("args", _SS, OPT),
-            ("env", _TT, OPT, m.EnvVar),
-        ),
-        _spec(m.MqttTopicSubscription, ("path", _S, REQ), ("qos", _K.ENUM_OPT, OPT, m.MqttQos)),
-        _spec(
-            m.FetchStepMqtt,
-            ("host", _S, REQ),
-            ("port", _K.I32, REQ),
-            ("username", _S, OPT),
-            ("password", _S, OPT),
-            ("topics", _TT, REQ, m.MqttTopicSubscription),
-        ),
-        _spec(
-            m.FetchStepEthereumLogs,
-            ("chain_id", _K.U64_OPT, OPT),
-            ("node_url", _S, OPT),
-            ("filter", _S, OPT),
-            ("signature", _S, OPT),
-        ),
-        _spec(
-            m.PrepStepDecompress,
-            ("format", _K.ENUM, REQ, m.CompressionFormat),
-            ("sub_path", _S, OPT),
-        ),
-        _spec(m.PrepStepPipe, ("command", _SS, REQ)),
-        _spec(
-            m.SetPollingSource,
-            ("fetch", _U, REQ, "FetchStep"),
-            ("prepare", _K.PREP_VEC, OPT, "PrepStep"),
-            ("read", _U, REQ, "ReadStep"),
-            ("preprocess", _U, OPT, "Transform"),
-            ("merge", _U, REQ, "MergeStrategy"),
-        ),
-        _spec(m.TransformInput, ("dataset_ref", _S, REQ), ("alias", _S, OPT)),
-        _spec(
-            m.SetTransform,
-            ("inputs", _TT, REQ, m.TransformInput),
-            ("transform", _U, REQ, "Transform"),
-        ),
-        _spec(
-            m.SetVocab,
-            ("offset_column", _S, OPT),
-            ("operation_type_column", _S, OPT),
-            ("system_time_column", _S, OPT),
-            ("event_time_column", _S, OPT),
-        ),
-        _spec(m.SetAttachments, ("attachments", _U, REQ, "Attachments")),
-        _spec(m.SetInfo, ("description", _S, OPT), ("keywords", _SS, OPT)),
-        _spec(
-            m.SetLicense,
-            ("short_name", _S, REQ),
-            ("name", _S, REQ),
-            ("spdx_id", _S, OPT),
-            ("website_url", _S, REQ),
-        ),
-        # Slot 0 is the spec v0.34 Arrow schema, slot 1 the ODF schema (spec v0.37).
-        _spec(
-            m.SetDataSchema,
-            ("raw_arrow_schema", _B, OPT),
-            ("schema", _T, OPT, m.DataSchema),
-        ),
-        _spec(m.DisablePushSource, ("source_name", _S, REQ)),
-        _spec(m.DisablePollingSource),
-        _spec(
-            m.MetadataBlock,
-            ("system_time", _K.TS, REQ),
-            ("prev_block_hash", _H, OPT),
-            ("sequence_number", _K.U64, REQ),
-            ("event", _U, REQ, "MetadataEvent"),
-        ),
-    )
+#: Integer fields whose flatbuffers type is not the schema's usual ``uint64`` (``schemas/odf.fbs``).
+_INT_KINDS: Final = {
+    (m.FetchStepMqtt, "port"): _K.I32,
+    (m.DataTypeDecimal, "precision"): _K.U32,
+    (m.DataTypeDecimal, "scale"): _K.I32,
 }
+#: Enums the schema stores as ``int16`` (the others are ``int32``).
+_ENUM16: Final = frozenset({m.TimeUnit})
+_NAMED_KINDS: Final = {
+    "str": _K.STR,
+    "bytes": _K.BYTES,
+    "Multihash": _K.HASH,
+    "DatasetId": _K.DID,
+    "Timestamp": _K.TS,
+    "tuple[str, ...]": _K.STRS,
+}
+
+
+def _field_kind(cls: type, name: str, annotation: str) -> tuple[_K, Any]:
+    """The kind of field ``name`` of ``cls`` and its ``_Field.arg``, from its annotation."""
+    optional = annotation.endswith(" | None")
+    t = annotation.removesuffix(" | None")
+    if t in _NAMED_KINDS:
+        return _NAMED_KINDS[t], None
+    if t in UNIONS:
+        return _K.UNION, t
+    if t == "int":
+        return (_K.U64_OPT if optional else _INT_KINDS.get((cls, name), _K.U64)), None
+    if t == "bool" and optional:
+        return _K.BOOL_OPT, None
+    if t.startswith("tuple[") and t.endswith(", ...]"):
+        item = t.removeprefix("tuple[").removesuffix(", ...]")
+        # A vector of union values is a vector of wrapper tables; the schema has one (PrepStep).
+        return (_K.PREP_VEC, item) if item in UNIONS else (_K.TABLES, getattr(m, item))
+    value = getattr(m, t, None)
+    if isinstance(value, type) and issubclass(value, IntEnum):
+        if value in _ENUM16:
+            return _K.ENUM16_OPT, value
+        return (_K.ENUM_OPT if optional else _K.ENUM), value
+    if isinstance(value, type) and is_dataclass(value):
+        return _K.TABLE, value
+    raise AssertionError(f"{cls.__name__}.{name}: no flatbuffers kind for {annotation!r}")
+
+
+def _table_spec(cls: type) -> _TableSpec:
+    """Assign vtable slots in declaration order (a union takes two: type byte, then value)."""
+    out = []
+    slot = 0
+    for f in fields(cls):
+        annotation = str(f.type)
+        kind, arg = _field_kind(cls, f.name, annotation)
+        out.append(_Field(f.name, kind, not annotation.endswith(" | None"), slot, arg))
+        slot += 2 if kind is _K.UNION else 1
+    return _TableSpec(cls, tuple(out), slot)
+
+
+def _reachable_specs(root: type) -> dict[type, _TableSpec]:
+    """The specs of ``root`` and of every table its fields reach (through unions too)."""
+    specs: dict[type, _TableSpec] = {}
+    todo = [root]
+    while todo:
+        cls = todo.pop(0)
+        if cls in specs:
+            continue
+        specs[cls] = spec = _table_spec(cls)
+        for f in spec.fields:
+            if f.kind in (_K.TABLE, _K.TABLES):
+                todo.append(f.arg)
+            elif f.kind in (_K.UNION, _K.PREP_VEC):
+                todo.extend(UNIONS[f.arg])
+    return specs
+
+
+SPECS: Final[dict[type, _TableSpec]] = _reachable_specs(m.MetadataBlock)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -458,6 +458,10 @@ class PrepStepPipe:
 PrepStep = PrepStepDecompress | PrepStepPipe
 
 
+# Spec v0.38 renamed the read steps' DDL ``schema`` to ``ddl_schema`` (same slot, same bytes) and
+# appended the ODF ``schema``.
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReadStepCsv:
     """Read CSV."""
