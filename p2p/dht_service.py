@@ -20,6 +20,15 @@ bounds (per dataset, per provider, in all); a record the bounds refuse is answer
 Provider records are checked (signature, dataset, one per provider, the newest kept) before
 anything uses them; they stay hints, as every dial authenticates the peer.
 
+**Confirming providers.** A provider lookup counts a provider toward ``want_providers`` only
+once it is confirmed: its record's signature verified, and a dial to the record's gossip
+addresses (relayed ones included) authenticated the peer the record was signed by (or a
+connection to it is already open). The walk goes on meanwhile; a dial that fails, or reaches
+another peer, is reported to the walk as failed (:meth:`p2p.dht.Lookup.on_provider_failed`)
+and its record is dropped. So a Sybil answering 20 self-signed records of identities that
+carry nothing costs 20 failed dials (at most :data:`DIALS_AT_ONCE` at once), never the lookup.
+The connection a confirmation opened is the one discovery then uses: it does not dial again.
+
 A light node (``serve`` off) registers no handler, sends no addresses (so no server lists it
 as a peer to ask) and refreshes no table: it only asks.
 
@@ -54,7 +63,7 @@ from p2p.dht import (
     RecordLimits,
     RoutingTable,
 )
-from p2p.dht.keys import DhtKey
+from p2p.dht.keys import DhtKey, dataset_key, peer_key
 from p2p.dht.records import due_for_republish
 from p2p.dht.routing import K
 from p2p.dht.stats import DhtStats
@@ -72,10 +81,8 @@ from p2p.dht.wire import (
     decode_record,
     decode_request,
     decode_response,
-    did_key,
     encode_request,
     encode_response,
-    peer_key,
 )
 from p2p.discovery import PeerRecord
 from p2p.errors import NetworkNotIsolated, P2PError, WireDecodeError
@@ -91,6 +98,8 @@ NOT_A_SEED_NS = 600 * _S
 not asked again as a seed (a light node or one without the DHT would fail every lookup)."""
 ASK_AT_ONCE = 8
 """Datasets one :meth:`DhtService.find_peer_records` call looks up."""
+DIALS_AT_ONCE = 8
+"""Providers one lookup dials at once to confirm them (the others wait their turn)."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +117,7 @@ class DhtConfig:
     slow_after_s: float = 1.0
     lookup_timeout_s: float = 30.0
     want_providers: int = 4
-    """A provider lookup stops once it knows this many."""
+    """A provider lookup stops once it has confirmed this many (see the module docstring)."""
     rate_per_s: float = 20.0
     rate_burst: float = 100.0
     max_senders: int = 4096
@@ -160,8 +169,9 @@ class ProvideReport:
 
 @dataclass(frozen=True)
 class ProviderLookup:
-    """What a provider lookup found: the checked records (one per provider, newest), and the
-    walk's figures."""
+    """What a provider lookup found: the checked records (one per provider, newest) of the
+    confirmed providers (when none was, of those whose dial had not ended when the lookup did),
+    and the walk's figures (``walk.confirmed``: the providers a dial authenticated)."""
 
     did: DatasetId
     records: tuple[SignedProviderRecord, ...]
@@ -254,7 +264,7 @@ class DhtService:
         except WireDecodeError:
             self.stats.served_invalid += 1
             return DhtResponse(Status.INVALID)
-        if did_key(rec.did) != req.key or peer_id_of_node(rec.node) != peer:
+        if dataset_key(rec.did) != req.key or peer_id_of_node(rec.node) != peer:
             # Only a carrier's own record, and only under its dataset's key.
             self.stats.served_invalid += 1
             return DhtResponse(Status.INVALID)
@@ -269,7 +279,7 @@ class DhtService:
         self.store.expire(now)
         out = [r.peer_record for r in self.store.providers(key, now, MAX_PROVIDERS)]
         for did, (rec, _, _) in self._own.items():
-            if did_key(did) == key:
+            if dataset_key(did) == key:
                 out.insert(0, rec.encoded)
         return tuple(out[:MAX_PROVIDERS])
 
@@ -366,10 +376,17 @@ class DhtService:
         return DhtRequest(op, key, addrs, record)
 
     async def lookup(
-        self, key: DhtKey, op: DhtOp = DhtOp.FIND_NODE, want_providers: int = 0
+        self,
+        key: DhtKey,
+        op: DhtOp = DhtOp.FIND_NODE,
+        want_providers: int = 0,
+        stored: dict[str, SignedProviderRecord] | None = None,
     ) -> tuple[LookupResult, dict[str, SignedProviderRecord]]:
         """One iterative lookup of ``key`` over real streams; the walk's result and, for
-        ``GET_PROVIDERS``, the checked provider records by provider peer id."""
+        ``GET_PROVIDERS``, the checked provider records by provider peer id (failed ones
+        dropped). With ``want_providers``, every provider named (and each of ``stored``, the
+        records this node stores) is dialled to confirm it, and the walk ends at
+        ``want_providers`` confirmed ones."""
         cfg = self.config
         self.stats.lookups += 1
         seeds = self.table.closest(key)
@@ -392,41 +409,107 @@ class DhtService:
                 query_timeout_ns=int(cfg.query_timeout_s * _S),
             ),
         )
-        records: dict[str, SignedProviderRecord] = {}
+        records: dict[str, SignedProviderRecord] = dict(stored or {})
         pending: dict[asyncio.Task[DhtResponse], str] = {}
+        dials: dict[asyncio.Task[None], str] = {}
+        # Providers waiting for a dial slot, by the peer that named them (``""``: stored here),
+        # taken in turn from each: a Sybil's 20 fakes do not queue ahead of an honest answer.
+        to_dial: OrderedDict[str, list[str]] = OrderedDict()
+        dialled: set[str] = set()
+        confirming = op is DhtOp.GET_PROVIDERS and want_providers > 0
         req = self._request(op, key)
 
         def send(queries: Sequence[Query]) -> None:
             for q in queries:
                 pending[asyncio.ensure_future(self.query(q.peer, req))] = q.peer
 
+        def dial_named(namer: str, names: Sequence[str]) -> None:
+            if not confirming:
+                return
+            for pid in names:
+                if pid not in dialled and pid in records:
+                    dialled.add(pid)
+                    to_dial.setdefault(namer, []).append(pid)
+            while to_dial and len(dials) < DIALS_AT_ONCE:
+                first, queue = next(iter(to_dial.items()))
+                pid = queue.pop(0)
+                if queue:
+                    to_dial.move_to_end(first)
+                else:
+                    del to_dial[first]
+                dials[asyncio.ensure_future(self._confirm(pid, records[pid]))] = pid
+
         started = self._now()
         deadline = started + int(cfg.lookup_timeout_s * _S)
         send(walk.start(started))
+        dial_named("", list(records))
         try:
-            while pending and not walk.done:
+            while (pending or dials) and not walk.done:
                 now = self._now()
                 if now >= deadline:
                     break
                 wake = walk.next_deadline(now)
                 timeout = (min(wake if wake is not None else deadline, deadline) - now) / _S
-                done, _ = await asyncio.wait(
-                    pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                await asyncio.wait(
+                    [*pending, *dials], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
                 )
                 now = self._now()
-                for task in done:
+                for dial in [t for t in dials if t.done()]:
+                    send(self._on_dialled(walk, dials.pop(dial), dial, records, now))
+                for task in [t for t in pending if t.done()]:
                     peer = pending.pop(task)
                     send(self._on_answer(walk, peer, task, key, records, now))
+                    dial_named(peer, walk.awaiting_confirmation)
+                dial_named("", ())
                 # Overdue queries fail in the walk (a late answer is ignored) and slow ones
                 # stop counting against alpha: the next peers are asked now.
                 send(walk.poll(self._now()))
         finally:
-            for task in pending:
-                task.cancel()
-            for task in pending:
+            for t in [*pending, *dials]:
+                t.cancel()
+            for t in [*pending, *dials]:
                 with contextlib.suppress(BaseException):
-                    await task
+                    await t
         return walk.result(), records
+
+    async def _confirm(self, pid: str, rec: SignedProviderRecord) -> None:
+        """Dial provider ``pid`` at its record's gossip addresses until one authenticates it.
+
+        Raises:
+            TransportError: no address reached ``pid`` (or one reached another peer).
+        """
+        if pid in self._t.connected_peers():
+            return  # an open connection authenticated it already
+        errors = []
+        for addr in self._allowed(rec.gossip):
+            full = addr if addr.endswith(f"/p2p/{pid}") else f"{addr}/p2p/{pid}"
+            try:
+                got = await asyncio.wait_for(self._t.connect(full), self.config.query_timeout_s)
+            except (TransportError, P2PError, TimeoutError) as e:
+                errors.append(f"{full}: {e}")
+                continue
+            if got == pid:
+                return
+            errors.append(f"{full}: reached {got}")
+        raise TransportError(f"provider {pid} not reached: {'; '.join(errors) or 'no address'}")
+
+    def _on_dialled(
+        self,
+        walk: Lookup,
+        pid: str,
+        task: asyncio.Task[None],
+        records: dict[str, SignedProviderRecord],
+        now: int,
+    ) -> list[Query]:
+        exc = task.exception()
+        if exc is None:
+            self.stats.providers_confirmed += 1
+            log.debug("DHT: provider %s confirmed", pid)
+            return list(walk.on_provider_confirmed(pid, now))
+        self.stats.providers_failed += 1
+        records.pop(pid, None)
+        log.info("DHT: provider %s failed its dial: %s", pid, exc)
+        return list(walk.on_provider_failed(pid, now))
 
     def _on_answer(
         self,
@@ -466,13 +549,15 @@ class DhtService:
             except WireDecodeError:
                 self.stats.bad_records += 1
                 continue
-            if did_key(rec.did) != key:
+            if dataset_key(rec.did) != key:
                 self.stats.bad_records += 1
                 continue
             pid = peer_id_of_node(rec.node)
             if pid == self._me:
                 continue
             old = records.get(pid)
+            if old is None:
+                self.stats.providers_found += 1
             if old is None or rec.issued_ms > old.issued_ms:
                 records[pid] = rec
             providers.append(pid)
@@ -481,18 +566,27 @@ class DhtService:
     async def find_providers(self, did: DatasetId) -> ProviderLookup:
         """Who carries ``did``: a ``GET_PROVIDERS`` lookup (stops at ``want_providers``)."""
         t0 = self._now()
-        key = did_key(did)
-        # The records this node stores count first (go-libp2p-kad-dht does the same); they do
-        # not end the walk, so one stale local record never hides the other carriers.
+        key = dataset_key(did)
+        # The records this node stores are dialled first (go-libp2p-kad-dht counts them
+        # first too); like any other they end the walk only once confirmed, so one stale local
+        # record never hides the other carriers.
         local: dict[str, SignedProviderRecord] = {}
         for stored in self.store.providers(key, t0):
             with contextlib.suppress(WireDecodeError):
-                local[stored.provider] = decode_record(stored.peer_record)
-        walk, records = await self.lookup(key, DhtOp.GET_PROVIDERS, self.config.want_providers)
-        for pid, rec in local.items():
-            if pid not in records or rec.issued_ms > records[pid].issued_ms:
-                records[pid] = rec
-        found = tuple(r for r in records.values() if r.did == did)
+                rec = decode_record(stored.peer_record)
+                if rec.did == did and peer_id_of_node(rec.node) == stored.provider:
+                    local[stored.provider] = rec
+        walk, records = await self.lookup(
+            key, DhtOp.GET_PROVIDERS, self.config.want_providers, stored=local
+        )
+        # The confirmed providers' records; only when none was confirmed (the lookup ran out
+        # of time with dials still under way), the others' as hints for discovery to dial.
+        confirmed = set(walk.confirmed)
+        found = tuple(
+            r
+            for r in records.values()
+            if r.did == did and (not confirmed or peer_id_of_node(r.node) in confirmed)
+        )
         return ProviderLookup(did, found, walk, (self._now() - t0) / _S)
 
     async def find_peer_records(self, dids: Sequence[DatasetId]) -> list[PeerRecord]:
@@ -502,10 +596,13 @@ class DhtService:
         out = []
         for f in found:
             log.info(
-                "DHT: %d provider(s) of %s in %.2f s (%d queried, %d failed)",
+                "DHT: %d provider(s) of %s in %.2f s (%d confirmed, %d failed their dial; "
+                "%d queried, %d failed)",
                 len(f.records),
                 f.did.as_did_str(),
                 f.elapsed_s,
+                len(f.walk.confirmed),
+                f.walk.failed_providers,
                 f.walk.queried,
                 f.walk.failed,
             )
@@ -533,7 +630,7 @@ class DhtService:
             ipfs=tuple(ipfs[:MAX_ADDRS]),
             http=http,
         )
-        key = did_key(did)
+        key = dataset_key(did)
         walk, _ = await self.lookup(key)
         req = self._request(DhtOp.ADD_PROVIDER, key, rec.encoded)
         targets = list(walk.closest)

@@ -163,7 +163,8 @@ def simulate_discovery(p: DiscoveryParams) -> dict[str, object]:
             net.provide(c, dataset_keys[d], 0)
     provided_s = time.perf_counter() - t0 - built_s
     conns = [rng.sample(range(p.nodes), p.connections) for _ in range(p.nodes)]
-    cfg = LookupConfig(want_providers=1)
+    # Every record here is a carrier's (no Sybils in this model): a named provider counts.
+    cfg = LookupConfig(want_providers=1, count_unconfirmed=True)
     times_ms: list[float] = []
     queried: list[int] = []
     found = one_hop_found = 0

@@ -4,9 +4,19 @@ The walk of go-libp2p-kad-dht (``query.go``), without its rounds: ``alpha`` quer
 a query outstanding longer than ``slow_after_ns`` stops counting against ``alpha``, so another
 starts in its place (up to ``max_in_flight`` in all) and one slow or frozen peer never holds the
 walk up; it fails at ``query_timeout_ns``. Each answer names closer peers (at most ``k`` taken)
-and, for a provider lookup, providers (distinct, capped). The lookup ends when the ``k`` closest
-peers it knows that have not failed have all answered, when it has ``want_providers``
-providers, or when nobody is left to ask.
+and, for a provider lookup, providers (distinct, capped).
+
+**Providers count once confirmed.** An answer naming a provider proves nothing: a Sybil can
+answer with 20 self-signed records of identities that carry nothing (go-libp2p-kad-dht's
+``FindProvidersAsync(count)`` counts them, so one such answer ends the walk). Here the driver
+dials each named provider and reports the outcome: :meth:`Lookup.on_provider_confirmed` when the
+dial authenticated the peer the record was signed by (and, for the daemon, the record verified as
+that carrier's), :meth:`Lookup.on_provider_failed` otherwise. A failed provider frees its place
+among the ``max_providers`` kept.
+
+The lookup ends when it has ``want_providers`` confirmed providers; or when the ``k`` closest
+peers it knows that have not failed have all answered (or nobody is left to ask) and no named
+provider still awaits its dial's verdict.
 
 The driver sends each :class:`Query` it is given, reports the answer with :meth:`on_response`
 or the failure with :meth:`on_failure`, and calls :meth:`poll` when its timer fires; every call
@@ -39,9 +49,14 @@ class LookupConfig:
     slow_after_ns: int = SLOW_AFTER_NS
     query_timeout_ns: int = QUERY_TIMEOUT_NS
     want_providers: int = 0
-    """Stop once this many distinct providers are known (0: a ``FIND_NODE`` walk to the end)."""
+    """Stop once the driver confirmed this many distinct providers (0: a walk to the end)."""
     max_providers: int = 64
-    """Providers kept at most (an answer cannot make a lookup hold more)."""
+    """Providers kept at most, not counting failed ones (an answer cannot make a lookup hold
+    more)."""
+    count_unconfirmed: bool = False
+    """Count providers toward ``want_providers`` as soon as an answer names them, as
+    go-libp2p-kad-dht's ``FindProvidersAsync(count)`` does. Only for comparisons and for
+    simulations whose answers cannot lie: one Sybil answer of fake records ends such a walk."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +74,13 @@ class _State(Enum):
     FAILED = 3
 
 
+class _Provider(Enum):
+    NAMED = 0
+    """An answer named it; the driver has not said yet whether its dial confirmed it."""
+    CONFIRMED = 1
+    FAILED = 2
+
+
 @dataclass(slots=True)
 class _Candidate:
     peer: str
@@ -70,12 +92,15 @@ class _Candidate:
 
 @dataclass(frozen=True)
 class LookupResult:
-    """What a lookup found: the closest answering peers (closest first) and the providers."""
+    """What a lookup found: the closest answering peers (closest first), the providers named
+    and not failed (in the order named), and those the driver confirmed."""
 
     closest: tuple[str, ...]
     providers: tuple[str, ...]
     queried: int
     failed: int
+    confirmed: tuple[str, ...] = ()
+    failed_providers: int = 0
 
 
 @dataclass
@@ -86,7 +111,10 @@ class Lookup:
     seeds: Iterable[tuple[str, DhtKey]]
     config: LookupConfig = field(default_factory=LookupConfig)
     _candidates: dict[str, _Candidate] = field(default_factory=dict, repr=False)
-    _providers: dict[str, None] = field(default_factory=dict, repr=False)
+    _providers: dict[str, _Provider] = field(default_factory=dict, repr=False)
+    _kept: int = 0
+    """Providers named or confirmed (not failed): what ``max_providers`` caps."""
+    _confirmed: int = 0
     _started: bool = False
 
     def __post_init__(self) -> None:
@@ -116,12 +144,40 @@ class Lookup:
         c.state = _State.ANSWERED
         taken = 0
         for p in providers:
-            if taken >= self.config.k or len(self._providers) >= self.config.max_providers:
+            if taken >= self.config.k or self._kept >= self.config.max_providers:
                 break
             if p not in self._providers:
-                self._providers[p] = None
+                self._providers[p] = _Provider.NAMED
+                self._kept += 1
                 taken += 1
         self._learn(list(closer)[: self.config.k])
+        return self._next(now_ns)
+
+    def on_provider_confirmed(self, provider: str, now_ns: int) -> list[Query]:
+        """A dial to ``provider`` authenticated it (the peer its record was signed by): it
+        counts toward ``want_providers``; the queries to send now (none once done).
+
+        A provider no answer named (or one over ``max_providers``) counts too: the dial is
+        what proves it."""
+        state = self._providers.get(provider)
+        if state is _Provider.CONFIRMED:
+            return self._next(now_ns)
+        if state is not _Provider.NAMED:
+            self._kept += 1
+        self._providers[provider] = _Provider.CONFIRMED
+        self._confirmed += 1
+        return self._next(now_ns)
+
+    def on_provider_failed(self, provider: str, now_ns: int) -> list[Query]:
+        """The dial to ``provider`` failed, or reached a peer that is not the record's signer
+        or carries nothing: it never counts, and frees its place among ``max_providers``.
+        (A provider already confirmed stays confirmed.)"""
+        state = self._providers.get(provider)
+        if state is _Provider.NAMED:
+            self._providers[provider] = _Provider.FAILED
+            self._kept -= 1
+        elif state is None:
+            self._providers[provider] = _Provider.FAILED
         return self._next(now_ns)
 
     def on_failure(self, peer: str, now_ns: int) -> list[Query]:
@@ -155,15 +211,32 @@ class Lookup:
     # ---- outcome
 
     @property
+    def awaiting_confirmation(self) -> tuple[str, ...]:
+        """Providers named whose dial the driver has not reported yet (in the order named)."""
+        return tuple(p for p, s in self._providers.items() if s is _Provider.NAMED)
+
+    @property
+    def walked(self) -> bool:
+        """The walk itself is over: the ``k`` closest peers not known to have failed have all
+        answered (or none is left); confirmations may still be awaited."""
+        return self._started and all(c.state is _State.ANSWERED for c in self._closest_alive())
+
+    @property
     def done(self) -> bool:
         """Nothing more to learn (see the module docstring)."""
         if not self._started:
             return False
-        want = self.config.want_providers
-        if want and len(self._providers) >= want:
-            return True
-        # The k closest peers not known to have failed have all answered (none left: done).
-        return all(c.state is _State.ANSWERED for c in self._closest_alive())
+        cfg = self.config
+        want = cfg.want_providers
+        if want:
+            if self._confirmed >= want:
+                return True
+            if cfg.count_unconfirmed and self._kept >= want:
+                return True
+        if not self.walked:
+            return False
+        # Walked to the end: a provider lookup still waits for the dials it named.
+        return not want or cfg.count_unconfirmed or not self.awaiting_confirmation
 
     def result(self) -> LookupResult:
         """The closest peers that answered and the providers found so far."""
@@ -172,9 +245,11 @@ class Lookup:
         )
         return LookupResult(
             closest=tuple(p for _, p in answered[: self.config.k]),
-            providers=tuple(self._providers),
+            providers=tuple(p for p, s in self._providers.items() if s is not _Provider.FAILED),
             queried=sum(c.state is not _State.NEW for c in self._candidates.values()),
             failed=sum(c.state is _State.FAILED for c in self._candidates.values()),
+            confirmed=tuple(p for p, s in self._providers.items() if s is _Provider.CONFIRMED),
+            failed_providers=sum(s is _Provider.FAILED for s in self._providers.values()),
         )
 
     # ---- rules

@@ -28,6 +28,12 @@ class DhtStats:
     """Queries not sent because the peer's ``retry_after`` had not passed."""
     bad_records: int = 0
     provides: int = 0
+    providers_found: int = 0
+    """Distinct providers whose checked records this node's lookups received (per lookup)."""
+    providers_confirmed: int = 0
+    """Of them, those a dial authenticated (an open connection counts)."""
+    providers_failed: int = 0
+    """Those whose dial failed or reached another peer (a Sybil's fake records end here)."""
 
 
 def status_row(

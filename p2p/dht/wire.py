@@ -13,11 +13,12 @@ DhtRequest::
     "ODFK" || version u8 (=1) || op u8 || key (32 bytes) || addrs || [record]
 
 ``op`` is ``FIND_NODE`` (1), ``GET_PROVIDERS`` (2) or ``ADD_PROVIDER`` (3); ``key`` is the
-target's DHT key (:func:`did_key`, :func:`peer_key`); ``addrs`` (``u8`` count, at most
-:data:`MAX_ADDRS` strings of at most :data:`MAX_ADDR_LEN` bytes) are the sender's own gossip
-addresses when it serves the DHT, empty when it only queries (a light node): a server adds a
-sender to its routing table only when it serves. ``ADD_PROVIDER`` carries one signed provider
-record (``u16``-length bytes) whose DID's key must be ``key``.
+target's DHT key (:func:`p2p.dht.keys.dataset_key`, :func:`p2p.dht.keys.peer_key`);
+``addrs`` (``u8`` count, at most :data:`MAX_ADDRS` strings of at most :data:`MAX_ADDR_LEN`
+bytes) are the sender's own gossip addresses when it serves the DHT, empty when it only queries
+(a light node): a server adds a sender to its routing table only when it serves.
+``ADD_PROVIDER`` carries one signed provider record (``u16``-length bytes) whose DID's key must
+be ``key``.
 
 DhtResponse::
 
@@ -51,7 +52,7 @@ from typing import Final
 
 from coordinator.errors import InvalidDatasetId, SignatureError
 from coordinator.identity import DatasetId, PrivateKey, verify_signature
-from p2p.dht.keys import DhtKey, key_of
+from p2p.dht.keys import DhtKey
 from p2p.errors import WireDecodeError, WireEncodeError
 from p2p.wire import DID_LEN, SIGNATURE_LEN, Reader, Writer
 
@@ -90,16 +91,6 @@ class Status(enum.IntEnum):
     REFUSED = 1
     RATE_LIMITED = 2
     INVALID = 3
-
-
-def did_key(did: DatasetId) -> DhtKey:
-    """The DHT key of a dataset (the SHA-256 of its ``did:odf:`` string)."""
-    return key_of(did.as_did_str().encode())
-
-
-def peer_key(peer_id: str) -> DhtKey:
-    """The DHT key of a libp2p peer id."""
-    return key_of(peer_id.encode())
 
 
 def _key_bytes(key: DhtKey) -> bytes:
@@ -382,8 +373,6 @@ __all__ = [
     "decode_record",
     "decode_request",
     "decode_response",
-    "did_key",
     "encode_request",
     "encode_response",
-    "peer_key",
 ]

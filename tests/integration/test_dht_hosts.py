@@ -22,7 +22,8 @@ import pytest
 
 from coordinator.identity import DatasetId, PrivateKey
 from p2p.dht import RecordLimits
-from p2p.dht.wire import PROTOCOL, DhtOp, DhtRequest, SignedProviderRecord, Status, did_key
+from p2p.dht.keys import dataset_key
+from p2p.dht.wire import PROTOCOL, DhtOp, DhtRequest, SignedProviderRecord, Status
 from p2p.dht_service import DhtConfig, DhtRateLimited, DhtService
 from p2p.libp2p_host import Libp2pConfig
 from p2p.libp2p_process import Libp2pProcessTransport
@@ -152,20 +153,20 @@ def test_bounds_a_frozen_peer_rate_limits_refusals_and_foreign_records() -> None
 
             # Only a carrier's own record: a for b is refused as invalid.
             other = SignedProviderRecord.sign(b.key, DID, 1)
-            req = DhtRequest(DhtOp.ADD_PROVIDER, did_key(DID), (), other.encoded)
+            req = DhtRequest(DhtOp.ADD_PROVIDER, dataset_key(DID), (), other.encoded)
             with pytest.raises(Exception, match="invalid"):
                 await a.dht.query(b.t.peer_id, req)
 
             # The store's bound (one record in all): a's second dataset is refused, and said so.
             own = SignedProviderRecord.sign(a.key, DID, 1)
             ok = await a.dht.query(
-                b.t.peer_id, DhtRequest(DhtOp.ADD_PROVIDER, did_key(DID), (), own.encoded)
+                b.t.peer_id, DhtRequest(DhtOp.ADD_PROVIDER, dataset_key(DID), (), own.encoded)
             )
             assert ok.status is Status.OK
             did2 = PrivateKey.from_seed(b"\x45" * 32).dataset_id()
             own2 = SignedProviderRecord.sign(a.key, did2, 1)
             no = await a.dht.query(
-                b.t.peer_id, DhtRequest(DhtOp.ADD_PROVIDER, did_key(did2), (), own2.encoded)
+                b.t.peer_id, DhtRequest(DhtOp.ADD_PROVIDER, dataset_key(did2), (), own2.encoded)
             )
             assert no.status is Status.REFUSED
             assert b.dht.stats.records_refused == 1 and b.dht.stats.records_stored == 1
@@ -173,11 +174,11 @@ def test_bounds_a_frozen_peer_rate_limits_refusals_and_foreign_records() -> None
             # Over its rate (a burst of 4, then one per 20 s): RATE_LIMITED, never dropped;
             # the client holds back until retry_after and reports both.
             with pytest.raises(DhtRateLimited):
-                await a.dht.query(b.t.peer_id, DhtRequest(DhtOp.FIND_NODE, did_key(DID)))
+                await a.dht.query(b.t.peer_id, DhtRequest(DhtOp.FIND_NODE, dataset_key(DID)))
             assert b.dht.stats.served_rate_limited == 1
             assert a.dht.stats.rate_limited_by_peers == 1
             with pytest.raises(DhtRateLimited):
-                await a.dht.query(b.t.peer_id, DhtRequest(DhtOp.FIND_NODE, did_key(DID)))
+                await a.dht.query(b.t.peer_id, DhtRequest(DhtOp.FIND_NODE, dataset_key(DID)))
             assert a.dht.stats.held_back == 1
             assert b.dht.stats.served_rate_limited == 1  # held back: not even sent
         finally:

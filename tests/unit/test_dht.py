@@ -97,17 +97,25 @@ def drive(
     *,
     frozen: frozenset[str] = frozenset(),
     providers: dict[str, list[str]] | None = None,
+    genuine: frozenset[str] = frozenset(),
     latency_ns: int = 50_000_000,
+    dial_ns: int | None = None,
 ) -> tuple[int, int]:
     """Run ``lookup`` over ``tables`` (answers after ``latency_ns``; ``frozen`` peers never
-    answer); ``(virtual ns it took, most queries in flight at once)``."""
+    answer; a named provider is dialled at once and confirmed after ``dial_ns``, default
+    ``latency_ns``, when it is ``genuine``, failed otherwise); ``(virtual ns it took, most
+    queries in flight at once)``."""
+    dial_ns = latency_ns if dial_ns is None else dial_ns
     now = 0
     pending: list[tuple[int, Query]] = [(now + latency_ns, q) for q in lookup.start(now)]
+    dials: list[tuple[int, str]] = []
+    dialled: set[str] = set()
     peak = len(pending)
     while not lookup.done:
         answers = [a for a in pending if a[1].peer not in frozen]
         deadline = lookup.next_deadline(now)
-        due = min([t for t, _ in answers] + ([deadline] if deadline is not None else []))
+        times = [t for t, _ in answers] + [t for t, _ in dials]
+        due = min(times + ([deadline] if deadline is not None else []))
         now = due
         sent: list[Query] = []
         for t, q in [a for a in answers if a[0] <= now]:
@@ -115,6 +123,16 @@ def drive(
             closer = tables[q.peer].closest(lookup.target)
             given = (providers or {}).get(q.peer, [])
             sent += lookup.on_response(q.peer, closer, given, now)
+            for x in lookup.awaiting_confirmation:
+                if x not in dialled:
+                    dialled.add(x)
+                    dials.append((now + dial_ns, x))
+        for t, x in [d for d in dials if d[0] <= now]:
+            dials.remove((t, x))
+            if x in genuine:
+                sent += lookup.on_provider_confirmed(x, now)
+            else:
+                sent += lookup.on_provider_failed(x, now)
         sent += lookup.poll(now)
         pending = [(t, q) for t, q in pending if not (q.peer in frozen and t <= now - 10 * S)]
         pending += [(now + latency_ns, q) for q in sent]
@@ -149,8 +167,10 @@ def test_frozen_peers_do_not_hold_a_lookup_up() -> None:
     }
     cfg = LookupConfig(want_providers=1)
     lookup = Lookup(target, tables[names[0]].closest(target), cfg)
-    took, peak = drive(lookup, tables, frozen=frozen, providers=providers)
-    found = lookup.result().providers
+    took, peak = drive(
+        lookup, tables, frozen=frozen, providers=providers, genuine=frozenset(carriers)
+    )
+    found = lookup.result().confirmed
     assert found and set(found) <= set(carriers)
     # No round waited for a frozen peer's 10 s timeout: slow queries were overtaken at 1 s.
     assert took < cfg.query_timeout_ns
@@ -162,6 +182,74 @@ def test_providers_are_distinct_and_capped() -> None:
     [q] = lookup.start(0)
     lookup.on_response(q.peer, [], ["p1"] * 20 + [f"p{i}" for i in range(50)], 1)
     assert lookup.result().providers == ("p1", "p0", "p2", "p3", "p4")
+
+
+def test_a_sybil_answer_of_fake_providers_does_not_end_a_walk() -> None:
+    """A Sybil first in the walk answers with 20 self-signed records of identities that carry
+    nothing (and names only its friends as closer peers): the walk goes on to the honest peers
+    and ends at the first provider a dial confirmed, not at the 20 it was told of."""
+    tables = network(300, seed=4)
+    names = list(tables)
+    target = key_of(b"did:odf:fed01sybil")
+    by_distance = sorted(names, key=lambda p: distance(key_of(p.encode()), target))
+    carrier = by_distance[-1]  # a far node carries it; its record sits at the closest peers
+    fakes = [f"12D3KooWfake{i}" for i in range(20)]
+    sybil = by_distance[0]  # the closest to the key: asked first
+    providers = {p: [carrier] for p in by_distance[1:21]}
+    providers[sybil] = fakes
+    tables[sybil] = RoutingTable(key_of(sybil.encode()))  # it names no one closer
+    seeds = [(sybil, key_of(sybil.encode())), *tables[names[0]].closest(target)]
+    cfg = LookupConfig(want_providers=1)
+
+    # What go-libp2p-kad-dht's FindProvidersAsync(20) does: the Sybil's answer ends the walk.
+    naive = Lookup(target, seeds, LookupConfig(want_providers=20, count_unconfirmed=True))
+    assert sybil in {q.peer for q in naive.start(0)}
+    naive.on_response(sybil, [], fakes, 1)
+    assert naive.done and carrier not in naive.result().providers
+
+    lookup = Lookup(target, seeds, cfg)
+    sent = lookup.start(0)
+    assert sybil in {q.peer for q in sent}
+    lookup.on_response(sybil, [], fakes, 1)
+    assert not lookup.done and set(lookup.awaiting_confirmation) == set(fakes)
+    # All 20 fail their dials: still not done, and they never count.
+    for f in fakes:
+        lookup.on_provider_failed(f, 2)
+    assert not lookup.done and lookup.result().providers == ()
+
+    lookup = Lookup(target, seeds, cfg)
+    drive(lookup, tables, providers=providers, genuine=frozenset({carrier}), dial_ns=S)
+    res = lookup.result()
+    assert res.confirmed == (carrier,) and lookup.done
+    assert res.failed_providers == 20 and not set(res.providers) & set(fakes)
+
+
+def test_a_walked_lookup_waits_for_the_dials_it_started() -> None:
+    lookup = Lookup(key_of(b"x"), [peer(1)], LookupConfig(want_providers=1))
+    [q] = lookup.start(0)
+    assert lookup.on_response(q.peer, [], ["p1", "p2"], 1) == []
+    # The walk is over (nobody left to ask) but two named providers await their dials.
+    assert lookup.walked and not lookup.done
+    lookup.on_provider_failed("p1", 2)
+    assert not lookup.done
+    lookup.on_provider_failed("p2", 3)
+    assert lookup.done and lookup.result().confirmed == ()
+    # A confirmation ends it at once; one more than wanted is not needed.
+    other = Lookup(key_of(b"x"), [peer(1), peer(2)], LookupConfig(want_providers=1))
+    sent = other.start(0)
+    other.on_response(sent[0].peer, [], ["p1", "p2"], 1)
+    assert other.on_provider_confirmed("p2", 2) == [] and other.done
+    assert other.result().confirmed == ("p2",) and other.result().providers == ("p1", "p2")
+
+
+def test_failed_providers_free_their_places() -> None:
+    lookup = Lookup(key_of(b"x"), [peer(1), peer(2)], LookupConfig(max_providers=3))
+    a, b = lookup.start(0)
+    lookup.on_response(a.peer, [], ["f1", "f2", "f3"], 1)
+    for f in ("f1", "f2", "f3"):
+        lookup.on_provider_failed(f, 2)
+    lookup.on_response(b.peer, [], ["f1", "real"], 3)  # a failed one is not taken again
+    assert lookup.result().providers == ("real",)
 
 
 def test_an_answer_nobody_asked_for_is_ignored() -> None:

@@ -12,8 +12,18 @@ import pytest
 
 from coordinator.identity import DatasetId, PrivateKey
 from p2p.dht import RecordLimits
+from p2p.dht.keys import dataset_key
 from p2p.dht.records import HOUR_NS
-from p2p.dht.wire import PROTOCOL, DhtOp, DhtRequest, SignedProviderRecord, Status, did_key
+from p2p.dht.wire import (
+    PROTOCOL,
+    DhtOp,
+    DhtRequest,
+    DhtResponse,
+    SignedProviderRecord,
+    Status,
+    decode_request,
+    encode_response,
+)
 from p2p.dht_service import DhtConfig, DhtRateLimited, DhtRefused, DhtService
 from p2p.transport import TransportError, peer_id_of_node
 
@@ -94,7 +104,7 @@ def test_rate_limits_are_answered_respected_and_reported() -> None:
         a = Node(net, 1, clock)
         b = Node(net, 2, clock, DhtConfig(rate_per_s=1.0, rate_burst=2.0))
         net.link(a.peer_id, b.peer_id)
-        find = DhtRequest(DhtOp.FIND_NODE, did_key(DID))
+        find = DhtRequest(DhtOp.FIND_NODE, dataset_key(DID))
         for _ in range(2):
             assert (await a.dht.query(b.peer_id, find)).status is Status.OK
         with pytest.raises(DhtRateLimited, match="1000 ms"):
@@ -118,17 +128,17 @@ def test_only_a_carrier_s_own_record_under_its_dataset_s_key() -> None:
         c_rec = SignedProviderRecord.sign(c.key, DID, 1)
         with pytest.raises(DhtRefused):
             await a.dht.query(
-                b.peer_id, DhtRequest(DhtOp.ADD_PROVIDER, did_key(DID), (), c_rec.encoded)
+                b.peer_id, DhtRequest(DhtOp.ADD_PROVIDER, dataset_key(DID), (), c_rec.encoded)
             )
         a_rec = SignedProviderRecord.sign(a.key, DID, 1)
         other = PrivateKey.from_seed(b"\x49" * 32).dataset_id()
         with pytest.raises(DhtRefused):
             await a.dht.query(
-                b.peer_id, DhtRequest(DhtOp.ADD_PROVIDER, did_key(other), (), a_rec.encoded)
+                b.peer_id, DhtRequest(DhtOp.ADD_PROVIDER, dataset_key(other), (), a_rec.encoded)
             )
         assert len(b.dht.store) == 0 and b.dht.stats.served_invalid == 2
         ok = await a.dht.query(
-            b.peer_id, DhtRequest(DhtOp.ADD_PROVIDER, did_key(DID), (), a_rec.encoded)
+            b.peer_id, DhtRequest(DhtOp.ADD_PROVIDER, dataset_key(DID), (), a_rec.encoded)
         )
         assert ok.status is Status.OK and len(b.dht.store) == 1
 
@@ -228,5 +238,49 @@ def test_a_light_node_asks_but_does_not_serve_nor_announce_itself() -> None:
         assert failures == before + 2
         await carrier.dht.find_providers(DID)
         assert carrier.dht.stats.query_failures == failures
+
+    asyncio.run(main())
+
+
+def test_a_sybil_s_fake_provider_records_cost_failed_dials_not_the_lookup() -> None:
+    """A Sybil connected to the seeker answers every ``GET_PROVIDERS`` with 20 self-signed
+    records of identities that exist nowhere. With ``want_providers`` = 1 the seeker does not
+    stop at them: it dials each (all fail), walks on to the server holding the carrier's record,
+    dials the carrier and ends there, the carrier's record first and the fakes dropped."""
+
+    async def main() -> None:
+        clock, net = Clock(), Net()
+        seeker = Node(net, 1, clock, DhtConfig(want_providers=1))
+        sybil, server = Node(net, 2, clock), Node(net, 3, clock)
+        carrier = Node(net, 4, clock, carries=[DID])
+        net.link(carrier.peer_id, server.peer_id)
+        (report,) = await carrier.dht.run_once()
+        assert report.stored == (server.peer_id,)
+        net.link(seeker.peer_id, sybil.peer_id)
+        net.link(seeker.peer_id, server.peer_id)
+        fakes = []
+        for i in range(20):
+            key = PrivateKey.from_seed(bytes([100 + i]) * 32)
+            pid = peer_id_of_node(key.dataset_id())
+            addr = f"/ip4/127.0.0.1/tcp/{6000 + i}/p2p/{pid}"
+            fakes.append(SignedProviderRecord.sign(key, DID, 1, gossip=(addr,)).encoded)
+        honest = sybil.dht.serve
+
+        async def lying(peer: str, data: bytes) -> bytes:
+            if decode_request(data).op is DhtOp.GET_PROVIDERS:
+                return encode_response(DhtResponse(providers=tuple(fakes)))
+            return await honest(peer, data)
+
+        sybil.dht.serve = lying  # type: ignore[method-assign]
+        found = await seeker.dht.find_providers(DID)
+        assert found.walk.confirmed == (carrier.peer_id,)
+        assert [r.node for r in found.records] == [carrier.key.dataset_id()]
+        st = seeker.dht.stats
+        assert (st.providers_found, st.providers_confirmed) == (21, 1)
+        # The fakes dialled before the carrier's confirmation all failed; the rest were not
+        # dialled: the lookup ended at its one confirmed provider.
+        assert 1 <= st.providers_failed == found.walk.failed_providers <= 20
+        # The confirming dial left the seeker connected to the carrier: discovery needs no other.
+        assert carrier.peer_id in seeker.connected_peers()
 
     asyncio.run(main())

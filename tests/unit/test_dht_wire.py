@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.identity import PrivateKey
-from p2p.dht.keys import DhtKey
+from p2p.dht.keys import DhtKey, dataset_key, peer_key
 from p2p.dht.wire import (
     MAX_PEERS,
     PROTOCOL,
@@ -22,10 +22,8 @@ from p2p.dht.wire import (
     decode_record,
     decode_request,
     decode_response,
-    did_key,
     encode_request,
     encode_response,
-    peer_key,
 )
 from p2p.errors import WireDecodeError, WireEncodeError
 from p2p.transport import peer_id_of_node
@@ -67,8 +65,10 @@ def test_protocol_id_is_private() -> None:
 def test_frozen_vectors() -> None:
     rec = _record()
     assert rec.encoded.hex() == RECORD_HEX
-    assert encode_request(DhtRequest(DhtOp.FIND_NODE, did_key(DID))).hex() == FIND_NODE_HEX
-    add = DhtRequest(DhtOp.ADD_PROVIDER, did_key(DID), ("/ip4/127.0.0.1/tcp/4001",), rec.encoded)
+    assert encode_request(DhtRequest(DhtOp.FIND_NODE, dataset_key(DID))).hex() == FIND_NODE_HEX
+    add = DhtRequest(
+        DhtOp.ADD_PROVIDER, dataset_key(DID), ("/ip4/127.0.0.1/tcp/4001",), rec.encoded
+    )
     assert encode_request(add).hex() == ADD_PROVIDER_HEX
     resp = DhtResponse(
         Status.OK, 0, (PeerInfo("12D3KooWB", ("/ip4/127.0.0.1/tcp/4002",)),), (rec.encoded,)
@@ -85,7 +85,7 @@ def test_frozen_vectors() -> None:
 
 
 def test_keys_of_dids_and_peers() -> None:
-    assert did_key(DID) == DhtKey(
+    assert dataset_key(DID) == DhtKey(
         int("805cdd78aec3947c92dc42b01feb26e7786e7e7b964524dedf2c32caaa6cf5a9", 16)
     )
     assert peer_key("12D3KooWA") != peer_key("12D3KooWB")
@@ -153,12 +153,12 @@ def test_responses_decode_strictly() -> None:
 def test_caps_are_enforced_when_encoding() -> None:
     with pytest.raises(WireEncodeError):
         encode_request(
-            DhtRequest(DhtOp.FIND_NODE, did_key(DID), tuple(f"/a/{i}" for i in range(5)))
+            DhtRequest(DhtOp.FIND_NODE, dataset_key(DID), tuple(f"/a/{i}" for i in range(5)))
         )
     with pytest.raises(WireEncodeError):
-        encode_request(DhtRequest(DhtOp.ADD_PROVIDER, did_key(DID)))
+        encode_request(DhtRequest(DhtOp.ADD_PROVIDER, dataset_key(DID)))
     with pytest.raises(WireEncodeError):
-        encode_request(DhtRequest(DhtOp.GET_PROVIDERS, did_key(DID), (), b"x"))
+        encode_request(DhtRequest(DhtOp.GET_PROVIDERS, dataset_key(DID), (), b"x"))
     with pytest.raises(WireEncodeError):
         encode_response(DhtResponse(closer=tuple(PeerInfo(f"p{i}") for i in range(MAX_PEERS + 1))))
     with pytest.raises(WireEncodeError):
