@@ -238,17 +238,12 @@ class FlowUseCases:
         return FlowsResult(
             schedules=[self._row(s, alias(s.did)) for s in schedules],
             runs=[
-                FlowRunRow(
-                    id=w.id,
-                    kind=w.kind,
-                    did=w.did,
+                FlowRunRow.from_record(
+                    w,
                     alias=alias(w.did),
                     trigger=str(w.payload.get("trigger", "")),
-                    state=w.state,
-                    attempts=w.attempts,
                     created=Timestamp(w.created_ns).to_rfc3339(),
                     updated=Timestamp(w.updated_ns).to_rfc3339(),
-                    last_error=w.last_error,
                 )
                 for w in items
             ],

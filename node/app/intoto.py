@@ -102,17 +102,10 @@ class AttestationExport:
                 rows.append(VerifiedEnvelope.failed(str(e)))
                 continue
             rows.append(
-                VerifiedEnvelope(
+                VerifiedEnvelope.from_record(
+                    v,
                     ok=True,
                     problem=None,
-                    signer=v.signer,
-                    node=v.node,
-                    relayed=v.relayed,
-                    kind=v.kind,
-                    predicate_type=v.predicate_type,
-                    dataset=v.dataset,
-                    block=v.block,
-                    digest=v.digest,
                     # The verifier's checked fields, never the envelope's own: a field
                     # added outside the signed wire envelope is refused, not passed through.
                     predicate=dict(v.predicate),

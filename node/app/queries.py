@@ -45,40 +45,20 @@ class NodeQueries:
 
     async def peers(self) -> list[PeerRow]:
         """Known gossip peers with score and last contact."""
-        return [
-            PeerRow(
-                peer_id=p.peer_id,
-                connected=p.connected,
-                score=p.score,
-                addrs=list(p.addrs),
-                last_seen_ns=p.last_seen_ns,
-            )
-            for p in await self._state.peers()
-        ]
+        return [PeerRow.from_record(p, addrs=list(p.addrs)) for p in await self._state.peers()]
 
     async def events(
         self, after_id: int = 0, limit: int = 100, kind: str | None = None
     ) -> list[EventRow]:
         """The event log, oldest first, after ``after_id``."""
         return [
-            EventRow(id=e.id, at_ns=e.ts_ns, kind=e.kind, did=e.did, data=e.data)
+            EventRow.from_record(e, at_ns=e.ts_ns)
             for e in await self._state.events(after_id, limit, kind)
         ]
 
     async def work(self, state: WorkState | None = None, did: str | None = None) -> list[WorkRow]:
         """Work items (verify, publish, dispute) and their states."""
-        return [
-            WorkRow(
-                id=w.id,
-                kind=w.kind,
-                did=w.did,
-                head=w.head,
-                state=w.state,
-                attempts=w.attempts,
-                last_error=w.last_error,
-            )
-            for w in await self._state.work(state=state, did=did)
-        ]
+        return [WorkRow.from_record(w) for w in await self._state.work(state=state, did=did)]
 
     async def attestations(
         self, did: str | None = None, head: str | None = None, limit: int = 100
@@ -88,12 +68,8 @@ class NodeQueries:
         identities = NodeIdentities()
         load_records(identities, await self._state.key_rotations())
         return [
-            AttestationRow(
-                did=a.did,
-                head=a.head,
-                verdict=a.verdict,
-                signer=a.signer,
-                own=a.own,
+            AttestationRow.from_record(
+                a,
                 at_ns=a.received_ns,
                 node=_node_of(identities, a.signer),
                 **_attested_engine(a.envelope),
@@ -104,30 +80,18 @@ class NodeQueries:
     async def disputes(self, did: str | None = None, limit: int = 100) -> list[DisputeRow]:
         """Disputes received or made, and split views of followed sources, newest first."""
         rows = [
-            DisputeRow(
-                did=x.did,
-                block=x.head,
-                kind=x.kind,
-                signer=x.signer,
-                own=x.own,
-                detail=x.detail,
-                at_ns=x.received_ns,
-            )
+            DisputeRow.from_record(x, block=x.head, at_ns=x.received_ns)
             for x in await self._state.disputes(did=_did(did), limit=limit)
         ]
         for s in await self._state.split_views(_did(did), limit):
             rows.append(
-                DisputeRow(
-                    did=s.did,
+                DisputeRow.from_record(
+                    s,
                     block=s.second.head,
                     kind="split-view",
                     signer=s.first.signer if s.first.own else s.second.signer,
                     own=True,
-                    detail=s.detail,
                     at_ns=s.detected_ns,
-                    source=s.source,
-                    seen=s.seen,
-                    last_seen_ns=s.last_seen_ns,
                     observations=s.observations(),
                 )
             )
@@ -137,7 +101,7 @@ class NodeQueries:
     async def equivocations(self, did: str | None = None) -> list[EquivocationRow]:
         """Equivocation proofs known to this node."""
         return [
-            EquivocationRow(did=p.did, content_id=p.content_id, at_ns=p.received_ns)
+            EquivocationRow.from_record(p, at_ns=p.received_ns)
             for p in await self._state.equivocation_proofs(_did(did))
         ]
 

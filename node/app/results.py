@@ -33,6 +33,15 @@ class _Json:
         names = cls.__dataclass_fields__  # type: ignore[attr-defined]
         return cls(**{k: v for k, v in value.items() if k in names})
 
+    @classmethod
+    def from_record(cls, record: object, **given: Any) -> Self:
+        """The result made from a row of the state (or any object): each field ``record`` has
+        an attribute of the same name for is copied, the others are ``given`` (renamed or
+        computed) or take their default (a missing required one raises ``TypeError``)."""
+        names = cls.__dataclass_fields__  # type: ignore[attr-defined]
+        copied = {k: getattr(record, k) for k in names if k not in given and hasattr(record, k)}
+        return cls(**copied, **given)
+
 
 @dataclass(frozen=True)
 class CreatedDataset(_Json):
