@@ -31,7 +31,7 @@ import hashlib
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, TypeVar
 
 from coordinator.errors import InvalidDatasetId, InvalidMultihash, SignatureError
 from coordinator.identity import DatasetId, PrivateKey, verify_signature
@@ -60,6 +60,8 @@ _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
 _U16 = struct.Struct(">H")
 _CID_ALPHABET: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+_T = TypeVar("_T")
+_E = TypeVar("_E", bound=enum.IntEnum)
 
 
 class MessageKind(enum.IntEnum):
@@ -181,26 +183,16 @@ class Writer:
         self.u8(len(raw))
         self.buf += raw
 
-    def opt_mh(self, h: Multihash | None) -> None:
-        if h is None:
-            self.u8(0)
-        else:
-            self.u8(1)
-            self.mh(h)
+    def did(self, d: DatasetId) -> None:
+        self.fixed(d.to_bytes(), DID_LEN)
 
-    def opt_i64(self, v: int | None) -> None:
+    def opt(self, v: _T | None, write: Callable[[_T], None]) -> None:
+        """An option: tag 0 for ``None``, else tag 1 and ``v`` as ``write`` writes it."""
         if v is None:
             self.u8(0)
         else:
             self.u8(1)
-            self.i64(v)
-
-    def opt_u64(self, v: int | None) -> None:
-        if v is None:
-            self.u8(0)
-        else:
-            self.u8(1)
-            self.u64(v)
+            write(v)
 
 
 class Reader:
@@ -240,6 +232,14 @@ class Reader:
             return raw.decode("utf-8", errors="strict")
         except UnicodeDecodeError as e:
             raise WireDecodeError("bad-utf8", f"{what} is not valid UTF-8") from e
+
+    def enum(self, kind: type[_E], what: str, label: str | None = None) -> _E:
+        """A one-byte member of ``kind``; ``unknown-enum`` names it ``label`` (default ``what``)."""
+        v = self.u8(what)
+        try:
+            return kind(v)
+        except ValueError as e:
+            raise WireDecodeError("unknown-enum", f"unknown {label or what} {v}") from e
 
     def tag(self, what: str) -> bool:
         t = self.u8(what)
@@ -387,10 +387,10 @@ class HeadAnnouncement:
         if self.prev_head is not None:
             _check_block_hash(self.prev_head, "prev_head")
         _check_nonce(self.nonce)
-        w.fixed(self.dataset.to_bytes(), DID_LEN)
+        w.did(self.dataset)
         w.mh(self.head)
         w.u64(self.sequence)
-        w.opt_mh(self.prev_head)
+        w.opt(self.prev_head, w.mh)
         w.u64(self.epoch)
         self.locations._write(w)
         w.u64(self.issued_at_ns)
@@ -436,8 +436,8 @@ class Attestation:
         _check_nonce(self.nonce)
         if int(self.checks) & ~_ALL_CHECKS:
             raise WireEncodeError(f"unknown check bits: {int(self.checks):#x}")
-        w.fixed(self.node.to_bytes(), DID_LEN)
-        w.fixed(self.dataset.to_bytes(), DID_LEN)
+        w.did(self.node)
+        w.did(self.dataset)
         w.mh(self.head)
         w.u8(int(Verdict(self.verdict)))
         w.text(self.engine_name, MAX_ENGINE_FIELD_LEN)
@@ -452,11 +452,7 @@ class Attestation:
         node = r.did("node")
         dataset = r.did("dataset")
         head = r.block_hash("head")
-        v = r.u8("verdict")
-        try:
-            verdict = Verdict(v)
-        except ValueError as e:
-            raise WireDecodeError("unknown-enum", f"unknown verdict {v}") from e
+        verdict = r.enum(Verdict, "verdict")
         engine_name = r.text("engine_name", MAX_ENGINE_FIELD_LEN)
         engine_version = r.text("engine_version", MAX_ENGINE_FIELD_LEN)
         c = r.u8("checks")
@@ -490,8 +486,8 @@ class Evidence:
     watermark_ns: int | None = None
 
     def _write(self, w: Writer) -> None:
-        w.opt_mh(self.logical_hash)
-        w.opt_mh(self.physical_hash)
+        w.opt(self.logical_hash, w.mh)
+        w.opt(self.physical_hash, w.mh)
         if self.offsets is None:
             w.u8(0)
         else:
@@ -501,7 +497,7 @@ class Evidence:
             w.u8(1)
             w.u64(start)
             w.u64(end)
-        w.opt_i64(self.watermark_ns)
+        w.opt(self.watermark_ns, w.i64)
 
     @classmethod
     def _read(cls, r: Reader) -> Evidence:
@@ -539,8 +535,8 @@ class Dispute:
     def _write(self, w: Writer) -> None:
         _check_block_hash(self.block, "block")
         _check_nonce(self.nonce)
-        w.fixed(self.node.to_bytes(), DID_LEN)
-        w.fixed(self.dataset.to_bytes(), DID_LEN)
+        w.did(self.node)
+        w.did(self.dataset)
         w.mh(self.block)
         w.u8(int(DisputeKind(self.kind)))
         self.expected._write(w)
@@ -554,11 +550,7 @@ class Dispute:
         node = r.did("node")
         dataset = r.did("dataset")
         block = r.block_hash("block")
-        k = r.u8("kind")
-        try:
-            kind = DisputeKind(k)
-        except ValueError as e:
-            raise WireDecodeError("unknown-enum", f"unknown dispute kind {k}") from e
+        kind = r.enum(DisputeKind, "kind", "dispute kind")
         return cls(
             node=node,
             dataset=dataset,
@@ -616,8 +608,8 @@ class Observation:
         if not valid_source_url(self.source):
             raise WireEncodeError(f"invalid observation source URL: {self.source[:40]!r}")
         w.u8(self.version)
-        w.fixed(self.node.to_bytes(), DID_LEN)
-        w.fixed(self.dataset.to_bytes(), DID_LEN)
+        w.did(self.node)
+        w.did(self.dataset)
         w.text(self.source, MAX_URL_LEN)
         w.mh(self.head)
         w.u64(self.sequence)
@@ -708,8 +700,8 @@ class KeyRotation:
         if (self.version >= 2) != (self.next_digest is not None):
             raise WireEncodeError("a version 2 key rotation (only) has a next key digest")
         w.u8(self.version)
-        w.fixed(self.old.to_bytes(), DID_LEN)
-        w.fixed(self.new.to_bytes(), DID_LEN)
+        w.did(self.old)
+        w.did(self.new)
         if self.next_digest is not None:
             w.fixed(self.next_digest, NEXT_KEY_DIGEST_LEN)
         w.u64(self.issued_at_ns)
@@ -804,11 +796,9 @@ class KeyRevocation:
         if self.by is not None and (self.version < 2 or self.by == self.node):
             raise WireEncodeError("only a version 2 revocation names another key as signer")
         w.u8(self.version)
-        w.fixed(self.node.to_bytes(), DID_LEN)
+        w.did(self.node)
         if self.version >= 2:
-            w.u8(0 if self.by is None else 1)
-            if self.by is not None:
-                w.fixed(self.by.to_bytes(), DID_LEN)
+            w.opt(self.by, w.did)
         w.u64(self.issued_at_ns)
         w.fixed(self.nonce, NONCE_LEN)
 
@@ -859,7 +849,7 @@ class KeyInception:
         if self.version != KEY_INCEPTION_VERSION:
             raise WireEncodeError(f"unknown key inception version {self.version}")
         w.u8(self.version)
-        w.fixed(self.node.to_bytes(), DID_LEN)
+        w.did(self.node)
         w.fixed(self.next_digest, NEXT_KEY_DIGEST_LEN)
         w.u64(self.issued_at_ns)
         w.fixed(self.nonce, NONCE_LEN)
