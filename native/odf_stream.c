@@ -60,7 +60,8 @@ ALWAYS_INLINE uint64_t valid_word(const uint8_t *valid, int64_t bit_off, int64_t
     ALWAYS_INLINE uint8_t *NAME(uint8_t *o, const uint8_t *v, uint64_t w, int64_t m)         \
     {                                                                                          \
         for (int64_t k = 0; k < m; k++) {                                                      \
-            T bit = (T)((w >> k) & 1), x;                                                      \
+            T bit = (T)(w & 1), x;                                                             \
+            w >>= 1;                                                                           \
             memcpy(&x, v + k * (int64_t)sizeof(T), sizeof(T));                                 \
             x &= (T)0 - bit;                                                                   \
             memcpy(o, &x, sizeof(T));                                                          \
@@ -76,7 +77,8 @@ FIXED_ROWS(rows8, uint64_t)
 ALWAYS_INLINE uint8_t *rows16(uint8_t *o, const uint8_t *v, uint64_t w, int64_t m)
 {
     for (int64_t k = 0; k < m; k++) {
-        uint64_t bit = (w >> k) & 1, lo, hi;
+        uint64_t bit = w & 1, lo, hi;
+        w >>= 1;
         memcpy(&lo, v + 16 * k, 8);
         memcpy(&hi, v + 16 * k + 8, 8);
         lo &= (uint64_t)0 - bit;
@@ -90,7 +92,8 @@ ALWAYS_INLINE uint8_t *rows16(uint8_t *o, const uint8_t *v, uint64_t w, int64_t 
 static uint8_t *rows_any(uint8_t *o, const uint8_t *v, int64_t width, uint64_t w, int64_t m)
 {
     for (int64_t k = 0; k < m; k++) {
-        int64_t bit = (int64_t)((w >> k) & 1);
+        int64_t bit = (int64_t)(w & 1);
+        w >>= 1;
         memcpy(o, v + k * width, (size_t)width);
         o[0] &= (uint8_t)(0 - bit);
         o += 1 + (width - 1) * bit;
@@ -140,14 +143,15 @@ int64_t odf_fixed(const uint8_t *values, int64_t width, const uint8_t *valid, in
  */
 ALWAYS_INLINE uint8_t *prefixed_rows(uint8_t *o, uint64_t w, int64_t m, const void *offsets,
                                      int off64, int64_t i, const uint8_t *body, int64_t base,
-                                     int64_t body_len, const int64_t *prefix)
+                                     int64_t body_len, const int64_t *prefix, int nulls)
 {
     const int32_t *o32 = (const int32_t *)offsets;
     const int64_t *o64 = (const int64_t *)offsets;
     int64_t lo = off64 ? o64[i] : (int64_t)o32[i];
     for (int64_t k = 0; k < m; k++) {
         int64_t hi = off64 ? o64[i + k + 1] : (int64_t)o32[i + k + 1];
-        int64_t bit = (int64_t)((w >> k) & 1);
+        int64_t bit = nulls ? (int64_t)(w & 1) : 1;
+        w >>= 1;
         int64_t len = hi - lo;
         int64_t p = (prefix ? prefix[i + k] : len) & (0 - bit);
         memcpy(o, &p, 8);
@@ -182,12 +186,21 @@ int64_t odf_prefixed(const uint8_t *valid, int64_t bit_off, const void *offsets,
     for (int64_t i = 0; i < n; i += 64) {
         int64_t m = n - i < 64 ? n - i : 64;
         uint64_t w = valid_word(valid, bit_off, i, m);
-        if (off64)
-            o = prefix ? prefixed_rows(o, w, m, offsets, 1, i, body, base, body_len, prefix)
-                       : prefixed_rows(o, w, m, offsets, 1, i, body, base, body_len, NULL);
-        else
-            o = prefix ? prefixed_rows(o, w, m, offsets, 0, i, body, base, body_len, prefix)
-                       : prefixed_rows(o, w, m, offsets, 0, i, body, base, body_len, NULL);
+        if (valid == NULL) {
+            if (off64)
+                o = prefix ? prefixed_rows(o, w, m, offsets, 1, i, body, base, body_len, prefix, 0)
+                           : prefixed_rows(o, w, m, offsets, 1, i, body, base, body_len, NULL, 0);
+            else
+                o = prefix ? prefixed_rows(o, w, m, offsets, 0, i, body, base, body_len, prefix, 0)
+                           : prefixed_rows(o, w, m, offsets, 0, i, body, base, body_len, NULL, 0);
+        } else {
+            if (off64)
+                o = prefix ? prefixed_rows(o, w, m, offsets, 1, i, body, base, body_len, prefix, 1)
+                           : prefixed_rows(o, w, m, offsets, 1, i, body, base, body_len, NULL, 1);
+            else
+                o = prefix ? prefixed_rows(o, w, m, offsets, 0, i, body, base, body_len, prefix, 1)
+                           : prefixed_rows(o, w, m, offsets, 0, i, body, base, body_len, NULL, 1);
+        }
     }
     return (int64_t)(o - out);
 }
