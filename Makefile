@@ -15,7 +15,7 @@ DATAFUSION_VERSIONS := 51.0.0 41.0.0
 ENGINES := $(VENV)/engines
 DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.installed)
 
-.PHONY: browser nftables test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-longrun bench-follow bench-follow-urls bench-cold-verify bench-hostile bench-hostile-flood bench-query bench-evidence-flood bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-nat bench-decode fuzz p2p-vectors test-image image-inputs clean
+.PHONY: browser nftables test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-longrun bench-follow bench-follow-urls bench-cold-verify bench-hostile bench-hostile-flood bench-query bench-evidence-flood bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-nat bench-calibration bench-decode fuzz p2p-vectors test-image image-inputs clean
 
 NATIVE_LIB := build/native/libodf_stream.so
 
@@ -156,6 +156,12 @@ bench-network: setup
 # reservation, subscribe/commit -> verified, data path, relay restart (docs/nat.md).
 bench-nat: setup nftables
 	$(BIN)/python tests/bench/bench_nat.py
+
+# The simulator against real daemons (issue 43): the internet scenario at lab size (24 daemons,
+# 14 behind two NAT routers, a relay) on the lab and in the simulator with the lab's measured
+# timings, 5 seeds; discovery and publish -> trusted p50/p99 and |sim - lab| / lab.
+bench-calibration: setup nftables
+	$(BIN)/python tests/bench/bench_calibration.py --json sim-results/calibration.json
 
 # Simulator scale: 1,000 and 10,000 nodes x 1 h virtual, one process pinned to one core.
 bench-sim: setup

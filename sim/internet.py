@@ -139,6 +139,30 @@ class InternetParams:
     heads_per_hour: float = 1.0
     """Heads each dataset's owner publishes per hour (rates for bytes and replays)."""
     mesh_degree: int = 6
+    discovery_interval_s: float = 10.0
+    """The one-hop loop's interval (``[p2p] discovery_interval_s``), doubling up to 16x while
+    idle."""
+    hop_ms: float = 5.0
+    """Processing per gossip hop (decode, the core's checks), added to half a round trip."""
+    verify_sigma: float = 0.5
+    """Spread (log-normal sigma) of the replay time around ``verify_s``."""
+    fetch_s: float = 0.0
+    """A pull's median seconds, log-normal with ``fetch_sigma`` (0: two round trips and
+    ``fetch_bytes`` at ``bandwidth_mbps``)."""
+    fetch_sigma: float = 0.5
+    calibration: bool = False
+    """The lab's network (``tests/bench/bench_calibration.py``, docs/simulation.md "Calibration
+    against real daemons"): node 0 a public relay that follows nothing and every node's one
+    connection (the lab's bootstrap peer), exactly ``nat_nodes`` behind NAT and ``light_nodes``
+    light, owners follow nothing; measured: every light node's subscription to each dataset it
+    follows (subscribe -> first head received) and publish -> trusted for ``heads`` heads; any
+    size from 8 nodes."""
+    nat_nodes: int = 0
+    """Nodes behind NAT (``calibration``)."""
+    light_nodes: int = 0
+    """Light nodes (``calibration``)."""
+    heads: int = 3
+    """Heads each owner publishes (``calibration``)."""
     seed: int = 1
 
     def validate(self) -> None:
@@ -147,8 +171,19 @@ class InternetParams:
         Raises:
             ScenarioError: a value is out of range.
         """
-        if self.nodes < 50 or self.datasets < 1:
-            raise ScenarioError("internet: nodes must be >= 50 and datasets >= 1")
+        if self.nodes < (8 if self.calibration else 50) or self.datasets < 1:
+            raise ScenarioError("internet: nodes must be >= 50 (8 in calibration), datasets >= 1")
+        if self.calibration and (
+            self.nat_nodes < 0
+            or self.light_nodes < 0
+            or self.nat_nodes > self.nodes - 2
+            or self.light_nodes + self.datasets + self.quorum_k > self.nodes - 1
+            or self.heads < 1
+        ):
+            raise ScenarioError(
+                "internet (calibration): need 0 <= nat_nodes <= nodes - 2, room for the relay, "
+                "the owners and quorum_k full followers beside light_nodes, heads >= 1"
+            )
         for name in ("nat_fraction", "light_fraction", "malicious_fraction", "unresponsive"):
             if not 0.0 <= getattr(self, name) < 0.9:
                 raise ScenarioError(f"internet.{name} must be in [0, 0.9)")
@@ -158,6 +193,8 @@ class InternetParams:
             raise ScenarioError("internet.follows must be in 1..datasets")
         if self.quorum_k < 1 or self.trusted_attesters < self.quorum_k:
             raise ScenarioError("internet: need 1 <= quorum_k <= trusted_attesters")
+        if self.discovery_interval_s <= 0 or self.hop_ms < 0 or self.fetch_s < 0:
+            raise ScenarioError("internet: discovery_interval_s > 0, hop_ms and fetch_s >= 0")
         if self.duration_s <= self.deadline_s:
             raise ScenarioError("internet.duration_s must exceed deadline_s")
 
@@ -309,8 +346,6 @@ _REFRESH_PERIOD_S = 600.0
 _REFRESHED_BUCKETS = 15
 """... with one lookup per bucket up to a common prefix length of 15."""
 _REPUBLISH_S = RecordLimits().republish_ns / NS
-_INTERVAL_S = 10.0
-"""The one-hop loop's interval (``Discovery.interval_s``), doubling up to 16x while idle."""
 
 
 @dataclass(slots=True)
@@ -334,11 +369,20 @@ class _World:
         self.names = [f"12D3KooWsim{i}" for i in range(n)]
         self.keys = [key_of(x.encode()) for x in self.names]
         self.index = {x: i for i, x in enumerate(self.names)}
-        self.nat = bytearray(1 if rng.random() < p.nat_fraction else 0 for _ in range(n))
-        self.light = bytearray(1 if rng.random() < p.light_fraction else 0 for _ in range(n))
-        self.malicious = bytearray(
-            1 if rng.random() < p.malicious_fraction else 0 for _ in range(n)
-        )
+        if p.calibration:
+            # node 0: the lab's public relay and bootstrap peer
+            self.nat, self.light = bytearray(n), bytearray(n)
+            for i in rng.sample(range(1, n), p.nat_nodes):
+                self.nat[i] = 1
+            for i in rng.sample(range(1, n), p.light_nodes):
+                self.light[i] = 1
+            self.malicious = bytearray(n)
+        else:
+            self.nat = bytearray(1 if rng.random() < p.nat_fraction else 0 for _ in range(n))
+            self.light = bytearray(1 if rng.random() < p.light_fraction else 0 for _ in range(n))
+            self.malicious = bytearray(
+                1 if rng.random() < p.malicious_fraction else 0 for _ in range(n)
+            )
         self.servers = [i for i in range(n) if not self.nat[i] and not self.light[i]]
         honest_servers = [i for i in self.servers if not self.malicious[i]]
         self.frozen = bytearray(n)
@@ -347,14 +391,21 @@ class _World:
         self.active = [i for i in range(n) if not self.frozen[i]]
         self.public = [i for i in self.active if not self.nat[i]]
         self.offline = _churn(p, self.active)
-        self.out, self.in_start, self.inb = _connections(p, rng, self.frozen, self.public)
+        self.out, self.in_start, self.inb = _connections(
+            p, rng, self.frozen, [0] if p.calibration else self.public
+        )
         # datasets: owners, followers (Zipf), carriers
         self.cdf = zipf_cdf(p.datasets, p.zipf_exponent)
         full_honest = [i for i in self.active if not self.light[i] and not self.malicious[i]]
-        self.owner = [rng.choice(full_honest) for _ in range(p.datasets)]
+        if p.calibration:  # distinct owners, never the relay
+            self.owner = rng.sample([i for i in full_honest if i != 0], p.datasets)
+        else:
+            self.owner = [rng.choice(full_honest) for _ in range(p.datasets)]
         self.follows: list[tuple[int, ...]] = [()] * n
         self.followers: list[list[int]] = [[] for _ in range(p.datasets)]
         for i in self.active:
+            if p.calibration and (i == 0 or i in self.owner):
+                continue  # the relay follows nothing, an owner only its own
             picked: dict[int, None] = {}
             while len(picked) < p.follows:
                 d = self.zipf(rng)
@@ -397,6 +448,7 @@ class _World:
         self.asking: list[DatasetId] = []
         self.watch: tuple[int, int] | None = None  # (subscriber, dataset) whose carriers we time
         self.watch_found_ns: int | None = None
+        self.watch_carrier = -1
         self.rng = random.Random(p.seed * 3_000_017)
         self._plain: dict[int, Discovery] = {}
         self._served: dict[int, Discovery] = {}
@@ -727,8 +779,9 @@ class _World:
                 first_end = self.clock_ns
             busy = report.learned or report.dialled or report.unreachable
             idle = 0 if busy else min(idle + 1, 4)
-            delay = _INTERVAL_S * (2**idle if idle else 1)
-            t = self.clock_ns + int(min(delay, _INTERVAL_S * 16) * rng.uniform(0.8, 1.2) * NS)
+            interval = self.p.discovery_interval_s
+            delay = interval * (2**idle if idle else 1)
+            t = self.clock_ns + int(min(delay, interval * 16) * rng.uniform(0.8, 1.2) * NS)
         self.timing = False
         found = self.watch_found_ns
         self.watch = None
@@ -746,6 +799,7 @@ class _World:
             genuine = j is not None and want in rec.carries and self.carries(j, d)
             if genuine and j is not None and self.online(j, self.clock_ns):
                 self.watch_found_ns = self.clock_ns
+                self.watch_carrier = j
                 return
 
 
@@ -895,7 +949,8 @@ class _AttesterTrust:
     def replay(self, d: trust.Replay) -> None:
         """Replay: log-normal engine seconds around ``verify_s``."""
         self.replays += 1
-        self.now += int(self.w.p.verify_s * NS * math.exp(self.rng.gauss(0.0, 0.5)))
+        p = self.w.p
+        self.now += int(p.verify_s * NS * math.exp(self.rng.gauss(0.0, p.verify_sigma)))
 
     def trusted(self, d: trust.Trusted) -> None:
         """Its own replay verified the head: it attests now."""
@@ -905,13 +960,21 @@ class _AttesterTrust:
         """Never, with honest heads."""
 
 
+def _mesh_hops(rank: int, degree: int) -> int:
+    """Hops from the publisher to the member of ``rank`` in a tree of degree ``degree``."""
+    return 1 + int(math.log(1 + rank * (degree - 1)) / math.log(degree))
+
+
+def mean_mesh_hops(members: int, degree: int) -> float:
+    """The mean hops of mesh delivery to one of ``members`` topic members (``_gossip_ns``)."""
+    return statistics.fmean(_mesh_hops(r, degree) for r in range(max(1, members)))
+
+
 def _gossip_ns(w: _World, members: int, rng: random.Random) -> int:
     """Mesh delivery to one of ``members`` topic members: hops of a tree of degree ``D`` from
-    the publisher, each a one-way link (half a round trip) plus 5 ms of validation."""
-    deg = w.p.mesh_degree
-    rank = rng.randrange(max(1, members))
-    hops = 1 + int(math.log(1 + rank * (deg - 1)) / math.log(deg))
-    return sum(w.rtt_ns(rng) // 2 + 5 * MS for _ in range(hops))
+    the publisher, each a one-way link (half a round trip) plus ``hop_ms`` of processing."""
+    hops = _mesh_hops(rng.randrange(max(1, members)), w.p.mesh_degree)
+    return sum(w.rtt_ns(rng) // 2 + int(w.p.hop_ms * MS) for _ in range(hops))
 
 
 @dataclass
@@ -968,7 +1031,9 @@ def _publish(w: _World, d: int, rng: random.Random) -> _Published:
 
 
 def _fetch_ns(w: _World, rng: random.Random) -> int:
-    """A pull of ``fetch_bytes``: two round trips, then the transfer."""
+    """A pull: ``fetch_s`` (log-normal) when set, else two round trips and ``fetch_bytes``."""
+    if w.p.fetch_s > 0:
+        return int(w.p.fetch_s * NS * math.exp(rng.gauss(0.0, w.p.fetch_sigma)))
     return 2 * w.rtt_ns(rng) + int(w.p.fetch_bytes * 8 * NS / (w.p.bandwidth_mbps * 1_000_000))
 
 
@@ -1193,12 +1258,121 @@ def _discovery_figures(p: InternetParams, n: int, t: _DiscoveryTally) -> dict[st
     return out
 
 
+@dataclass(frozen=True)
+class LabPlan:
+    """Who is who in a ``calibration`` run, for the lab to build the same network: node 0 is
+    the relay; per node whether it is behind NAT or light, the datasets it follows; per
+    dataset its owner; per (light node, dataset) the attesters it trusts."""
+
+    nat: tuple[bool, ...]
+    light: tuple[bool, ...]
+    owner: tuple[int, ...]
+    follows: tuple[tuple[int, ...], ...]
+    trusted: dict[tuple[int, int], tuple[int, ...]]
+
+
+def _trusted_set(w: _World, i: int, d: int) -> list[int]:
+    """The attesters light node ``i`` trusts for ``d``: ``trusted_attesters`` of its full
+    followers, drawn from the pair's own random stream."""
+    full = [j for j in w.followers[d] if not w.light[j]]
+    r = random.Random(w.p.seed * 11_000_027 + i * 131 + d)
+    return sorted(r.sample(full, min(w.p.trusted_attesters, len(full))))
+
+
+def lab_plan(p: InternetParams) -> LabPlan:
+    """The network a ``calibration`` run of ``p`` simulates (the same seed, the same choices).
+
+    Raises:
+        ScenarioError: ``p`` is not a valid calibration run.
+    """
+    if not p.calibration:
+        raise ScenarioError("lab_plan needs internet.calibration = true")
+    p.validate()
+    w = _World(p)
+    n = p.nodes
+    return LabPlan(
+        nat=tuple(bool(x) for x in w.nat),
+        light=tuple(bool(x) for x in w.light),
+        owner=tuple(w.owner),
+        follows=tuple(w.follows[i] for i in range(n)),
+        trusted={
+            (i, d): tuple(_trusted_set(w, i, d))
+            for i in range(n)
+            if w.light[i]
+            for d in w.follows[i]
+        },
+    )
+
+
+def _calibration(w: _World) -> dict[str, Any]:
+    """Every light node's subscription (subscribe -> first head received: the one-hop round,
+    and the DHT if that found nothing, to a carrier's record; the dial to that carrier, whose
+    connection makes the core ask it for its heads, one round trip and a hop's processing; the
+    pull, after which the core accepts the head)
+    and publish -> trusted at every light node for ``heads`` heads of each dataset."""
+    p = w.p
+    lights = [(i, d) for i in range(p.nodes) if w.light[i] for d in w.follows[i]]
+    if p.dht:
+        _provide_asked(w, [(0, 0, d) for d in range(p.datasets)])
+    disc: list[float] = []
+    missed = 0
+    for s, (i, d) in enumerate(lights):
+        sr = random.Random(p.seed * 8_000_009 + s)
+        t0 = int(p.deadline_s * NS) + s * MS
+        found, first_end = w.one_hop(i, d, t0, sr)
+        if found is not None:
+            got: int | None = found + w.dial_ns(w.watch_carrier, sr)
+        elif p.dht:
+            got = w.find(i, d, first_end, sr).connected_ns
+        else:
+            got = None
+        if got is None:
+            missed += 1
+            continue
+        got += w.rtt_ns(sr) + int(p.hop_ms * MS) + _fetch_ns(w, sr)
+        disc.append((got - t0) / NS)
+    tally = _TrustTally()
+    rng = random.Random(p.seed * 10_000_019)
+    for d in range(p.datasets):
+        subs = [i for i, e in lights if e == d]
+        for _ in range(p.heads):
+            h = _publish(w, d, rng)
+            for i in subs:
+                trusted_set = _trusted_set(w, i, d)
+                for j in trusted_set:
+                    _attestation_time(w, h, j, tally)
+                run = _light_view(w, h, i, trusted_set, tally)
+                got = run.trusted.get(h.head.digest)
+                if got is None:
+                    tally.no_quorum += 1
+                else:
+                    tally.times.append((got - h.t_pub) / NS)
+    return {
+        "light_subscriptions": len(lights),
+        "discovery_s": _pcts(disc, (0.5, 0.99)),
+        "discovery_samples": [round(x, 3) for x in disc],
+        "not_found": missed,
+        "publish_to_trusted_s": _pcts(tally.times, (0.5, 0.99)),
+        "trusted_samples": [round(x, 3) for x in tally.times],
+        "not_trusted": tally.no_quorum,
+    }
+
+
 def simulate_internet(p: InternetParams) -> dict[str, Any]:
     """Run the internet scenario once; its figures as JSON (only ``wall_s`` and ``max_rss_mb``
     vary between runs of the same parameters)."""
     p.validate()
     t_start = time.perf_counter()
     w = _World(p)
+    if p.calibration:
+        return {
+            "scenario": "internet",
+            "seed": p.seed,
+            "nodes": p.nodes,
+            "params": dataclasses.asdict(p),
+            "calibration": _calibration(w),
+            "wall_s": {"total": round(time.perf_counter() - t_start, 1)},
+        }
     wall: dict[str, float] = {"network": round(time.perf_counter() - t_start, 1)}
     subs = _subscriptions(w)
     t1 = time.perf_counter()
@@ -1268,7 +1442,7 @@ def _bytes(w: _World, n_subs: int) -> dict[str, int]:
     reqs = max(1, c["one_hop_requests"])
     per_req = c["one_hop_bytes"] / reqs
     mean_degree = 2 * p.dials
-    out["one_hop"] = round(mean_degree * (3600.0 / (_INTERVAL_S * 16)) * per_req)
+    out["one_hop"] = round(mean_degree * (3600.0 / (p.discovery_interval_s * 16)) * per_req)
     ann = att = 0.0
     for d in range(p.datasets):
         members = len(w.followers[d]) + 1
@@ -1302,4 +1476,12 @@ def _state(w: _World) -> dict[str, Any]:
     }
 
 
-__all__ = ["InternetParams", "is_internet", "load_params", "simulate_internet"]
+__all__ = [
+    "InternetParams",
+    "LabPlan",
+    "is_internet",
+    "lab_plan",
+    "load_params",
+    "mean_mesh_hops",
+    "simulate_internet",
+]

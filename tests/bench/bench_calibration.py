@@ -1,0 +1,578 @@
+"""Calibration benchmark (issue 43, item 5): the ``internet`` scenario at lab size, on real daemons
+and in the simulator, and how far apart the two are.
+
+Per seed (``--seeds``, default 5):
+
+1. **The plan.** ``sim.internet.lab_plan`` draws the network a ``calibration`` run of the
+   ``internet`` scenario simulates for that seed (``--nodes`` nodes, default 24): node 0 the
+   public relay and everyone's bootstrap peer (``[p2p] relay_service``), which nodes are behind
+   NAT (``--nat``) and light (``--light``), the owner, who follows what, and which attesters each
+   light node trusts. The lab builds exactly that network.
+2. **The lab.** A private multi-host lab (``sim.netlab``; the script re-executes itself under
+   ``unshare -rn``): the public nodes on public hosts, the NAT'd ones behind two NAT routers
+   (half endpoint-independent, half symmetric), every node a real ``odf-node run`` daemon in
+   open mode knowing only the relay, no IPFS node, the DHT on (light and NAT'd nodes ask but do
+   not serve it, as in the simulator). The owner creates ``cities`` and the DataFusion
+   derivative ``big-cities`` and commits a first head; the full followers (``verify-all``)
+   subscribe and replay it; then each light node (``[pipeline] replay = false``, ``[trust]
+   policy = "quorum"``, ``k`` of its planned attesters) subscribes, and the owner commits
+   ``--heads`` heads every ``--interval`` seconds. From the daemons' own records (``node.events``
+   and ``attestations.list``; all hosts share one clock):
+
+   * **discovery**: a light node's ``subscribe`` event -> its first ``head.accepted`` of the
+     dataset (the first head received, as the simulator's calibration discovery is defined);
+   * **publish -> trusted**: the owner's commit (``dataset.transform`` returned) -> each light
+     node's ``head.trusted`` event of that head;
+   * **the timings the simulator takes**: link round trip between lab hosts, public and through
+     a NAT router (TCP connects from a lab host to the relay's gossip port); gossip delivery
+     (commit -> ``head.accepted`` at every node), turned into processing per mesh hop by the
+     simulator's own mesh model; fetch (``head.accepted`` -> ``pull.ok``); verify at the full
+     followers (``pull.ok`` -> their own VERIFIED attestation), median and log-normal spread;
+     and the daemons' configured discovery interval.
+
+3. **The simulator**: ``simulate_internet`` of the same plan (same seed) with those measured
+   parameters; its discovery and publish -> trusted samples.
+
+Printed: per metric (discovery p50/p99, publish -> trusted p50/p99) the lab's and the
+simulator's figure (mean over seeds and a 95 % t-interval) and the calibration error
+|sim - lab| / lab per seed (mean and interval); the machine's load. ``--json FILE`` writes it all.
+
+Usage: .venv/bin/python tests/bench/bench_calibration.py [--seeds 5] [--nodes 24] [--nat 14]
+       [--light 14] [--heads 3] [--interval 15] [--json FILE] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+SNAPSHOTS = """\
+kind: DatasetSnapshot
+version: 1
+content:
+  name: cities
+  kind: Root
+  metadata:
+    - kind: AddPushSource
+      sourceName: default
+      read:
+        kind: Csv
+        header: true
+        schema: ["event_time TIMESTAMP", "city STRING", "population BIGINT"]
+      merge:
+        kind: Append
+    - kind: SetVocab
+      eventTimeColumn: event_time
+---
+kind: DatasetSnapshot
+version: 1
+content:
+  name: big-cities
+  kind: Derivative
+  metadata:
+    - kind: SetTransform
+      inputs:
+        - datasetRef: cities
+      transform:
+        kind: Sql
+        engine: datafusion
+        query: |
+          SELECT op, event_time, city, population * 2 AS pop2
+          FROM cities WHERE population > 100
+"""
+MESH_DEGREE = 6
+"""The simulator's mesh degree (GossipSub's D, as the daemons run it)."""
+
+_RTT_PROBE = """
+import socket, statistics, sys, time
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+xs = []
+for _ in range(n):
+    t = time.perf_counter()
+    s = socket.create_connection((host, port), timeout=5)
+    xs.append(time.perf_counter() - t)
+    s.close()
+    time.sleep(0.05)
+print(statistics.median(xs) * 1000)
+"""
+"""Median TCP connect time (one round trip: SYN, SYN-ACK) from a lab host, in ms."""
+
+
+def _csv(i: int) -> str:
+    """The i-th append to ``cities``: two rows, one kept by the derivative."""
+    day = 1 + i
+    return (
+        "event_time,city,population\n"
+        f"2020-01-{day:02d}T00:00:00Z,C{i}a,{1000 + i}\n"
+        f"2020-01-{day:02d}T12:00:00Z,C{i}b,{i}\n"
+    )
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    """The q-quantile by the nearest-rank method (the simulator's ``_pct``, unrounded)."""
+    if not xs:
+        return None
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
+
+
+def _lognormal(xs: list[float]) -> tuple[float, float]:
+    """Median and log-normal sigma of positive samples."""
+    pos = [x for x in xs if x > 0]
+    if not pos:
+        return 0.0, 0.5
+    logs = [math.log(x) for x in pos]
+    return statistics.median(pos), statistics.pstdev(logs) if len(logs) > 1 else 0.0
+
+
+def base_params(args: argparse.Namespace, seed: int) -> Any:
+    """The calibration run's parameters before the lab's measurements: the lab's size and
+    roles, one dataset, nobody malicious, no churn, no gone DHT servers."""
+    from sim.internet import InternetParams
+
+    return InternetParams(
+        nodes=args.nodes,
+        datasets=1,
+        follows=1,
+        calibration=True,
+        nat_nodes=args.nat,
+        light_nodes=args.light,
+        heads=args.heads,
+        malicious_fraction=0.0,
+        unresponsive=0.0,
+        churn_per_hour=0.0,
+        trusted_attesters=args.trusted,
+        quorum_k=args.k,
+        mesh_degree=MESH_DEGREE,
+        seed=seed,
+    )
+
+
+def _node_id(home: Path) -> str:
+    from node.home import NodeHome
+
+    did: str = NodeHome(home).node_key().dataset_id().as_did_key()
+    return did
+
+
+def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """Build the plan's network on the lab, run it, measure (module docstring)."""
+    from multihost import HostNode, open_config, relay_bootstrap, stop_all
+    from netns import require_loopback_only
+
+    from sim.internet import lab_plan
+    from sim.netlab import Nat, NetLab
+
+    require_loopback_only()
+    plan = lab_plan(base_params(args, seed))
+    n = args.nodes
+    public = [i for i in range(n) if not plan.nat[i]]
+    natted = [i for i in range(n) if plan.nat[i]]
+    assert public[0] == 0, "node 0 is the public relay"
+    eim, sym = natted[: (len(natted) + 1) // 2], natted[(len(natted) + 1) // 2 :]
+    host: dict[int, int] = {i: k + 1 for k, i in enumerate(public)}
+    for k, i in enumerate(eim + sym):
+        host[i] = len(public) + 1 + k
+    nats = [Nat("eim", hosts=len(eim))] if eim else []
+    nats += [Nat("symmetric", hosts=len(sym))] if sym else []
+    owner_i = plan.owner[0]
+    light = [i for i in range(n) if plan.light[i]]
+    full = [i for i in range(n) if i not in (0, owner_i) and not plan.light[i]]
+    work = Path(tempfile.mkdtemp(prefix="bench-calibration-"))
+    out: dict[str, Any] = {
+        "seed": seed,
+        "daemons": n,
+        "public": len(public),
+        "nat_eim": len(eim),
+        "nat_symmetric": len(sym),
+        "owner": owner_i,
+        "owner_nat": plan.nat[owner_i],
+        "full": len(full),
+        "light": len(light),
+        "load_before": os.getloadavg(),
+    }
+    lab = NetLab(len(public), nats)
+    lab.start()
+    nodes: dict[int, HostNode] = {}
+    t_start = time.monotonic()
+    try:
+        relay, bootstrap = relay_bootstrap(lab, work / "relay", k=host[0])
+        nodes[0] = relay
+        for i in range(1, n):
+            role = "owner" if i == owner_i else "light" if plan.light[i] else "full"
+            node = HostNode(lab, host[i], work / f"n{i}", f"n{i}-{role}")
+            node.config.update(open_config(node.address, [bootstrap]))
+            node.config["p2p"]["reachability_interval_s"] = 5.0
+            node.config["ipfs"] = {"mode": "none"}
+            # DHT clients, as in the simulator: light nodes and nodes behind NAT ask, never serve
+            node.config["dht"] = {"serve": not (plan.light[i] or plan.nat[i])}
+            if plan.light[i]:
+                node.config["pipeline"] = {"replay": False}
+            elif role == "full":
+                node.config["trust"] = {"policy": "verify-all"}
+            node.init()
+            nodes[i] = node
+        for i in light:
+            nodes[i].config["trust"] = {
+                "policy": "quorum",
+                "k": args.k,
+                "trusted_attesters": [_node_id(nodes[j].home) for j in plan.trusted[(i, 0)]],
+            }
+            nodes[i].init_config()
+        cfg_p2p = open_config("10.77.0.1")["p2p"]
+        out["daemon_timers"] = {
+            "discovery_interval_s": cfg_p2p["discovery_interval_s"],
+            "anti_entropy_interval_s": cfg_p2p["anti_entropy_interval_s"],
+        }
+        relay.launch()
+        relay.wait_ready()
+        for i in range(1, n):
+            nodes[i].launch()
+        for i in range(1, n):
+            nodes[i].wait_ready(timeout=600)
+        out["start_s"] = round(time.monotonic() - t_start, 1)
+        print(f"seed {seed}: {n} daemons ready in {out['start_s']} s", file=sys.stderr, flush=True)
+
+        def reserved(i: int) -> bool:
+            r = nodes[i].call("node.status")["p2p"]["reachability"] or {}
+            return bool(r.get("relayed_addrs"))
+
+        t0 = time.monotonic()
+        pending = set(natted)
+        while pending and time.monotonic() - t0 < 180:
+            pending = {i for i in pending if not reserved(i)}
+            time.sleep(1.0)
+        out["relay_slots_missing"] = sorted(pending)
+
+        # link round trips: a public host and a host behind each NAT to the relay's gossip port
+        def rtt_ms(i: int) -> float | None:
+            r = lab.run(
+                host[i],
+                [sys.executable, "-c", _RTT_PROBE, lab.address(host[0]), "7375", "20"],
+            )
+            return float(r.stdout.strip()) if r.returncode == 0 and r.stdout.strip() else None
+
+        out["rtt_public_ms"] = rtt_ms(public[1]) if len(public) > 1 else None
+        out["rtt_nat_ms"] = [rtt_ms(i) for i in (eim[:1] + sym[:1])]
+
+        owner = nodes[owner_i]
+        created = owner.call("dataset.create", snapshot_yaml=SNAPSHOTS)
+        did = {c["alias"]: c["id"] for c in created}["big-cities"]
+        csv = work / "c0.csv"
+        csv.write_text(_csv(0))
+        owner.call("dataset.ingest", ref="cities", files=[str(csv)])
+        head0 = owner.call("dataset.transform", ref="big-cities")["new_head"]
+        for i in full:
+            nodes[i].call("subscriptions.add", did=did)
+        t0 = time.monotonic()
+        for i in full:
+            nodes[i].wait_for(
+                "the first head's own attestation",
+                lambda i=i: any(
+                    a["own"] and a["head"] == head0
+                    for a in nodes[i].call("attestations.list", did=did, head=head0)
+                ),
+                timeout=900,
+                every=1.0,
+            )
+        out["full_verified_first_s"] = round(time.monotonic() - t0, 1)
+        print(
+            f"seed {seed}: {len(full)} full followers verified the first head in "
+            f"{out['full_verified_first_s']} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        time.sleep(args.settle)
+        for i in light:
+            nodes[i].call("subscriptions.add", did=did)
+            time.sleep(0.5)
+
+        def accepted_ns(i: int, head: str | None = None) -> int | None:
+            ts = [
+                e["at_ns"]
+                for e in nodes[i].call("node.events", kind="head.accepted", limit=1000)
+                if e["did"] == did and (head is None or e["data"].get("head") == head)
+            ]
+            return min(ts) if ts else None
+
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < args.wait and any(accepted_ns(i) is None for i in light):
+            time.sleep(1.0)
+
+        commits: dict[str, int] = {}
+        for k in range(1, args.heads + 1):
+            began = time.monotonic()
+            csv = work / f"c{k}.csv"
+            csv.write_text(_csv(k))
+            owner.call("dataset.ingest", ref="cities", files=[str(csv)])
+            head = owner.call("dataset.transform", ref="big-cities")["new_head"]
+            commits[head] = time.time_ns()
+            print(f"seed {seed}: head {k}/{args.heads}", file=sys.stderr, flush=True)
+            time.sleep(max(0.0, args.interval - (time.monotonic() - began)))
+
+        def trusted_ns(i: int) -> dict[str, int]:
+            got: dict[str, int] = {}
+            for e in nodes[i].call("node.events", kind="head.trusted", limit=1000):
+                h = e["data"].get("head")
+                if e["did"] == did and h in commits:
+                    got[h] = min(got.get(h, e["at_ns"]), e["at_ns"])
+            return got
+
+        last = list(commits)[-1]
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < args.wait and any(last not in trusted_ns(i) for i in light):
+            time.sleep(2.0)
+
+        # ---- collect
+        discovery: list[float] = []
+        not_discovered: list[int] = []
+        for i in light:
+            subs = [
+                e["at_ns"]
+                for e in nodes[i].call("node.events", kind="subscribe", limit=100)
+                if e["did"] == did
+            ]
+            acc = accepted_ns(i)
+            if subs and acc is not None:
+                discovery.append((acc - min(subs)) / 1e9)
+            else:
+                not_discovered.append(i)
+        trusted: list[float] = []
+        not_trusted = 0
+        for i in light:
+            got = trusted_ns(i)
+            for h, c in commits.items():
+                if h in got:
+                    trusted.append((got[h] - c) / 1e9)
+                else:
+                    not_trusted += 1
+        # per node: pull.ok of each head (its URL names the head) and own attestations
+        heads = list(commits)
+        pulled: dict[int, dict[str, int]] = {}
+        own: dict[str, dict[str, int]] = {}  # signer -> head -> when it attested
+        received: dict[int, list[dict[str, Any]]] = {}
+        for i in range(1, n):
+            pulled[i] = {}
+            for e in nodes[i].call("node.events", kind="pull.ok", limit=1000):
+                url = e["data"].get("url", "")
+                for h in heads:
+                    if e["did"] == did and f"head={h}" in url:
+                        pulled[i][h] = min(pulled[i].get(h, e["at_ns"]), e["at_ns"])
+            rows = nodes[i].call("attestations.list", did=did, limit=1000)
+            received[i] = rows
+            for a in rows:
+                if a["own"] and a["verdict"] == "verified":
+                    own.setdefault(a["signer"], {})[a["head"]] = a["at_ns"]
+        pulled_after: list[float] = []  # commit -> pull.ok: the head's gossip, then its pull
+        accepted_after_pull: list[float] = []
+        verify: list[float] = []  # pull.ok -> own VERIFIED attestation, full followers
+        att_delivery: list[float] = []  # signer's attestation -> received at a light node
+        for i in range(1, n):
+            if i == owner_i:
+                continue
+            signer = _node_id(nodes[i].home)
+            for h, c in commits.items():
+                if h not in pulled[i]:
+                    continue
+                pulled_after.append((pulled[i][h] - c) / 1e9)
+                acc = accepted_ns(i, h)
+                if acc is not None:
+                    accepted_after_pull.append((acc - pulled[i][h]) / 1e9)
+                if h in own.get(signer, {}):
+                    verify.append((own[signer][h] - pulled[i][h]) / 1e9)
+            if plan.light[i]:
+                for a in received[i]:
+                    made = own.get(a["signer"], {}).get(a["head"])
+                    if not a["own"] and a["head"] in commits and made is not None:
+                        att_delivery.append((a["at_ns"] - made) / 1e9)
+        out["commit_to_pulled_s"] = pulled_after
+        out["pulled_to_accepted_s"] = accepted_after_pull
+        out["verify_s"] = verify
+        out["attestation_delivery_s"] = att_delivery
+        out["discovery_s"] = discovery
+        out["not_discovered"] = not_discovered
+        out["publish_to_trusted_s"] = trusted
+        out["not_trusted"] = not_trusted
+        out["load_after"] = os.getloadavg()
+        out["wall_s"] = round(time.monotonic() - t_start, 1)
+        return out
+    finally:
+        stop_all(list(nodes.values()))
+        lab.close()
+        if args.keep:
+            print(f"homes kept in {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def sim_params(args: argparse.Namespace, seed: int, lab: dict[str, Any]) -> Any:
+    """The calibration run's parameters with the lab's measurements and the daemons' timers."""
+    from sim.internet import mean_mesh_hops
+
+    rtt = lab["rtt_public_ms"] or 0.1
+    nat_rtts = [x for x in lab["rtt_nat_ms"] if x is not None]
+    relay_rtt = statistics.median(nat_rtts) if nat_rtts else rtt
+    members = args.nodes - 1  # everyone but the relay is on the dataset's topic
+    hops = mean_mesh_hops(members, MESH_DEGREE)
+    # attestation gossip (signed, validated, no pull): the mesh's delivery, per hop
+    delivery = statistics.median(lab["attestation_delivery_s"] or [0.0])
+    hop_ms = max(0.0, delivery * 1000 / hops - rtt / 2)
+    # a head's pull: commit -> pull.ok less the same delivery, plus pull.ok -> head.accepted
+    settle = statistics.median(lab["pulled_to_accepted_s"] or [0.0])
+    fetch_med, fetch_sigma = _lognormal([x - delivery + settle for x in lab["commit_to_pulled_s"]])
+    verify_med, verify_sigma = _lognormal(lab["verify_s"])
+    return dataclasses.replace(
+        base_params(args, seed),
+        rtt_ms=rtt,
+        relay_rtt_ms=relay_rtt,
+        discovery_interval_s=lab["daemon_timers"]["discovery_interval_s"],
+        hop_ms=hop_ms,
+        fetch_s=max(fetch_med, 0.001),
+        fetch_sigma=fetch_sigma,
+        verify_s=max(verify_med, 0.001),
+        verify_sigma=verify_sigma,
+    )
+
+
+def _interval(xs: list[float]) -> tuple[float | None, float | None]:
+    """Mean and the half-width of its 95 % t-interval."""
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None, None
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return m, None
+    t = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78, 6: 2.57, 7: 2.45, 8: 2.36, 9: 2.31, 10: 2.26}
+    return m, t.get(len(xs), 2.0) * statistics.stdev(xs) / math.sqrt(len(xs))
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per metric: lab and sim (mean +- 95 % over seeds) and the error |sim - lab| / lab."""
+    table: dict[str, Any] = {}
+    for metric, lab_key, sim_key in (
+        ("discovery", "discovery_s", "discovery_samples"),
+        ("publish_to_trusted", "publish_to_trusted_s", "trusted_samples"),
+    ):
+        for q in (0.5, 0.99):
+            name = f"{metric}_p{round(q * 100)}"
+            labs, sims, errs = [], [], []
+            for r in runs:
+                a = _pct(r["lab"][lab_key], q)
+                b = _pct(r["sim"]["calibration"][sim_key], q)
+                labs.append(a)
+                sims.append(b)
+                if a and b is not None:
+                    errs.append(abs(b - a) / a)
+            table[name] = {
+                "lab_s": _interval([x for x in labs if x is not None]),
+                "sim_s": _interval([x for x in sims if x is not None]),
+                "error": _interval(errs),
+                "per_seed": {"lab": labs, "sim": sims, "error": errs},
+            }
+    return table
+
+
+def _fmt(mi: tuple[float | None, float | None], pct: bool = False) -> str:
+    m, h = mi
+    if m is None:
+        return "-"
+    if pct:
+        return f"{m * 100:.0f} %" + (f" ± {h * 100:.0f}" if h is not None else "")
+    return f"{m:.2f}" + (f" ± {h:.2f}" if h is not None else "")
+
+
+def print_table(result: dict[str, Any]) -> None:
+    """The calibration table (markdown)."""
+    print(
+        f"\n{result['daemons']} daemons, {len(result['runs'])} seeds, load "
+        f"{result['load']}, wall {result['wall_s']} s\n"
+    )
+    print("| metric | lab (s) | sim (s) | error abs(sim - lab) / lab |")
+    print("|---|---|---|---|")
+    for name, row in result["table"].items():
+        err = _fmt(row["error"], True)
+        print(f"| {name} | {_fmt(row['lab_s'])} | {_fmt(row['sim_s'])} | {err} |")
+    print("\nsimulator parameters measured per seed:")
+    for r in result["runs"]:
+        p = r["sim"]["params"]
+        print(
+            f"  seed {r['seed']}: rtt {p['rtt_ms']:.3f} ms, relay leg {p['relay_rtt_ms']:.3f} ms, "
+            f"hop {p['hop_ms']:.0f} ms, fetch {p['fetch_s']:.2f} s (sigma {p['fetch_sigma']:.2f}), "
+            f"verify {p['verify_s']:.2f} s (sigma {p['verify_sigma']:.2f}), discovery interval "
+            f"{p['discovery_interval_s']} s"
+        )
+
+
+def main() -> None:
+    """Parse the arguments, arrange the loopback-only namespace, run every seed, print."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--first-seed", type=int, default=1)
+    p.add_argument("--nodes", type=int, default=24)
+    p.add_argument("--nat", type=int, default=14, help="nodes behind NAT (60 %% of 24)")
+    p.add_argument("--light", type=int, default=14)
+    p.add_argument("--trusted", type=int, default=8, help="attesters a light node trusts")
+    p.add_argument("--k", type=int, default=3)
+    p.add_argument("--heads", type=int, default=3)
+    p.add_argument("--interval", type=float, default=15.0)
+    p.add_argument("--settle", type=float, default=5.0, help="s after the full followers verified")
+    p.add_argument("--wait", type=float, default=240.0)
+    p.add_argument("--json", type=Path)
+    p.add_argument("--keep", action="store_true")
+    args = p.parse_args()
+    if os.environ.get("ODF_BENCH_IN_NETNS") != "1":
+        cmd = "ip link set lo up && exec " + " ".join([sys.executable, *sys.argv])
+        env = {**os.environ, "ODF_BENCH_IN_NETNS": "1"}
+        sys.exit(subprocess.call(["unshare", "-rn", "bash", "-c", cmd], env=env))
+    from sim.internet import simulate_internet
+
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    runs = []
+    loads = [os.getloadavg()[0]]
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        lab = lab_run(args, seed)
+        sim = simulate_internet(sim_params(args, seed, lab))
+        runs.append({"seed": seed, "lab": lab, "sim": sim})
+        loads.append(os.getloadavg()[0])
+        print(
+            f"seed {seed}: lab discovery p50 {_pct(lab['discovery_s'], 0.5)} trusted p50 "
+            f"{_pct(lab['publish_to_trusted_s'], 0.5)}; sim {sim['calibration']['discovery_s']} "
+            f"{sim['calibration']['publish_to_trusted_s']}",
+            file=sys.stderr,
+            flush=True,
+        )
+        if args.json:  # after every seed: a long run keeps what it measured
+            partial = {"daemons": args.nodes, "runs": runs, "table": summarise(runs)}
+            args.json.write_text(json.dumps(partial, indent=1))
+    result = {
+        "daemons": args.nodes,
+        "args": vars(args) | {"json": str(args.json) if args.json else None},
+        "load": f"{min(loads):.1f}-{max(loads):.1f}",
+        "wall_s": round(time.monotonic() - t0),
+        "runs": runs,
+        "table": summarise(runs),
+    }
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    print_table(result)
+
+
+if __name__ == "__main__":
+    main()

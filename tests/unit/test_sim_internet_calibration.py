@@ -1,0 +1,88 @@
+"""The ``internet`` scenario's calibration mode (issue 43 item 5; ``sim/internet.py``): the lab's
+network drawn from the seed, measured timings as parameters, deterministic figures."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sim.internet import InternetParams, lab_plan, mean_mesh_hops, simulate_internet
+from sim.scenario import ScenarioError
+
+LAB = InternetParams(
+    nodes=12,
+    datasets=1,
+    follows=1,
+    calibration=True,
+    nat_nodes=6,
+    light_nodes=5,
+    heads=2,
+    malicious_fraction=0.0,
+    unresponsive=0.0,
+    churn_per_hour=0.0,
+    trusted_attesters=4,
+    quorum_k=2,
+    rtt_ms=0.3,
+    relay_rtt_ms=0.4,
+    discovery_interval_s=2.0,
+    hop_ms=150.0,
+    fetch_s=2.0,
+    verify_s=0.6,
+    seed=3,
+)
+
+
+def test_lab_plan_has_the_asked_roles_and_is_deterministic() -> None:
+    plan = lab_plan(LAB)
+    assert plan == lab_plan(LAB)
+    assert not plan.nat[0] and not plan.light[0] and plan.follows[0] == ()
+    assert sum(plan.nat) == 6 and sum(plan.light) == 5
+    (owner,) = plan.owner
+    assert owner != 0 and not plan.light[owner] and plan.follows[owner] == ()
+    full = [i for i in range(12) if i not in (0, owner) and not plan.light[i]]
+    for i in range(12):
+        if plan.light[i]:
+            assert plan.follows[i] == (0,)
+            trusted = plan.trusted[(i, 0)]
+            assert len(trusted) == 4 and set(trusted) <= set(full)
+    assert lab_plan(dataclasses.replace(LAB, seed=4)) != plan
+
+
+def test_calibration_run_measures_every_light_node_and_is_deterministic() -> None:
+    a = simulate_internet(LAB)
+    b = simulate_internet(LAB)
+    a.pop("wall_s"), b.pop("wall_s")
+    assert a == b
+    c = a["calibration"]
+    assert c["light_subscriptions"] == 5 and c["not_found"] == 0
+    assert len(c["discovery_samples"]) == 5
+    assert len(c["trusted_samples"]) == 5 * 2 and c["not_trusted"] == 0
+    # first head received: at least a hop's processing and a pull; trusted: a pull and a replay
+    assert min(c["discovery_samples"]) > 0.15
+    assert min(c["trusted_samples"]) > 0.15
+
+
+def test_measured_timings_move_the_figures() -> None:
+    slow = simulate_internet(dataclasses.replace(LAB, verify_s=6.0, hop_ms=600.0))
+    fast = simulate_internet(LAB)
+    assert (
+        slow["calibration"]["publish_to_trusted_s"]["p50"]
+        > fast["calibration"]["publish_to_trusted_s"]["p50"]
+    )
+
+
+def test_validation() -> None:
+    with pytest.raises(ScenarioError):
+        dataclasses.replace(LAB, calibration=False).validate()  # 12 < 50 nodes
+    with pytest.raises(ScenarioError):
+        dataclasses.replace(LAB, light_nodes=10).validate()  # no room for a quorum
+    with pytest.raises(ScenarioError):
+        dataclasses.replace(LAB, discovery_interval_s=0.0).validate()
+    with pytest.raises(ScenarioError):
+        lab_plan(dataclasses.replace(LAB, calibration=False, nodes=100))
+
+
+def test_mean_mesh_hops() -> None:
+    assert mean_mesh_hops(1, 6) == 1.0
+    assert 1.0 < mean_mesh_hops(23, 6) < 3.0
