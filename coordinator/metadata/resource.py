@@ -186,6 +186,7 @@ JsonValue: TypeAlias = Any
 
 SpecT = TypeVar("SpecT")
 SpecU = TypeVar("SpecU")
+_V = TypeVar("_V")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -341,6 +342,16 @@ class Resource(Generic[SpecT]):
 
 
 @dataclass(frozen=True, slots=True)
+class _NameMap(Generic[_V]):
+    """A map keyed by names, kept sorted by name."""
+
+    entries: Mapping[str, _V]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "entries", _sorted_map(self.entries, lambda k: k))
+
+
+@dataclass(frozen=True, slots=True)
 class Secret:
     """One secret, raw or encoded (``config/v1alpha1/Secret``); short form: the raw value."""
 
@@ -348,14 +359,10 @@ class Secret:
     content_encoding: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Secrets:
+class Secrets(_NameMap[Secret]):
     """Named secrets (``config/v1alpha1/Secrets``), kept sorted by name."""
 
-    entries: Mapping[str, Secret]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "entries", _sorted_map(self.entries, lambda k: k))
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,14 +372,10 @@ class Variable:
     value: str
 
 
-@dataclass(frozen=True, slots=True)
-class Variables:
+class Variables(_NameMap[Variable]):
     """Named variables (``config/v1alpha1/Variables``), kept sorted by name."""
 
-    entries: Mapping[str, Variable]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "entries", _sorted_map(self.entries, lambda k: k))
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
