@@ -313,6 +313,20 @@ def load(path: str | Path, overrides: dict[str, Any] | None = None) -> Scenario:
     Raises:
         ScenarioError: missing file, bad TOML or bad values.
     """
+    p, doc = read_document(path, overrides)
+    return from_dict(doc, p.parent)
+
+
+def read_document(
+    path: str | Path, overrides: dict[str, Any] | None = None
+) -> tuple[Path, dict[str, Any]]:
+    """The scenario file for ``path`` (:func:`resolve`) and its TOML document with dotted
+    ``overrides`` applied (:func:`apply_override`), not yet checked: what :func:`load` and
+    the other kinds of scenario (``sim/internet.py``) read their parameters from.
+
+    Raises:
+        ScenarioError: missing file, bad TOML or a bad override key.
+    """
     p = resolve(path)
     try:
         doc = tomllib.loads(p.read_text())
@@ -320,7 +334,7 @@ def load(path: str | Path, overrides: dict[str, Any] | None = None) -> Scenario:
         raise ScenarioError(f"cannot load scenario {p}: {e}") from e
     for dotted, value in (overrides or {}).items():
         apply_override(doc, dotted, value)
-    return from_dict(doc, p.parent)
+    return p, doc
 
 
 def resolve(path: str | Path) -> Path:
