@@ -143,7 +143,7 @@ class Application:
     @property
     def queries(self) -> NodeQueries:
         """Read models over the state: peers, events, work items, trust evidence."""
-        return NodeQueries(self.state)
+        return NodeQueries(self.state, self.gossip)
 
     @property
     def exports(self) -> AttestationExport:

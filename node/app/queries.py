@@ -9,7 +9,7 @@ from __future__ import annotations
 from coordinator.errors import OdfNodeError
 from coordinator.identity import DatasetId
 from node.app.identities import NodeIdentities, load_records
-from node.app.ports import StatePort
+from node.app.ports import GossipPort, StatePort
 from node.app.results import (
     AttestationRow,
     DisputeRow,
@@ -38,14 +38,24 @@ def _did(did: str | None) -> str | None:
 
 
 class NodeQueries:
-    """Read models over the node's state."""
+    """Read models over the node's state (``gossip``: the node's live transport, if any)."""
 
-    def __init__(self, state: StatePort) -> None:
+    def __init__(self, state: StatePort, gossip: GossipPort | None = None) -> None:
         self._state = state
+        self._gossip = gossip
 
     async def peers(self) -> list[PeerRow]:
-        """Known gossip peers with score and last contact."""
-        return [PeerRow.from_record(p, addrs=list(p.addrs)) for p in await self._state.peers()]
+        """Known gossip peers with score and last contact.
+
+        ``connected`` is the state's flag only while the gossip transport runs (the daemon keeps
+        it current): without it (no daemon) the stored flag is what a stopped or killed daemon
+        last wrote, so nobody is connected and ``last_seen_ns`` says when each peer was.
+        """
+        live = self._gossip is not None and self._gossip.enabled
+        return [
+            PeerRow.from_record(p, addrs=list(p.addrs), connected=live and p.connected)
+            for p in await self._state.peers()
+        ]
 
     async def events(
         self, after_id: int = 0, limit: int = 100, kind: str | None = None
