@@ -181,9 +181,7 @@ async def _main(fd: int) -> None:
     first = await read_frame(reader)
     if first is None or first[0] != "start":
         return
-    raw = dict(first[1])
-    raw["bootstrap"] = tuple(raw.get("bootstrap", ()))
-    config = Libp2pConfig(**raw)
+    config = Libp2pConfig.from_frame(dict(first[1]))
     transport = Libp2pTransport(config)
     try:
         await transport.start()

@@ -24,13 +24,14 @@ import struct
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from p2p.connmgr import ConnectionManager, ConnLimits, PeerConn
 from p2p.errors import InvalidPeerAddress, NetworkNotIsolated
 from p2p.limits import MAX_MESSAGE_SIZE
 from p2p.netguard import assert_loopback_multiaddr, assert_loopback_only
+from p2p.relay import RelayLimits
 from p2p.transport import (
     GossipMessage,
     HostIdentity,
@@ -112,34 +113,33 @@ class Libp2pConfig:
     peer_watch_interval_s: float = 0.5
     # Reachability behind NAT (p2p/relay.py, docs/nat.md); open mode only. ``nat`` runs
     # AutoNAT (answering peers and asking them) and accepts and dials relayed connections;
-    # ``relay_service`` offers a circuit relay to others within the relay_* limits;
+    # ``relay_service`` offers a circuit relay to others within ``relay_limits``;
     # ``use_relays`` reserves a slot on the bootstrap peers' relays when AutoNAT says private.
     nat: bool = False
     relay_service: bool = False
     use_relays: bool = True
-    relay_max_reservations: int = 16
-    relay_max_reservations_per_ip: int = 4
-    relay_max_circuits: int = 16
-    relay_circuit_duration_s: int = 600
-    relay_circuit_bytes: int = 64 << 20
-    relay_max_circuits_per_peer: int = 4
-    relay_peer_bytes: int = 256 << 20
-    relay_total_bytes: int = 1 << 30
-    relay_bytes_window_s: int = 3600
+    relay_limits: RelayLimits = field(default_factory=RelayLimits)
     reachability_interval_s: float = 60.0
     # DCUtR (p2p/holepunch.py, docs/nat.md): with ``nat``, a relayed connection is upgraded to
     # a direct one by a hole punch where the NATs allow it.
     hole_punching: bool = True
     # Connection manager (p2p/connmgr.py, docs/libp2p.md "Connection manager"): above
-    # peers_high_water connected peers, trim to peers_low_water; at most max_peers_per_ip
-    # inbound peers per remote IP (0: no cap); a new peer is not trimmed for conn_grace_s; a
-    # peer whose dial failed waits dial_backoff_base_s, doubling up to dial_backoff_max_s.
-    peers_high_water: int = 96
-    peers_low_water: int = 64
-    max_peers_per_ip: int = 0
-    conn_grace_s: float = 20.0
-    dial_backoff_base_s: float = 5.0
-    dial_backoff_max_s: float = 300.0
+    # high_water connected peers, trim to low_water; at most max_per_ip inbound peers per
+    # remote IP (0: no cap); a new peer is not trimmed for grace_s; a peer whose dial failed
+    # waits dial_backoff_base_s, doubling up to dial_backoff_max_s.
+    conn_limits: ConnLimits = field(default_factory=ConnLimits)
+
+    @classmethod
+    def from_frame(cls, raw: dict[str, Any]) -> Libp2pConfig:
+        """The config that ``dataclasses.asdict`` made ``raw`` (the child process's first frame)."""
+        return cls(
+            **{
+                **raw,
+                "bootstrap": tuple(raw.get("bootstrap", ())),
+                "relay_limits": RelayLimits(**raw.get("relay_limits", {})),
+                "conn_limits": ConnLimits(**raw.get("conn_limits", {})),
+            }
+        )
 
 
 async def _drain_channel(receive: Any) -> None:
@@ -213,14 +213,7 @@ class Libp2pTransport(HostIdentity):
         # Its connected-peer side runs on the trio thread (_watch_peers), its dial backoff on
         # the asyncio thread (connect); the two keep separate tables.
         self.connmgr = ConnectionManager(
-            ConnLimits(
-                high_water=config.peers_high_water,
-                low_water=config.peers_low_water,
-                max_per_ip=config.max_peers_per_ip,
-                grace_s=config.conn_grace_s,
-                dial_backoff_base_s=config.dial_backoff_base_s,
-                dial_backoff_max_s=config.dial_backoff_max_s,
-            ),
+            config.conn_limits,
             time.monotonic,
             protected=frozenset(peer_id_of(a) for a in config.bootstrap),
         )
@@ -366,7 +359,7 @@ class Libp2pTransport(HostIdentity):
     async def _start_relay(self, nursery: Any) -> None:
         from libp2p.tools.anyio_service import background_trio_service
 
-        from p2p.relay import RelayLimits, RelaySupport
+        from p2p.relay import RelaySupport
 
         cfg = self.config
         loop = self._loop
@@ -380,17 +373,7 @@ class Libp2pTransport(HostIdentity):
             self._host,
             service=cfg.relay_service,
             client=cfg.nat and cfg.use_relays,
-            limits=RelayLimits(
-                max_reservations=cfg.relay_max_reservations,
-                max_reservations_per_ip=cfg.relay_max_reservations_per_ip,
-                max_circuits=cfg.relay_max_circuits,
-                circuit_duration_s=cfg.relay_circuit_duration_s,
-                circuit_bytes=cfg.relay_circuit_bytes,
-                max_circuits_per_peer=cfg.relay_max_circuits_per_peer,
-                peer_bytes=cfg.relay_peer_bytes,
-                total_bytes=cfg.relay_total_bytes,
-                bytes_window_s=cfg.relay_bytes_window_s,
-            ),
+            limits=cfg.relay_limits,
             candidates=lambda: cfg.bootstrap,
             on_change=post,
             check_interval_s=cfg.reachability_interval_s,
@@ -545,6 +528,14 @@ class Libp2pTransport(HostIdentity):
                 negative = getattr(network, "_negative_peer_cache", None)
                 if negative is not None:
                     negative.evict(peer)
+                # ``host.connect`` returns at once for a peer already connected, dialling
+                # nothing: dial this very address unless a connection uses it already, so a
+                # wrong one fails here instead of being reported (and remembered) as the peer's.
+                if network.get_connections(info.peer_id) and not any(
+                    set(info.addrs) & set(c.get_transport_addresses())
+                    for c in network.get_connections(info.peer_id)
+                ):
+                    await network.dial_addr(info.addrs[0], info.peer_id)
                 await self._host.connect(info)
             peers = tuple(sorted(p.to_string() for p in self._host.get_connected_peers()))
             loop = self._loop

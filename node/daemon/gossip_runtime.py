@@ -156,8 +156,10 @@ class GossipRuntime:
             await self.transport.stop()
 
     def _start_transport(self) -> Any:
+        from p2p.connmgr import ConnLimits
         from p2p.libp2p_host import Libp2pConfig
         from p2p.libp2p_process import Libp2pProcessTransport
+        from p2p.relay import RelayLimits
 
         p = self._config.p2p
         loopback_only = self._config.network.loopback_only
@@ -174,23 +176,27 @@ class GossipRuntime:
                 nat=not loopback_only,
                 relay_service=p.relay_service,
                 use_relays=p.use_relays,
-                relay_max_reservations=p.relay_max_reservations,
-                relay_max_reservations_per_ip=p.relay_max_reservations_per_ip,
-                relay_max_circuits=p.relay_max_circuits,
-                relay_circuit_duration_s=p.relay_circuit_duration_s,
-                relay_circuit_bytes=p.relay_circuit_bytes,
-                relay_max_circuits_per_peer=p.relay_max_circuits_per_peer,
-                relay_peer_bytes=p.relay_peer_bytes,
-                relay_total_bytes=p.relay_total_bytes,
-                relay_bytes_window_s=p.relay_bytes_window_s,
+                relay_limits=RelayLimits(
+                    max_reservations=p.relay_max_reservations,
+                    max_reservations_per_ip=p.relay_max_reservations_per_ip,
+                    max_circuits=p.relay_max_circuits,
+                    circuit_duration_s=p.relay_circuit_duration_s,
+                    circuit_bytes=p.relay_circuit_bytes,
+                    max_circuits_per_peer=p.relay_max_circuits_per_peer,
+                    peer_bytes=p.relay_peer_bytes,
+                    total_bytes=p.relay_total_bytes,
+                    bytes_window_s=p.relay_bytes_window_s,
+                ),
                 reachability_interval_s=p.reachability_interval_s,
                 hole_punching=p.hole_punching,
-                peers_high_water=p.peers_high_water,
-                peers_low_water=p.peers_low_water,
-                max_peers_per_ip=p.peers_per_ip_cap(loopback_only),
-                conn_grace_s=p.conn_grace_s,
-                dial_backoff_base_s=p.dial_backoff_base_s,
-                dial_backoff_max_s=p.dial_backoff_max_s,
+                conn_limits=ConnLimits(
+                    high_water=p.peers_high_water,
+                    low_water=p.peers_low_water,
+                    max_per_ip=p.peers_per_ip_cap(loopback_only),
+                    grace_s=p.conn_grace_s,
+                    dial_backoff_base_s=p.dial_backoff_base_s,
+                    dial_backoff_max_s=p.dial_backoff_max_s,
+                ),
             ),
             on_restart=self._metrics.gossip_restarts.inc,
         )
