@@ -3,7 +3,9 @@
 One class per schema table; field names are the schema's snake_case names and fields appear in
 schema declaration order (the flatbuffers encoder relies on that order). Optional fields default
 to ``None``; lists are tuples so every value is hashable and immutable. Union members are plain
-classes; the union types are ``X | Y`` aliases.
+classes; the union types are ``X | Y`` aliases. The flatbuffers codec reads each field's wire
+kind off its annotation (:mod:`coordinator.metadata.flatbuffers_serde`), so the annotations are
+part of the wire format: keep them in the forms it knows.
 
 Source of truth: ``schemas/odf.fbs`` (the metadata tables of spec v0.39.0, a superset of v0.34.0)
 and kamu-cli ``src/odf/metadata/src/dtos/dtos_generated.rs`` for which fields are required.
