@@ -30,6 +30,7 @@ from coordinator.ingest.vocab import Vocab
 from coordinator.metadata import flatbuffers_serde as fbs
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
+from coordinator.protobuf_wire import decode_fields, encode_fields
 from coordinator.transform.model import (
     RawQueryRequest,
     RawQueryResponse,
@@ -490,17 +491,7 @@ def decode_raw_query_response(buf: bytes) -> RawQueryResponse | None:
 
 def wrap_protobuf(payload: bytes) -> bytes:
     """``message X { bytes flatbuffer = 1; }`` encoded by hand (field 1, wire type 2)."""
-    n = len(payload)
-    varint = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            varint.append(byte | 0x80)
-        else:
-            varint.append(byte)
-            break
-    return b"\x0a" + bytes(varint) + payload if payload else b""
+    return encode_fields([(1, payload)]) if payload else b""
 
 
 def wrap_protobuf_many(payloads: list[bytes]) -> bytes:
@@ -508,64 +499,24 @@ def wrap_protobuf_many(payloads: list[bytes]) -> bytes:
 
     The envelope of odf-node's ``ExecuteTransformBatch`` extension (``engine/worker.py``).
     """
-    out = bytearray()
-    for payload in payloads:
-        if not payload:
-            raise ValueError("an empty payload cannot travel in a batch")
-        out += wrap_protobuf(payload)
-    return bytes(out)
+    if not all(payloads):
+        raise ValueError("an empty payload cannot travel in a batch")
+    return encode_fields([(1, payload) for payload in payloads])
 
 
 def unwrap_protobuf_many(data: bytes) -> list[bytes]:
-    """Every ``flatbuffers`` entry (field 1) of a batch message, in order."""
-    return _fields(data, every=True)
+    """Every ``flatbuffers`` entry (field 1) of a batch message, in order.
+
+    Raises:
+        DecodeError: not a protobuf message (:class:`~coordinator.protobuf_wire.ProtobufError`).
+    """
+    return [v for v in decode_fields(data).get(1, ()) if isinstance(v, bytes)]
 
 
 def unwrap_protobuf(data: bytes) -> bytes:
     """The ``flatbuffer`` field of a one-field engine message (unknown fields skipped)."""
-    found = _fields(data, every=False)
+    found = unwrap_protobuf_many(data)
     return found[-1] if found else b""
-
-
-def _fields(data: bytes, *, every: bool) -> list[bytes]:
-    """Field 1 of a protobuf message: all occurrences, or (``every=False``) only the last."""
-    pos = 0
-    out: list[bytes] = []
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        field, wire = key >> 3, key & 7
-        if wire == 2:
-            n, pos = _varint(data, pos)
-            if field == 1:
-                if every or not out:
-                    out.append(bytes(data[pos : pos + n]))
-                else:
-                    out[0] = bytes(data[pos : pos + n])
-            pos += n
-        elif wire == 0:
-            _, pos = _varint(data, pos)
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        else:
-            raise DecodeError(f"unsupported protobuf wire type {wire}")
-    if pos != len(data):
-        raise DecodeError("truncated protobuf message")
-    return out
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise DecodeError("truncated protobuf varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
 
 
 __all__ = [

@@ -52,6 +52,7 @@ import pyarrow.parquet as pq
 
 from coordinator.errors import OdfNodeError
 from coordinator.metadata.odf_schema import plain_arrow_type
+from coordinator.protobuf_wire import decode_fields, encode_fields, read_varint
 from node.app.errors import (
     HeadNotTrusted,
     QueryBusy,
@@ -122,69 +123,7 @@ class FlightDataReader(Protocol):
         ...
 
 
-# ---- protobuf by hand: varints and length-delimited fields are all these messages use
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
-    n = shift = 0
-    while True:
-        if i >= len(buf) or shift > 63:
-            raise ValueError("truncated or oversized varint")
-        b = buf[i]
-        i += 1
-        n |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return n, i
-        shift += 7
-
-
-def encode_fields(fields: Sequence[tuple[int, bytes | str | int]]) -> bytes:
-    """A protobuf message of ``(number, value)``: bytes/str length-delimited, int varint."""
-    out = bytearray()
-    for num, value in fields:
-        if isinstance(value, int):
-            out += _varint(num << 3) + _varint(value)
-        else:
-            raw = value.encode() if isinstance(value, str) else value
-            out += _varint(num << 3 | 2) + _varint(len(raw)) + raw
-    return bytes(out)
-
-
-def decode_fields(buf: bytes) -> dict[int, list[bytes | int]]:
-    """A protobuf message's fields by number (varints as int, length-delimited as bytes)."""
-    fields: dict[int, list[bytes | int]] = {}
-    i = 0
-    while i < len(buf):
-        key, i = _read_varint(buf, i)
-        num, wire = key >> 3, key & 7
-        value: bytes | int
-        if wire == 0:
-            value, i = _read_varint(buf, i)
-        elif wire == 2:
-            size, i = _read_varint(buf, i)
-            if i + size > len(buf):
-                raise ValueError("truncated field")
-            value, i = buf[i : i + size], i + size
-        elif wire == 5:
-            value, i = int.from_bytes(buf[i : i + 4], "little"), i + 4
-        elif wire == 1:
-            value, i = int.from_bytes(buf[i : i + 8], "little"), i + 8
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
-        fields.setdefault(num, []).append(value)
-    return fields
+# ---- protobuf by hand (coordinator.protobuf_wire): varints and length-delimited fields
 
 
 def pack_any(name: str, fields: Sequence[tuple[int, bytes | str | int]] = ()) -> bytes:
@@ -225,7 +164,7 @@ def _uint32s(fields: dict[int, list[bytes | int]], num: int) -> list[int]:
         else:  # packed
             i = 0
             while i < len(v):
-                n, i = _read_varint(v, i)
+                n, i = read_varint(v, i)
                 out.append(n)
     return out
 
