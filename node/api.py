@@ -37,8 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from coordinator.errors import OdfNodeError
-from node.home import NodeHome, default_home
+from node.home import NodeHome, NotAHome, default_home
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -49,10 +48,6 @@ if TYPE_CHECKING:
 
 
 T = TypeVar("T")
-
-
-class NotAHome(OdfNodeError):
-    """The path is not an initialised node home (no ``config.toml`` or node key)."""
 
 
 @dataclass(frozen=True)
@@ -116,9 +111,7 @@ class Home:
         Raises:
             NotAHome: ``odf-node init`` has not run there.
         """
-        self._home = NodeHome(Path(path).expanduser())
-        if not self._home.initialized:
-            raise NotAHome(f"{self._home.path} is not an odf-node home (run `odf-node init`)")
+        self._home = NodeHome(Path(path).expanduser()).require()
 
     @property
     def path(self) -> Path:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coordinator.errors import OdfNodeError
 from coordinator.identity import (
     PrivateKey,
     generate_private_key,
@@ -37,6 +38,10 @@ def default_home() -> Path:
         return Path(env).expanduser()
     xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(xdg) / "odf-node"
+
+
+class NotAHome(OdfNodeError):
+    """The path is not an initialised node home (no ``config.toml`` or node key)."""
 
 
 def system_clock() -> Timestamp:
@@ -74,6 +79,23 @@ class NodeHome:
     def initialized(self) -> bool:
         """Whether ``init`` has run here."""
         return self.config_path.is_file() and self.node_key_path.is_file()
+
+    def require(self) -> NodeHome:
+        """This home, if ``init`` has run here.
+
+        Only ``init``, ``run`` and ``restore`` make a home: any other command on a path that
+        is not one (a mistyped ``--home``) fails, creating nothing, rather than starting a new,
+        empty node there.
+
+        Raises:
+            NotAHome: naming the path and the command that makes a home there.
+        """
+        if not self.initialized:
+            where = "" if self.path == default_home() else f" --home {self.path}"
+            raise NotAHome(
+                f"no odf-node home at {self.path}: create one with `odf-node init{where}`"
+            )
+        return self
 
     def init(self, key: PrivateKey | None = None) -> bool:
         """Create config, node key and directories if missing; True if anything was created."""

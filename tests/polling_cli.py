@@ -18,6 +18,13 @@ def run(home: Path, *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+def new_home(path: Path) -> Path:
+    """``odf-node init --home PATH`` (a command on a path that is not a home fails); ``path``."""
+    code, text = run(path, "init")
+    assert code == 0, text
+    return path
+
+
 def create_from(home: Path, path: Path, snapshot: str) -> None:
     """Write ``snapshot`` to ``path`` and ``dataset create`` it (it must succeed)."""
     path.write_text(snapshot)

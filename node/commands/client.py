@@ -18,7 +18,7 @@ from node.app.errors import InvalidArgument
 from node.commands import spec
 from node.commands.spec import Cli, Command, CommandParam, Context
 from node.commands.spec import Output as Out
-from node.compose import default_home
+from node.compose import NodeHome, default_home
 
 # ---- rpc
 
@@ -61,6 +61,7 @@ async def _sql(
     from node.commands.dispatch import dispatch
 
     where = home or default_home()
+    NodeHome(where).require()  # before the shell starts, not at its first query
 
     def run_one(text: str) -> Any:
         params: dict[str, Any] = {"sql": text, "untrusted": untrusted, "engine": engine}

@@ -78,12 +78,10 @@ def dispatch(
         endpoint = daemon_endpoint(home)
         if endpoint is not None:
             return call_daemon(endpoint, command.name, given)
+    h = NodeHome(home).require()
     if command.daemon_only:
         raise needs_daemon(home)
     validate_params(command, given)
-    h = NodeHome(home)
-    if not h.initialized:
-        h.init()
     with (
         write_lock(h) if command.write else contextlib.nullcontext(),
         offline_application(h, offline or OfflineOptions()) as app,
@@ -119,6 +117,7 @@ def call(home: Path, method: str, params: Mapping[str, Any] | None = None) -> An
     """Call any RPC ``method`` on the daemon of ``home`` (:class:`DaemonRequired` if none)."""
     endpoint = daemon_endpoint(home)
     if endpoint is None:
+        NodeHome(home).require()
         raise needs_daemon(home)
     return call_daemon(endpoint, method, dict(params or {}))
 

@@ -51,10 +51,8 @@ def _absolute(path: Path) -> str:
 
 
 def _home(home: Path | None) -> NodeHome:
-    h = NodeHome(home or default_home())
-    if not h.initialized:
-        h.init()
-    return h
+    """The home a command runs on: it must exist (:meth:`NodeHome.require`)."""
+    return NodeHome(home or default_home()).require()
 
 
 # ---- init
@@ -111,7 +109,10 @@ async def _run(
     ):
         if value is not None:
             overrides.setdefault(section, {})[key] = value
-    h = _home(home)
+    # The first start makes the home, as `init` does (`make run` on a fresh machine).
+    h = NodeHome(home or default_home())
+    if not h.initialized:
+        h.init()
     # A bad option or config file fails here, before the exec, as do listeners the daemon
     # could not advertise.
     check_listeners(h.config(overrides))
@@ -192,8 +193,9 @@ async def _serve_http(
 ) -> None:
     from node.compose import serve_home
 
+    h = _home(home)
     print(f"serving {host}:{port} (Ctrl-C stops)", file=sys.stderr, flush=True)
-    await serve_home(_home(home), host, port)
+    await serve_home(h, host, port)
 
 
 _NO_DAEMON = "changes the key the daemon runs with: run it with the daemon stopped"

@@ -212,6 +212,7 @@ def test_every_command_has_one_json_shape(
         "--as",
         "copy",
     )
+    cli(tmp_path / "h2", "init")  # a command on a path that is not a home fails
     results["offline"][pull] = cli(tmp_path / "h2", *pull)
     results["daemon"][pull] = cli(daemon.home, *pull)
     for cmd in [*(c for _, c in runs), pull]:

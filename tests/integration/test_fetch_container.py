@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from daemon_harness import NodeProcess
 from netns import require_loopback_only
-from polling_cli import head_of, pull, run
+from polling_cli import head_of, new_home, pull, run
 
 from node.transfer.container_fetch import find_runtime
 
@@ -116,7 +116,7 @@ def env(storage: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_a_container_source_ingests_rounds_then_is_up_to_date(tmp_path: Path, env: Path) -> None:
-    home = tmp_path / "home"
+    home = new_home(tmp_path / "home")
     create(home, tmp_path, "boxed", SCRIPT)
     code, out = pull(home, "boxed")
     assert code == 0 and isinstance(out, dict), out
@@ -142,7 +142,7 @@ def test_a_container_source_ingests_rounds_then_is_up_to_date(tmp_path: Path, en
 def test_bad_container_sources_commit_nothing_and_say_why(
     tmp_path: Path, env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    home = tmp_path / "home"
+    home = new_home(tmp_path / "home")
 
     def refused(name: str, script: str, *words: str, image: str = IMAGE) -> None:
         create(home, tmp_path, name, script, image)

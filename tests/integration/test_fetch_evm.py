@@ -227,6 +227,12 @@ def _cli(home: Path, *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+def _new_home(path: Path) -> Path:
+    code, text = _cli(path, "init")
+    assert code == 0, text
+    return path
+
+
 def _snapshot(name: str, url: str | None, contract: str, chain: int = 31337) -> str:
     node_url = f"nodeUrl: {url}" if url else "# no nodeUrl: [ingest] eth_node_urls"
     return f"""\
@@ -291,7 +297,7 @@ def test_dataset_pull_ingests_logs_and_resumes_from_the_state(
     node: tuple[str, str, str], tmp_path: Path
 ) -> None:
     url, contract, sender = node
-    home = tmp_path / "home"
+    home = _new_home(tmp_path / "home")
     _create(home, tmp_path, "transfers", url, contract)
     code, out = _pull(home, "transfers")
     assert code == 0, out
@@ -309,7 +315,7 @@ def test_dataset_pull_ingests_logs_and_resumes_from_the_state(
 
 def test_dataset_pull_bad_node_commits_nothing(node: tuple[str, str, str], tmp_path: Path) -> None:
     url, contract, _ = node
-    home = tmp_path / "home"
+    home = _new_home(tmp_path / "home")
     _create(home, tmp_path, "gone", f"http://127.0.0.1:{_free_port()}", contract)
     code, out = _pull(home, "gone")
     assert code != 0 and "unreachable" in out and "nothing was committed" in out, out
@@ -330,7 +336,7 @@ def test_dataset_pull_after_a_reorg_commits_nothing(
     node: tuple[str, str, str], tmp_path: Path
 ) -> None:
     url, contract, sender = node
-    home = tmp_path / "home"
+    home = _new_home(tmp_path / "home")
     _create(home, tmp_path, "reorged", url, contract)
     snap = _rpc(url, "evm_snapshot")
     _emit(url, contract, sender, 9)
@@ -409,7 +415,7 @@ def test_a_kamu_contrib_shaped_source_reads_the_decoded_event(
 """
         + snapshot[end:]
     )
-    home = tmp_path / "home"
+    home = _new_home(tmp_path / "home")
     (tmp_path / "decoded.yaml").write_text(snapshot)
     code, text = _cli(home, "dataset", "create", str(tmp_path / "decoded.yaml"))
     assert code == 0, text

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from daemon_harness import NodeProcess
 from netns import require_loopback_only
-from polling_cli import head_of, pull, run
+from polling_cli import head_of, new_home, pull, run
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -149,7 +149,7 @@ def serve(ftp: Ftp, name: str, body: bytes, mtime: float) -> None:
 def test_ftp_source_is_fetched_cached_by_its_modification_time_and_refetched_when_changed(
     tmp_path: Path, ftp: Ftp
 ) -> None:
-    home = tmp_path / "home"
+    home = new_home(tmp_path / "home")
     t1 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC).timestamp()
     serve(ftp, "cities.csv", CSV1, t1)
     create(home, tmp_path, "cities", f"ftp://127.0.0.1:{ftp.port}/cities.csv")
@@ -185,7 +185,7 @@ def test_ftp_source_is_fetched_cached_by_its_modification_time_and_refetched_whe
 def test_bad_ftp_sources_commit_nothing_and_say_why(
     tmp_path: Path, ftp: Ftp, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    home = tmp_path / "home"
+    home = new_home(tmp_path / "home")
     serve(ftp, "big.csv", CSV2 * 50, time.time())
 
     def refused(name: str, url: str, *words: str) -> None:
@@ -215,7 +215,7 @@ def test_bad_ftp_sources_commit_nothing_and_say_why(
 def test_ftps_verifies_the_server_certificate(
     tmp_path: Path, ftp: Ftp, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    home = tmp_path / "home"
+    home = new_home(tmp_path / "home")
     serve(ftp, "tls.csv", CSV1, time.time())
     create(home, tmp_path, "tls", f"ftps://localhost:{ftp.tls_port}/tls.csv")
 

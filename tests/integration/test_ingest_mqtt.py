@@ -96,6 +96,8 @@ def make_home(tmp: Path, **ingest: object) -> Path:
     (home / "config.toml").write_text(
         "[ingest]\n" + "".join(f"{k} = {v!r}\n" for k, v in settings.items())
     )
+    code, text = run(home, "init")  # keeps that config.toml, adds the node key
+    assert code == 0, text
     return home
 
 

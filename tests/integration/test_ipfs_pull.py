@@ -124,6 +124,7 @@ def test_cli_publish_and_pull(
 
     url = json.loads(res.stdout)["url"]
     sub = tmp_path / "home-b"
+    NodeHome(sub).init()  # a command on a path that is not a home fails
     res = runner.invoke(
         app, ["pull", f"{url}/", "--as", "temps", "--ipfs-api", b.api_url, "--home", str(sub)]
     )

@@ -75,6 +75,7 @@ def cli(home: Path, *args: str, env: dict[str, str] | None = None) -> str:
 
 
 def make_chain(home: Path, env: dict[str, str] | None = None) -> Dataset:
+    cli(home, "init")
     snap = home.parent / f"{home.name}.yaml"
     snap.write_text(SNAPSHOT)
     created = json.loads(cli(home, "dataset", "create", str(snap), "--json", env=env))
@@ -159,6 +160,7 @@ def test_new_chains_keep_the_v034_era_block_bytes(v2: tuple[Path, Dataset], tmp_
     for h, version, block in chain(ds):
         assert version == 2 and encode_block(block, 2) == ds.get_block_bytes(h)
     home = tmp_path / "mqtt"
+    cli(home, "init")
     snap = tmp_path / "mqtt.yaml"
     snap.write_text(
         SNAPSHOT.replace("name: logged", "name: sensors").replace(

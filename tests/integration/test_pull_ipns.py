@@ -93,6 +93,7 @@ def test_cli_publish_ipns_and_pull_ipns_same_node(
     assert name and name.startswith("12D3Koo")  # the embedded node names keys by peer id
 
     sub = tmp_path / "home-b"
+    NodeHome(sub).init()  # a command on a path that is not a home fails
     pull_args = ["pull", f"ipns://{name}", "--as", "temps", "--ipfs-api", a.api_url]
     res = runner.invoke(app, [*pull_args, "--home", str(sub)])
     assert res.exit_code == 0, res.output

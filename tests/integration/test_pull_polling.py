@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from polling_cli import head_of, pull, run
+from polling_cli import head_of, new_home, pull, run
 
 
 @dataclass
@@ -105,7 +105,7 @@ CSV2 = CSV1 + b"2021-01-01,A,1100\n"
 
 def test_http_source_etag_and_last_modified(tmp_path: Path, server: tuple[str, Served]) -> None:
     base, served = server
-    home = tmp_path / "home"
+    home = new_home(tmp_path / "home")
     served.files["/tides.csv"] = (CSV1, {"ETag": '"v1"'})
     create(home, tmp_path, "tides", f"        kind: Url\n        url: {base}/tides.csv")
 
@@ -151,7 +151,7 @@ def test_http_source_etag_and_last_modified(tmp_path: Path, server: tuple[str, S
 
 def test_bad_sources_commit_nothing(tmp_path: Path, server: tuple[str, Served]) -> None:
     base, served = server
-    home = tmp_path / "home"
+    home = new_home(tmp_path / "home")
 
     # 404
     create(home, tmp_path, "missing", f"        kind: Url\n        url: {base}/nope.csv")
@@ -201,7 +201,7 @@ def test_bad_sources_commit_nothing(tmp_path: Path, server: tuple[str, Served]) 
 
 
 def test_files_glob_and_refused_fetch_steps(tmp_path: Path) -> None:
-    home = tmp_path / "home"
+    home = new_home(tmp_path / "home")
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     create(home, tmp_path, "inbox", f"        kind: FilesGlob\n        path: {inbox}/*.csv")

@@ -72,6 +72,7 @@ def test_create_list_log_verify(tmp_path: Path) -> None:
 
 def test_errors_are_one_line_and_exit_1(tmp_path: Path) -> None:
     home = tmp_path / "home"
+    assert run(home, "init")[0] == 0
     code, text = run(home, "dataset", "log", "nope")
     assert code == 1 and "dataset not found: nope" in text
     bad = tmp_path / "bad.yaml"
@@ -87,6 +88,7 @@ def test_errors_are_one_line_and_exit_1(tmp_path: Path) -> None:
 
 def test_verify_detects_corrupted_block(tmp_path: Path) -> None:
     home = tmp_path / "home"
+    assert run(home, "init")[0] == 0
     snap = tmp_path / "s.yaml"
     snap.write_text(SNAPSHOTS.split("---", maxsplit=1)[0])
     assert run(home, "dataset", "create", str(snap))[0] == 0
@@ -102,6 +104,7 @@ def test_verify_detects_corrupted_block(tmp_path: Path) -> None:
 
 def test_ingest_from_cli(tmp_path: Path) -> None:
     home = tmp_path / "home"
+    assert run(home, "init")[0] == 0
     snap = tmp_path / "s.yaml"
     snap.write_text(SNAPSHOTS.split("---", maxsplit=1)[0])
     assert run(home, "dataset", "create", str(snap))[0] == 0
@@ -145,6 +148,7 @@ def test_ingest_linked_objects_from_cli(tmp_path: Path) -> None:
     from coordinator.multiformats import Multihash
 
     home = tmp_path / "home"
+    assert run(home, "init")[0] == 0
     snap = tmp_path / "s.yaml"
     snap.write_text(LINKED_SNAPSHOT)
     assert run(home, "dataset", "create", str(snap))[0] == 0

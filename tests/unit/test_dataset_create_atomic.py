@@ -153,6 +153,7 @@ def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_create_is_all_or_none(tmp_path: Path) -> None:
     home = tmp_path / "home"
+    assert cli(home, "init").returncode == 0
     snap = tmp_path / "s.yaml"
     snap.write_text(stream(CITIES, derivative("big", "nope")))
     proc = cli(home, "dataset", "create", str(snap))
@@ -167,6 +168,7 @@ def test_cli_create_is_all_or_none(tmp_path: Path) -> None:
 
 def test_cli_refuses_empty_non_utf8_and_deep_snapshots(tmp_path: Path) -> None:
     home = tmp_path / "home"
+    assert cli(home, "init").returncode == 0
     cases = {
         "empty.yaml": b"# nothing here\n",
         "latin1.yaml": CITIES.replace("cities", "caf\xe9").encode("latin-1"),

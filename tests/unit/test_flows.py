@@ -423,6 +423,7 @@ def test_cli_refuses_a_period_past_the_bound_naming_it(tmp_path: Path) -> None:
     def run(*args: str) -> Any:
         return CliRunner().invoke(app, [*args, "--home", str(home)])
 
+    assert run("init").exit_code == 0
     assert run("dataset", "create", str(snap)).exit_code == 0
     result = run("dataset", "schedule", "a", "--every", "107000d")
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit)

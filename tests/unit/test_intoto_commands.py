@@ -40,6 +40,7 @@ def home(tmp_path: Path) -> tuple[Path, str, str]:
     """A home with one dataset, our attestation and dispute of its head, and a peer's
     attestation; returns ``(home, did, node id)``."""
     h = tmp_path / "home"
+    assert run(h, "init")[0] == 0
     snap = tmp_path / "s.yaml"
     snap.write_text(
         "kind: DatasetSnapshot\nversion: 1\n"
