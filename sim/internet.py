@@ -142,6 +142,15 @@ class InternetParams:
     discovery_interval_s: float = 10.0
     """The one-hop loop's interval (``[p2p] discovery_interval_s``), doubling up to 16x while
     idle."""
+    exchange_ms: float = 0.0
+    """Processing per request/response exchange (one-hop request, DHT query, a head request)
+    beyond its round trip: both ends' decode, handling and stream set-up."""
+    dial_ms: float = 0.0
+    """Processing per new connection beyond its two round trips (security and muxer
+    handshakes)."""
+    relay_dial_ms: float = 0.0
+    """Processing a dial through a relay adds (the circuit's reservation check, its HOP and
+    STOP exchanges, the handshakes over the circuit)."""
     hop_ms: float = 5.0
     """Processing per gossip hop (decode, the core's checks), added to half a round trip."""
     verify_sigma: float = 0.5
@@ -150,6 +159,10 @@ class InternetParams:
     """A pull's median seconds, log-normal with ``fetch_sigma`` (0: two round trips and
     ``fetch_bytes`` at ``bandwidth_mbps``)."""
     fetch_sigma: float = 0.5
+    full_fetch_s: float = 0.0
+    """A full follower's pull before its replay, median seconds (the inputs too; 0: as
+    ``fetch_s``)."""
+    full_fetch_sigma: float = 0.5
     calibration: bool = False
     """The lab's network (``tests/bench/bench_calibration.py``, docs/simulation.md "Calibration
     against real daemons"): node 0 a public relay that follows nothing and every node's one
@@ -193,8 +206,22 @@ class InternetParams:
             raise ScenarioError("internet.follows must be in 1..datasets")
         if self.quorum_k < 1 or self.trusted_attesters < self.quorum_k:
             raise ScenarioError("internet: need 1 <= quorum_k <= trusted_attesters")
-        if self.discovery_interval_s <= 0 or self.hop_ms < 0 or self.fetch_s < 0:
-            raise ScenarioError("internet: discovery_interval_s > 0, hop_ms and fetch_s >= 0")
+        if (
+            self.discovery_interval_s <= 0
+            or min(
+                self.hop_ms,
+                self.fetch_s,
+                self.full_fetch_s,
+                self.exchange_ms,
+                self.dial_ms,
+                self.relay_dial_ms,
+            )
+            < 0
+        ):
+            raise ScenarioError(
+                "internet: discovery_interval_s > 0; hop_ms, fetch_s, full_fetch_s, exchange_ms, "
+                "dial_ms, relay_dial_ms >= 0"
+            )
         if self.duration_s <= self.deadline_s:
             raise ScenarioError("internet.duration_s must exceed deadline_s")
 
@@ -511,7 +538,8 @@ class _World:
     def dial_ns(self, j: int, rng: random.Random) -> int:
         """A new connection to ``j``: two round trips, each with a relay leg behind NAT."""
         legs = self.rtt_ns(rng) + (self.rtt_ns(rng, self.p.relay_rtt_ms) if self.nat[j] else 0)
-        return 2 * legs
+        extra = self.p.dial_ms + (self.p.relay_dial_ms if self.nat[j] else 0.0)
+        return 2 * legs + int(extra * MS)
 
     # ---- DHT
 
@@ -596,7 +624,8 @@ class _World:
                     find.queries += 1
                 if self.online(j, now):  # gone or offline: never answers (the lookup times out)
                     seq += 1
-                    heapq.heappush(events, (now + self.rtt_ns(rng), seq, 0, j))
+                    ask = self.rtt_ns(rng) + int(p.exchange_ms * MS)
+                    heapq.heappush(events, (now + ask, seq, 0, j))
 
         now = t0
         send(lookup.start(now), now)
@@ -847,7 +876,7 @@ class _SimTransport:
         dids = decode_providers_request(data)
         w.asking = dids
         response = await w.server(j, first_hand=bool(dids)).serve(self.peer_id, data)
-        w.advance(w.rtt_ns(self._rng))
+        w.advance(w.rtt_ns(self._rng) + int(w.p.exchange_ms * MS))
         if w.timing:
             w.c["one_hop_requests"] += 1
             w.c["one_hop_bytes"] += len(data) + len(response) + 2 * 64
@@ -1030,8 +1059,11 @@ def _publish(w: _World, d: int, rng: random.Random) -> _Published:
     )
 
 
-def _fetch_ns(w: _World, rng: random.Random) -> int:
-    """A pull: ``fetch_s`` (log-normal) when set, else two round trips and ``fetch_bytes``."""
+def _fetch_ns(w: _World, rng: random.Random, full: bool = False) -> int:
+    """A pull: ``fetch_s`` (``full_fetch_s`` for a full follower; log-normal) when set, else
+    two round trips and ``fetch_bytes``."""
+    if full and w.p.full_fetch_s > 0:
+        return int(w.p.full_fetch_s * NS * math.exp(rng.gauss(0.0, w.p.full_fetch_sigma)))
     if w.p.fetch_s > 0:
         return int(w.p.fetch_s * NS * math.exp(rng.gauss(0.0, w.p.fetch_sigma)))
     return 2 * w.rtt_ns(rng) + int(w.p.fetch_bytes * 8 * NS / (w.p.bandwidth_mbps * 1_000_000))
@@ -1045,7 +1077,7 @@ def _attestation_time(w: _World, h: _Published, j: int, tally: _TrustTally) -> i
     ar = random.Random(w.p.seed * 7_000_003 + j * 131 + h.d)
     pol = trust.dataset_policy(trust.TrustConfig(policy=trust.Policy.VERIFY_ALL), ar)
     eff = _AttesterTrust(w, ar)
-    eff.now = h.t_pub + _gossip_ns(w, h.members, ar) + _fetch_ns(w, ar)
+    eff.now = h.t_pub + _gossip_ns(w, h.members, ar) + _fetch_ns(w, ar, full=True)
     for dec in pol.handle(trust.HeadSeen(h.did, h.head, T0_NS + eff.now)):
         dispatch(dec, eff)
     verdict = trust.LocalVerdict(h.did, h.head, trust.Outcome.VERIFIED, T0_NS + eff.now)
@@ -1329,7 +1361,7 @@ def _calibration(w: _World) -> dict[str, Any]:
         if got is None:
             missed += 1
             continue
-        got += w.rtt_ns(sr) + int(p.hop_ms * MS) + _fetch_ns(w, sr)
+        got += w.rtt_ns(sr) + int((p.exchange_ms + p.hop_ms) * MS) + _fetch_ns(w, sr)
         disc.append((got - t0) / NS)
     tally = _TrustTally()
     rng = random.Random(p.seed * 10_000_019)

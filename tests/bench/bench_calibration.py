@@ -113,6 +113,42 @@ print(statistics.median(xs) * 1000)
 """Median TCP connect time (one round trip: SYN, SYN-ACK) from a lab host, in ms."""
 
 
+async def _probe(listen: str, targets: list[str], did: str, n: int) -> dict[str, Any]:
+    """On a lab host: a fresh py-libp2p host (the daemons' own transport) dials each target
+    (the first connection to it: Noise and yamux over TCP, or a circuit through the relay) and
+    asks it ``n`` times for the carriers of ``did`` over ``/odf/providers/1.0.0`` (the one-hop
+    exchange); milliseconds of each."""
+    from coordinator.identity import DatasetId
+    from p2p.discovery import PROVIDERS_PROTOCOL, encode_providers_request
+    from p2p.libp2p_host import Libp2pConfig
+    from p2p.libp2p_process import Libp2pProcessTransport
+
+    tr = Libp2pProcessTransport(
+        Libp2pConfig(
+            node_seed=os.urandom(32),
+            listen_host=listen,
+            loopback_only=False,
+            nat=any("/p2p-circuit/" in a for a in targets),  # a relayed dial needs it
+        )
+    )
+    await tr.start()
+    out: dict[str, Any] = {"dial_ms": [], "request_ms": []}
+    try:
+        data = encode_providers_request([DatasetId.parse(did)])
+        for addr in targets:
+            t = time.perf_counter()
+            peer = await tr.connect(addr)
+            out["dial_ms"].append((time.perf_counter() - t) * 1000)
+            for _ in range(n):
+                t = time.perf_counter()
+                await tr.request(peer, PROVIDERS_PROTOCOL, data, 10.0)
+                out["request_ms"].append((time.perf_counter() - t) * 1000)
+                time.sleep(0.05)
+    finally:
+        await tr.stop()
+    return out
+
+
 def _csv(i: int) -> str:
     """The i-th append to ``cities``: two rows, one kept by the derivative."""
     day = 1 + i
@@ -212,12 +248,24 @@ def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     t_start = time.monotonic()
     try:
         relay, bootstrap = relay_bootstrap(lab, work / "relay", k=host[0])
+        # The simulator's relay has no limits: the lab's must not be the bottleneck either
+        # (its defaults: 4 reservations per IP, 16 circuits; each NAT router fronts up to 7
+        # hosts and every node may open a circuit to each carrier behind NAT).
+        relay.config["p2p"].update(
+            relay_max_reservations=4 * n,
+            relay_max_reservations_per_ip=2 * n,
+            relay_max_circuits=16 * n,
+            relay_max_circuits_per_peer=2 * n,
+            max_peers_per_ip=4 * n,
+        )
+        relay.init_config()
         nodes[0] = relay
         for i in range(1, n):
             role = "owner" if i == owner_i else "light" if plan.light[i] else "full"
             node = HostNode(lab, host[i], work / f"n{i}", f"n{i}-{role}")
             node.config.update(open_config(node.address, [bootstrap]))
             node.config["p2p"]["reachability_interval_s"] = 5.0
+            node.config["p2p"]["max_peers_per_ip"] = 4 * n  # a NAT router's hosts share an IP
             node.config["ipfs"] = {"mode": "none"}
             # DHT clients, as in the simulator: light nodes and nodes behind NAT ask, never serve
             node.config["dht"] = {"serve": not (plan.light[i] or plan.nat[i])}
@@ -338,6 +386,26 @@ def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         while time.monotonic() - t0 < args.wait and any(last not in trusted_ns(i) for i in light):
             time.sleep(2.0)
 
+        # the daemons' exchange and dial costs, from a fresh host on a public lab host: to the
+        # relay (direct) and to a node behind NAT (through the relay)
+        prober = next(i for i in public if i not in (0, owner_i))
+        direct = [bootstrap]
+        relayed = [nodes[i].gossip_addr() for i in natted if i != owner_i][:1]
+        probe = lab.run(
+            host[prober],
+            [sys.executable, __file__, "--probe", lab.address(host[prober]), did, *direct],
+            timeout=120,
+        )
+        out["probe_direct"] = json.loads(probe.stdout) if probe.returncode == 0 else probe.stderr
+        if relayed:
+            probe = lab.run(
+                host[prober],
+                [sys.executable, __file__, "--probe", lab.address(host[prober]), did, *relayed],
+                timeout=120,
+            )
+            ok = probe.returncode == 0
+            out["probe_relayed"] = json.loads(probe.stdout) if ok else probe.stderr[-2000:]
+
         # ---- collect
         discovery: list[float] = []
         not_discovered: list[int] = []
@@ -379,6 +447,7 @@ def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
                 if a["own"] and a["verdict"] == "verified":
                     own.setdefault(a["signer"], {})[a["head"]] = a["at_ns"]
         pulled_after: list[float] = []  # commit -> pull.ok: the head's gossip, then its pull
+        pulled_after_full: list[float] = []  # the same at full followers (inputs too)
         accepted_after_pull: list[float] = []
         verify: list[float] = []  # pull.ok -> own VERIFIED attestation, full followers
         att_delivery: list[float] = []  # signer's attestation -> received at a light node
@@ -389,7 +458,9 @@ def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
             for h, c in commits.items():
                 if h not in pulled[i]:
                     continue
-                pulled_after.append((pulled[i][h] - c) / 1e9)
+                (pulled_after if plan.light[i] else pulled_after_full).append(
+                    (pulled[i][h] - c) / 1e9
+                )
                 acc = accepted_ns(i, h)
                 if acc is not None:
                     accepted_after_pull.append((acc - pulled[i][h]) / 1e9)
@@ -401,6 +472,7 @@ def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
                     if not a["own"] and a["head"] in commits and made is not None:
                         att_delivery.append((a["at_ns"] - made) / 1e9)
         out["commit_to_pulled_s"] = pulled_after
+        out["commit_to_pulled_full_s"] = pulled_after_full
         out["pulled_to_accepted_s"] = accepted_after_pull
         out["verify_s"] = verify
         out["attestation_delivery_s"] = att_delivery
@@ -435,9 +507,27 @@ def sim_params(args: argparse.Namespace, seed: int, lab: dict[str, Any]) -> Any:
     # a head's pull: commit -> pull.ok less the same delivery, plus pull.ok -> head.accepted
     settle = statistics.median(lab["pulled_to_accepted_s"] or [0.0])
     fetch_med, fetch_sigma = _lognormal([x - delivery + settle for x in lab["commit_to_pulled_s"]])
+    full_med, full_sigma = _lognormal(
+        [x - delivery + settle for x in lab["commit_to_pulled_full_s"]]
+    )
     verify_med, verify_sigma = _lognormal(lab["verify_s"])
+    # per exchange and per dial, beyond the wire's round trips (the probe's medians)
+    exchange_ms = dial_ms = 0.0
+    if isinstance(lab.get("probe_direct"), dict):
+        pr = lab["probe_direct"]
+        exchange_ms = max(0.0, statistics.median(pr["request_ms"]) - rtt)
+        dial_ms = max(0.0, statistics.median(pr["dial_ms"]) - 2 * rtt)
+    relay_dial_ms = 0.0
+    if isinstance(lab.get("probe_relayed"), dict):
+        relayed = statistics.median(lab["probe_relayed"]["dial_ms"])
+        relay_dial_ms = max(0.0, relayed - 2 * (rtt + relay_rtt) - dial_ms)
     return dataclasses.replace(
         base_params(args, seed),
+        exchange_ms=exchange_ms,
+        dial_ms=dial_ms,
+        relay_dial_ms=relay_dial_ms,
+        full_fetch_s=max(full_med, 0.001),
+        full_fetch_sigma=full_sigma,
         rtt_ms=rtt,
         relay_rtt_ms=relay_rtt,
         discovery_interval_s=lab["daemon_timers"]["discovery_interval_s"],
@@ -512,6 +602,9 @@ def print_table(result: dict[str, Any]) -> None:
         p = r["sim"]["params"]
         print(
             f"  seed {r['seed']}: rtt {p['rtt_ms']:.3f} ms, relay leg {p['relay_rtt_ms']:.3f} ms, "
+            f"exchange {p['exchange_ms']:.0f} ms, dial {p['dial_ms']:.0f} ms (relayed "
+            f"+{p['relay_dial_ms']:.0f} ms), full followers' pull {p['full_fetch_s']:.2f} s "
+            f"(sigma {p['full_fetch_sigma']:.2f}), "
             f"hop {p['hop_ms']:.0f} ms, fetch {p['fetch_s']:.2f} s (sigma {p['fetch_sigma']:.2f}), "
             f"verify {p['verify_s']:.2f} s (sigma {p['verify_sigma']:.2f}), discovery interval "
             f"{p['discovery_interval_s']} s"
@@ -534,7 +627,15 @@ def main() -> None:
     p.add_argument("--wait", type=float, default=240.0)
     p.add_argument("--json", type=Path)
     p.add_argument("--keep", action="store_true")
+    # LISTEN DID ADDR...: run on a lab host by lab_run
+    p.add_argument("--probe", nargs="+", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.probe:
+        import asyncio
+
+        listen, did, *targets = args.probe
+        print(json.dumps(asyncio.run(_probe(listen, targets, did, 5))))
+        return
     if os.environ.get("ODF_BENCH_IN_NETNS") != "1":
         cmd = "ip link set lo up && exec " + " ".join([sys.executable, *sys.argv])
         env = {**os.environ, "ODF_BENCH_IN_NETNS": "1"}

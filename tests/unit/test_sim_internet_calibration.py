@@ -72,6 +72,21 @@ def test_measured_timings_move_the_figures() -> None:
     )
 
 
+def test_exchange_dial_and_pull_costs_add_to_discovery_and_trust() -> None:
+    base = simulate_internet(LAB)["calibration"]
+    slow = simulate_internet(
+        dataclasses.replace(LAB, exchange_ms=100.0, dial_ms=300.0, relay_dial_ms=200.0)
+    )["calibration"]
+    # every discovery asks the relay (an exchange), dials a carrier and asks it for its heads
+    for a, b in zip(base["discovery_samples"], slow["discovery_samples"], strict=True):
+        assert b >= a + 0.49  # 100 + 300 + 100 ms at least (samples rounded to 1 ms)
+    later = simulate_internet(dataclasses.replace(LAB, full_fetch_s=5.0, full_fetch_sigma=0.0))[
+        "calibration"
+    ]
+    assert min(later["trusted_samples"]) > 5.0 > max(base["trusted_samples"])
+    assert later["discovery_samples"] == base["discovery_samples"]
+
+
 def test_validation() -> None:
     with pytest.raises(ScenarioError):
         dataclasses.replace(LAB, calibration=False).validate()  # 12 < 50 nodes
@@ -79,6 +94,8 @@ def test_validation() -> None:
         dataclasses.replace(LAB, light_nodes=10).validate()  # no room for a quorum
     with pytest.raises(ScenarioError):
         dataclasses.replace(LAB, discovery_interval_s=0.0).validate()
+    with pytest.raises(ScenarioError):
+        dataclasses.replace(LAB, relay_dial_ms=-1.0).validate()
     with pytest.raises(ScenarioError):
         lab_plan(dataclasses.replace(LAB, calibration=False, nodes=100))
 
