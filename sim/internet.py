@@ -66,7 +66,7 @@ from p2p.core import (
     RequestFetch,
 )
 from p2p.dht import Lookup, LookupConfig, ProviderStore, Query, RoutingTable, key_of
-from p2p.dht.keys import KEY_BITS, DhtKey
+from p2p.dht.keys import KEY_BITS, DhtKey, dataset_key
 from p2p.dht.records import RecordLimits
 from p2p.discovery import (
     Discovery,
@@ -602,11 +602,17 @@ class _World:
         """One lookup from ``start`` at ``t0`` (a provider lookup when ``find`` is given, which
         records the first genuine carrier's record and connection); to ``deadline_s``."""
         p = self.p
-        # Counting providers toward the end of the walk (want_providers) lets one poisoned answer
-        # of 20 fake providers end it; walking to convergence and stopping at the first provider
-        # a dial confirmed does not (``stop_on_verified``).
-        stop_early = find is not None and not p.stop_on_verified
-        cfg = LookupConfig(want_providers=p.max_providing if stop_early else 0)
+        # Counting providers toward the end of the walk as answers name them (go-libp2p-kad-dht's
+        # FindProvidersAsync(count): ``count_unconfirmed``) lets one poisoned answer of 20 fake
+        # providers end it; counting only the providers a dial confirmed, as the daemon does,
+        # does not (``stop_on_verified``: each dial's outcome is reported to the lookup).
+        confirm = find is not None and p.stop_on_verified
+        if find is None:
+            cfg = LookupConfig()
+        elif confirm:
+            cfg = LookupConfig(want_providers=1)
+        else:
+            cfg = LookupConfig(want_providers=p.max_providing, count_unconfirmed=True)
         lookup = Lookup(target, self.table(start).closest(target), cfg)
         deadline = t0 + int(p.deadline_s * NS)
         events: list[tuple[int, int, int, int]] = []  # (time, seq, kind 0 answer / 1 dial, node)
@@ -632,23 +638,30 @@ class _World:
         while now < deadline:
             if find is not None and find.connected_ns is not None and p.stop_on_verified:
                 break  # a carrier answered our dial: the driver stops walking
-            if lookup.done and not any(e[2] == 1 for e in events):
+            over = lookup.done or lookup.walked  # dials under way stay events below
+            if over and not any(e[2] == 1 for e in events):
                 break
-            wake = None if lookup.done else lookup.next_deadline(now)
+            wake = None if over else lookup.next_deadline(now)
             if events and (wake is None or events[0][0] <= wake):
                 now, _, ev, j = heapq.heappop(events)
                 if now >= deadline:
                     break
                 if ev == 1:  # a dial to a provider named in an answer ended
                     assert find is not None
-                    if self.carries(j, d) and self.online(j, now):
-                        if find.connected_ns is None:
-                            find.connected_ns = now
-                    elif self.online(j, now):
+                    confirmed = self.carries(j, d) and self.online(j, now)
+                    if confirmed and find.connected_ns is None:
+                        find.connected_ns = now
+                    elif not confirmed and self.online(j, now):
                         # it answered the dial but carries nothing: whoever named it lied
                         find.liars.add(named_by[j])
+                    if confirm:
+                        name = self.names[j]
+                        outcome = (
+                            lookup.on_provider_confirmed if confirmed else lookup.on_provider_failed
+                        )
+                        send(outcome(name, now), now)
                     continue
-                if lookup.done:
+                if lookup.done or lookup.walked:
                     continue
                 if find is not None and j in find.liars:
                     send(lookup.on_failure(self.names[j], now), now)
@@ -691,8 +704,8 @@ class _World:
                 )
 
     def dataset_key(self, d: int) -> DhtKey:
-        """The DHT key of dataset ``d`` (the SHA-256 of its DID)."""
-        return key_of(self.did(d).as_did_str().encode())
+        """The DHT key of dataset ``d`` (the daemon's :func:`p2p.dht.keys.dataset_key`)."""
+        return dataset_key(self.did(d))
 
     def find(self, start: int, d: int, t0: int, rng: random.Random) -> _Find:
         """A subscriber's DHT search for ``d``: a provider lookup, dialling every provider as
