@@ -50,6 +50,9 @@ values -- so Arrow concatenates them in C++; fixed-width columns with nulls need
 run of valid values or nulls, not one per row, and have their null bytes zeroed in the copy.
 That ``take`` (two variable-size copies per string row, ~13 ns) is what keeps string columns
 below the speed of plain SHA3 (``docs/logical-hash.md``, "Speed").
+When ``make setup`` has built ``native/odf_stream.c`` (:mod:`coordinator.data.native_stream`),
+C loops assemble those streams instead, byte for byte the same, reading a column's own nulls
+straight from its Arrow validity bitmap (``docs/logical-hash.md``, "Speed").
 ``threads > 1`` hashes leaf columns concurrently and builds a column's next piece while the
 previous one is hashed (hashlib and the Arrow kernels release the GIL).
 """
