@@ -6,8 +6,14 @@ The former nesting scan backtracked on an unterminated string of escaped quotes
 about an hour. Here one real daemon (``odf-node run``, IPFS off) receives each shape at 1 MiB
 over HTTP POST, over the WebSocket and through the console's ``/ui/rpc`` (with a session
 obtained through ``console.login``), while a thread calls ``node.status`` every 50 ms on its
-own connection. Each answer must come within 100 ms (the median of three sends) and every
-``node.status`` within 250 ms. Against the former scanner the first send times out (10 s).
+own connection. Each answer must come within 1 s (the median of three sends) and every
+``node.status`` within 1 s. Against the former scanner the first send times out (10 s).
+
+The bounds are an order of magnitude above the targets (100 ms an answer, 250 ms a status), which
+``make bench-hostile`` measures: what this test guards is that nothing backtracks (the former
+scanner took hours at 1 MiB), and on a 2-core machine running CI beside other work (load 20+)
+a linear scan of 1 MiB was measured at a 101.8 ms median, so a 100 ms bound here would fail on
+load, not on a defect.
 """
 
 from __future__ import annotations
@@ -36,8 +42,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 SIZE = (1 << 20) - 1
 """The largest body every transport admits under the default ``[rpc] max_body_bytes`` (1 MiB):
 aiohttp closes an uncompressed WebSocket message of exactly the limit with 1009."""
-ANSWER_S = 0.100
-STATUS_S = 0.250
+ANSWER_S = 1.0
+STATUS_S = 1.0
 SENDS = 3
 SHAPES = (
     "escaped-quotes",
