@@ -24,11 +24,17 @@ Per seed (``--seeds``, default 5):
    * **publish -> trusted**: the owner's commit (``dataset.transform`` returned) -> each light
      node's ``head.trusted`` event of that head;
    * **the timings the simulator takes**: link round trip between lab hosts, public and through
-     a NAT router (TCP connects from a lab host to the relay's gossip port); gossip delivery
-     (commit -> ``head.accepted`` at every node), turned into processing per mesh hop by the
-     simulator's own mesh model; fetch (``head.accepted`` -> ``pull.ok``); verify at the full
-     followers (``pull.ok`` -> their own VERIFIED attestation), median and log-normal spread;
-     and the daemons' configured discovery interval.
+     a NAT router (TCP connects from a lab host to the relay's gossip port); a probe on a lab
+     host (:func:`_probe`: a fresh py-libp2p host dials the relay, asks it over
+     ``/odf/providers/1.0.0``, dials a NAT'd node through it): exchange and dial costs;
+     attestation gossip (signer's attestation -> received at a light node), turned into
+     processing per mesh hop by the simulator's own mesh model; pulls (commit -> ``pull.ok``
+     less that delivery, light nodes and full followers apart); verify at the full followers
+     (``pull.ok`` -> their own VERIFIED attestation), median and log-normal spread; and the
+     daemons' configured discovery interval.
+
+   The relay's limits are raised so that it is not a bottleneck the simulator's relay never is
+   (its defaults refuse a fifth reservation from one IP, and a NAT router fronts up to 7 hosts).
 
 3. **The simulator**: ``simulate_internet`` of the same plan (same seed) with those measured
    parameters; its discovery and publish -> trusted samples.
