@@ -152,8 +152,12 @@ def test_behind_endpoint_independent_nats_the_connection_goes_direct(
         f"eim: subscribe -> hole punched {took:.1f} s ({direct[0]['since_relayed_s']} s after "
         f"the relayed connection, attempt {direct[0]['attempt']}): {direct[0]['reason']}"
     )
-    assert direct[0]["role"] == "initiator"
-    # Both ends see the direct connection; the subscriber answered the punch.
+    # Both ends see the direct connection, and both tell the same punch: one end drove it (its
+    # attempt counted), the other answered. Usually the owner drives it, as the side that received
+    # the subscriber's relayed dial; but the owner can dial the subscriber's relayed address too
+    # (its DHT provide or discovery reaching the subscriber before AutoNAT has called it
+    # private, seen at load 20-26), and then the subscriber received a relayed connection and
+    # drives the punch: DCUtR lets either end start, and the test holds for both orders.
     owner.wait_for(
         "the owner's direct connection",
         lambda: _status(owner)["connections"].get(sub_peer) == "direct",
@@ -169,7 +173,9 @@ def test_behind_endpoint_independent_nats_the_connection_goes_direct(
         lambda: [p for p in _punches(sub, owner_peer) if p["result"] == "direct"],
         timeout=10,
     )
-    assert answered[0]["role"] == "responder" and answered[0]["attempt"] is None
+    ends = {direct[0]["role"]: direct[0], answered[0]["role"]: answered[0]}
+    assert set(ends) == {"initiator", "responder"}, (direct[0], answered[0])
+    assert ends["initiator"]["attempt"] >= 1 and ends["responder"]["attempt"] is None
 
     # Without the relay, the next head still arrives: over the direct connection.
     boot.stop()
