@@ -84,7 +84,7 @@ class _Relay:
         try:
             value: Any = None
             if name == "connect":
-                value = await t.connect(args[0])
+                value = await t.connect(args[0], exact=len(args) > 1 and bool(args[1]))
             elif name == "publish":
                 await t.publish(args[0], args[1])
             elif name == "topic_peers":

@@ -499,8 +499,14 @@ class Libp2pTransport(HostIdentity):
 
     # ---- GossipTransport (peer_id and listen_addrs: HostIdentity)
 
-    async def connect(self, addr: str) -> str:
-        """Dial a ``/ip4/.../tcp/N/p2p/ID`` multiaddr (loopback only unless open); the peer id."""
+    async def connect(self, addr: str, *, exact: bool = False) -> str:
+        """Dial a ``/ip4/.../tcp/N/p2p/ID`` multiaddr (loopback only unless open); the peer id.
+
+        A peer already connected is not dialled again (the node's own discovery, DHT and redial
+        connect to peers they may already have), unless ``exact``: then this very address is
+        dialled when no connection uses it, so a user's ``connect`` of a wrong address fails
+        instead of succeeding on the connection there is.
+        """
         if self.config.loopback_only:
             assert_loopback_multiaddr(addr)
         from p2p.relay import is_relayed
@@ -529,11 +535,18 @@ class Libp2pTransport(HostIdentity):
                 if negative is not None:
                     negative.evict(peer)
                 # ``host.connect`` returns at once for a peer already connected, dialling
-                # nothing: dial this very address unless a connection uses it already, so a
-                # wrong one fails here instead of being reported (and remembered) as the peer's.
-                if network.get_connections(info.peer_id) and not any(
-                    set(info.addrs) & set(c.get_transport_addresses())
-                    for c in network.get_connections(info.peer_id)
+                # nothing: with ``exact``, dial this very address unless a connection uses it
+                # already, so a wrong one fails here instead of being reported (and remembered)
+                # as the peer's. Not for the node's own connects: a peer that dialled us is
+                # connected from an ephemeral port, and dialling its listen address would open
+                # a second connection each time (and, through a relay, a second hole punch).
+                if (
+                    exact
+                    and network.get_connections(info.peer_id)
+                    and not any(
+                        set(info.addrs) & set(c.get_transport_addresses())
+                        for c in network.get_connections(info.peer_id)
+                    )
                 ):
                     await network.dial_addr(info.addrs[0], info.peer_id)
                 await self._host.connect(info)

@@ -351,11 +351,12 @@ class Libp2pProcessTransport(HostIdentity):
 
     # ---- GossipTransport (peer_id and listen_addrs: HostIdentity)
 
-    async def connect(self, addr: str) -> str:
-        """Dial a ``/ip4/.../tcp/N/p2p/ID`` multiaddr (loopback only unless open); the peer id."""
+    async def connect(self, addr: str, *, exact: bool = False) -> str:
+        """Dial a ``/ip4/.../tcp/N/p2p/ID`` multiaddr (loopback only unless open); the peer id.
+        ``exact``: as :meth:`p2p.libp2p_host.Libp2pTransport.connect`."""
         if self.config.loopback_only:
             assert_loopback_multiaddr(addr)
-        return str(await self._call("connect", addr))
+        return str(await self._call("connect", addr, exact))
 
     async def publish(self, topic: str, data: bytes) -> None:
         """Publish on ``topic`` (size-capped)."""

@@ -57,8 +57,9 @@ class GossipAdapter:
         return self.service.peer_score(peer)
 
     async def connect(self, multiaddr: str) -> str:
-        """Dial a peer; the core hears of it on the next peer sync."""
-        peer: str = await self._transport.connect(multiaddr)
+        """Dial a peer at this very address (a user's ``connect``: a wrong address fails even
+        when the peer is connected otherwise); the core hears of it on the next peer sync."""
+        peer: str = await self._transport.connect(multiaddr, exact=True)
         self.service.peer_connected(peer)
         return peer
 
