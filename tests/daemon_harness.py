@@ -69,6 +69,25 @@ content:
 """``cities`` and a DataFusion derivative of it, ``big-cities`` (the trust and key-rotation
 tests: a light node trusts or disputes its heads)."""
 
+FAR_SNAPSHOT = """\
+kind: DatasetSnapshot
+version: 1
+content:
+  name: far
+  kind: Root
+  metadata:
+    - kind: AddPushSource
+      sourceName: default
+      read:
+        kind: Csv
+        header: true
+        schema: ["city STRING", "population BIGINT"]
+      merge:
+        kind: Append
+"""
+"""A root dataset without an event time, ``far``: the DHT tests' owner publishes it to a
+subscriber that has to find the owner through the DHT."""
+
 TEST_CONFIG: dict[str, dict[str, Any]] = {
     "rpc": {"port": 0},
     "http": {"port": 0},

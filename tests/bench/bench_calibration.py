@@ -67,40 +67,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-SNAPSHOTS = """\
-kind: DatasetSnapshot
-version: 1
-content:
-  name: cities
-  kind: Root
-  metadata:
-    - kind: AddPushSource
-      sourceName: default
-      read:
-        kind: Csv
-        header: true
-        schema: ["event_time TIMESTAMP", "city STRING", "population BIGINT"]
-      merge:
-        kind: Append
-    - kind: SetVocab
-      eventTimeColumn: event_time
----
-kind: DatasetSnapshot
-version: 1
-content:
-  name: big-cities
-  kind: Derivative
-  metadata:
-    - kind: SetTransform
-      inputs:
-        - datasetRef: cities
-      transform:
-        kind: Sql
-        engine: datafusion
-        query: |
-          SELECT op, event_time, city, population * 2 AS pop2
-          FROM cities WHERE population > 100
-"""
+from daemon_harness import BIG_CITIES_DF_SNAPSHOTS as SNAPSHOTS  # noqa: E402
+
 MESH_DEGREE = 6
 """The simulator's mesh degree (GossipSub's D, as the daemons run it)."""
 

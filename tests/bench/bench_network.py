@@ -51,40 +51,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-SNAPSHOTS = """\
-kind: DatasetSnapshot
-version: 1
-content:
-  name: cities
-  kind: Root
-  metadata:
-    - kind: AddPushSource
-      sourceName: default
-      read:
-        kind: Csv
-        header: true
-        schema: ["event_time TIMESTAMP", "city STRING", "population BIGINT"]
-      merge:
-        kind: Append
-    - kind: SetVocab
-      eventTimeColumn: event_time
----
-kind: DatasetSnapshot
-version: 1
-content:
-  name: big-cities
-  kind: Derivative
-  metadata:
-    - kind: SetTransform
-      inputs:
-        - datasetRef: cities
-      transform:
-        kind: Sql
-        engine: datafusion
-        query: |
-          SELECT op, event_time, city, population * 2 AS pop2
-          FROM cities WHERE population > 100
-"""
+from daemon_harness import BIG_CITIES_DF_SNAPSHOTS as SNAPSHOTS  # noqa: E402
+
 OWNER_GOSSIP_PORT = 7375
 """The owner's fixed gossip port: every other node's only bootstrap peer."""
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_harness import NodeProcess
+from daemon_harness import FAR_SNAPSHOT, NodeProcess
 from netns import require_loopback_only
 
 from coordinator.identity import PrivateKey
@@ -31,23 +31,6 @@ from p2p.libp2p_host import Libp2pConfig
 from p2p.libp2p_process import Libp2pProcessTransport
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-
-SNAPSHOT = """\
-kind: DatasetSnapshot
-version: 1
-content:
-  name: far
-  kind: Root
-  metadata:
-    - kind: AddPushSource
-      sourceName: default
-      read:
-        kind: Csv
-        header: true
-        schema: ["city STRING", "population BIGINT"]
-      merge:
-        kind: Append
-"""
 
 
 class DhtServer:
@@ -129,7 +112,7 @@ def test_a_subscriber_whose_neighbours_carry_nothing_finds_the_owner_through_the
 ) -> None:
     owner, sub, server = network
     t0 = time.monotonic()
-    created = owner.call("dataset.create", snapshot_yaml=SNAPSHOT)
+    created = owner.call("dataset.create", snapshot_yaml=FAR_SNAPSHOT)
     did = created[0]["id"]
     csv = tmp_path / "a.csv"
     csv.write_text("city,population\nA,1\nB,2\n")

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_harness import ROOT
+from daemon_harness import FAR_SNAPSHOT, ROOT
 from multihost import HostNode, open_config, relay_bootstrap, stop_all
 from netns import require_loopback_only
 
@@ -46,22 +46,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 DHT_HOST, SUB_HOST, OWNER_HOST = 2, 3, 4
 DHT_PORT = 7377
 DHT_SEED = b"\x72" * 32
-SNAPSHOT = """\
-kind: DatasetSnapshot
-version: 1
-content:
-  name: far
-  kind: Root
-  metadata:
-    - kind: AddPushSource
-      sourceName: default
-      read:
-        kind: Csv
-        header: true
-        schema: ["city STRING", "population BIGINT"]
-      merge:
-        kind: Append
-"""
 
 # The DHT-only node, run on its lab host by ``python -c`` (argv: address, port, status file):
 # it serves the DHT and writes its store size and counters to the status file twice a second.
@@ -206,7 +190,7 @@ def test_a_subscriber_finds_an_owner_behind_nat_through_the_dht_and_verifies_it(
         every=0.5,
     )
     assert "/p2p-circuit/" in owner.gossip_addr()
-    created = owner.call("dataset.create", snapshot_yaml=SNAPSHOT)
+    created = owner.call("dataset.create", snapshot_yaml=FAR_SNAPSHOT)
     did = created[0]["id"]
     csv = tmp_path / "a.csv"
     csv.write_text("city,population\nA,1\nB,2\n")
