@@ -59,7 +59,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -152,20 +152,33 @@ def process_tree_usage(pid: int) -> tuple[int, float]:
             stats[child] = fields
     rss = 0
     ticks = 0
-    stack = [pid]
-    while stack:
-        p = stack.pop()
-        try:
-            with open(f"/proc/{p}/statm", "rb") as f:
-                rss += int(f.read().split()[1]) * _PAGE
-        except (OSError, IndexError, ValueError):
-            pass
+    for p in walk_tree(pid, lambda p: children.get(p, ())):
+        rss += process_rss(p)
         own = stats.get(p)
         if own is not None:
             # utime, stime, cutime, cstime: fields 14-17 of stat(5), 11-14 after the comm
             ticks += sum(int(x) for x in own[11:15])
-        stack.extend(children.get(p, ()))
     return rss, ticks / _TICK
+
+
+def process_rss(pid: int) -> int:
+    """Resident bytes of the one process ``pid``, read from ``/proc/PID/statm`` (0 if gone)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def walk_tree(pid: int, children: Callable[[int], Iterable[int]]) -> Iterator[int]:
+    """``pid`` and its descendants as ``children`` names each process's children, depth first
+    (how a tree is found differs: a scan of every process's ``stat``, or each thread's
+    ``children`` file)."""
+    stack = [pid]
+    while stack:
+        p = stack.pop()
+        yield p
+        stack.extend(children(p))
 
 
 def process_tree_rss(pid: int) -> int:

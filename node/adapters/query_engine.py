@@ -53,7 +53,7 @@ from node.app.ports import (
     QueryLimits,
     QueryTable,
 )
-from node.engine_client import process_tree_rss
+from node.engine_client import process_rss, process_tree_rss, walk_tree
 from node.engine_router import datafusion_python
 
 if TYPE_CHECKING:
@@ -463,7 +463,6 @@ def read_inline(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
-_PAGE = os.sysconf("SC_PAGE_SIZE")
 _CHILDREN_FILES = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
 """Whether this kernel lists a thread's children in ``/proc`` (``CONFIG_PROC_CHILDREN``)."""
 
@@ -477,19 +476,20 @@ def worker_tree_rss(pid: int) -> int:
     A kernel without those files gets the whole scan."""
     if not _CHILDREN_FILES:
         return process_tree_rss(pid)
-    rss = 0
-    stack = [pid]
-    while stack:
-        p = stack.pop()
-        try:
-            with open(f"/proc/{p}/statm", "rb") as f:
-                rss += int(f.read().split()[1]) * _PAGE
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children", "rb") as f:
-                    stack.extend(int(c) for c in f.read().split())
-        except (OSError, IndexError, ValueError):
-            continue  # the process (or one of its threads) ended meanwhile
-    return rss
+    return sum(process_rss(p) for p in walk_tree(pid, _thread_children))
+
+
+def _thread_children(pid: int) -> list[int]:
+    """The children of ``pid``'s threads, from each thread's ``children`` file in ``/proc``
+    (those read before the process or one of its threads ended meanwhile)."""
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as f:
+                found.extend(int(c) for c in f.read().split())
+    except (OSError, ValueError):
+        pass
+    return found
 
 
 def _work_root() -> str | None:
