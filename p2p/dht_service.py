@@ -54,6 +54,7 @@ from typing import Protocol
 
 from coordinator.identity import DatasetId, PrivateKey
 from p2p.core.protocol import take_token
+from p2p.core.state import KeyBuckets
 from p2p.dht import (
     Lookup,
     LookupConfig,
@@ -179,14 +180,6 @@ class ProviderLookup:
     elapsed_s: float
 
 
-@dataclass(slots=True)
-class _SenderTokens:
-    """A sender's token bucket (:class:`p2p.core.protocol.TokenBucket`)."""
-
-    tokens: float
-    refilled_ns: int
-
-
 class DhtService:
     """The DHT of one node (see the module docstring)."""
 
@@ -215,7 +208,7 @@ class DhtService:
         self.store = ProviderStore(self.config.records)
         self.stats = DhtStats()
         self._addrs: OrderedDict[str, tuple[str, ...]] = OrderedDict()
-        self._buckets: OrderedDict[str, _SenderTokens] = OrderedDict()
+        self._buckets: KeyBuckets[str] = KeyBuckets(self.config.max_senders)
         self._retry_at: dict[str, int] = {}
         # Connected peers that failed a query while not in the table (light nodes, nodes
         # without the DHT): not taken as seeds again before the time kept here.
@@ -294,13 +287,7 @@ class DhtService:
     def _spend_token(self, peer: str, now: int) -> int:
         """0 when ``peer`` may be served now (a token spent), else the ms until it may."""
         cfg = self.config
-        b = self._buckets.get(peer)
-        if b is None:
-            b = self._buckets[peer] = _SenderTokens(cfg.rate_burst, now)
-            while len(self._buckets) > cfg.max_senders:
-                self._buckets.popitem(last=False)
-        else:
-            self._buckets.move_to_end(peer)
+        b = self._buckets.bucket(peer, now, cfg.rate_burst)
         if take_token(b, now, cfg.rate_per_s, cfg.rate_burst):
             return 0
         return max(1, math.ceil((1.0 - b.tokens) / cfg.rate_per_s * 1000))

@@ -44,9 +44,9 @@ from p2p.core.state import (
     DatasetState,
     Delayed,
     FetchState,
+    KeyBuckets,
     PeerState,
     SeenCache,
-    SignerBucket,
     announcement_of,
     kept,
     order_of,
@@ -86,7 +86,7 @@ class ProtocolCore:
         self._peers: OrderedDict[str, PeerState] = OrderedDict()
         self._datasets: dict[DatasetId, DatasetState] = {}
         self._known_proofs: OrderedDict[bytes, None] = OrderedDict()
-        self._signers: OrderedDict[DatasetId, SignerBucket] = OrderedDict()
+        self._signers: KeyBuckets[DatasetId] = KeyBuckets(config.max_signers)
         self._next_anti_entropy_ns: int | None = None
         self._backlog_bytes = 0
         for did in subscriptions:
@@ -451,13 +451,7 @@ class ProtocolCore:
         """A token from ``signer``'s bucket (created full; the least recently used of
         ``max_signers`` forgotten: a forgotten key starts full again, as a fresh key would)."""
         cfg = self.config
-        b = self._signers.get(signer)
-        if b is None:
-            b = self._signers[signer] = SignerBucket(cfg.signer_rate_burst, now_ns)
-            while len(self._signers) > cfg.max_signers:
-                self._signers.popitem(last=False)
-        else:
-            self._signers.move_to_end(signer)
+        b = self._signers.bucket(signer, now_ns, cfg.signer_rate_burst)
         return take_token(b, now_ns, cfg.signer_rate_per_s, cfg.signer_rate_burst)
 
     def _on_observation(self, peer: str, o: Observation, out: list[Decision]) -> None:

@@ -7,7 +7,9 @@ decides anything.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from coordinator.multiformats import Multihash
 from p2p.core.decisions import Decision, Ignore
@@ -36,12 +38,41 @@ class PeerState:
     backlog_bytes: int = 0
 
 
+K = TypeVar("K", bound=Hashable)
+
+
 @dataclass(slots=True)
-class SignerBucket:
-    """One signing key's token bucket (rule 4a: forwarding per signer)."""
+class KeyBucket:
+    """One key's token bucket: a signing key's (rule 4a: forwarding per signer), a DHT
+    sender's (``p2p/dht_service.py``)."""
 
     tokens: float
     refilled_ns: int
+
+
+class KeyBuckets(Generic[K]):
+    """Token buckets by key, each created full; past ``max_kept`` keys the least recently used
+    is forgotten (it starts full again, as a fresh key would)."""
+
+    __slots__ = ("_buckets", "max_kept")
+
+    def __init__(self, max_kept: int) -> None:
+        self._buckets: OrderedDict[K, KeyBucket] = OrderedDict()
+        self.max_kept = max_kept
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def bucket(self, key: K, now_ns: int, burst: float) -> KeyBucket:
+        """``key``'s bucket, now the most recently used (made with ``burst`` tokens if new)."""
+        b = self._buckets.get(key)
+        if b is None:
+            b = self._buckets[key] = KeyBucket(burst, now_ns)
+            while len(self._buckets) > self.max_kept:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(key)
+        return b
 
 
 @dataclass(slots=True)
