@@ -134,10 +134,10 @@ def fetch_mqtt(
         FetchError: a topic subscription is refused, a payload is not UTF-8 or is larger than
             ``max_bytes``, a packet is larger than ``max_message_bytes``.
     """
-    plan = MqttFetchPlan.build(
+    plan = MqttFetchPlan(
         host=host,
         port=port,
-        topics=topics,
+        topics=tuple((path, qos) for path, qos in topics),
         client=client,
         username=username,
         password=password,

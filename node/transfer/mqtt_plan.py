@@ -8,7 +8,6 @@ or fails it. The executor in :mod:`node.transfer.mqtt_fetch` only carries these 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = ["MessageTake", "MqttFetchPlan", "take_message"]
@@ -16,7 +15,8 @@ __all__ = ["MessageTake", "MqttFetchPlan", "take_message"]
 
 @dataclass(frozen=True, slots=True)
 class MqttFetchPlan:
-    """One MQTT poll: where to connect, what to subscribe, when to stop."""
+    """One MQTT poll: where to connect, what to subscribe (each topic with its QoS), when to
+    stop."""
 
     host: str
     port: int
@@ -29,37 +29,6 @@ class MqttFetchPlan:
     idle_timeout_s: float
     max_message_bytes: int
     max_poll_s: float
-
-    @classmethod
-    def build(
-        cls,
-        *,
-        host: str,
-        port: int,
-        topics: Sequence[tuple[str, int]],
-        client: str,
-        username: str | None,
-        password: str | None,
-        max_bytes: int,
-        max_records: int,
-        idle_timeout_s: float,
-        max_message_bytes: int,
-        max_poll_s: float,
-    ) -> MqttFetchPlan:
-        """The plan of a poll from the source's settings (the topics copied as a tuple)."""
-        return cls(
-            host=host,
-            port=port,
-            topics=tuple((path, qos) for path, qos in topics),
-            client=client,
-            username=username,
-            password=password,
-            max_bytes=max_bytes,
-            max_records=max_records,
-            idle_timeout_s=idle_timeout_s,
-            max_message_bytes=max_message_bytes,
-            max_poll_s=max_poll_s,
-        )
 
     @property
     def where(self) -> str:

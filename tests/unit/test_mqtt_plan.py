@@ -11,10 +11,10 @@ from node.transfer.mqtt_plan import MessageTake, MqttFetchPlan, take_message
 
 def plan(**limits: int) -> MqttFetchPlan:
     settings = {"max_bytes": 100, "max_records": 3, **limits}
-    return MqttFetchPlan.build(
+    return MqttFetchPlan(
         host="broker.test",
         port=1883,
-        topics=[("a/#", 1), ("b", 0)],
+        topics=(("a/#", 1), ("b", 0)),
         client="odf-x",
         username=None,
         password=None,
@@ -25,7 +25,7 @@ def plan(**limits: int) -> MqttFetchPlan:
     )
 
 
-def test_the_plan_is_frozen_and_copies_the_topics() -> None:
+def test_the_plan_is_frozen_and_names_the_broker() -> None:
     p = plan()
     assert p.topics == (("a/#", 1), ("b", 0))
     assert p.where == "MQTT broker broker.test:1883"
