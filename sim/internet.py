@@ -163,6 +163,15 @@ class InternetParams:
     """A full follower's pull before its replay, median seconds (the inputs too; 0: as
     ``fetch_s``)."""
     full_fetch_sigma: float = 0.5
+    first_fetch_s: float = 0.0
+    """A light node's first pull of a dataset, during its subscription, median seconds
+    (``calibration`` discovery; log-normal with ``first_fetch_sigma``; 0: as ``fetch_s``). The
+    lab measures it apart from the heads' pulls, which run while every follower pulls the same
+    head through the relay."""
+    first_fetch_sigma: float = 0.5
+    head_interval_s: float = 0.0
+    """Seconds between an owner's heads (``calibration``: the lab's commit interval; a light
+    node logs a head as trusted only while no newer head was accepted; 0: heads judged apart)."""
     calibration: bool = False
     """The lab's network (``tests/bench/bench_calibration.py``, docs/simulation.md "Calibration
     against real daemons"): node 0 a public relay that follows nothing and every node's one
@@ -212,6 +221,8 @@ class InternetParams:
                 self.hop_ms,
                 self.fetch_s,
                 self.full_fetch_s,
+                self.first_fetch_s,
+                self.head_interval_s,
                 self.exchange_ms,
                 self.dial_ms,
                 self.relay_dial_ms,
@@ -219,8 +230,8 @@ class InternetParams:
             < 0
         ):
             raise ScenarioError(
-                "internet: discovery_interval_s > 0; hop_ms, fetch_s, full_fetch_s, exchange_ms, "
-                "dial_ms, relay_dial_ms >= 0"
+                "internet: discovery_interval_s > 0; hop_ms, fetch_s, full_fetch_s, "
+                "first_fetch_s, head_interval_s, exchange_ms, dial_ms, relay_dial_ms >= 0"
             )
         if self.duration_s <= self.deadline_s:
             raise ScenarioError("internet.duration_s must exceed deadline_s")
@@ -926,6 +937,7 @@ class _LightEffects(NullEffects):
 
     def head_accepted(self, d: HeadAccepted) -> None:
         r = self.run
+        r.accepted.setdefault(d.head.digest, r.now)
         r.decide(r.policy.handle(trust.HeadSeen(d.dataset, d.head, T0_NS + r.now)))
 
 
@@ -957,6 +969,7 @@ class _LightRun:
     now: int = 0
     events: list[tuple[int, int, tuple[str, Any]]] = field(default_factory=list)
     trusted: dict[bytes, int] = field(default_factory=dict)
+    accepted: dict[bytes, int] = field(default_factory=dict)
     replays: int = 0
     _seq: int = 0
 
@@ -1072,9 +1085,12 @@ def _publish(w: _World, d: int, rng: random.Random) -> _Published:
     )
 
 
-def _fetch_ns(w: _World, rng: random.Random, full: bool = False) -> int:
-    """A pull: ``fetch_s`` (``full_fetch_s`` for a full follower; log-normal) when set, else
-    two round trips and ``fetch_bytes``."""
+def _fetch_ns(w: _World, rng: random.Random, full: bool = False, first: bool = False) -> int:
+    """A pull: ``fetch_s`` (``full_fetch_s`` for a full follower, ``first_fetch_s`` for a
+    light node's first pull while it subscribes; log-normal) when set, else two round trips
+    and ``fetch_bytes``."""
+    if first and w.p.first_fetch_s > 0:
+        return int(w.p.first_fetch_s * NS * math.exp(rng.gauss(0.0, w.p.first_fetch_sigma)))
     if full and w.p.full_fetch_s > 0:
         return int(w.p.full_fetch_s * NS * math.exp(rng.gauss(0.0, w.p.full_fetch_sigma)))
     if w.p.fetch_s > 0:
@@ -1374,24 +1390,57 @@ def _calibration(w: _World) -> dict[str, Any]:
         if got is None:
             missed += 1
             continue
-        got += w.rtt_ns(sr) + int((p.exchange_ms + p.hop_ms) * MS) + _fetch_ns(w, sr)
+        got += w.rtt_ns(sr) + int((p.exchange_ms + p.hop_ms) * MS) + _fetch_ns(w, sr, first=True)
         disc.append((got - t0) / NS)
     tally = _TrustTally()
     rng = random.Random(p.seed * 10_000_019)
+    # per (light node, dataset, head): seconds from the head's commit to accepted, to trusted
+    views: dict[tuple[int, int, int], tuple[float | None, float | None]] = {}
     for d in range(p.datasets):
         subs = [i for i, e in lights if e == d]
-        for _ in range(p.heads):
+        for k in range(p.heads):
             h = _publish(w, d, rng)
             for i in subs:
                 trusted_set = _trusted_set(w, i, d)
                 for j in trusted_set:
                     _attestation_time(w, h, j, tally)
                 run = _light_view(w, h, i, trusted_set, tally)
-                got = run.trusted.get(h.head.digest)
-                if got is None:
-                    tally.no_quorum += 1
-                else:
-                    tally.times.append((got - h.t_pub) / NS)
+                acc_ns, got_ns = run.accepted.get(h.head.digest), run.trusted.get(h.head.digest)
+                views[(i, d, k)] = (
+                    None if acc_ns is None else (acc_ns - h.t_pub) / NS,
+                    None if got_ns is None else (got_ns - h.t_pub) / NS,
+                )
+    # The daemon logs ``head.trusted`` only while the head is the newest it accepted
+    # (node/app/trust.py ``_record_event``): a head trusted after a newer one arrived is
+    # never logged. With the lab's commit interval, heads k and k' > k are
+    # (k' - k) * head_interval_s apart.
+    pairs: list[dict[str, Any]] = []
+    superseded = 0
+    for (i, d, k), (_, t_s) in sorted(views.items()):
+        newer = (
+            p.head_interval_s > 0
+            and t_s is not None
+            and any(
+                acc is not None and (k2 - k) * p.head_interval_s + acc < t_s
+                for (i2, d2, k2), (acc, _) in views.items()
+                if (i2, d2) == (i, d) and k2 > k
+            )
+        )
+        if t_s is None:
+            tally.no_quorum += 1
+        elif newer:
+            superseded += 1
+        else:
+            tally.times.append(t_s)
+        pairs.append(
+            {
+                "node": i,
+                "dataset": d,
+                "head": k,
+                "trusted_s": None if t_s is None or newer else round(t_s, 3),
+                "superseded": newer,
+            }
+        )
     return {
         "light_subscriptions": len(lights),
         "discovery_s": _pcts(disc, (0.5, 0.99)),
@@ -1400,6 +1449,8 @@ def _calibration(w: _World) -> dict[str, Any]:
         "publish_to_trusted_s": _pcts(tally.times, (0.5, 0.99)),
         "trusted_samples": [round(x, 3) for x in tally.times],
         "not_trusted": tally.no_quorum,
+        "superseded": superseded,
+        "trusted_pairs": pairs,
     }
 
 

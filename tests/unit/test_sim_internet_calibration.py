@@ -87,6 +87,33 @@ def test_exchange_dial_and_pull_costs_add_to_discovery_and_trust() -> None:
     assert later["discovery_samples"] == base["discovery_samples"]
 
 
+def test_the_first_pull_has_its_own_parameter_used_by_discovery_only() -> None:
+    base = simulate_internet(LAB)["calibration"]
+    first = simulate_internet(dataclasses.replace(LAB, first_fetch_s=20.0, first_fetch_sigma=0.0))[
+        "calibration"
+    ]
+    # the heads' pulls keep fetch_s (2 s): publish -> trusted does not move
+    assert first["trusted_samples"] == base["trusted_samples"]
+    assert min(first["discovery_samples"]) > 20.0 > max(base["discovery_samples"])
+
+
+def test_a_head_trusted_after_a_newer_one_arrived_is_not_counted() -> None:
+    # heads 1 s apart, attesters' replays ~60 s: every head but the last is trusted only after
+    # the next one was accepted, and the daemon logs no head.trusted for it
+    slow = dataclasses.replace(LAB, verify_s=60.0, verify_sigma=0.0)
+    apart = simulate_internet(slow)["calibration"]
+    close = simulate_internet(dataclasses.replace(slow, head_interval_s=1.0))["calibration"]
+    assert apart["superseded"] == 0 and len(apart["trusted_samples"]) == 5 * 2
+    assert close["superseded"] == 5 and len(close["trusted_samples"]) == 5
+    pairs = close["trusted_pairs"]
+    assert len(pairs) == 5 * 2
+    assert all(q["superseded"] == (q["head"] == 0) for q in pairs)
+    assert all((q["trusted_s"] is None) == q["superseded"] for q in pairs)
+    # heads far apart: nothing superseded
+    far = simulate_internet(dataclasses.replace(slow, head_interval_s=600.0))["calibration"]
+    assert far["superseded"] == 0 and far["trusted_samples"] == apart["trusted_samples"]
+
+
 def test_validation() -> None:
     with pytest.raises(ScenarioError):
         dataclasses.replace(LAB, calibration=False).validate()  # 12 < 50 nodes
@@ -96,6 +123,10 @@ def test_validation() -> None:
         dataclasses.replace(LAB, discovery_interval_s=0.0).validate()
     with pytest.raises(ScenarioError):
         dataclasses.replace(LAB, relay_dial_ms=-1.0).validate()
+    with pytest.raises(ScenarioError):
+        dataclasses.replace(LAB, first_fetch_s=-1.0).validate()
+    with pytest.raises(ScenarioError):
+        dataclasses.replace(LAB, head_interval_s=-1.0).validate()
     with pytest.raises(ScenarioError):
         lab_plan(dataclasses.replace(LAB, calibration=False, nodes=100))
 
