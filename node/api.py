@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.dataset as pads
 
-    from node.app.data import VerifiedData
+    from node.app.data import ReadableTable, VerifiedData
 
 
 T = TypeVar("T")
@@ -199,19 +199,10 @@ async def _await(make: Callable[[], Awaitable[T]]) -> T:
     return await make()
 
 
-def _dataset(row: Any) -> ReadableDataset:
-    """A :class:`ReadableDataset` of a ``ReadableTable``."""
-    return ReadableDataset(
-        name=row.table.name,
-        alias=row.alias,
-        did=row.did,
-        head=row.head,
-        sequence=row.sequence,
-        trusted=row.trusted,
-        trust=row.trust,
-        records=row.records,
-        files=tuple(row.table.files),
-    )
+def _dataset(row: ReadableTable) -> ReadableDataset:
+    """A :class:`ReadableDataset` of a ``ReadableTable``: its JSON form (the same fields) and
+    its data files."""
+    return ReadableDataset(**row.to_json(), files=tuple(row.table.files))
 
 
 def open_home(path: str | os.PathLike[str] | None = None) -> Home:
