@@ -20,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 from coordinator.identity import DatasetId
+from node.app.follow import SourceFollower
 from node.app.keys import NodeKeyRecords
 from node.app.metrics import NodeMetrics
 from node.app.ports import EventSink, StatePort
@@ -53,26 +54,6 @@ def _did_key(node: DatasetId) -> str:
     return node.as_did_key()
 
 
-class Witness(Protocol):
-    """What the effects tell the source follower (:class:`node.app.follow.SourceFollower`)."""
-
-    async def observed(
-        self,
-        sm: SignedMessage,
-        o: Observation,
-        *,
-        trusted: Sequence[str] = (),
-        caps: EvidenceCaps | None = None,
-    ) -> None:
-        """A peer's signed observation passed the core's checks: store it (``trusted`` keys'
-        kept, strangers' within ``caps``), compare it."""
-        ...
-
-    def poll_now(self, did: Any, source: str) -> None:
-        """Poll ``source`` of ``did`` as soon as possible."""
-        ...
-
-
 class NodeEffects:
     """See the module docstring."""
 
@@ -88,7 +69,7 @@ class NodeEffects:
         trust: TrustDriver | None = None,
         keys: NodeKeyRecords | None = None,
         caps: EvidenceCaps | None = None,
-        witness: Witness | None = None,
+        witness: SourceFollower | None = None,
     ) -> None:
         self._state = state
         self._caps = caps if caps is not None else EvidenceCaps()  # bounded unless told how
