@@ -50,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
 from coordinator.identity import DatasetId
+from p2p.dht.wire import MAX_ADDR_LEN, MAX_ADDRS, MAX_URL_LEN
 from p2p.errors import NetworkNotIsolated, P2PError, WireDecodeError
 from p2p.netguard import assert_loopback_multiaddr
 from p2p.transport import TransportError, dataset_topic
@@ -59,9 +60,9 @@ log = logging.getLogger(__name__)
 PROVIDERS_PROTOCOL: Final = "/odf/providers/1.0.0"
 MAX_DIDS: Final = 256
 MAX_RECORDS: Final = 32
-MAX_ADDRS: Final = 4
-MAX_ADDR_LEN: Final = 256
-MAX_URL_LEN: Final = 512
+# A record's addresses and HTTP URL are capped by MAX_ADDRS, MAX_ADDR_LEN and MAX_URL_LEN of the
+# DHT's provider records (p2p.dht.wire), which carry the same addresses (p2p/dht_service.py
+# turns one into the other).
 MAX_BODY: Final = 256 * 1024
 _ASK_PEERS_PER_ROUND: Final = 3
 _IPFS_CONNECTS_PER_ROUND: Final = 8

@@ -54,7 +54,7 @@ from coordinator.errors import InvalidDatasetId, SignatureError
 from coordinator.identity import DatasetId, PrivateKey, verify_signature
 from p2p.dht.keys import DhtKey
 from p2p.errors import WireDecodeError, WireEncodeError
-from p2p.wire import DID_LEN, SIGNATURE_LEN, Reader, Writer
+from p2p.wire import DID_LEN, MAX_URL_LEN, SIGNATURE_LEN, Reader, Writer
 
 PROTOCOL: Final = "/odf/kad/1.0.0"
 MAGIC: Final = b"ODFK"
@@ -65,7 +65,6 @@ RECORD_DOMAIN: Final = b"odf-node/dht-provider/v1\x00"
 KEY_LEN: Final = 32
 MAX_ADDRS: Final = 4
 MAX_ADDR_LEN: Final = 256
-MAX_URL_LEN: Final = 512
 MAX_PEER_ID_LEN: Final = 128
 MAX_PEERS: Final = 20
 MAX_PROVIDERS: Final = 20
@@ -112,6 +111,27 @@ def _read_addrs(r: Reader, what: str) -> tuple[str, ...]:
     if n > MAX_ADDRS:
         raise WireDecodeError("too-many", f"{what}: {n} addresses > {MAX_ADDRS}")
     return tuple(r.text(what, MAX_ADDR_LEN) for _ in range(n))
+
+
+def _writer(magic: bytes, version: int) -> Writer:
+    """A writer that starts with the header (magic, version) of a message or record."""
+    w = Writer()
+    w.buf += magic
+    w.u8(version)
+    return w
+
+
+def _message_reader(data: bytes, what: str) -> Reader:
+    """A reader past the header of a DHT ``what`` (request, response) within its size cap.
+
+    Raises:
+        WireDecodeError: too large, or not this wire's magic and version.
+    """
+    if len(data) > MAX_MESSAGE_SIZE:
+        raise WireDecodeError("too-large", f"{what} of {len(data)} bytes")
+    r = Reader(bytes(data))
+    _check_header(r, MAGIC, VERSION, f"DHT {what}")
+    return r
 
 
 def _check_header(r: Reader, magic: bytes, version: int, what: str) -> None:
@@ -162,9 +182,7 @@ class SignedProviderRecord:
         Raises:
             WireEncodeError: a field is out of range or the record exceeds its cap.
         """
-        w = Writer()
-        w.buf += RECORD_MAGIC
-        w.u8(RECORD_VERSION)
+        w = _writer(RECORD_MAGIC, RECORD_VERSION)
         w.fixed(did.to_bytes(), DID_LEN)
         node = key.dataset_id()
         w.fixed(node.to_bytes(), DID_LEN)
@@ -247,9 +265,7 @@ def encode_request(req: DhtRequest) -> bytes:
     Raises:
         WireEncodeError: a field is out of range.
     """
-    w = Writer()
-    w.buf += MAGIC
-    w.u8(VERSION)
+    w = _writer(MAGIC, VERSION)
     w.u8(int(req.op))
     w.fixed(_key_bytes(req.key), KEY_LEN)
     _write_addrs(w, req.addrs)
@@ -268,11 +284,7 @@ def decode_request(data: bytes) -> DhtRequest:
     Raises:
         WireDecodeError: not a canonical request.
     """
-    data = bytes(data)
-    if len(data) > MAX_MESSAGE_SIZE:
-        raise WireDecodeError("too-large", f"request of {len(data)} bytes")
-    r = Reader(data)
-    _check_header(r, MAGIC, VERSION, "DHT request")
+    r = _message_reader(data, "request")
     raw_op = r.u8("op")
     try:
         op = DhtOp(raw_op)
@@ -299,9 +311,7 @@ def encode_response(resp: DhtResponse) -> bytes:
         raise WireEncodeError("too many peers or providers in a DHT response")
     if not 0 <= resp.retry_after_ms <= 0xFFFFFFFF:
         raise WireEncodeError(f"retry_after_ms out of range: {resp.retry_after_ms}")
-    w = Writer()
-    w.buf += MAGIC
-    w.u8(VERSION)
+    w = _writer(MAGIC, VERSION)
     w.u8(_RESPONSE)
     w.u8(int(resp.status))
     w.buf += _U32.pack(resp.retry_after_ms)
@@ -326,11 +336,7 @@ def decode_response(data: bytes) -> DhtResponse:
     Raises:
         WireDecodeError: not a canonical response.
     """
-    data = bytes(data)
-    if len(data) > MAX_MESSAGE_SIZE:
-        raise WireDecodeError("too-large", f"response of {len(data)} bytes")
-    r = Reader(data)
-    _check_header(r, MAGIC, VERSION, "DHT response")
+    r = _message_reader(data, "response")
     if r.u8("type") != _RESPONSE:
         raise WireDecodeError("bad-op", "not a DHT response")
     raw_status = r.u8("status")
@@ -360,9 +366,11 @@ def decode_response(data: bytes) -> DhtResponse:
 
 __all__ = [
     "MAX_ADDRS",
+    "MAX_ADDR_LEN",
     "MAX_PEERS",
     "MAX_PROVIDERS",
     "MAX_RECORD_SIZE",
+    "MAX_URL_LEN",
     "PROTOCOL",
     "DhtOp",
     "DhtRequest",
