@@ -70,6 +70,11 @@ class StateCore:
             raise
         self._conn.execute("COMMIT")
 
+    def _changed(self, sql: str, params: Iterable[Any] = ()) -> bool:
+        """Run one write statement in a transaction of its own; whether it changed a row."""
+        with self._tx() as c:
+            return c.execute(sql, tuple(params)).rowcount > 0
+
     def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
         cur = self._conn.execute(sql, tuple(params))
         return cast(list[sqlite3.Row], cur.fetchall())

@@ -89,19 +89,15 @@ class SubscriptionsAndHeads(StateCore):
             "evidence": trust.evidence,
             "disputed_by": list(trust.disputed_by),
         }
-        with self._tx() as c:
-            cur = c.execute(
-                """UPDATE subscriptions SET trust = ?, trusted_head = coalesce(?, trusted_head)
-                   WHERE did = ?""",
-                (json.dumps(record), trusted_head, did),
-            )
-        return cur.rowcount > 0
+        return self._changed(
+            """UPDATE subscriptions SET trust = ?, trusted_head = coalesce(?, trusted_head)
+               WHERE did = ?""",
+            (json.dumps(record), trusted_head, did),
+        )
 
     def unsubscribe(self, did: str) -> bool:
         """Stop following ``did``; True if it was subscribed. Other rows (heads...) are kept."""
-        with self._tx() as c:
-            cur = c.execute("DELETE FROM subscriptions WHERE did = ?", (did,))
-        return cur.rowcount > 0
+        return self._changed("DELETE FROM subscriptions WHERE did = ?", (did,))
 
     def subscriptions(self) -> list[Subscription]:
         """All subscriptions, oldest first."""
@@ -139,20 +135,18 @@ class SubscriptionsAndHeads(StateCore):
                 f"epoch and sequence must be ints >= 0: {epoch!r}, {sequence!r}"
             )
         now = self._clock()
-        with self._tx() as c:
-            cur = c.execute(
-                """INSERT INTO accepted_heads
-                     (did, epoch, sequence, head, source_peer, envelope, accepted_ns)
-                   VALUES (?, ?, ?, ?, ?, ?, ?)
-                   ON CONFLICT (did) DO UPDATE SET
-                     epoch = excluded.epoch, sequence = excluded.sequence, head = excluded.head,
-                     source_peer = excluded.source_peer, envelope = excluded.envelope,
-                     accepted_ns = excluded.accepted_ns
-                   WHERE (excluded.epoch, excluded.sequence)
-                         > (accepted_heads.epoch, accepted_heads.sequence)""",
-                (did, epoch, sequence, head, source_peer, bytes(envelope), now),
-            )
-        return cur.rowcount > 0
+        return self._changed(
+            """INSERT INTO accepted_heads
+                 (did, epoch, sequence, head, source_peer, envelope, accepted_ns)
+               VALUES (?, ?, ?, ?, ?, ?, ?)
+               ON CONFLICT (did) DO UPDATE SET
+                 epoch = excluded.epoch, sequence = excluded.sequence, head = excluded.head,
+                 source_peer = excluded.source_peer, envelope = excluded.envelope,
+                 accepted_ns = excluded.accepted_ns
+               WHERE (excluded.epoch, excluded.sequence)
+                     > (accepted_heads.epoch, accepted_heads.sequence)""",
+            (did, epoch, sequence, head, source_peer, bytes(envelope), now),
+        )
 
     def accepted_head(self, did: str) -> AcceptedHead | None:
         """The accepted head of ``did``, if any."""

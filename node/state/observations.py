@@ -137,13 +137,11 @@ class Observations(EvidenceStore):
     def add_equivocation_proof(self, did: str, envelope: bytes) -> bool:
         """Store an equivocation proof; False if the same envelope is already stored."""
         check_did(did)
-        with self._tx() as c:
-            cur = c.execute(
-                """INSERT INTO equivocation_proofs (content_id, did, envelope, received_ns)
-                   VALUES (?, ?, ?, ?) ON CONFLICT (content_id) DO NOTHING""",
-                (content_id(envelope), did, bytes(envelope), self._clock()),
-            )
-        return cur.rowcount > 0
+        return self._changed(
+            """INSERT INTO equivocation_proofs (content_id, did, envelope, received_ns)
+               VALUES (?, ?, ?, ?) ON CONFLICT (content_id) DO NOTHING""",
+            (content_id(envelope), did, bytes(envelope), self._clock()),
+        )
 
     def equivocation_proofs(self, did: str | None = None) -> list[EquivocationRecord]:
         """Equivocation proofs in the order received, optionally for one DID."""

@@ -248,19 +248,15 @@ class WorkQueue(StateCore):
         """Record that ``did``'s flow was queued: its next due time and/or the input heads it
         was queued for (None keeps the stored value). False if ``did`` has no schedule."""
         seen = None if inputs_seen is None else to_json(inputs_seen, "schedule inputs")
-        with self._tx() as c:
-            cur = c.execute(
-                """UPDATE schedules SET next_ns = coalesce(?, next_ns),
-                     inputs_seen = coalesce(?, inputs_seen), updated_ns = ? WHERE did = ?""",
-                (next_ns, seen, self._clock(), did),
-            )
-        return cur.rowcount > 0
+        return self._changed(
+            """UPDATE schedules SET next_ns = coalesce(?, next_ns),
+                 inputs_seen = coalesce(?, inputs_seen), updated_ns = ? WHERE did = ?""",
+            (next_ns, seen, self._clock(), did),
+        )
 
     def remove_schedule(self, did: str) -> bool:
         """Remove ``did``'s flow trigger; True if it had one (its runs' history stays)."""
-        with self._tx() as c:
-            cur = c.execute("DELETE FROM schedules WHERE did = ?", (did,))
-        return cur.rowcount > 0
+        return self._changed("DELETE FROM schedules WHERE did = ?", (did,))
 
     def schedules(self) -> list[Schedule]:
         """Every flow trigger, oldest first."""
