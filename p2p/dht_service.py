@@ -50,7 +50,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from coordinator.identity import DatasetId, PrivateKey
 from p2p.core.protocol import take_token
@@ -88,7 +87,7 @@ from p2p.dht.wire import (
 from p2p.discovery import PeerRecord
 from p2p.errors import NetworkNotIsolated, P2PError, WireDecodeError
 from p2p.netguard import assert_loopback_multiaddr
-from p2p.transport import TransportError, peer_id_of_node
+from p2p.transport import RequestTransport, TransportError, peer_id_of_node
 
 log = logging.getLogger(__name__)
 
@@ -128,27 +127,6 @@ class DhtConfig:
     loopback_only: bool = True
 
 
-class DhtTransport(Protocol):
-    """What the DHT needs of the host: request/response streams and dials."""
-
-    @property
-    def peer_id(self) -> str:
-        """This node's peer id."""
-        ...
-
-    def connected_peers(self) -> list[str]:
-        """Peers with an open connection."""
-        ...
-
-    async def connect(self, addr: str) -> str:
-        """Dial a peer multiaddr; its peer id."""
-        ...
-
-    async def request(self, peer: str, protocol: str, data: bytes, timeout_s: float) -> bytes:
-        """One request/response exchange."""
-        ...
-
-
 class DhtRateLimited(P2PError):
     """A peer asked this node not to query it before a time (it answered ``RATE_LIMITED``)."""
 
@@ -185,7 +163,7 @@ class DhtService:
 
     def __init__(
         self,
-        transport: DhtTransport,
+        transport: RequestTransport,
         *,
         node_key: PrivateKey,
         self_addrs: Callable[[], tuple[tuple[str, ...], tuple[str, ...], str]],
@@ -699,7 +677,6 @@ __all__ = [
     "DhtRefused",
     "DhtService",
     "DhtStats",
-    "DhtTransport",
     "ProvideReport",
     "ProviderLookup",
 ]

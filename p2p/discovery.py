@@ -53,7 +53,7 @@ from coordinator.identity import DatasetId
 from p2p.dht.wire import MAX_ADDR_LEN, MAX_ADDRS, MAX_URL_LEN
 from p2p.errors import NetworkNotIsolated, P2PError, WireDecodeError
 from p2p.netguard import assert_loopback_multiaddr
-from p2p.transport import TransportError, dataset_topic
+from p2p.transport import RequestTransport, TransportError, dataset_topic
 
 log = logging.getLogger(__name__)
 
@@ -178,25 +178,9 @@ def decode_providers_response(data: bytes) -> list[PeerRecord]:
     return out
 
 
-class DiscoveryTransport(Protocol):
-    """What discovery needs of the gossip transport."""
-
-    @property
-    def peer_id(self) -> str:
-        """This node's peer id."""
-        ...
-
-    def connected_peers(self) -> list[str]:
-        """Peers with an open connection."""
-        ...
-
-    async def connect(self, addr: str) -> str:
-        """Dial a peer multiaddr; its peer id."""
-        ...
-
-    async def request(self, peer: str, protocol: str, data: bytes, timeout_s: float) -> bytes:
-        """One request/response exchange."""
-        ...
+class DiscoveryTransport(RequestTransport, Protocol):
+    """What discovery needs of the gossip transport: what the DHT needs, and who joined which
+    topic."""
 
     async def topic_peers(self) -> dict[str, set[str]]:
         """Every topic's peers known to have joined it."""

@@ -147,6 +147,28 @@ class GossipTransport(Protocol):
         ...
 
 
+class RequestTransport(Protocol):
+    """What the DHT (``p2p/dht_service.py``) and discovery (``p2p/discovery.py``) need of the
+    host: its peer id, its connections, dials, and request/response exchanges."""
+
+    @property
+    def peer_id(self) -> str:
+        """This node's peer id."""
+        ...
+
+    def connected_peers(self) -> list[str]:
+        """Peers with an open connection."""
+        ...
+
+    async def connect(self, addr: str) -> str:
+        """Dial a peer multiaddr; its peer id."""
+        ...
+
+    async def request(self, peer: str, protocol: str, data: bytes, timeout_s: float) -> bytes:
+        """One request/response exchange."""
+        ...
+
+
 # --------------------------------------------------------------------------------------------
 # In-memory twin
 
