@@ -772,7 +772,18 @@ class Simulator:
         self._publish(n, cid)
 
     def _dispute(self, n: SimNode, did: Any, head: Multihash) -> None:
-        key = self._key_for(n)
+        self._publish_dispute(n, self._key_for(n), did, head, "sim: replay mismatch", False)
+
+    def _publish_dispute(
+        self,
+        n: SimNode,
+        key: PrivateKey,
+        did: Any,
+        head: Multihash,
+        detail: str,
+        adversarial: bool,
+    ) -> None:
+        """A replay-mismatch dispute of ``head`` signed by ``key``, published by ``n``."""
         dis = Dispute(
             node=key.dataset_id(),
             dataset=did,
@@ -780,13 +791,11 @@ class Simulator:
             kind=DisputeKind.REPLAY_MISMATCH,
             expected=_EVIDENCE,
             computed=_EVIDENCE_BAD,
-            detail="sim: replay mismatch",
+            detail=detail,
             issued_at_ns=self.now,
             nonce=self._next_nonce(),
         )
-        sm = sign_message(dis, key)
-        cid = self._register(sm.envelope, -1, False)
-        self._publish(n, cid)
+        self._publish(n, self._register(sign_message(dis, key).envelope, -1, adversarial))
 
     def _dispute_flood(self, n: SimNode, d: int, head: Multihash) -> None:
         """``adversary.dispute_flood`` disputes of ``head``, each by a fresh key, published by
@@ -798,18 +807,7 @@ class Simulator:
                 + (self.seed & 0xFFFFFFFF).to_bytes(4, "big")
                 + self._nonce.to_bytes(27, "big")
             )
-            dis = Dispute(
-                node=key.dataset_id(),
-                dataset=self.dids[d],
-                block=head,
-                kind=DisputeKind.REPLAY_MISMATCH,
-                expected=_EVIDENCE,
-                computed=_EVIDENCE_BAD,
-                detail="sim: sybil dispute",
-                issued_at_ns=self.now,
-                nonce=self._next_nonce(),
-            )
-            self._publish(n, self._register(sign_message(dis, key).envelope, -1, True))
+            self._publish_dispute(n, key, self.dids[d], head, "sim: sybil dispute", True)
 
     # ------------------------------------------------------------------ owners and adversaries
 
