@@ -79,7 +79,7 @@ from p2p.transport import TransportError, dataset_topic
 from p2p.trust_executor import dispatch
 from p2p.wire import FetchLocations, HeadAnnouncement, Verdict, sign_message
 from sim.discovery import zipf_cdf
-from sim.scenario import ScenarioError, apply_override, resolve
+from sim.scenario import ScenarioError, read_document, resolve
 
 NS: Final = 1_000_000_000
 MS: Final = 1_000_000
@@ -253,13 +253,7 @@ def load_params(path: str | Path, overrides: dict[str, Any] | None = None) -> In
     Raises:
         ScenarioError: not an internet scenario, unknown key, wrong type or bad value.
     """
-    p = resolve(path)
-    try:
-        doc = tomllib.loads(p.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise ScenarioError(f"cannot load scenario {p}: {e}") from e
-    for dotted, value in (overrides or {}).items():
-        apply_override(doc, dotted, value)
+    p, doc = read_document(path, overrides)
     if doc.get("kind") != "internet":
         raise ScenarioError(f'{p} is not an internet scenario (kind = "internet")')
     known = {f.name: f for f in dataclasses.fields(InternetParams)}
