@@ -101,10 +101,133 @@ static uint8_t *rows_any(uint8_t *o, const uint8_t *v, int64_t width, uint64_t w
     return o;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+/*
+ * Words of fixed-width rows with AVX-512 VBMI (checked at load time, odf_init): 8 rows (4 of
+ * 16 bytes) per step, one byte permutation with zero-masking gathers the valid rows' values
+ * and one 0x00 per null row to the front of a vector, which is stored whole; the output then
+ * advances by the step's stream length. The permutation, the mask and the length come from
+ * tables indexed by the step's validity bits. ~8x fewer instructions than one row at a time
+ * (the scalar loops below), and no branch on the data. The store writes up to 64 bytes, so
+ * `out` needs 64 bytes of slack.
+ */
+#include <immintrin.h>
+#define HAVE_VBMI_KERNELS 1
+#define VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi")))
+
+static int have_vbmi;
+static uint8_t idx16[16][64] __attribute__((aligned(64)));
+static uint8_t idx8[256][64] __attribute__((aligned(64)));
+static uint8_t idx4[256][32] __attribute__((aligned(64)));
+static uint8_t idx2[256][16] __attribute__((aligned(64)));
+static uint64_t keep16[16], keep8[256];
+static uint32_t keep4[256];
+static uint16_t keep2[256];
+static uint8_t len16[16], len8[256], len4[256], len2[256];
+
+/* Permutation, kept bytes and length of the stream of `rows` rows of `width` bytes whose
+ * validity bits are `b`: valid rows' bytes in order, one zeroed byte per null row. */
+static uint64_t step_table(unsigned b, int width, int rows, uint8_t *idx, uint8_t *len)
+{
+    uint64_t keep = 0;
+    int pos = 0;
+    for (int r = 0; r < rows; r++) {
+        if ((b >> r) & 1) {
+            for (int j = 0; j < width; j++, pos++) {
+                idx[pos] = (uint8_t)(r * width + j);
+                keep |= (uint64_t)1 << pos;
+            }
+        } else {
+            idx[pos++] = 0;
+        }
+    }
+    *len = (uint8_t)pos;
+    return keep;
+}
+
+int odf_simd(int enable);
+
+__attribute__((constructor)) static void odf_init(void)
+{
+    odf_simd(1);
+    for (unsigned b = 0; b < 256; b++) {
+        if (b < 16)
+            keep16[b] = step_table(b, 16, 4, idx16[b], &len16[b]);
+        keep8[b] = step_table(b, 8, 8, idx8[b], &len8[b]);
+        keep4[b] = (uint32_t)step_table(b, 4, 8, idx4[b], &len4[b]);
+        keep2[b] = (uint16_t)step_table(b, 2, 8, idx2[b], &len2[b]);
+    }
+}
+
+/* Use the VBMI kernels (enable = 1, the default where the CPU has them) or the scalar loops
+ * (0); returns whether the kernels are in use. Tests compare both with the numpy path. */
+int odf_simd(int enable)
+{
+    __builtin_cpu_init();
+    have_vbmi = enable && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi");
+    return have_vbmi;
+}
+
+VBMI static uint8_t *word16_vbmi(uint8_t *o, const uint8_t *v, uint64_t w)
+{
+    for (int k = 0; k < 16; k++, w >>= 4) {
+        unsigned b = (unsigned)(w & 0xf);
+        __m512i x = _mm512_loadu_si512((const void *)(v + 64 * k));
+        __m512i y = _mm512_maskz_permutexvar_epi8(keep16[b], _mm512_load_si512(idx16[b]), x);
+        _mm512_storeu_si512((void *)o, y);
+        o += len16[b];
+    }
+    return o;
+}
+
+VBMI static uint8_t *word8_vbmi(uint8_t *o, const uint8_t *v, uint64_t w)
+{
+    for (int k = 0; k < 8; k++, w >>= 8) {
+        unsigned b = (unsigned)(w & 0xff);
+        __m512i x = _mm512_loadu_si512((const void *)(v + 64 * k));
+        __m512i y = _mm512_maskz_permutexvar_epi8(keep8[b], _mm512_load_si512(idx8[b]), x);
+        _mm512_storeu_si512((void *)o, y);
+        o += len8[b];
+    }
+    return o;
+}
+
+VBMI static uint8_t *word4_vbmi(uint8_t *o, const uint8_t *v, uint64_t w)
+{
+    for (int k = 0; k < 8; k++, w >>= 8) {
+        unsigned b = (unsigned)(w & 0xff);
+        __m256i x = _mm256_loadu_si256((const __m256i *)(v + 32 * k));
+        __m256i y = _mm256_maskz_permutexvar_epi8(keep4[b], _mm256_load_si256((const __m256i *)idx4[b]), x);
+        _mm256_storeu_si256((__m256i *)o, y);
+        o += len4[b];
+    }
+    return o;
+}
+
+VBMI static uint8_t *word2_vbmi(uint8_t *o, const uint8_t *v, uint64_t w)
+{
+    for (int k = 0; k < 8; k++, w >>= 8) {
+        unsigned b = (unsigned)(w & 0xff);
+        __m128i x = _mm_loadu_si128((const __m128i *)(v + 16 * k));
+        __m128i y = _mm_maskz_permutexvar_epi8(keep2[b], _mm_load_si128((const __m128i *)idx2[b]), x);
+        _mm_storeu_si128((__m128i *)o, y);
+        o += len2[b];
+    }
+    return o;
+}
+#else
+int odf_simd(int enable)
+{
+    (void)enable;
+    return 0;
+}
+#endif
+
 /*
  * Fixed-width rows: the `width`-byte value per valid row, one 0x00 byte per null row.
  * `values` points at row 0; `valid` is the validity bitmap with row 0 at bit `bit_off` (or
- * NULL: no nulls). `out` must hold max(1, n * width) bytes.
+ * NULL: no nulls). `out` must hold n * width + 64 bytes (slack for the vector stores).
  */
 int64_t odf_fixed(const uint8_t *values, int64_t width, const uint8_t *valid, int64_t bit_off,
                   int64_t n, uint8_t *out)
@@ -129,6 +252,17 @@ int64_t odf_fixed(const uint8_t *values, int64_t width, const uint8_t *valid, in
             o += m;
             continue;
         }
+#ifdef HAVE_VBMI_KERNELS
+        if (m == 64 && have_vbmi) {
+            switch (width) {
+            case 2: o = word2_vbmi(o, v, w); continue;
+            case 4: o = word4_vbmi(o, v, w); continue;
+            case 8: o = word8_vbmi(o, v, w); continue;
+            case 16: o = word16_vbmi(o, v, w); continue;
+            default: break;
+            }
+        }
+#endif
         switch (width) {
         case 1: o = rows1(o, v, w, m); break;
         case 2: o = rows2(o, v, w, m); break;
@@ -179,6 +313,31 @@ ALWAYS_INLINE uint8_t *prefixed_rows(uint8_t *o, uint64_t w, int64_t m, const vo
     return o;
 }
 
+/* One block of `m` (<= 64) variable-size rows from row `i`, dispatched to the specialisation of
+ * prefixed_rows for the offset width, the prefix source and whether there is a bitmap. */
+ALWAYS_INLINE uint8_t *prefixed_block(uint8_t *o, const uint8_t *valid, int64_t bit_off, int64_t m,
+                                      const void *offsets, int off64, int64_t i,
+                                      const uint8_t *body, int64_t base, int64_t body_len,
+                                      const int64_t *prefix)
+{
+    uint64_t w = valid_word(valid, bit_off, i, m);
+    if (valid == NULL) {
+        if (off64)
+            return prefix ? prefixed_rows(o, w, m, offsets, 1, i, body, base, body_len, prefix, 0)
+                          : prefixed_rows(o, w, m, offsets, 1, i, body, base, body_len, NULL, 0);
+        return prefix ? prefixed_rows(o, w, m, offsets, 0, i, body, base, body_len, prefix, 0)
+                      : prefixed_rows(o, w, m, offsets, 0, i, body, base, body_len, NULL, 0);
+    }
+    if (off64)
+        return prefix ? prefixed_rows(o, w, m, offsets, 1, i, body, base, body_len, prefix, 1)
+                      : prefixed_rows(o, w, m, offsets, 1, i, body, base, body_len, NULL, 1);
+    return prefix ? prefixed_rows(o, w, m, offsets, 0, i, body, base, body_len, prefix, 1)
+                  : prefixed_rows(o, w, m, offsets, 0, i, body, base, body_len, NULL, 1);
+}
+
+/* Bytes written past the stream by the fixed-size moves, at most (see prefixed_rows). */
+#define PREFIXED_SLACK 32
+
 /*
  * Variable-size rows: per row `u64 LE prefix || body[offsets[i]-offsets[0] .. offsets[i+1]-offsets[0]]`,
  * or one 0x00 byte for a null row. `valid` is the validity bitmap with row 0 at bit `bit_off`
@@ -194,23 +353,46 @@ int64_t odf_prefixed(const uint8_t *valid, int64_t bit_off, const void *offsets,
     uint8_t *o = out;
     for (int64_t i = 0; i < n; i += 64) {
         int64_t m = n - i < 64 ? n - i : 64;
-        uint64_t w = valid_word(valid, bit_off, i, m);
-        if (valid == NULL) {
-            if (off64)
-                o = prefix ? prefixed_rows(o, w, m, offsets, 1, i, body, base, body_len, prefix, 0)
-                           : prefixed_rows(o, w, m, offsets, 1, i, body, base, body_len, NULL, 0);
-            else
-                o = prefix ? prefixed_rows(o, w, m, offsets, 0, i, body, base, body_len, prefix, 0)
-                           : prefixed_rows(o, w, m, offsets, 0, i, body, base, body_len, NULL, 0);
-        } else {
-            if (off64)
-                o = prefix ? prefixed_rows(o, w, m, offsets, 1, i, body, base, body_len, prefix, 1)
-                           : prefixed_rows(o, w, m, offsets, 1, i, body, base, body_len, NULL, 1);
-            else
-                o = prefix ? prefixed_rows(o, w, m, offsets, 0, i, body, base, body_len, prefix, 1)
-                           : prefixed_rows(o, w, m, offsets, 0, i, body, base, body_len, NULL, 1);
-        }
+        o = prefixed_block(o, valid, bit_off, m, offsets, off64, i, body, base, body_len, prefix);
     }
+    return (int64_t)(o - out);
+}
+
+/*
+ * odf_prefixed from row `*row` into a staging buffer of `cap` bytes: as many rows as surely fit
+ * (whole 64-row blocks while they do, then row by row), so a stream of any length is built
+ * and hashed a cache-sized piece at a time. Advances `*row` past the rows written and returns
+ * the bytes written; 0 with `*row` unchanged means row `*row` alone needs more than `cap`
+ * (8 + its length + 32 bytes), which the caller then hashes itself.
+ */
+int64_t odf_prefixed_fill(const uint8_t *valid, int64_t bit_off, const void *offsets, int off64,
+                          int64_t n, const uint8_t *body, int64_t body_len, const int64_t *prefix,
+                          int64_t *row, uint8_t *out, int64_t cap)
+{
+    const int32_t *o32 = (const int32_t *)offsets;
+    const int64_t *o64 = (const int64_t *)offsets;
+#define OFF(k) (off64 ? o64[k] : (int64_t)o32[k])
+    int64_t base = OFF(0);
+    uint8_t *o = out;
+    const uint8_t *end = out + cap;
+    int64_t i = *row;
+    while (i < n) {
+        int64_t m = n - i < 64 ? n - i : 64;
+        if (end - o >= 8 * m + (OFF(i + m) - OFF(i)) + PREFIXED_SLACK) {
+            o = prefixed_block(o, valid, bit_off, m, offsets, off64, i, body, base, body_len,
+                               prefix);
+            i += m;
+            continue;
+        }
+        while (i < n && end - o >= 8 + (OFF(i + 1) - OFF(i)) + PREFIXED_SLACK) {
+            o = prefixed_block(o, valid, bit_off, 1, offsets, off64, i, body, base, body_len,
+                               prefix);
+            i++;
+        }
+        break;
+    }
+#undef OFF
+    *row = i;
     return (int64_t)(o - out);
 }
 

@@ -683,7 +683,11 @@ def _row_chunks(arr: Any, kind: _Kind) -> Iterator[tuple[int, int]]:
 
 
 def _leaf_pieces(arr: Any, null: BoolArray | None, column: str) -> Iterator[Piece]:
-    """The stream of a top-level (or struct-child) leaf as a sequence of hashable pieces."""
+    """The stream of a top-level (or struct-child) leaf as a sequence of hashable pieces.
+
+    A piece may be a view of a staging buffer that a later piece reuses: consume each piece
+    (hash it) before the generator has advanced twice more.
+    """
     arr = _unwrap(arr)
     kind = _kind(arr.type)
     if kind is _Kind.NULL:
@@ -695,6 +699,10 @@ def _leaf_pieces(arr: Any, null: BoolArray | None, column: str) -> Iterator[Piec
         # Zero-copy: the Arrow buffer already is the stream.
         yield arr.buffers()[1].slice(arr.offset * width, len(arr) * width)
         return
+    staged = _staged_pieces(arr, kind, None if null is None else native_stream.bitmap_of(null))
+    if staged is not None:
+        yield from staged
+        return
     for start, stop in _row_chunks(arr, kind):
         part = arr.slice(start, stop - start)
         part_null = None if null is None else null[start:stop]
@@ -703,50 +711,69 @@ def _leaf_pieces(arr: Any, null: BoolArray | None, column: str) -> Iterator[Piec
         yield _encode(part, part_null, want_offsets=False, column=column).stream
 
 
+def _staged_pieces(
+    arr: Any, kind: _Kind, valid: native_stream.Bitmap | None
+) -> Iterator[Piece] | None:
+    """The stream of a non-empty fixed-width, boolean or binary-like leaf built by the compiled
+    loops a staging buffer at a time, with validity bitmap ``valid`` (None: no nulls); None
+    without the library or for other kinds (lists take :func:`_encode`)."""
+    if native_stream.LIB is None:
+        return None
+    n = len(arr)
+    if kind is _Kind.FIXED:
+        width = arr.type.bit_width // 8
+        values = np.frombuffer(
+            arr.buffers()[1], dtype=np.uint8, count=n * width, offset=arr.offset * width
+        )
+        return native_stream.fixed_pieces(values, width, valid, n)
+    if kind is _Kind.BOOL:
+        return native_stream.booleans_pieces((arr.buffers()[1], arr.offset), valid, n)
+    if kind is _Kind.FIXED_BINARY or (kind is _Kind.VARLEN and not _is_view(arr.type)):
+        offsets, data = _varlen_parts(arr)
+        body = _slice_data(data, int(offsets[0]), int(offsets[-1]))
+        return native_stream.prefixed_pieces(valid, body, offsets)
+    if kind is _Kind.VARLEN:  # views: gathered a row range at a time
+        return _view_pieces(arr, valid)
+    return None
+
+
+def _is_view(dt: Any) -> bool:
+    dt = _storage(dt)
+    return bool(pa.types.is_binary_view(dt) or pa.types.is_string_view(dt))
+
+
+def _view_pieces(arr: Any, valid: native_stream.Bitmap | None) -> Iterator[Piece]:
+    """Staged pieces of a binary or string view column, gathered into a plain binary array
+    ``_CHUNK_ROWS`` rows at a time (bounded memory, as :func:`_row_chunks` cuts them)."""
+    for start, stop in _row_chunks(arr, _Kind.VARLEN):
+        offsets, data = _varlen_parts(arr.slice(start, stop - start))
+        body = _slice_data(data, int(offsets[0]), int(offsets[-1]))
+        part_valid = None if valid is None else (valid[0], int(valid[1]) + start)
+        pieces = native_stream.prefixed_pieces(part_valid, body, offsets)
+        if pieces is None:  # the library was switched off meanwhile (tests)
+            raise DataError("the compiled stream assembly went away while hashing")
+        yield from pieces
+
+
 def _own_leaf_pieces(arr: Any, column: str) -> Iterator[Piece]:
     """:func:`_leaf_pieces` of a leaf whose nulls are its own (a top-level column, an array).
 
     With the compiled loops the validity bitmap goes to C as Arrow holds it (buffer and bit
-    offset of the piece), so nulls cost no numpy mask and no allocation per row; a piece
-    without nulls (Arrow's ``null_count`` of the slice, a popcount) is hashed as if the column
-    had none. Lists, and every type without the library, take the null-mask path.
+    offset of row 0), so nulls cost no numpy mask and no allocation per row. Lists, and every
+    type without the library, take the null-mask path.
     """
     arr = _unwrap(arr)
     kind = _kind(arr.type)
     if arr.null_count == 0:
         yield from _leaf_pieces(arr, None, column)
         return
-    if (
-        native_stream.LIB is None
-        or kind not in (_Kind.FIXED, _Kind.BOOL, _Kind.VARLEN, _Kind.FIXED_BINARY)
-        or arr.buffers()[0] is None  # nulls without a bitmap (Null arrays): refused below
-    ):
-        yield from _leaf_pieces(arr, _own_nulls(arr), column)
-        return
-    for start, stop in _row_chunks(arr, kind):
-        part = arr.slice(start, stop - start)
-        if part.null_count == 0:
-            yield from _leaf_pieces(part, None, column)
-            continue
-        bufs = part.buffers()
-        valid = (bufs[0], part.offset)
-        n = len(part)
-        native: ByteArray | None
-        if kind is _Kind.FIXED:
-            width = part.type.bit_width // 8
-            values = np.frombuffer(
-                bufs[1], dtype=np.uint8, count=n * width, offset=part.offset * width
-            )
-            native = native_stream.fixed(values, width, valid, n)
-        elif kind is _Kind.BOOL:
-            native = native_stream.booleans((bufs[1], part.offset), valid, n)
-        else:
-            offsets, data = _varlen_parts(part)
-            body = _slice_data(data, int(offsets[0]), int(offsets[-1]))
-            native = native_stream.prefixed(valid, body, offsets, None)
-        if native is None:  # the library was switched off meanwhile (tests)
-            native = _encode(part, _own_nulls(part), want_offsets=False, column=column).stream
-        yield native
+    bitmap = arr.buffers()[0]
+    if bitmap is not None and len(arr):  # no bitmap: Null arrays, refused by _leaf_pieces
+        staged = _staged_pieces(arr, kind, (bitmap, arr.offset))
+        if staged is not None:
+            yield from staged
+            return
+    yield from _leaf_pieces(arr, _own_nulls(arr), column)
 
 
 # --------------------------------------------------------------------------------------------

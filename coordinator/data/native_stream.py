@@ -8,12 +8,18 @@ produces the same bytes. ``ODF_NATIVE_HASH=0`` disables the library.
 Nulls reach the C loops as Arrow validity bitmaps (:data:`Bitmap`: the buffer and the bit of
 row 0, so sliced arrays need no copy); a caller holding a numpy null mask instead (struct
 validity, list children) packs it with :func:`bitmap_of`.
+
+The ``*_pieces`` generators build a column's stream a staging buffer at a time
+(:data:`STAGE_BYTES`, two buffers used in turn) for the caller to hash: the stream never
+exists whole, so it is neither written to fresh memory (page faults, zeroing by the kernel)
+nor read back from it; SHA3 reads it from the cache the C loop just wrote it to.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final, TypeAlias
 
@@ -23,8 +29,16 @@ import pyarrow as pa
 
 _LIB_PATH: Final = Path(__file__).resolve().parents[2] / "build" / "native" / "libodf_stream.so"
 
-# Bytes the C loops may write past the stream they return (fixed-size moves of short values).
+# Bytes the C loops may write past the stream they return: fixed-size moves of short values
+# (odf_prefixed), whole-vector stores (odf_fixed).
 _SLACK: Final = 32
+_FIXED_SLACK: Final = 64
+
+STAGE_BYTES: int = 1 << 20
+"""Size of each of the two staging buffers of the ``*_pieces`` generators. 1 MiB stays in a
+core's L2 cache (2 MiB here) with room for SHA3's reads, and makes the Python and ctypes
+overhead per piece (a few microseconds) negligible next to SHA3's ~2 ms over it. Tests shrink
+it to cut streams into many pieces."""
 
 _I64 = ctypes.c_int64
 _PTR = ctypes.c_void_p
@@ -40,20 +54,33 @@ def _load() -> ctypes.CDLL | None:
     try:
         lib = ctypes.CDLL(str(_LIB_PATH))
         # A library built from an older native/odf_stream.c lacks odf_bool (and takes byte
-        # masks): treat it as absent until `make setup` rebuilds it.
+        # masks), odf_prefixed_fill or odf_simd: treat it as absent until `make setup` rebuilds it.
         lib.odf_bool.argtypes = [_PTR, _I64, _PTR, _I64, _I64, _PTR]
+        lib.odf_prefixed_fill.restype = _I64
+        lib.odf_simd.restype = ctypes.c_int
     except (OSError, AttributeError):  # stale, foreign-architecture or old build: use numpy
         return None
     lib.odf_bool.restype = _I64
     lib.odf_prefixed.argtypes = [_PTR, _I64, _PTR, ctypes.c_int, _I64, _PTR, _I64, _PTR, _PTR]
     lib.odf_prefixed.restype = _I64
+    lib.odf_prefixed_fill.argtypes = [*lib.odf_prefixed.argtypes[:-1], _PTR, _PTR, _I64]
     lib.odf_fixed.argtypes = [_PTR, _I64, _PTR, _I64, _I64, _PTR]
     lib.odf_fixed.restype = _I64
+    lib.odf_simd.argtypes = [ctypes.c_int]
+    lib.odf_simd.restype = ctypes.c_int
     return lib
 
 
 LIB: ctypes.CDLL | None = _load()
 """The loaded library, or None; tests set it to None to exercise the fallback."""
+
+
+def simd(enable: bool) -> bool:
+    """Use the AVX-512 VBMI kernels for fixed-width columns with nulls (the default where the
+    CPU has them) or the scalar loops; returns whether the kernels are in use (False without
+    the library). Both produce the same bytes; tests run each."""
+    lib = LIB
+    return bool(lib.odf_simd(1 if enable else 0)) if lib is not None else False
 
 
 def _addr(obj: Any) -> int:
@@ -125,7 +152,7 @@ def fixed(
     if lib is None:
         return None
     vals = np.ascontiguousarray(values)
-    out = np.empty(max(1, n * width), dtype=np.uint8)
+    out = np.empty(n * width + _FIXED_SLACK, dtype=np.uint8)
     bits, bit_off = _bits(valid)
     written = lib.odf_fixed(_addr(vals), width, bits, bit_off, n, _addr(out))
     return out[:written]
@@ -141,3 +168,127 @@ def booleans(values: Bitmap, valid: Bitmap | None, n: int) -> npt.NDArray[np.uin
     bits, bit_off = _bits(valid)
     lib.odf_bool(_addr(values[0]), int(values[1]), bits, bit_off, n, _addr(out))
     return out[:n]
+
+
+def _stages(size: int) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]:
+    """Two staging buffers of ``size`` bytes: a piece handed out stays intact while the next
+    one is built (the pipelined hasher hashes piece k while the generator fills piece k + 1)."""
+    return np.empty(size, dtype=np.uint8), np.empty(size, dtype=np.uint8)
+
+
+def fixed_pieces(
+    values: npt.NDArray[np.uint8], width: int, valid: Bitmap | None, n: int
+) -> Iterator[npt.NDArray[np.uint8]] | None:
+    """The stream of :func:`fixed` in pieces of at most :data:`STAGE_BYTES`; None without the
+    library. A piece is a view of a staging buffer: it holds its bytes until the generator has
+    been advanced twice more."""
+    lib = LIB
+    if lib is None:
+        return None
+    return _fixed_pieces(lib, np.ascontiguousarray(values), width, valid, n)
+
+
+def _fixed_pieces(
+    lib: ctypes.CDLL, vals: npt.NDArray[np.uint8], width: int, valid: Bitmap | None, n: int
+) -> Iterator[npt.NDArray[np.uint8]]:
+    # Whole 64-row words per piece (the C loop reads the bitmap a word at a time).
+    rows = max(64, (STAGE_BYTES // max(1, width)) // 64 * 64)
+    rows = max(1, min(rows, n))
+    stages = _stages(rows * width + _FIXED_SLACK)
+    addrs = (_addr(stages[0]), _addr(stages[1]))
+    base = _addr(vals) if n else 0
+    bits, bit_off = _bits(valid)
+    fill = lib.odf_fixed
+    turn = 0
+    for start in range(0, n, rows):
+        m = min(rows, n - start)
+        written = fill(base + start * width, width, bits, bit_off + start, m, addrs[turn])
+        yield stages[turn][:written]
+        turn ^= 1
+
+
+def booleans_pieces(
+    values: Bitmap, valid: Bitmap | None, n: int
+) -> Iterator[npt.NDArray[np.uint8]] | None:
+    """The stream of :func:`booleans` in pieces, as :func:`fixed_pieces`; None without the
+    library."""
+    lib = LIB
+    if lib is None:
+        return None
+    return _booleans_pieces(lib, values, valid, n)
+
+
+def _booleans_pieces(
+    lib: ctypes.CDLL, values: Bitmap, valid: Bitmap | None, n: int
+) -> Iterator[npt.NDArray[np.uint8]]:
+    rows = max(1, min(max(64, STAGE_BYTES // 64 * 64), n))
+    stages = _stages(max(1, rows))
+    addrs = (_addr(stages[0]), _addr(stages[1]))
+    vbits, val_off = _addr(values[0]), int(values[1])
+    bits, bit_off = _bits(valid)
+    fill = lib.odf_bool
+    turn = 0
+    for start in range(0, n, rows):
+        m = min(rows, n - start)
+        fill(vbits, val_off + start, bits, bit_off + start, m, addrs[turn])
+        yield stages[turn][:m]
+        turn ^= 1
+
+
+def prefixed_pieces(
+    valid: Bitmap | None, body: Any, body_offsets: npt.NDArray[Any]
+) -> Iterator[npt.NDArray[np.uint8]] | None:
+    """The stream of :func:`prefixed` with length prefixes (strings, binaries) in pieces, as
+    :func:`fixed_pieces`; None without the library. A row too long for a staging buffer comes
+    as its own pieces, the prefix and the value straight from ``body``."""
+    lib = LIB
+    if lib is None or body_offsets.dtype not in (np.int32, np.int64):
+        return None
+    return _prefixed_pieces(lib, valid, body, np.ascontiguousarray(body_offsets))
+
+
+def _prefixed_pieces(
+    lib: ctypes.CDLL, valid: Bitmap | None, body: Any, offsets: npt.NDArray[Any]
+) -> Iterator[npt.NDArray[np.uint8]]:
+    n = len(offsets) - 1
+    first = int(offsets[0])
+    body_bytes = int(offsets[-1]) - first
+    body_arr = (
+        np.frombuffer(body, dtype=np.uint8, count=body_bytes)
+        if body_bytes
+        else np.zeros(1, dtype=np.uint8)
+    )
+    size = min(STAGE_BYTES, 8 * n + body_bytes + _SLACK)
+    stages = _stages(size)
+    addrs = (_addr(stages[0]), _addr(stages[1]))
+    bits, bit_off = _bits(valid)
+    off64 = 1 if offsets.dtype == np.int64 else 0
+    row = ctypes.c_int64(0)
+    row_addr = ctypes.addressof(row)
+    args = (bits, bit_off, _addr(offsets), off64, n, _addr(body_arr), body_bytes, None, row_addr)
+    fill = lib.odf_prefixed_fill
+    turn = 0
+    while row.value < n:
+        at = row.value
+        written = fill(*args, addrs[turn], size)
+        if written:
+            yield stages[turn][:written]
+            turn ^= 1
+            continue
+        # Row `at` alone does not fit a staging buffer: hash it from where it is.
+        lo, hi = int(offsets[at]) - first, int(offsets[at + 1]) - first
+        if bits is not None and not _bit(valid, at):
+            yield np.zeros(1, dtype=np.uint8)
+        else:
+            yield np.array([hi - lo], dtype="<i8").view(np.uint8)
+            yield body_arr[lo:hi]
+        row.value = at + 1
+
+
+def _bit(valid: Bitmap | None, row: int) -> bool:
+    """Is ``row`` valid in the bitmap (True without one)?"""
+    if valid is None:
+        return True
+    bit = int(valid[1]) + row
+    byte = np.frombuffer(valid[0], dtype=np.uint8, count=1, offset=bit >> 3)[0]
+    return bool((int(byte) >> (bit & 7)) & 1)
