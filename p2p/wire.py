@@ -1124,14 +1124,7 @@ def encode_heads_request(datasets: Iterable[DatasetId]) -> bytes:
 
 def decode_heads_request(data: bytes) -> list[DatasetId]:
     """Strict inverse of :func:`encode_heads_request`."""
-    r = Reader(bytes(data))
-    (n,) = _U16.unpack(r.take(2, "count"))
-    if n > MAX_HEADS_PER_EXCHANGE:
-        raise WireDecodeError("too-many", f"{n} datasets requested")
-    out = [r.did("dataset") for _ in range(int(n))]
-    if r.pos != len(data):
-        raise WireDecodeError("trailing-bytes", "bytes after the heads request")
-    return out
+    return _decode_heads_body(data, lambda r: r.did("dataset"), "datasets requested", "request")
 
 
 def encode_heads_response(envelopes: Iterable[bytes]) -> bytes:
@@ -1146,11 +1139,19 @@ def encode_heads_response(envelopes: Iterable[bytes]) -> bytes:
 
 def decode_heads_response(data: bytes) -> list[bytes]:
     """Split a heads response into envelopes (each is validated later by the core)."""
+    return _decode_heads_body(data, lambda r: r.var("envelope"), "heads in response", "response")
+
+
+def _decode_heads_body(
+    data: bytes, read: Callable[[Reader], _T], items: str, body: str
+) -> list[_T]:
+    """``u16 count || count x item`` of an anti-entropy ``body`` (request or response), at most
+    :data:`MAX_HEADS_PER_EXCHANGE` items (``items`` names them in the error), nothing after."""
     r = Reader(bytes(data))
     (n,) = _U16.unpack(r.take(2, "count"))
     if n > MAX_HEADS_PER_EXCHANGE:
-        raise WireDecodeError("too-many", f"{n} heads in response")
-    out = [r.var("envelope") for _ in range(int(n))]
+        raise WireDecodeError("too-many", f"{n} {items}")
+    out = [read(r) for _ in range(int(n))]
     if r.pos != len(data):
-        raise WireDecodeError("trailing-bytes", "bytes after the heads response")
+        raise WireDecodeError("trailing-bytes", f"bytes after the heads {body}")
     return out
