@@ -18,8 +18,9 @@ DF_STAMPS := $(foreach v,$(DATAFUSION_VERSIONS),$(ENGINES)/datafusion-$(v)/.inst
 .PHONY: browser nftables test-deps bench-console bench-idle-rss setup run test lint typecheck unit bench bench-datafusion bench-chain bench-hash bench-ingest bench-ingest-hostile bench-gossip bench-pull bench-verify bench-soak bench-longrun bench-follow bench-follow-urls bench-cold-verify bench-hostile bench-hostile-flood bench-query bench-evidence-flood bench-state bench-sim bench-sim-sweep bench-backup bench-network bench-nat bench-calibration bench-decode fuzz p2p-vectors test-image image-inputs clean
 
 NATIVE_LIB := build/native/libodf_stream.so
+NATIVE_CHAIN := build/native/odf_chain.built
 
-setup: $(STAMP) $(DF_STAMPS) $(NATIVE_LIB)
+setup: $(STAMP) $(DF_STAMPS) $(NATIVE_LIB) $(NATIVE_CHAIN)
 
 # Optional compiled stream assembly for the logical hash (coordinator/data/native_stream.py loads it;
 # without it the numpy path produces the same hashes, only slower).
@@ -28,6 +29,18 @@ $(NATIVE_LIB): native/odf_stream.c
 	@if command -v $(CC) >/dev/null 2>&1; then \
 		$(CC) -O2 -shared -fPIC -o $@ $< || echo "native/odf_stream.c did not build; the logical hash uses its numpy path"; \
 	else echo "no C compiler ($(CC)): the logical hash uses its numpy path"; fi
+
+# Optional compiled decoder of metadata blocks (coordinator/metadata/native_decode.py loads it;
+# without it the Python decoder builds the same blocks, only slower): a CPython extension built
+# against the venv's interpreter and named with its extension suffix (the stamp marks the build).
+$(NATIVE_CHAIN): native/odf_chain.c $(STAMP)
+	@mkdir -p $(@D)
+	@if command -v $(CC) >/dev/null 2>&1; then \
+		inc=$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \
+		suffix=$$($(BIN)/python -c 'import importlib.machinery as m; print(m.EXTENSION_SUFFIXES[0])'); \
+		$(CC) -O2 -shared -fPIC -I"$$inc" -o $(@D)/_odf_chain$$suffix $< && touch $@ || \
+		echo "native/odf_chain.c did not build; metadata blocks are decoded in Python"; \
+	else echo "no C compiler ($(CC)): metadata blocks are decoded in Python"; fi
 
 $(STAMP): pyproject.toml constraints.txt js/package-lock.json
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -70,7 +83,8 @@ unit: setup test-deps
 # masquerade rules of the multi-host test network (sim/netlab.py, in the lab's own namespaces);
 # podman, runc and busybox-static, the container runtime and the image (made with `podman
 # import`, no registry) of the Container polling source tests (tests/integration/test_fetch_container.py);
-# gcc, the C compiler of the logical hash's stream assembly (native/odf_stream.c).
+# gcc, the C compiler of the logical hash's stream assembly (native/odf_stream.c) and of the
+# metadata block decoder (native/odf_chain.c).
 test-deps:
 	@missing=; \
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
@@ -88,6 +102,7 @@ test-deps:
 	# The logical hash's compiled stream assembly (tests/unit/test_logical_hash_native.py checks
 	# it), built here too when `setup` ran before a C compiler was installed above.
 	[ -f $(NATIVE_LIB) ] || $(MAKE) --no-print-directory $(NATIVE_LIB)
+	[ -f $(NATIVE_CHAIN) ] || $(MAKE) --no-print-directory $(NATIVE_CHAIN)
 	# anvil (Foundry's local Ethereum node, the EthereumLogs source tests: tests/integration/
 	# test_fetch_evm.py) from npm, exactly as locked in tests/evm (its binary is a platform package).
 	[ -x tests/evm/node_modules/.bin/anvil ] || \

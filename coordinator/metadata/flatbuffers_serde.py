@@ -15,7 +15,9 @@ finished block buffer as a ``[ubyte]`` vector; the block hash covers the whole o
 Encoding is driven by field specs read off the model's dataclasses (one per schema table, fields
 in declaration order), so the model, the encoder and the decoder cannot drift apart. Decoding uses
 a small bounds-checked reader instead of generated accessors: it is faster and turns every
-malformed input into :class:`InvalidBlock`.
+malformed input into :class:`InvalidBlock`. When ``make setup`` has built it, a compiled decoder
+driven by the same specs (``native/odf_chain.c``, :mod:`coordinator.metadata.native_decode`)
+decodes well-formed blocks first, ~30x faster, and leaves everything else to this one.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from coordinator.errors import (
 )
 from coordinator.identity.dataset_id import DatasetId
 from coordinator.metadata import model as m
+from coordinator.metadata import native_decode
 from coordinator.metadata.timestamp import Timestamp
 from coordinator.multiformats import Multicodec, Multihash
 
@@ -737,6 +740,48 @@ _DECODE_ERRORS: Final = (
 )
 
 
+def _configure_native(native: native_decode.NativeDecoder) -> None:
+    """Give the compiled decoder (:mod:`coordinator.metadata.native_decode`) tables generated
+    from :data:`SPECS`: per class its vtable size and, per field in declaration order, the kind,
+    whether it is required, its slot, the class's slot descriptor it fills and the nested table
+    (index), union members (indices by type code) or enum class. A class it must not build
+    without ``__init__`` (one with ``__post_init__`` or fields outside ``__init__``) gets None and
+    is left to the Python decoder."""
+    classes = list(SPECS)
+    index = {cls: i for i, cls in enumerate(classes)}
+    tables: list[tuple[type, int, tuple[tuple[str, bool, int, object, object], ...]] | None] = []
+    for cls in classes:
+        spec = SPECS[cls]
+        if hasattr(cls, "__post_init__") or not all(f.init for f in fields(cls)):
+            tables.append(None)
+            continue
+        slots = vars(cls)
+        row = []
+        for f in spec.fields:
+            arg: object = f.arg
+            if f.kind in (_K.TABLE, _K.TABLES):
+                arg = index[f.arg]
+            elif f.kind is _K.UNION:
+                arg = tuple(index[member] for member in UNIONS[f.arg])
+            row.append((f.kind.name, f.required, f.slot, slots[f.name], arg))
+        tables.append((cls, spec.num_slots, tuple(row)))
+    native.configure(
+        tables,
+        index[m.MetadataBlock],
+        (Multihash, vars(Multihash)["code"], vars(Multihash)["digest"]),
+        Multicodec.SHA3_256,
+        Multicodec.ARROW0_SHA3_256,
+        (Timestamp, vars(Timestamp)["epoch_ns"]),
+        (DatasetId, vars(DatasetId)["public_key"]),
+    )
+
+
+#: The compiled decoder, or None (not built, ``ODF_NATIVE_CHAIN=0``): :func:`decode_block` and
+#: :func:`decode_block_content` try it first and decode in Python whatever it returns None for.
+#: Tests set it to None to exercise the Python decoder alone.
+NATIVE_DECODER: native_decode.NativeDecoder | None = native_decode.load(_configure_native)
+
+
 def new_budget(size: int) -> list[int]:
     """An amplification budget of ``size`` bytes for :func:`decode_table` (see above)."""
     return [size, size]
@@ -759,6 +804,15 @@ def decode_block_content(inner: bytes) -> m.MetadataBlock:
     Decoding materialises at most ``len(inner)`` bytes of strings, vectors and tables (the
     amplification budget above); a buffer whose shared offsets would exceed that is invalid.
     """
+    native = NATIVE_DECODER
+    if native is not None:
+        block = native.decode_content(inner)
+        if block is not None:
+            return block
+    return _decode_content(inner)
+
+
+def _decode_content(inner: bytes) -> m.MetadataBlock:
     data = bytes(inner)
     try:
         block: m.MetadataBlock = _DECODERS[m.MetadataBlock](
@@ -814,8 +868,13 @@ def decode_block(data: bytes) -> m.MetadataBlock:
             shared offsets that would decode to more than the block's own size.
         UnsupportedBlockVersion: unknown manifest version.
     """
+    native = NATIVE_DECODER
+    if native is not None:
+        block = native.decode_block(data)
+        if block is not None:
+            return block
     _version, inner = decode_manifest(data)
-    return decode_block_content(inner)
+    return _decode_content(inner)
 
 
 def block_hash(data: bytes) -> Multihash:
