@@ -399,21 +399,16 @@ class TransferAdapter:
     async def fetch_ethereum_logs(self, request: EthereumLogsRequest, target: Path) -> str | None:
         """Poll an Ethereum node's logs (see :mod:`node.transfer.evm_fetch`) in a worker thread,
         its address checked by the source policy first."""
-        import socket
-
         from node.transfer.errors import SourceRefused
         from node.transfer.evm_fetch import fetch_ethereum_logs, node_host
 
         host, _ = node_host(request.node_url)
         try:
-            for info in await asyncio.to_thread(socket.getaddrinfo, host, None):
-                self._policy.check_address(str(info[4][0]), f"Ethereum node {host}")
+            await asyncio.to_thread(
+                self._policy.checked_addresses, host, None, f"Ethereum node {host}"
+            )
         except SourceRefused as e:
             raise PullRefused(str(e)) from e
-        except OSError as e:
-            from coordinator.errors import SourceUnreachable
-
-            raise SourceUnreachable(f"Ethereum node {host}: {e}") from None
         got = await asyncio.to_thread(
             fetch_ethereum_logs,
             node_url=request.node_url,

@@ -35,7 +35,6 @@ from __future__ import annotations
 import datetime as dt
 import ftplib
 import os
-import socket
 import ssl
 from email.utils import format_datetime, parsedate_to_datetime
 from pathlib import Path
@@ -85,7 +84,9 @@ def fetch_ftp_to_file(
     if not path or path.endswith("/"):
         raise FetchError(f"{shown}: the URL names no file")
     port = parts.port or 21
-    addresses = _checked_addresses(parts.hostname, port, policy)
+    addresses = policy.checked_addresses(
+        parts.hostname, port, f"FTP server {parts.hostname}:{port}"
+    )
     ftp: ftplib.FTP = (
         ftplib.FTP_TLS(context=ssl.create_default_context(), timeout=timeout_s)
         if scheme == "ftps"
@@ -128,20 +129,6 @@ def fetch_ftp_to_file(
         ) from None
     last_modified = format_datetime(modified, usegmt=True) if modified is not None else None
     return UrlFetch(True, None, last_modified, size)
-
-
-def _checked_addresses(host: str, port: int, policy: SourcePolicy) -> list[str]:
-    """``host`` resolved, every address checked by ``policy`` (all must pass, as for HTTP)."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as e:
-        raise SourceUnreachable(
-            f"FTP server {host}:{port}: unreachable: cannot resolve: {e}"
-        ) from None
-    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
-    for a in addresses:
-        policy.check_address(a, f"FTP server {host}:{port}")
-    return addresses
 
 
 def _open(

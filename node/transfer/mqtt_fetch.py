@@ -46,7 +46,6 @@ The client is paho-mqtt (blocking, run in a worker thread by the caller).
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -92,20 +91,6 @@ class MqttFetch:
     session_present: bool
 
 
-def _checked_address(host: str, port: int, policy: SourcePolicy) -> str:
-    """The address to connect to: ``host`` resolved, every address checked by ``policy``."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as e:
-        raise SourceUnreachable(f"MQTT broker {host}:{port}: cannot resolve: {e}") from None
-    addresses = [str(info[4][0]) for info in infos]
-    if not addresses:  # pragma: no cover - getaddrinfo raises instead
-        raise SourceUnreachable(f"MQTT broker {host}:{port}: no address")
-    for a in addresses:
-        policy.check_address(a, f"MQTT broker {host}:{port}")
-    return addresses[0]
-
-
 def fetch_mqtt(
     *,
     host: str,
@@ -147,7 +132,7 @@ def fetch_mqtt(
         max_message_bytes=max_message_bytes,
         max_poll_s=max_poll_s,
     )
-    address = _checked_address(host, port, policy)
+    address = policy.checked_addresses(host, port, f"MQTT broker {host}:{port}")[0]
     with open(target, "wb") as out:
         session = _MqttSession(plan, out, clock)
         try:

@@ -36,6 +36,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
+from coordinator.errors import SourceUnreachable
 from node.transfer.errors import InvalidSourceUrl, SourceRefused
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -217,6 +218,26 @@ class SourcePolicy:
         if found is not None:
             why, setting = found
             raise SourceRefused(f"{context}: {ip} is refused: {why}", setting)
+
+    def checked_addresses(self, host: str, port: int | None, server: str) -> list[str]:
+        """``host`` resolved and every address it resolves to checked (all must pass, as for
+        HTTP), for a client that connects to an address itself (FTP, MQTT, an Ethereum node);
+        ``server`` names it in errors. Blocking: call it in a worker thread.
+
+        Raises:
+            SourceUnreachable: the name does not resolve.
+            SourceRefused: the policy refuses one of its addresses.
+        """
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as e:
+            raise SourceUnreachable(f"{server}: cannot resolve: {e}") from None
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        if not addresses:  # pragma: no cover - getaddrinfo raises instead
+            raise SourceUnreachable(f"{server}: no address")
+        for a in addresses:
+            self.check_address(a, server)
+        return addresses
 
     def check_url(self, url: str | URL, context: str = "source") -> URL:
         """The parsed ``url`` if its scheme is HTTP(S) and its host literal (if any) is allowed.
