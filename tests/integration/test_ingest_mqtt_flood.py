@@ -113,7 +113,7 @@ def test_an_oversized_message_is_refused_before_it_is_read(broker: int, tmp_path
     tracemalloc.start()
     try:
         with pytest.raises(FetchError, match=r"ingest\.mqtt_max_message_bytes"):
-            _fetch(broker, tmp_path / "big", max_message_bytes=1 << 20, idle_timeout_s=2.0)
+            _fetch(broker, tmp_path / "big", max_message_bytes=1 << 20, idle_timeout_s=5.0)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
