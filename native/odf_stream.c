@@ -432,3 +432,98 @@ int64_t odf_bool(const uint8_t *values, int64_t val_off, const uint8_t *valid, i
     }
     return n;
 }
+
+/*
+ * Assembly fused with hashing. The loops above write a stream into a buffer that the caller
+ * then hashes; for a column that means the column is read from memory while nothing else
+ * runs, and the stream is read again by SHA3. These functions instead build the stream one
+ * cache-sized piece at a time (HASH_STAGE bytes, on the stack) and hand each piece to
+ * `update(ctx, piece, len)` -- OpenSSL's EVP_DigestUpdate on the SHA3 state of the column,
+ * the same SHA3 that hashlib runs -- after asking the memory for the next piece's input, which
+ * then arrives while SHA3 works on this one. Each returns the number of bytes hashed, or -1
+ * when `update` failed (returned 0).
+ */
+typedef int (*odf_update_fn)(void *ctx, const void *data, size_t len);
+
+#define HASH_STAGE (32 << 10)
+
+/* Ask for `len` bytes from `p` (one request per cache line). */
+ALWAYS_INLINE void prefetch_range(const void *p, int64_t len)
+{
+    for (int64_t j = 0; j < len; j += 64)
+        __builtin_prefetch((const uint8_t *)p + j);
+}
+
+/* odf_fixed's stream of n rows (width <= 64 bytes), hashed piece by piece. */
+int64_t odf_fixed_hash(const uint8_t *values, int64_t width, const uint8_t *valid, int64_t bit_off,
+                       int64_t n, odf_update_fn update, void *ctx)
+{
+    uint8_t stage[HASH_STAGE + 64] __attribute__((aligned(64)));
+    if (width < 1 || width > 64)
+        return -1;
+    int64_t rows = (HASH_STAGE / width) / 64 * 64, total = 0;
+    for (int64_t i = 0; i < n; i += rows) {
+        int64_t m = n - i < rows ? n - i : rows;
+        int64_t len = odf_fixed(values + i * width, width, valid, bit_off + i, m, stage);
+        int64_t next = n - i - m < rows ? n - i - m : rows;
+        prefetch_range(values + (i + m) * width, next * width);
+        if (!update(ctx, stage, (size_t)len))
+            return -1;
+        total += len;
+    }
+    return total;
+}
+
+/* odf_bool's stream of n rows, hashed piece by piece. */
+int64_t odf_bool_hash(const uint8_t *values, int64_t val_off, const uint8_t *valid,
+                      int64_t bit_off, int64_t n, odf_update_fn update, void *ctx)
+{
+    uint8_t stage[HASH_STAGE] __attribute__((aligned(64)));
+    for (int64_t i = 0; i < n; i += HASH_STAGE) {
+        int64_t m = n - i < HASH_STAGE ? n - i : HASH_STAGE;
+        odf_bool(values, val_off + i, valid, bit_off + i, m, stage);
+        if (!update(ctx, stage, (size_t)m))
+            return -1;
+    }
+    return n;
+}
+
+/* odf_prefixed's stream, hashed piece by piece; a row too long for a piece is hashed from
+ * where it is (its prefix, then its body). */
+int64_t odf_prefixed_hash(const uint8_t *valid, int64_t bit_off, const void *offsets, int off64,
+                          int64_t n, const uint8_t *body, int64_t body_len, const int64_t *prefix,
+                          odf_update_fn update, void *ctx)
+{
+    uint8_t stage[HASH_STAGE] __attribute__((aligned(64)));
+    const int32_t *o32 = (const int32_t *)offsets;
+    const int64_t *o64 = (const int64_t *)offsets;
+#define OFF(k) (off64 ? o64[k] : (int64_t)o32[k])
+    int64_t base = OFF(0), row = 0, total = 0;
+    while (row < n) {
+        int64_t at = row;
+        int64_t len = odf_prefixed_fill(valid, bit_off, offsets, off64, n, body, body_len, prefix,
+                                        &row, stage, HASH_STAGE);
+        if (row == at) { /* one row longer than a piece */
+            int64_t lo = OFF(at) - base, hi = OFF(at + 1) - base;
+            int ok = valid == NULL || ((valid[(bit_off + at) >> 3] >> ((bit_off + at) & 7)) & 1);
+            int64_t p = ok ? (prefix ? prefix[at] : hi - lo) : 0;
+            if (!update(ctx, &p, ok ? 8 : 1) || (ok && !update(ctx, body + lo, (size_t)(hi - lo))))
+                return -1;
+            total += ok ? 8 + hi - lo : 1;
+            row = at + 1;
+            continue;
+        }
+        if (row < n) { /* the next piece's offsets and bodies, while SHA3 runs */
+            int64_t ahead = n - row < HASH_STAGE / 16 ? n - row : HASH_STAGE / 16;
+            prefetch_range(off64 ? (const void *)(o64 + row) : (const void *)(o32 + row),
+                           ahead * (off64 ? 8 : 4));
+            int64_t b = OFF(row) - base, e = OFF(row + ahead) - base;
+            prefetch_range(body + b, e - b < HASH_STAGE ? e - b : HASH_STAGE);
+        }
+        if (!update(ctx, stage, (size_t)len))
+            return -1;
+        total += len;
+    }
+#undef OFF
+    return total;
+}

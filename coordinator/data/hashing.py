@@ -755,6 +755,67 @@ def _view_pieces(arr: Any, valid: native_stream.Bitmap | None) -> Iterator[Piece
         yield from pieces
 
 
+def _sha3(seed: bytes) -> Any:
+    """A SHA3-256 state seeded with ``seed``: OpenSSL's, updated by the compiled loops
+    (:class:`native_stream.Sha3Native`) when they are built, else hashlib's (the same SHA3)."""
+    state = native_stream.new_sha3(seed)
+    return state if state is not None else hashlib.sha3_256(seed)
+
+
+def _fused(state: native_stream.Sha3Native, arr: Any, valid: native_stream.Bitmap | None) -> bool:
+    """Hash the stream of a leaf straight into ``state`` with the compiled loops, which build it
+    a cache-sized piece at a time (``native/odf_stream.c``, "fused with hashing"); ``valid`` is
+    the validity bitmap (None: no nulls). False, having hashed nothing, for kinds they do not
+    build (lists) or without the library."""
+    kind = _kind(arr.type)
+    n = len(arr)
+    if native_stream.LIB is None or kind not in _STAGED_KINDS:
+        return False
+    if n == 0:
+        return True
+    if kind is _Kind.FIXED:
+        width = arr.type.bit_width // 8
+        values = np.frombuffer(
+            arr.buffers()[1], dtype=np.uint8, count=n * width, offset=arr.offset * width
+        )
+        if valid is None:  # the Arrow buffer is the stream
+            state.update(values)
+            return True
+        return native_stream.hash_fixed(state, values, width, valid, n)
+    if kind is _Kind.BOOL:
+        return native_stream.hash_booleans(state, (arr.buffers()[1], arr.offset), valid, n)
+    if not _is_view(arr.type):
+        offsets, data = _varlen_parts(arr)
+        body = _slice_data(data, int(offsets[0]), int(offsets[-1]))
+        return native_stream.hash_prefixed(state, valid, body, offsets)
+    for start, stop in _row_chunks(arr, _Kind.VARLEN):  # views: gathered a range at a time
+        offsets, data = _varlen_parts(arr.slice(start, stop - start))
+        body = _slice_data(data, int(offsets[0]), int(offsets[-1]))
+        part_valid = None if valid is None else (valid[0], int(valid[1]) + start)
+        if not native_stream.hash_prefixed(state, part_valid, body, offsets):
+            raise DataError("the compiled stream assembly went away while hashing")
+    return True
+
+
+_STAGED_KINDS: Final = frozenset((_Kind.FIXED, _Kind.BOOL, _Kind.VARLEN, _Kind.FIXED_BINARY))
+
+
+def _hash_own_leaf(state: Any, arr: Any, column: str) -> None:
+    """Hash the stream of a leaf whose nulls are its own into ``state`` (see
+    :func:`_own_leaf_pieces`), fused with the compiled loops when it can be."""
+    arr = _unwrap(arr)
+    if _kind(arr.type) is _Kind.NULL:
+        raise _unsupported(column, arr.type, "Null arrays cannot be hashed")
+    if isinstance(state, native_stream.Sha3Native):
+        bitmap = arr.buffers()[0] if arr.null_count else None
+        if (arr.null_count == 0 or bitmap is not None) and _fused(
+            state, arr, None if bitmap is None else (bitmap, arr.offset)
+        ):
+            return
+    for piece in _own_leaf_pieces(arr, column):
+        state.update(piece)
+
+
 def _own_leaf_pieces(arr: Any, column: str) -> Iterator[Piece]:
     """:func:`_leaf_pieces` of a leaf whose nulls are its own (a top-level column, an array).
 
@@ -914,7 +975,7 @@ class LogicalHasher:
                 children = [dt.field(i) for i in range(dt.num_fields)]
                 self._walk_fields(children, level + 1, column + ".")
             else:
-                self._columns.append(hashlib.sha3_256(type_bytes(dt, column)))
+                self._columns.append(_sha3(type_bytes(dt, column)))
                 self._leaves.append(_Leaf(column, dt))
 
     @property
@@ -1009,8 +1070,13 @@ class LogicalHasher:
         leaf = self._leaves[index]
         if _kind(arr.type) is _Kind.NULL:  # arrow-digest panics on any batch of a Null column
             raise _unsupported(leaf.column, arr.type, "Null arrays cannot be hashed")
+        hasher = self._columns[index]
+        native = isinstance(hasher, native_stream.Sha3Native)
         pieces: Iterator[Piece]
         if parent is None:  # the column's own validity: its bitmap goes straight to C
+            if native:  # fused with hashing (what it cannot build comes as pieces)
+                _hash_own_leaf(hasher, arr, leaf.column)
+                return
             pieces = _own_leaf_pieces(arr, leaf.column)
         else:
             own = _own_nulls(arr)
@@ -1020,8 +1086,10 @@ class LogicalHasher:
                 stale = own if null is None else own & ~null
                 if stale.any():
                     self._check_stale(leaf, arr, stale, refuse_stale_slots)
+            valid = None if null is None else native_stream.bitmap_of(null)
+            if native and len(arr) and _fused(hasher, _unwrap(arr), valid):
+                return
             pieces = _leaf_pieces(arr, null, leaf.column)
-        hasher = self._columns[index]
         if self._digest_pool is None:
             for piece in pieces:
                 hasher.update(piece)
@@ -1093,12 +1161,12 @@ def array_digest(array: pa.Array | pa.ChunkedArray) -> bytes:
     dt = _storage(array.type)
     if pa.types.is_struct(dt):
         raise _unsupported("<array>", dt, "structs are only hashed as part of a record")
-    hasher = hashlib.sha3_256(type_bytes(dt, "<array>"))
+    hasher = _sha3(type_bytes(dt, "<array>"))
     chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
     for chunk in chunks:
-        for piece in _own_leaf_pieces(chunk, "<array>"):
-            hasher.update(piece)
-    return hasher.digest()
+        _hash_own_leaf(hasher, chunk, "<array>")
+    digest: bytes = hasher.digest()
+    return digest
 
 
 # --------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ nor read back from it; SHA3 reads it from the cache the C loop just wrote it to.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,8 @@ from typing import Any, Final, TypeAlias
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+
+from coordinator.errors import DataError
 
 _LIB_PATH: Final = Path(__file__).resolve().parents[2] / "build" / "native" / "libodf_stream.so"
 
@@ -54,10 +57,12 @@ def _load() -> ctypes.CDLL | None:
     try:
         lib = ctypes.CDLL(str(_LIB_PATH))
         # A library built from an older native/odf_stream.c lacks odf_bool (and takes byte
-        # masks), odf_prefixed_fill or odf_simd: treat it as absent until `make setup` rebuilds it.
+        # masks) or a later function (odf_prefixed_hash): treat it as absent until `make
+        # setup` rebuilds it.
         lib.odf_bool.argtypes = [_PTR, _I64, _PTR, _I64, _I64, _PTR]
         lib.odf_prefixed_fill.restype = _I64
         lib.odf_simd.restype = ctypes.c_int
+        lib.odf_prefixed_hash.restype = _I64
     except (OSError, AttributeError):  # stale, foreign-architecture or old build: use numpy
         return None
     lib.odf_bool.restype = _I64
@@ -68,11 +73,186 @@ def _load() -> ctypes.CDLL | None:
     lib.odf_fixed.restype = _I64
     lib.odf_simd.argtypes = [ctypes.c_int]
     lib.odf_simd.restype = ctypes.c_int
+    lib.odf_fixed_hash.argtypes = [_PTR, _I64, _PTR, _I64, _I64, _PTR, _PTR]
+    lib.odf_fixed_hash.restype = _I64
+    lib.odf_bool_hash.argtypes = [_PTR, _I64, _PTR, _I64, _I64, _PTR, _PTR]
+    lib.odf_bool_hash.restype = _I64
+    lib.odf_prefixed_hash.argtypes = [*lib.odf_prefixed.argtypes[:-1], _PTR, _PTR]
+    lib.odf_prefixed_hash.restype = _I64
     return lib
 
 
 LIB: ctypes.CDLL | None = _load()
 """The loaded library, or None; tests set it to None to exercise the fallback."""
+
+
+class _Crypto:
+    """OpenSSL's libcrypto as hashlib uses it: SHA3-256 states the C loops can update."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self.lib = lib
+        lib.EVP_MD_CTX_new.restype = _PTR
+        lib.EVP_MD_CTX_new.argtypes = []
+        lib.EVP_MD_CTX_free.argtypes = [_PTR]
+        lib.EVP_MD_CTX_free.restype = None
+        lib.EVP_MD_CTX_copy_ex.argtypes = [_PTR, _PTR]
+        lib.EVP_MD_CTX_copy_ex.restype = ctypes.c_int
+        lib.EVP_sha3_256.restype = _PTR
+        lib.EVP_sha3_256.argtypes = []
+        lib.EVP_DigestInit_ex.argtypes = [_PTR, _PTR, _PTR]
+        lib.EVP_DigestInit_ex.restype = ctypes.c_int
+        lib.EVP_DigestUpdate.argtypes = [_PTR, _PTR, ctypes.c_size_t]
+        lib.EVP_DigestUpdate.restype = ctypes.c_int
+        lib.EVP_DigestFinal_ex.argtypes = [_PTR, _PTR, _PTR]
+        lib.EVP_DigestFinal_ex.restype = ctypes.c_int
+        self.md = lib.EVP_sha3_256()
+        self.update_fn = ctypes.cast(lib.EVP_DigestUpdate, _PTR).value
+
+
+def _load_crypto() -> _Crypto | None:
+    if LIB is None:
+        return None
+    try:
+        # The libcrypto hashlib's _hashlib is linked against (already loaded in this process).
+        crypto = _Crypto(ctypes.CDLL("libcrypto.so.3"))
+        probe = Sha3Native.__new__(Sha3Native)
+        probe._init(crypto, b"abc")
+        if probe.digest() != hashlib.sha3_256(b"abc").digest():
+            return None
+    except (OSError, AttributeError, NativeHashError):
+        return None
+    return crypto
+
+
+class NativeHashError(DataError):
+    """OpenSSL refused a SHA3 operation of the compiled path (out of memory)."""
+
+
+class Sha3Native:
+    """A SHA3-256 state in OpenSSL (the SHA3 of hashlib) that the compiled loops update
+    directly: :func:`hash_fixed`, :func:`hash_booleans`, :func:`hash_prefixed` build a
+    column's stream a piece at a time in cache and hash each piece there. ``update`` and
+    ``digest`` behave as hashlib's. Create with :func:`new_sha3`."""
+
+    def _init(self, crypto: _Crypto, data: bytes) -> None:
+        self._crypto = crypto
+        self.ctx = crypto.lib.EVP_MD_CTX_new()
+        if not self.ctx or not crypto.lib.EVP_DigestInit_ex(self.ctx, crypto.md, None):
+            raise NativeHashError("EVP_DigestInit_ex failed")
+        if data:
+            self.update(data)
+
+    def update(self, data: Any) -> None:
+        """Hash ``data`` (bytes, a numpy array or a pyarrow Buffer); the GIL is released."""
+        view = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
+        view = np.ascontiguousarray(view).view(np.uint8).reshape(-1)
+        if not len(view):
+            return
+        if not self._crypto.lib.EVP_DigestUpdate(self.ctx, _addr(view), len(view)):
+            raise NativeHashError("EVP_DigestUpdate failed")
+
+    def digest(self) -> bytes:
+        """The digest so far (the state stays usable, as with hashlib)."""
+        lib = self._crypto.lib
+        copy = lib.EVP_MD_CTX_new()
+        try:
+            out = ctypes.create_string_buffer(32)
+            if not lib.EVP_MD_CTX_copy_ex(copy, self.ctx) or not lib.EVP_DigestFinal_ex(
+                copy, out, None
+            ):
+                raise NativeHashError("EVP_DigestFinal_ex failed")
+            return out.raw
+        finally:
+            lib.EVP_MD_CTX_free(copy)
+
+    def __del__(self) -> None:
+        ctx = getattr(self, "ctx", None)
+        if ctx:
+            self._crypto.lib.EVP_MD_CTX_free(ctx)
+            self.ctx = None
+
+
+def _check(result: int) -> None:
+    if result < 0:
+        raise NativeHashError("the compiled stream assembly could not update SHA3")
+
+
+CRYPTO: _Crypto | None = None
+
+
+def new_sha3(data: bytes = b"") -> Sha3Native | None:
+    """A :class:`Sha3Native` seeded with ``data``, or None without the library or libcrypto
+    (callers then use ``hashlib.sha3_256`` and the ``*_pieces`` generators)."""
+    crypto = CRYPTO
+    if LIB is None or crypto is None:
+        return None
+    state = Sha3Native.__new__(Sha3Native)
+    state._init(crypto, data)
+    return state
+
+
+def hash_fixed(
+    state: Sha3Native, values: npt.NDArray[np.uint8], width: int, valid: Bitmap | None, n: int
+) -> bool:
+    """Hash the stream of :func:`fixed` into ``state``, built and hashed a piece at a time
+    (GIL released); False without the library."""
+    lib = LIB
+    if lib is None or not n:
+        return lib is not None
+    vals = np.ascontiguousarray(values)
+    bits, bit_off = _bits(valid)
+    update = state._crypto.update_fn
+    _check(lib.odf_fixed_hash(_addr(vals), width, bits, bit_off, n, update, state.ctx))
+    return True
+
+
+def hash_booleans(state: Sha3Native, values: Bitmap, valid: Bitmap | None, n: int) -> bool:
+    """Hash the stream of :func:`booleans` into ``state``; False without the library."""
+    lib = LIB
+    if lib is None or not n:
+        return lib is not None
+    bits, bit_off = _bits(valid)
+    update = state._crypto.update_fn
+    _check(lib.odf_bool_hash(_addr(values[0]), int(values[1]), bits, bit_off, n, update, state.ctx))
+    return True
+
+
+def hash_prefixed(
+    state: Sha3Native, valid: Bitmap | None, body: Any, body_offsets: npt.NDArray[Any]
+) -> bool:
+    """Hash the stream of :func:`prefixed` with length prefixes into ``state``; False without
+    the library."""
+    lib = LIB
+    if lib is None or body_offsets.dtype not in (np.int32, np.int64):
+        return False
+    offsets = np.ascontiguousarray(body_offsets)
+    n = len(offsets) - 1
+    if not n:
+        return True
+    body_bytes = int(offsets[-1]) - int(offsets[0])
+    body_arr = (
+        np.frombuffer(body, dtype=np.uint8, count=body_bytes)
+        if body_bytes
+        else np.zeros(1, dtype=np.uint8)
+    )
+    bits, bit_off = _bits(valid)
+    off64 = 1 if offsets.dtype == np.int64 else 0
+    update = state._crypto.update_fn
+    _check(
+        lib.odf_prefixed_hash(
+            bits,
+            bit_off,
+            _addr(offsets),
+            off64,
+            n,
+            _addr(body_arr),
+            body_bytes,
+            None,
+            update,
+            state.ctx,
+        )
+    )
+    return True
 
 
 def simd(enable: bool) -> bool:
@@ -292,3 +472,6 @@ def _bit(valid: Bitmap | None, row: int) -> bool:
     bit = int(valid[1]) + row
     byte = np.frombuffer(valid[0], dtype=np.uint8, count=1, offset=bit >> 3)[0]
     return bool((int(byte) >> (bit & 7)) & 1)
+
+
+CRYPTO = _load_crypto()

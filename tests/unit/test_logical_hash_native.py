@@ -6,6 +6,7 @@ and whole-table logical hashes are equal."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -310,3 +311,93 @@ def test_vector_and_scalar_kernels_identical(
     finally:
         native_stream.simd(True)
     assert streams[:5] == streams[5:]
+
+
+# --- assembly fused with hashing (OpenSSL SHA3 states updated by the C loops) -----------------
+
+
+def _fused_and_numpy(arr: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[bytes, bytes]:
+    """SHA3 of a leaf's stream hashed by the fused loops, and of the numpy path's stream."""
+    state = native_stream.new_sha3(b"seed")
+    assert state is not None, "libcrypto.so.3 (OpenSSL 3, hashlib's SHA3) was not loaded"
+    hashing._hash_own_leaf(state, arr, "c")
+    with monkeypatch.context() as m:
+        m.setattr(native_stream, "LIB", None)
+        expected = hashlib.sha3_256(b"seed" + _leaf_bytes(arr)).digest()
+    return state.digest(), expected
+
+
+def test_native_sha3_is_hashlib_sha3() -> None:
+    state = native_stream.new_sha3(b"ab")
+    assert state is not None
+    reference = hashlib.sha3_256(b"ab")
+    for chunk in (b"", b"c" * 135, b"d" * 137, np.arange(5000, dtype=np.int64), pa.py_buffer(b"e")):
+        state.update(chunk)
+        reference.update(chunk)
+        assert state.digest() == reference.digest()  # digest() leaves the state usable
+
+
+@pytest.mark.parametrize("typ", _BITMAP_TYPES, ids=str)
+@pytest.mark.parametrize("null_rate", [0.0, 0.1, 1.0])
+def test_fused_streams_identical(
+    typ: Any, null_rate: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every leaf type, sliced at several bit offsets, over more rows than one 32 KiB piece."""
+    arr = _random_array(typ, 12_000, null_rate, seed=21)
+    for start, length in ((0, 12_000), (3, 11_000), (9, 63), (64, 5000), (7, 1), (5, 0)):
+        fused, expected = _fused_and_numpy(arr.slice(start, length), monkeypatch)
+        assert fused == expected, (start, length)
+
+
+def test_fused_long_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Values longer than a piece (32 KiB) between short ones, null and valid, int32 and int64
+    offsets: a long row is hashed from where it is."""
+    values = ["a", "b" * 40_000, None, "c" * 300, "", None, "d" * 70_000, "e"] * 5
+    for typ in (pa.string(), pa.large_binary()):
+        arr = pa.array([None if v is None else v.encode() for v in values], type=typ)
+        for part in (arr, arr.slice(1), arr.slice(2, 9)):
+            fused, expected = _fused_and_numpy(part, monkeypatch)
+            assert fused == expected
+
+
+def test_fused_struct_nulls_identical(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Leaves under structs with nulls at two levels (combined masks packed into bitmaps), in
+    kamu's 10,000-row windows: fused hashing, the staged pieces and the numpy path agree."""
+    rng = np.random.default_rng(8)
+    n = 25_000
+    inner = pa.StructArray.from_arrays(
+        [
+            _random_array(pa.int64(), n, 0.2, seed=1),
+            _random_array(pa.string(), n, 0.2, seed=2),
+            _random_array(pa.bool_(), n, 0.2, seed=3),
+        ],
+        names=["i", "s", "b"],
+        mask=pa.array(rng.random(n) < 0.1),
+    )
+    table = pa.table({"st": inner, "f": _random_array(pa.float64(), n, 0.1, seed=4)})
+    batch = table.to_batches()[0]
+
+    def digest() -> str:
+        hasher = hashing.LogicalHasher(table.schema)
+        hasher.update(batch, window_rows=hashing.LOGICAL_HASH_BATCH_SIZE)
+        return hasher.finalize().to_multibase()
+
+    fused = digest()
+    monkeypatch.setattr(native_stream, "CRYPTO", None)  # hashlib states, staged pieces
+    assert digest() == fused
+    monkeypatch.setattr(native_stream, "LIB", None)
+    assert digest() == fused
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fused_table_hash_identical(threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole-table hashes, one thread and a pool: fused, staged pieces and numpy agree."""
+    n = 70_000
+    table = pa.table(
+        {f"c{i}": _random_array(t, n, 0.1, seed=i) for i, t in enumerate(_BITMAP_TYPES)}
+    )
+    fused = logical_hash(table, threads=threads)
+    monkeypatch.setattr(native_stream, "CRYPTO", None)
+    assert logical_hash(table, threads=threads) == fused
+    monkeypatch.setattr(native_stream, "LIB", None)
+    assert logical_hash(table, threads=threads) == fused
