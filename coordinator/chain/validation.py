@@ -9,8 +9,8 @@ block, hash) -> new_state``. The rules follow ODF spec v0.34.0 and kamu-cli v0.1
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, fields
+from typing import Any, Final
 
 from coordinator.errors import ChainRuleViolation
 from coordinator.identity.dataset_id import DatasetId
@@ -91,6 +91,51 @@ class ChainState:
         return 0 if last is None else last + 1
 
 
+# A new state per block: the frozen dataclass's ``__init__`` (one ``object.__setattr__`` per field)
+# was a third of validating a block; setting the slots through their descriptors builds the same
+# object in less than half the time.
+_new_object = object.__new__
+(
+    _set_head,
+    _set_sequence_number,
+    _set_system_time,
+    _set_dataset_id,
+    _set_dataset_kind,
+    _set_has_schema,
+    _set_set_transform,
+    _set_last_data_event,
+    _set_polling_source,
+    _set_push_sources,
+) = (vars(ChainState)[f.name].__set__ for f in fields(ChainState))
+
+
+def _new_state(
+    head: Multihash,
+    sequence_number: int,
+    system_time: Timestamp,
+    dataset_id: DatasetId | None,
+    dataset_kind: m.DatasetKind | None,
+    has_schema: bool,
+    set_transform: m.SetTransform | None,
+    last_data_event: m.AddData | m.ExecuteTransform | None,
+    polling_source: bool,
+    push_sources: frozenset[str],
+) -> ChainState:
+    """``ChainState(...)`` of every field, positionally (see above)."""
+    s: Any = _new_object(ChainState)
+    _set_head(s, head)
+    _set_sequence_number(s, sequence_number)
+    _set_system_time(s, system_time)
+    _set_dataset_id(s, dataset_id)
+    _set_dataset_kind(s, dataset_kind)
+    _set_has_schema(s, has_schema)
+    _set_set_transform(s, set_transform)
+    _set_last_data_event(s, last_data_event)
+    _set_polling_source(s, polling_source)
+    _set_push_sources(s, push_sources)
+    return s  # type: ignore[no-any-return]
+
+
 def _last_offset(e: m.AddData | m.ExecuteTransform | None) -> int | None:
     if e is None:
         return None
@@ -122,12 +167,12 @@ def validate_append(state: ChainState, block: m.MetadataBlock, block_hash: Multi
             "sequence-number",
             f"expected sequence number {state.sequence_number + 1}, got {block.sequence_number}",
         )
-    if state.is_empty:
+    if state.head is None:
         if not isinstance(event, m.Seed):
             raise _fail("seed-first", f"first block is {type(event).__name__}, not Seed")
     elif isinstance(event, m.Seed):
         raise _fail("seed-unique", "Seed appended to a non-empty chain")
-    if state.system_time is not None and block.system_time < state.system_time:
+    if state.system_time is not None and block.system_time.epoch_ns < state.system_time.epoch_ns:
         raise _fail(
             "system-time-monotonic",
             f"system time {block.system_time} is before the previous {state.system_time}",
@@ -209,7 +254,7 @@ def validate_append(state: ChainState, block: m.MetadataBlock, block_hash: Multi
         set_transform = event
     # SetVocab, SetAttachments, SetInfo, SetLicense carry no cross-block rules.
 
-    return ChainState(
+    return _new_state(
         block_hash,
         block.sequence_number,
         block.system_time,
@@ -273,7 +318,9 @@ def _check_data_event(state: ChainState, e: m.AddData | m.ExecuteTransform) -> N
             "no-op-event",
             "event has no data and advances neither checkpoint, watermark nor source state",
         )
-    if prev_wm is not None and (e.new_watermark is None or e.new_watermark < prev_wm):
+    if prev_wm is not None and (
+        e.new_watermark is None or e.new_watermark.epoch_ns < prev_wm.epoch_ns
+    ):
         raise _fail(
             "watermark-monotonic", f"watermark {e.new_watermark} is before the previous {prev_wm}"
         )

@@ -879,7 +879,7 @@ def decode_block(data: bytes) -> m.MetadataBlock:
 
 def block_hash(data: bytes) -> Multihash:
     """The block hash: sha3-256 multihash of the whole manifest bytes (``str()`` = ``f1620…``)."""
-    return Multihash.sha3_256(bytes(data))
+    return Multihash.sha3_256(data)
 
 
 __all__ = [
