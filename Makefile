@@ -84,7 +84,8 @@ unit: setup test-deps
 # podman, runc and busybox-static, the container runtime and the image (made with `podman
 # import`, no registry) of the Container polling source tests (tests/integration/test_fetch_container.py);
 # gcc, the C compiler of the logical hash's stream assembly (native/odf_stream.c) and of the
-# metadata block decoder (native/odf_chain.c).
+# metadata block decoder (native/odf_chain.c), which also needs the interpreter's headers
+# (python3-dev when the venv is Debian's python3).
 test-deps:
 	@missing=; \
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
@@ -95,6 +96,8 @@ test-deps:
 	command -v runc >/dev/null || [ -x /usr/sbin/runc ] || missing="$$missing runc"; \
 	[ -x /bin/busybox ] || missing="$$missing busybox-static"; \
 	command -v $(CC) >/dev/null || missing="$$missing gcc libc6-dev"; \
+	[ ! -x $(BIN)/python ] || $(BIN)/python -c 'import os, sysconfig; os.stat(sysconfig.get_paths()["include"] + "/Python.h")' 2>/dev/null || \
+	  missing="$$missing python3-dev"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \

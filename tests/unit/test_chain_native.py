@@ -53,7 +53,7 @@ def _module_built() -> None:
     the interpreter's headers): without it these tests fail and say so."""
     assert NATIVE is not None, (
         f"{native_decode.module_path()} is not built: run `make setup` on a machine with a C "
-        "compiler (cc; Debian: gcc)"
+        "compiler and the interpreter's headers (cc, Python.h; Debian: gcc, python3-dev)"
     )
 
 
