@@ -28,23 +28,32 @@ Per seed (``--seeds``, default 5):
      host (:func:`_probe`: a fresh py-libp2p host dials the relay, asks it over
      ``/odf/providers/1.0.0``, dials a NAT'd node through it): exchange and dial costs;
      attestation gossip (signer's attestation -> received at a light node), turned into
-     processing per mesh hop by the simulator's own mesh model; pulls (commit -> ``pull.ok``
-     less that delivery, light nodes and full followers apart); verify at the full followers
-     (``pull.ok`` -> their own VERIFIED attestation), median and log-normal spread; and the
-     daemons' configured discovery interval.
+     processing per mesh hop by the simulator's own mesh model; the heads' pulls (commit ->
+     ``pull.ok`` less that delivery, light nodes and full followers apart); the light nodes'
+     first pull, during their subscription (each one's ``odf_pull_seconds`` histogram read
+     from its ``/metrics`` once it holds the first head: the only pull it made); verify at
+     the full followers (``pull.ok`` -> their own VERIFIED attestation), median and
+     log-normal spread; and the daemons' configured discovery interval and commit interval.
+
+   A (head, light node) pair counts as trusted if its ``head.trusted`` came before the end of
+   the wait; for each pair that did not, the light node's events naming the head and the
+   attestations it received say why (never received, not accepted, short of ``k``, quorum
+   only after a newer head was accepted: the daemon then logs no ``head.trusted`` for the
+   older head).
 
    The relay's limits are raised so that it is not a bottleneck the simulator's relay never is
    (its defaults refuse a fifth reservation from one IP, and a NAT router fronts up to 7 hosts).
 
 3. **The simulator**: ``simulate_internet`` of the same plan (same seed) with those measured
-   parameters; its discovery and publish -> trusted samples.
+   parameters; its discovery and publish -> trusted samples, the latter counted like the
+   lab's: within the window the lab gave each head, superseded heads left out.
 
 Printed: per metric (discovery p50/p99, publish -> trusted p50/p99) the lab's and the
 simulator's figure (mean over seeds and a 95 % t-interval) and the calibration error
 |sim - lab| / lab per seed (mean and interval); the machine's load. ``--json FILE`` writes it all.
 
 Usage: .venv/bin/python tests/bench/bench_calibration.py [--seeds 5] [--nodes 24] [--nat 14]
-       [--light 14] [--heads 3] [--interval 15] [--json FILE] [--keep]
+       [--light 14] [--heads 3] [--interval 60] [--json FILE] [--keep]
 """
 
 from __future__ import annotations
@@ -123,6 +132,26 @@ async def _probe(listen: str, targets: list[str], did: str, n: int) -> dict[str,
     return out
 
 
+_METRICS_PROBE = """
+import sys, urllib.request
+with urllib.request.urlopen(sys.argv[1].rstrip("/") + "/metrics", timeout=20) as r:
+    sys.stdout.write(r.read().decode())
+"""
+"""The Prometheus text of a daemon's ``/metrics`` (run on the daemon's own lab host: its HTTP
+listener is on that host's address, behind NAT for a NAT'd node)."""
+
+
+def _histogram(text: str, name: str) -> tuple[float, float]:
+    """(sum, count) of the Prometheus histogram ``name`` in a ``/metrics`` text."""
+    total = count = 0.0
+    for line in text.splitlines():
+        if line.startswith(f"{name}_sum "):
+            total = float(line.split()[1])
+        elif line.startswith(f"{name}_count "):
+            count = float(line.split()[1])
+    return total, count
+
+
 def _csv(i: int) -> str:
     """The i-th append to ``cities``: two rows, one kept by the derivative."""
     day = 1 + i
@@ -180,11 +209,80 @@ def _node_id(home: Path) -> str:
     return did
 
 
+def _all_events(node: Any, kind: str | None = None) -> list[dict[str, Any]]:
+    """A daemon's whole event log (of ``kind``), oldest first, paged (``node.events`` returns
+    at most 1,000 per call)."""
+    out: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        params: dict[str, Any] = {"after_id": after, "limit": 1000}
+        if kind is not None:
+            params["kind"] = kind
+        page = node.call("node.events", **params)
+        out += page
+        if len(page) < 1000:
+            return out
+        after = page[-1]["id"]
+
+
+def _why_not_trusted(
+    nodes: dict[int, Any], i: int, k: int, head: str, did: str, plan: Any, quorum: int
+) -> dict[str, Any]:
+    """Why light node ``i`` logged no ``head.trusted`` for head ``k`` (``head``) in the wait:
+    its events naming the head (the last one), whether it pulled and accepted it, how many of
+    its trusted attesters' VERIFIED attestations of it arrived (and when the ``quorum``-th),
+    and whether a newer head was accepted first (the daemon then logs no ``head.trusted`` for
+    the older one: node/app/trust.py ``_record_event``)."""
+    events = [e for e in _all_events(nodes[i]) if e["did"] == did]
+    named = [
+        e
+        for e in events
+        if e["data"].get("head") == head or f"head={head}" in str(e["data"].get("url", ""))
+    ]
+    trusted_ids = {_node_id(nodes[j].home) for j in plan.trusted[(i, 0)]}
+    rows = nodes[i].call("attestations.list", did=did, head=head, limit=1000)
+    arrived = sorted(
+        a["at_ns"]
+        for a in rows
+        if not a["own"] and a["signer"] in trusted_ids and a["verdict"] == "verified"
+    )
+    accepted = [e["at_ns"] for e in named if e["kind"] == "head.accepted"]
+    quorum_at = arrived[quorum - 1] if len(arrived) >= quorum else None
+    newer = [
+        e["at_ns"]
+        for e in events
+        if e["kind"] == "head.accepted"
+        and accepted
+        and e["at_ns"] > min(accepted)
+        and e["data"].get("head") != head
+    ]
+    if not named:
+        why = "never received"
+    elif not accepted:
+        why = "received, not accepted"
+    elif quorum_at is None:
+        why = f"accepted, {len(arrived)} of {quorum} attestations"
+    elif newer and min(newer) < max(min(accepted), quorum_at):
+        why = "quorum after a newer head was accepted"
+    else:
+        why = "trusted after the wait"
+    last = named[-1] if named else None
+    return {
+        "node": i,
+        "head": k,
+        "why": why,
+        "attestations": len(arrived),
+        "last_event": last["kind"] if last else None,
+        "events": [e["kind"] for e in named],
+    }
+
+
 def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """Build the plan's network on the lab, run it, measure (module docstring)."""
     from multihost import HostNode, open_config, relay_bootstrap, stop_all
     from netns import require_loopback_only
 
+    from node.rpc.client import RpcCallError
     from sim.internet import lab_plan
     from sim.netlab import Nat, NetLab
 
@@ -336,6 +434,26 @@ def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         while time.monotonic() - t0 < args.wait and any(accepted_ns(i) is None for i in light):
             time.sleep(1.0)
 
+        # The light nodes' first pull, apart from the heads' pulls: a light node pulls nothing
+        # before it subscribes, so after its first head its ``odf_pull_seconds`` histogram
+        # holds that pull (the fetch's whole duration, every source tried; node/app/fetch.py)
+        first_pull: list[float] = []
+        first_pull_counts: list[int] = []
+        for i in light:
+            r = lab.run(
+                host[i],
+                [sys.executable, "-c", _METRICS_PROBE, nodes[i].call("node.status")["http_url"]],
+                timeout=60,
+            )
+            if r.returncode != 0:
+                continue
+            total, count = _histogram(r.stdout, "odf_pull_seconds")
+            first_pull_counts.append(int(count))
+            if count >= 1:
+                first_pull.append(total / count)
+        out["first_pull_s"] = first_pull
+        out["first_pull_counts"] = first_pull_counts
+
         commits: dict[str, int] = {}
         for k in range(1, args.heads + 1):
             began = time.monotonic()
@@ -359,6 +477,9 @@ def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         t0 = time.monotonic()
         while time.monotonic() - t0 < args.wait and any(last not in trusted_ns(i) for i in light):
             time.sleep(2.0)
+        # the window each head had: a pair counts as trusted only within it, on both sides
+        wait_end_ns = time.time_ns()
+        out["trust_window_s"] = [round((wait_end_ns - c) / 1e9, 1) for c in commits.values()]
 
         # the daemons' exchange and dial costs, from a fresh host on a public lab host: to the
         # relay (direct) and to a node behind NAT (through the relay)
@@ -402,13 +523,18 @@ def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
                 not_discovered.append(i)
         trusted: list[float] = []
         not_trusted = 0
+        missing: list[dict[str, Any]] = []  # (light node, head) pairs not trusted, and why
         for i in light:
             got = trusted_ns(i)
-            for h, c in commits.items():
-                if h in got:
+            for k, (h, c) in enumerate(commits.items()):
+                if h in got and got[h] <= wait_end_ns:
                     trusted.append((got[h] - c) / 1e9)
                 else:
                     not_trusted += 1
+                    try:
+                        missing.append(_why_not_trusted(nodes, i, k, h, did, plan, args.k))
+                    except RpcCallError as err:  # a diagnosis, not a measurement: keep the run
+                        missing.append({"node": i, "head": k, "why": f"unknown ({err})"})
         # per node: pull.ok of each head (its URL names the head) and own attestations
         heads = list(commits)
         pulled: dict[int, dict[str, int]] = {}
@@ -455,11 +581,34 @@ def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         out["commit_to_pulled_full_s"] = pulled_after_full
         out["pulled_to_accepted_s"] = accepted_after_pull
         out["verify_s"] = verify
+        # which heads each full follower attested, and the verifications it folded into a
+        # pending one (node/app/verify.py: a verification checks the dataset's current head)
+        out["full_attested"] = {
+            str(i): [k for k, h in enumerate(heads) if h in own.get(_node_id(nodes[i].home), {})]
+            for i in full
+        }
+        out["full_coalesced"] = {
+            str(i): len([e for e in _all_events(nodes[i], "verify.coalesced") if e["did"] == did])
+            for i in full
+        }
         out["attestation_delivery_s"] = att_delivery
         out["discovery_s"] = discovery
         out["not_discovered"] = not_discovered
         out["publish_to_trusted_s"] = trusted
         out["not_trusted"] = not_trusted
+        out["not_trusted_pairs"] = missing
+        # the light nodes' first pull settles like the heads': pull.ok -> head.accepted
+        first_settle: list[float] = []
+        for i in light:
+            oks = [
+                e["at_ns"]
+                for e in nodes[i].call("node.events", kind="pull.ok", limit=1000)
+                if e["did"] == did
+            ]
+            acc = accepted_ns(i)
+            if oks and acc is not None:
+                first_settle.append((acc - min(oks)) / 1e9)
+        out["first_pulled_to_accepted_s"] = first_settle
         out["load_after"] = os.getloadavg()
         out["wall_s"] = round(time.monotonic() - t_start, 1)
         return out
@@ -487,9 +636,13 @@ def sim_params(args: argparse.Namespace, seed: int, lab: dict[str, Any]) -> Any:
     # a head's pull: commit -> pull.ok less the same delivery, plus pull.ok -> head.accepted
     settle = statistics.median(lab["pulled_to_accepted_s"] or [0.0])
     fetch_med, fetch_sigma = _lognormal([x - delivery + settle for x in lab["commit_to_pulled_s"]])
-    full_med, full_sigma = _lognormal(
-        [x - delivery + settle for x in lab["commit_to_pulled_full_s"]]
-    )
+    # a full follower's: commit -> pull.ok less the delivery; its replay (verify_s) is
+    # measured from pull.ok, so no pull.ok -> head.accepted here
+    full_med, full_sigma = _lognormal([x - delivery for x in lab["commit_to_pulled_full_s"]])
+    # the light nodes' first pull (their subscription, one by one): its own duration from
+    # the daemons' histogram, plus the same pull.ok -> head.accepted
+    first_settle = statistics.median(lab["first_pulled_to_accepted_s"] or [settle])
+    first_med, first_sigma = _lognormal([x + first_settle for x in lab["first_pull_s"]])
     verify_med, verify_sigma = _lognormal(lab["verify_s"])
     # per exchange and per dial, beyond the wire's round trips (the probe's medians)
     exchange_ms = dial_ms = 0.0
@@ -514,6 +667,9 @@ def sim_params(args: argparse.Namespace, seed: int, lab: dict[str, Any]) -> Any:
         hop_ms=hop_ms,
         fetch_s=max(fetch_med, 0.001),
         fetch_sigma=fetch_sigma,
+        first_fetch_s=first_med,
+        first_fetch_sigma=first_sigma,
+        head_interval_s=args.interval,
         verify_s=max(verify_med, 0.001),
         verify_sigma=verify_sigma,
     )
@@ -531,19 +687,36 @@ def _interval(xs: list[float]) -> tuple[float | None, float | None]:
     return m, t.get(len(xs), 2.0) * statistics.stdev(xs) / math.sqrt(len(xs))
 
 
+def sim_trusted(run: dict[str, Any]) -> list[float]:
+    """The simulator's publish -> trusted samples of a seed within the lab's wait: head k's
+    pairs count if trusted within the window the lab gave that head (its commit to the end of
+    the wait), as the lab's do; superseded heads are not counted (never logged)."""
+    windows = run["lab"].get("trust_window_s")
+    return [
+        q["trusted_s"]
+        for q in run["sim"]["calibration"]["trusted_pairs"]
+        if q["trusted_s"] is not None and (windows is None or q["trusted_s"] <= windows[q["head"]])
+    ]
+
+
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per metric: lab and sim (mean +- 95 % over seeds) and the error |sim - lab| / lab."""
     table: dict[str, Any] = {}
-    for metric, lab_key, sim_key in (
-        ("discovery", "discovery_s", "discovery_samples"),
-        ("publish_to_trusted", "publish_to_trusted_s", "trusted_samples"),
+    for metric, lab_key in (
+        ("discovery", "discovery_s"),
+        ("publish_to_trusted", "publish_to_trusted_s"),
     ):
         for q in (0.5, 0.99):
             name = f"{metric}_p{round(q * 100)}"
             labs, sims, errs = [], [], []
             for r in runs:
                 a = _pct(r["lab"][lab_key], q)
-                b = _pct(r["sim"]["calibration"][sim_key], q)
+                sim_xs = (
+                    r["sim"]["calibration"]["discovery_samples"]
+                    if metric == "discovery"
+                    else sim_trusted(r)
+                )
+                b = _pct(sim_xs, q)
                 labs.append(a)
                 sims.append(b)
                 if a and b is not None:
@@ -582,10 +755,15 @@ def print_table(result: dict[str, Any]) -> None:
         p = r["sim"]["params"]
         lab = r["lab"]
         trusted = len(lab["publish_to_trusted_s"])
+        pairs = trusted + lab["not_trusted"]
         probed = "ok" if isinstance(lab["probe_direct"], dict) else "FAILED"
+        whys: dict[str, int] = {}
+        for m in lab["not_trusted_pairs"]:
+            whys[m["why"]] = whys.get(m["why"], 0) + 1
         print(
-            f"  seed {r['seed']}: lab trusted {trusted}/{trusted + lab['not_trusted']} "
-            f"(head, light) pairs; probe {probed}"
+            f"  seed {r['seed']}: lab trusted {trusted}/{pairs} (head, light) pairs "
+            f"(not: {whys}); sim {len(sim_trusted(r))}/{pairs} within the same wait "
+            f"({r['sim']['calibration']['superseded']} superseded); probe {probed}"
         )
         print(
             f"  seed {r['seed']}: rtt {p['rtt_ms']:.3f} ms, relay leg {p['relay_rtt_ms']:.3f} ms, "
@@ -593,6 +771,8 @@ def print_table(result: dict[str, Any]) -> None:
             f"+{p['relay_dial_ms']:.0f} ms), full followers' pull {p['full_fetch_s']:.2f} s "
             f"(sigma {p['full_fetch_sigma']:.2f}), "
             f"hop {p['hop_ms']:.0f} ms, fetch {p['fetch_s']:.2f} s (sigma {p['fetch_sigma']:.2f}), "
+            f"first pull {p['first_fetch_s']:.2f} s (sigma {p['first_fetch_sigma']:.2f}, "
+            f"{len(lab['first_pull_s'])} light nodes), "
             f"verify {p['verify_s']:.2f} s (sigma {p['verify_sigma']:.2f}), discovery interval "
             f"{p['discovery_interval_s']} s"
         )
@@ -609,7 +789,12 @@ def main() -> None:
     p.add_argument("--trusted", type=int, default=8, help="attesters a light node trusts")
     p.add_argument("--k", type=int, default=3)
     p.add_argument("--heads", type=int, default=3)
-    p.add_argument("--interval", type=float, default=15.0)
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=60.0,
+        help="s between heads: more than a head's pulls (20-57 s median at 24 daemons, load 19-41)",
+    )
     p.add_argument("--settle", type=float, default=5.0, help="s after the full followers verified")
     p.add_argument("--wait", type=float, default=240.0)
     p.add_argument("--json", type=Path)
