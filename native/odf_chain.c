@@ -191,6 +191,17 @@ static inline void put(PyObject *obj, Py_ssize_t offset, PyObject *value)
     *(PyObject **)((char *)obj + offset) = value;
 }
 
+/* A decoded block is a tree of fresh objects and module-level singletons (enum members, the
+ * multihash codes): it has no cycle, so the collector need not track its nodes, as CPython
+ * itself untracks tuples of atoms. Tracked, a chain's blocks kept in memory cost the collector
+ * more than decoding them (every full collection walks them all). The only way to make a
+ * cycle through them is object.__setattr__ on a frozen instance, which nothing does. */
+static inline PyObject *untracked(PyObject *obj)
+{
+    if (PyObject_IS_GC(obj) && PyObject_GC_IsTracked(obj)) PyObject_GC_UnTrack(obj);
+    return obj;
+}
+
 static PyObject *leaf2(const leaf_t *t, PyObject *a, PyObject *b)
 {
     PyObject *obj = t->cls->tp_alloc(t->cls, 0);
@@ -201,7 +212,7 @@ static PyObject *leaf2(const leaf_t *t, PyObject *a, PyObject *b)
     }
     put(obj, t->off_a, a);
     if (b != NULL) put(obj, t->off_b, b);
-    return obj;
+    return untracked(obj);
 }
 
 static PyObject *multihash(ctx_t *c, int64_t pos)
@@ -261,7 +272,7 @@ static PyObject *strings(ctx_t *c, int64_t pos)
         }
         PyTuple_SET_ITEM(out, i, s);
     }
-    return out;
+    return untracked(out);
 }
 
 /* Days from 1970-01-01 to 1 January of `year` (proleptic Gregorian, as datetime.date). */
@@ -312,7 +323,7 @@ static PyObject *tables_at(ctx_t *c, int ti, int64_t pos)
         }
         PyTuple_SET_ITEM(out, i, t);
     }
-    return out;
+    return untracked(out);
 }
 
 static PyObject *enum_of(PyObject *cls, long value)
@@ -420,7 +431,7 @@ static PyObject *table(ctx_t *c, int ti, int64_t tpos)
     PyObject *obj = t->cls->tp_alloc(t->cls, 0);
     if (obj == NULL) goto fail;
     for (i = 0; i < n; i++) put(obj, t->fields[i].offset, vals[i]);
-    return obj;
+    return untracked(obj);
 fail:
     for (i = 0; i < n; i++) Py_DECREF(vals[i]);
     return NULL;
