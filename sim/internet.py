@@ -1113,11 +1113,12 @@ def _attestation_time(w: _World, h: _Published, j: int, tally: _TrustTally) -> i
 
 
 def _light_view(
-    w: _World, h: _Published, i: int, trusted_set: list[int], tally: _TrustTally
+    w: _World, h: _Published, i: int, trusted_set: list[int], tally: _TrustTally, stream: int = 0
 ) -> _LightRun:
     """Light subscriber ``i`` of ``h``: its core judges the head and the forgery, its quorum
     policy the attestations of ``trusted_set`` (malicious ones vouch for the forgery at once,
-    never for the real head); run to the end."""
+    never for the real head); run to the end. ``stream``: another random stream (one per
+    head of the same dataset)."""
     p = w.p
     cfg = trust.TrustConfig(
         policy=trust.Policy.QUORUM,
@@ -1125,7 +1126,7 @@ def _light_view(
         trusted_attesters=frozenset(w.node_key(j).dataset_id() for j in trusted_set),
         can_replay=False,
     )
-    lr = random.Random(p.seed * 9_000_011 + i * 131 + h.d)
+    lr = random.Random(p.seed * 9_000_011 + i * 131 + h.d + 1_000_003 * stream)
     run = _LightRun(
         ProtocolCore(CoreConfig(), lr, (h.did,)), trust.dataset_policy(cfg, lr), _fetch_ns(w, lr)
     )
@@ -1359,6 +1360,49 @@ def lab_plan(p: InternetParams) -> LabPlan:
     )
 
 
+def _queued_attestations(w: _World, heads: list[_Published], j: int, tally: _TrustTally) -> None:
+    """Honest full follower ``j``'s attestations of an owner's successive ``heads`` (committed
+    ``head_interval_s`` apart), as the daemon's verification queue makes them
+    (node/app/verify.py ``VerifyQueue.queue`` and ``run``): head k is accepted after its mesh
+    delivery and its pull (the core keeps the newest: an older head arriving after a newer
+    one is not accepted); one verification runs at a time; a head accepted while one is
+    pending joins it; a verification checks the dataset's current head, so a head superseded
+    before its verification started is never attested. Sets each head's ``attest_at[j]``."""
+    p = w.p
+    gap = int(p.head_interval_s * NS)
+    arrivals: list[tuple[int, int, int]] = []  # (accepted, head index, replay ns), lab time
+    for k, h in enumerate(heads):
+        ar = random.Random(p.seed * 7_000_003 + j * 131 + h.d + 1_000_003 * k)
+        at = k * gap + _gossip_ns(w, h.members, ar) + _fetch_ns(w, ar, full=True)
+        replay = int(p.verify_s * NS * math.exp(ar.gauss(0.0, p.verify_sigma)))
+        arrivals.append((at, k, replay))
+        h.attest_at[j] = None
+
+    def verified(k: int, end: int) -> None:
+        heads[k].attest_at[j] = heads[k].t_pub + end - k * gap
+        tally.replays += 1
+
+    free_at, pending, newest = -1, False, -1
+    current = (0, 0)  # the current head and its replay's length
+    for at, k, replay in sorted(arrivals):
+        if k < newest:
+            continue  # older than the accepted head: not accepted
+        newest = k
+        if pending and free_at <= at:  # the pending verification ran on the head then current
+            free_at += current[1]
+            verified(current[0], free_at)
+            pending = False
+        current = (k, replay)
+        if free_at <= at:
+            free_at = at + replay
+            verified(k, free_at)
+        else:
+            pending = True
+    if pending:
+        verified(current[0], free_at + current[1])
+    tally.attesters_run += 1
+
+
 def _calibration(w: _World) -> dict[str, Any]:
     """Every light node's subscription (subscribe -> first head received: the one-hop round,
     and the DHT if that found nothing, to a carrier's record; the dial to that carrier, whose
@@ -1392,13 +1436,16 @@ def _calibration(w: _World) -> dict[str, Any]:
     views: dict[tuple[int, int, int], tuple[float | None, float | None]] = {}
     for d in range(p.datasets):
         subs = [i for i, e in lights if e == d]
-        for k in range(p.heads):
-            h = _publish(w, d, rng)
+        heads = [_publish(w, d, rng) for _ in range(p.heads)]
+        if p.head_interval_s > 0:  # the lab's successive heads through each verify queue
+            for j in sorted({j for i in subs for j in _trusted_set(w, i, d)}):
+                _queued_attestations(w, heads, j, tally)
+        for k, h in enumerate(heads):
             for i in subs:
                 trusted_set = _trusted_set(w, i, d)
                 for j in trusted_set:
                     _attestation_time(w, h, j, tally)
-                run = _light_view(w, h, i, trusted_set, tally)
+                run = _light_view(w, h, i, trusted_set, tally, stream=k)
                 acc_ns, got_ns = run.accepted.get(h.head.digest), run.trusted.get(h.head.digest)
                 views[(i, d, k)] = (
                     None if acc_ns is None else (acc_ns - h.t_pub) / NS,

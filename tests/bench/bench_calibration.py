@@ -799,6 +799,12 @@ def main() -> None:
     p.add_argument("--wait", type=float, default=240.0)
     p.add_argument("--json", type=Path)
     p.add_argument("--keep", action="store_true")
+    p.add_argument(
+        "--resim",
+        type=Path,
+        help="no lab: simulate again the lab runs stored in this --json file (the lab's "
+        "measurements do not depend on the simulator)",
+    )
     # LISTEN DID ADDR...: run on a lab host by lab_run
     p.add_argument("--probe", nargs="+", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -807,6 +813,22 @@ def main() -> None:
 
         listen, did, *targets = args.probe
         print(json.dumps(asyncio.run(_probe(listen, targets, did, 5))))
+        return
+    if args.resim:
+        from sim.internet import simulate_internet
+
+        stored = json.loads(args.resim.read_text())
+        runs = [
+            {"seed": r["seed"], "lab": r["lab"]}
+            | {"sim": simulate_internet(sim_params(args, r["seed"], r["lab"]))}
+            for r in stored["runs"]
+        ]
+        result = stored | {"runs": runs, "table": summarise(runs), "resimulated": True}
+        result.setdefault("load", "-")
+        result.setdefault("wall_s", "-")
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1))
+        print_table(result)
         return
     if os.environ.get("ODF_BENCH_IN_NETNS") != "1":
         cmd = "ip link set lo up && exec " + " ".join([sys.executable, *sys.argv])

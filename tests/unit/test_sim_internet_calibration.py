@@ -111,7 +111,20 @@ def test_a_head_trusted_after_a_newer_one_arrived_is_not_counted() -> None:
     assert all((q["trusted_s"] is None) == q["superseded"] for q in pairs)
     # heads far apart: nothing superseded
     far = simulate_internet(dataclasses.replace(slow, head_interval_s=600.0))["calibration"]
-    assert far["superseded"] == 0 and far["trusted_samples"] == apart["trusted_samples"]
+    assert far["superseded"] == 0 and len(far["trusted_samples"]) == 5 * 2
+
+
+def test_a_head_superseded_before_its_verification_started_is_never_attested() -> None:
+    # three heads 1 s apart, replays of 60 s: every attester verifies head 0, head 1 waits
+    # in its queue, and by the time the engine is free head 2 is current: head 1 is never
+    # attested (node/app/verify.py verifies the dataset's current head), head 2 is
+    three = dataclasses.replace(LAB, heads=3, verify_s=60.0, verify_sigma=0.0, head_interval_s=1.0)
+    c = simulate_internet(three)["calibration"]
+    assert c["not_trusted"] == 5  # head 1 at every light node: no attestation at all
+    by_head = {k: [q for q in c["trusted_pairs"] if q["head"] == k] for k in range(3)}
+    assert all(q["trusted_s"] is None and not q["superseded"] for q in by_head[1])
+    assert all(q["superseded"] for q in by_head[0])  # trusted after head 1 was accepted
+    assert all(q["trusted_s"] is not None and q["trusted_s"] > 118.0 for q in by_head[2])
 
 
 def test_validation() -> None:
