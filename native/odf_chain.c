@@ -13,7 +13,7 @@
  *
  * None means "not decoded here": the Python decoder then decodes the same bytes and returns the
  * same object or raises its exact error. So this decoder may refuse more than the Python one
- * (multihashes other than sha3-256 and arrow0-sha3-256, PrepStep vectors, timestamps outside
+ * (multihashes other than sha3-256 and arrow0-sha3-256, timestamps outside
  * int64 nanoseconds, deep nesting, anything malformed) but must never accept what the Python one
  * rejects, and must build equal objects: every read is bounds-checked, vtables follow the Python
  * rules (slots past the table's count read as absent, slots past the reader's ignored), union
@@ -326,6 +326,30 @@ static PyObject *tables_at(ctx_t *c, int ti, int64_t pos)
     return untracked(out);
 }
 
+/* The PrepStep vector: wrapper tables each holding one union value (flatbuffers_serde._prep_vec). */
+static PyObject *prep_steps(ctx_t *c, const field_t *f, int64_t pos)
+{
+    int64_t start, n, wpos, sub;
+    uint16_t e[2];
+    if (offset_vector(c, pos, &start, &n)) return NULL;
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL) return NULL;
+    for (int64_t i = 0; i < n; i++) {
+        uint8_t code = 0;
+        PyObject *step = NULL;
+        if (!deref(c, start + 4 * i, &wpos) && !vtable(c, wpos, 2, e) &&
+            !(e[0] && rd_u8(c, wpos + e[0], &code)) && code >= 1 && code <= f->n_members &&
+            e[1] != 0 && f->members[code - 1] >= 0 && !deref(c, wpos + e[1], &sub))
+            step = table(c, f->members[code - 1], sub);
+        if (step == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, step);
+    }
+    return untracked(out);
+}
+
 static PyObject *enum_of(PyObject *cls, long value)
 {
     PyObject *v = PyLong_FromLong(value);
@@ -410,7 +434,9 @@ static PyObject *field(ctx_t *c, const field_t *f, int64_t tpos, const uint16_t 
         Py_INCREF(b);
         return b;
     }
-    default: /* PREP_VEC: the Python decoder */
+    case K_PREP_VEC:
+        return prep_steps(c, f, at);
+    default:
         return NULL;
     }
 }
@@ -544,7 +570,7 @@ static int field_of(PyObject *spec, PyTypeObject *cls, int n_tables, field_t *f)
             PyErr_SetString(PyExc_ValueError, "configure: bad table index");
             return -1;
         }
-    } else if (f->kind == K_UNION) {
+    } else if (f->kind == K_UNION || f->kind == K_PREP_VEC) {
         if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) > MAX_MEMBERS) {
             PyErr_SetString(PyExc_ValueError, "configure: bad union members");
             return -1;

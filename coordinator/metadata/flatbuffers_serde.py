@@ -761,7 +761,7 @@ def _configure_native(native: native_decode.NativeDecoder) -> None:
             arg: object = f.arg
             if f.kind in (_K.TABLE, _K.TABLES):
                 arg = index[f.arg]
-            elif f.kind is _K.UNION:
+            elif f.kind in (_K.UNION, _K.PREP_VEC):
                 arg = tuple(index[member] for member in UNIONS[f.arg])
             row.append((f.kind.name, f.required, f.slot, slots[f.name], arg))
         tables.append((cls, spec.num_slots, tuple(row)))
