@@ -51,10 +51,13 @@ run of valid values or nulls, not one per row, and have their null bytes zeroed 
 That ``take`` (two variable-size copies per string row, ~13 ns) is what keeps string columns
 below the speed of plain SHA3 (``docs/logical-hash.md``, "Speed").
 When ``make setup`` has built ``native/odf_stream.c`` (:mod:`coordinator.data.native_stream`),
-C loops assemble those streams instead, byte for byte the same, reading a column's own nulls
-straight from its Arrow validity bitmap (``docs/logical-hash.md``, "Speed").
+C loops assemble those streams instead, byte for byte the same, reading nulls straight from
+Arrow validity bitmaps, and hash them as they go: the leaf SHA3 states are then OpenSSL's (the
+SHA3 hashlib runs) and the loops build each stream 32 KiB at a time in cache and update the
+state with it, asking for the next piece's input while SHA3 runs, so a column is read from
+memory once, under SHA3 (``docs/logical-hash.md``, "Speed").
 ``threads > 1`` hashes leaf columns concurrently and builds a column's next piece while the
-previous one is hashed (hashlib and the Arrow kernels release the GIL).
+previous one is hashed (hashlib, the compiled loops and the Arrow kernels release the GIL).
 """
 
 from __future__ import annotations

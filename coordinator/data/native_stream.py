@@ -9,10 +9,13 @@ Nulls reach the C loops as Arrow validity bitmaps (:data:`Bitmap`: the buffer an
 row 0, so sliced arrays need no copy); a caller holding a numpy null mask instead (struct
 validity, list children) packs it with :func:`bitmap_of`.
 
-The ``*_pieces`` generators build a column's stream a staging buffer at a time
-(:data:`STAGE_BYTES`, two buffers used in turn) for the caller to hash: the stream never
-exists whole, so it is neither written to fresh memory (page faults, zeroing by the kernel)
-nor read back from it; SHA3 reads it from the cache the C loop just wrote it to.
+The ``hash_*`` functions go further: with :class:`Sha3Native` (an OpenSSL SHA3-256 state, the
+SHA3 hashlib runs) the C loops build a column's stream 32 KiB at a time on the stack and update
+the state with each piece, asking for the next piece's input while SHA3 runs, so the column is
+read from memory while SHA3 works rather than before. Without libcrypto the ``*_pieces``
+generators build the stream a staging buffer at a time (:data:`STAGE_BYTES`, two buffers used
+in turn) for hashlib: never written whole to fresh memory (page faults, zeroing by the kernel)
+nor read back from it.
 """
 
 from __future__ import annotations
@@ -73,11 +76,11 @@ def _load() -> ctypes.CDLL | None:
     lib.odf_fixed.restype = _I64
     lib.odf_simd.argtypes = [ctypes.c_int]
     lib.odf_simd.restype = ctypes.c_int
-    lib.odf_fixed_hash.argtypes = [_PTR, _I64, _PTR, _I64, _I64, _PTR, _PTR]
+    lib.odf_fixed_hash.argtypes = [_PTR, _I64, _PTR, _I64, _I64, _PTR, _PTR, _I64]
     lib.odf_fixed_hash.restype = _I64
-    lib.odf_bool_hash.argtypes = [_PTR, _I64, _PTR, _I64, _I64, _PTR, _PTR]
+    lib.odf_bool_hash.argtypes = [_PTR, _I64, _PTR, _I64, _I64, _PTR, _PTR, _I64]
     lib.odf_bool_hash.restype = _I64
-    lib.odf_prefixed_hash.argtypes = [*lib.odf_prefixed.argtypes[:-1], _PTR, _PTR]
+    lib.odf_prefixed_hash.argtypes = [*lib.odf_prefixed.argtypes[:-1], _PTR, _PTR, _I64]
     lib.odf_prefixed_hash.restype = _I64
     return lib
 
@@ -136,6 +139,7 @@ class Sha3Native:
 
     def _init(self, crypto: _Crypto, data: bytes) -> None:
         self._crypto = crypto
+        self.hashed = 0  # bytes taken so far: the C loops align their updates to SHA3 blocks
         self.ctx = crypto.lib.EVP_MD_CTX_new()
         if not self.ctx or not crypto.lib.EVP_DigestInit_ex(self.ctx, crypto.md, None):
             raise NativeHashError("EVP_DigestInit_ex failed")
@@ -150,6 +154,7 @@ class Sha3Native:
             return
         if not self._crypto.lib.EVP_DigestUpdate(self.ctx, _addr(view), len(view)):
             raise NativeHashError("EVP_DigestUpdate failed")
+        self.hashed += len(view)
 
     def digest(self) -> bytes:
         """The digest so far (the state stays usable, as with hashlib)."""
@@ -172,9 +177,11 @@ class Sha3Native:
             self.ctx = None
 
 
-def _check(result: int) -> None:
+def _count(state: Sha3Native, result: int) -> None:
+    """Account for the bytes a compiled loop hashed into ``state`` (-1: it failed)."""
     if result < 0:
         raise NativeHashError("the compiled stream assembly could not update SHA3")
+    state.hashed += result
 
 
 CRYPTO: _Crypto | None = None
@@ -202,7 +209,8 @@ def hash_fixed(
     vals = np.ascontiguousarray(values)
     bits, bit_off = _bits(valid)
     update = state._crypto.update_fn
-    _check(lib.odf_fixed_hash(_addr(vals), width, bits, bit_off, n, update, state.ctx))
+    done = lib.odf_fixed_hash(_addr(vals), width, bits, bit_off, n, update, state.ctx, state.hashed)
+    _count(state, done)
     return True
 
 
@@ -213,7 +221,10 @@ def hash_booleans(state: Sha3Native, values: Bitmap, valid: Bitmap | None, n: in
         return lib is not None
     bits, bit_off = _bits(valid)
     update = state._crypto.update_fn
-    _check(lib.odf_bool_hash(_addr(values[0]), int(values[1]), bits, bit_off, n, update, state.ctx))
+    done = lib.odf_bool_hash(
+        _addr(values[0]), int(values[1]), bits, bit_off, n, update, state.ctx, state.hashed
+    )
+    _count(state, done)
     return True
 
 
@@ -238,20 +249,20 @@ def hash_prefixed(
     bits, bit_off = _bits(valid)
     off64 = 1 if offsets.dtype == np.int64 else 0
     update = state._crypto.update_fn
-    _check(
-        lib.odf_prefixed_hash(
-            bits,
-            bit_off,
-            _addr(offsets),
-            off64,
-            n,
-            _addr(body_arr),
-            body_bytes,
-            None,
-            update,
-            state.ctx,
-        )
+    done = lib.odf_prefixed_hash(
+        bits,
+        bit_off,
+        _addr(offsets),
+        off64,
+        n,
+        _addr(body_arr),
+        body_bytes,
+        None,
+        update,
+        state.ctx,
+        state.hashed,
     )
+    _count(state, done)
     return True
 
 
