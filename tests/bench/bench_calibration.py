@@ -509,6 +509,7 @@ def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
 
         # ---- collect
         discovery: list[float] = []
+        head_known: list[float] = []  # subscribe -> the first head known (before its pull)
         not_discovered: list[int] = []
         for i in light:
             subs = [
@@ -521,6 +522,15 @@ def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
                 discovery.append((acc - min(subs)) / 1e9)
             else:
                 not_discovered.append(i)
+            # when it learnt the head: the core asks a newly connected carrier for its heads
+            # and logs the answer as head.repaired (p2p/core/protocol.py, node/app/effects.py)
+            known = [
+                e["at_ns"]
+                for e in nodes[i].call("node.events", kind="head.repaired", limit=1000)
+                if e["did"] == did and subs and e["at_ns"] >= min(subs)
+            ]
+            if subs and known:
+                head_known.append((min(known) - min(subs)) / 1e9)
         trusted: list[float] = []
         not_trusted = 0
         missing: list[dict[str, Any]] = []  # (light node, head) pairs not trusted, and why
@@ -593,6 +603,7 @@ def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         }
         out["attestation_delivery_s"] = att_delivery
         out["discovery_s"] = discovery
+        out["head_known_s"] = head_known
         out["not_discovered"] = not_discovered
         out["publish_to_trusted_s"] = trusted
         out["not_trusted"] = not_trusted
