@@ -74,16 +74,26 @@ typedef struct {
     Py_ssize_t off_b;
 } leaf_t;
 
-static table_t *g_tables = NULL;
-static int g_n_tables = 0;
-static int g_block_table = -1;
-static leaf_t g_hash = {NULL, 0, 0};      /* Multihash: code, digest */
-static leaf_t g_ts = {NULL, 0, 0};        /* Timestamp: epoch_ns */
-static leaf_t g_did = {NULL, 0, 0};       /* DatasetId: public_key */
-static PyObject *g_sha3_code = NULL;
-static PyObject *g_arrow0_code = NULL;
+/* What configure installs. A decode can run Python code (the enum classes' constructors, the
+ * collector's finalizers), where another thread or a finalizer may call configure again: so each
+ * decode holds a reference to the configuration it started with, and a replaced configuration is
+ * freed when its last decode ends, not under a running one. Only touched with the GIL held. */
+typedef struct {
+    Py_ssize_t refs;        /* 1 while installed, + 1 per decode in progress */
+    table_t *tables;
+    int n_tables;
+    int block_table;
+    leaf_t hash;            /* Multihash: code, digest */
+    leaf_t ts;              /* Timestamp: epoch_ns */
+    leaf_t did;             /* DatasetId: public_key */
+    PyObject *sha3_code;
+    PyObject *arrow0_code;
+} config_t;
+
+static config_t *g_config = NULL;
 
 typedef struct {
+    const config_t *cfg;
     const uint8_t *d;
     int64_t n;
     int64_t budget;
@@ -222,17 +232,17 @@ static PyObject *multihash(ctx_t *c, int64_t pos)
     if (byte_vector(c, pos, &s, &n)) return NULL;
     const uint8_t *p = c->d + s;
     if (n == 34 && p[0] == 0x16 && p[1] == 0x20) {
-        code = g_sha3_code;
+        code = c->cfg->sha3_code;
         digest = PyBytes_FromStringAndSize((const char *)p + 2, 32);
     } else if (n == 37 && memcmp(p, "\x96\x80\xc0\x01\x20", 5) == 0) {
-        code = g_arrow0_code;
+        code = c->cfg->arrow0_code;
         digest = PyBytes_FromStringAndSize((const char *)p + 5, 32);
     } else {
         return NULL; /* other codes: Multihash.from_bytes decides */
     }
     if (digest == NULL) return NULL;
     Py_INCREF(code);
-    return leaf2(&g_hash, code, digest);
+    return leaf2(&c->cfg->hash, code, digest);
 }
 
 static PyObject *dataset_id(ctx_t *c, int64_t pos)
@@ -241,7 +251,7 @@ static PyObject *dataset_id(ctx_t *c, int64_t pos)
     if (byte_vector(c, pos, &s, &n)) return NULL;
     if (n != 34 || c->d[s] != 0xed || c->d[s + 1] != 0x01) return NULL;
     PyObject *key = PyBytes_FromStringAndSize((const char *)c->d + s + 2, 32);
-    return key == NULL ? NULL : leaf2(&g_did, key, NULL);
+    return key == NULL ? NULL : leaf2(&c->cfg->did, key, NULL);
 }
 
 static PyObject *string_at(ctx_t *c, int64_t pos)
@@ -304,7 +314,7 @@ static PyObject *timestamp(ctx_t *c, int64_t pos)
     ns = ns * 1000000000 + nanos;
     if (ns > INT64_MAX || ns < INT64_MIN) return NULL;
     PyObject *v = PyLong_FromLongLong((long long)ns);
-    return v == NULL ? NULL : leaf2(&g_ts, v, NULL);
+    return v == NULL ? NULL : leaf2(&c->cfg->ts, v, NULL);
 }
 
 static PyObject *table(ctx_t *c, int ti, int64_t tpos);
@@ -443,7 +453,7 @@ static PyObject *field(ctx_t *c, const field_t *f, int64_t tpos, const uint16_t 
 
 static PyObject *table(ctx_t *c, int ti, int64_t tpos)
 {
-    const table_t *t = &g_tables[ti];
+    const table_t *t = &c->cfg->tables[ti];
     uint16_t e[MAX_SLOTS];
     PyObject *vals[MAX_FIELDS];
     int i, n = 0;
@@ -466,12 +476,30 @@ fail:
 /* ---------------------------------------------------------------------------------------- */
 /* Entry points */
 
+static void free_tables(table_t *tables, int n);
+
+static void config_release(config_t *cfg)
+{
+    if (--cfg->refs > 0) return;
+    free_tables(cfg->tables, cfg->n_tables);
+    Py_XDECREF(cfg->hash.cls);
+    Py_XDECREF(cfg->ts.cls);
+    Py_XDECREF(cfg->did.cls);
+    Py_XDECREF(cfg->sha3_code);
+    Py_XDECREF(cfg->arrow0_code);
+    PyMem_Free(cfg);
+}
+
 static PyObject *decode_inner(const uint8_t *d, int64_t n)
 {
-    ctx_t c = {d, n, n, 0};
+    config_t *cfg = g_config;
+    ctx_t c = {cfg, d, n, n, 0};
     int64_t tpos;
-    if (g_block_table < 0 || deref(&c, 0, &tpos)) return NULL;
-    return table(&c, g_block_table, tpos);
+    if (cfg == NULL || deref(&c, 0, &tpos)) return NULL;
+    cfg->refs++; /* kept until this decode ends, whatever configure does meanwhile */
+    PyObject *block = table(&c, cfg->block_table, tpos);
+    config_release(cfg);
+    return block;
 }
 
 static PyObject *result_or_none(PyObject *obj)
@@ -492,7 +520,7 @@ static PyObject *py_decode_content(PyObject *self, PyObject *arg)
 static PyObject *py_decode_block(PyObject *self, PyObject *arg)
 {
     if (!PyBytes_CheckExact(arg)) return none();
-    ctx_t c = {(const uint8_t *)PyBytes_AS_STRING(arg), PyBytes_GET_SIZE(arg), 0, 0};
+    ctx_t c = {NULL, (const uint8_t *)PyBytes_AS_STRING(arg), PyBytes_GET_SIZE(arg), 0, 0};
     c.budget = c.n;
     int64_t tpos, start, count;
     uint16_t e[3];
@@ -635,27 +663,29 @@ static PyObject *py_configure(PyObject *self, PyObject *args)
         Py_INCREF(cls);
         t->cls = (PyTypeObject *)cls;
     }
-    leaf_t h, s, d;
-    if (leaf_of(hash, &h) || leaf_of(ts, &s) || leaf_of(did, &d)) goto fail;
-    free_tables(g_tables, g_n_tables);
-    Py_XDECREF(g_hash.cls);
-    Py_XDECREF(g_ts.cls);
-    Py_XDECREF(g_did.cls);
-    Py_XDECREF(g_sha3_code);
-    Py_XDECREF(g_arrow0_code);
-    Py_INCREF(h.cls);
-    Py_INCREF(s.cls);
-    Py_INCREF(d.cls);
+    config_t *cfg = PyMem_Calloc(1, sizeof(config_t));
+    if (cfg == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if (leaf_of(hash, &cfg->hash) || leaf_of(ts, &cfg->ts) || leaf_of(did, &cfg->did)) {
+        PyMem_Free(cfg);
+        goto fail;
+    }
+    Py_INCREF(cfg->hash.cls);
+    Py_INCREF(cfg->ts.cls);
+    Py_INCREF(cfg->did.cls);
     Py_INCREF(sha3);
     Py_INCREF(arrow0);
-    g_hash = h;
-    g_ts = s;
-    g_did = d;
-    g_sha3_code = sha3;
-    g_arrow0_code = arrow0;
-    g_tables = tables;
-    g_n_tables = n;
-    g_block_table = block;
+    cfg->sha3_code = sha3;
+    cfg->arrow0_code = arrow0;
+    cfg->tables = tables;
+    cfg->n_tables = n;
+    cfg->block_table = block;
+    cfg->refs = 1;
+    config_t *old = g_config;
+    g_config = cfg; /* installed before the old one's references are dropped (that runs code) */
+    if (old != NULL) config_release(old);
     Py_RETURN_NONE;
 fail:
     free_tables(tables, n);

@@ -483,6 +483,69 @@ def test_decoded_blocks_are_not_tracked_by_the_collector() -> None:
         assert seen >= 8
 
 
+#: Run in a child: the enum constructors of a configuration call configure again on their first
+#: call, in the middle of a decode (an enum constructor is Python code, where another thread or
+#: a finalizer may run). The child's freed memory is overwritten (PYTHONMALLOC=debug), so a
+#: decode still reading replaced tables crashes it.
+_RECONFIGURE_MID_DECODE = """
+import sys
+from coordinator.metadata import decode_block
+from coordinator.metadata import flatbuffers_serde as fbs
+
+native = fbs.NATIVE_DECODER
+data = bytes.fromhex(sys.stdin.read())
+recorded = []
+class Recorder:
+    def configure(self, *args):
+        recorded.extend(args)
+fbs._configure_native(Recorder())
+tables, *rest = recorded
+calls = []
+def reentrant(enum_cls):
+    def conv(value):
+        if not calls:
+            calls.append(value)
+            fbs._configure_native(native)  # replaces the tables this decode is reading
+        return enum_cls(value)
+    return conv
+ENUMS = ("ENUM", "ENUM_OPT", "ENUM16_OPT")
+native.configure(
+    [
+        None if t is None else (
+            t[0], t[1], tuple(f[:4] + (reentrant(f[4]),) if f[0] in ENUMS else f for f in t[2])
+        )
+        for t in tables
+    ],
+    *rest,
+)
+block = native.decode_block(data)
+assert calls, "no enum was decoded"
+fbs.NATIVE_DECODER = None
+assert block == decode_block(data), block
+fbs.NATIVE_DECODER = native
+assert native.decode_block(data) == block
+print("ok")
+"""
+
+
+def test_configure_during_a_decode_keeps_the_running_tables() -> None:
+    """A decode keeps the configuration it started with: configure called meanwhile (another
+    thread, a finalizer) installs the new one for later decodes and frees the old one only when
+    the decode ends (it used to free the tables under the running decode: use-after-free)."""
+    seed_block = CHAIN_BLOCKS[0]
+    assert isinstance(decode_block(seed_block).event, m.Seed)  # its dataset_kind is an enum
+    out = subprocess.run(
+        [sys.executable, "-c", _RECONFIGURE_MID_DECODE],
+        input=seed_block.hex(),
+        env=dict(os.environ, PYTHONMALLOC="debug"),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
 def test_non_bytes_are_left_to_python() -> None:
     assert NATIVE is not None
     data = CHAIN_BLOCKS[5]
