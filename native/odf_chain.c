@@ -554,14 +554,20 @@ static int slot_offset(PyObject *descr, PyTypeObject *cls, Py_ssize_t *out)
     return 0;
 }
 
-static int leaf_of(PyObject *spec, leaf_t *out)
+static int leaf_of(PyObject *spec, int n_slots, leaf_t *out)
 {
-    /* (class, slot descriptor[, slot descriptor]) */
+    /* (class, slot descriptor) or, for the multihash, (class, slot descriptor, slot descriptor):
+     * exactly as many as leaf2 fills, so no slot offset is left unset */
     PyObject *cls, *a, *b = NULL;
-    if (!PyArg_ParseTuple(spec, "O!O|O", &PyType_Type, &cls, &a, &b)) return -1;
+    if (!PyArg_ParseTuple(spec, n_slots == 2 ? "O!OO" : "O!O", &PyType_Type, &cls, &a, &b))
+        return -1;
     out->cls = (PyTypeObject *)cls;
     if (slot_offset(a, out->cls, &out->off_a)) return -1;
     if (b != NULL && slot_offset(b, out->cls, &out->off_b)) return -1;
+    if (b != NULL && out->off_b == out->off_a) {
+        PyErr_SetString(PyExc_ValueError, "configure: two leaf fields in one slot");
+        return -1;
+    }
     return 0;
 }
 
@@ -668,7 +674,8 @@ static PyObject *py_configure(PyObject *self, PyObject *args)
         PyErr_NoMemory();
         goto fail;
     }
-    if (leaf_of(hash, &cfg->hash) || leaf_of(ts, &cfg->ts) || leaf_of(did, &cfg->did)) {
+    if (leaf_of(hash, 2, &cfg->hash) || leaf_of(ts, 1, &cfg->ts) ||
+        leaf_of(did, 1, &cfg->did)) {
         PyMem_Free(cfg);
         goto fail;
     }

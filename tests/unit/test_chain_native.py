@@ -42,7 +42,7 @@ from coordinator.metadata import decode_block, encode_block, native_decode
 from coordinator.metadata import flatbuffers_serde as fbs
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
-from coordinator.multiformats import Multicodec
+from coordinator.multiformats import Multicodec, Multihash
 
 NATIVE = fbs.NATIVE_DECODER
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -544,6 +544,31 @@ def test_configure_during_a_decode_keeps_the_running_tables() -> None:
         timeout=120,
     )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+def test_configure_refuses_leaves_with_missing_or_extra_slots() -> None:
+    """The multihash leaf names both slots decoding fills, the others one: a multihash leaf
+    given one slot used to be accepted, its digest then written at offset 0 of every decoded
+    multihash (over the object's reference count)."""
+    assert NATIVE is not None
+    recorded: list[Any] = []
+
+    class Recorder:
+        def configure(self, *args: Any) -> None:
+            recorded.extend(args)
+
+    fbs._configure_native(Recorder())  # type: ignore[arg-type]
+    tables, block, hash_type, sha3, arrow0, ts_type, did_type = recorded
+    code = vars(Multihash)["code"]
+    for bad_hash, bad_ts in (
+        ((Multihash, code), ts_type),
+        ((Multihash, code, code), ts_type),
+        (hash_type, (*ts_type, ts_type[1])),
+    ):
+        with pytest.raises((TypeError, ValueError)):
+            NATIVE.configure(tables, block, bad_hash, sha3, arrow0, bad_ts, did_type)
+    # The refused configurations left the installed one alone.
+    assert check(CHAIN_BLOCKS[5], must_decode=True)
 
 
 def test_non_bytes_are_left_to_python() -> None:
