@@ -502,9 +502,13 @@ static PyObject *decode_inner(const uint8_t *d, int64_t n)
     return block;
 }
 
+/* The decoded block, or None for the Python decoder to decide. An exception that is not an
+ * Exception (KeyboardInterrupt or SystemExit from a signal handler, which runs when an enum
+ * constructor runs Python code) is the caller's, as it would be from the Python decoder. */
 static PyObject *result_or_none(PyObject *obj)
 {
     if (obj != NULL) return obj;
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
     PyErr_Clear();
     return none();
 }

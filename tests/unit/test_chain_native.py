@@ -546,11 +546,8 @@ def test_configure_during_a_decode_keeps_the_running_tables() -> None:
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
 
 
-def test_configure_refuses_leaves_with_missing_or_extra_slots() -> None:
-    """The multihash leaf names both slots decoding fills, the others one: a multihash leaf
-    given one slot used to be accepted, its digest then written at offset 0 of every decoded
-    multihash (over the object's reference count)."""
-    assert NATIVE is not None
+def _recorded_configuration() -> list[Any]:
+    """The arguments ``flatbuffers_serde`` configures the compiled decoder with."""
     recorded: list[Any] = []
 
     class Recorder:
@@ -558,7 +555,15 @@ def test_configure_refuses_leaves_with_missing_or_extra_slots() -> None:
             recorded.extend(args)
 
     fbs._configure_native(Recorder())  # type: ignore[arg-type]
-    tables, block, hash_type, sha3, arrow0, ts_type, did_type = recorded
+    return recorded
+
+
+def test_configure_refuses_leaves_with_missing_or_extra_slots() -> None:
+    """The multihash leaf names both slots decoding fills, the others one: a multihash leaf
+    given one slot used to be accepted, its digest then written at offset 0 of every decoded
+    multihash (over the object's reference count)."""
+    assert NATIVE is not None
+    tables, block, hash_type, sha3, arrow0, ts_type, did_type = _recorded_configuration()
     code = vars(Multihash)["code"]
     for bad_hash, bad_ts in (
         ((Multihash, code), ts_type),
@@ -569,6 +574,34 @@ def test_configure_refuses_leaves_with_missing_or_extra_slots() -> None:
             NATIVE.configure(tables, block, bad_hash, sha3, arrow0, bad_ts, did_type)
     # The refused configurations left the installed one alone.
     assert check(CHAIN_BLOCKS[5], must_decode=True)
+
+
+def test_interrupts_during_a_decode_reach_the_caller() -> None:
+    """An exception that is not an ``Exception`` (KeyboardInterrupt or SystemExit from a signal
+    handler, which may run while an enum constructor runs) propagates, as from the Python
+    decoder, instead of being swallowed into a fallback."""
+    assert NATIVE is not None
+    tables, *rest = _recorded_configuration()
+
+    def interrupted(_value: int) -> Any:
+        raise KeyboardInterrupt
+
+    enums = ("ENUM", "ENUM_OPT", "ENUM16_OPT")
+    NATIVE.configure(
+        [
+            None
+            if t is None
+            else (t[0], t[1], tuple((*f[:4], interrupted) if f[0] in enums else f for f in t[2]))
+            for t in tables
+        ],
+        *rest,
+    )
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            NATIVE.decode_block(CHAIN_BLOCKS[0])  # a Seed: its dataset_kind is an enum
+    finally:
+        fbs._configure_native(NATIVE)
+    assert check(CHAIN_BLOCKS[0], must_decode=True)
 
 
 def test_non_bytes_are_left_to_python() -> None:
