@@ -458,7 +458,13 @@ def encode_block(block: m.MetadataBlock, version: int | None = None) -> bytes:
     """
     if version is None:
         version = write_form().block_version
-    inner = encode_block_content(block, version)
+    return encode_manifest(encode_block_content(block, version), version)
+
+
+def encode_manifest(inner: bytes, version: int) -> bytes:
+    """Wrap an encoded inner ``MetadataBlock`` buffer in the ``Manifest`` kamu hashes
+    (``kind`` odf-metadata-block, ``version``, ``content``), as :func:`encode_block` does; tests
+    use it to wrap hand-built inner buffers."""
     b = flatbuffers.Builder(len(inner) + 64)
     content = b.CreateByteVector(inner)
     b.StartObject(3)

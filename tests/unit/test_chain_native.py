@@ -42,7 +42,7 @@ from coordinator.metadata import decode_block, encode_block, native_decode
 from coordinator.metadata import flatbuffers_serde as fbs
 from coordinator.metadata import model as m
 from coordinator.metadata.timestamp import Timestamp
-from coordinator.multiformats import Multicodec, Multihash
+from coordinator.multiformats import Multihash
 
 NATIVE = fbs.NATIVE_DECODER
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -242,14 +242,7 @@ def test_hostile_shapes() -> None:
 
 
 def _manifest(inner: bytes, version: int = 2) -> bytes:
-    b = flatbuffers.Builder(len(inner) + 64)
-    content = b.CreateByteVector(inner)
-    b.StartObject(3)
-    b.PrependInt64Slot(0, int(Multicodec.ODF_METADATA_BLOCK), 0)
-    b.PrependInt32Slot(1, version, 0)
-    b.PrependUOffsetTRelativeSlot(2, content, 0)
-    b.Finish(b.EndObject())
-    return bytes(b.Output())
+    return fbs.encode_manifest(inner, version)
 
 
 def _block_with_unknown_slots(extra_block_slot: bool) -> bytes:
