@@ -169,6 +169,16 @@ class InternetParams:
     lab measures it apart from the heads' pulls, which run while every follower pulls the same
     head through the relay."""
     first_fetch_sigma: float = 0.5
+    subscribe_gap_s: float = 0.0
+    """Seconds between the light nodes' subscriptions (``calibration``: the lab's
+    ``--subscribe-gap``, so that each subscription's discovery runs alone, as the simulator
+    composes it; 0: 1 ms apart)."""
+    discovery_replicates: int = 1
+    """``calibration``: the light nodes' discoveries simulated this many times, each replicate
+    with its own seeded random streams (the first one's are the single run's); the output adds
+    the median over replicates of each replicate's p50 and p99, an estimate of the same
+    statistic over as many samples as the lab has, with less sampling noise than one replicate
+    (a p99 over 14 samples is their largest)."""
     head_interval_s: float = 0.0
     """Seconds between an owner's heads (``calibration``: the lab's commit interval; a light
     node logs a head as trusted only while no newer head was accepted; 0: heads judged apart)."""
@@ -213,6 +223,8 @@ class InternetParams:
             raise ScenarioError("internet: too few public full nodes left to serve the DHT")
         if self.follows < 1 or self.follows > self.datasets:
             raise ScenarioError("internet.follows must be in 1..datasets")
+        if self.discovery_replicates < 1:
+            raise ScenarioError("internet.discovery_replicates must be >= 1")
         if self.quorum_k < 1 or self.trusted_attesters < self.quorum_k:
             raise ScenarioError("internet: need 1 <= quorum_k <= trusted_attesters")
         if (
@@ -223,6 +235,7 @@ class InternetParams:
                 self.full_fetch_s,
                 self.first_fetch_s,
                 self.head_interval_s,
+                self.subscribe_gap_s,
                 self.exchange_ms,
                 self.dial_ms,
                 self.relay_dial_ms,
@@ -231,7 +244,8 @@ class InternetParams:
         ):
             raise ScenarioError(
                 "internet: discovery_interval_s > 0; hop_ms, fetch_s, full_fetch_s, "
-                "first_fetch_s, head_interval_s, exchange_ms, dial_ms, relay_dial_ms >= 0"
+                "first_fetch_s, head_interval_s, subscribe_gap_s, exchange_ms, dial_ms, "
+                "relay_dial_ms >= 0"
             )
         if self.duration_s <= self.deadline_s:
             raise ScenarioError("internet.duration_s must exceed deadline_s")
@@ -354,11 +368,23 @@ def _drive(coro: Coroutine[Any, Any, _T]) -> _T:
     raise RuntimeError("a simulated discovery coroutine suspended")
 
 
-def _pct(xs: list[float], q: float) -> float | None:
+def _rank_pct(xs: list[float], q: float) -> float | None:
+    """The q-quantile by the nearest-rank method, unrounded (None for no samples)."""
     if not xs:
         return None
     ordered = sorted(xs)
-    return round(ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))], 1)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    v = _rank_pct(xs, q)
+    return None if v is None else round(v, 1)
+
+
+def _median_of(xs: list[float | None]) -> float | None:
+    """The median of the defined values (None if none), to the millisecond."""
+    ys = [x for x in xs if x is not None]
+    return round(statistics.median(ys), 3) if ys else None
 
 
 def _pcts(xs: list[float], qs: tuple[float, ...] = (0.5, 0.9, 0.99)) -> dict[str, float | None]:
@@ -1403,21 +1429,24 @@ def _queued_attestations(w: _World, heads: list[_Published], j: int, tally: _Tru
     tally.attesters_run += 1
 
 
-def _calibration(w: _World) -> dict[str, Any]:
-    """Every light node's subscription (subscribe -> first head received: the one-hop round,
-    and the DHT if that found nothing, to a carrier's record; the dial to that carrier, whose
-    connection makes the core ask it for its heads, one round trip and a hop's processing; the
-    pull, after which the core accepts the head)
-    and publish -> trusted at every light node for ``heads`` heads of each dataset."""
+def _light_discoveries(
+    w: _World, lights: list[tuple[int, int]], replicate: int
+) -> tuple[list[float], int]:
+    """Every light subscription's discovery (seconds; see :func:`_calibration`) in one
+    replicate, and how many found no carrier before the deadline. Replicate 0 draws the
+    streams a single run always drew; replicate r > 0 its own (string-seeded, so the same for
+    every process)."""
     p = w.p
-    lights = [(i, d) for i in range(p.nodes) if w.light[i] for d in w.follows[i]]
-    if p.dht:
-        _provide_asked(w, [(0, 0, d) for d in range(p.datasets)])
     disc: list[float] = []
     missed = 0
     for s, (i, d) in enumerate(lights):
-        sr = random.Random(p.seed * 8_000_009 + s)
-        t0 = int(p.deadline_s * NS) + s * MS
+        if replicate == 0:
+            sr = random.Random(p.seed * 8_000_009 + s)
+        else:
+            sr = random.Random(f"calibration-discovery/{p.seed}/{replicate}/{s}")
+        # the lab's schedule: subscription s starts s gaps after the first
+        gap_ns = int(p.subscribe_gap_s * NS) if p.subscribe_gap_s > 0 else MS
+        t0 = int(p.deadline_s * NS) + s * gap_ns
         found, first_end = w.one_hop(i, d, t0, sr)
         if found is not None:
             got: int | None = found + w.dial_ns(w.watch_carrier, sr)
@@ -1430,6 +1459,26 @@ def _calibration(w: _World) -> dict[str, Any]:
             continue
         got += w.rtt_ns(sr) + int((p.exchange_ms + p.hop_ms) * MS) + _fetch_ns(w, sr, first=True)
         disc.append((got - t0) / NS)
+    return disc, missed
+
+
+def _calibration(w: _World) -> dict[str, Any]:
+    """Every light node's subscription (subscribe -> first head received: the one-hop round,
+    and the DHT if that found nothing, to a carrier's record; the dial to that carrier, whose
+    connection makes the core ask it for its heads, one round trip and a hop's processing; the
+    pull, after which the core accepts the head)
+    and publish -> trusted at every light node for ``heads`` heads of each dataset."""
+    p = w.p
+    lights = [(i, d) for i in range(p.nodes) if w.light[i] for d in w.follows[i]]
+    if p.dht:
+        _provide_asked(w, [(0, 0, d) for d in range(p.datasets)])
+    offsets = [
+        s * (p.subscribe_gap_s if p.subscribe_gap_s > 0 else 0.001) for s in range(len(lights))
+    ]
+    disc, missed = _light_discoveries(w, lights, 0)
+    reps: list[list[float]] = [disc]
+    for r in range(1, p.discovery_replicates):
+        reps.append(_light_discoveries(w, lights, r)[0])
     tally = _TrustTally()
     rng = random.Random(p.seed * 10_000_019)
     # per (light node, dataset, head): seconds from the head's commit to accepted, to trusted
@@ -1486,6 +1535,12 @@ def _calibration(w: _World) -> dict[str, Any]:
         "light_subscriptions": len(lights),
         "discovery_s": _pcts(disc, (0.5, 0.99)),
         "discovery_samples": [round(x, 3) for x in disc],
+        "subscribe_at_s": [round(x, 3) for x in offsets],
+        "discovery_replicates": {
+            "n": len(reps),
+            "p50": _median_of([_rank_pct(x, 0.5) for x in reps]),
+            "p99": _median_of([_rank_pct(x, 0.99) for x in reps]),
+        },
         "not_found": missed,
         "publish_to_trusted_s": _pcts(tally.times, (0.5, 0.99)),
         "trusted_samples": [round(x, 3) for x in tally.times],

@@ -127,6 +127,36 @@ def test_a_head_superseded_before_its_verification_started_is_never_attested() -
     assert all(q["trusted_s"] is not None and q["trusted_s"] > 118.0 for q in by_head[2])
 
 
+def test_subscriptions_start_at_the_labs_gap() -> None:
+    gap = simulate_internet(dataclasses.replace(LAB, subscribe_gap_s=8.0))["calibration"]
+    assert gap["subscribe_at_s"] == [0.0, 8.0, 16.0, 24.0, 32.0]
+    default = simulate_internet(LAB)["calibration"]
+    assert default["subscribe_at_s"] == [0.0, 0.001, 0.002, 0.003, 0.004]
+    # the simulator composes each subscription on its own: the schedule moves no sample
+    assert gap["discovery_samples"] == default["discovery_samples"]
+
+
+def test_discovery_replicates_estimate_the_same_percentiles_with_less_noise() -> None:
+    one = simulate_internet(LAB)["calibration"]
+    # one replicate: the single run's own percentiles, unrounded
+    xs = sorted(one["discovery_samples"])
+    assert one["discovery_replicates"] == {"n": 1, "p50": xs[2], "p99": xs[-1]}
+    many = simulate_internet(dataclasses.replace(LAB, discovery_replicates=41))
+    again = simulate_internet(dataclasses.replace(LAB, discovery_replicates=41))
+    many.pop("wall_s"), again.pop("wall_s")
+    assert many == again  # seeded per replicate: deterministic
+    c = many["calibration"]
+    # the first replicate is the single run: its samples and trust figures do not move
+    assert c["discovery_samples"] == one["discovery_samples"]
+    assert c["trusted_samples"] == one["trusted_samples"]
+    assert c["discovery_replicates"]["n"] == 41
+    # other replicates drew other pulls: the estimate is not the single run's max
+    assert c["discovery_replicates"]["p99"] != one["discovery_replicates"]["p99"]
+    assert c["discovery_replicates"]["p50"] <= c["discovery_replicates"]["p99"]
+    other = simulate_internet(dataclasses.replace(LAB, discovery_replicates=41, seed=4))
+    assert other["calibration"]["discovery_replicates"] != c["discovery_replicates"]
+
+
 def test_validation() -> None:
     with pytest.raises(ScenarioError):
         dataclasses.replace(LAB, calibration=False).validate()  # 12 < 50 nodes
@@ -140,6 +170,10 @@ def test_validation() -> None:
         dataclasses.replace(LAB, first_fetch_s=-1.0).validate()
     with pytest.raises(ScenarioError):
         dataclasses.replace(LAB, head_interval_s=-1.0).validate()
+    with pytest.raises(ScenarioError):
+        dataclasses.replace(LAB, subscribe_gap_s=-1.0).validate()
+    with pytest.raises(ScenarioError):
+        dataclasses.replace(LAB, discovery_replicates=0).validate()
     with pytest.raises(ScenarioError):
         lab_plan(dataclasses.replace(LAB, calibration=False, nodes=100))
 
