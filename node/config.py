@@ -187,6 +187,7 @@ class TransferSection:
     deadline_base_s: float
     min_rate_bytes_per_s: int
     first_contact_s: float
+    direct_io: bool
     allow_private_sources: bool
     allowed_source_networks: tuple[str, ...]
 

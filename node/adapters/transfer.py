@@ -307,6 +307,7 @@ class TransferAdapter:
                 deadline_base_s=t.deadline_base_s,
                 min_rate_bytes_per_s=float(t.min_rate_bytes_per_s),
                 first_contact_s=t.first_contact_s,
+                direct_io=t.direct_io,
             )
         # With a budget, nothing is downloaded before the chain is validated and admitted:
         # no speculative data download of a new dataset.

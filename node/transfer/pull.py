@@ -60,7 +60,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -98,6 +98,7 @@ from node.transfer.errors import (
     TransientSourceError,
 )
 from node.transfer.linked import LinkSummary, LinkSummaryError, link_choices, link_summary
+from node.transfer.object_writer import ObjectWriter, open_object_writer
 from node.transfer.policy import SourcePolicy
 from node.transfer.pull_plan import HeadComparison, PullDecision, decide_pull, staging_extends
 from node.transfer.source_api import Source
@@ -130,7 +131,9 @@ class PullOptions:
     object read must keep (module docstring; ``[transfer]`` in the node config).
     ``first_contact_s`` bounds the first read (``refs/head``, retries included): a source that
     says nothing at all within it is :class:`SourceHeadUnreachable` (``None``: only the pace and
-    the retries bound it).
+    the retries bound it). ``direct_io`` writes data parts and checkpoints of 1 MiB or more
+    with ``O_DIRECT`` where the filesystem allows it (:mod:`node.transfer.object_writer`;
+    ``[transfer] direct_io``).
     """
 
     max_ref_size: int = 1024
@@ -144,6 +147,7 @@ class PullOptions:
     backoff_s: float = 0.2
     backoff_max_s: float = 5.0
     durable: bool = True
+    direct_io: bool = True
     deadline_base_s: float = 60.0
     min_rate_bytes_per_s: float = 16384.0
     first_contact_s: float | None = None
@@ -280,16 +284,13 @@ class _Fetcher:
         limit = cap if size is None else size
         durable = self.opts.durable
 
-        def consume(out: BinaryIO, hasher: Any, batch: list[bytes]) -> None:
+        def consume(out: ObjectWriter, hasher: Any, batch: list[bytes]) -> None:
             for c in batch:
                 hasher.update(c)
                 out.write(c)
 
-        def finish(out: BinaryIO, tmp: Path) -> None:
-            out.flush()
-            if durable:
-                os.fsync(out.fileno())
-            out.close()
+        def finish(out: ObjectWriter, tmp: Path) -> None:
+            out.finish(durable)
             os.replace(tmp, repo.path_of(h))
             if durable:
                 fsync_dir(repo.directory)
@@ -299,7 +300,7 @@ class _Fetcher:
             tmp = repo.directory / f"{PENDING_PREFIX}{secrets.token_hex(8)}"
             hasher = hashlib.sha3_256()
             n = 0
-            out = open(tmp, "wb")  # noqa: SIM115 - closed in finish() or finally
+            out = open_object_writer(tmp, size, self.opts.direct_io)
             try:
                 batch: list[bytes] = []
                 pending = 0
