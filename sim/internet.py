@@ -412,6 +412,8 @@ class _Find:
 
     found_ns: int | None = None
     connected_ns: int | None = None
+    ended_ns: int = 0
+    """When the last lookup ended."""
     queries: int = 0
     lookups: int = 0
     liars: set[int] = field(default_factory=set)
@@ -751,6 +753,7 @@ class _World:
             f.lookups += 1
             self.c["dht_find_lookups"] += 1
             _, t = self.walk(start, self.dataset_key(d), t, rng, f, d)
+            f.ended_ns = t
             for liar in f.liars:
                 self.table(start).remove(self.names[liar], self.keys[liar])
         return f
@@ -1448,12 +1451,21 @@ def _light_discoveries(
         gap_ns = int(p.subscribe_gap_s * NS) if p.subscribe_gap_s > 0 else MS
         t0 = int(p.deadline_s * NS) + s * gap_ns
         found, first_end = w.one_hop(i, d, t0, sr)
-        if found is not None:
-            got: int | None = found + w.dial_ns(w.watch_carrier, sr)
+        got: int | None = None
+        if found is not None and p.dht:
+            # The daemon's round (p2p/discovery.py ``run_once``) asks the DHT before it dials:
+            # a carrier a neighbour named is not connected yet, so no known provider is, and
+            # the DHT lookup dials the providers it finds to confirm them (p2p/dht_service.py);
+            # its round's dial then finds the carrier connected. A lookup that confirms none
+            # leaves the dial to the round.
+            f = w.find(i, d, found, sr)
+            got = f.connected_ns
+            if got is None:
+                got = f.ended_ns + w.dial_ns(w.watch_carrier, sr)
+        elif found is not None:
+            got = found + w.dial_ns(w.watch_carrier, sr)
         elif p.dht:
             got = w.find(i, d, first_end, sr).connected_ns
-        else:
-            got = None
         if got is None:
             missed += 1
             continue

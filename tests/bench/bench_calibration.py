@@ -65,6 +65,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -621,6 +622,24 @@ def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         out["attestation_delivery_s"] = att_delivery
         out["discovery_s"] = discovery
         out["head_known_s"] = head_known
+        # the light nodes' own account of their discovery (daemon logs, INFO): the DHT lookup a
+        # round runs before it dials (its duration as the daemon reports it) and the rounds
+        dht_lookup: list[float] = []
+        light_logs: dict[str, list[str]] = {}
+        for i in light:
+            try:
+                text = Path(nodes[i].log_path).read_text(errors="replace")
+            except OSError:
+                continue
+            lines = [x for x in text.splitlines() if "DHT: " in x or "discovery" in x]
+            light_logs[str(i)] = lines[:40]
+            for x in lines:
+                m = re.search(r"DHT: \d+ provider\(s\) of (\S+) in ([\d.]+) s", x)
+                if m:  # a light node follows this dataset only
+                    dht_lookup.append(float(m.group(2)))
+                    break
+        out["dht_lookup_s"] = dht_lookup
+        out["light_logs"] = light_logs
         out["subscribed_at_s"] = [round((t - subscribed_ns[0]) / 1e9, 2) for t in subscribed_ns]
         out["not_discovered"] = not_discovered
         out["publish_to_trusted_s"] = trusted

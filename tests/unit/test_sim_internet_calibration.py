@@ -127,6 +127,16 @@ def test_a_head_superseded_before_its_verification_started_is_never_attested() -
     assert all(q["trusted_s"] is not None and q["trusted_s"] > 118.0 for q in by_head[2])
 
 
+def test_the_round_asks_the_dht_before_it_dials_a_named_carrier() -> None:
+    # p2p/discovery.py run_once: ask around, then the DHT (no provider is connected yet), then
+    # dial; the DHT lookup adds at least one query's exchange before the carrier's connection
+    slow = dataclasses.replace(LAB, exchange_ms=1000.0, first_fetch_s=0.5, first_fetch_sigma=0.0)
+    one_hop = simulate_internet(dataclasses.replace(slow, dht=False))["calibration"]
+    with_dht = simulate_internet(slow)["calibration"]
+    for a, b in zip(one_hop["discovery_samples"], with_dht["discovery_samples"], strict=True):
+        assert b >= a + 0.99
+
+
 def test_subscriptions_start_at_the_labs_gap() -> None:
     gap = simulate_internet(dataclasses.replace(LAB, subscribe_gap_s=8.0))["calibration"]
     assert gap["subscribe_at_s"] == [0.0, 8.0, 16.0, 24.0, 32.0]
