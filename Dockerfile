@@ -35,6 +35,7 @@ COPY procutil procutil
 COPY schemas schemas
 COPY config config
 COPY js js
+COPY native native
 # The same pinned versions as `make setup` (constraints.txt), without the dev extras, in a
 # virtual environment the runtime stage copies whole. Installed in place (editable), as
 # `make setup` does: the node finds js/ and starts `python -m engine.worker` from this tree.
@@ -42,6 +43,16 @@ RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir -c constraints.txt -e . \
  && (cd js && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error) \
  && rm -rf /root/.npm
+# The two compiled helpers `make setup` builds (docs/odf-wire-format.md, docs/logical-hash.md):
+# the metadata block decoder, a CPython extension named with the venv interpreter's suffix, and
+# the logical hash's stream assembly, loaded with ctypes. Built here, where the compiler is; the
+# runtime stage gets them with /opt. The node falls back to Python without them, ~10x slower on
+# chains, so a failed build fails the image rather than shipping it slower.
+RUN mkdir -p build/native \
+ && cc -O2 -shared -fPIC -o build/native/libodf_stream.so native/odf_stream.c \
+ && inc=$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])') \
+ && suffix=$(/opt/venv/bin/python -c 'import importlib.machinery as m; print(m.EXTENSION_SUFFIXES[0])') \
+ && cc -O2 -shared -fPIC -I"$inc" -o "build/native/_odf_chain$suffix" native/odf_chain.c
 # One environment per pinned DataFusion release (the Makefile's DATAFUSION_VERSIONS;
 # docs/engines.md), found through ODF_ENGINES_DIR. The three environments hold the same pyarrow,
 # numpy and grpcio (constraints.txt): `hardlink` makes identical files (same content and mode) one

@@ -280,7 +280,7 @@ IMAGE_ENV := CONTAINERS_CONF=$(CURDIR)/tests/image/containers.conf
 IMAGE_INPUTS := Dockerfile .dockerignore constraints.txt pyproject.toml js/package.json \
 	js/package-lock.json engine/requirements-datafusion.txt tests/image/standins.sh \
 	tests/image/build.sh tests/image/check_image.py tests/image/containers.conf \
-	tests/image/pip.conf tests/image/npmrc
+	tests/image/pip.conf tests/image/npmrc native/odf_stream.c native/odf_chain.c
 
 test-image: setup
 	@missing=; for c in podman runc debootstrap; do command -v $$c >/dev/null || \

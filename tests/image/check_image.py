@@ -175,6 +175,19 @@ def test_no_compiler_and_no_npm_in_the_runtime_image(image: str) -> None:
     assert p.stdout.strip().splitlines() == ["ok"], p.stdout
 
 
+def test_the_compiled_helpers_load_in_the_runtime_image(image: str) -> None:
+    """The block decoder (native/odf_chain.c) and the logical hash's stream assembly
+    (native/odf_stream.c) are built in the build stage and load in the runtime stage, which has
+    no compiler: without them the node decodes chains and hashes data in Python."""
+    p = podman(
+        "run", "--rm", "--network", "none", "--entrypoint", "python", image, "-c",
+        "from coordinator.metadata import flatbuffers_serde as f; "
+        "from coordinator.data import native_stream as s; "
+        "print(f.NATIVE_DECODER is not None, s.LIB is not None)",
+    )  # fmt: skip
+    assert p.stdout.strip() == "True True", p.stdout + p.stderr
+
+
 def test_the_node_runs_as_a_non_root_user(node: Container) -> None:
     p = podman("exec", node.name, "id", "-u")
     assert p.stdout.strip() == "10001"
