@@ -173,6 +173,17 @@ class InternetParams:
     """Seconds between the light nodes' subscriptions (``calibration``: the lab's
     ``--subscribe-gap``, so that each subscription's discovery runs alone, as the simulator
     composes it; 0: 1 ms apart)."""
+    peer_watch_s: float = 0.0
+    """``calibration``: how often the daemon's libp2p thread posts its connected peers to the
+    node (``p2p/libp2p_host.py`` ``peer_watch_interval_s``); a new connection reaches the core
+    only with that snapshot (0: at once)."""
+    tick_s: float = 0.0
+    """``calibration``: the daemon's service tick (``p2p/service.py`` ``tick_interval_s``): the
+    core hears of a new connection in the snapshot at the next tick, and only then asks the
+    peer for its heads (0: at once)."""
+    catch_up_s: float = 0.0
+    """``calibration``: a subscription to an unknown dataset looks at the snapshot once this
+    long after it (``p2p/service.py`` ``catch_up_delay_s``), besides the ticks (0: never)."""
     discovery_replicates: int = 1
     """``calibration``: the light nodes' discoveries simulated this many times, each replicate
     with its own seeded random streams (the first one's are the single run's); the output adds
@@ -236,6 +247,9 @@ class InternetParams:
                 self.first_fetch_s,
                 self.head_interval_s,
                 self.subscribe_gap_s,
+                self.peer_watch_s,
+                self.tick_s,
+                self.catch_up_s,
                 self.exchange_ms,
                 self.dial_ms,
                 self.relay_dial_ms,
@@ -244,8 +258,8 @@ class InternetParams:
         ):
             raise ScenarioError(
                 "internet: discovery_interval_s > 0; hop_ms, fetch_s, full_fetch_s, "
-                "first_fetch_s, head_interval_s, subscribe_gap_s, exchange_ms, dial_ms, "
-                "relay_dial_ms >= 0"
+                "first_fetch_s, head_interval_s, subscribe_gap_s, peer_watch_s, tick_s, "
+                "catch_up_s, exchange_ms, dial_ms, relay_dial_ms >= 0"
             )
         if self.duration_s <= self.deadline_s:
             raise ScenarioError("internet.duration_s must exceed deadline_s")
@@ -1433,13 +1447,18 @@ def _queued_attestations(w: _World, heads: list[_Published], j: int, tally: _Tru
 
 
 def _light_discoveries(
-    w: _World, lights: list[tuple[int, int]], replicate: int
+    w: _World,
+    lights: list[tuple[int, int]],
+    replicate: int,
+    head_known: list[float] | None = None,
 ) -> tuple[list[float], int]:
     """Every light subscription's discovery (seconds; see :func:`_calibration`) in one
     replicate, and how many found no carrier before the deadline. Replicate 0 draws the
     streams a single run always drew; replicate r > 0 its own (string-seeded, so the same for
-    every process)."""
+    every process). ``head_known`` gains each subscription's seconds to the first head known
+    (before its pull)."""
     p = w.p
+    known: list[float] = []
     disc: list[float] = []
     missed = 0
     for s, (i, d) in enumerate(lights):
@@ -1469,9 +1488,32 @@ def _light_discoveries(
         if got is None:
             missed += 1
             continue
-        got += w.rtt_ns(sr) + int((p.exchange_ms + p.hop_ms) * MS) + _fetch_ns(w, sr, first=True)
+        got = _core_sees_connection(p, t0, got, sr)
+        got += w.rtt_ns(sr) + int((p.exchange_ms + p.hop_ms) * MS)
+        known.append((got - t0) / NS)  # the lab's head_known_s: the head request answered
+        got += _fetch_ns(w, sr, first=True)
         disc.append((got - t0) / NS)
+    if head_known is not None:
+        head_known += known
     return disc, missed
+
+
+def _core_sees_connection(p: InternetParams, t0: int, conn: int, rng: random.Random) -> int:
+    """When the daemon's core hears of a connection made at ``conn`` by a subscription that
+    began at ``t0`` (and asks the peer for its heads): the libp2p thread's next peer snapshot
+    (every ``peer_watch_s``, at a random phase), then the service's next tick (every
+    ``tick_s``, at a random phase), or the subscription's one catch-up look at the snapshot
+    ``catch_up_s`` after ``t0`` if the connection is in it by then."""
+    seen = conn + int(rng.uniform(0.0, p.peer_watch_s) * NS) if p.peer_watch_s > 0 else conn
+    heard = seen
+    if p.tick_s > 0:
+        phase = rng.uniform(0.0, p.tick_s)
+        ticks = max(0, math.ceil(((seen - t0) / NS - phase) / p.tick_s))
+        heard = t0 + int((phase + ticks * p.tick_s) * NS)
+    catch_up = t0 + int(p.catch_up_s * NS)
+    if p.catch_up_s > 0 and seen <= catch_up:
+        heard = min(heard, catch_up)
+    return max(heard, conn)
 
 
 def _calibration(w: _World) -> dict[str, Any]:
@@ -1487,7 +1529,8 @@ def _calibration(w: _World) -> dict[str, Any]:
     offsets = [
         s * (p.subscribe_gap_s if p.subscribe_gap_s > 0 else 0.001) for s in range(len(lights))
     ]
-    disc, missed = _light_discoveries(w, lights, 0)
+    head_known: list[float] = []
+    disc, missed = _light_discoveries(w, lights, 0, head_known)
     reps: list[list[float]] = [disc]
     for r in range(1, p.discovery_replicates):
         reps.append(_light_discoveries(w, lights, r)[0])
@@ -1548,6 +1591,7 @@ def _calibration(w: _World) -> dict[str, Any]:
         "discovery_s": _pcts(disc, (0.5, 0.99)),
         "discovery_samples": [round(x, 3) for x in disc],
         "subscribe_at_s": [round(x, 3) for x in offsets],
+        "head_known_samples": [round(x, 3) for x in head_known],
         "discovery_replicates": {
             "n": len(reps),
             "p50": _median_of([_rank_pct(x, 0.5) for x in reps]),

@@ -137,6 +137,28 @@ def test_the_round_asks_the_dht_before_it_dials_a_named_carrier() -> None:
         assert b >= a + 0.99
 
 
+def test_the_core_hears_of_a_new_connection_at_the_daemons_polls() -> None:
+    # p2p/libp2p_host.py posts the connected peers every peer_watch_s, p2p/service.py turns
+    # them into PeerConnected each tick_s (or once catch_up_s after a subscription): the head
+    # request waits for that, the rest of the discovery does not move
+    fixed = dataclasses.replace(LAB, first_fetch_s=0.5, first_fetch_sigma=0.0)
+    base = simulate_internet(fixed)["calibration"]
+    polled = simulate_internet(dataclasses.replace(fixed, peer_watch_s=0.5, tick_s=1.0))[
+        "calibration"
+    ]
+    deltas = [
+        b - a for a, b in zip(base["discovery_samples"], polled["discovery_samples"], strict=True)
+    ]
+    assert all(-0.01 <= x <= 1.51 for x in deltas) and sum(deltas) / len(deltas) > 0.2
+    for k, d in zip(polled["head_known_samples"], polled["discovery_samples"], strict=True):
+        assert abs(d - k - 0.5) < 0.002  # the first pull comes after the head is known
+    # ticks far apart: the subscription's catch-up look at 2 s is what hears of the connection
+    caught = simulate_internet(dataclasses.replace(fixed, tick_s=1000.0, catch_up_s=2.0))[
+        "calibration"
+    ]
+    assert all(abs(k - 2.0) < 0.35 for k in caught["head_known_samples"])
+
+
 def test_subscriptions_start_at_the_labs_gap() -> None:
     gap = simulate_internet(dataclasses.replace(LAB, subscribe_gap_s=8.0))["calibration"]
     assert gap["subscribe_at_s"] == [0.0, 8.0, 16.0, 24.0, 32.0]
@@ -184,6 +206,8 @@ def test_validation() -> None:
         dataclasses.replace(LAB, subscribe_gap_s=-1.0).validate()
     with pytest.raises(ScenarioError):
         dataclasses.replace(LAB, discovery_replicates=0).validate()
+    with pytest.raises(ScenarioError):
+        dataclasses.replace(LAB, tick_s=-1.0).validate()
     with pytest.raises(ScenarioError):
         lab_plan(dataclasses.replace(LAB, calibration=False, nodes=100))
 
