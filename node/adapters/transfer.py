@@ -418,6 +418,7 @@ class TransferAdapter:
             signature=request.signature,
             previous_state=request.previous_state,
             target=target,
+            max_bytes=request.max_bytes,
         )
         return got.state
 

@@ -297,6 +297,7 @@ async def _fetch_ethereum_logs(
         filter=fetch.filter,
         signature=fetch.signature,
         previous_state=prev.value if prev is not None and prev.kind == KIND_ETAG else None,
+        max_bytes=opts.max_fetch_bytes,
     )
     target = workdir / "logs.parquet"
     state = await transfer.fetch_ethereum_logs(request, target)

@@ -539,6 +539,8 @@ class EthereumLogsRequest:
     filter: str | None
     signature: str | None
     previous_state: str | None
+    max_bytes: int = 1 << 30
+    """``[ingest] max_fetch_bytes``: the log replies one poll reads (the rest: next poll)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -272,15 +272,24 @@ def parse_filter(text: str | None) -> LogFilter:
     return LogFilter(address, tuple(topics), lo, hi)
 
 
+SETTING_MAX = "[ingest] max_fetch_bytes"
+_MAX_REPLY = 64 << 20
+"""The largest single JSON-RPC reply read, whatever the setting (a reply is parsed whole)."""
+
+
 class _Rpc:
-    """A minimal JSON-RPC 2.0 client over HTTP (blocking; run it in a thread)."""
+    """A minimal JSON-RPC 2.0 client over HTTP (blocking; run it in a thread).
+
+    ``bytes_read`` counts the reply bodies so far; a reply longer than ``cap`` (at most
+    :data:`_MAX_REPLY`) is refused without being read whole."""
 
     def __init__(self, url: str, timeout_s: float) -> None:
         self.url = url
         self.timeout_s = timeout_s
+        self.bytes_read = 0
         self._id = 0
 
-    def call(self, method: str, *params: Any) -> Any:
+    def call(self, method: str, *params: Any, cap: int = _MAX_REPLY) -> Any:
         self._id += 1
         body = json.dumps(
             {"jsonrpc": "2.0", "id": self._id, "method": method, "params": list(params)}
@@ -290,7 +299,17 @@ class _Rpc:
         )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                reply = json.loads(resp.read(64 << 20))
+                cap = min(cap, _MAX_REPLY)
+                raw = resp.read(cap + 1)
+                self.bytes_read += len(raw)
+                if len(raw) > cap:
+                    raise FetchError(
+                        f"Ethereum node {self.url[:200]}: the {method} reply is larger than "
+                        f"{cap:,} bytes ({SETTING_MAX}, at most "
+                        f"{_MAX_REPLY:,} per reply); nothing was committed (raise the setting, "
+                        "or narrow the source's filter)"
+                    )
+                reply = json.loads(raw)
         except (urllib.error.URLError, OSError, TimeoutError) as e:
             raise SourceUnreachable(
                 f"Ethereum node {self.url[:200]} is unreachable ({method}): {e}; nothing was "
@@ -329,9 +348,16 @@ def fetch_ethereum_logs(
     block_step: int = 10_000,
     max_blocks: int = 1_000_000,
     timeout_s: float = 30.0,
+    max_bytes: int = 1 << 30,
 ) -> EvmFetchResult:
     """Fetch the logs after ``previous_state`` into a parquet file at ``target`` (written unless
     up to date: no new block).
+
+    ``max_bytes`` (``[ingest] max_fetch_bytes``) bounds the logs one poll reads: ``eth_getLogs``
+    goes ``block_step`` blocks at a time and stops after the range whose reply reaches it (so a
+    poll holds at most ``max_bytes`` plus one reply); the state then records that range's last
+    block, ``has_more`` is set and the next poll goes on from there. A single reply larger than
+    ``max_bytes`` (or 64 MiB) fails the poll naming the setting.
 
     Raises:
         SourceUnreachable: the node does not answer.
@@ -359,7 +385,7 @@ def fetch_ethereum_logs(
     end = min(end, start + max_blocks - 1)
     if start > end:
         return EvmFetchResult(0, None, False)
-    logs = _get_logs(rpc, flt.address, topics, start, end, block_step)
+    logs, end = _get_logs(rpc, flt.address, topics, start, end, block_step, max_bytes)
     last_block = rpc.call("eth_getBlockByNumber", hex(end), False)
     state = f"{end}@{last_block['hash'].removeprefix('0x')}"
     # Written even without logs: the scanned blocks advance the state, and the empty file has
@@ -397,22 +423,27 @@ def _get_logs(
     start: int,
     end: int,
     block_step: int,
-) -> list[dict[str, Any]]:
-    """``eth_getLogs`` of ``start..end`` in ranges of ``block_step`` blocks."""
+    max_bytes: int,
+) -> tuple[list[dict[str, Any]], int]:
+    """``eth_getLogs`` of ``start..end`` in ranges of ``block_step`` blocks, until the replies
+    reach ``max_bytes``; the logs and the last block they cover."""
     while topics and topics[-1] is None:
         topics.pop()
     logs: list[dict[str, Any]] = []
     lo = start
+    first = rpc.bytes_read
     while lo <= end:
+        if lo > start and rpc.bytes_read - first >= max_bytes:
+            return logs, lo - 1
         hi = min(end, lo + block_step - 1)
         q: dict[str, Any] = {"fromBlock": hex(lo), "toBlock": hex(hi)}
         if address:
             q["address"] = address
         if topics:
             q["topics"] = topics
-        logs.extend(rpc.call("eth_getLogs", q) or [])
+        logs.extend(rpc.call("eth_getLogs", q, cap=max_bytes) or [])
         lo = hi + 1
-    return logs
+    return logs, end
 
 
 _RAW_COLUMNS = (

@@ -190,6 +190,54 @@ def test_chain_id_mismatch_and_unreachable(node: tuple[str, str, str], tmp_path:
     assert not (tmp_path / "x").exists()
 
 
+def test_a_poll_stops_at_max_fetch_bytes_and_the_next_goes_on(
+    node: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """``[ingest] max_fetch_bytes`` bounds the log replies one poll reads: the poll stops after
+    the range that reached it, records that range's last block and says there is more; the
+    following polls go on from there and together read every log once. A single reply larger
+    than the setting fails the poll, naming it, and writes nothing."""
+    url, contract, sender = node
+    for v in (11, 12, 13, 14):
+        _emit(url, contract, sender, v)  # one block each (anvil mines every transaction)
+
+    def poll(state: str | None, name: str, max_bytes: int) -> Any:
+        return fetch_ethereum_logs(
+            node_url=url,
+            chain_id=31337,
+            filter_text=f"address = {contract}",
+            signature=SIG,
+            previous_state=state,
+            target=tmp_path / name,
+            block_step=1,
+            max_bytes=max_bytes,
+        )
+
+    whole = poll(None, "whole.parquet", 1 << 30)
+    assert not whole.has_more and whole.rows >= 4
+    values = [r["event"]["value"] for r in pq.read_table(tmp_path / "whole.parquet").to_pylist()]
+    one_log = len(json.dumps(_rpc(url, "eth_getLogs", {"address": contract})[0]))  # type: ignore[index]
+    state, got, polls = None, [], 0
+    while True:
+        r = poll(state, f"p{polls}.parquet", 2 * one_log)
+        polls += 1
+        if r.state is None:
+            break
+        got += [
+            x["event"]["value"]
+            for x in pq.read_table(tmp_path / f"p{polls - 1}.parquet").to_pylist()
+        ]
+        state = r.state
+        assert r.rows <= 3  # at most two replies' worth of logs, plus the range that crossed
+        if not r.has_more:
+            break
+    assert got == values
+    assert polls >= 2
+    with pytest.raises(FetchError, match=r"max_fetch_bytes"):
+        poll(None, "small.parquet", one_log // 2)
+    assert not (tmp_path / "small.parquet").exists()
+
+
 def test_reorg_fails_and_writes_nothing(node: tuple[str, str, str], tmp_path: Path) -> None:
     url, contract, sender = node
     snap = _rpc(url, "evm_snapshot")
