@@ -26,6 +26,7 @@ import errno
 import fcntl
 import mmap
 import os
+import threading
 from pathlib import Path
 from typing import Protocol
 
@@ -99,10 +100,19 @@ class DirectObjectWriter:
         self._pos = 0
         self._length = 0  # bytes handed to write() so far
         self._closed = False
+        # write() and finish() run in worker threads; a cancelled download closes the writer
+        # from the event loop meanwhile. The lock makes close() wait for a write in progress
+        # (as a buffered file's close does) instead of pulling the buffer from under it.
+        self._lock = threading.Lock()
         self.direct = True
 
     def write(self, chunk: bytes) -> None:
         """Append ``chunk`` (copied into the aligned buffer; full buffers go to the file)."""
+        with self._lock:
+            self._check_open()
+            self._append(chunk)
+
+    def _append(self, chunk: bytes) -> None:
         size = len(self._buf)
         data = memoryview(chunk)
         self._length += len(data)
@@ -118,18 +128,28 @@ class DirectObjectWriter:
     def finish(self, durable: bool) -> None:
         """The last, partial block padded to the alignment, the file cut to its length, fsync
         if ``durable``, close."""
-        if self._pos:
-            padded = -(-self._pos // ALIGN) * ALIGN
-            self._view[self._pos : padded] = bytes(padded - self._pos)
-            self._write_out(padded)
-            self._pos = 0
-        os.ftruncate(self._fd, self._length)
-        if durable:
-            os.fsync(self._fd)
-        self.close()
+        with self._lock:
+            self._check_open()
+            if self._pos:
+                padded = -(-self._pos // ALIGN) * ALIGN
+                self._view[self._pos : padded] = bytes(padded - self._pos)
+                self._write_out(padded)
+                self._pos = 0
+            os.ftruncate(self._fd, self._length)
+            if durable:
+                os.fsync(self._fd)
+            self._close()
 
     def close(self) -> None:
-        """Close the file and release the buffer (idempotent)."""
+        """Close the file and release the buffer (idempotent; waits for a write in progress)."""
+        with self._lock:
+            self._close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("write to a closed object writer")
+
+    def _close(self) -> None:
         if self._closed:
             return
         self._closed = True

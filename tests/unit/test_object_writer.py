@@ -137,3 +137,35 @@ def test_a_refused_direct_write_carries_on_buffered(
     assert refused == [ALIGN]
     assert not w.direct
     assert (tmp_path / "f").read_bytes() == data
+
+
+def test_closing_while_a_worker_writes_waits_for_the_write(tmp_path: Path) -> None:
+    """A cancelled download closes its writer from the event loop while a worker thread may be
+    inside ``write``: close waits for that write (no BufferError from releasing the aligned
+    buffer under it), and a later write is refused."""
+    import threading
+
+    if not _direct_supported(tmp_path):
+        pytest.fail(f"{tmp_path}: the test's filesystem has no O_DIRECT; run it on a disk")
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT)
+    w = DirectObjectWriter(fd, buffer_size=16 * ALIGN)
+    errors: list[BaseException] = []
+    started = threading.Event()
+
+    def worker() -> None:
+        try:
+            started.set()
+            w.write(bytes(32 << 20))  # ~512 direct writes: long enough to be inside it
+        except ValueError:
+            pass  # close won the lock first: refused, not corrupted
+        except BaseException as e:  # anything else is the defect
+            errors.append(e)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    started.wait()
+    w.close()
+    t.join(30)
+    assert not t.is_alive() and errors == []
+    with pytest.raises(ValueError, match="closed"):
+        w.write(b"x")
