@@ -72,7 +72,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -122,6 +122,8 @@ IntArray: TypeAlias = npt.NDArray[np.int64]
 ByteArray: TypeAlias = npt.NDArray[np.uint8]
 # Anything hashlib.update accepts that we produce: numpy byte arrays and pyarrow Buffers.
 Piece: TypeAlias = Any
+# The index types of the take layouts below.
+_Index = TypeVar("_Index", np.int32, np.int64)
 
 
 # --------------------------------------------------------------------------------------------
@@ -411,11 +413,7 @@ class _PickCache:
             pick = self._picks.get(n)
             if pick is None:
                 # int64 indices: Arrow's binary take ran ~10% faster with them than with int32.
-                rows = np.arange(n, dtype=np.int64)
-                flat = np.empty(2 * n, dtype=np.int64)
-                flat[0::2] = rows
-                flat[1::2] = rows + (n + 2)
-                pick = pa.array(flat)
+                pick = pa.array(_interleaved(n, np.int64))
                 self._remember(self._picks, n, pick)
             return pick
 
@@ -430,10 +428,7 @@ class _PickCache:
         with self._lock:
             pick = self._picks32.get(n)
             if pick is None:
-                rows = np.arange(n, dtype=np.int32)
-                pick = np.empty(2 * n, dtype=np.int32)
-                pick[0::2] = rows
-                pick[1::2] = rows + (n + 2)
+                pick = _interleaved(n, np.int32)
                 pick.flags.writeable = False
                 self._remember(self._picks32, n, pick)
             return pick
@@ -448,10 +443,12 @@ class _PickCache:
 _PICKS: Final = _PickCache()
 
 
-def _int64_pick(n: int) -> IntArray:
-    """:meth:`_PickCache.pick` as a fresh int64 array, for chunks too long for int32 indices."""
-    rows = np.arange(n, dtype=np.int64)
-    pick = np.empty(2 * n, dtype=np.int64)
+def _interleaved(n: int, dtype: type[_Index]) -> npt.NDArray[_Index]:
+    """``[0, n+2, 1, n+3, ...]`` as a fresh ``dtype`` array: the layout of
+    :meth:`_PickCache.pick` and :meth:`_PickCache.pick32`, and of chunks too long for int32
+    indices (``dtype`` int64, not cached)."""
+    rows = np.arange(n, dtype=dtype)
+    pick = np.empty(2 * n, dtype=dtype)
     pick[0::2] = rows
     pick[1::2] = rows + (n + 2)
     return pick
@@ -499,7 +496,7 @@ def _prefixed_stream(
     if null is None:
         return _take_pieces(offsets, data, _PICKS.pick(n))
     # Start from the no-null layout and point null rows at the marker and the empty element.
-    pick = _PICKS.pick32(n).copy() if 2 * n + 2 <= _INT32_LIMIT else _int64_pick(n)
+    pick = _PICKS.pick32(n).copy() if 2 * n + 2 <= _INT32_LIMIT else _interleaved(n, np.int64)
     null_rows = np.flatnonzero(null)
     pick[2 * null_rows] = n
     pick[2 * null_rows + 1] = n + 1
