@@ -122,8 +122,6 @@ IntArray: TypeAlias = npt.NDArray[np.int64]
 ByteArray: TypeAlias = npt.NDArray[np.uint8]
 # Anything hashlib.update accepts that we produce: numpy byte arrays and pyarrow Buffers.
 Piece: TypeAlias = Any
-# The index types of the take layouts below.
-_Index = TypeVar("_Index", np.int32, np.int64)
 
 
 # --------------------------------------------------------------------------------------------
@@ -441,6 +439,9 @@ class _PickCache:
 
 
 _PICKS: Final = _PickCache()
+
+
+_Index = TypeVar("_Index", np.int32, np.int64)  # the take layouts' index types
 
 
 def _interleaved(n: int, dtype: type[_Index]) -> npt.NDArray[_Index]:
