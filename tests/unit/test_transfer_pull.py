@@ -431,3 +431,49 @@ def test_incremental_pull_reads_only_the_blocks_between_the_heads(
     r = asyncio.run(_pull(repo, h))
     assert r.comparison is HeadComparison.LOCAL_AHEAD  # type: ignore[attr-defined]
     assert len(reads) < 10, len(reads)
+
+
+LARGE_TAMPER = [
+    ("intact", None, None),
+    ("altered last byte", lambda b: b[:-1] + bytes([b[-1] ^ 1]), ObjectHashMismatch),
+    ("truncated", lambda b: b[: len(b) - 100_000], ObjectSizeMismatch),
+    ("longer", lambda b: b + b"x" * 3_000_000, ObjectTooLarge),
+    ("endless", "endless", ObjectTooLarge),
+]
+
+
+@pytest.mark.parametrize(("name", "rule", "error"), LARGE_TAMPER, ids=[t[0] for t in LARGE_TAMPER])
+@pytest.mark.parametrize("direct_io", [True, False], ids=["direct", "buffered"])
+def test_large_parts_hashed_while_the_next_batch_is_read(
+    tmp_path: Path, name: str, rule: object, error: type | None, direct_io: bool
+) -> None:
+    """Parts of several MiB cross many batches: one batch is hashed and written in a worker
+    while the next is read. An intact part is stored byte for byte; a part altered at its
+    end, cut short, too long or endless is refused with the batch in flight, and no file
+    (named or pending) is left of it."""
+    import random
+
+    src = new_dataset(tmp_path / "src", b"large-parts")
+    add_data(src, 2, 3_500_000, rng=random.Random(5), checkpoint_every=0)
+    parts = sorted(str(x) for x in src.data.iter_hashes())
+    rel = f"data/{parts[0]}"
+    h = Hostile(src.layout.root)
+    if rule is not None:
+        h.rules[rel] = rule  # type: ignore[assignment]
+    repo = _repo(tmp_path / "dst")
+    opts = PullOptions(attempts=1, backoff_s=0.01, durable=True, direct_io=direct_io)
+    if error is None:
+        asyncio.run(_pull(repo, h, options=opts))
+        ds = repo.open("ds")
+        assert verify_integrity(ds).ok
+        for p in parts:
+            hh = Multihash.from_multibase(p)
+            assert ds.data.path_of(hh).read_bytes() == src.data.path_of(hh).read_bytes()
+        return
+    with pytest.raises(error) as info:
+        asyncio.run(_pull(repo, h, options=opts))
+    assert isinstance(info.value, ObjectRejected) and info.value.object == rel
+    assert _state(repo) == []
+    left = [p for p in (tmp_path / "dst").rglob("*") if p.is_file() and parts[0] in p.name]
+    pending = [p for p in (tmp_path / "dst").rglob(".pending-*")]
+    assert left == [] and pending == []
