@@ -47,8 +47,12 @@ Per seed (``--seeds``, default 5):
    (its defaults refuse a fifth reservation from one IP, and a NAT router fronts up to 7 hosts).
 
 3. **The simulator**: ``simulate_internet`` of the same plan (same seed) with those measured
-   parameters; its discovery and publish -> trusted samples, the latter counted like the
-   lab's: within the window the lab gave each head, superseded heads left out.
+   parameters and the daemon's connection timers read from its code (peer snapshot, service
+   tick, catch-up delay); its discovery and publish -> trusted samples, the latter counted
+   like the lab's: within the window the lab gave each head, superseded heads left out. Its
+   discovery p50 and p99 are the medians over :data:`DISCOVERY_REPLICATES` replicates of
+   each replicate's percentile over the 14 subscriptions (the lab's are its one run's); the
+   single replicate's are printed beside them.
 
 Printed: per metric (discovery p50/p99, publish -> trusted p50/p99) the lab's and the
 simulator's figure (mean over seeds and a 95 % t-interval) and the calibration error
