@@ -692,13 +692,53 @@ def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
             shutil.rmtree(work, ignore_errors=True)
 
 
+def _rtts(lab: dict[str, Any]) -> tuple[float, float]:
+    """The lab's round trips (ms): from a public host, and through a NAT router."""
+    rtt = lab["rtt_public_ms"] or 0.1
+    nat_rtts = [x for x in lab["rtt_nat_ms"] if x is not None]
+    return rtt, (statistics.median(nat_rtts) if nat_rtts else rtt)
+
+
+def dial_costs(lab: dict[str, Any], rtt: float, relay_rtt: float) -> dict[str, Any]:
+    """Per exchange and per dial, beyond the wire's round trips (ms): what the simulator
+    charges, and the probe's figures beside it as a diagnostic.
+
+    ``exchange_ms`` is the probe's median request less a round trip. The dial comes from the
+    light daemons' own DHT lookups when the run recorded them (``dht_lookup_s``): a lookup is
+    one step of queries (the daemons log 3-5 queried) and, in parallel, the dials that confirm
+    the providers it was told of (``p2p/dht_service.py``: up to ``DIALS_AT_ONCE`` at once,
+    until ``want_providers`` are confirmed), relayed ones included, so its median less one
+    exchange bounds what a warm daemon pays for a dial, direct or relayed (``relay_dial_ms``
+    0). The probe's dial is a fresh host's first dial, which no daemon of the run paid after
+    its start. Runs without the lookups fall back to the probe's dials."""
+    probe: dict[str, float] = {"exchange_ms": 0.0, "dial_ms": 0.0, "relay_dial_ms": 0.0}
+    if isinstance(lab.get("probe_direct"), dict):
+        pr = lab["probe_direct"]
+        probe["exchange_ms"] = max(0.0, statistics.median(pr["request_ms"]) - rtt)
+        probe["dial_ms"] = max(0.0, statistics.median(pr["dial_ms"]) - 2 * rtt)
+    if isinstance(lab.get("probe_relayed"), dict):
+        relayed = statistics.median(lab["probe_relayed"]["dial_ms"])
+        probe["relay_dial_ms"] = max(0.0, relayed - 2 * (rtt + relay_rtt) - probe["dial_ms"])
+    lookups = lab.get("dht_lookup_s") or []
+    if not lookups:
+        return probe | {"source": "probe", "probe": dict(probe)}
+    lookup_ms = statistics.median(lookups) * 1000
+    dial_ms = max(0.0, lookup_ms - (rtt + probe["exchange_ms"]) - 2 * rtt)
+    return {
+        "exchange_ms": probe["exchange_ms"],
+        "dial_ms": dial_ms,
+        "relay_dial_ms": 0.0,
+        "source": "daemons' DHT lookups",
+        "lookup_ms": lookup_ms,
+        "probe": dict(probe),
+    }
+
+
 def sim_params(args: argparse.Namespace, seed: int, lab: dict[str, Any]) -> Any:
     """The calibration run's parameters with the lab's measurements and the daemons' timers."""
     from sim.internet import mean_mesh_hops
 
-    rtt = lab["rtt_public_ms"] or 0.1
-    nat_rtts = [x for x in lab["rtt_nat_ms"] if x is not None]
-    relay_rtt = statistics.median(nat_rtts) if nat_rtts else rtt
+    rtt, relay_rtt = _rtts(lab)
     members = args.nodes - 1  # everyone but the relay is on the dataset's topic
     hops = mean_mesh_hops(members, MESH_DEGREE)
     # attestation gossip (signed, validated, no pull): the mesh's delivery, per hop
@@ -715,16 +755,9 @@ def sim_params(args: argparse.Namespace, seed: int, lab: dict[str, Any]) -> Any:
     first_settle = statistics.median(lab["first_pulled_to_accepted_s"] or [settle])
     first_med, first_sigma = _lognormal([x + first_settle for x in lab["first_pull_s"]])
     verify_med, verify_sigma = _lognormal(lab["verify_s"])
-    # per exchange and per dial, beyond the wire's round trips (the probe's medians)
-    exchange_ms = dial_ms = 0.0
-    if isinstance(lab.get("probe_direct"), dict):
-        pr = lab["probe_direct"]
-        exchange_ms = max(0.0, statistics.median(pr["request_ms"]) - rtt)
-        dial_ms = max(0.0, statistics.median(pr["dial_ms"]) - 2 * rtt)
-    relay_dial_ms = 0.0
-    if isinstance(lab.get("probe_relayed"), dict):
-        relayed = statistics.median(lab["probe_relayed"]["dial_ms"])
-        relay_dial_ms = max(0.0, relayed - 2 * (rtt + relay_rtt) - dial_ms)
+    costs = dial_costs(lab, rtt, relay_rtt)
+    exchange_ms = costs["exchange_ms"]
+    dial_ms, relay_dial_ms = costs["dial_ms"], costs["relay_dial_ms"]
     # runs stored before the bench recorded them: the code's (unchanged since)
     timers = connection_timers() | lab["daemon_timers"]
     return dataclasses.replace(
@@ -889,6 +922,15 @@ def print_table(result: dict[str, Any]) -> None:
             f"verify {p['verify_s']:.2f} s (sigma {p['verify_sigma']:.2f}), discovery interval "
             f"{p['discovery_interval_s']} s"
         )
+        c = r.get("dial_costs")
+        if c:
+            pr = c["probe"]
+            print(
+                f"  seed {r['seed']}: dial from the {c['source']}"
+                + (f" (median {c['lookup_ms']:.0f} ms)" if "lookup_ms" in c else "")
+                + f"; the probe's: exchange {pr['exchange_ms']:.0f} ms, dial "
+                f"{pr['dial_ms']:.0f} ms (relayed +{pr['relay_dial_ms']:.0f} ms)"
+            )
 
 
 def main() -> None:
@@ -941,6 +983,7 @@ def main() -> None:
         runs = [
             {"seed": r["seed"], "lab": r["lab"]}
             | {"sim": simulate_internet(sim_params(args, r["seed"], r["lab"]))}
+            | {"dial_costs": dial_costs(r["lab"], *_rtts(r["lab"]))}
             for r in stored["runs"]
         ]
         result = stored | {"runs": runs, "table": summarise(runs), "resimulated": True}
@@ -964,7 +1007,9 @@ def main() -> None:
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         lab = lab_run(args, seed)
         sim = simulate_internet(sim_params(args, seed, lab))
-        runs.append({"seed": seed, "lab": lab, "sim": sim})
+        runs.append(
+            {"seed": seed, "lab": lab, "sim": sim, "dial_costs": dial_costs(lab, *_rtts(lab))}
+        )
         loads.append(os.getloadavg()[0])
         print(
             f"seed {seed}: lab discovery p50 {_pct(lab['discovery_s'], 0.5)} trusted p50 "
