@@ -209,13 +209,17 @@ def test_cli_commands_work_beside_the_daemon_without_the_advertise_host(node: Co
 
 
 def test_cli_commands_work_without_a_daemon_and_without_the_advertise_host(image: str) -> None:
-    """Problem 2: offline commands (no daemon: the CLI works on the home itself) failed too."""
+    """Problem 2: offline commands (no daemon: the CLI works on the home itself) failed too.
+    On a fresh volume a command other than ``init``/``run``/``restore`` names ``odf-node init``
+    (it makes no home by itself: README, "Using it"); after ``init`` it works."""
     volume = f"odf-image-offline-{uuid.uuid4().hex[:8]}"
+    run = ("run", "--rm", "--network", "none", "-v", f"{volume}:{HOME}", image)
     try:
-        p = podman(
-            "run", "--rm", "--network", "none", "-v", f"{volume}:{HOME}", image,
-            "dataset", "list", "--json",
-        )  # fmt: skip
+        p = podman(*run, "dataset", "list", "--json", check=False)
+        assert p.returncode != 0 and "odf-node init" in p.stderr, p.stderr
+        assert ADVERTISE not in p.stderr
+        podman(*run, "init")
+        p = podman(*run, "dataset", "list", "--json")
         assert json.loads(p.stdout) == []
     finally:
         podman("volume", "rm", "-f", volume, check=False)
