@@ -301,11 +301,6 @@ class _Fetcher:
             hasher = hashlib.sha3_256()
             n = 0
             out = open_object_writer(tmp, size, self.opts.direct_io)
-            # The batch being hashed and written while the next one is read: receiving and
-            # hashing one object overlap, so a lone download (one large part, or the last
-            # parts of a pull) runs at the slower of the two, not at their sum. One batch at
-            # a time in the worker keeps the hash in stream order.
-            working: asyncio.Future[None] | None = None
             try:
                 batch: list[bytes] = []
                 pending = 0
@@ -318,15 +313,8 @@ class _Fetcher:
                         batch.append(chunk)
                         pending += len(chunk)
                         if pending >= _BATCH:
-                            if working is not None:
-                                await working
-                            working = asyncio.ensure_future(
-                                asyncio.to_thread(consume, out, hasher, batch)
-                            )
+                            await asyncio.to_thread(consume, out, hasher, batch)
                             batch, pending = [], 0
-                if working is not None:
-                    await working
-                    working = None
                 if batch:
                     await asyncio.to_thread(consume, out, hasher, batch)
                 if size is not None and n < size:
@@ -335,10 +323,6 @@ class _Fetcher:
                     raise ObjectHashMismatch(rel, "content does not match its hash")
                 await asyncio.to_thread(finish, out, tmp)
             finally:
-                if working is not None:
-                    # A worker thread cannot be stopped: let the batch in progress end
-                    # before the writer closes and the file goes (its outcome is moot).
-                    await asyncio.gather(working, return_exceptions=True)
                 out.close()
                 tmp.unlink(missing_ok=True)
             self.stats.objects += 1

@@ -444,13 +444,13 @@ LARGE_TAMPER = [
 
 @pytest.mark.parametrize(("name", "rule", "error"), LARGE_TAMPER, ids=[t[0] for t in LARGE_TAMPER])
 @pytest.mark.parametrize("direct_io", [True, False], ids=["direct", "buffered"])
-def test_large_parts_hashed_while_the_next_batch_is_read(
+def test_large_parts_stored_or_refused_without_leftovers(
     tmp_path: Path, name: str, rule: object, error: type | None, direct_io: bool
 ) -> None:
-    """Parts of several MiB cross many batches: one batch is hashed and written in a worker
-    while the next is read. An intact part is stored byte for byte; a part altered at its
-    end, cut short, too long or endless is refused with the batch in flight, and no file
-    (named or pending) is left of it."""
+    """Parts of several MiB cross many batches and go through the direct or the buffered
+    writer. An intact part is stored byte for byte; a part altered at its end, cut short, too
+    long or endless is refused after several batches, and no file (named or pending) is left
+    of it."""
     import random
 
     src = new_dataset(tmp_path / "src", b"large-parts")
