@@ -127,8 +127,20 @@ def test_light_node_answers_from_its_quorum_trusted_head(
     assert (entry["id"], entry["blockHash"]) == (did, head)
     export = tmp_path / "envelopes.json"
     export.write_text(json.dumps(entry["envelopes"]))
+    # On the light node's home: the CLI needs a node home (the default one need not exist on
+    # the machine running the tests; the check itself reads nothing of it).
     p = subprocess.run(
-        [sys.executable, "-m", "node.cli", "attestation", "verify", str(export), "--json"],
+        [
+            sys.executable,
+            "-m",
+            "node.cli",
+            "attestation",
+            "verify",
+            str(export),
+            "--json",
+            "--home",
+            str(light.home),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
