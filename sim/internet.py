@@ -1466,9 +1466,7 @@ def _light_discoveries(
             sr = random.Random(p.seed * 8_000_009 + s)
         else:
             sr = random.Random(f"calibration-discovery/{p.seed}/{replicate}/{s}")
-        # the lab's schedule: subscription s starts s gaps after the first
-        gap_ns = int(p.subscribe_gap_s * NS) if p.subscribe_gap_s > 0 else MS
-        t0 = int(p.deadline_s * NS) + s * gap_ns
+        t0 = int(p.deadline_s * NS) + _subscribe_offset_ns(p, s)
         found, first_end = w.one_hop(i, d, t0, sr)
         got: int | None = None
         if found is not None and p.dht:
@@ -1496,6 +1494,12 @@ def _light_discoveries(
     if head_known is not None:
         head_known += known
     return disc, missed
+
+
+def _subscribe_offset_ns(p: InternetParams, s: int) -> int:
+    """The lab's schedule: light subscription ``s`` starts ``s`` gaps after the first
+    (``subscribe_gap_s``; 0: 1 ms apart)."""
+    return s * (int(p.subscribe_gap_s * NS) if p.subscribe_gap_s > 0 else MS)
 
 
 def _core_sees_connection(p: InternetParams, t0: int, conn: int, rng: random.Random) -> int:
@@ -1526,9 +1530,6 @@ def _calibration(w: _World) -> dict[str, Any]:
     lights = [(i, d) for i in range(p.nodes) if w.light[i] for d in w.follows[i]]
     if p.dht:
         _provide_asked(w, [(0, 0, d) for d in range(p.datasets)])
-    offsets = [
-        s * (p.subscribe_gap_s if p.subscribe_gap_s > 0 else 0.001) for s in range(len(lights))
-    ]
     head_known: list[float] = []
     disc, missed = _light_discoveries(w, lights, 0, head_known)
     reps: list[list[float]] = [disc]
@@ -1590,7 +1591,7 @@ def _calibration(w: _World) -> dict[str, Any]:
         "light_subscriptions": len(lights),
         "discovery_s": _pcts(disc, (0.5, 0.99)),
         "discovery_samples": [round(x, 3) for x in disc],
-        "subscribe_at_s": [round(x, 3) for x in offsets],
+        "subscribe_at_s": [round(_subscribe_offset_ns(p, s) / NS, 3) for s in range(len(lights))],
         "head_known_samples": [round(x, 3) for x in head_known],
         "discovery_replicates": {
             "n": len(reps),
