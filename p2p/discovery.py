@@ -44,6 +44,7 @@ import asyncio
 import json
 import logging
 import random
+import statistics
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -199,6 +200,16 @@ class RoundReport:
     """Known providers of a dataset with no connected carrier that could not be dialled."""
     from_dht: int = 0
     """Provider records the DHT gave (datasets no neighbour carried)."""
+    request_s: list[float] = field(default_factory=list)
+    """How long each answered providers request took (the round's own clock): an operator
+    sees in the log what one exchange with a neighbour costs (the calibration bench reads it)."""
+
+
+def _median_ms(durations: Sequence[float]) -> str:
+    """The log's account of a round's requests: ``"median 12 ms"``, ``"no answer"``."""
+    if not durations:
+        return "no answer"
+    return f"median {statistics.median(durations) * 1e3:.0f} ms"
 
 
 class Discovery:
@@ -331,11 +342,16 @@ class Discovery:
             except TimeoutError:
                 pass
 
-    async def _ask(self, peer: str, dids: Sequence[DatasetId]) -> list[PeerRecord]:
+    async def _ask(
+        self, peer: str, dids: Sequence[DatasetId], report: RoundReport
+    ) -> list[PeerRecord]:
+        start = self._clock()
         raw = await self._t.request(
             peer, PROVIDERS_PROTOCOL, encode_providers_request(dids), self._timeout_s
         )
-        return decode_providers_response(raw)
+        records = decode_providers_response(raw)
+        report.request_s.append(self._clock() - start)
+        return records
 
     def _allowed(self, addr: str) -> bool:
         if not self._loopback_only:
@@ -404,8 +420,10 @@ class Discovery:
                 await self._connect_ipfs_to(self._connect_ipfs, rec, report)
         if report.dialled or report.learned:
             log.info(
-                "discovery: asked %d, learned %d provider record(s) (%d from the DHT), dialled %s",
+                "discovery: asked %d (%s), learned %d provider record(s) (%d from the DHT), "
+                "dialled %s",
                 report.asked,
+                _median_ms(report.request_s),
                 report.learned,
                 report.from_dht,
                 report.dialled,
@@ -421,7 +439,7 @@ class Discovery:
             # the protocol (an older node) is not asked again every round.
             self._asked[peer] = now
             try:
-                records = await self._ask(peer, followed[:MAX_DIDS])
+                records = await self._ask(peer, followed[:MAX_DIDS], report)
             except (TransportError, WireDecodeError, P2PError) as e:
                 log.debug("providers request to %s failed: %s", peer, e)
                 continue
@@ -437,7 +455,7 @@ class Discovery:
         for peer in candidates[:_ASK_PEERS_PER_ROUND]:
             for i in range(0, len(lacking), MAX_DIDS):
                 try:
-                    records = await self._ask(peer, lacking[i : i + MAX_DIDS])
+                    records = await self._ask(peer, lacking[i : i + MAX_DIDS], report)
                 except (TransportError, WireDecodeError, P2PError):
                     break
                 report.asked += 1

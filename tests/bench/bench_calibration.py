@@ -452,11 +452,21 @@ def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         # one subscription every --subscribe-gap seconds, on a fixed schedule (the simulator
         # starts its subscriptions at the same offsets): each discovery runs alone, so the lab
         # measures the network and not 14 discoveries queued on the machine's cores
+        # Which carriers a light node is already connected to when it subscribes decides how
+        # its first head can arrive (the catch-up look 0.5 s after the subscription asks every
+        # connected peer, p2p/service.py ``_catch_up_soon``): read just before each subscribe.
+        index_of = {n.call("node.status")["p2p"]["peer_id"]: k for k, n in nodes.items()}
+        connected_before: list[list[int]] = []
         t_sub = time.monotonic()
         for order, i in enumerate(light):
             time.sleep(max(0.0, t_sub + order * args.subscribe_gap - time.monotonic()))
+            rows = nodes[i].call("peers.list")
+            connected_before.append(
+                sorted(index_of.get(r["peer_id"], -1) for r in rows if r["connected"])
+            )
             nodes[i].call("subscriptions.add", did=did)
         out["subscribe_gap_s"] = args.subscribe_gap
+        out["connected_before_subscribe"] = connected_before
 
         def accepted_ns(i: int, head: str | None = None) -> int | None:
             ts = [
@@ -548,6 +558,7 @@ def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         # ---- collect
         discovery: list[float] = []
         head_known: list[float] = []  # subscribe -> the first head known (before its pull)
+        head_from: list[int] = []  # the node whose answer brought that first head
         not_discovered: list[int] = []
         subscribed_ns: list[int] = []  # each light node's subscribe event: the schedule held?
         for i in light:
@@ -565,13 +576,18 @@ def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
                 not_discovered.append(i)
             # when it learnt the head: the core asks a newly connected carrier for its heads
             # and logs the answer as head.repaired (p2p/core/protocol.py, node/app/effects.py)
-            known = [
-                e["at_ns"]
+            repaired = [
+                e
                 for e in nodes[i].call("node.events", kind="head.repaired", limit=1000)
-                if e["did"] == did and subs and e["at_ns"] >= min(subs)
+                if e["did"] == did
             ]
+            known = [e["at_ns"] for e in repaired if subs and e["at_ns"] >= min(subs)]
             if subs and known:
                 head_known.append((min(known) - min(subs)) / 1e9)
+                first = min(
+                    (e for e in repaired if e["at_ns"] >= min(subs)), key=lambda e: e["at_ns"]
+                )
+                head_from.append(index_of.get(str(first["data"].get("peer")), -1))
         trusted: list[float] = []
         not_trusted = 0
         missing: list[dict[str, Any]] = []  # (light node, head) pairs not trusted, and why
@@ -645,9 +661,11 @@ def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         out["attestation_delivery_s"] = att_delivery
         out["discovery_s"] = discovery
         out["head_known_s"] = head_known
+        out["head_known_from"] = head_from
         # the light nodes' own account of their discovery (daemon logs, INFO): the DHT lookup a
         # round runs before it dials (its duration as the daemon reports it) and the rounds
         dht_lookup: list[float] = []
+        request_ms: list[float] = []
         light_logs: dict[str, list[str]] = {}
         for i in light:
             try:
@@ -661,7 +679,15 @@ def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
                 if m:  # a light node follows this dataset only
                     dht_lookup.append(float(m.group(2)))
                     break
+            # its first round after subscribing (it follows nothing before: no round logs)
+            # times its providers requests (p2p/discovery.py: "asked N (median X ms)")
+            for x in lines:
+                m = re.search(r"discovery: asked \d+ \(median ([\d.]+) ms\)", x)
+                if m:
+                    request_ms.append(float(m.group(1)))
+                    break
         out["dht_lookup_s"] = dht_lookup
+        out["discovery_request_ms"] = request_ms
         out["light_logs"] = light_logs
         out["subscribed_at_s"] = [round((t - subscribed_ns[0]) / 1e9, 2) for t in subscribed_ns]
         out["not_discovered"] = not_discovered
@@ -703,8 +729,11 @@ def dial_costs(lab: dict[str, Any], rtt: float, relay_rtt: float) -> dict[str, A
     """Per exchange and per dial, beyond the wire's round trips (ms): what the simulator
     charges, and the probe's figures beside it as a diagnostic.
 
-    ``exchange_ms`` is the probe's median request less a round trip. The dial comes from the
-    light daemons' own DHT lookups when the run recorded them (``dht_lookup_s``): a lookup is
+    ``exchange_ms`` is the light daemons' own providers requests when the run recorded them
+    (``discovery_request_ms``: each light node's first round after it subscribed, the median
+    its log gives), less a round trip; else the probe's median request less a round trip (a
+    fresh host's requests, kept as a diagnostic). The dial comes from the light daemons' own
+    DHT lookups when the run recorded them (``dht_lookup_s``): a lookup is
     one step of queries (the daemons log 3-5 queried) and, in parallel, the dials that confirm
     the providers it was told of (``p2p/dht_service.py``: up to ``DIALS_AT_ONCE`` at once,
     until ``want_providers`` are confirmed), relayed ones included, so its median less one
@@ -722,10 +751,13 @@ def dial_costs(lab: dict[str, Any], rtt: float, relay_rtt: float) -> dict[str, A
     lookups = lab.get("dht_lookup_s") or []
     if not lookups:
         return probe | {"source": "probe", "probe": dict(probe)}
+    requests = lab.get("discovery_request_ms") or []
+    exchange_ms = max(0.0, statistics.median(requests) - rtt) if requests else probe["exchange_ms"]
     lookup_ms = statistics.median(lookups) * 1000
-    dial_ms = max(0.0, lookup_ms - (rtt + probe["exchange_ms"]) - 2 * rtt)
+    dial_ms = max(0.0, lookup_ms - (rtt + exchange_ms) - 2 * rtt)
     return {
-        "exchange_ms": probe["exchange_ms"],
+        "exchange_ms": exchange_ms,
+        "exchange_source": "daemons' requests" if requests else "probe",
         "dial_ms": dial_ms,
         "relay_dial_ms": 0.0,
         "source": "daemons' DHT lookups",
@@ -928,6 +960,7 @@ def print_table(result: dict[str, Any]) -> None:
             print(
                 f"  seed {r['seed']}: dial from the {c['source']}"
                 + (f" (median {c['lookup_ms']:.0f} ms)" if "lookup_ms" in c else "")
+                + f", exchange from the {c.get('exchange_source', 'probe')}"
                 + f"; the probe's: exchange {pr['exchange_ms']:.0f} ms, dial "
                 f"{pr['dial_ms']:.0f} ms (relayed +{pr['relay_dial_ms']:.0f} ms)"
             )

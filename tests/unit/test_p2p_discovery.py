@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 
 import pytest
@@ -260,3 +261,36 @@ def test_a_withheld_address_survives_the_wire_and_old_records_still_decode() -> 
     old = b'{"records": [{"peer_id": "p", "gossip": [], "ipfs": [], "http": "", "carries": []}]}'
     assert decode_providers_response(old)[0].ipfs_withheld == ()
     assert "ipfs_withheld" not in PeerRecord("p").to_json()
+
+
+def test_a_round_reports_how_long_each_answered_request_took(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each answered providers request is timed on the round's own clock (the log gives the
+    median: what one exchange with a neighbour costs); a failed request adds no duration."""
+
+    async def main() -> None:
+        net = Net()
+        _node(net, "owner", [], [X])
+        _, boot, _ = _node(net, "boot", [], [])
+        sub_t, sub, _ = _node(net, "sub", [X], [])
+        now = [100.0]
+        sub._clock = lambda: now[0]
+        answer = sub_t.request
+
+        async def slow(peer: str, protocol: str, data: bytes, timeout_s: float) -> bytes:
+            now[0] += 0.03 if peer == "boot" else 0.0
+            return await answer(peer, protocol, data, timeout_s)
+
+        sub_t.request = slow  # type: ignore[method-assign]
+        net.link("owner", "boot")
+        net.link("sub", "boot")
+        await boot.run_once()
+        with caplog.at_level(logging.INFO, logger="p2p.discovery"):
+            report = await sub.run_once()
+        # its own record from the new peer, then who carries X: two requests, 30 ms each
+        assert report.asked == 2 and report.request_s == pytest.approx([0.03, 0.03])
+        assert report.dialled == ["owner"]
+        assert "asked 2 (median 30 ms)" in caplog.text
+
+    asyncio.run(main())
