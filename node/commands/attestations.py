@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from node.app import Application
 from node.app.errors import InvalidArgument
+from node.app.intoto import AttestationExport
 from node.app.results import (
     AttestationRow,
     DisputeRow,
@@ -56,9 +57,10 @@ def _rows_only(received: bool) -> None:
 
 
 async def _attestation_verify(
-    app: Application, ctx: Context, envelopes: str
+    app: Application | None, ctx: Context, envelopes: str
 ) -> list[VerifiedEnvelope]:
-    return app.exports.verify(envelopes)
+    # Homeless: the file's bytes alone are checked, with or without a node.
+    return AttestationExport.verify(envelopes)
 
 
 async def _equivocations(
@@ -232,6 +234,7 @@ ATTESTATION_COMMANDS: tuple[Command, ...] = (
         exit_code=lambda value: 0 if value and all(v.ok for v in value) else 2,
         in_process="a check of the file's bytes alone: no state is read, the file may be "
         "larger than an RPC body",
+        homeless="anyone given an export checks it, on a machine with no node",
     ),
     Command(
         "equivocations.list",

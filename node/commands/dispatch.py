@@ -74,6 +74,11 @@ def dispatch(
     in-process run (progress bars), entered only when the command runs here.
     """
     given = {k: v for k, v in params.items() if v is not None}
+    if command.homeless is not None:
+        # It reads nothing of a home: no home, daemon or Application is looked for.
+        validate_params(command, given)
+        with context() if context is not None else contextlib.nullcontext(Context()) as ctx:
+            return asyncio.run(run_command(command, None, given, ctx))
     if command.in_process is None:
         endpoint = daemon_endpoint(home)
         if endpoint is not None:

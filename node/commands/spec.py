@@ -173,6 +173,10 @@ class Command:
             an Application nor over the RPC (``node/commands/home.py``: ``init``, ``run``...);
             its runner is ``await run(home, context, **params)``, ``home`` the ``--home``
             given (None: the default).
+        homeless: why the command reads nothing of a node home (a check of the given bytes
+            alone): in the CLI it runs in its own process with no home and no Application
+            (its runner gets ``app=None``), so it works on a machine with no node; over the RPC
+            it runs on the daemon's Application as any command does. Goes with ``in_process``.
     """
 
     name: str
@@ -194,6 +198,7 @@ class Command:
     alternate: tuple[str, str, str] | None = None
     parity: str | None = None
     home_only: str | None = None
+    homeless: str | None = None
 
     @property
     def rpc_params(self) -> tuple[CommandParam, ...]:
@@ -226,9 +231,13 @@ def to_json(result: Any) -> Any:
 
 
 async def run_command(
-    command: Command, app: Application, params: Mapping[str, Any], context: Context | None = None
+    command: Command,
+    app: Application | None,
+    params: Mapping[str, Any],
+    context: Context | None = None,
 ) -> Any:
-    """Run ``command``'s use case on ``app`` with JSON ``params``; its JSON result."""
+    """Run ``command``'s use case on ``app`` with JSON ``params``; its JSON result (``app``
+    is ``None`` only for a :attr:`Command.homeless` command run where no home exists)."""
     return to_json(await command.run(app, context or Context(), **params))
 
 

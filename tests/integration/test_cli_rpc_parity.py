@@ -219,6 +219,15 @@ def test_every_command_has_one_json_shape(
         a, b = results["offline"][cmd], results["daemon"][cmd]
         assert a != [] and b != [], (cmd, "nothing to compare")
         assert shape(a) == shape(b), (cmd, a, b)
+    # A homeless command (it checks the given bytes alone) answers the same on a path that
+    # is no node home, and makes nothing there: the user handed an export needs no node.
+    nowhere = tmp_path / "no-home"
+    homeless = {c.name for c in COMMANDS if c.homeless is not None}
+    assert homeless == {"attestation.verify"}
+    for name, cmd in runs:
+        if name in homeless:
+            assert cli(nowhere, *cmd) == results["offline"][cmd], cmd
+    assert not nowhere.exists()
     # The daemon's results are the RPC methods' results (the CLI only forwards them).
     rows = daemon.call("dataset.list")
     assert shape(rows) == shape(results["offline"][("dataset", "list")])

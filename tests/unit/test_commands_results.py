@@ -17,6 +17,7 @@ from node.app import results
 from node.app.data import ExportResult
 from node.app.jsontypes import JsonValue
 from node.app.results import FlowRunRow, FlowsResult, ScheduleRow, VerifyResult
+from node.commands.catalog import COMMANDS
 
 _SAMPLES: dict[str, Any] = {"str": "a", "int": 3, "float": 1.5, "bool": True}
 
@@ -94,3 +95,13 @@ def test_renderings_get_typed_results() -> None:
         schema = c.result.get("items", c.result)
         if names is not None and c.name != "dataset.verify":  # its counts sit at top level
             assert set(schema.get("required", [])) <= set(names), c.name
+
+
+def test_homeless_declarations_run_in_process_and_change_nothing() -> None:
+    """A homeless command (run with no home, ``app=None``) must be one the CLI runs itself
+    (``in_process``), and neither write a home, need a daemon nor be a home command."""
+    homeless = [c for c in COMMANDS if c.homeless is not None]
+    assert homeless, "no homeless declaration left: drop the flag or this test"
+    for c in homeless:
+        assert c.in_process is not None, c.name
+        assert not c.write and not c.daemon_only and c.home_only is None, c.name
