@@ -169,6 +169,14 @@ class InternetParams:
     lab measures it apart from the heads' pulls, which run while every follower pulls the same
     head through the relay."""
     first_fetch_sigma: float = 0.5
+    fetch_samples_s: tuple[float, ...] = ()
+    """Measured pulls (seconds) to draw from, uniformly, instead of the log-normal of
+    ``fetch_s`` (``calibration``: the lab's own samples; a lab's pulls can be multi-modal, which
+    no log-normal represents: the core retries a failed fetch after 2, 4, ... 60 s)."""
+    full_fetch_samples_s: tuple[float, ...] = ()
+    """The same for ``full_fetch_s``."""
+    first_fetch_samples_s: tuple[float, ...] = ()
+    """The same for ``first_fetch_s``."""
     subscribe_gap_s: float = 0.0
     """Seconds between the light nodes' subscriptions (``calibration``: the lab's
     ``--subscribe-gap``, so that each subscription's discovery runs alone, as the simulator
@@ -190,6 +198,12 @@ class InternetParams:
     the median over replicates of each replicate's p50 and p99, an estimate of the same
     statistic over as many samples as the lab has, with less sampling noise than one replicate
     (a p99 over 14 samples is their largest)."""
+    trust_replicates: int = 1
+    """``calibration``: publish -> trusted simulated this many times, each replicate with its
+    own seeded random streams (the first one's are the single run's); the output adds every
+    replicate's (head, trusted) pairs, so that the median over replicates of each one's p50 and
+    p99 can be taken over the same pairs as the lab's (a p99 over 42 pairs is one of their
+    three largest)."""
     head_interval_s: float = 0.0
     """Seconds between an owner's heads (``calibration``: the lab's commit interval; a light
     node logs a head as trusted only while no newer head was accepted; 0: heads judged apart)."""
@@ -234,8 +248,16 @@ class InternetParams:
             raise ScenarioError("internet: too few public full nodes left to serve the DHT")
         if self.follows < 1 or self.follows > self.datasets:
             raise ScenarioError("internet.follows must be in 1..datasets")
-        if self.discovery_replicates < 1:
-            raise ScenarioError("internet.discovery_replicates must be >= 1")
+        if (
+            min(
+                (*self.fetch_samples_s, *self.full_fetch_samples_s, *self.first_fetch_samples_s),
+                default=0,
+            )
+            < 0
+        ):
+            raise ScenarioError("internet: measured pull samples must be >= 0 s")
+        if self.discovery_replicates < 1 or self.trust_replicates < 1:
+            raise ScenarioError("internet.discovery_replicates and trust_replicates must be >= 1")
         if self.quorum_k < 1 or self.trusted_attesters < self.quorum_k:
             raise ScenarioError("internet: need 1 <= quorum_k <= trusted_attesters")
         if (
@@ -1125,7 +1147,15 @@ def _publish(w: _World, d: int, rng: random.Random) -> _Published:
 def _fetch_ns(w: _World, rng: random.Random, full: bool = False, first: bool = False) -> int:
     """A pull: ``fetch_s`` (``full_fetch_s`` for a full follower, ``first_fetch_s`` for a
     light node's first pull while it subscribes; log-normal) when set, else two round trips
-    and ``fetch_bytes``."""
+    and ``fetch_bytes``. Measured samples, when given, are drawn from instead."""
+    p = w.p
+    samples = (
+        (first and p.first_fetch_samples_s)
+        or (full and p.full_fetch_samples_s)
+        or (not first and not full and p.fetch_samples_s)
+    )
+    if samples:
+        return int(rng.choice(samples) * NS)
     if first and w.p.first_fetch_s > 0:
         return int(w.p.first_fetch_s * NS * math.exp(rng.gauss(0.0, w.p.first_fetch_sigma)))
     if full and w.p.full_fetch_s > 0:
@@ -1135,12 +1165,23 @@ def _fetch_ns(w: _World, rng: random.Random, full: bool = False, first: bool = F
     return 2 * w.rtt_ns(rng) + int(w.p.fetch_bytes * 8 * NS / (w.p.bandwidth_mbps * 1_000_000))
 
 
-def _attestation_time(w: _World, h: _Published, j: int, tally: _TrustTally) -> int | None:
+def _stream(seed: int, replicate: int, *parts: int) -> random.Random:
+    """A random stream of a calibration replicate: replicate 0 is seeded with ``seed`` (the
+    single run's streams, unchanged), replicate r > 0 by a string naming it (the same in
+    every process)."""
+    if replicate == 0:
+        return random.Random(seed)
+    return random.Random("calibration-trust/" + "/".join(map(str, (replicate, *parts))))
+
+
+def _attestation_time(
+    w: _World, h: _Published, j: int, tally: _TrustTally, replicate: int = 0
+) -> int | None:
     """When honest full follower ``j`` attests ``h``: it receives the head, fetches it, and
     its verify-all policy asks for a replay whose verdict trusts it (memoised per head)."""
     if j in h.attest_at:
         return h.attest_at[j]
-    ar = random.Random(w.p.seed * 7_000_003 + j * 131 + h.d)
+    ar = _stream(w.p.seed * 7_000_003 + j * 131 + h.d, replicate, w.p.seed, 1, j, h.d)
     pol = trust.dataset_policy(trust.TrustConfig(policy=trust.Policy.VERIFY_ALL), ar)
     eff = _AttesterTrust(w, ar)
     eff.now = h.t_pub + _gossip_ns(w, h.members, ar) + _fetch_ns(w, ar, full=True)
@@ -1156,12 +1197,18 @@ def _attestation_time(w: _World, h: _Published, j: int, tally: _TrustTally) -> i
 
 
 def _light_view(
-    w: _World, h: _Published, i: int, trusted_set: list[int], tally: _TrustTally, stream: int = 0
+    w: _World,
+    h: _Published,
+    i: int,
+    trusted_set: list[int],
+    tally: _TrustTally,
+    stream: int = 0,
+    replicate: int = 0,
 ) -> _LightRun:
     """Light subscriber ``i`` of ``h``: its core judges the head and the forgery, its quorum
     policy the attestations of ``trusted_set`` (malicious ones vouch for the forgery at once,
     never for the real head); run to the end. ``stream``: another random stream (one per
-    head of the same dataset)."""
+    head of the same dataset); ``replicate``: a calibration replicate's (see :func:`_stream`)."""
     p = w.p
     cfg = trust.TrustConfig(
         policy=trust.Policy.QUORUM,
@@ -1169,7 +1216,11 @@ def _light_view(
         trusted_attesters=frozenset(w.node_key(j).dataset_id() for j in trusted_set),
         can_replay=False,
     )
-    lr = random.Random(p.seed * 9_000_011 + i * 131 + h.d + 1_000_003 * stream)
+    lr = _stream(
+        p.seed * 9_000_011 + i * 131 + h.d + 1_000_003 * stream,
+        replicate,
+        *(p.seed, 2, i, h.d, stream),
+    )
     run = _LightRun(
         ProtocolCore(CoreConfig(), lr, (h.did,)), trust.dataset_policy(cfg, lr), _fetch_ns(w, lr)
     )
@@ -1403,7 +1454,9 @@ def lab_plan(p: InternetParams) -> LabPlan:
     )
 
 
-def _queued_attestations(w: _World, heads: list[_Published], j: int, tally: _TrustTally) -> None:
+def _queued_attestations(
+    w: _World, heads: list[_Published], j: int, tally: _TrustTally, replicate: int = 0
+) -> None:
     """Honest full follower ``j``'s attestations of an owner's successive ``heads`` (committed
     ``head_interval_s`` apart), as the daemon's verification queue makes them
     (node/app/verify.py ``VerifyQueue.queue`` and ``run``): head k is accepted after its mesh
@@ -1415,7 +1468,9 @@ def _queued_attestations(w: _World, heads: list[_Published], j: int, tally: _Tru
     gap = int(p.head_interval_s * NS)
     arrivals: list[tuple[int, int, int]] = []  # (accepted, head index, replay ns), lab time
     for k, h in enumerate(heads):
-        ar = random.Random(p.seed * 7_000_003 + j * 131 + h.d + 1_000_003 * k)
+        ar = _stream(
+            p.seed * 7_000_003 + j * 131 + h.d + 1_000_003 * k, replicate, p.seed, 3, j, h.d, k
+        )
         at = k * gap + _gossip_ns(w, h.members, ar) + _fetch_ns(w, ar, full=True)
         replay = int(p.verify_s * NS * math.exp(ar.gauss(0.0, p.verify_sigma)))
         arrivals.append((at, k, replay))
@@ -1520,23 +1575,15 @@ def _core_sees_connection(p: InternetParams, t0: int, conn: int, rng: random.Ran
     return max(heard, conn)
 
 
-def _calibration(w: _World) -> dict[str, Any]:
-    """Every light node's subscription (subscribe -> first head received: the one-hop round,
-    and the DHT if that found nothing, to a carrier's record; the dial to that carrier, whose
-    connection makes the core ask it for its heads, one round trip and a hop's processing; the
-    pull, after which the core accepts the head)
-    and publish -> trusted at every light node for ``heads`` heads of each dataset."""
+def _calibration_trust(
+    w: _World, lights: list[tuple[int, int]], replicate: int
+) -> tuple[_TrustTally, list[dict[str, Any]], int]:
+    """Publish -> trusted at every light node for ``heads`` heads of each dataset, in one
+    replicate (0: the single run's random streams; see :func:`_stream`): the tally, every
+    (light node, dataset, head) pair and how many were superseded."""
     p = w.p
-    lights = [(i, d) for i in range(p.nodes) if w.light[i] for d in w.follows[i]]
-    if p.dht:
-        _provide_asked(w, [(0, 0, d) for d in range(p.datasets)])
-    head_known: list[float] = []
-    disc, missed = _light_discoveries(w, lights, 0, head_known)
-    reps: list[list[float]] = [disc]
-    for r in range(1, p.discovery_replicates):
-        reps.append(_light_discoveries(w, lights, r)[0])
     tally = _TrustTally()
-    rng = random.Random(p.seed * 10_000_019)
+    rng = _stream(p.seed * 10_000_019, replicate, p.seed, 4)
     # per (light node, dataset, head): seconds from the head's commit to accepted, to trusted
     views: dict[tuple[int, int, int], tuple[float | None, float | None]] = {}
     for d in range(p.datasets):
@@ -1544,13 +1591,13 @@ def _calibration(w: _World) -> dict[str, Any]:
         heads = [_publish(w, d, rng) for _ in range(p.heads)]
         if p.head_interval_s > 0:  # the lab's successive heads through each verify queue
             for j in sorted({j for i in subs for j in _trusted_set(w, i, d)}):
-                _queued_attestations(w, heads, j, tally)
+                _queued_attestations(w, heads, j, tally, replicate)
         for k, h in enumerate(heads):
             for i in subs:
                 trusted_set = _trusted_set(w, i, d)
                 for j in trusted_set:
-                    _attestation_time(w, h, j, tally)
-                run = _light_view(w, h, i, trusted_set, tally, stream=k)
+                    _attestation_time(w, h, j, tally, replicate)
+                run = _light_view(w, h, i, trusted_set, tally, stream=k, replicate=replicate)
                 acc_ns, got_ns = run.accepted.get(h.head.digest), run.trusted.get(h.head.digest)
                 views[(i, d, k)] = (
                     None if acc_ns is None else (acc_ns - h.t_pub) / NS,
@@ -1587,6 +1634,29 @@ def _calibration(w: _World) -> dict[str, Any]:
                 "superseded": newer,
             }
         )
+    return tally, pairs, superseded
+
+
+def _calibration(w: _World) -> dict[str, Any]:
+    """Every light node's subscription (subscribe -> first head received: the one-hop round,
+    and the DHT if that found nothing, to a carrier's record; the dial to that carrier, whose
+    connection makes the core ask it for its heads, one round trip and a hop's processing; the
+    pull, after which the core accepts the head)
+    and publish -> trusted at every light node for ``heads`` heads of each dataset."""
+    p = w.p
+    lights = [(i, d) for i in range(p.nodes) if w.light[i] for d in w.follows[i]]
+    if p.dht:
+        _provide_asked(w, [(0, 0, d) for d in range(p.datasets)])
+    head_known: list[float] = []
+    disc, missed = _light_discoveries(w, lights, 0, head_known)
+    reps: list[list[float]] = [disc]
+    for r in range(1, p.discovery_replicates):
+        reps.append(_light_discoveries(w, lights, r)[0])
+    tally, pairs, superseded = _calibration_trust(w, lights, 0)
+    trust_reps = [
+        [[q["head"], q["trusted_s"]] for q in _calibration_trust(w, lights, r)[1]]
+        for r in range(1, p.trust_replicates)
+    ]
     return {
         "light_subscriptions": len(lights),
         "discovery_s": _pcts(disc, (0.5, 0.99)),
@@ -1604,6 +1674,8 @@ def _calibration(w: _World) -> dict[str, Any]:
         "not_trusted": tally.no_quorum,
         "superseded": superseded,
         "trusted_pairs": pairs,
+        # replicates 1.. : each one's [head, trusted_s] per pair, in trusted_pairs' order
+        "trust_replicates": trust_reps,
     }
 
 

@@ -93,6 +93,11 @@ DISCOVERY_REPLICATES = 201
 p99 are the medians over them of each replicate's 14-sample percentile (the lab's stay its one
 run's; a p99 over 14 samples is their largest, as noisy on one side as on the other)."""
 
+TRUST_REPLICATES = 201
+"""Replicates of the simulated publish -> trusted per seed, for the same reason: the
+simulator's p50 and p99 are the medians over them of each replicate's percentile over the
+pairs trusted within the lab's windows (a p99 over 42 pairs is one of their largest)."""
+
 _RTT_PROBE = """
 import socket, statistics, sys, time
 host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -810,9 +815,15 @@ def sim_params(args: argparse.Namespace, seed: int, lab: dict[str, Any]) -> Any:
         fetch_sigma=fetch_sigma,
         first_fetch_s=first_med,
         first_fetch_sigma=first_sigma,
+        # the same measurements as samples, drawn from as they are: the lab's pulls are
+        # multi-modal (the core's fetch retries), which the log-normals above cannot represent
+        fetch_samples_s=tuple(max(0.0, x - delivery + settle) for x in lab["commit_to_pulled_s"]),
+        full_fetch_samples_s=tuple(max(0.0, x - delivery) for x in lab["commit_to_pulled_full_s"]),
+        first_fetch_samples_s=tuple(x + first_settle for x in lab["first_pull_s"]),
         head_interval_s=args.interval,
         subscribe_gap_s=lab.get("subscribe_gap_s", 0.0),
         discovery_replicates=DISCOVERY_REPLICATES,
+        trust_replicates=TRUST_REPLICATES,
         verify_s=max(verify_med, 0.001),
         verify_sigma=verify_sigma,
     )
@@ -830,16 +841,33 @@ def _interval(xs: list[float]) -> tuple[float | None, float | None]:
     return m, t.get(len(xs), 2.0) * statistics.stdev(xs) / math.sqrt(len(xs))
 
 
-def sim_trusted(run: dict[str, Any]) -> list[float]:
+def sim_trusted(run: dict[str, Any], replicate: int = 0) -> list[float]:
     """The simulator's publish -> trusted samples of a seed within the lab's wait: head k's
     pairs count if trusted within the window the lab gave that head (its commit to the end of
-    the wait), as the lab's do; superseded heads are not counted (never logged)."""
+    the wait), as the lab's do; superseded heads are not counted (never logged).
+    ``replicate`` r > 0: the r-th of the simulator's ``trust_replicates``."""
     windows = run["lab"].get("trust_window_s")
-    return [
-        q["trusted_s"]
-        for q in run["sim"]["calibration"]["trusted_pairs"]
-        if q["trusted_s"] is not None and (windows is None or q["trusted_s"] <= windows[q["head"]])
-    ]
+    cal = run["sim"]["calibration"]
+    pairs = (
+        [(q["head"], q["trusted_s"]) for q in cal["trusted_pairs"]]
+        if replicate == 0
+        else [(k, t) for k, t in cal["trust_replicates"][replicate - 1]]
+    )
+    return [t for k, t in pairs if t is not None and (windows is None or t <= windows[k])]
+
+
+def _replicates_pct(run: dict[str, Any], metric: str, q: float) -> float | None:
+    """The median over the simulator's replicates of each one's percentile ``q`` (None: the
+    run has one replicate of ``metric``)."""
+    cal = run["sim"]["calibration"]
+    if metric == "discovery":
+        reps = cal.get("discovery_replicates")
+        return reps[f"p{round(q * 100)}"] if reps and reps["n"] > 1 else None
+    n = len(cal.get("trust_replicates") or [])
+    if not n:
+        return None
+    xs = [_pct(sim_trusted(run, r), q) for r in range(n + 1)]
+    return statistics.median(x for x in xs if x is not None)
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -857,10 +885,9 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 cal = r["sim"]["calibration"]
                 sim_xs = cal["discovery_samples"] if metric == "discovery" else sim_trusted(r)
                 one = _pct(sim_xs, q)  # the simulator's single replicate
-                b = one
-                reps = cal.get("discovery_replicates")
-                if metric == "discovery" and reps and reps["n"] > 1:
-                    b = reps[f"p{round(q * 100)}"]  # median over replicates
+                b = _replicates_pct(r, metric, q)  # median over replicates
+                if b is None:
+                    b = one
                 labs.append(a)
                 sims.append(b)
                 ones.append(one)
@@ -874,7 +901,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 "error": _interval(errs),
                 "per_seed": {"lab": labs, "sim": sims, "error": errs},
             }
-            if metric == "discovery":  # the single replicate's, for comparison
+            if sims != ones:  # the single replicate's, for comparison
                 table[name]["single_replicate"] = {
                     "sim_s": _interval([x for x in ones if x is not None]),
                     "error": _interval(one_errs),
