@@ -617,7 +617,9 @@ def lab_run(args: argparse.Namespace, seed: int) -> dict[str, Any]:
             for e in nodes[i].call("node.events", kind="pull.ok", limit=1000):
                 url = e["data"].get("url", "")
                 for h in heads:
-                    if e["did"] == did and f"head={h}" in url:
+                    # a libp2p pull names the announced head in its URL; an HTTP one (a
+                    # public owner's address comes first) reports it as the head it brought
+                    if e["did"] == did and (f"head={h}" in url or e["data"].get("new_head") == h):
                         pulled[i][h] = min(pulled[i].get(h, e["at_ns"]), e["at_ns"])
             rows = nodes[i].call("attestations.list", did=did, limit=1000)
             received[i] = rows
@@ -771,6 +773,18 @@ def dial_costs(lab: dict[str, Any], rtt: float, relay_rtt: float) -> dict[str, A
     }
 
 
+def unmeasured(lab: dict[str, Any]) -> str | None:
+    """What a seed's lab run failed to measure that the simulator needs (None: nothing). Such
+    a seed is reported and left out of the table, never simulated with defaults in place of
+    the measurements (a silent fallback once simulated pulls of 0 s)."""
+    missing = [
+        k
+        for k in ("commit_to_pulled_s", "commit_to_pulled_full_s", "verify_s", "first_pull_s")
+        if not lab.get(k)
+    ]
+    return f"no samples of {', '.join(missing)}" if missing else None
+
+
 def sim_params(args: argparse.Namespace, seed: int, lab: dict[str, Any]) -> Any:
     """The calibration run's parameters with the lab's measurements and the daemons' timers."""
     from sim.internet import mean_mesh_hops
@@ -871,7 +885,9 @@ def _replicates_pct(run: dict[str, Any], metric: str, q: float) -> float | None:
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per metric: lab and sim (mean +- 95 % over seeds) and the error |sim - lab| / lab."""
+    """Per metric: lab and sim (mean +- 95 % over seeds) and the error |sim - lab| / lab, over
+    the seeds that were measured (see :func:`unmeasured`)."""
+    runs = [r for r in runs if r.get("sim") is not None]
     table: dict[str, Any] = {}
     for metric, lab_key in (
         ("discovery", "discovery_s"),
@@ -957,6 +973,9 @@ def print_table(result: dict[str, Any]) -> None:
         )
     print("\nsimulator parameters measured per seed:")
     for r in result["runs"]:
+        if r.get("sim") is None:
+            print(f"  seed {r['seed']}: left out of the table: {r.get('unmeasured')}")
+            continue
         p = r["sim"]["params"]
         lab = r["lab"]
         trusted = len(lab["publish_to_trusted_s"])
@@ -1041,8 +1060,12 @@ def main() -> None:
 
         stored = json.loads(args.resim.read_text())
         runs = [
-            {"seed": r["seed"], "lab": r["lab"]}
-            | {"sim": simulate_internet(sim_params(args, r["seed"], r["lab"]))}
+            {"seed": r["seed"], "lab": r["lab"], "unmeasured": unmeasured(r["lab"])}
+            | {
+                "sim": None
+                if unmeasured(r["lab"])
+                else simulate_internet(sim_params(args, r["seed"], r["lab"]))
+            }
             | {"dial_costs": dial_costs(r["lab"], *_rtts(r["lab"]))}
             for r in stored["runs"]
         ]
@@ -1066,18 +1089,23 @@ def main() -> None:
     loads = [os.getloadavg()[0]]
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         lab = lab_run(args, seed)
-        sim = simulate_internet(sim_params(args, seed, lab))
+        missing = unmeasured(lab)
+        sim = None if missing else simulate_internet(sim_params(args, seed, lab))
         runs.append(
-            {"seed": seed, "lab": lab, "sim": sim, "dial_costs": dial_costs(lab, *_rtts(lab))}
+            {"seed": seed, "lab": lab, "sim": sim, "unmeasured": missing}
+            | {"dial_costs": dial_costs(lab, *_rtts(lab))}
         )
         loads.append(os.getloadavg()[0])
-        print(
-            f"seed {seed}: lab discovery p50 {_pct(lab['discovery_s'], 0.5)} trusted p50 "
-            f"{_pct(lab['publish_to_trusted_s'], 0.5)}; sim {sim['calibration']['discovery_s']} "
-            f"{sim['calibration']['publish_to_trusted_s']}",
-            file=sys.stderr,
-            flush=True,
-        )
+        if sim is None:
+            print(f"seed {seed}: left out, {missing}", file=sys.stderr, flush=True)
+        else:
+            print(
+                f"seed {seed}: lab discovery p50 {_pct(lab['discovery_s'], 0.5)} trusted p50 "
+                f"{_pct(lab['publish_to_trusted_s'], 0.5)}; sim "
+                f"{sim['calibration']['discovery_s']} {sim['calibration']['publish_to_trusted_s']}",
+                file=sys.stderr,
+                flush=True,
+            )
         if args.json:  # after every seed: a long run keeps what it measured
             partial = {"daemons": args.nodes, "runs": runs, "table": summarise(runs)}
             args.json.write_text(json.dumps(partial, indent=1))
