@@ -182,7 +182,7 @@ class Did:
 # Model (open-data-fabric schemas/{auth,config,resource}/v1alpha1)
 
 #: Any JSON value as read from YAML: ``None`` / bool / int / float / str / list / dict.
-JsonValue: TypeAlias = Any
+YamlValue: TypeAlias = Any
 
 SpecT = TypeVar("SpecT")
 SpecU = TypeVar("SpecU")
@@ -233,7 +233,7 @@ def _sorted_map(entries: Mapping[Any, Any], order: Callable[[Any], Any]) -> dict
 class _TypeRefMap:
     """A map keyed by type references with JSON values, kept in kamu's key order."""
 
-    entries: Mapping[TypeRef, JsonValue]
+    entries: Mapping[TypeRef, YamlValue]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "entries", _sorted_map(self.entries, _type_ref_order))
@@ -405,7 +405,7 @@ class RelationInput:
 
     subject: ResourceRef
     relation: str
-    value: JsonValue = None
+    value: YamlValue = None
     object: ResourceRef
 
 
@@ -415,7 +415,7 @@ class AttributeInput:
 
     object: ResourceRef
     name: str
-    value: JsonValue
+    value: YamlValue
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -437,7 +437,7 @@ VARIABLE_SET_SCHEMA: Final = TypeUri(f"{_SCHEMAS}/config/v1alpha1/VariableSet")
 # Reading: plain data (from load_yaml) -> model. ``path`` names the value in error messages.
 
 T = TypeVar("T")
-Reader: TypeAlias = Callable[[Any, str], T]
+ValueReader: TypeAlias = Callable[[Any, str], T]
 
 _U64_MAX: Final = (1 << 64) - 1
 _I64_MIN: Final = -(1 << 63)
@@ -502,25 +502,25 @@ class _Fields:
     def _sub(self, key: str) -> str:
         return f"{self._path}.{key}" if self._path else key
 
-    def required(self, key: str, read: Reader[T]) -> T:
+    def required(self, key: str, read: ValueReader[T]) -> T:
         """A field that must be present (``null`` is not a value for it)."""
         if key not in self._data:
             raise _fail(self._path, f"missing field {key!r}")
         return read(self._data[key], self._sub(key))
 
-    def optional(self, key: str, read: Reader[T]) -> T | None:
+    def optional(self, key: str, read: ValueReader[T]) -> T | None:
         """An ``Option`` field: absent or ``null`` is ``None``."""
         value = self._data.get(key)
         return None if value is None else read(value, self._sub(key))
 
-    def json(self, key: str) -> JsonValue:
+    def json(self, key: str) -> YamlValue:
         """A required ``serde_json::Value`` field (``null`` is a value)."""
         if key not in self._data:
             raise _fail(self._path, f"missing field {key!r}")
         return read_json(self._data[key], self._sub(key))
 
 
-def read_json(value: Any, path: str) -> JsonValue:
+def read_json(value: Any, path: str) -> YamlValue:
     """Any JSON value, as kamu's ``serde_json::Value`` takes it from YAML.
 
     Non-finite floats become ``None`` (JSON has no such numbers; ``serde_json`` makes them
@@ -536,7 +536,7 @@ def read_json(value: Any, path: str) -> JsonValue:
         return value if value - value == 0 else None
     if isinstance(value, list):
         return [read_json(v, f"{path}[{i}]") for i, v in enumerate(value)]
-    out: dict[str, JsonValue] = {}
+    out: dict[str, YamlValue] = {}
     for key, item in _read_map(value, path).items():
         if not isinstance(key, str):
             raise _fail(path, f"expected a string key, got {_type_word(key)}")
@@ -545,7 +545,7 @@ def read_json(value: Any, path: str) -> JsonValue:
 
 
 def _read_keyed(
-    value: Any, path: str, read_key: Callable[[str, str], Any], read_value: Reader[Any]
+    value: Any, path: str, read_key: Callable[[str, str], Any], read_value: ValueReader[Any]
 ) -> dict[Any, Any]:
     out: dict[Any, Any] = {}
     for raw_key, item in _read_map(value, path).items():
@@ -561,19 +561,19 @@ def _read_type_ref(value: Any, path: str) -> TypeRef:
     return _parsed(path, parse_type_ref, read_str(value, path))
 
 
-def _type_ref_map(cls: type[T]) -> Reader[T]:
+def _type_ref_map(cls: type[T]) -> ValueReader[T]:
     def read(value: Any, path: str) -> T:
         return cls(_read_keyed(value, path, _read_type_ref, read_json))  # type: ignore[call-arg]
 
     return read
 
 
-read_labels: Final[Reader[ResourceLabels]] = _type_ref_map(ResourceLabels)
-read_annotations: Final[Reader[ResourceAnnotations]] = _type_ref_map(ResourceAnnotations)
-read_conditions: Final[Reader[ResourceConditions]] = _type_ref_map(ResourceConditions)
+read_labels: Final[ValueReader[ResourceLabels]] = _type_ref_map(ResourceLabels)
+read_annotations: Final[ValueReader[ResourceAnnotations]] = _type_ref_map(ResourceAnnotations)
+read_conditions: Final[ValueReader[ResourceConditions]] = _type_ref_map(ResourceConditions)
 
 
-def _reader(cls: Callable[[str], T]) -> Reader[T]:
+def _reader(cls: Callable[[str], T]) -> ValueReader[T]:
     def read(value: Any, path: str) -> T:
         return _parsed(path, cls, read_str(value, path))
 
@@ -752,7 +752,7 @@ def _read_attribute_input(value: Any, path: str) -> AttributeInput:
     )
 
 
-def _read_seq(read: Reader[T]) -> Reader[tuple[T, ...]]:
+def _read_seq(read: ValueReader[T]) -> ValueReader[tuple[T, ...]]:
     def read_all(value: Any, path: str) -> tuple[T, ...]:
         if not isinstance(value, list):
             raise _fail(path, f"expected a sequence, got {_type_word(value)}")
@@ -769,7 +769,7 @@ def _struct(*pairs: tuple[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in pairs if value is not None}
 
 
-def sorted_json(value: JsonValue) -> JsonValue:
+def sorted_json(value: YamlValue) -> YamlValue:
     """A JSON value with every object's keys sorted, as kamu's ``serde_json`` writes it."""
     if isinstance(value, dict):
         return {k: sorted_json(value[k]) for k in sorted(value)}
@@ -885,7 +885,7 @@ IGNORED_SPEC: Final[SpecCodec[Ignored]] = SpecCodec(
     "IgnoredAny", lambda _v, _p: Ignored.IGNORED, _write_ignored
 )
 #: The spec as any JSON value (object keys written sorted).
-JSON_SPEC: Final[SpecCodec[JsonValue]] = SpecCodec("Value", read_json, sorted_json)
+JSON_SPEC: Final[SpecCodec[YamlValue]] = SpecCodec("Value", read_json, sorted_json)
 
 
 def _read_secret_set_spec_input(value: Any, path: str) -> SecretSetSpecInput:
