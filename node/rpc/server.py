@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from aiohttp import WSMsgType, web
 
+from node.http_body import read_bounded
 from node.rpc.errors import (
     BATCH_TOO_LARGE,
     FORBIDDEN,
@@ -417,20 +418,15 @@ class RpcServer:
         if length is not None and length > self._max_body:
             return _too_large()
         # Content-Length may be absent (chunked): cap the read ourselves, and bound its time.
-        body = bytearray()
         try:
             async with asyncio.timeout(self._idle_timeout):
-                while True:
-                    chunk = await request.content.read(65536)
-                    if not chunk:
-                        break
-                    body += chunk
-                    if len(body) > self._max_body:
-                        return _too_large()
+                body = await read_bounded(request.content, self._max_body)
         except TimeoutError:
             resp = _http_error(408, INVALID_REQUEST, "request body not received in time")
             resp.force_close()
             return resp
+        if len(body) > self._max_body:
+            return _too_large()
         reply = await self._handle_payload(bytes(body))
         if reply is None:
             return web.Response(status=204)

@@ -43,6 +43,7 @@ from node.app.query_api import (
     ResponseSigningNotConfigured,
     response_json,
 )
+from node.http_body import read_bounded
 
 log = logging.getLogger("odf_node.data_api")
 
@@ -107,14 +108,9 @@ class _Guard:
         """
         if request.content_length is not None and request.content_length > self.body_limit:
             raise _too_large(request.content_length, self.body_limit)
-        data = bytearray()
-        while True:
-            chunk = await request.content.read(65536)
-            if not chunk:
-                break
-            data += chunk
-            if len(data) > self.body_limit:
-                raise _too_large(len(data), self.body_limit)
+        data = await read_bounded(request.content, self.body_limit)
+        if len(data) > self.body_limit:
+            raise _too_large(len(data), self.body_limit)
         try:
             return json.loads(bytes(data))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
