@@ -1200,6 +1200,19 @@ def _rs_from_parquet(column: Any) -> Any:
             f"{logical} / converted type {converted}"
         )
 
+    def integer_fallback(by_converted: dict[str, Any]) -> Any:
+        # An INT32 / INT64 leaf whose logical type none of its own arm took: a decimal, else
+        # (no logical type at all) by its legacy converted type.
+        if ltype == "decimal":
+            return pa.decimal128(logical["precision"], logical["scale"])
+        if ltype:
+            raise bad()
+        if converted == "DECIMAL":
+            return pa.decimal128(column.precision, column.scale)
+        if converted not in by_converted:
+            raise bad()
+        return by_converted[converted]
+
     if physical == "BOOLEAN":
         return pa.bool_()
     if physical == "FLOAT":
@@ -1222,8 +1235,6 @@ def _rs_from_parquet(column: Any) -> Any:
             if key not in ints:
                 raise bad()
             return ints[key]
-        if ltype == "decimal":
-            return pa.decimal128(logical["precision"], logical["scale"])
         if ltype == "date":
             return pa.date32()
         if ltype == "time":
@@ -1232,24 +1243,19 @@ def _rs_from_parquet(column: Any) -> Any:
             return pa.time32("ms")
         if ltype in ("null", "unknown"):
             return pa.null()
-        if ltype:
-            raise bad()
-        by_converted = {
-            "NONE": pa.int32(),
-            "UINT_8": pa.uint8(),
-            "UINT_16": pa.uint16(),
-            "UINT_32": pa.uint32(),
-            "INT_8": pa.int8(),
-            "INT_16": pa.int16(),
-            "INT_32": pa.int32(),
-            "DATE": pa.date32(),
-            "TIME_MILLIS": pa.time32("ms"),
-        }
-        if converted == "DECIMAL":
-            return pa.decimal128(column.precision, column.scale)
-        if converted not in by_converted:
-            raise bad()
-        return by_converted[converted]
+        return integer_fallback(
+            {
+                "NONE": pa.int32(),
+                "UINT_8": pa.uint8(),
+                "UINT_16": pa.uint16(),
+                "UINT_32": pa.uint32(),
+                "INT_8": pa.int8(),
+                "INT_16": pa.int16(),
+                "INT_32": pa.int32(),
+                "DATE": pa.date32(),
+                "TIME_MILLIS": pa.time32("ms"),
+            }
+        )
     if physical == "INT64":
         if ltype == "int":
             if logical["bitWidth"] != 64:
@@ -1263,23 +1269,16 @@ def _rs_from_parquet(column: Any) -> Any:
         if ltype == "timestamp":
             tz = "UTC" if logical["isAdjustedToUTC"] else None
             return pa.timestamp(_arrow_unit(logical["timeUnit"]), tz)
-        if ltype == "decimal":
-            return pa.decimal128(logical["precision"], logical["scale"])
-        if ltype:
-            raise bad()
-        by_converted = {
-            "NONE": pa.int64(),
-            "INT_64": pa.int64(),
-            "UINT_64": pa.uint64(),
-            "TIME_MICROS": pa.time64("us"),
-            "TIMESTAMP_MILLIS": pa.timestamp("ms", "UTC"),
-            "TIMESTAMP_MICROS": pa.timestamp("us", "UTC"),
-        }
-        if converted == "DECIMAL":
-            return pa.decimal128(column.precision, column.scale)
-        if converted not in by_converted:
-            raise bad()
-        return by_converted[converted]
+        return integer_fallback(
+            {
+                "NONE": pa.int64(),
+                "INT_64": pa.int64(),
+                "UINT_64": pa.uint64(),
+                "TIME_MICROS": pa.time64("us"),
+                "TIMESTAMP_MILLIS": pa.timestamp("ms", "UTC"),
+                "TIMESTAMP_MICROS": pa.timestamp("us", "UTC"),
+            }
+        )
     if physical == "BYTE_ARRAY":
         if ltype in ("string", "json"):
             return pa.string()
