@@ -30,7 +30,6 @@ from typing import Any, Final
 
 from aiohttp import WSMsgType, web
 
-from node.http_body import read_bounded
 from node.rpc.errors import (
     BATCH_TOO_LARGE,
     FORBIDDEN,
@@ -46,6 +45,7 @@ from node.rpc.errors import (
     error_object,
     error_response,
 )
+from node.rpc.http_body import read_bounded
 from node.rpc.registry import MethodSpec, Param, RpcRegistry, openrpc_document
 
 _log = logging.getLogger(__name__)

@@ -43,7 +43,7 @@ from node.app.query_api import (
     ResponseSigningNotConfigured,
     response_json,
 )
-from node.http_body import read_bounded
+from node.rpc.http_body import read_bounded
 
 log = logging.getLogger("odf_node.data_api")
 

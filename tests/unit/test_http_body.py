@@ -1,4 +1,4 @@
-"""``node.http_body.read_bounded``: a request body read to its end, or only until it is over the
+"""``node.rpc.http_body.read_bounded``: a request body read to its end, or only until it is over the
 bound (the JSON-RPC server and the data API refuse what is over it)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from unittest import mock
 
 from aiohttp import StreamReader
 
-from node.http_body import read_bounded
+from node.rpc.http_body import read_bounded
 
 
 def _content(*chunks: bytes) -> StreamReader:

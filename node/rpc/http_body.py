@@ -1,5 +1,6 @@
-"""Reading an HTTP request's body under a size bound, shared by the node's aiohttp servers (the
-JSON-RPC endpoint, ``node/rpc/server.py``, and the data API, ``node/transfer/data_api.py``)."""
+"""Reading an HTTP request's body under a size bound: the JSON-RPC endpoint's
+(``node/rpc/server.py``), and the data API's (``node/transfer/data_api.py``), which reads its
+bodies as this server does."""
 
 from __future__ import annotations
 
