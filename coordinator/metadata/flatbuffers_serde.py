@@ -551,53 +551,47 @@ def _vector(data: bytes, pos: int, elem_size: int, bud: list[int]) -> tuple[int,
     return vpos + 4, count
 
 
+def _byte_span(data: bytes, pos: int, bud: list[int], what: str) -> tuple[int, int]:
+    """``(start, end)`` of the byte vector or string (``what``, for the error) referenced from
+    ``pos``, its bytes charged to the budget."""
+    vpos = pos + _u32(data, pos)[0]
+    count = _u32(data, vpos)[0]
+    vpos += 4
+    end = vpos + count
+    if end > len(data):
+        raise InvalidBlock(f"malformed flatbuffer: {what} of {count} overruns buffer")
+    bud[0] -= 4 + count
+    if bud[0] < 0:
+        raise _over_budget(bud)
+    return vpos, end
+
+
 def _mh_at(data: bytes, pos: int, bud: list[int]) -> Multihash:
     """The multihash in the byte vector referenced from ``pos``: :func:`_bytes_at` and
     :meth:`Multihash.from_bytes` in one step for the sha3-256 hashes that make up nearly every
     hash of a block (one slice, no second parse)."""
-    vpos = pos + _u32(data, pos)[0]
-    count = _u32(data, vpos)[0]
-    vpos += 4
-    if vpos + count > len(data):
-        raise InvalidBlock(f"malformed flatbuffer: byte vector of {count} overruns buffer")
-    bud[0] -= 4 + count
-    if bud[0] < 0:
-        raise _over_budget(bud)
-    if count == 34 and data[vpos] == 0x16 and data[vpos + 1] == 0x20:
-        return _sha3_of_digest(data[vpos + 2 : vpos + 34])
-    return Multihash.from_bytes(data[vpos : vpos + count])
+    start, end = _byte_span(data, pos, bud, "byte vector")
+    if end - start == 34 and data[start] == 0x16 and data[start + 1] == 0x20:
+        return _sha3_of_digest(data[start + 2 : end])
+    return Multihash.from_bytes(data[start:end])
 
 
 _sha3_of_digest = Multihash.sha3_256_of_digest
 
 
 def _bytes_at(data: bytes, pos: int, bud: list[int]) -> bytes:
-    vpos = pos + _u32(data, pos)[0]
-    count = _u32(data, vpos)[0]
-    vpos += 4
-    if vpos + count > len(data):
-        raise InvalidBlock(f"malformed flatbuffer: byte vector of {count} overruns buffer")
-    bud[0] -= 4 + count
-    if bud[0] < 0:
-        raise _over_budget(bud)
-    return data[vpos : vpos + count]
+    start, end = _byte_span(data, pos, bud, "byte vector")
+    return data[start:end]
 
 
 def _string_at(data: bytes, pos: int, bud: list[int]) -> str:
-    vpos = pos + _u32(data, pos)[0]
-    count = _u32(data, vpos)[0]
-    vpos += 4
-    if vpos + count > len(data):
-        raise InvalidBlock(f"malformed flatbuffer: string of {count} overruns buffer")
-    bud[0] -= 4 + count
-    if bud[0] < 0:
-        raise _over_budget(bud)
+    start, end = _byte_span(data, pos, bud, "string")
     try:
-        if count < _VIEW_DECODE_MIN:
-            return data[vpos : vpos + count].decode("utf-8")
+        if end - start < _VIEW_DECODE_MIN:
+            return data[start:end].decode("utf-8")
         # A large string is decoded straight from the buffer, without a transient copy.
         with memoryview(data) as view:
-            return str(view[vpos : vpos + count], "utf-8")
+            return str(view[start:end], "utf-8")
     except UnicodeDecodeError as e:
         raise InvalidBlock(f"malformed flatbuffer: string at {pos} is not valid UTF-8") from e
 
