@@ -93,6 +93,14 @@ def _step_name(fetch: m.FetchStep) -> str:
     return type(fetch).__name__.removeprefix("FetchStep")
 
 
+def _needed(transfer: TransferPort | None, doing: str) -> TransferPort:
+    """``transfer``, which a step that reaches beyond the local files needs (``doing``: what
+    the step does, for the refusal where the application has none)."""
+    if transfer is None:
+        raise InvalidArgument(f"{doing} sources is not available here")
+    return transfer
+
+
 async def fetch_polling(
     info: PushSourceInfo,
     workdir: Path,
@@ -123,7 +131,9 @@ async def fetch_polling(
     if isinstance(fetch, m.FetchStepUrl):
         scheme = url_scheme(fetch.url)
         if scheme in ("http", "https", "ftp", "ftps"):
-            return await _fetch_url(fetch, info, workdir, now, transfer, opts)
+            return await _fetch_url(
+                fetch, info, workdir, now, _needed(transfer, "fetching URL"), opts
+            )
         if scheme == "file":
             return await asyncio.to_thread(fetch_local, info, now)
         raise SourceNotRunnable(
@@ -134,11 +144,17 @@ async def fetch_polling(
         base = Path(opts.files_root) if opts.files_root else snapshot_dir
         return await asyncio.to_thread(fetch_local, info, now, base)
     if isinstance(fetch, m.FetchStepEthereumLogs):
-        return await _fetch_ethereum_logs(fetch, info, workdir, transfer, opts)
+        return await _fetch_ethereum_logs(
+            fetch, info, workdir, _needed(transfer, "fetching EthereumLogs"), opts
+        )
     if isinstance(fetch, m.FetchStepMqtt):
-        return await _fetch_mqtt(fetch, workdir, dataset_id, transfer, opts)
+        return await _fetch_mqtt(
+            fetch, workdir, dataset_id, _needed(transfer, "fetching MQTT"), opts
+        )
     if isinstance(fetch, m.FetchStepContainer):
-        return await _fetch_container(fetch, info, workdir, transfer, opts)
+        return await _fetch_container(
+            fetch, info, workdir, _needed(transfer, "running Container"), opts
+        )
     raise SourceNotRunnable(
         f"fetch step {_step_name(fetch)} cannot run on this node: odf-node does not run "
         f"{_step_name(fetch)} sources yet (the dataset is stored as kamu stores it: `kamu "
@@ -151,11 +167,9 @@ async def _fetch_url(
     info: PushSourceInfo,
     workdir: Path,
     now: Timestamp,
-    transfer: TransferPort | None,
+    transfer: TransferPort,
     opts: PollingOptions,
 ) -> list[Fetched]:
-    if transfer is None:
-        raise InvalidArgument("fetching URL sources is not available here")
     # An ftp(s) source has no headers; its previous state still makes it up to date or not.
     headers = {h.name: h.value for h in fetch.headers or ()}
     headers.update(conditional_headers(info.source_state))
@@ -170,11 +184,9 @@ async def _fetch_mqtt(
     fetch: m.FetchStepMqtt,
     workdir: Path,
     dataset_id: str,
-    transfer: TransferPort | None,
+    transfer: TransferPort,
     opts: PollingOptions,
 ) -> list[Fetched]:
-    if transfer is None:
-        raise InvalidArgument("fetching MQTT sources is not available here")
     topics = mqtt_topics(fetch)
     target = workdir / "messages"
     request = MqttRequest(
@@ -203,13 +215,11 @@ async def _fetch_container(
     fetch: m.FetchStepContainer,
     info: PushSourceInfo,
     workdir: Path,
-    transfer: TransferPort | None,
+    transfer: TransferPort,
     opts: PollingOptions,
 ) -> list[Fetched]:
     """Run the container (again while it says it has more data, as kamu's polling loop does),
     each round given the state the previous one wrote."""
-    if transfer is None:
-        raise InvalidArgument("running Container sources is not available here")
     state = info.source_state
     fetched: list[Fetched] = []
     for k in range(_ROUNDS):
@@ -271,7 +281,7 @@ async def _fetch_ethereum_logs(
     fetch: m.FetchStepEthereumLogs,
     info: PushSourceInfo,
     workdir: Path,
-    transfer: TransferPort | None,
+    transfer: TransferPort,
     opts: PollingOptions,
 ) -> list[Fetched]:
     """Poll the Ethereum node for the logs after the recorded block (kamu's ``ETag`` state);
@@ -279,8 +289,6 @@ async def _fetch_ethereum_logs(
     from coordinator.ingest.fetch import DEFAULT_SOURCE_NAME, KIND_ETAG
     from node.app.ports import EthereumLogsRequest
 
-    if transfer is None:
-        raise InvalidArgument("fetching EthereumLogs sources is not available here")
     node_url = fetch.node_url
     if not node_url:
         configured = {c.strip(): u.strip() for c, _, u in map(_split_eq, opts.eth_node_urls)}
