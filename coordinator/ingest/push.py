@@ -42,10 +42,10 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Final, ParamSpec, TypedDict, TypeVar, Unpack
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -441,23 +441,47 @@ def _returns_memory(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     return wrapper
 
 
+class IngestOptions(TypedDict, total=False):
+    """The keyword options :func:`ingest` and :func:`ingest_resolved` share, described in
+    :func:`ingest`; one left out takes its default (:func:`_options_limits` for the limits)."""
+
+    clock: TimestampClock | None
+    event_time: Timestamp | None
+    watermark: Timestamp | None
+    progress: Callable[[IngestProgress], None] | None
+    linked_objects: LinkedObjects | None
+    block_bytes: int
+    run_bytes: int
+    snapshot_bytes: int
+    stream_bytes: int
+    max_decompressed_bytes: int
+
+
+def _options_limits(options: IngestOptions, function: str) -> IngestLimits:
+    """The limits ``options`` set, defaults for those left out; an unknown option is refused
+    as a misspelt keyword argument of ``function`` would be."""
+    unknown = sorted(options.keys() - IngestOptions.__optional_keys__)
+    if unknown:
+        raise TypeError(f"{function}() got unexpected keyword arguments {unknown}")
+    return IngestLimits(
+        block_bytes=options.get("block_bytes", DEFAULT_BLOCK_BYTES),
+        run_bytes=options.get("run_bytes", DEFAULT_RUN_BYTES),
+        snapshot_bytes=options.get("snapshot_bytes", MAX_SNAPSHOT_BYTES),
+        stream_bytes=options.get("stream_bytes", MAX_STREAM_BYTES),
+        max_decompressed_bytes=options.get(
+            "max_decompressed_bytes", DEFAULT_MAX_DECOMPRESSED_BYTES
+        ),
+    )
+
+
 @_returns_memory
 def ingest(
     dataset: Dataset,
     files: Sequence[Path],
     *,
     source_name: str | None = None,
-    clock: TimestampClock | None = None,
-    event_time: Timestamp | None = None,
-    watermark: Timestamp | None = None,
-    progress: Callable[[IngestProgress], None] | None = None,
-    linked_objects: LinkedObjects | None = None,
-    block_bytes: int = DEFAULT_BLOCK_BYTES,
-    run_bytes: int = DEFAULT_RUN_BYTES,
-    snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
     engine: PreprocessEngine | None = None,
-    stream_bytes: int = MAX_STREAM_BYTES,
-    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+    **options: Unpack[IngestOptions],
 ) -> IngestResult:
     """Push ``files`` into ``dataset`` through its push source; see the module docstring.
 
@@ -465,6 +489,10 @@ def ingest(
         dataset: a root dataset with an active ``AddPushSource``.
         files: input files, each ingested as one ``AddData`` (in order).
         source_name: the push source; None if the dataset has exactly one.
+        engine: runs the source's preprocess query, if it has one
+            (:mod:`coordinator.ingest.preprocess`); without one such a source is refused.
+
+    Options (:class:`IngestOptions`):
         clock: system time source (default: the UTC wall clock); one reading per call.
         event_time: event time for rows without one (kamu's "source event time"); defaults to
             the system time.
@@ -472,49 +500,31 @@ def ingest(
             default: the maximum event time of the data, never decreasing.
         progress: called with :class:`IngestProgress` reports.
         linked_objects: ObjectLink columns and the object files supplied (RFC-017).
-        block_bytes: input bytes per read batch.
-        run_bytes: memory per sorted run if the event time needs an external sort.
-        snapshot_bytes: the largest new snapshot (Arrow bytes) a Snapshot merge takes.
-        engine: runs the source's preprocess query, if it has one
-            (:mod:`coordinator.ingest.preprocess`); without one such a source is refused.
+        block_bytes: input bytes per read batch (default :data:`DEFAULT_BLOCK_BYTES`).
+        run_bytes: memory per sorted run if the event time needs an external sort (default
+            :data:`DEFAULT_RUN_BYTES`).
+        snapshot_bytes: the largest new snapshot (Arrow bytes) a Snapshot merge takes (default
+            :data:`MAX_SNAPSHOT_BYTES`).
         stream_bytes: the largest input (Arrow bytes of one file) a ChangelogStream or
-            UpsertStream merge takes.
+            UpsertStream merge takes (default :data:`MAX_STREAM_BYTES`).
         max_decompressed_bytes: the most an archive read step (``EsriShapefile``) may
-            decompress to (``ingest.max_decompressed_bytes``).
+            decompress to (``ingest.max_decompressed_bytes``; default
+            :data:`DEFAULT_MAX_DECOMPRESSED_BYTES`).
 
     Raises:
         PushSourceNotFound, UnsupportedPreprocess, UnsupportedReadOption, InvalidDdlSchema,
         BadInputSchema, BadInputData, IncompatibleSchema, MergeError, DanglingObjectLink,
         InvalidObjectLink, ConcurrentModification: nothing was committed.
     """
+    limits = _options_limits(options, "ingest")
     info = resolve_push_source(dataset, source_name)
-    options = {
-        "clock": clock,
-        "event_time": event_time,
-        "watermark": watermark,
-        "progress": progress,
-        "linked_objects": linked_objects,
-        "block_bytes": block_bytes,
-        "run_bytes": run_bytes,
-        "snapshot_bytes": snapshot_bytes,
-        "stream_bytes": stream_bytes,
-        "max_decompressed_bytes": max_decompressed_bytes,
-    }
     inputs = [InputFile(p) for p in files]
     transform = info.source.preprocess
     if transform is None:
-        return ingest_resolved(dataset, info, inputs, **options)  # type: ignore[arg-type]
+        return ingest_resolved(dataset, info, inputs, **options)
     if engine is None:
         raise UnsupportedPreprocess(PREPROCESS_UNSUPPORTED)
-    return _ingest_preprocessed(
-        dataset,
-        info,
-        inputs,
-        (transform, engine),
-        options,
-        block_bytes=block_bytes,
-        max_decompressed_bytes=max_decompressed_bytes,
-    )
+    return _ingest_preprocessed(dataset, info, inputs, (transform, engine), limits, options)
 
 
 def _ingest_preprocessed(
@@ -522,10 +532,8 @@ def _ingest_preprocessed(
     info: PushSourceInfo,
     inputs: Sequence[InputFile],
     query: tuple[m.TransformSql, PreprocessEngine],
-    options: Mapping[str, object],
-    *,
-    block_bytes: int,
-    max_decompressed_bytes: int,
+    limits: IngestLimits,
+    options: IngestOptions,
 ) -> IngestResult:
     """:func:`ingest` through the source's preprocess ``query``: the transform, run by the
     engine on each input, then its outputs ingested."""
@@ -541,16 +549,10 @@ def _ingest_preprocessed(
             inputs,
             Path(work),
             engine,
-            block_bytes=block_bytes,
-            max_decompressed_bytes=max_decompressed_bytes,
+            block_bytes=limits.block_bytes,
+            max_decompressed_bytes=limits.max_decompressed_bytes,
         )
-        return ingest_resolved(
-            dataset,
-            info,
-            outputs,
-            preprocessed=schema,
-            **options,  # type: ignore[arg-type]
-        )
+        return ingest_resolved(dataset, info, outputs, preprocessed=schema, **options)
 
 
 @_returns_memory
@@ -559,18 +561,9 @@ def ingest_resolved(
     info: PushSourceInfo,
     inputs: Sequence[InputFile],
     *,
-    clock: TimestampClock | None = None,
-    event_time: Timestamp | None = None,
-    watermark: Timestamp | None = None,
-    progress: Callable[[IngestProgress], None] | None = None,
-    linked_objects: LinkedObjects | None = None,
-    block_bytes: int = DEFAULT_BLOCK_BYTES,
-    run_bytes: int = DEFAULT_RUN_BYTES,
-    snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
-    stream_bytes: int = MAX_STREAM_BYTES,
     prepare: Callable[[Path, int], Path] | None = None,
     preprocessed: pa.Schema | None = None,
-    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+    **options: Unpack[IngestOptions],
 ) -> IngestResult:
     """:func:`ingest` from a resolved source: each input is one ``AddData`` (in order).
 
@@ -583,7 +576,10 @@ def ingest_resolved(
     (:func:`coordinator.ingest.preprocess.preprocess_inputs`), read with that schema.
     ``max_decompressed_bytes`` bounds an ``EsriShapefile`` archive (see :func:`read_batches`).
     """
-    clock = clock or system_clock
+    limits = _options_limits(options, "ingest_resolved")
+    clock = options.get("clock") or system_clock
+    progress = options.get("progress")
+    linked_objects = options.get("linked_objects")
     sample = next((i.path for i in inputs if i.path.is_file() and i.path.stat().st_size), None)
     read = preprocessed if preprocessed is not None else read_schema(info.source.read, sample)
     existing = _existing_schema(dataset, info)
@@ -595,11 +591,9 @@ def ingest_resolved(
         read=read,
         existing=existing,
         now=clock(),
-        event_time=event_time,
-        watermark=watermark,
-        limits=IngestLimits(
-            block_bytes, run_bytes, snapshot_bytes, stream_bytes, max_decompressed_bytes
-        ),
+        event_time=options.get("event_time"),
+        watermark=options.get("watermark"),
+        limits=limits,
         check_links=None if links is None else lambda s: validate_link_columns(s, links.columns),
     )
     run = _IngestRun(dataset, info, plan, len(inputs), progress, linked_objects)
