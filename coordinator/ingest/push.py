@@ -100,6 +100,7 @@ __all__ = [
     "MAX_SNAPSHOT_BYTES",
     "MAX_STREAM_BYTES",
     "PREPROCESS_UNSUPPORTED",
+    "IngestOptions",
     "IngestProgress",
     "IngestResult",
     "InputFile",
