@@ -97,6 +97,20 @@ def test_the_first_pull_has_its_own_parameter_used_by_discovery_only() -> None:
     assert min(first["discovery_samples"]) > 20.0 > max(base["discovery_samples"])
 
 
+def test_measured_attestation_deliveries_are_drawn_for_the_light_nodes_receipt() -> None:
+    base = simulate_internet(LAB)["calibration"]
+    late = simulate_internet(dataclasses.replace(LAB, attestation_delivery_samples_s=(9.0,)))[
+        "calibration"
+    ]
+    # every trusted attester's verdict reaches the light node 9 s after it was signed, and a
+    # quorum needs one: publish -> trusted grows by about 9 s less the mesh's delivery
+    assert min(late["trusted_samples"]) > 9.0 > max(base["trusted_samples"])
+    # the announcement, the attesters' own receipt of the head and discovery keep hop_ms
+    assert late["discovery_samples"] == base["discovery_samples"]
+    with pytest.raises(ScenarioError):
+        dataclasses.replace(LAB, attestation_delivery_samples_s=(-1.0,)).validate()
+
+
 def test_a_head_trusted_after_a_newer_one_arrived_is_not_counted() -> None:
     # heads 1 s apart, attesters' replays ~60 s: every head but the last is trusted only after
     # the next one was accepted, and the daemon logs no head.trusted for it
