@@ -856,7 +856,8 @@ def sim_params(args: argparse.Namespace, seed: int, lab: dict[str, Any]) -> Any:
         fetch_samples_s=tuple(max(0.0, x - delivery + settle) for x in lab["commit_to_pulled_s"]),
         full_fetch_samples_s=tuple(max(0.0, x - delivery) for x in lab["commit_to_pulled_full_s"]),
         first_fetch_samples_s=tuple(x + first_settle for x in lab["first_pull_s"]),
-        attestation_delivery_samples_s=tuple(heads_delivery),
+        # none measured: the mesh model's hops, not a made-up 0 s delivery
+        attestation_delivery_samples_s=tuple(lab["attestation_delivery_s"]),
         head_interval_s=args.interval,
         subscribe_gap_s=lab.get("subscribe_gap_s", 0.0),
         discovery_replicates=DISCOVERY_REPLICATES,
